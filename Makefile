@@ -1,0 +1,27 @@
+# Two entry points: `make demo` (main job on the embedded default) and `make test` (the suite).
+# Both create .venv and install everything on a fresh machine. The CPU torch wheel is installed
+# first when no torch is present, so that the package's own range never pulls a CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.spladekit-installed
+
+.PHONY: setup demo test clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/spladekit demo
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -q
+
+clean:
+	rm -rf $(VENV) outputs

@@ -1,0 +1,32 @@
+"""spladekit: any masked-language-model encoder as a stable SPLADE sparse retriever.
+
+Data flow (one module per stage)::
+
+    data (readers, resolve) → model (heads, pooling, encoder) → index (exact search, BM25)
+    → evaluate (metrics, efficiency) ;  pipeline strings them together ; cli calls pipeline.
+"""
+
+from spladekit.data.beir import load_beir
+from spladekit.data.trec import read_qrels, read_run, write_run
+from spladekit.evaluate.efficiency import efficiency_stats, flops
+from spladekit.evaluate.metrics import evaluate
+from spladekit.index.exact import exact_search
+from spladekit.model.encoder import SpladeEncoder
+from spladekit.model.heads import find_mlm_head
+from spladekit.model.splade import SpladeModel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SpladeEncoder",
+    "SpladeModel",
+    "find_mlm_head",
+    "load_beir",
+    "read_qrels",
+    "read_run",
+    "write_run",
+    "exact_search",
+    "evaluate",
+    "efficiency_stats",
+    "flops",
+]

@@ -1,0 +1,15 @@
+"""``spladekit`` command line: thin typer commands over the Python API (no logic of their own).
+
+Each submodule registers its commands on :data:`app`.
+"""
+
+from spladekit.cli.app import app
+from spladekit.cli import core  # noqa: F401  (registers encode, search, evaluate, demo)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,11 @@
+"""The typer application every command module registers on."""
+
+import typer
+
+app = typer.Typer(
+    name="spladekit",
+    help="SPLADE from any MLM encoder: diagnose and rescale the head, train, encode, index, search, evaluate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)

@@ -1,0 +1,132 @@
+"""BEIR dataset layout: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv``.
+
+Conventions (Thakur et al., 2021, "BEIR: A Heterogeneous Benchmark for Zero-shot Evaluation of
+Information Retrieval Models"):
+- corpus lines: ``{"_id": str, "title": str (optional), "text": str}``; the document text that is
+  encoded is ``title + " " + text`` (just ``text`` when the title is empty or missing);
+- query lines: ``{"_id": str, "text": str}``;
+- qrels: TSV with the header ``query-id<TAB>corpus-id<TAB>score``; the grade is an integer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spladekit.data.trec import read_qrels
+from spladekit.errors import DataFormatError
+from spladekit.io import iter_lines
+
+
+@dataclass
+class BeirDataset:
+    """A BEIR collection loaded in memory.
+
+    Attributes:
+        path: the dataset folder.
+        corpus: ``{doc_id: document text}`` (title + " " + text), in file order.
+        queries: ``{query_id: text}`` restricted to the queries judged in ``qrels`` (file order).
+        qrels: ``{query_id: {doc_id: grade}}`` of ``split``.
+        split: the qrels split that was read (e.g. ``"test"``).
+    """
+
+    path: Path
+    corpus: dict[str, str]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    split: str
+    name: str = field(default="")
+
+
+def _find(folder: Path, stem: str) -> Path:
+    for candidate in (folder / f"{stem}.jsonl", folder / f"{stem}.jsonl.gz"):
+        if candidate.exists():
+            return candidate
+    raise DataFormatError(folder / f"{stem}.jsonl", f"missing: expected {stem}.jsonl or {stem}.jsonl.gz in {folder}")
+
+
+def _read_jsonl(path: Path, required: tuple[str, ...]):
+    empty = True
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        empty = False
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=number) from exc
+        if not isinstance(record, dict):
+            raise DataFormatError(path, "expected a JSON object", line=number)
+        for key in required:
+            if key not in record:
+                raise DataFormatError(path, "missing", line=number, field=key)
+            if not isinstance(record[key], (str, int)):
+                raise DataFormatError(path, f"expected a string, got {type(record[key]).__name__}", line=number, field=key)
+        yield number, record
+    if empty:
+        raise DataFormatError(path, "file is empty")
+
+
+def read_corpus(path: str | Path) -> dict[str, str]:
+    """Read a BEIR ``corpus.jsonl[.gz]`` into ``{doc_id: title + " " + text}``.
+
+    Raises:
+        DataFormatError: a line is not JSON, lacks ``_id`` or ``text``, or repeats an id.
+    """
+    path = Path(path)
+    corpus: dict[str, str] = {}
+    for number, record in _read_jsonl(path, ("_id", "text")):
+        doc_id = str(record["_id"])
+        if doc_id in corpus:
+            raise DataFormatError(path, f"duplicate document id {doc_id!r}", line=number, field="_id")
+        title = record.get("title") or ""
+        if not isinstance(title, str):
+            raise DataFormatError(path, "expected a string", line=number, field="title")
+        text = str(record["text"])
+        corpus[doc_id] = f"{title} {text}" if title.strip() else text
+    return corpus
+
+
+def read_queries(path: str | Path) -> dict[str, str]:
+    """Read a BEIR ``queries.jsonl[.gz]`` into ``{query_id: text}``.
+
+    Raises:
+        DataFormatError: a line is not JSON, lacks ``_id`` or ``text``, or repeats an id.
+    """
+    path = Path(path)
+    queries: dict[str, str] = {}
+    for number, record in _read_jsonl(path, ("_id", "text")):
+        query_id = str(record["_id"])
+        if query_id in queries:
+            raise DataFormatError(path, f"duplicate query id {query_id!r}", line=number, field="_id")
+        queries[query_id] = str(record["text"])
+    return queries
+
+
+def load_beir(path: str | Path, split: str = "test") -> BeirDataset:
+    """Load a BEIR folder: corpus, the queries judged in ``qrels/<split>.tsv``, and those qrels.
+
+    Args:
+        path: a BEIR folder, or a dataset name resolved by :func:`spladekit.data.resolve.resolve_dataset`.
+        split: qrels split name (``test``, ``dev``, ``train``).
+
+    Raises:
+        DataFormatError: a malformed file, or qrels naming a query absent from ``queries.jsonl``.
+        ResolutionError: ``path`` is neither a folder nor a resolvable dataset name.
+    """
+    from spladekit.data.resolve import resolve_dataset
+
+    folder = resolve_dataset(path)
+    corpus = read_corpus(_find(folder, "corpus"))
+    queries_path = _find(folder, "queries")
+    all_queries = read_queries(queries_path)
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    if not qrels_path.exists():
+        raise DataFormatError(qrels_path, f"missing: no qrels for split {split!r} in {folder / 'qrels'}")
+    qrels = read_qrels(qrels_path)
+    unknown = [qid for qid in qrels if qid not in all_queries]
+    if unknown:
+        raise DataFormatError(qrels_path, f"{len(unknown)} query ids not in {queries_path.name}, e.g. {unknown[0]!r}")
+    queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
+    return BeirDataset(path=folder, corpus=corpus, queries=queries, qrels=qrels, split=split, name=folder.name)

@@ -1,0 +1,108 @@
+"""TREC-format qrels and runs, and BEIR's TSV qrels.
+
+- TREC qrels: ``qid 0|Q0 docid grade`` (whitespace separated), Voorhees & Harman, "TREC" (2005).
+- BEIR qrels: TSV ``query-id<TAB>corpus-id<TAB>score`` with an optional header line.
+- TREC run: ``qid Q0 docid rank score tag``.
+
+Runs and qrels are plain dicts: run ``{qid: {docid: score}}``, qrels ``{qid: {docid: grade}}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spladekit.errors import DataFormatError
+from spladekit.io import atomic_write, iter_lines
+
+Run = dict[str, dict[str, float]]
+Qrels = dict[str, dict[str, int]]
+
+
+def _grade(path: Path, number: int, token: str) -> int:
+    try:
+        value = float(token)
+    except ValueError as exc:
+        raise DataFormatError(path, f"grade {token!r} is not a number", line=number, field="grade") from exc
+    if value != int(value):
+        raise DataFormatError(path, f"grade {token!r} is not an integer", line=number, field="grade")
+    return int(value)
+
+
+def read_qrels(path: str | Path) -> Qrels:
+    """Read qrels in TREC (4 columns) or BEIR TSV (3 columns, optional header) format.
+
+    Returns:
+        ``{query_id: {doc_id: grade}}``. Grade 0 means judged non-relevant and is kept.
+
+    Raises:
+        DataFormatError: wrong column count, a non-integer grade, a repeated (query, doc) pair with a
+            different grade, or an empty file.
+    """
+    path = Path(path)
+    qrels: Qrels = {}
+    seen_any = False
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        parts = [p.strip() for p in parts]
+        if number == 1 and len(parts) == 3 and parts[2].lower() in {"score", "relevance", "grade", "label"}:
+            continue  # BEIR header
+        if len(parts) == 4:
+            qid, _, docid, grade_token = parts
+        elif len(parts) == 3:
+            qid, docid, grade_token = parts
+        else:
+            raise DataFormatError(path, f"expected 3 (BEIR) or 4 (TREC) columns, got {len(parts)}", line=number)
+        if not qid or not docid:
+            raise DataFormatError(path, "empty query or document id", line=number)
+        grade = _grade(path, number, grade_token)
+        seen_any = True
+        previous = qrels.setdefault(qid, {}).get(docid)
+        if previous is not None and previous != grade:
+            raise DataFormatError(path, f"({qid}, {docid}) judged twice with grades {previous} and {grade}", line=number)
+        qrels[qid][docid] = grade
+    if not seen_any:
+        raise DataFormatError(path, "no judgments: file is empty")
+    return qrels
+
+
+def read_run(path: str | Path) -> Run:
+    """Read a TREC run file (``qid Q0 docid rank score tag``) into ``{qid: {docid: score}}``.
+
+    Raises:
+        DataFormatError: wrong column count, a non-numeric score, or a document listed twice for a query.
+    """
+    path = Path(path)
+    run: Run = {}
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 6:
+            raise DataFormatError(path, f"expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}", line=number)
+        qid, _, docid, _, score_token, _ = parts
+        try:
+            score = float(score_token)
+        except ValueError as exc:
+            raise DataFormatError(path, f"score {score_token!r} is not a number", line=number, field="score") from exc
+        if docid in run.setdefault(qid, {}):
+            raise DataFormatError(path, f"document {docid!r} appears twice for query {qid!r}", line=number)
+        run[qid][docid] = score
+    return run
+
+
+def sorted_ranking(ranking: dict[str, float]) -> list[tuple[str, float]]:
+    """Order one query's results: score descending, then document id ascending (the tie-break rule).
+
+    This is the single ordering used by search output, run files and evaluation.
+    """
+    return sorted(ranking.items(), key=lambda item: (-item[1], item[0]))
+
+
+def write_run(run: Run, path: str | Path, tag: str = "spladekit") -> None:
+    """Write ``run`` as a TREC run file, atomically, ranks in :func:`sorted_ranking` order."""
+    with atomic_write(path) as handle:
+        for qid in run:
+            for rank, (docid, score) in enumerate(sorted_ranking(run[qid]), start=1):
+                handle.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")

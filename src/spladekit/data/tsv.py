@@ -1,0 +1,33 @@
+"""``id<TAB>text`` files (MS MARCO collections and topics, naver/splade ``raw.tsv``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spladekit.errors import DataFormatError
+from spladekit.io import iter_lines
+
+
+def read_tsv(path: str | Path) -> dict[str, str]:
+    """Read ``id<TAB>text`` lines into ``{id: text}`` (file order).
+
+    Raises:
+        DataFormatError: a line without a tab, an empty id, a repeated id, or an empty file.
+    """
+    path = Path(path)
+    rows: dict[str, str] = {}
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        if "\t" not in line:
+            raise DataFormatError(path, "expected 'id<TAB>text'", line=number)
+        key, text = line.split("\t", 1)
+        key = key.strip()
+        if not key:
+            raise DataFormatError(path, "empty id", line=number)
+        if key in rows:
+            raise DataFormatError(path, f"duplicate id {key!r}", line=number)
+        rows[key] = text
+    if not rows:
+        raise DataFormatError(path, "file is empty")
+    return rows

@@ -1,0 +1,39 @@
+"""Exceptions raised by spladekit.
+
+Every input error names the file and, where it applies, the line (1-based) and the field, so a user
+can open the file at the right place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class SpladekitError(Exception):
+    """Base class of every error spladekit raises on purpose."""
+
+
+class DataFormatError(SpladekitError, ValueError):
+    """A data file is malformed.
+
+    Attributes:
+        path: the file.
+        line: 1-based line number, or ``None`` when the problem is the whole file.
+        field: the JSON field or column at fault, when one is.
+    """
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
+        self.path = Path(path)
+        self.line = line
+        self.field = field
+        where = str(self.path) + (f", line {line}" if line is not None else "")
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+class ResolutionError(SpladekitError, FileNotFoundError):
+    """A dataset or model could not be found locally, in a cache, or downloaded."""
+
+
+class HeadNotFoundError(SpladekitError, TypeError):
+    """The model is not a masked-language model of a supported family."""

@@ -1,0 +1,92 @@
+"""The index folder: what ``spladekit encode`` / ``spladekit index`` write and ``search`` reads.
+
+Layout::
+
+    INDEX/
+      vectors.npz      scipy.sparse CSR [D, V] float32 (scipy.sparse.save_npz)
+      doc_ids.json     list of D document ids, row order
+      index.json       model id, max lengths, pruning, vocabulary size, content hash, ...
+
+Everything is written to a temporary folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.errors import DataFormatError
+from spladekit.io import write_json
+
+
+def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
+    """SHA-256 over the CSR arrays and the document ids: equal iff the same vectors for the same ids."""
+    matrix = sp.csr_matrix(matrix)
+    matrix.sort_indices()
+    digest = hashlib.sha256()
+    for array in (matrix.indptr.astype(np.int64), matrix.indices.astype(np.int64), matrix.data.astype(np.float32)):
+        digest.update(array.tobytes())
+    digest.update(json.dumps(list(doc_ids)).encode())
+    digest.update(str(matrix.shape).encode())
+    return digest.hexdigest()
+
+
+def save_index(folder: str | Path, matrix: sp.csr_matrix, doc_ids: Sequence[str], metadata: dict) -> Path:
+    """Write an index folder atomically (temporary sibling folder, then rename).
+
+    Raises:
+        ValueError: ``matrix`` rows and ``doc_ids`` differ in number, or ids repeat.
+    """
+    folder = Path(folder)
+    if matrix.shape[0] != len(doc_ids):
+        raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")
+    if len(set(doc_ids)) != len(doc_ids):
+        raise ValueError("document ids repeat")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        matrix = sp.csr_matrix(matrix, dtype=np.float32)
+        sp.save_npz(tmp / "vectors.npz", matrix)
+        write_json(tmp / "doc_ids.json", list(doc_ids))
+        meta = dict(metadata)
+        meta.update(num_docs=int(matrix.shape[0]), vocab_size=int(matrix.shape[1]), nnz=int(matrix.nnz))
+        meta["content_hash"] = content_hash(matrix, doc_ids)
+        write_json(tmp / "index.json", meta)
+        if folder.exists():
+            backup = folder.with_name(f".{folder.name}.old")
+            shutil.rmtree(backup, ignore_errors=True)
+            os.replace(folder, backup)
+            os.replace(tmp, folder)
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
+    """Read an index folder: ``(vectors [D, V], doc_ids, metadata)``.
+
+    Raises:
+        DataFormatError: a file is missing, or the content hash does not match.
+    """
+    folder = Path(folder)
+    for name in ("vectors.npz", "doc_ids.json", "index.json"):
+        if not (folder / name).exists():
+            raise DataFormatError(folder / name, "missing: not a spladekit index folder")
+    matrix = sp.load_npz(folder / "vectors.npz").tocsr()
+    doc_ids = json.loads((folder / "doc_ids.json").read_text(encoding="utf-8"))
+    meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    if meta.get("content_hash") and meta["content_hash"] != content_hash(matrix, doc_ids):
+        raise DataFormatError(folder / "index.json", "content hash does not match vectors.npz/doc_ids.json", field="content_hash")
+    return matrix, doc_ids, meta

@@ -1,0 +1,84 @@
+"""Small file helpers shared by every stage: atomic writes and text-file opening.
+
+Writes go to a temporary file in the destination folder and are renamed over the target, so an
+interrupted run never leaves a half-written file behind (``os.replace`` is atomic on POSIX).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+    """Open a temporary file next to ``path``; on success rename it to ``path``.
+
+    Args:
+        path: the final file. Its parent folder is created.
+        mode: ``"w"`` (text) or ``"wb"`` (binary).
+        encoding: text encoding; ignored for binary mode.
+
+    Raises:
+        Whatever the body raises; the temporary file is then removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    with atomic_write(path) as handle:
+        json.dump(obj, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Open a UTF-8 text file, transparently decompressing ``.gz``.
+
+    Invalid UTF-8 raises ``UnicodeDecodeError`` while reading; readers catch it and report the line.
+    A leading byte-order mark is removed (``utf-8-sig``).
+    """
+    path = Path(path)
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline=None)
+    return open(path, encoding="utf-8-sig", newline=None)
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` pairs (1-based, line without its end-of-line characters).
+
+    Raises:
+        DataFormatError: invalid UTF-8, naming the line.
+    """
+    from spladekit.errors import DataFormatError
+
+    path = Path(path)
+    with open_text(path) as handle:
+        number = 0
+        while True:
+            try:
+                line = handle.readline()
+            except UnicodeDecodeError as exc:
+                raise DataFormatError(path, f"invalid UTF-8 ({exc.reason})", line=number + 1) from exc
+            if not line:
+                return
+            number += 1
+            yield number, line.rstrip("\r\n")

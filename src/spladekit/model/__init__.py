@@ -1,0 +1,18 @@
+"""Stages 2-4: tokens → hidden states → MLM-head logits → SPLADE vectors."""
+
+from spladekit.model.encoder import EncoderMetadata, SpladeEncoder, weights_to_csr
+from spladekit.model.heads import MLMHead, find_mlm_head
+from spladekit.model.pooling import plain_splade_head, splade_activation, splade_max_pool
+from spladekit.model.splade import SpladeModel
+
+__all__ = [
+    "EncoderMetadata",
+    "SpladeEncoder",
+    "weights_to_csr",
+    "MLMHead",
+    "find_mlm_head",
+    "plain_splade_head",
+    "splade_activation",
+    "splade_max_pool",
+    "SpladeModel",
+]

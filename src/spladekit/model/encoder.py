@@ -1,0 +1,233 @@
+"""``SpladeEncoder``: texts → sparse SPLADE vectors (``scipy.sparse.csr_matrix``, float32).
+
+Rows are texts in input order; columns are vocabulary ids of the model's tokenizer. Queries and
+documents have separate maximum lengths (defaults 64 and 256 tokens, SPLADE's usual setting),
+saved with the model in ``spladekit.json`` and read back by :meth:`SpladeEncoder.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from tqdm.auto import tqdm
+
+from spladekit.model.splade import SpladeModel
+
+METADATA_FILE = "spladekit.json"
+
+
+@dataclass
+class EncoderMetadata:
+    """What spladekit stores next to a model (``spladekit.json``).
+
+    Attributes:
+        query_max_length: max tokens per query (special tokens included).
+        doc_max_length: max tokens per document.
+        query_top_k: keep only the k largest weights per query vector (None: keep all).
+        doc_top_k: the same for documents.
+        source: model id or path it was loaded from.
+        extra: anything else (rescaling record, training config hash...).
+    """
+
+    query_max_length: int = 64
+    doc_max_length: int = 256
+    query_top_k: int | None = None
+    doc_top_k: int | None = None
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "EncoderMetadata":
+        """Read ``folder/spladekit.json``; defaults when it does not exist."""
+        path = Path(folder) / METADATA_FILE
+        if not path.exists():
+            return cls()
+        data = json.loads(path.read_text(encoding="utf-8"))
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``folder/spladekit.json`` atomically."""
+        from spladekit.io import write_json
+
+        write_json(Path(folder) / METADATA_FILE, asdict(self))
+
+
+def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_matrix:
+    """Convert dense SPLADE weights ``[B, V]`` to CSR, keeping entries > 0 (and the top-k per row).
+
+    Ties at the k-th weight are broken by the lower vocabulary id (``torch.topk`` on a stable sort).
+    """
+    weights = weights.detach().float().cpu()
+    if top_k is not None and top_k < weights.shape[1]:
+        order = torch.sort(weights, dim=1, descending=True, stable=True).indices[:, :top_k]
+        kept = torch.zeros_like(weights)
+        kept.scatter_(1, order, weights.gather(1, order))
+        weights = kept
+    rows, cols = torch.nonzero(weights > 0, as_tuple=True)
+    values = weights[rows, cols].numpy().astype(np.float32)
+    return sp.csr_matrix((values, (rows.numpy(), cols.numpy())), shape=tuple(weights.shape), dtype=np.float32)
+
+
+class SpladeEncoder:
+    """Encode texts into SPLADE sparse vectors.
+
+    Args:
+        model: a :class:`SpladeModel` (or a ``*ForMaskedLM`` model, wrapped automatically).
+        tokenizer: the model's ``transformers`` tokenizer.
+        metadata: max lengths and top-k pruning (see :class:`EncoderMetadata`).
+        batch_size: texts per forward pass.
+        device: torch device; default: CUDA when available, else CPU.
+    """
+
+    def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None):
+        if not isinstance(model, SpladeModel):
+            model = SpladeModel(model)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.metadata = metadata or EncoderMetadata()
+        self.batch_size = batch_size
+        self._vocab: list[str] | None = None
+        self.last_truncated = 0
+
+    # ------------------------------------------------------------------ loading and saving
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | Path,
+        *,
+        query_max_length: int | None = None,
+        doc_max_length: int | None = None,
+        query_top_k: int | None = None,
+        doc_top_k: int | None = None,
+        batch_size: int = 32,
+        device=None,
+        dtype: torch.dtype | None = None,
+        head_impl: str | None = None,
+    ) -> "SpladeEncoder":
+        """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`).
+
+        Arguments left as None come from the model's ``spladekit.json`` (or the defaults 64/256).
+
+        Raises:
+            ResolutionError: the model cannot be found.
+            HeadNotFoundError: it is not a supported masked-LM family.
+        """
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        from spladekit.data.resolve import resolve_model
+
+        location = resolve_model(name_or_path)
+        mlm = AutoModelForMaskedLM.from_pretrained(location, dtype=dtype) if dtype else AutoModelForMaskedLM.from_pretrained(location)
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        meta = EncoderMetadata.load(location) if Path(location).is_dir() else EncoderMetadata()
+        meta.source = meta.source or str(name_or_path)
+        for key, value in dict(
+            query_max_length=query_max_length, doc_max_length=doc_max_length, query_top_k=query_top_k, doc_top_k=doc_top_k
+        ).items():
+            if value is not None:
+                setattr(meta, key, value)
+        return cls(SpladeModel(mlm, head_impl), tokenizer, meta, batch_size=batch_size, device=device)
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Save model, tokenizer and ``spladekit.json`` into ``folder``."""
+        folder = Path(folder)
+        self.model.mlm.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        self.metadata.save(folder)
+
+    # ------------------------------------------------------------------ encoding
+    @property
+    def vocab_size(self) -> int:
+        """V: number of columns of every vector."""
+        return self.model.vocab_size
+
+    def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+        """Tokenize with truncation to ``max_length`` and padding to the longest text of the batch."""
+        return self.tokenizer(
+            list(texts), max_length=max_length, truncation=True, padding=True, return_tensors="pt"
+        )
+
+    @torch.no_grad()
+    def encode_dense(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
+        """One forward pass: ``[len(texts), V]`` float32 weights on the CPU."""
+        batch = self.tokenize(texts, max_length)
+        weights = self.model(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
+        return weights.float().cpu()
+
+    def _count_truncated(self, texts: Sequence[str], max_length: int) -> int:
+        lengths = self.tokenizer(list(texts), truncation=False, add_special_tokens=True, verbose=False)["input_ids"]
+        return sum(len(ids) > max_length for ids in lengths)
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        max_length: int,
+        top_k: int | None = None,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+        desc: str = "encoding",
+    ) -> sp.csr_matrix:
+        """Encode ``texts`` into a ``[len(texts), V]`` CSR matrix (float32).
+
+        Texts are processed in order of length (less padding), and rows are returned in input order.
+        The number of texts longer than ``max_length`` tokens is stored in ``self.last_truncated``.
+        """
+        texts = [t if isinstance(t, str) else str(t) for t in texts]
+        batch_size = batch_size or self.batch_size
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        blocks, truncated = [], 0
+        for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not show_progress, unit="batch"):
+            chunk = [texts[i] for i in order[start : start + batch_size]]
+            truncated += self._count_truncated(chunk, max_length)
+            blocks.append(weights_to_csr(self.encode_dense(chunk, max_length), top_k))
+        self.last_truncated = truncated
+        if not blocks:
+            return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
+        stacked = sp.vstack(blocks, format="csr")
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return stacked[inverse].astype(np.float32)
+
+    def encode_queries(self, queries: Sequence[str], **kwargs) -> sp.csr_matrix:
+        """Encode queries with ``query_max_length`` and ``query_top_k``; see :meth:`encode`."""
+        return self.encode(queries, self.metadata.query_max_length, self.metadata.query_top_k, desc="queries", **kwargs)
+
+    def encode_documents(self, documents: Sequence[str], **kwargs) -> sp.csr_matrix:
+        """Encode documents with ``doc_max_length`` and ``doc_top_k``; see :meth:`encode`."""
+        return self.encode(documents, self.metadata.doc_max_length, self.metadata.doc_top_k, desc="documents", **kwargs)
+
+    # ------------------------------------------------------------------ reading vectors
+    @property
+    def vocabulary(self) -> list[str]:
+        """Token string of each column id."""
+        if self._vocab is None:
+            self._vocab = self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
+        return self._vocab
+
+    def decode(self, row, top_k: int | None = None) -> list[tuple[str, float]]:
+        """The ``(token, weight)`` pairs of one vector, heaviest first (ties: lower id first).
+
+        Args:
+            row: a 1-row CSR matrix, a 1-D dense array/tensor of length V.
+            top_k: keep the first ``top_k`` pairs (None: all active terms).
+        """
+        if sp.issparse(row):
+            row = row.tocsr()
+            ids, weights = row.indices, row.data
+        else:
+            dense = np.asarray(row.detach().cpu() if isinstance(row, torch.Tensor) else row, dtype=np.float32).ravel()
+            ids = np.nonzero(dense > 0)[0]
+            weights = dense[ids]
+        order = sorted(range(len(ids)), key=lambda i: (-float(weights[i]), int(ids[i])))
+        if top_k is not None:
+            order = order[:top_k]
+        vocab = self.vocabulary
+        return [(vocab[int(ids[i])], float(weights[i])) for i in order]

@@ -1,0 +1,87 @@
+"""The SPLADE model: backbone → MLM-head transform → SPLADE head (plain or fused) → ``[B, V]``.
+
+``SpladeModel`` is a ``torch.nn.Module`` used both for encoding (under ``torch.no_grad``) and for
+training. It wraps a ``transformers`` masked-LM model without copying it, so saving the wrapped
+model saves everything.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from spladekit.model.heads import MLMHead, find_mlm_head
+from spladekit.model.pooling import plain_splade_head
+
+HeadFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def get_head_fn(name: str) -> HeadFn:
+    """Return the SPLADE head implementation called ``name``.
+
+    ``"plain"``: full ``[B, L, V]`` logits then max pooling (:func:`plain_splade_head`).
+    ``"fused"``: the memory-lean head of :mod:`spladekit.model.fused`.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name == "plain":
+        return plain_splade_head
+    if name == "fused":
+        from spladekit.model.fused import fused_splade_head
+
+        return fused_splade_head
+    raise ValueError(f"unknown SPLADE head implementation {name!r}; choose 'plain' or 'fused'")
+
+
+def default_head_impl() -> str:
+    """The head used when none is asked for: ``"fused"`` when available, else ``"plain"``."""
+    try:
+        get_head_fn("fused")
+    except ImportError:
+        return "plain"
+    return "fused"
+
+
+class SpladeModel(nn.Module):
+    """A masked-LM model read as a SPLADE encoder.
+
+    Args:
+        mlm: a ``transformers`` ``*ForMaskedLM`` model of a supported family.
+        head_impl: ``"plain"`` or ``"fused"`` (see :func:`get_head_fn`); ``None`` picks the default.
+
+    Forward:
+        ``input_ids`` ``[B, L]`` (int64), ``attention_mask`` ``[B, L]`` (0/1) →
+        ``[B, V]`` float32 SPLADE weights ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t.
+    """
+
+    def __init__(self, mlm: nn.Module, head_impl: str | None = None):
+        super().__init__()
+        self.mlm = mlm
+        self.head_impl = head_impl or default_head_impl()
+        get_head_fn(self.head_impl)  # validate early
+
+    @property
+    def head(self) -> MLMHead:
+        """The wrapped model's MLM head (found again each time, so it follows rescaling/untying)."""
+        return find_mlm_head(self.mlm)
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the number of vocabulary columns."""
+        return int(self.head.weight.shape[0])
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Transformed hidden states ``[B, L, H']``: backbone then the MLM head's transform."""
+        head = self.head
+        out = head.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        return head.transform(out.last_hidden_state)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        head = self.head
+        hidden = head.transform(
+            head.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
+        )
+        return get_head_fn(self.head_impl)(hidden, attention_mask, head.weight, head.bias)
