@@ -1,0 +1,108 @@
+"""Shared fixtures: tiny random masked-LM models built in code, and the real files in ../shared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from spladekit.data.resolve import shared_roots
+
+WORDS = (
+    "the a of and to in is for on with protein cell cells gene genes cancer risk study patients "
+    "treatment effect effects increase decrease blood brain mouse mice human dna rna virus vaccine "
+    "drug dose trial results high low level levels expression activity response model data"
+).split()
+
+
+def shared_dir() -> Path | None:
+    """The shared data folder, or None when it is not beside the checkout."""
+    for root in shared_roots():
+        if (root / "README.md").exists() and (root / "data").is_dir():
+            return root
+    return None
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    root = shared_dir()
+    if root is None:
+        pytest.skip("../shared (or $SPLADEKIT_SHARED) is not present: real-data test skipped")
+    return root
+
+
+@pytest.fixture(scope="session")
+def splade_tiny(shared) -> Path:
+    path = shared / "models" / "splade-tiny"
+    if not (path / "model.safetensors").exists():
+        pytest.skip(f"{path} missing: real-checkpoint test skipped")
+    return path
+
+
+def write_vocab(folder: Path) -> Path:
+    """A WordPiece vocabulary: special tokens, WORDS, and single letters (so any word tokenizes)."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list("abcdefghijklmnopqrstuvwxyz0123456789")
+    tokens += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz0123456789"]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "vocab.txt"
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return path
+
+
+def make_tokenizer(folder: Path):
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast(vocab_file=str(write_vocab(folder)), do_lower_case=True)
+
+
+def make_tiny_bert(vocab_size: int, seed: int = 0):
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128,
+    )
+    return BertForMaskedLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A saved tiny random BertForMaskedLM with a WordPiece tokenizer (session-wide, read-only)."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = make_tokenizer(folder)
+    model = make_tiny_bert(len(tokenizer))
+    with torch.no_grad():  # a positive decoder bias so that initial vectors are not all empty
+        model.cls.predictions.decoder.bias.normal_(0.5, 0.5)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture()
+def tiny_beir(tmp_path) -> Path:
+    """A small BEIR folder: 6 documents, 3 queries, test qrels."""
+    import json
+
+    folder = tmp_path / "tiny-beir"
+    (folder / "qrels").mkdir(parents=True)
+    docs = [
+        ("d1", "Protein", "protein expression in mouse cells"),
+        ("d2", "", "cancer risk in patients with high blood levels"),
+        ("d3", "Vaccine", "vaccine trial results and response"),
+        ("d4", "", "gene expression and dna rna activity"),
+        ("d5", "Brain", "brain activity in human study"),
+        ("d6", "", "drug dose effect on treatment"),
+    ]
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for doc_id, title, text in docs:
+            f.write(json.dumps({"_id": doc_id, "title": title, "text": text}) + "\n")
+    queries = [("q1", "protein expression"), ("q2", "cancer risk"), ("q3", "vaccine response"), ("q4", "unjudged")]
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as f:
+        for qid, text in queries:
+            f.write(json.dumps({"_id": qid, "text": text}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td4\t1\nq2\td2\t2\nq3\td3\t1\n", encoding="utf-8"
+    )
+    return folder

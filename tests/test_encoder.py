@@ -1,0 +1,115 @@
+"""SpladeEncoder on a tiny random BERT and on the real splade-tiny checkpoint."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from spladekit.model.encoder import EncoderMetadata, SpladeEncoder, weights_to_csr
+from spladekit.model.heads import find_mlm_head
+
+TEXTS = ["protein expression in cells", "cancer", "the effect of drug dose on blood levels in human patients", "x"]
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_bert_dir):
+    return SpladeEncoder.from_pretrained(tiny_bert_dir, batch_size=2, head_impl="plain")
+
+
+def reference_vector(encoder, text, max_length):
+    """The formula on the model's own logits (AutoModelForMaskedLM forward), one text, no padding."""
+    batch = encoder.tokenizer([text], truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        logits = encoder.model.mlm(**batch).logits[0]
+    return torch.log1p(torch.relu(logits)).max(dim=0).values.numpy()
+
+
+def test_vectors_equal_formula_on_model_logits(encoder):
+    matrix = encoder.encode_documents(TEXTS)
+    assert matrix.shape == (len(TEXTS), len(encoder.tokenizer))
+    for i, text in enumerate(TEXTS):
+        np.testing.assert_allclose(matrix[i].toarray().ravel(), reference_vector(encoder, text, 256), rtol=1e-5, atol=1e-6)
+
+
+def test_alone_batched_and_padded_give_same_vector(encoder):
+    together = encoder.encode_documents(TEXTS, batch_size=4).toarray()
+    alone = np.vstack([encoder.encode_documents([t], batch_size=1).toarray() for t in TEXTS])
+    np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
+    # extra padding: pad to a fixed length longer than any text
+    batch = encoder.tokenizer(TEXTS, padding="max_length", max_length=40, return_tensors="pt")
+    with torch.no_grad():
+        padded = encoder.model(batch["input_ids"], batch["attention_mask"]).numpy()
+    np.testing.assert_allclose(padded, together, rtol=1e-5, atol=1e-6)
+
+
+def test_query_and_document_max_lengths_differ(tiny_bert_dir):
+    enc = SpladeEncoder.from_pretrained(tiny_bert_dir, query_max_length=4, doc_max_length=256, head_impl="plain")
+    long_text = TEXTS[2]
+    q = enc.encode_queries([long_text]).toarray().ravel()
+    d = enc.encode_documents([long_text]).toarray().ravel()
+    np.testing.assert_allclose(q, reference_vector(enc, long_text, 4), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(d, reference_vector(enc, long_text, 256), rtol=1e-5, atol=1e-6)
+    assert enc.last_truncated == 0
+    enc.encode_queries([long_text, "x"])
+    assert enc.last_truncated == 1
+
+
+def test_top_k_pruning_keeps_largest():
+    w = torch.tensor([[0.0, 3.0, 1.0, 2.0, 2.0], [0.5, 0.0, 0.0, 0.0, 0.0]])
+    m = weights_to_csr(w, top_k=2).toarray()
+    np.testing.assert_array_equal(m, [[0, 3, 0, 2, 0], [0.5, 0, 0, 0, 0]])  # tie at 2.0: lower id kept
+
+
+def test_decode_orders_by_weight(encoder):
+    row = encoder.encode_queries(["protein cancer"])
+    pairs = encoder.decode(row, top_k=3)
+    weights = [w for _, w in pairs]
+    assert weights == sorted(weights, reverse=True) and len(pairs) == min(3, row.nnz)
+    dense = row.toarray().ravel()
+    top = int(np.argmax(dense))
+    assert pairs[0] == (encoder.tokenizer.convert_ids_to_tokens(top), pytest.approx(float(dense[top])))
+
+
+def test_metadata_round_trip(tmp_path, encoder):
+    encoder.metadata = EncoderMetadata(query_max_length=12, doc_max_length=34)
+    encoder.save_pretrained(tmp_path / "m")
+    again = SpladeEncoder.from_pretrained(tmp_path / "m")
+    assert (again.metadata.query_max_length, again.metadata.doc_max_length) == (12, 34)
+    encoder.metadata = EncoderMetadata()
+
+
+@pytest.mark.parametrize("family", ["bert", "distilbert", "roberta", "modernbert"])
+def test_head_parts_reproduce_model_logits(family):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=50, max_position_embeddings=64)
+    if family == "bert":
+        model = tf.BertForMaskedLM(tf.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, **common))
+    elif family == "distilbert":
+        model = tf.DistilBertForMaskedLM(tf.DistilBertConfig(dim=16, n_layers=1, n_heads=2, hidden_dim=32, **common))
+    elif family == "roberta":
+        model = tf.RobertaForMaskedLM(tf.RobertaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, pad_token_id=1, **common))
+    else:
+        model = tf.ModernBertForMaskedLM(tf.ModernBertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, pad_token_id=0, **common))
+    model.eval()
+    ids = torch.randint(3, 50, (2, 7))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    head = find_mlm_head(model)
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+        hidden = head.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = torch.nn.functional.linear(head.transform(hidden), head.weight, head.bias)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_real_checkpoint_vectors(splade_tiny):
+    enc = SpladeEncoder.from_pretrained(splade_tiny, head_impl="plain")
+    texts = ["what causes cancer in mice", "Vitamin D deficiency increases the risk of fractures."]
+    matrix = enc.encode_documents(texts)
+    for i, text in enumerate(texts):
+        np.testing.assert_allclose(matrix[i].toarray().ravel(), reference_vector(enc, text, 256), rtol=1e-5, atol=1e-5)
+    # a trained SPLADE model puts the text's own terms among the heaviest ones
+    top_terms = [t for t, _ in enc.decode(matrix[0], top_k=20)]
+    assert "cancer" in top_terms and "mice" in top_terms
+    assert sp.isspmatrix_csr(matrix) and matrix.dtype == np.float32
