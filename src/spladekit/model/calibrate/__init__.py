@@ -1,0 +1,37 @@
+"""MLM-head calibration (arXiv 2606.18811): diagnose the head's scale, rescale its projection.
+
+- :mod:`~spladekit.model.calibrate.stats`: decoder norms, token hidden states, logit statistics;
+- :mod:`~spladekit.model.calibrate.diagnose`: :func:`diagnose_mlm_head` → :class:`Diagnosis`;
+- :mod:`~spladekit.model.calibrate.rescale`: :func:`rescale_mlm_head`, :func:`calibrated_factor`,
+  :func:`match_norm_factor`, :func:`untie_mlm_decoder`, :func:`rescale_record`.
+"""
+
+from spladekit.model.calibrate.diagnose import Diagnosis, HeadStats, LogitStats, SpladeStats, diagnose_mlm_head
+from spladekit.model.calibrate.rescale import (
+    MODES,
+    AlreadyRescaledError,
+    CalibrationError,
+    calibrated_factor,
+    match_norm_factor,
+    reference_row_norm,
+    rescale_mlm_head,
+    rescale_record,
+    untie_mlm_decoder,
+)
+
+__all__ = [
+    "Diagnosis",
+    "HeadStats",
+    "LogitStats",
+    "SpladeStats",
+    "diagnose_mlm_head",
+    "MODES",
+    "AlreadyRescaledError",
+    "CalibrationError",
+    "calibrated_factor",
+    "match_norm_factor",
+    "reference_row_norm",
+    "rescale_mlm_head",
+    "rescale_record",
+    "untie_mlm_decoder",
+]

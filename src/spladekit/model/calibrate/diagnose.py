@@ -1,0 +1,412 @@
+"""Diagnose an MLM head before SPLADE training (arXiv 2606.18811, §3-4).
+
+A head whose decoder has a large norm inflates the logits ``z = W h + b``; SPLADE's
+``log(1 + ReLU(z))`` then activates most of the vocabulary for every text at initialisation, and
+contrastive training collapses. :func:`diagnose_mlm_head` measures:
+
+- decoder weight: Frobenius norm ``‖W‖_F`` and row-norm statistics of ``‖W_v‖₂`` (mean, median,
+  p99, max), bias statistics, the transform's dense norm and LayerNorm gains (and ModernBERT /
+  Ettin's backbone ``final_norm`` gain);
+- on real text: logit mean/std/p99/max and fraction of positive logits over (token, vocabulary)
+  pairs, SPLADE active terms per text at initialisation, and the mean query·document score;
+- a verdict, comparing with a reference head when one is given.
+
+The thresholds of the verdict (:data:`SCALE_RATIO_HIGH`, :data:`SCALE_RATIO_LOW`,
+:data:`ACTIVE_FRACTION_HIGH`) are spladekit's rules of thumb, not values from the paper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import nn
+
+from spladekit.model.calibrate.rescale import rescale_record
+from spladekit.model.calibrate.stats import (
+    decoder_logits,
+    row_norms,
+    summarize,
+    token_hidden_states,
+    unwrap,
+)
+from spladekit.model.heads import MLMHead, find_mlm_head
+
+#: mean row norm above this multiple of the reference's: inflated head, expect collapse.
+SCALE_RATIO_HIGH = 2.0
+#: mean row norm below this multiple of the reference's: shrunken head, expect few active terms.
+SCALE_RATIO_LOW = 0.5
+#: mean fraction of the vocabulary active per text at initialisation above which SPLADE is inflated.
+ACTIVE_FRACTION_HIGH = 0.5
+#: how many logits are kept for the histogram.
+LOGIT_SAMPLE = 100_000
+
+
+@dataclass
+class HeadStats:
+    """Weights of the MLM head (no text needed).
+
+    Attributes:
+        family, vocab_size (V), hidden_size (H', decoder input width).
+        tied: the decoder weight shares storage with the input embeddings.
+        frobenius: ``‖W‖_F``.
+        row_norm: statistics of ``‖W_v‖₂`` over the V rows (mean, std, min, median, p99, max).
+        bias: statistics of the decoder bias ``b`` (None without bias).
+        transform: ``dense_frobenius`` of the transform's dense layer, ``norm_gain`` / ``norm_bias``
+            statistics of its LayerNorm.
+        final_norm: gain statistics of the backbone's ``final_norm`` (ModernBERT / Ettin), else None.
+        rescale: the model's rescaling record (``config.spladekit_rescale``), if any.
+    """
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    tied: bool
+    frobenius: float
+    row_norm: dict
+    bias: dict | None
+    transform: dict
+    final_norm: dict | None = None
+    rescale: dict | None = None
+
+
+@dataclass
+class LogitStats:
+    """Logits ``z = W h + b`` of every (token, vocabulary entry) pair of a token sample.
+
+    Attributes:
+        n_texts: texts measured; n_tokens: non-padding tokens kept (at most ``max_tokens``).
+        mean, std (population), p99, max: statistics of the ``n_tokens × V`` logits.
+        frac_positive: fraction of them > 0 (those SPLADE's ReLU lets through).
+    """
+
+    n_texts: int
+    n_tokens: int
+    mean: float
+    std: float
+    p99: float
+    max: float
+    frac_positive: float
+
+
+@dataclass
+class SpladeStats:
+    """SPLADE vectors at initialisation (``w_j = max_t log(1 + ReLU(z_tj))``, Formal et al. 2021).
+
+    Attributes:
+        n_texts: texts encoded.
+        active_terms: statistics of the number of non-zero weights per text (mean, median, max...).
+        active_fraction: mean active terms divided by V.
+        score_mean: mean dot product ``q·d`` over all (query, document) pairs, or over all pairs of
+            distinct texts when no query/document split is given (see ``score_pairs``).
+        score_pairs: ``"query-document"`` or ``"text-text"``.
+    """
+
+    n_texts: int
+    active_terms: dict
+    active_fraction: float
+    score_mean: float
+    score_pairs: str
+
+
+@dataclass
+class Diagnosis:
+    """What :func:`diagnose_mlm_head` found. ``to_dict()`` is JSON-ready; ``table()`` is for people.
+
+    Attributes:
+        model: a name for the model (path or id).
+        head: :class:`HeadStats`; logits: :class:`LogitStats`; splade: :class:`SpladeStats` (None
+            without text).
+        reference: ``{"name", "row_norm_mean", "logits", "splade"}`` of the reference, or None.
+        scale_ratio: this model's mean row norm / the reference's (None without reference).
+        suggested_factor: ``1 / scale_ratio`` (the ``match_norm`` factor) when the verdict suggests
+            rescaling against a reference, else None.
+        verdict: one or more sentences.
+        row_norms: ``[V]`` float64 row norms (not serialised). logit_sample: up to
+            :data:`LOGIT_SAMPLE` logits for histograms (not serialised).
+    """
+
+    model: str
+    head: HeadStats
+    logits: LogitStats | None = None
+    splade: SpladeStats | None = None
+    reference: dict | None = None
+    scale_ratio: float | None = None
+    suggested_factor: float | None = None
+    verdict: str = ""
+    row_norms: np.ndarray | None = field(default=None, repr=False, compare=False)
+    logit_sample: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        """Everything but the arrays, as plain JSON types."""
+        out = {}
+        for key in ("model", "head", "logits", "splade", "reference", "scale_ratio", "suggested_factor", "verdict"):
+            value = getattr(self, key)
+            out[key] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
+        return out
+
+    def table(self) -> str:
+        """A readable two- or three-column table of the main numbers, then the verdict."""
+        ref = self.reference or {}
+        rows: list[tuple[str, object, object]] = [
+            ("family", self.head.family, ""),
+            ("vocabulary V × width H'", f"{self.head.vocab_size} × {self.head.hidden_size}", ""),
+            ("decoder tied to embeddings", self.head.tied, ""),
+            ("decoder ‖W‖_F", self.head.frobenius, ""),
+        ]
+        for key in ("mean", "median", "p99", "max"):
+            rows.append((f"row norm {key}", self.head.row_norm[key], ref.get("row_norm_mean") if key == "mean" else ""))
+        if self.head.bias:
+            rows += [(f"bias {key}", self.head.bias[key], "") for key in ("mean", "std", "min", "max")]
+        gain = self.head.transform.get("norm_gain")
+        if gain:
+            rows.append(("transform LayerNorm gain mean", gain["mean"], ""))
+        if self.head.final_norm:
+            rows.append(("backbone final_norm gain mean", self.head.final_norm["mean"], ""))
+        if self.head.rescale:
+            rows.append(("already rescaled, total factor", self.head.rescale.get("total_factor"), ""))
+        if self.logits:
+            ref_logits = ref.get("logits") or {}
+            for key in ("mean", "std", "p99", "max", "frac_positive"):
+                rows.append((f"logit {key}", getattr(self.logits, key), ref_logits.get(key, "")))
+            rows.append(("tokens measured", self.logits.n_tokens, ref_logits.get("n_tokens", "")))
+        if self.splade:
+            ref_splade = ref.get("splade") or {}
+            rows.append(("SPLADE active terms / text", self.splade.active_terms["mean"], (ref_splade.get("active_terms") or {}).get("mean", "")))
+            rows.append(("SPLADE active fraction of V", self.splade.active_fraction, ref_splade.get("active_fraction", "")))
+            rows.append((f"mean score ({self.splade.score_pairs})", self.splade.score_mean, ref_splade.get("score_mean", "")))
+        if self.scale_ratio is not None:
+            rows.append(("head scale ratio (this / reference)", self.scale_ratio, ""))
+        if self.suggested_factor is not None:
+            rows.append(("suggested factor", self.suggested_factor, ""))
+
+        def fmt(value) -> str:
+            if isinstance(value, float):
+                return f"{value:.4g}"
+            return str(value)
+
+        header = ("quantity", self.model or "model", ref.get("name", "reference") if ref else "")
+        body = [(name, fmt(a), fmt(b)) for name, a, b in rows]
+        widths = [max(len(r[i]) for r in [header, *body]) for i in range(3)]
+        lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *body]]
+        lines.insert(1, "  ".join("-" * w for w in widths if w).rstrip())
+        return "\n".join(lines) + "\n\nverdict: " + self.verdict + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- weights
+def _tensor_summary(tensor: torch.Tensor | None) -> dict | None:
+    if tensor is None:
+        return None
+    return summarize(tensor.detach().double().cpu().numpy())
+
+
+def _transform_stats(transform: nn.Module) -> dict:
+    dense = next((m for m in transform.modules() if isinstance(m, nn.Linear)), None)
+    norm = next((m for m in transform.modules() if isinstance(m, nn.LayerNorm)), None)
+    out: dict = {}
+    if dense is not None:
+        out["dense_frobenius"] = float(torch.linalg.matrix_norm(dense.weight.detach().double()).item())
+    if norm is not None:
+        out["norm_gain"] = _tensor_summary(norm.weight)
+        out["norm_bias"] = _tensor_summary(norm.bias)
+    return out
+
+
+def head_stats(model: nn.Module) -> tuple[HeadStats, np.ndarray]:
+    """Weight statistics of the MLM head (:class:`HeadStats`) and the ``[V]`` row norms.
+
+    Raises:
+        HeadNotFoundError: unsupported model.
+    """
+    mlm = unwrap(model)
+    head = find_mlm_head(mlm)
+    norms = row_norms(head.weight)
+    embedding = mlm.get_input_embeddings().weight
+    tied = head.weight is embedding or head.weight.untyped_storage().data_ptr() == embedding.untyped_storage().data_ptr()
+    final_norm = getattr(head.backbone, "final_norm", None)
+    stats = HeadStats(
+        family=head.family,
+        vocab_size=int(head.weight.shape[0]),
+        hidden_size=int(head.weight.shape[1]),
+        tied=bool(tied),
+        frobenius=float(np.sqrt((norms**2).sum())),
+        row_norm=summarize(norms),
+        bias=_tensor_summary(head.bias),
+        transform=_transform_stats(head.transform),
+        final_norm=_tensor_summary(getattr(final_norm, "weight", None)),
+        rescale=rescale_record(mlm),
+    )
+    return stats, norms
+
+
+# ---------------------------------------------------------------------------------------------- text
+def logit_stats(head: MLMHead, hidden: torch.Tensor, n_texts: int, seed: int = 0) -> tuple[LogitStats, np.ndarray]:
+    """:class:`LogitStats` of ``z = W h + b`` for ``hidden [N, H']``, and a random sample of the logits."""
+    from spladekit.model.calibrate.stats import quantile
+
+    logits = decoder_logits(head, hidden).reshape(-1)
+    stats = LogitStats(
+        n_texts=n_texts,
+        n_tokens=int(hidden.shape[0]),
+        mean=float(logits.double().mean().item()),
+        std=float(logits.double().std(unbiased=False).item()),
+        p99=float(quantile(logits, 0.99)),
+        max=float(logits.max().item()),
+        frac_positive=float((logits > 0).double().mean().item()),
+    )
+    generator = torch.Generator().manual_seed(seed)
+    if logits.numel() > LOGIT_SAMPLE:
+        pick = torch.randint(logits.numel(), (LOGIT_SAMPLE,), generator=generator).to(logits.device)
+        sample = logits[pick]
+    else:
+        sample = logits
+    return stats, sample.cpu().numpy()
+
+
+def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents: Sequence[str], max_length: int, batch_size: int) -> SpladeStats:
+    """:class:`SpladeStats` of the model at its current weights, with the plain SPLADE head.
+
+    ``queries`` and ``documents``: when both are non-empty, ``score_mean`` averages ``q·d`` over all
+    pairs; when ``documents`` is empty, it averages ``x_i·x_j`` over pairs ``i ≠ j`` of ``queries``.
+    """
+    from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
+    from spladekit.model.splade import SpladeModel
+
+    mlm = unwrap(model)
+    was_training = mlm.training
+    device = next(mlm.parameters()).device
+    meta = EncoderMetadata(query_max_length=max_length, doc_max_length=max_length)
+    try:
+        encoder = SpladeEncoder(SpladeModel(mlm, head_impl="plain"), tokenizer, meta, batch_size=batch_size, device=device)
+        q = encoder.encode_queries(list(queries))
+        d = encoder.encode_documents(list(documents)) if documents else None
+    finally:
+        mlm.train(was_training)
+    vectors = q if d is None else sp.vstack([q, d], format="csr")
+    active = np.diff(vectors.indptr)
+    if d is not None:
+        score = float((q @ d.T).toarray().mean())
+        pairs = "query-document"
+    else:
+        gram = (q @ q.T).toarray().astype(np.float64)
+        n = gram.shape[0]
+        score = float((gram.sum() - np.trace(gram)) / (n * (n - 1))) if n > 1 else float("nan")
+        pairs = "text-text"
+    return SpladeStats(
+        n_texts=int(vectors.shape[0]),
+        active_terms=summarize(active),
+        active_fraction=float(active.mean() / vectors.shape[1]),
+        score_mean=score,
+        score_pairs=pairs,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- verdict
+def verdict(head: HeadStats, splade: SpladeStats | None, scale_ratio: float | None) -> tuple[str, float | None]:
+    """The verdict sentence(s) and the suggested factor (``1 / scale_ratio``, or None)."""
+    parts: list[str] = []
+    suggested = None
+    if scale_ratio is not None:
+        if scale_ratio > SCALE_RATIO_HIGH:
+            suggested = 1.0 / scale_ratio
+            parts.append(
+                f"head scale {scale_ratio:.3g}× the reference: expect inflated logits and SPLADE collapse; "
+                f"suggested factor {suggested:.4g} (--match-norm)"
+            )
+        elif scale_ratio < SCALE_RATIO_LOW:
+            suggested = 1.0 / scale_ratio
+            parts.append(
+                f"head scale {scale_ratio:.3g}× the reference: expect weak logits and few active terms; "
+                f"suggested factor {suggested:.4g} (--match-norm)"
+            )
+        else:
+            parts.append(f"head scale {scale_ratio:.3g}× the reference: comparable, no rescaling needed")
+    if splade is not None:
+        if splade.active_fraction > ACTIVE_FRACTION_HIGH:
+            parts.append(
+                f"{100 * splade.active_fraction:.1f}% of the vocabulary is active per text at initialisation: "
+                "inflated SPLADE activations; rescale (e.g. --target-logit on this text)"
+            )
+        else:
+            parts.append(f"{splade.active_terms['mean']:.1f} active terms per text at initialisation ({100 * splade.active_fraction:.2f}% of V)")
+    if head.rescale:
+        parts.append(f"the head was already rescaled (total factor {head.rescale.get('total_factor'):.4g})")
+    if not parts:
+        parts.append("no reference and no text: weight statistics only, no verdict")
+    return "; ".join(parts) + ".", suggested
+
+
+# ---------------------------------------------------------------------------------------------- entry
+@torch.no_grad()
+def diagnose_mlm_head(
+    model: nn.Module,
+    tokenizer=None,
+    texts: Sequence[str] | None = None,
+    *,
+    queries: Sequence[str] | None = None,
+    documents: Sequence[str] | None = None,
+    reference: "Diagnosis | float | None" = None,
+    name: str = "",
+    max_length: int = 128,
+    max_tokens: int | None = 1024,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> Diagnosis:
+    """Measure an MLM head's weights and, given text, its logits and SPLADE vectors at initialisation.
+
+    Args:
+        model: a ``transformers`` masked-LM model of a supported family (or a SpladeModel).
+        tokenizer: the model's tokenizer (needed with text).
+        texts: sample text (scores over pairs of distinct texts). Alternatively ``queries`` and
+            ``documents`` (scores over query-document pairs); all of them are used for the logits.
+        reference: a :class:`Diagnosis` of a reference model (ideally on the same text), or a number
+            taken as the reference mean row norm ``mean_v ‖W_v‖₂``.
+        name: label of the model in the report.
+        max_length: tokens per text (truncation).
+        max_tokens: tokens sampled for the logit statistics (see
+            :func:`~spladekit.model.calibrate.stats.token_hidden_states`).
+
+    Returns:
+        A :class:`Diagnosis`. The model's weights are not changed.
+
+    Raises:
+        HeadNotFoundError: unsupported model.
+        ValueError: text given without a tokenizer, or a non-positive reference number.
+    """
+    mlm = unwrap(model)
+    head = find_mlm_head(mlm)
+    stats, norms = head_stats(mlm)
+    diagnosis = Diagnosis(model=name or str(getattr(mlm.config, "_name_or_path", "") or type(mlm).__name__), head=stats, row_norms=norms)
+    if texts is not None and (queries is not None or documents is not None):
+        raise ValueError("give either texts or queries/documents, not both")
+    pool_q = list(texts if texts is not None else (queries or []))
+    pool_d = [] if texts is not None else list(documents or [])
+    if pool_q or pool_d:
+        if tokenizer is None:
+            raise ValueError("measuring logits on text needs the model's tokenizer")
+        if not pool_q:
+            pool_q, pool_d = pool_d, []
+        all_texts = pool_q + pool_d
+        hidden = token_hidden_states(mlm, tokenizer, all_texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+        diagnosis.logits, diagnosis.logit_sample = logit_stats(head, hidden, len(all_texts), seed)
+        diagnosis.splade = splade_stats(mlm, tokenizer, pool_q, pool_d, max_length, batch_size)
+    if reference is not None:
+        if isinstance(reference, Diagnosis):
+            ref_norm = reference.head.row_norm["mean"]
+            diagnosis.reference = {
+                "name": reference.model,
+                "row_norm_mean": ref_norm,
+                "logits": asdict(reference.logits) if reference.logits else None,
+                "splade": asdict(reference.splade) if reference.splade else None,
+            }
+        else:
+            ref_norm = float(reference)
+            if not ref_norm > 0:
+                raise ValueError(f"reference row norm must be > 0, got {reference}")
+            diagnosis.reference = {"name": f"row norm {ref_norm:g}", "row_norm_mean": ref_norm, "logits": None, "splade": None}
+        diagnosis.scale_ratio = stats.row_norm["mean"] / ref_norm
+    diagnosis.verdict, diagnosis.suggested_factor = verdict(stats, diagnosis.splade, diagnosis.scale_ratio)
+    return diagnosis

@@ -1,0 +1,349 @@
+"""Rescale the MLM-head projection by a constant (the method of arXiv 2606.18811).
+
+A backbone whose decoder weight ``W ∈ R^{V×H'}`` has a large norm gives inflated logits, inflated
+SPLADE activations and unstable contrastive training. The paper multiplies the head projection by a
+constant ``F`` before training (§3, eq. 3):
+
+    z' = F · (W h) + b            (default, ``scale_bias=False``)
+    z' = F · (W h + b)            (``scale_bias=True``)
+
+``F`` is chosen in one of three ways (``mode``):
+
+- ``"factor"``: given directly (``F < 1`` shrinks);
+- ``"match_norm"``: ``F = mean_v ‖W_ref,v‖₂ / mean_v ‖W_v‖₂``, the reference being another model or
+  a number (the reference's mean decoder-row norm);
+- ``"target_logit"``: calibrated on sample text so that a logit statistic (e.g. the 99th percentile
+  over tokens × vocabulary) equals a target value (:func:`calibrated_factor`).
+
+In every supported family the decoder weight is tied to the input embeddings. Rescaling first
+*unties* it (the decoder gets its own copy, ``config.tie_word_embeddings = False``), so the input
+embedding matrix stays bit-identical and the saved checkpoint reloads untied with plain
+``transformers.AutoModelForMaskedLM``. BERT and RoBERTa keep a second bias parameter
+(``cls.predictions.bias`` / ``lm_head.bias``) aliased to the decoder bias; it is split off too (it
+would otherwise be dropped from the checkpoint as a duplicate and re-initialised on reload) and
+given the same values. The forward pass reads only the decoder's own bias.
+
+Every rescaling is recorded in ``config.spladekit_rescale`` (saved in ``config.json``)::
+
+    {"history": [{"factor", "mode", "scale_bias", "norms_before", "norms_after", "forced", ...}, ...],
+     "total_factor": product of the weight factors, "total_bias_factor": product of the bias factors}
+
+A second rescaling is refused (:class:`AlreadyRescaledError`) unless ``force=True``; it then
+compounds (``total_factor`` is the product) and is appended to the history.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from spladekit.errors import SpladekitError
+from spladekit.model.calibrate.stats import (
+    decoder_logits,
+    logit_statistic,
+    parse_statistic,
+    row_norms,
+    token_hidden_states,
+    unwrap,
+)
+from spladekit.model.heads import MLMHead, find_mlm_head
+
+MODES = ("factor", "match_norm", "target_logit")
+RECORD_KEY = "spladekit_rescale"
+
+
+class AlreadyRescaledError(SpladekitError, RuntimeError):
+    """The model's head was already rescaled (see ``config.spladekit_rescale``); pass ``force=True`` to compound."""
+
+
+class CalibrationError(SpladekitError, ValueError):
+    """No factor reaches the requested target (e.g. the bias alone already exceeds it)."""
+
+
+# ---------------------------------------------------------------------------------------------- record
+def rescale_record(model: nn.Module) -> dict | None:
+    """The rescaling record stored in the model's config (``config.spladekit_rescale``), or None."""
+    record = getattr(unwrap(model).config, RECORD_KEY, None)
+    return dict(record) if record else None
+
+
+def head_norms(head: MLMHead) -> dict[str, float]:
+    """Decoder norms recorded before/after rescaling: Frobenius norm, row-norm mean/median/max, bias L2 norm."""
+    norms = row_norms(head.weight)
+    out = {
+        "frobenius": float(math.sqrt(float((norms**2).sum()))),
+        "row_norm_mean": float(norms.mean()),
+        "row_norm_median": float(np.median(norms)),
+        "row_norm_max": float(norms.max()),
+    }
+    if head.bias is not None:
+        out["bias_l2"] = float(torch.linalg.vector_norm(head.bias.detach().double()).item())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- untying
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
+def untie_mlm_decoder(model: nn.Module) -> list[str]:
+    """Give the decoder its own weight (and bias) so that changing it leaves the input embeddings alone.
+
+    The decoder weight becomes a new ``nn.Parameter`` holding a copy of the current values; a decoder
+    bias aliased to another parameter (BERT ``cls.predictions.bias``, RoBERTa ``lm_head.bias``) is
+    split the same way. ``config.tie_word_embeddings`` is set to False and the model's tying map is
+    recomputed, so neither ``model.tie_weights()`` nor ``from_pretrained`` re-ties them.
+
+    Args:
+        model: a masked-LM model of a supported family (or a SpladeModel).
+
+    Returns:
+        The names of the parameters that were split off (empty when already untied).
+
+    Raises:
+        HeadNotFoundError: unsupported model.
+    """
+    mlm = unwrap(model)
+    head = find_mlm_head(mlm)
+    decoder = head.decoder
+    split: list[str] = []
+    embedding = mlm.get_input_embeddings().weight
+    params = list(mlm.named_parameters(remove_duplicate=False))
+    weight_name, bias_name = f"{head.prefix}.weight", f"{head.prefix}.bias"
+    if any(name != weight_name and _shares_storage(p, decoder.weight) for name, p in params) or _shares_storage(
+        embedding, decoder.weight
+    ):
+        decoder.weight = nn.Parameter(decoder.weight.detach().clone(), requires_grad=decoder.weight.requires_grad)
+        split.append(weight_name)
+    if decoder.bias is not None and any(name != bias_name and _shares_storage(p, decoder.bias) for name, p in params):
+        decoder.bias = nn.Parameter(decoder.bias.detach().clone(), requires_grad=decoder.bias.requires_grad)
+        split.append(bias_name)
+    config = mlm.config
+    config.tie_word_embeddings = False
+    if hasattr(mlm, "get_expanded_tied_weights_keys"):  # transformers ≥ 5: recompute the tying map
+        mlm.all_tied_weights_keys = mlm.get_expanded_tied_weights_keys(all_submodels=True)
+    return split
+
+
+def _bias_aliases(mlm: nn.Module, head: MLMHead) -> list[nn.Parameter]:
+    """Other bias parameters of the head that the family keeps equal to the decoder bias."""
+    owner = {"bert": "cls.predictions", "roberta": "lm_head", "xlm-roberta": "lm_head", "camembert": "lm_head"}.get(head.family)
+    if owner is None or head.bias is None:
+        return []
+    alias = getattr(mlm.get_submodule(owner), "bias", None)
+    if isinstance(alias, nn.Parameter) and alias is not head.bias and alias.shape == head.bias.shape:
+        return [alias]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------- factors
+def reference_row_norm(reference) -> float:
+    """Mean decoder-row norm ``mean_v ‖W_v‖₂`` of a reference.
+
+    Args:
+        reference: a positive number (taken as the mean row norm itself), a masked-LM model, or a
+            model folder / hub id (loaded with ``AutoModelForMaskedLM``).
+
+    Raises:
+        ValueError: a non-positive number.
+        ResolutionError, HeadNotFoundError: the reference model cannot be found or has no MLM head.
+    """
+    if isinstance(reference, (int, float)) and not isinstance(reference, bool):
+        if not reference > 0 or not math.isfinite(reference):
+            raise ValueError(f"reference row norm must be a positive number, got {reference}")
+        return float(reference)
+    if isinstance(reference, (str, Path)):
+        from transformers import AutoModelForMaskedLM
+
+        from spladekit.data.resolve import resolve_model
+
+        reference = AutoModelForMaskedLM.from_pretrained(resolve_model(reference))
+    return float(row_norms(find_mlm_head(unwrap(reference)).weight).mean())
+
+
+def match_norm_factor(model: nn.Module, reference) -> float:
+    """``F = mean_v ‖W_ref,v‖₂ / mean_v ‖W_v‖₂`` (arXiv 2606.18811, §3: match the reference head scale).
+
+    Args:
+        reference: see :func:`reference_row_norm`.
+    """
+    own = float(row_norms(find_mlm_head(unwrap(model)).weight).mean())
+    if own <= 0:
+        raise CalibrationError("the decoder weight is all zeros; no factor can match a norm")
+    return reference_row_norm(reference) / own
+
+
+def calibrated_factor(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    target: float,
+    statistic: str = "p99",
+    *,
+    scale_bias: bool = False,
+    max_length: int = 128,
+    max_tokens: int | None = 1024,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> float:
+    """The factor ``F > 0`` for which ``statistic`` of the rescaled logits equals ``target``.
+
+    The logits are those of every (token, vocabulary entry) pair of a token sample of ``texts``
+    (see :func:`~spladekit.model.calibrate.stats.token_hidden_states`): ``F·(W h) + b``, or
+    ``F·(W h + b)`` with ``scale_bias``. The head's transform precedes the decoder, so ``h`` does
+    not depend on ``F`` and is computed once.
+
+    With ``scale_bias`` every statistic is positively homogeneous (``s(F z) = F s(z)``), so
+    ``F = target / s(W h + b)``. Without it, ``F`` is the root of ``s(F·W h + b) = target`` found by
+    Brent's method (``scipy.optimize.brentq``) on a bracket grown from ``[1e-6, 1]``.
+
+    Args:
+        statistic: ``"mean"``, ``"std"``, ``"max"`` or a percentile such as ``"p99"``.
+        target: the value the statistic should take after rescaling (logit units).
+
+    Returns:
+        The factor (float > 0). The model is not changed.
+
+    Raises:
+        ValueError: unknown statistic or no text.
+        CalibrationError: no positive factor reaches the target.
+    """
+    from scipy.optimize import brentq
+
+    parse_statistic(statistic)
+    mlm = unwrap(model)
+    head = find_mlm_head(mlm)
+    hidden = token_hidden_states(mlm, tokenizer, texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+
+    def stat(factor: float) -> float:
+        return logit_statistic(decoder_logits(head, hidden, factor, scale_bias), statistic)
+
+    if scale_bias or head.bias is None:
+        now = stat(1.0)
+        if not (now > 0 and target > 0):
+            raise CalibrationError(
+                f"cannot reach {statistic} = {target}: the current {statistic} is {now:.6g}; "
+                "with the bias scaled too, a positive factor only multiplies it"
+            )
+        return target / now
+    lo, hi = 1e-6, 1.0
+    g_lo = stat(lo) - target
+    if g_lo >= 0:
+        raise CalibrationError(
+            f"cannot reach {statistic} = {target}: even with the projection scaled to ~0 the logits "
+            f"(then ≈ the unscaled bias) have {statistic} = {g_lo + target:.6g} ≥ the target; use scale_bias=True"
+        )
+    while stat(hi) - target < 0:
+        hi *= 2.0
+        if hi > 1e6:
+            raise CalibrationError(f"cannot reach {statistic} = {target}: still below it with a factor of 1e6")
+    return float(brentq(lambda f: stat(f) - target, lo, hi, xtol=1e-10, rtol=1e-10, maxiter=200))
+
+
+# ---------------------------------------------------------------------------------------------- rescale
+@torch.no_grad()
+def rescale_mlm_head(
+    model: nn.Module,
+    factor: float | None = None,
+    mode: str = "factor",
+    *,
+    scale_bias: bool = False,
+    reference=None,
+    target: float | None = None,
+    statistic: str = "p99",
+    tokenizer=None,
+    texts: Sequence[str] | None = None,
+    force: bool = False,
+    calibration: dict | None = None,
+) -> float:
+    """Multiply the MLM-head projection by a constant ``F``, in place (arXiv 2606.18811, §3, eq. 3).
+
+    After the call the logits are ``F·(W h) + b`` (``scale_bias=False``, the default) or
+    ``F·(W h + b)`` (``scale_bias=True``), where ``W h + b`` are the logits before it. The decoder is
+    untied from the input embeddings first (:func:`untie_mlm_decoder`); the embeddings, the backbone
+    and the head's transform are not changed.
+
+    Args:
+        model: a ``transformers`` masked-LM model of a supported family, or a SpladeModel.
+        factor: ``F`` for ``mode="factor"``; must be finite and > 0.
+        mode: ``"factor"``, ``"match_norm"`` (needs ``reference``) or ``"target_logit"`` (needs
+            ``target``, ``tokenizer`` and ``texts``; see :func:`calibrated_factor`).
+        scale_bias: scale the decoder bias by ``F`` as well.
+        reference: for ``match_norm``: a number (reference mean row norm), a model, or a model path/id.
+        target, statistic: for ``target_logit``: the logit statistic and the value it should reach.
+        tokenizer, texts: sample text for ``target_logit``.
+        force: rescale a model that was already rescaled; the factors compound and are recorded.
+        calibration: extra keyword arguments for :func:`calibrated_factor` (``max_length``,
+            ``max_tokens``, ``batch_size``, ``seed``).
+
+    Returns:
+        The factor ``F`` applied in this call.
+
+    Raises:
+        ValueError: unknown mode, missing or invalid argument for the mode.
+        AlreadyRescaledError: the model carries a rescaling record and ``force`` is False.
+        CalibrationError: ``target_logit`` cannot reach the target.
+        HeadNotFoundError: unsupported model family.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown rescaling mode {mode!r}; choose one of {', '.join(MODES)}")
+    mlm = unwrap(model)
+    head = find_mlm_head(mlm)
+    record = rescale_record(mlm)
+    if record and not force:
+        raise AlreadyRescaledError(
+            f"the MLM head was already rescaled (total factor {record.get('total_factor')}, "
+            f"{len(record.get('history', []))} step(s) in config.{RECORD_KEY}); pass force=True to compound"
+        )
+    details: dict = {}
+    if mode == "factor":
+        if factor is None:
+            raise ValueError("mode='factor' needs factor=F")
+    elif factor is not None:
+        raise ValueError(f"mode={mode!r} computes the factor itself; do not pass factor")
+    if mode == "match_norm":
+        if reference is None:
+            raise ValueError("mode='match_norm' needs reference= (a model, a model path or a mean row norm)")
+        ref_norm = reference_row_norm(reference)
+        factor = match_norm_factor(mlm, ref_norm)
+        details = {"reference": reference if isinstance(reference, (int, float, str)) else str(getattr(getattr(reference, "config", None), "_name_or_path", type(reference).__name__)), "reference_row_norm_mean": ref_norm}
+    elif mode == "target_logit":
+        if target is None or tokenizer is None or not texts:
+            raise ValueError("mode='target_logit' needs target=, tokenizer= and texts=")
+        options = dict(calibration or {})
+        factor = calibrated_factor(mlm, tokenizer, texts, target, statistic, scale_bias=scale_bias, **options)
+        details = {"target": float(target), "statistic": statistic, "n_texts": len(texts), **options}
+    factor = float(factor)
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"the factor must be finite and > 0, got {factor}")
+
+    before = head_norms(head)
+    aliases = _bias_aliases(mlm, head)
+    split = untie_mlm_decoder(mlm)
+    head = find_mlm_head(mlm)
+    head.decoder.weight.mul_(factor)
+    if scale_bias and head.bias is not None:
+        head.bias.mul_(factor)
+    for alias in aliases:
+        if alias is not head.bias:
+            alias.copy_(head.bias)
+    entry = {
+        "factor": factor,
+        "mode": mode,
+        "scale_bias": bool(scale_bias),
+        **details,
+        "norms_before": before,
+        "norms_after": head_norms(head),
+        "untied": split,
+        "forced": bool(record) and force,
+    }
+    history = list((record or {}).get("history", [])) + [entry]
+    total = math.prod(step["factor"] for step in history)
+    total_bias = math.prod(step["factor"] for step in history if step["scale_bias"])
+    setattr(mlm.config, RECORD_KEY, {"history": history, "total_factor": total, "total_bias_factor": total_bias})
+    return factor
