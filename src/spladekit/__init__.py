@@ -11,6 +11,7 @@ from spladekit.data.trec import read_qrels, read_run, write_run
 from spladekit.evaluate.efficiency import efficiency_stats, flops
 from spladekit.evaluate.metrics import evaluate
 from spladekit.index.exact import exact_search
+from spladekit.model.calibrate import calibrated_factor, diagnose_mlm_head, rescale_mlm_head
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.model.heads import find_mlm_head
 from spladekit.model.splade import SpladeModel
@@ -21,6 +22,9 @@ __all__ = [
     "SpladeEncoder",
     "SpladeModel",
     "find_mlm_head",
+    "diagnose_mlm_head",
+    "rescale_mlm_head",
+    "calibrated_factor",
     "load_beir",
     "read_qrels",
     "read_run",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import matplotlib
 
@@ -42,3 +42,51 @@ def per_query_comparison(
     ax.legend()
     ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+def overlaid_histograms(
+    series: Mapping[str, Sequence[float]],
+    path: str | Path,
+    xlabel: str,
+    title: str = "",
+    bins: int = 80,
+    log_y: bool = False,
+) -> Path:
+    """Histograms of several value sets on shared bins, overlaid (first series = this model).
+
+    Args:
+        series: ``{label: values}``; empty series are skipped.
+        xlabel: axis label with units, e.g. ``"decoder row norm ‖W_v‖₂"``.
+        log_y: logarithmic count axis (for long-tailed logits).
+
+    Raises:
+        ValueError: every series is empty.
+    """
+    import numpy as np
+
+    data = {label: np.asarray(values, dtype=np.float64).ravel() for label, values in series.items()}
+    data = {label: values[np.isfinite(values)] for label, values in data.items() if values.size}
+    if not data:
+        raise ValueError(f"nothing to plot for {path}")
+    low = min(values.min() for values in data.values())
+    high = max(values.max() for values in data.values())
+    edges = np.linspace(low, high if high > low else low + 1.0, bins + 1)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, values in data.items():
+        ax.hist(values, bins=edges, alpha=0.55, label=f"{label} (n={values.size})", density=True, log=log_y)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("density")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def head_row_norms(norms: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
+    """Histogram of the decoder row norms ``‖W_v‖₂`` of each model (reference overlaid)."""
+    return overlaid_histograms(norms, path, "decoder row norm ‖W_v‖₂", title or "MLM-head decoder row norms")
+
+
+def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
+    """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density."""
+    return overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True)

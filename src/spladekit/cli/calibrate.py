@@ -1,0 +1,95 @@
+"""diagnose, rescale: the MLM-head tools (arXiv 2606.18811)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app
+
+
+def _fail(exc: Exception) -> None:
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def diagnose(
+    model: str = typer.Argument(..., help="model folder or hub id"),
+    out: Path = typer.Option(..., help="output folder: diagnosis.json, diagnosis.txt, row_norms.png, logits.png"),
+    texts: Optional[Path] = typer.Option(None, help="sample text: one text per line"),
+    data: Optional[str] = typer.Option(None, help="sample text: a BEIR folder (queries and documents are sampled)"),
+    reference: Optional[str] = typer.Option(None, help="reference model (folder or id), or its mean decoder-row norm"),
+    n_queries: int = typer.Option(64, help="queries sampled from --data"),
+    n_docs: int = typer.Option(64, help="documents sampled from --data"),
+    seed: int = typer.Option(0),
+    max_length: int = typer.Option(128, help="tokens per text"),
+    max_tokens: int = typer.Option(1024, help="tokens sampled for the logit statistics"),
+    batch_size: int = typer.Option(16),
+):
+    """Measure an MLM head: decoder norms, logits and SPLADE activity on sample text, a verdict."""
+    from spladekit.errors import SpladekitError
+    from spladekit.model.calibrate.run import DiagnoseConfig, TextSource, run_diagnose
+
+    config = DiagnoseConfig(
+        model=model,
+        source=TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed),
+        reference=reference,
+        max_length=max_length,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+    )
+    try:
+        diagnosis = run_diagnose(config, out)
+    except (SpladekitError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(diagnosis.table())
+    typer.echo(f"wrote {out}")
+
+
+@app.command()
+def rescale(
+    model: str = typer.Argument(..., help="model folder or hub id"),
+    out: Path = typer.Option(..., help="folder for the rescaled model"),
+    factor: Optional[float] = typer.Option(None, help="multiply the head projection by F (< 1 shrinks)"),
+    match_norm: Optional[str] = typer.Option(None, help="match the mean decoder-row norm of a model (folder or id) or a number"),
+    target_logit: Optional[float] = typer.Option(None, help="calibrate F on sample text so that --statistic of the logits hits this value"),
+    statistic: str = typer.Option("p99", help="logit statistic for --target-logit: mean, std, max or a percentile (p99, p99.9)"),
+    scale_bias: bool = typer.Option(False, "--scale-bias/--no-scale-bias", help="scale the decoder bias by F too"),
+    force: bool = typer.Option(False, help="rescale an already rescaled model (factors compound)"),
+    texts: Optional[Path] = typer.Option(None, help="sample text for --target-logit: one text per line"),
+    data: Optional[str] = typer.Option(None, help="sample text for --target-logit: a BEIR folder"),
+    n_queries: int = typer.Option(64),
+    n_docs: int = typer.Option(64),
+    seed: int = typer.Option(0),
+    max_length: int = typer.Option(128),
+    max_tokens: int = typer.Option(1024),
+    batch_size: int = typer.Option(16),
+):
+    """Rescale the MLM-head projection by a constant and save the model (untied from the embeddings)."""
+    from spladekit.errors import SpladekitError
+    from spladekit.model.calibrate.run import RescaleConfig, TextSource, run_rescale
+
+    source = None
+    if texts or data:
+        source = TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
+    config = RescaleConfig(
+        model=model,
+        factor=factor,
+        match_norm=match_norm,
+        target_logit=target_logit,
+        statistic=statistic,
+        scale_bias=scale_bias,
+        force=force,
+        source=source,
+        max_length=max_length,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+    )
+    try:
+        applied = run_rescale(config, out)
+    except (SpladekitError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(f"rescaled the MLM head of {model} by F = {applied:.6g} ({config.mode()}); wrote {out}")

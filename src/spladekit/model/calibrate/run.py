@@ -1,0 +1,194 @@
+"""Folder-to-folder runs of diagnosis and rescaling, with typed configs saved next to the outputs.
+
+The CLI (``spladekit diagnose`` / ``spladekit rescale``) is a thin layer over :func:`run_diagnose`
+and :func:`run_rescale`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from spladekit.model.calibrate.diagnose import Diagnosis, diagnose_mlm_head
+from spladekit.model.calibrate.rescale import rescale_mlm_head, rescale_record
+
+
+@dataclass
+class TextSource:
+    """Where sample text comes from: a file with one text per line, or a BEIR folder (sampled).
+
+    Attributes:
+        texts: path of a text file (one text per line), or None.
+        data: BEIR folder or dataset name, or None; ``n_queries`` queries and ``n_docs`` documents
+            are sampled with ``seed``.
+    """
+
+    texts: str | None = None
+    data: str | None = None
+    n_queries: int = 64
+    n_docs: int = 64
+    seed: int = 0
+
+    def load(self) -> tuple[list[str], list[str]] | None:
+        """``(queries_or_texts, documents)`` (documents empty for a text file), or None without a source.
+
+        Raises:
+            ValueError: both a text file and a BEIR folder were given.
+        """
+        if self.texts and self.data:
+            raise ValueError("give either a text file or a BEIR folder, not both")
+        if self.texts:
+            from spladekit.data.texts import read_text_lines
+
+            return read_text_lines(self.texts), []
+        if self.data:
+            from spladekit.data.texts import sample_beir_texts
+
+            return sample_beir_texts(self.data, self.n_queries, self.n_docs, self.seed)
+        return None
+
+
+@dataclass
+class DiagnoseConfig:
+    """Settings of :func:`run_diagnose` (saved as ``config.json`` in the output folder).
+
+    Attributes:
+        model: model folder or hub id. reference: another model, a number (mean row norm), or None.
+        source: sample text. max_length, max_tokens, batch_size: see :func:`diagnose_mlm_head`.
+    """
+
+    model: str
+    source: TextSource
+    reference: str | None = None
+    max_length: int = 128
+    max_tokens: int = 1024
+    batch_size: int = 16
+
+
+@dataclass
+class RescaleConfig:
+    """Settings of :func:`run_rescale` (saved as ``rescale_config.json`` next to the model).
+
+    Exactly one of ``factor``, ``match_norm`` (model or number) and ``target_logit`` is set;
+    ``statistic`` and ``source`` serve ``target_logit``.
+    """
+
+    model: str
+    factor: float | None = None
+    match_norm: str | None = None
+    target_logit: float | None = None
+    statistic: str = "p99"
+    scale_bias: bool = False
+    force: bool = False
+    source: TextSource | None = None
+    max_length: int = 128
+    max_tokens: int = 1024
+    batch_size: int = 16
+
+    def mode(self) -> str:
+        """``"factor"``, ``"match_norm"`` or ``"target_logit"``.
+
+        Raises:
+            ValueError: not exactly one of them is set.
+        """
+        chosen = [name for name in ("factor", "match_norm", "target_logit") if getattr(self, name) is not None]
+        if len(chosen) != 1:
+            raise ValueError("give exactly one of --factor, --match-norm, --target-logit")
+        return chosen[0]
+
+
+def _number_or_name(value: str | None):
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return number if math.isfinite(number) else value
+
+
+def _load(name: str):
+    from spladekit.model.encoder import SpladeEncoder
+
+    return SpladeEncoder.from_pretrained(name, head_impl="plain")
+
+
+def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
+    """Diagnose ``config.model`` (and its reference, on the same text); write into ``out``:
+    ``diagnosis.json``, ``diagnosis.txt`` (table), ``row_norms.png``, ``logits.png`` (with text), ``config.json``.
+
+    Raises:
+        ResolutionError, HeadNotFoundError, DataFormatError, ValueError: see the functions called.
+    """
+    from spladekit import plots
+    from spladekit.io import atomic_write, write_json
+
+    out = Path(out)
+    sample = config.source.load()
+    kwargs = dict(max_length=config.max_length, max_tokens=config.max_tokens, batch_size=config.batch_size, seed=config.source.seed)
+
+    def measure(name: str, reference=None) -> Diagnosis:
+        encoder = _load(name)
+        text_args = {"queries": sample[0], "documents": sample[1]} if sample else {}
+        return diagnose_mlm_head(encoder.model.mlm, encoder.tokenizer, name=name, reference=reference, **text_args, **kwargs)
+
+    reference = _number_or_name(config.reference)
+    if isinstance(reference, str):
+        reference = measure(reference)
+    diagnosis = measure(config.model, reference)
+    write_json(out / "config.json", asdict(config))
+    write_json(out / "diagnosis.json", diagnosis.to_dict())
+    with atomic_write(out / "diagnosis.txt") as handle:
+        handle.write(diagnosis.table())
+    norms = {diagnosis.model: diagnosis.row_norms}
+    if isinstance(reference, Diagnosis):
+        norms[reference.model] = reference.row_norms
+    plots.head_row_norms(norms, out / "row_norms.png")
+    if diagnosis.logit_sample is not None:
+        logits = {diagnosis.model: diagnosis.logit_sample}
+        if isinstance(reference, Diagnosis) and reference.logit_sample is not None:
+            logits[reference.model] = reference.logit_sample
+        plots.head_logits(logits, out / "logits.png")
+    return diagnosis
+
+
+def run_rescale(config: RescaleConfig, out: str | Path) -> float:
+    """Load ``config.model``, rescale its MLM head, save model + tokenizer + ``spladekit.json`` into ``out``.
+
+    The rescaling record is in the saved ``config.json`` (``spladekit_rescale``) and in
+    ``spladekit.json`` (``extra.rescale``); the run's settings in ``rescale_config.json``.
+
+    Returns:
+        The factor applied.
+
+    Raises:
+        ValueError: not exactly one mode, or ``target_logit`` without text.
+        AlreadyRescaledError, CalibrationError, ResolutionError, HeadNotFoundError: see :func:`rescale_mlm_head`.
+    """
+    from spladekit.io import write_json
+
+    mode = config.mode()
+    encoder = _load(config.model)
+    args: dict = {"scale_bias": config.scale_bias, "force": config.force}
+    if mode == "factor":
+        args["factor"] = config.factor
+    elif mode == "match_norm":
+        args["reference"] = _number_or_name(config.match_norm)
+    else:
+        sample = config.source.load() if config.source else None
+        if not sample:
+            raise ValueError("--target-logit needs sample text: --texts FILE or --data DIR")
+        seed = config.source.seed
+        args.update(
+            target=config.target_logit,
+            statistic=config.statistic,
+            tokenizer=encoder.tokenizer,
+            texts=sample[0] + sample[1],
+            calibration={"max_length": config.max_length, "max_tokens": config.max_tokens, "batch_size": config.batch_size, "seed": seed},
+        )
+    factor = rescale_mlm_head(encoder.model.mlm, mode=mode, **args)
+    encoder.metadata.extra["rescale"] = rescale_record(encoder.model.mlm)
+    encoder.save_pretrained(out)
+    write_json(Path(out) / "rescale_config.json", asdict(config))
+    return factor
