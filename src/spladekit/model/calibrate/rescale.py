@@ -54,6 +54,8 @@ from spladekit.model.calibrate.stats import (
 from spladekit.model.heads import MLMHead, find_mlm_head
 
 MODES = ("factor", "match_norm", "target_logit")
+#: calibrated_factor scans F over [10^-GRID_DECADES, 10^GRID_DECADES] with GRID_STEPS points per decade.
+GRID_DECADES, GRID_STEPS = 4, 8
 RECORD_KEY = "spladekit_rescale"
 
 
@@ -136,7 +138,7 @@ def _bias_aliases(mlm: nn.Module, head: MLMHead) -> list[nn.Parameter]:
     if owner is None or head.bias is None:
         return []
     alias = getattr(mlm.get_submodule(owner), "bias", None)
-    if isinstance(alias, nn.Parameter) and alias is not head.bias and alias.shape == head.bias.shape:
+    if isinstance(alias, nn.Parameter) and alias.shape == head.bias.shape:
         return [alias]
     return []
 
@@ -199,8 +201,10 @@ def calibrated_factor(
     not depend on ``F`` and is computed once.
 
     With ``scale_bias`` every statistic is positively homogeneous (``s(F z) = F s(z)``), so
-    ``F = target / s(W h + b)``. Without it, ``F`` is the root of ``s(F·W h + b) = target`` found by
-    Brent's method (``scipy.optimize.brentq``) on a bracket grown from ``[1e-6, 1]``.
+    ``F = target / s(W h + b)``. Without it, ``s(F·W h + b)`` need not be monotone in ``F`` (the
+    unscaled bias dominates small factors), so ``F`` is the root of ``s(F·W h + b) = target`` nearest
+    ``F = 1``: a log grid over ``[1e-4, 1e4]`` (8 points per decade) is scanned outwards from 1 and
+    the first bracket with a sign change is refined by Brent's method (``scipy.optimize.brentq``).
 
     Args:
         statistic: ``"mean"``, ``"std"``, ``"max"`` or a percentile such as ``"p99"``.
@@ -225,24 +229,39 @@ def calibrated_factor(
 
     if scale_bias or head.bias is None:
         now = stat(1.0)
-        if not (now > 0 and target > 0):
+        if now == 0 or not target / now > 0:
             raise CalibrationError(
                 f"cannot reach {statistic} = {target}: the current {statistic} is {now:.6g}; "
-                "with the bias scaled too, a positive factor only multiplies it"
+                "with the bias scaled too (or no bias), a positive factor only multiplies it"
             )
         return target / now
-    lo, hi = 1e-6, 1.0
-    g_lo = stat(lo) - target
-    if g_lo >= 0:
-        raise CalibrationError(
-            f"cannot reach {statistic} = {target}: even with the projection scaled to ~0 the logits "
-            f"(then ≈ the unscaled bias) have {statistic} = {g_lo + target:.6g} ≥ the target; use scale_bias=True"
-        )
-    while stat(hi) - target < 0:
-        hi *= 2.0
-        if hi > 1e6:
-            raise CalibrationError(f"cannot reach {statistic} = {target}: still below it with a factor of 1e6")
-    return float(brentq(lambda f: stat(f) - target, lo, hi, xtol=1e-10, rtol=1e-10, maxiter=200))
+    # Without bias scaling s(F·Wh + b) need not be monotone in F: scan a log grid outwards from F = 1
+    # and refine the first sign change found, i.e. the root nearest F = 1 (to grid resolution).
+    grid = np.logspace(-GRID_DECADES, GRID_DECADES, 2 * GRID_DECADES * GRID_STEPS + 1)
+    centre = GRID_DECADES * GRID_STEPS
+    values: dict[int, float] = {}
+
+    def g(i: int) -> float:
+        if i not in values:
+            values[i] = stat(float(grid[i])) - target
+        return values[i]
+
+    if g(centre) == 0:
+        return 1.0
+    for k in range(1, centre + 1):
+        for a, b in ((centre + k - 1, centre + k), (centre - k, centre - k + 1)):
+            if g(a) == 0:
+                return float(grid[a])
+            if g(b) == 0:
+                return float(grid[b])
+            if (g(a) < 0) != (g(b) < 0):
+                return float(brentq(lambda f: stat(f) - target, grid[a], grid[b], xtol=1e-12, rtol=1e-10, maxiter=200))
+    seen = [v + target for v in values.values()]
+    raise CalibrationError(
+        f"cannot reach {statistic} = {target} with a factor in [1e-{GRID_DECADES}, 1e{GRID_DECADES}]: "
+        f"the rescaled logits' {statistic} stays within [{min(seen):.6g}, {max(seen):.6g}]"
+        + ("; the unscaled bias dominates small factors, try scale_bias=True" if head.bias is not None else "")
+    )
 
 
 # ---------------------------------------------------------------------------------------------- rescale
