@@ -174,6 +174,17 @@ def test_second_rescale_refused_unless_forced_then_compounds():
     torch.testing.assert_close(model_logits(model, inputs)[mask], expected[mask], rtol=1e-5, atol=1e-5)
 
 
+def test_rescale_through_a_splade_model_wrapper():
+    from spladekit.model.splade import SpladeModel
+
+    model = tiny_mlm("xlm-roberta")
+    W = find_mlm_head(model).weight.detach().double().clone()
+    wrapper = SpladeModel(model, head_impl="plain")
+    assert rescale_mlm_head(wrapper, factor=0.2) == 0.2
+    torch.testing.assert_close(wrapper.head.weight.double(), 0.2 * W)
+    assert rescale_record(wrapper) == rescale_record(model)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_invalid_factor(bad):
     with pytest.raises(ValueError, match="finite and > 0"):
@@ -325,7 +336,6 @@ def test_diagnose_needs_a_tokenizer_for_text():
 
 
 # ---------------------------------------------------------------------------------------------- real checkpoint
-@pytest.mark.slow
 def test_real_checkpoint_rescale_save_reload(tmp_path):
     from safetensors.torch import load_file
 
@@ -351,7 +361,95 @@ def test_real_checkpoint_rescale_save_reload(tmp_path):
     encoder = SpladeEncoder.from_pretrained(tmp_path, head_impl="plain", device="cpu")
     z = expected.masked_fill(~mask.unsqueeze(-1), -1e9)
     np.testing.assert_allclose(encoder.encode(texts, 64).toarray(), torch.log1p(torch.relu(z)).amax(dim=1).numpy(), rtol=1e-4, atol=1e-4)
-    assert encoder.metadata.extra == {} or "rescale" in encoder.metadata.extra
+    assert encoder.metadata.extra["rescale"] == rescale_record(reloaded) == rescale_record(model)
     assert rescale_record(reloaded)["history"][0]["norms_before"]["row_norm_mean"] == pytest.approx(
         np.linalg.norm(E0.numpy(), axis=1).mean()
     )
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def _save_tiny(folder, family="bert", seed=0):
+    tiny_mlm(family, seed=seed).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def _tiny_beir(folder):
+    folder.mkdir()
+    with open(folder / "corpus.jsonl", "w") as handle:
+        for i, text in enumerate(TEXTS):
+            handle.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")
+    with open(folder / "queries.jsonl", "w") as handle:
+        for i, text in enumerate(["protein cancer", "heart drug", "gene expression"]):
+            handle.write(json.dumps({"_id": f"q{i}", "text": text}) + "\n")
+    return folder
+
+
+def test_sample_beir_texts(tmp_path):
+    from spladekit.data.texts import read_text_lines, sample_beir_texts
+
+    folder = _tiny_beir(tmp_path / "beir")
+    queries, docs = sample_beir_texts(folder, n_queries=2, n_docs=4, seed=1)
+    assert len(queries) == 2 and len(docs) == 4 and set(docs) <= set(TEXTS)
+    assert (queries, docs) == sample_beir_texts(folder, n_queries=2, n_docs=4, seed=1)
+    assert sample_beir_texts(folder, 10, 10)[1] == TEXTS  # all, in file order
+    (tmp_path / "t.txt").write_text("a\n\n  b c \n")
+    assert read_text_lines(tmp_path / "t.txt") == ["a", "b c"]
+    (tmp_path / "empty.txt").write_text("\n \n")
+    from spladekit.errors import DataFormatError
+
+    with pytest.raises(DataFormatError, match="empty.txt"):
+        read_text_lines(tmp_path / "empty.txt")
+
+
+def test_cli_diagnose_and_rescale(tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    runner = CliRunner()
+    model_dir = _save_tiny(tmp_path / "model")
+    ref_dir = _save_tiny(tmp_path / "ref", family="roberta", seed=7)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    W = find_mlm_head(tiny_mlm("bert")).weight.detach().double().numpy()
+    rows = np.linalg.norm(W, axis=1)
+
+    result = runner.invoke(app, ["diagnose", str(model_dir), "--texts", str(texts), "--reference", str(ref_dir), "--out", str(tmp_path / "diag")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "diag" / "diagnosis.json").read_text())
+    assert report["head"]["row_norm"]["mean"] == pytest.approx(rows.mean())
+    ref_rows = np.linalg.norm(find_mlm_head(tiny_mlm("roberta", seed=7)).weight.detach().double().numpy(), axis=1)
+    assert report["scale_ratio"] == pytest.approx(rows.mean() / ref_rows.mean())
+    assert report["logits"]["n_texts"] == len(TEXTS) and report["reference"]["logits"] is not None
+    for name in ("diagnosis.txt", "row_norms.png", "logits.png", "config.json"):
+        assert (tmp_path / "diag" / name).stat().st_size > 0
+
+    beir = _tiny_beir(tmp_path / "beir")
+    result = runner.invoke(app, ["diagnose", str(model_dir), "--data", str(beir), "--out", str(tmp_path / "diag2")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "diag2" / "diagnosis.json").read_text())["splade"]["score_pairs"] == "query-document"
+
+    out = tmp_path / "rescaled"
+    result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(out), "--match-norm", "2.5"])
+    assert result.exit_code == 0, result.output
+    reloaded = tf.AutoModelForMaskedLM.from_pretrained(out)
+    assert np.linalg.norm(find_mlm_head(reloaded).weight.detach().double().numpy(), axis=1).mean() == pytest.approx(2.5, rel=1e-6)
+    assert json.loads((out / "spladekit.json").read_text())["extra"]["rescale"]["history"][0]["mode"] == "match_norm"
+    assert json.loads((out / "rescale_config.json").read_text())["match_norm"] == "2.5"
+
+    again = runner.invoke(app, ["rescale", str(out), "--out", str(tmp_path / "again"), "--factor", "2"])
+    assert again.exit_code == 2 and "already rescaled" in again.output
+    forced = runner.invoke(app, ["rescale", str(out), "--out", str(tmp_path / "again"), "--factor", "2", "--force"])
+    assert forced.exit_code == 0, forced.output
+    record = json.loads((tmp_path / "again" / "config.json").read_text())["spladekit_rescale"]
+    assert record["total_factor"] == pytest.approx(2.0 * 2.5 / rows.mean())
+
+    target = runner.invoke(app, ["rescale", str(model_dir), "--out", str(tmp_path / "t"), "--target-logit", "3", "--statistic", "max", "--texts", str(texts)])
+    assert target.exit_code == 0, target.output
+    assert token_logits(tf.AutoModelForMaskedLM.from_pretrained(tmp_path / "t"), tiny_tokenizer()).max() == pytest.approx(3.0, abs=1e-4)
+
+    for bad in (["--factor", "2", "--match-norm", "1"], [], ["--target-logit", "3"]):
+        result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(tmp_path / "bad"), *bad])
+        assert result.exit_code == 2, (bad, result.output)
+    assert not (tmp_path / "bad").exists()

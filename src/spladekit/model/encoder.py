@@ -137,8 +137,15 @@ class SpladeEncoder:
         return cls(SpladeModel(mlm, head_impl), tokenizer, meta, batch_size=batch_size, device=device)
 
     def save_pretrained(self, folder: str | Path) -> None:
-        """Save model, tokenizer and ``spladekit.json`` into ``folder``."""
+        """Save model, tokenizer and ``spladekit.json`` into ``folder``.
+
+        A rescaling record of the MLM head (``config.spladekit_rescale``, see
+        :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
+        """
         folder = Path(folder)
+        record = getattr(self.model.mlm.config, "spladekit_rescale", None)
+        if record:
+            self.metadata.extra["rescale"] = record
         self.model.mlm.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
         self.metadata.save(folder)

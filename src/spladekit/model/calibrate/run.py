@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spladekit.model.calibrate.diagnose import Diagnosis, diagnose_mlm_head
-from spladekit.model.calibrate.rescale import rescale_mlm_head, rescale_record
+from spladekit.model.calibrate.rescale import rescale_mlm_head
 
 
 @dataclass
@@ -188,7 +188,6 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> float:
             calibration={"max_length": config.max_length, "max_tokens": config.max_tokens, "batch_size": config.batch_size, "seed": seed},
         )
     factor = rescale_mlm_head(encoder.model.mlm, mode=mode, **args)
-    encoder.metadata.extra["rescale"] = rescale_record(encoder.model.mlm)
-    encoder.save_pretrained(out)
+    encoder.save_pretrained(out)  # copies the record into spladekit.json (extra.rescale)
     write_json(Path(out) / "rescale_config.json", asdict(config))
     return factor
