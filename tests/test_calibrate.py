@@ -21,7 +21,6 @@ from spladekit.model.calibrate import (
 )
 from spladekit.model.calibrate.stats import parse_statistic, quantile
 from spladekit.model.heads import find_mlm_head
-from test_heads import shared_model
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -336,12 +335,12 @@ def test_diagnose_needs_a_tokenizer_for_text():
 
 
 # ---------------------------------------------------------------------------------------------- real checkpoint
-def test_real_checkpoint_rescale_save_reload(tmp_path):
+def test_real_checkpoint_rescale_save_reload(tmp_path, splade_tiny):
     from safetensors.torch import load_file
 
     from spladekit.model.encoder import SpladeEncoder
 
-    folder = shared_model("splade-tiny")
+    folder = splade_tiny
     tensors = load_file(folder / "model.safetensors")
     E0 = tensors["bert.embeddings.word_embeddings.weight"].double()  # tied: this is also the decoder weight
     b0 = next(tensors[k] for k in ("cls.predictions.bias", "cls.predictions.decoder.bias") if k in tensors).double()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import transformers as tf
@@ -20,15 +18,6 @@ EXPECTED_DECODER = {
     "modernbert": "decoder",
     "electra": "generator_lm_head",
 }
-
-
-def shared_model(name: str) -> Path:
-    from spladekit.data.resolve import shared_roots
-
-    for root in shared_roots():
-        if (root / "models" / name / "config.json").exists():
-            return root / "models" / name
-    pytest.skip(f"shared model {name} not found (looked in {', '.join(map(str, shared_roots()))}; set SPLADEKIT_SHARED)")
 
 
 def _explicit_logits(model, head, inputs):
@@ -92,8 +81,8 @@ def test_backbone_without_head_is_refused():
         find_mlm_head(model)
 
 
-def test_real_checkpoint_head():
-    folder = shared_model("splade-tiny")
+def test_real_checkpoint_head(splade_tiny):
+    folder = splade_tiny
     model = tf.AutoModelForMaskedLM.from_pretrained(folder).eval()
     tokenizer = tf.AutoTokenizer.from_pretrained(folder)
     inputs = batch(tokenizer, ["what causes heart disease", "aspirin lowers the risk of a second heart attack in adults"])
