@@ -452,3 +452,14 @@ def test_cli_diagnose_and_rescale(tmp_path):
         result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(tmp_path / "bad"), *bad])
         assert result.exit_code == 2, (bad, result.output)
     assert not (tmp_path / "bad").exists()
+
+
+def test_diagnose_reports_modernbert_final_norm():
+    model = tiny_mlm("modernbert")
+    with torch.no_grad():
+        model.model.final_norm.weight.mul_(3.0)
+    diagnosis = diagnose_mlm_head(model)
+    gain = model.model.final_norm.weight.detach().double().numpy()
+    assert diagnosis.head.final_norm["mean"] == pytest.approx(gain.mean()) and diagnosis.head.family == "modernbert"
+    assert diagnosis.head.transform["norm_gain"]["mean"] == pytest.approx(model.head.norm.weight.detach().double().mean().item())
+    assert diagnose_mlm_head(tiny_mlm("bert")).head.final_norm is None
