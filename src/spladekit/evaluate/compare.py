@@ -76,10 +76,10 @@ def paired_ttest(a: np.ndarray, b: np.ndarray) -> tuple[float | None, float | No
     if a.size < 2:
         return None, None
     diff = b - a
-    if np.all(diff == diff[0]):
+    if np.ptp(diff) <= 1e-12:  # constant up to float rounding (metric values are sums of fractions)
         # Constant differences: zero variance. All zero → no evidence at all (p = 1); a constant
         # non-zero shift → the t statistic is infinite (reported as None, JSON has no infinity), p = 0.
-        return (0.0, 1.0) if diff[0] == 0 else (None, 0.0)
+        return (0.0, 1.0) if abs(diff[0]) <= 1e-12 else (None, 0.0)
     result = ttest_rel(b, a)
     return float(result.statistic), float(result.pvalue)
 
