@@ -265,3 +265,30 @@ def test_msmarco_dev_binary_mrr_matches_ir_measures(shared):
     assert ours["MRR@10"] == pytest.approx(ir_measures.calc_aggregate([RR @ 10], subset, run)[RR @ 10], abs=1e-12)
     per_query = evaluate_per_query(run, subset, ["MRR@10"], "msmarco")["MRR@10"]
     assert set(per_query) == set(subset)
+
+
+def test_model_evaluation_records_conventions_and_keeps_issue2_keys(tiny_bert_dir, tiny_beir, tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(tiny_bert_dir), "--data", str(tiny_beir), "--out",
+                                      str(out), "--preset", "arguana"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("nDCG@10", "MRR@10", "R@100", "R@1000", "num_queries", "avg_query_terms", "avg_doc_terms", "flops",
+                "truncated_docs", "truncated_queries", "num_skipped", "num_unretrieved", "removed_query_id_docs"):
+        assert key in metrics, key
+    assert metrics["conventions"]["name"] == "arguana" and metrics["conventions"]["remove_query_id"] is True
+    per_query = json.loads((out / "per_query.json").read_text())
+    assert set(per_query["nDCG@10"]) == {"q1", "q2", "q3"}
+    assert metrics["nDCG@10"] == pytest.approx(sum(per_query["nDCG@10"].values()) / 3)
+    # the same run re-evaluated from its file gives the same numbers
+    again = evaluate(read_run(out / "run.trec"), read_qrels(tiny_beir / "qrels" / "test.tsv"), conventions="arguana")
+    assert again["nDCG@10"] == metrics["nDCG@10"]
+    # without a preset, the conventions come from the dataset name ("tiny-beir" → beir)
+    from spladekit.data.beir import load_beir
+    from spladekit.pipeline import conventions_for
+
+    assert conventions_for(load_beir(tiny_beir), None).name == "beir"
