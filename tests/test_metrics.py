@@ -292,3 +292,22 @@ def test_model_evaluation_records_conventions_and_keeps_issue2_keys(tiny_bert_di
     from spladekit.pipeline import conventions_for
 
     assert conventions_for(load_beir(tiny_beir), None).name == "beir"
+
+
+def test_search_top_k_cut_among_ties_follows_the_same_rule():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from spladekit.index.exact import exact_search, results_to_run
+
+    doc_ids = ["z", "y", "x", "w", "v"]
+    docs = sp.csr_matrix(np.array([[1, 0], [1, 0], [1, 0], [2, 0], [1, 0]], dtype=np.float32))
+    query = sp.csr_matrix(np.array([[1, 0]], dtype=np.float32))
+    hits = exact_search(query, docs, k=3, doc_ids=doc_ids)
+    assert [doc_ids[i] for i, _ in hits[0]] == ["w", "v", "x"]  # w (score 2), then ties by id: v, x
+    full = results_to_run(exact_search(query, docs, k=5), ["q"], doc_ids)["q"]
+    assert [d for d, _ in sorted_ranking(full)][:3] == ["w", "v", "x"]
+    run = results_to_run(hits, ["q"], doc_ids)
+    assert [d for d, _ in sorted_ranking(run["q"])] == ["w", "v", "x"]
+    with pytest.raises(ValueError, match="document ids"):
+        exact_search(query, docs, k=3, doc_ids=doc_ids[:2])

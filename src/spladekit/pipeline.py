@@ -69,7 +69,7 @@ def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000,
     truncated = encoder.last_truncated
     queries = encoder.encode_queries([dataset.queries[q] for q in query_ids], show_progress=show_progress)
     truncated_queries = encoder.last_truncated
-    run = results_to_run(exact_search(queries, docs, k=k), query_ids, doc_ids)
+    run = results_to_run(exact_search(queries, docs, k=k, doc_ids=doc_ids), query_ids, doc_ids)
     per_query: dict = {}
     metrics = evaluate(run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query)
     metrics.update(efficiency_stats(queries, docs))

@@ -74,7 +74,7 @@ def search(
             raise typer.BadParameter("give --data or --queries")
         encoder = SpladeEncoder.from_pretrained(model or meta["model"], query_max_length=meta.get("query_max_length"))
         q = encoder.encode_queries(list(topics.values()), show_progress=True)
-        run = results_to_run(exact_search(q, vectors, k=k), list(topics), doc_ids)
+        run = results_to_run(exact_search(q, vectors, k=k, doc_ids=doc_ids), list(topics), doc_ids)
         write_run(run, out)
     except SpladekitError as exc:
         _fail(exc)
