@@ -7,7 +7,6 @@ import gzip
 import json
 import os
 import warnings
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
