@@ -96,7 +96,7 @@ def test_cli_compare_writes_table_json_and_plots(tmp_path):
     assert "| MRR@10 |" in result.output and "p (randomisation)" in result.output
     saved = json.loads((out / "compare.json").read_text())
     assert saved["measures"]["R@1"]["delta"] == pytest.approx((11 - 4) / 12)  # B: 11 at rank 1; A: 4 (i % 3 == 0)
-    assert saved["measures"]["MRR@10"]["permutations"] == 500 and saved["conventions"]["name"] == "default"
+    assert saved["measures"]["MRR@10"]["permutations"] == 500 and saved["conventions"]["name"] == "beir"  # from the qrels path
     deltas = json.loads((out / "per_query_delta.json").read_text())
     assert set(deltas["R@1"]) == set(qrels)
     for name in ("delta_MRR@10.png", "delta_R@1.png"):

@@ -155,6 +155,13 @@ def test_cli_evaluate_run_records_conventions(tmp_path):
     assert per_query["MRR@10"] == {"q1": pytest.approx(0.5)}
     bad = CliRunner().invoke(app, ["evaluate", "--run", str(run), "--qrels", str(qrels), "--rel", "MRR=x"])
     assert bad.exit_code != 0
+    # without --preset, the preset follows the qrels file name
+    dl = tmp_path / "qrels.dl19-passage.txt"
+    dl.write_bytes(qrels.read_bytes())
+    result = CliRunner().invoke(app, ["evaluate", "--run", str(run), "--qrels", str(dl)])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    assert printed["conventions"]["name"] == "trec-dl" and printed["MRR@10"] == pytest.approx(1 / 3)
 
 
 # ---------------------------------------------------------------------------------------- invariants

@@ -91,7 +91,7 @@ def evaluate(
     qrels: Optional[Path] = typer.Option(None, help="qrels file (with --run)"),
     k: int = typer.Option(1000),
     batch_size: int = typer.Option(32),
-    preset: Optional[str] = typer.Option(None, help="evaluation conventions: default | beir | msmarco | trec-dl | arguana | quora (default: from the dataset name with --data)"),
+    preset: Optional[str] = typer.Option(None, help="evaluation conventions: default | beir | msmarco | trec-dl | arguana | quora (default: from the dataset name or the qrels path)"),
     rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
     remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
     dedupe: bool = typer.Option(False, help="with --run: keep the best score of a document listed twice instead of failing"),
@@ -102,7 +102,10 @@ def evaluate(
     from spladekit.io import write_json
 
     custom = preset is not None or rel or remove_query_id is not None or dedupe
-    conventions = build_conventions(preset, rel, remove_query_id, dedupe) if custom else None
+    if run is not None:  # no preset: the one matching the qrels path (e.g. qrels.dl19-passage.txt → trec-dl)
+        conventions = build_conventions(preset, rel, remove_query_id, dedupe, dataset_hint=str(qrels or ""))
+    else:  # no preset: the pipeline picks the one matching the dataset name
+        conventions = build_conventions(preset, rel, remove_query_id, dedupe) if custom else None
     try:
         if run is not None:
             from spladekit.data.trec import read_qrels, read_run

@@ -17,11 +17,13 @@ def build_conventions(
     rel: Optional[List[str]] = None,
     remove_query_id: Optional[bool] = None,
     dedupe: bool = False,
+    dataset_hint: str | None = None,
 ):
     """Evaluation conventions from command-line options: a preset, then overrides.
 
     Args:
-        preset: preset name (``default`` when None).
+        preset: preset name; when None, the preset matching ``dataset_hint`` (a dataset name or a
+            qrels path, see :meth:`EvalConventions.for_dataset`), else ``default``.
         rel: ``MEASURE=LEVEL`` items (``MRR=2``, ``R=2``) or a bare ``LEVEL`` for every binary measure.
         remove_query_id: overrides the preset when not None.
         dedupe: drop duplicate run lines (keep the best score) instead of failing.
@@ -32,7 +34,10 @@ def build_conventions(
     from spladekit.evaluate.metrics import EvalConventions
 
     try:
-        conventions = EvalConventions.preset(preset or "default")
+        if preset is None and dataset_hint:
+            conventions = EvalConventions.for_dataset(dataset_hint)
+        else:
+            conventions = EvalConventions.preset(preset or "default")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--preset") from exc
     changes: dict = {}
@@ -65,7 +70,7 @@ def compare(
     run_b: Path = typer.Argument(..., help="TREC run compared with it (B)"),
     qrels: Path = typer.Option(..., help="qrels file (TREC or BEIR TSV)"),
     measure: Optional[List[str]] = typer.Option(None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"),
-    preset: Optional[str] = typer.Option(None, help="default | beir | msmarco | trec-dl | arguana | quora"),
+    preset: Optional[str] = typer.Option(None, help="default | beir | msmarco | trec-dl | arguana | quora (default: from the qrels path)"),
     rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
     remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
     dedupe: bool = typer.Option(False, help="keep the best score of a document listed twice instead of failing"),
@@ -82,7 +87,7 @@ def compare(
     from spladekit.io import write_json
     from spladekit.plots import per_query_delta
 
-    conventions = build_conventions(preset, rel, remove_query_id, dedupe)
+    conventions = build_conventions(preset, rel, remove_query_id, dedupe, dataset_hint=str(qrels))
     measures = list(measure or DEFAULT_MEASURES)
     try:
         judgments = read_qrels(qrels)
