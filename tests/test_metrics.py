@@ -288,6 +288,7 @@ def test_model_evaluation_records_conventions_and_keeps_issue2_keys(tiny_bert_di
                 "truncated_docs", "truncated_queries", "num_skipped", "num_unretrieved", "removed_query_id_docs"):
         assert key in metrics, key
     assert metrics["conventions"]["name"] == "arguana" and metrics["conventions"]["remove_query_id"] is True
+    assert json.loads((out / "config.json").read_text())["conventions"]["name"] == "arguana"
     per_query = json.loads((out / "per_query.json").read_text())
     assert set(per_query["nDCG@10"]) == {"q1", "q2", "q3"}
     assert metrics["nDCG@10"] == pytest.approx(sum(per_query["nDCG@10"].values()) / 3)

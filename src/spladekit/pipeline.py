@@ -119,6 +119,7 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
                              conventions=conventions or config.conventions)
     saved = asdict(config)
-    saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length)
+    saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
+                 conventions=result.metrics["conventions"])  # what was used, not just what was asked
     write_system(result, Path(out), saved)
     return result
