@@ -53,7 +53,10 @@ def write_vocab(folder: Path) -> Path:
 def make_tokenizer(folder: Path):
     from transformers import BertTokenizerFast
 
-    return BertTokenizerFast(vocab_file=str(write_vocab(folder)), do_lower_case=True)
+    # from_pretrained reads vocab.txt in transformers 4.x and 5.x alike (in 5.x the vocab_file
+    # argument of the constructor is ignored, which left a 5-token vocabulary of special tokens)
+    write_vocab(folder)
+    return BertTokenizerFast.from_pretrained(str(folder), do_lower_case=True)
 
 
 def make_tiny_bert(vocab_size: int, seed: int = 0):

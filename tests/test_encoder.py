@@ -17,11 +17,14 @@ def encoder(tiny_bert_dir):
 
 
 def reference_vector(encoder, text, max_length):
-    """The formula on the model's own logits (AutoModelForMaskedLM forward), one text, no padding."""
+    """The formula on the model's own logits (AutoModelForMaskedLM forward), one text, no padding;
+    the [PAD] vocabulary column is 0 by the encoder's documented policy."""
     batch = encoder.tokenizer([text], truncation=True, max_length=max_length, return_tensors="pt")
     with torch.no_grad():
         logits = encoder.model.mlm(**batch).logits[0]
-    return torch.log1p(torch.relu(logits)).max(dim=0).values.numpy()
+    vector = torch.log1p(torch.relu(logits)).max(dim=0).values
+    vector[encoder.tokenizer.pad_token_id] = 0.0
+    return vector.numpy()
 
 
 def test_vectors_equal_formula_on_model_logits(encoder):
@@ -39,6 +42,7 @@ def test_alone_batched_and_padded_give_same_vector(encoder):
     batch = encoder.tokenizer(TEXTS, padding="max_length", max_length=40, return_tensors="pt")
     with torch.no_grad():
         padded = encoder.model(batch["input_ids"], batch["attention_mask"]).numpy()
+    padded[:, encoder.tokenizer.pad_token_id] = 0.0  # the encoder zeroes the [PAD] column
     np.testing.assert_allclose(padded, together, rtol=1e-5, atol=1e-6)
 
 

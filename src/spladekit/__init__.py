@@ -9,7 +9,8 @@ Data flow (one module per stage)::
 from spladekit.data.beir import load_beir
 from spladekit.data.trec import read_qrels, read_run, write_run
 from spladekit.evaluate.efficiency import efficiency_stats, flops
-from spladekit.evaluate.metrics import evaluate
+from spladekit.evaluate.compare import compare_runs
+from spladekit.evaluate.metrics import EvalConventions, evaluate
 from spladekit.index.exact import exact_search
 from spladekit.model.calibrate import calibrated_factor, diagnose_mlm_head, rescale_mlm_head
 from spladekit.model.encoder import SpladeEncoder
@@ -31,6 +32,8 @@ __all__ = [
     "write_run",
     "exact_search",
     "evaluate",
+    "EvalConventions",
+    "compare_runs",
     "efficiency_stats",
     "flops",
 ]

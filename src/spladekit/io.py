@@ -53,8 +53,9 @@ def write_json(path: str | Path, obj: Any) -> None:
 def open_text(path: str | Path) -> IO[str]:
     """Open a UTF-8 text file, transparently decompressing ``.gz``.
 
-    Invalid UTF-8 raises ``UnicodeDecodeError`` while reading; readers catch it and report the line.
-    A leading byte-order mark is removed (``utf-8-sig``).
+    Invalid UTF-8 raises ``UnicodeDecodeError`` while reading (without a reliable line number:
+    decoding happens in blocks; use :func:`iter_lines` to get one). A leading byte-order mark is
+    removed (``utf-8-sig``).
     """
     path = Path(path)
     if path.suffix == ".gz":
@@ -62,23 +63,53 @@ def open_text(path: str | Path) -> IO[str]:
     return open(path, encoding="utf-8-sig", newline=None)
 
 
+def open_binary(path: str | Path) -> IO[bytes]:
+    """Open a file for reading bytes, transparently decompressing ``.gz``."""
+    path = Path(path)
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+BOM = b"\xef\xbb\xbf"
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, line)`` pairs (1-based, line without its end-of-line characters).
 
+    Tolerant reading, documented: a UTF-8 byte-order mark at the start of the file is dropped; lines
+    end with ``\\n`` or ``\\r\\n`` (Windows CRLF files read exactly like LF files). A lone ``\\r`` is
+    not a line break (it stays inside the line). Each line is decoded on its own, so an invalid
+    UTF-8 byte is reported at the line that holds it.
+
     Raises:
-        DataFormatError: invalid UTF-8, naming the line.
+        DataFormatError: invalid UTF-8 (naming the line), a corrupt ``.gz`` file, or an unreadable file.
     """
     from spladekit.errors import DataFormatError
 
     path = Path(path)
-    with open_text(path) as handle:
+    try:
+        handle = open_binary(path)
+    except OSError as exc:
+        raise DataFormatError(path, f"cannot open: {exc.strerror or exc}") from exc
+    with handle:
         number = 0
         while True:
             try:
-                line = handle.readline()
-            except UnicodeDecodeError as exc:
-                raise DataFormatError(path, f"invalid UTF-8 ({exc.reason})", line=number + 1) from exc
-            if not line:
+                raw = handle.readline()
+            except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+                raise DataFormatError(path, f"cannot read (corrupt or truncated file?): {exc}", line=number + 1) from exc
+            if not raw:
                 return
             number += 1
-            yield number, line.rstrip("\r\n")
+            if number == 1 and raw.startswith(BOM):
+                raw = raw[len(BOM):]
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if raw.endswith(b"\r"):  # CRLF, or a CR ending the last line of a CRLF file
+                raw = raw[:-1]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFormatError(
+                    path, f"invalid UTF-8 ({exc.reason}) at byte {exc.start} of the line", line=number
+                ) from exc
+            yield number, line

@@ -12,7 +12,7 @@ from pathlib import Path
 from spladekit.data.beir import BeirDataset, load_beir
 from spladekit.data.trec import write_run
 from spladekit.evaluate.efficiency import efficiency_stats
-from spladekit.evaluate.metrics import DEFAULT_MEASURES, evaluate, evaluate_per_query
+from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
 from spladekit.index.exact import exact_search, results_to_run
 from spladekit.io import write_json
 from spladekit.model.encoder import SpladeEncoder
@@ -30,6 +30,16 @@ class EvalConfig:
     query_max_length: int | None = None
     doc_max_length: int | None = None
     measures: list[str] = field(default_factory=lambda: list(DEFAULT_MEASURES))
+    conventions: str | None = None  # evaluation preset; None: chosen from the dataset name
+
+
+def conventions_for(dataset: BeirDataset, conventions: EvalConventions | str | None) -> EvalConventions:
+    """The given conventions (object or preset name), or the preset matching the dataset's name."""
+    if isinstance(conventions, EvalConventions):
+        return conventions
+    if conventions:
+        return EvalConventions.preset(conventions)
+    return EvalConventions.for_dataset(dataset.name or str(dataset.path))
 
 
 @dataclass
@@ -44,35 +54,42 @@ class SystemResult:
 
 
 def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES,
-                    show_progress: bool = True, name: str = "splade") -> SystemResult:
+                    show_progress: bool = True, name: str = "splade",
+                    conventions: EvalConventions | str | None = None) -> SystemResult:
     """Encode the corpus and the judged queries, search exactly, evaluate.
 
     Returns metrics with the keys of ``measures`` plus ``num_queries``, ``num_skipped``,
-    ``avg_query_terms``, ``avg_doc_terms``, ``flops``, ``truncated_docs``.
+    ``avg_query_terms``, ``avg_doc_terms``, ``flops``, ``truncated_docs``, ``truncated_queries``,
+    the counts of :func:`spladekit.evaluate.metrics.evaluate` and ``conventions`` (by default the
+    preset matching the dataset name, see :meth:`EvalConventions.for_dataset`).
     """
     start = time.perf_counter()
     doc_ids, query_ids = list(dataset.corpus), list(dataset.queries)
     docs = encoder.encode_documents([dataset.corpus[d] for d in doc_ids], show_progress=show_progress)
     truncated = encoder.last_truncated
     queries = encoder.encode_queries([dataset.queries[q] for q in query_ids], show_progress=show_progress)
-    run = results_to_run(exact_search(queries, docs, k=k), query_ids, doc_ids)
-    metrics = evaluate(run, dataset.qrels, measures)
+    truncated_queries = encoder.last_truncated
+    run = results_to_run(exact_search(queries, docs, k=k, doc_ids=doc_ids), query_ids, doc_ids)
+    per_query: dict = {}
+    metrics = evaluate(run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query)
     metrics.update(efficiency_stats(queries, docs))
     metrics["truncated_docs"] = truncated
-    per_query = evaluate_per_query(run, dataset.qrels, measures)
+    metrics["truncated_queries"] = truncated_queries
     return SystemResult(name, run, metrics, per_query, time.perf_counter() - start)
 
 
-def evaluate_bm25(dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES) -> SystemResult:
-    """The BM25 baseline (bm25s) on the same dataset and measures."""
+def evaluate_bm25(dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES,
+                  conventions: EvalConventions | str | None = None) -> SystemResult:
+    """The BM25 baseline (bm25s) on the same dataset, measures and conventions."""
     from spladekit.index.bm25 import bm25_search
 
     start = time.perf_counter()
     doc_ids, query_ids = list(dataset.corpus), list(dataset.queries)
     results = bm25_search([dataset.queries[q] for q in query_ids], [dataset.corpus[d] for d in doc_ids], k=k)
     run = results_to_run(results, query_ids, doc_ids)
-    return SystemResult("bm25", run, evaluate(run, dataset.qrels, measures), evaluate_per_query(run, dataset.qrels, measures),
-                        time.perf_counter() - start)
+    per_query: dict = {}
+    metrics = evaluate(run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query)
+    return SystemResult("bm25", run, metrics, per_query, time.perf_counter() - start)
 
 
 def write_system(result: SystemResult, out: Path, config: dict | None = None) -> None:
@@ -87,15 +104,22 @@ def write_system(result: SystemResult, out: Path, config: dict | None = None) ->
         write_json(out / "config.json", config)
 
 
-def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = True) -> SystemResult:
-    """``spladekit evaluate``: load model and data, evaluate, write everything into ``out``."""
+def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = True,
+                   conventions: EvalConventions | None = None) -> SystemResult:
+    """``spladekit evaluate``: load model and data, evaluate, write everything into ``out``.
+
+    ``conventions`` (when given) overrides ``config.conventions``; what was used is saved in
+    ``metrics.json`` under ``"conventions"``.
+    """
     encoder = SpladeEncoder.from_pretrained(
         config.model, query_max_length=config.query_max_length, doc_max_length=config.doc_max_length,
         batch_size=config.batch_size,
     )
     dataset = load_beir(config.data, config.split)
-    result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress)
+    result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
+                             conventions=conventions or config.conventions)
     saved = asdict(config)
-    saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length)
+    saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
+                 conventions=result.metrics["conventions"])  # what was used, not just what was asked
     write_system(result, Path(out), saved)
     return result

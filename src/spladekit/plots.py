@@ -90,3 +90,32 @@ def head_row_norms(norms: Mapping[str, Sequence[float]], path: str | Path, title
 def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
     """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density."""
     return overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True)
+
+def per_query_delta(
+    deltas: Mapping[str, float], measure: str, path: str | Path, name_a: str = "A", name_b: str = "B", title: str = ""
+) -> Path:
+    """Per-query differences ``B − A`` of one measure, sorted from largest gain to largest loss.
+
+    Args:
+        deltas: ``{qid: value_B − value_A}``.
+        measure: axis label, e.g. ``"nDCG@10"``.
+
+    Raises:
+        ValueError: ``deltas`` is empty.
+    """
+    if not deltas:
+        raise ValueError("no per-query differences to plot")
+    qids = sorted(deltas, key=lambda q: (-deltas[q], q))
+    values = [deltas[q] for q in qids]
+    colours = ["tab:green" if v > 0 else "tab:red" if v < 0 else "tab:gray" for v in values]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(range(len(qids)), values, width=1.0, color=colours)
+    ax.axhline(0.0, color="black", lw=0.8)
+    wins, losses = sum(v > 0 for v in values), sum(v < 0 for v in values)
+    mean = sum(values) / len(values)
+    ax.set_xlabel(f"query (sorted by Δ; {wins} better, {losses} worse, {len(values) - wins - losses} equal)")
+    ax.set_ylabel(f"Δ {measure} ({name_b} − {name_a})")
+    ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
+    ax.set_xlim(-0.5, len(qids) - 0.5)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)

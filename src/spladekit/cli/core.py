@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -74,7 +74,7 @@ def search(
             raise typer.BadParameter("give --data or --queries")
         encoder = SpladeEncoder.from_pretrained(model or meta["model"], query_max_length=meta.get("query_max_length"))
         q = encoder.encode_queries(list(topics.values()), show_progress=True)
-        run = results_to_run(exact_search(q, vectors, k=k), list(topics), doc_ids)
+        run = results_to_run(exact_search(q, vectors, k=k, doc_ids=doc_ids), list(topics), doc_ids)
         write_run(run, out)
     except SpladekitError as exc:
         _fail(exc)
@@ -91,11 +91,21 @@ def evaluate(
     qrels: Optional[Path] = typer.Option(None, help="qrels file (with --run)"),
     k: int = typer.Option(1000),
     batch_size: int = typer.Option(32),
+    preset: Optional[str] = typer.Option(None, help="evaluation conventions: default | beir | msmarco | trec-dl | arguana | quora (default: from the dataset name or the qrels path)"),
+    rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
+    remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
+    dedupe: bool = typer.Option(False, help="with --run: keep the best score of a document listed twice instead of failing"),
 ):
     """Evaluate a model on a BEIR split (or an existing run against qrels)."""
+    from spladekit.cli.evaluate import build_conventions
     from spladekit.errors import SpladekitError
     from spladekit.io import write_json
 
+    custom = preset is not None or rel or remove_query_id is not None or dedupe
+    if run is not None:  # no preset: the one matching the qrels path (e.g. qrels.dl19-passage.txt → trec-dl)
+        conventions = build_conventions(preset, rel, remove_query_id, dedupe, dataset_hint=str(qrels or ""))
+    else:  # no preset: the pipeline picks the one matching the dataset name
+        conventions = build_conventions(preset, rel, remove_query_id, dedupe) if custom else None
     try:
         if run is not None:
             from spladekit.data.trec import read_qrels, read_run
@@ -103,15 +113,19 @@ def evaluate(
 
             if qrels is None:
                 raise typer.BadParameter("--run needs --qrels")
-            metrics = evaluate_run(read_run(run), read_qrels(qrels))
+            per_query: dict = {}
+            metrics = evaluate_run(read_run(run, dedupe=dedupe), read_qrels(qrels), conventions=conventions,
+                                   per_query=per_query)
             if out:
                 write_json(out / "metrics.json", metrics)
+                write_json(out / "per_query.json", per_query)
         else:
             from spladekit.pipeline import EvalConfig, run_evaluation
 
             if model is None or data is None or out is None:
                 raise typer.BadParameter("give --model, --data and --out (or --run and --qrels)")
-            metrics = run_evaluation(EvalConfig(model=model, data=data, split=split, k=k, batch_size=batch_size), out).metrics
+            config = EvalConfig(model=model, data=data, split=split, k=k, batch_size=batch_size)
+            metrics = run_evaluation(config, out, conventions=conventions).metrics
     except SpladekitError as exc:
         _fail(exc)
     typer.echo(json.dumps(metrics, indent=2))

@@ -6,6 +6,11 @@ Information Retrieval Models"):
   encoded is ``title + " " + text`` (just ``text`` when the title is empty or missing);
 - query lines: ``{"_id": str, "text": str}``;
 - qrels: TSV with the header ``query-id<TAB>corpus-id<TAB>score``; the grade is an integer.
+
+Reading rules (every reader of :mod:`spladekit.data`): a UTF-8 byte-order mark and Windows CRLF line
+ends are tolerated; blank lines are skipped; anything else that is wrong (a line that is not JSON,
+a missing or empty ``_id``, a missing ``text``, a repeated id, invalid UTF-8, an empty file) raises
+:class:`~spladekit.errors.DataFormatError` naming the file and the 1-based line.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ def _read_jsonl(path: Path, required: tuple[str, ...]):
                 raise DataFormatError(path, "missing", line=number, field=key)
             if not isinstance(record[key], (str, int)):
                 raise DataFormatError(path, f"expected a string, got {type(record[key]).__name__}", line=number, field=key)
+        if "_id" in required and not str(record["_id"]).strip():
+            raise DataFormatError(path, "empty id", line=number, field="_id")
         yield number, record
     if empty:
         raise DataFormatError(path, "file is empty")

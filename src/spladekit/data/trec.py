@@ -9,6 +9,8 @@ Runs and qrels are plain dicts: run ``{qid: {docid: score}}``, qrels ``{qid: {do
 
 from __future__ import annotations
 
+import math
+import warnings
 from pathlib import Path
 
 from spladekit.errors import DataFormatError
@@ -23,7 +25,7 @@ def _grade(path: Path, number: int, token: str) -> int:
         value = float(token)
     except ValueError as exc:
         raise DataFormatError(path, f"grade {token!r} is not a number", line=number, field="grade") from exc
-    if value != int(value):
+    if not math.isfinite(value) or value != int(value):
         raise DataFormatError(path, f"grade {token!r} is not an integer", line=number, field="grade")
     return int(value)
 
@@ -67,14 +69,28 @@ def read_qrels(path: str | Path) -> Qrels:
     return qrels
 
 
-def read_run(path: str | Path) -> Run:
+def read_run(path: str | Path, dedupe: bool = False) -> Run:
     """Read a TREC run file (``qid Q0 docid rank score tag``) into ``{qid: {docid: score}}``.
 
+    The rank column is not used: evaluation orders by score, ties by document id
+    (:func:`sorted_ranking`), the same rule :func:`write_run` uses, so a run written by spladekit
+    reads back in its file order.
+
+    Args:
+        path: the run file (``.gz`` allowed).
+        dedupe: a document listed twice for one query is an error by default; with ``dedupe=True``
+            its highest score is kept (the first line on equal scores) and a ``UserWarning`` gives
+            the number of dropped lines. A duplicate would otherwise count its relevance twice
+            (nDCG above 1).
+
     Raises:
-        DataFormatError: wrong column count, a non-numeric score, or a document listed twice for a query.
+        DataFormatError: wrong column count, a non-numeric or non-finite score, a document listed
+            twice for a query (unless ``dedupe``), or a file without any result line.
     """
     path = Path(path)
     run: Run = {}
+    dropped = 0
+    first_duplicate = None
     for number, line in iter_lines(path):
         if not line.strip():
             continue
@@ -86,9 +102,28 @@ def read_run(path: str | Path) -> Run:
             score = float(score_token)
         except ValueError as exc:
             raise DataFormatError(path, f"score {score_token!r} is not a number", line=number, field="score") from exc
-        if docid in run.setdefault(qid, {}):
-            raise DataFormatError(path, f"document {docid!r} appears twice for query {qid!r}", line=number)
-        run[qid][docid] = score
+        if not math.isfinite(score):
+            raise DataFormatError(path, f"score {score_token!r} is not finite", line=number, field="score")
+        ranking = run.setdefault(qid, {})
+        if docid in ranking:
+            if not dedupe:
+                raise DataFormatError(
+                    path, f"document {docid!r} appears twice for query {qid!r} (use dedupe to keep its best score)",
+                    line=number,
+                )
+            dropped += 1
+            first_duplicate = first_duplicate or number
+            ranking[docid] = max(ranking[docid], score)
+            continue
+        ranking[docid] = score
+    if not run:
+        raise DataFormatError(path, "no results: file is empty")
+    if dropped:
+        warnings.warn(
+            f"{path}: {dropped} duplicate (query, document) lines dropped, the first at line {first_duplicate}; "
+            "the best score of each document was kept",
+            stacklevel=2,
+        )
     return run
 
 

@@ -1,6 +1,7 @@
 """Stage 6: runs → metrics (quality through ir_measures, efficiency from the vectors)."""
 
 from spladekit.evaluate.efficiency import efficiency_stats, flops
-from spladekit.evaluate.metrics import evaluate, evaluate_per_query
+from spladekit.evaluate.compare import compare_runs
+from spladekit.evaluate.metrics import EvalConventions, evaluate, evaluate_per_query
 
-__all__ = ["evaluate", "evaluate_per_query", "efficiency_stats", "flops"]
+__all__ = ["EvalConventions", "evaluate", "evaluate_per_query", "compare_runs", "efficiency_stats", "flops"]

@@ -3,6 +3,22 @@
 Rows are texts in input order; columns are vocabulary ids of the model's tokenizer. Queries and
 documents have separate maximum lengths (defaults 64 and 256 tokens, SPLADE's usual setting),
 saved with the model in ``spladekit.json`` and read back by :meth:`SpladeEncoder.from_pretrained`.
+
+Edge cases (documented outputs, never an exception; each text's vector does not depend on the other
+texts of its batch, since padding positions are masked in the pooling):
+- an empty, whitespace-only or control-character-only text tokenizes to ``[CLS] [SEP]`` and gets the
+  vector of those two positions; emoji-only text becomes ``[UNK]`` (BERT WordPiece) and gets the
+  vector of ``[CLS] [UNK] [SEP]``; a vector may have zero active terms (an all-zero row);
+- texts longer than the max length are truncated (special tokens included in the count); their
+  number is in :attr:`SpladeEncoder.last_truncated` after each :meth:`SpladeEncoder.encode`;
+- an empty list gives a ``[0, V]`` matrix; a non-string item is converted with ``str``.
+
+Vocabulary columns of special tokens: the ``[PAD]`` column (``tokenizer.pad_token_id``) is always 0
+in the output (:meth:`SpladeEncoder.encode_dense` zeroes it), so padding can never carry weight,
+neither as a position nor as a term. ``[CLS]``/``[SEP]``/``[UNK]``/``[MASK]`` columns are not masked,
+as in naver/splade and sentence-transformers' ``SparseEncoder``; a trained SPLADE model gives them
+(near) zero weight anyway. The zeroing is done here, on the encoder output, not in the SPLADE head
+(plain or fused), so training and the heads are unchanged.
 """
 
 from __future__ import annotations
@@ -164,10 +180,14 @@ class SpladeEncoder:
 
     @torch.no_grad()
     def encode_dense(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
-        """One forward pass: ``[len(texts), V]`` float32 weights on the CPU."""
+        """One forward pass: ``[len(texts), V]`` float32 weights on the CPU, ``[PAD]`` column zeroed."""
         batch = self.tokenize(texts, max_length)
         weights = self.model(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
-        return weights.float().cpu()
+        weights = weights.float().cpu()
+        pad_id = getattr(self.tokenizer, "pad_token_id", None)
+        if pad_id is not None and 0 <= pad_id < weights.shape[1]:
+            weights[:, pad_id] = 0.0
+        return weights
 
     def _count_truncated(self, texts: Sequence[str], max_length: int) -> int:
         lengths = self.tokenizer(list(texts), truncation=False, add_special_tokens=True, verbose=False)["input_ids"]
