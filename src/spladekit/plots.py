@@ -91,6 +91,7 @@ def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: 
     """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density."""
     return overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True)
 
+
 def per_query_delta(
     deltas: Mapping[str, float], measure: str, path: str | Path, name_a: str = "A", name_b: str = "B", title: str = ""
 ) -> Path:
