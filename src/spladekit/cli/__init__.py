@@ -4,9 +4,10 @@ Each submodule registers its commands on :data:`app`.
 """
 
 from spladekit.cli.app import app
-from spladekit.cli import core  # noqa: F401  (registers encode, search, evaluate, demo)
+from spladekit.cli import core  # noqa: F401  (registers evaluate, demo)
 from spladekit.cli import calibrate  # noqa: F401  (registers diagnose, rescale)
 from spladekit.cli import evaluate  # noqa: F401  (registers compare)
+from spladekit.cli import index  # noqa: F401  (registers index, encode, search, export, import)
 
 
 def main() -> None:

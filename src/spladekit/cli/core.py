@@ -1,4 +1,4 @@
-"""encode, search, evaluate, demo."""
+"""evaluate, demo (``index``/``encode``, ``search``, ``export``, ``import`` live in :mod:`spladekit.cli.index`)."""
 
 from __future__ import annotations
 
@@ -15,70 +15,6 @@ from spladekit.data.resolve import DEFAULT_MODEL
 def _fail(exc: Exception) -> None:
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
-
-
-@app.command()
-def encode(
-    model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
-    data: str = typer.Option(..., help="BEIR folder or dataset name"),
-    out: Path = typer.Option(..., help="index folder to write"),
-    batch_size: int = typer.Option(32),
-    doc_max_length: Optional[int] = typer.Option(None, help="default: the model's saved value or 256"),
-    doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
-):
-    """Encode a BEIR corpus into an index folder (CSR vectors + doc ids + metadata)."""
-    from spladekit.data.beir import _find, read_corpus
-    from spladekit.data.resolve import resolve_dataset
-    from spladekit.errors import SpladekitError
-    from spladekit.index.io import save_index
-    from spladekit.model.encoder import SpladeEncoder
-
-    try:
-        folder = resolve_dataset(data)
-        corpus = read_corpus(_find(folder, "corpus"))
-        encoder = SpladeEncoder.from_pretrained(model, doc_max_length=doc_max_length, doc_top_k=doc_top_k, batch_size=batch_size)
-        vectors = encoder.encode_documents(list(corpus.values()), show_progress=True)
-        meta = dict(encoder.metadata.__dict__, model=model, data=str(folder), truncated_docs=encoder.last_truncated)
-        save_index(out, vectors, list(corpus), meta)
-    except SpladekitError as exc:
-        _fail(exc)
-    typer.echo(f"wrote {out} ({vectors.shape[0]} documents, {vectors.nnz / max(1, vectors.shape[0]):.1f} active terms/doc)")
-
-
-@app.command()
-def search(
-    index: Path = typer.Option(..., help="index folder written by `spladekit encode`"),
-    data: Optional[str] = typer.Option(None, help="BEIR folder: its judged queries of --split are searched"),
-    queries: Optional[Path] = typer.Option(None, help="id<TAB>text file of queries (instead of --data)"),
-    split: str = typer.Option("test"),
-    model: Optional[str] = typer.Option(None, help="default: the model recorded in the index"),
-    k: int = typer.Option(1000),
-    out: Path = typer.Option(..., help="TREC run file to write"),
-):
-    """Search an index with queries; write a TREC run."""
-    from spladekit.data.beir import load_beir
-    from spladekit.data.trec import write_run
-    from spladekit.data.tsv import read_tsv
-    from spladekit.errors import SpladekitError
-    from spladekit.index.exact import exact_search, results_to_run
-    from spladekit.index.io import load_index
-    from spladekit.model.encoder import SpladeEncoder
-
-    try:
-        vectors, doc_ids, meta = load_index(index)
-        if queries is not None:
-            topics = read_tsv(queries)
-        elif data is not None:
-            topics = load_beir(data, split).queries
-        else:
-            raise typer.BadParameter("give --data or --queries")
-        encoder = SpladeEncoder.from_pretrained(model or meta["model"], query_max_length=meta.get("query_max_length"))
-        q = encoder.encode_queries(list(topics.values()), show_progress=True)
-        run = results_to_run(exact_search(q, vectors, k=k, doc_ids=doc_ids), list(topics), doc_ids)
-        write_run(run, out)
-    except SpladekitError as exc:
-        _fail(exc)
-    typer.echo(f"wrote {out} ({len(run)} queries)")
 
 
 @app.command()

@@ -5,7 +5,9 @@ Layout::
     INDEX/
       vectors.npz      scipy.sparse CSR [D, V] float32 (scipy.sparse.save_npz)
       doc_ids.json     list of D document ids, row order
-      index.json       model id, max lengths, pruning, vocabulary size, content hash, ...
+      index.json       model id and revision, max lengths, pruning, vocabulary size, content hash, ...
+      vocab.json       list of V token strings, column order (optional: folders written before it
+                       existed load with ``vocabulary = None``)
 
 Everything is written to a temporary folder and renamed into place.
 """
@@ -39,12 +41,28 @@ def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def save_index(folder: str | Path, matrix: sp.csr_matrix, doc_ids: Sequence[str], metadata: dict) -> Path:
+def save_index(
+    folder: str | Path,
+    matrix: sp.csr_matrix,
+    doc_ids: Sequence[str],
+    metadata: dict,
+    vocabulary: Sequence[str] | None = None,
+) -> Path:
     """Write an index folder atomically (temporary sibling folder, then rename).
 
+    Args:
+        folder: the index folder (replaced when it exists).
+        matrix: ``[D, V]`` document vectors.
+        doc_ids: D document ids, row order.
+        metadata: written to ``index.json`` (counts and the content hash are added).
+        vocabulary: V token strings (column order), written to ``vocab.json`` when given.
+
     Raises:
-        ValueError: ``matrix`` rows and ``doc_ids`` differ in number, or ids repeat.
+        ValueError: ``matrix`` rows and ``doc_ids`` differ in number, ids repeat, or the
+            vocabulary length is not V.
     """
+    if vocabulary is not None and len(vocabulary) != matrix.shape[1]:
+        raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {matrix.shape[1]} columns")
     folder = Path(folder)
     if matrix.shape[0] != len(doc_ids):
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")
@@ -56,6 +74,8 @@ def save_index(folder: str | Path, matrix: sp.csr_matrix, doc_ids: Sequence[str]
         matrix = sp.csr_matrix(matrix, dtype=np.float32)
         sp.save_npz(tmp / "vectors.npz", matrix)
         write_json(tmp / "doc_ids.json", list(doc_ids))
+        if vocabulary is not None:
+            write_json(tmp / "vocab.json", list(vocabulary))
         meta = dict(metadata)
         meta.update(num_docs=int(matrix.shape[0]), vocab_size=int(matrix.shape[1]), nnz=int(matrix.nnz))
         meta["content_hash"] = content_hash(matrix, doc_ids)
@@ -90,3 +110,18 @@ def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
     if meta.get("content_hash") and meta["content_hash"] != content_hash(matrix, doc_ids):
         raise DataFormatError(folder / "index.json", "content hash does not match vectors.npz/doc_ids.json", field="content_hash")
     return matrix, doc_ids, meta
+
+
+def load_vocabulary(folder: str | Path) -> list[str] | None:
+    """The index's ``vocab.json`` (V token strings), or ``None`` for folders written without one.
+
+    Raises:
+        DataFormatError: the file is not a JSON list of strings.
+    """
+    path = Path(folder) / "vocab.json"
+    if not path.exists():
+        return None
+    vocab = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
+        raise DataFormatError(path, "expected a JSON list of token strings")
+    return vocab

@@ -1,0 +1,175 @@
+"""index (alias: encode), search, export, import."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app
+from spladekit.data.resolve import DEFAULT_MODEL
+
+
+def _fail(exc: Exception) -> None:
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command("index")
+def index_command(
+    model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
+    data: str = typer.Option(..., help="BEIR folder or dataset name"),
+    out: Path = typer.Option(..., help="index folder to write"),
+    batch_size: int = typer.Option(32),
+    doc_max_length: Optional[int] = typer.Option(None, help="default: the model's saved value (spladekit.json) or 256"),
+    doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
+    head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
+):
+    """Encode a BEIR corpus into an index folder. Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
+    from spladekit.errors import SpladekitError
+    from spladekit.index.io import load_index
+    from spladekit.index.shard import IndexConfig, build_index
+
+    config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=head_impl)
+    try:
+        written = build_index(config, show_progress=True)
+    except SpladekitError as exc:
+        _fail(exc)
+    if written is not None:
+        vectors, _, _ = load_index(written)
+        typer.echo(f"wrote {written} ({vectors.shape[0]} documents, {vectors.nnz / max(1, vectors.shape[0]):.1f} active terms/doc)")
+
+
+@app.command("encode", hidden=True)
+def encode_command(
+    model: str = typer.Option(DEFAULT_MODEL),
+    data: str = typer.Option(...),
+    out: Path = typer.Option(...),
+    batch_size: int = typer.Option(32),
+    doc_max_length: Optional[int] = typer.Option(None),
+    doc_top_k: Optional[int] = typer.Option(None),
+):
+    """Old name of `index`."""
+    index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None)
+
+
+@app.command()
+def search(
+    index: Path = typer.Option(..., help="index folder written by `spladekit index`"),
+    data: Optional[str] = typer.Option(None, help="BEIR folder: its judged queries of --split are searched"),
+    queries: Optional[Path] = typer.Option(None, help="id<TAB>text file of queries (instead of --data)"),
+    split: str = typer.Option("test"),
+    model: Optional[str] = typer.Option(None, help="default: the model recorded in the index"),
+    k: int = typer.Option(1000),
+    out: Path = typer.Option(..., help="TREC run file to write"),
+    backend: str = typer.Option("exact", help="exact or seismic"),
+    query_cut: int = typer.Option(20, help="seismic: query terms traversed"),
+    heap_factor: float = typer.Option(0.8, help="seismic: block-skipping factor"),
+    n_postings: int = typer.Option(3500, help="seismic: average posting-list length kept"),
+    summary_energy: float = typer.Option(0.4, help="seismic: L1 mass kept by block summaries"),
+    centroid_fraction: float = typer.Option(0.1, help="seismic: blocks per posting list (fraction)"),
+    recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
+):
+    """Search an index with queries; write a TREC run (exact dot product, or Seismic)."""
+    from spladekit.data.beir import load_beir
+    from spladekit.data.trec import write_run
+    from spladekit.data.tsv import read_tsv
+    from spladekit.errors import SpladekitError
+    from spladekit.index.exact import results_to_run
+    from spladekit.index.io import load_index
+    from spladekit.index.search import query_encoder, search_vectors
+    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
+    from spladekit.io import write_json
+
+    try:
+        vectors, doc_ids, meta = load_index(index)
+        if queries is not None:
+            topics = read_tsv(queries)
+        elif data is not None:
+            topics = load_beir(data, split).queries
+        else:
+            raise typer.BadParameter("give --data or --queries")
+        q = query_encoder(meta, model).encode_queries(list(topics.values()), show_progress=True)
+        outcome = search_vectors(
+            q,
+            vectors,
+            backend=backend,
+            k=k,
+            build=SeismicBuildParams(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction),
+            params=SeismicSearchParams(query_cut=query_cut, heap_factor=heap_factor),
+            recall_k=[recall_k] if recall_k and backend == "seismic" else [],
+        )
+        write_run(results_to_run(outcome.results, list(topics), doc_ids), out)
+        if outcome.recall:
+            write_json(Path(str(out) + ".recall.json"), dict(outcome.recall, backend=backend, query_cut=query_cut, heap_factor=heap_factor, n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction, queries=len(topics)))
+            typer.echo(json.dumps(outcome.recall))
+    except (SpladekitError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(f"wrote {out} ({len(topics)} queries)")
+
+
+@app.command("export")
+def export_command(
+    index: Path = typer.Option(..., help="index folder (documents), or one written by `import`"),
+    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | elastic"),
+    out: Path = typer.Option(..., help="export folder (files + export.json)"),
+    queries: Optional[Path] = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
+    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats)"),
+    keys: str = typer.Option("token", help="elastic: token (escaped: % -> %25, . -> %2E) or id"),
+    field_type: str = typer.Option("rank_features", help="elastic: rank_features or sparse_vector"),
+):
+    """Export an index to Anserini, Seismic, Qdrant or Elasticsearch/OpenSearch files."""
+    from spladekit.errors import SpladekitError
+    from spladekit.index.export import export_index, export_vectors
+    from spladekit.index.io import load_index, load_vocabulary
+    from spladekit.index.search import query_encoder
+
+    try:
+        if queries is not None:
+            from spladekit.data.tsv import read_tsv
+
+            if format != "anserini-queries":
+                raise typer.BadParameter("--queries goes with --format anserini-queries")
+            _, _, meta = load_index(index)
+            topics = read_tsv(queries)
+            encoder = query_encoder(meta)
+            q = encoder.encode_queries(list(topics.values()))
+            manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"))
+        else:
+            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type)
+    except (SpladekitError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(f"wrote {out} ({manifest.count} vectors, format {manifest.format})")
+
+
+@app.command("import")
+def import_command(
+    input: Path = typer.Option(..., "--input", help="exported file, or export folder with export.json"),
+    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | elastic"),
+    out: Path = typer.Option(..., help="index folder to write (vectors, ids, vocabulary)"),
+    model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens"),
+    like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
+    scale: Optional[float] = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
+):
+    """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
+    from spladekit.errors import SpladekitError
+    from spladekit.index.export import import_to_index, model_vocabulary
+    from spladekit.index.io import load_index, load_vocabulary
+
+    try:
+        if like is not None:
+            vocabulary = load_vocabulary(like)
+            meta = load_index(like)[2]
+            if vocabulary is None:
+                raise typer.BadParameter(f"{like} has no vocab.json")
+            meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k") if k in meta}
+        elif model is not None:
+            vocabulary, meta = model_vocabulary(model), {"model": model}
+        else:
+            raise typer.BadParameter("give --model or --like")
+        written = import_to_index(format, input, vocabulary, out, scale=scale, metadata=meta)
+    except (SpladekitError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(f"wrote {written}")

@@ -1,0 +1,177 @@
+"""Export an index folder to a serving engine's format, and import such files back.
+
+An export is a folder: the exported file(s) plus ``export.json``
+(:class:`spladekit.index.formats.ExportManifest`: format, scale, model id and revision, options).
+An import reads it back into an index folder (vectors + ids + vocabulary), so
+``index → export → import`` can be compared with the original (exact for float formats, within
+``1/(2·scale)`` per weight for quantised ones).
+
+Formats:
+
+==================  =====================  ===========================================
+name                file                   content
+==================  =====================  ===========================================
+anserini            ``docs.jsonl``         ``JsonVectorCollection``, integer impacts
+anserini-queries    ``queries.tsv``        pre-encoded queries, tokens repeated
+seismic             ``docs.jsonl``         Seismic JSONL, float weights
+qdrant              ``points.jsonl``       Qdrant points with sparse vectors
+elastic             ``bulk.ndjson``        ``_bulk`` body for ``rank_features`` / ``sparse_vector``
+                    ``mapping.json``       index mapping
+==================  =====================  ===========================================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import scipy.sparse as sp
+
+from spladekit.index.formats import ExportManifest, anserini, elastic, qdrant, seismic_jsonl
+from spladekit.index.io import load_index, load_vocabulary, save_index
+from spladekit.io import write_json
+
+FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "elastic")
+FILES = {
+    "anserini": "docs.jsonl",
+    "anserini-queries": "queries.tsv",
+    "seismic": "docs.jsonl",
+    "qdrant": "points.jsonl",
+    "elastic": "bulk.ndjson",
+}
+QUANTISED = ("anserini", "anserini-queries")
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def export_vectors(
+    fmt: str,
+    out: str | Path,
+    matrix: sp.spmatrix,
+    ids: Sequence[str],
+    vocabulary: Sequence[str] | None,
+    *,
+    scale: float = 100.0,
+    model: str | None = None,
+    model_revision: str | None = None,
+    keys: str = "token",
+    field_type: str = "rank_features",
+    field: str = "splade",
+    index_name: str = "splade",
+) -> ExportManifest:
+    """Write ``[N, V]`` vectors with their ids in format ``fmt`` into the folder ``out``.
+
+    ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``) only.
+
+    Raises:
+        ValueError: unknown format, missing vocabulary for a token-keyed format, bad lengths.
+    """
+    _check_format(fmt)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / FILES[fmt]
+    needs_vocab = fmt != "qdrant" and not (fmt == "elastic" and keys == "id")
+    if needs_vocab and vocabulary is None:
+        raise ValueError(f"format {fmt!r} writes tokens and needs the vocabulary (vocab.json in the index folder)")
+    options: dict = {}
+    if fmt == "anserini":
+        count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
+    elif fmt == "anserini-queries":
+        count = anserini.write_preencoded_queries(target, matrix, ids, vocabulary, scale=scale)
+    elif fmt == "seismic":
+        count = seismic_jsonl.write_seismic_jsonl(target, matrix, ids, vocabulary)
+    elif fmt == "qdrant":
+        count = qdrant.write_points(target, matrix, ids)
+        options = {"vector_name": qdrant.DEFAULT_VECTOR_NAME}
+    else:
+        count = elastic.write_bulk(target, matrix, ids, vocabulary, index_name=index_name, field=field, keys=keys)
+        write_json(out / "mapping.json", elastic.mapping(field, field_type))
+        options = {"keys": keys, "field": field, "field_type": field_type, "index_name": index_name, "key_escaping": "'%' -> '%25', '.' -> '%2E'"}
+    files = [FILES[fmt]] + (["mapping.json"] if fmt == "elastic" else [])
+    manifest = ExportManifest(
+        format=fmt,
+        files=files,
+        scale=scale if fmt in QUANTISED else None,
+        model=model,
+        model_revision=model_revision,
+        vocab_size=int(matrix.shape[1]),
+        count=count,
+        options=options,
+    )
+    manifest.save(out)
+    return manifest
+
+
+def export_index(index: str | Path, fmt: str, out: str | Path, **kwargs) -> ExportManifest:
+    """Export an index folder (see :func:`export_vectors` for the options)."""
+    matrix, ids, meta = load_index(index)
+    vocabulary = load_vocabulary(index)
+    return export_vectors(fmt, out, matrix, ids, vocabulary, model=meta.get("model"), model_revision=meta.get("model_revision"), **kwargs)
+
+
+def import_vectors(
+    fmt: str, path: str | Path, vocabulary: Sequence[str], scale: float | None = None, **options
+) -> tuple[sp.csr_matrix, list[str]]:
+    """Read vectors written in format ``fmt`` (a file, or an export folder with ``export.json``).
+
+    ``scale`` defaults to the manifest's (quantised formats), or 100 without a manifest; key mode
+    and field of Elasticsearch files likewise come from the manifest unless given.
+
+    Returns:
+        ``([N, V] float32, ids)``, rows normalised (sorted columns, repeats summed).
+
+    Raises:
+        DataFormatError: malformed input (naming file and line).
+        ValueError: unknown format, or the manifest names another format.
+    """
+    _check_format(fmt)
+    path = Path(path)
+    manifest = None
+    if path.is_dir():
+        manifest = ExportManifest.load(path)
+        if manifest.format != fmt:
+            raise ValueError(f"{path} holds a {manifest.format!r} export, not {fmt!r}")
+        path = path / FILES[fmt]
+        options = {**manifest.options, **options}
+    if scale is None:
+        scale = manifest.scale if manifest is not None and manifest.scale else 100.0
+    if fmt == "anserini":
+        matrix, ids, _ = anserini.read_json_vector_collection(path, vocabulary, scale=scale)
+    elif fmt == "anserini-queries":
+        matrix, ids = anserini.read_preencoded_queries(path, vocabulary, scale=scale)
+    elif fmt == "seismic":
+        matrix, ids = seismic_jsonl.read_seismic_jsonl(path, vocabulary)
+    elif fmt == "qdrant":
+        matrix, ids = qdrant.read_points(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME))
+    else:
+        matrix, ids = elastic.read_bulk(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
+    return matrix, ids
+
+
+def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: str | Path, scale: float | None = None, metadata: dict | None = None) -> Path:
+    """:func:`import_vectors` then :func:`spladekit.index.io.save_index` into ``out``."""
+    matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
+    meta = dict(metadata or {})
+    meta.update(imported_from=str(path), imported_format=fmt)
+    return save_index(out, matrix, ids, meta, vocabulary=vocabulary)
+
+
+def model_vocabulary(model: str | Path) -> list[str]:
+    """The V token strings of a model's output columns (its tokenizer, V from its config).
+
+    Columns the tokenizer does not name (padded vocabularies) are called ``[spladekit:ID]``.
+
+    Raises:
+        ResolutionError: the model cannot be found.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    from spladekit.data.resolve import resolve_model
+
+    location = resolve_model(model)
+    size = AutoConfig.from_pretrained(location).vocab_size
+    tokens = AutoTokenizer.from_pretrained(location).convert_ids_to_tokens(list(range(size)))
+    return [t if t is not None else f"[spladekit:{j}]" for j, t in enumerate(tokens)]

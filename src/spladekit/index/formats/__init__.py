@@ -1,0 +1,166 @@
+"""Exports and imports of sparse vectors to serving engines, and the rules they share.
+
+Formats (one module each): :mod:`.anserini` (``JsonVectorCollection`` documents and pre-encoded
+queries, integer impacts), :mod:`.seismic_jsonl` (Seismic's JSONL input), :mod:`.qdrant` (sparse
+vectors), :mod:`.elastic` (Elasticsearch/OpenSearch bulk NDJSON for ``rank_features`` /
+``sparse_vector`` fields).
+
+Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
+
+* **Repeated or unsorted indices.** Any input vector given as ``(index, value)`` pairs, token
+  lists or JSON objects is normalised before use: entries are sorted by column id and entries
+  naming the same column are **summed** (``s(q, d) = Σ_j q_j d_j`` is linear, so a vector with
+  a repeated term scores the same as the merged one; this is also what Anserini's pre-encoded
+  format means: a token repeated ``n`` times has weight ``n``). Zero and negative weights are
+  dropped after merging (SPLADE weights are ``log(1 + ReLU(·)) ≥ 0``; an exported 0 carries no
+  score). JSON objects with a key given twice are merged the same way, not "last key wins".
+* **Quantisation** (integer impacts, :func:`quantise`): ``q_j = ⌊w_j · scale + 1/2⌋`` (round half
+  up, computed in float64); terms with ``q_j = 0`` are dropped. Hence every term with
+  ``w_j ≥ 1/scale`` is kept (``q_j ≥ 1``), only terms with ``w_j < 1/(2·scale)`` are dropped, and
+  dequantised weights ``q_j / scale`` differ from ``w_j`` by at most ``1/(2·scale)``. The scale is
+  recorded in the export's ``export.json`` and read back by the importers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.errors import DataFormatError
+
+MANIFEST = "export.json"
+
+
+def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Sort ``(index, value)`` pairs by index, sum repeated indices, drop weights ≤ 0.
+
+    Returns:
+        ``(indices int64 [n], values float32 [n])`` with strictly increasing indices.
+    """
+    idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices, dtype=np.int64)
+    val = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+    if idx.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    unique, inverse = np.unique(idx, return_inverse=True)
+    summed = np.zeros(unique.size, dtype=np.float64)
+    np.add.at(summed, inverse, val)
+    keep = summed > 0
+    return unique[keep], summed[keep].astype(np.float32)
+
+
+def rows_to_csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], vocab_size: int) -> sp.csr_matrix:
+    """Stack normalised ``(indices, values)`` rows into a ``[len(rows), vocab_size]`` float32 CSR."""
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    for i, (idx, _) in enumerate(rows):
+        indptr[i + 1] = indptr[i] + len(idx)
+    indices = np.concatenate([r[0] for r in rows]) if rows else np.zeros(0, np.int64)
+    data = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0, np.float32)
+    return sp.csr_matrix((data.astype(np.float32), indices, indptr), shape=(len(rows), vocab_size))
+
+
+def iter_rows(matrix: sp.spmatrix) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """Yield each row of ``matrix`` as normalised ``(indices, values)`` (duplicates summed, sorted)."""
+    matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    matrix.sum_duplicates()
+    matrix.sort_indices()
+    for i in range(matrix.shape[0]):
+        lo, hi = matrix.indptr[i], matrix.indptr[i + 1]
+        idx, val = matrix.indices[lo:hi].astype(np.int64), matrix.data[lo:hi]
+        keep = val > 0
+        yield idx[keep], val[keep]
+
+
+def quantise(values: np.ndarray, scale: float) -> np.ndarray:
+    """Integer impacts ``⌊w · scale + 1/2⌋`` (int64, computed in float64); see the module docstring.
+
+    Raises:
+        ValueError: ``scale`` ≤ 0.
+    """
+    if not scale > 0:
+        raise ValueError(f"quantisation scale must be > 0, got {scale}")
+    return np.floor(np.asarray(values, dtype=np.float64) * float(scale) + 0.5).astype(np.int64)
+
+
+def token_index(vocabulary: Sequence[str]) -> dict[str, int]:
+    """``{token: column id}``; the first id wins when a token string repeats in the vocabulary."""
+    index: dict[str, int] = {}
+    for i, token in enumerate(vocabulary):
+        index.setdefault(token, i)
+    return index
+
+
+def lookup_tokens(tokens: Iterable[str], index: dict[str, int], path: str | Path, line: int | None) -> list[int]:
+    """Map token strings to column ids.
+
+    Raises:
+        DataFormatError: a token is not in the vocabulary (naming the file, line and token).
+    """
+    ids = []
+    for token in tokens:
+        if token not in index:
+            raise DataFormatError(path, f"token {token!r} is not in the model's vocabulary", line=line, field="vector")
+        ids.append(index[token])
+    return ids
+
+
+@dataclass
+class ExportManifest:
+    """``export.json``: what an export folder holds, written next to the exported files.
+
+    Attributes:
+        format: ``anserini-jsonvector``, ``anserini-queries``, ``seismic-jsonl``, ``qdrant``,
+            ``elastic``.
+        files: exported file names, relative to the folder.
+        scale: quantisation scale (None: float weights are written as they are).
+        model: model id the vectors came from; ``model_revision`` its revision.
+        vocab_size: V.
+        options: format-specific settings (key mode, field type, ...).
+    """
+
+    format: str
+    files: list[str]
+    scale: float | None = None
+    model: str | None = None
+    model_revision: str | None = None
+    vocab_size: int | None = None
+    count: int = 0
+    options: dict = field(default_factory=dict)
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``folder/export.json`` atomically."""
+        from spladekit.io import write_json
+
+        write_json(Path(folder) / MANIFEST, asdict(self))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "ExportManifest":
+        """Read ``folder/export.json``.
+
+        Raises:
+            DataFormatError: missing or malformed.
+        """
+        import json
+
+        path = Path(folder) / MANIFEST
+        if not path.exists():
+            raise DataFormatError(path, "missing: not a spladekit export folder")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except TypeError as exc:
+            raise DataFormatError(path, str(exc)) from exc
+
+
+def merge_pairs_hook(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads`` ``object_pairs_hook`` that sums numeric values of repeated keys (see module rule)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out and isinstance(value, (int, float)) and isinstance(out[key], (int, float)):
+            out[key] = out[key] + value
+        else:
+            out[key] = value
+    return out

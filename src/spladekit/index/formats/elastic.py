@@ -1,0 +1,184 @@
+"""Elasticsearch / OpenSearch bulk NDJSON for ``rank_features`` or ``sparse_vector`` fields.
+
+Field names may not contain dots in either engine (a dot is an object path; ``rank_features``
+rejects dotted feature names), and WordPiece/BPE vocabularies contain tokens such as ``.`` or
+``a.m.``. Two documented key schemes keep every term distinct and reversible:
+
+* ``keys="token"`` (default): the token with ``%`` written ``%25`` and ``.`` written ``%2E``
+  (percent-encoding of just those two characters; :func:`escape_key` / :func:`unescape_key`).
+  Query terms must be escaped the same way (the query builders here do it).
+* ``keys="id"``: the decimal vocabulary id (``"2023"``), which needs no escaping.
+
+Exact dot product (``s(q, d) = Σ_j q_j d_j``): a ``bool`` query whose ``should`` clauses are one
+``rank_feature`` query per query term with the **linear** function and ``boost = q_j``; the
+linear function scores the stored feature value ``d_j`` and ``should`` clauses add up (Elastic
+docs, "Rank feature query": linear function). Engines store ``rank_features`` values with 9
+significant bits, so an engine's score equals the dot product with every ``d_j`` rounded to 9
+significant bits (relative error ≤ 2⁻⁹ per term). For ``sparse_vector`` fields (Elasticsearch
+≥ 8.15) the ``sparse_vector`` query with ``query_vector`` scores the same dot product. See
+``docs/serving.md`` for the mappings and the full request bodies.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.errors import DataFormatError
+from spladekit.index.formats import iter_rows, merge_pairs_hook, normalise_entries, rows_to_csr, token_index
+from spladekit.io import atomic_write, iter_lines
+
+FIELD_TYPES = ("rank_features", "sparse_vector")
+KEY_MODES = ("token", "id")
+
+
+def escape_key(token: str) -> str:
+    """``%`` → ``%25`` then ``.`` → ``%2E``: a dot-free field key that :func:`unescape_key` inverts."""
+    return token.replace("%", "%25").replace(".", "%2E")
+
+
+def unescape_key(key: str) -> str:
+    """Invert :func:`escape_key` (``%2E`` → ``.``, ``%25`` → ``%``, left to right)."""
+    out, i = [], 0
+    while i < len(key):
+        if key.startswith("%2E", i):
+            out.append(".")
+            i += 3
+        elif key.startswith("%25", i):
+            out.append("%")
+            i += 3
+        else:
+            out.append(key[i])
+            i += 1
+    return "".join(out)
+
+
+def _keys(vocabulary: Sequence[str] | None, keys: str):
+    if keys not in KEY_MODES:
+        raise ValueError(f"keys must be one of {KEY_MODES}, got {keys!r}")
+    if keys == "id":
+        return lambda j: str(int(j))
+    if vocabulary is None:
+        raise ValueError("keys='token' needs the vocabulary")
+    return lambda j: escape_key(vocabulary[j])
+
+
+def mapping(field: str = "splade", field_type: str = "rank_features") -> dict:
+    """Index mapping body for ``PUT /INDEX``: ``doc_id`` keyword plus the sparse field.
+
+    Raises:
+        ValueError: unknown ``field_type``.
+    """
+    if field_type not in FIELD_TYPES:
+        raise ValueError(f"field_type must be one of {FIELD_TYPES}, got {field_type!r}")
+    return {"mappings": {"properties": {"doc_id": {"type": "keyword"}, field: {"type": field_type}}}}
+
+
+def vector_object(idx: np.ndarray, val: np.ndarray, vocabulary: Sequence[str] | None, keys: str = "token") -> dict:
+    """One normalised row as ``{key: weight}`` (float weights, keys escaped per ``keys``)."""
+    key = _keys(vocabulary, keys)
+    return {key(j): float(v) for j, v in zip(idx, val)}
+
+
+def write_bulk(
+    path: str | Path,
+    matrix: sp.spmatrix,
+    doc_ids: Sequence[str],
+    vocabulary: Sequence[str] | None,
+    index_name: str = "splade",
+    field: str = "splade",
+    keys: str = "token",
+) -> int:
+    """Write a ``_bulk`` NDJSON file (an ``index`` action line, then the source line, per document).
+
+    Documents with no active term are written with an empty object (the engine indexes no
+    feature for them). Returns the number of documents.
+
+    Raises:
+        ValueError: lengths disagree or an unknown key mode.
+    """
+    if matrix.shape[0] != len(doc_ids):
+        raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} ids")
+    with atomic_write(path) as out:
+        for doc_id, (idx, val) in zip(doc_ids, iter_rows(matrix)):
+            out.write(json.dumps({"index": {"_index": index_name, "_id": str(doc_id)}}, ensure_ascii=False) + "\n")
+            source = {"doc_id": str(doc_id), field: vector_object(idx, val, vocabulary, keys)}
+            out.write(json.dumps(source, ensure_ascii=False) + "\n")
+    return matrix.shape[0]
+
+
+def read_bulk(
+    path: str | Path, vocabulary: Sequence[str], field: str = "splade", keys: str = "token"
+) -> tuple[sp.csr_matrix, list[str]]:
+    """Read a bulk NDJSON file written by :func:`write_bulk` back into ``([D, V], doc ids)``.
+
+    Raises:
+        DataFormatError: invalid JSON, a source line without ``field``, or an unknown key.
+    """
+    index = token_index(vocabulary)
+    rows, ids, action = [], [], None
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line, object_pairs_hook=merge_pairs_hook)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
+        if action is None:
+            if "index" not in record:
+                raise DataFormatError(path, "expected an 'index' action line", line=number)
+            action = record["index"]
+            continue
+        if field not in record or not isinstance(record[field], dict):
+            raise DataFormatError(path, "missing sparse field", line=number, field=field)
+        cols = []
+        for key in record[field]:
+            if keys == "id":
+                if not key.isdigit() or int(key) >= len(vocabulary):
+                    raise DataFormatError(path, f"key {key!r} is not a vocabulary id", line=number, field=field)
+                cols.append(int(key))
+            else:
+                token = unescape_key(key)
+                if token not in index:
+                    raise DataFormatError(path, f"token {token!r} is not in the vocabulary", line=number, field=field)
+                cols.append(index[token])
+        rows.append(normalise_entries(cols, list(record[field].values())))
+        ids.append(str(record.get("doc_id", action.get("_id"))))
+        action = None
+    return rows_to_csr(rows, len(vocabulary)), ids
+
+
+def query_body(
+    query: sp.spmatrix,
+    vocabulary: Sequence[str] | None,
+    field: str = "splade",
+    field_type: str = "rank_features",
+    keys: str = "token",
+    k: int = 1000,
+) -> dict:
+    """Search body scoring the exact dot product of a 1-row query with each document's ``field``.
+
+    ``rank_features``: ``bool.should`` of ``rank_feature`` queries with ``linear`` and
+    ``boost = q_j`` (score = ``Σ_j q_j · d_j``). ``sparse_vector``: the ``sparse_vector`` query
+    with ``query_vector = {key: q_j}``. A query with no active term gives a body that matches no
+    document (``match_none``), so it returns an empty list, as exact search does.
+
+    Raises:
+        ValueError: the query is not one row, unknown ``field_type`` or key mode.
+    """
+    if query.shape[0] != 1:
+        raise ValueError(f"expected one query row, got {query.shape[0]}")
+    if field_type not in FIELD_TYPES:
+        raise ValueError(f"field_type must be one of {FIELD_TYPES}, got {field_type!r}")
+    idx, val = next(iter(iter_rows(query)))
+    if idx.size == 0:
+        return {"size": k, "query": {"match_none": {}}}
+    terms = vector_object(idx, val, vocabulary, keys)
+    if field_type == "sparse_vector":
+        return {"size": k, "query": {"sparse_vector": {"field": field, "query_vector": terms}}}
+    should = [{"rank_feature": {"field": f"{field}.{key}", "linear": {}, "boost": weight}} for key, weight in terms.items()]
+    return {"size": k, "query": {"bool": {"should": should}}}

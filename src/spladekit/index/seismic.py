@@ -1,0 +1,180 @@
+"""Approximate retrieval with Seismic (Bruch et al., SIGIR 2024, "Efficient Inverted Indexes for
+Approximate Retrieval over Learned Sparse Representations") through ``pyseismic-lsr``.
+
+The index is built from our CSR vectors with ``SeismicDataset.add_documents_by_id`` (column ids as
+components; a query addresses column 42 as the component ``"42"``) and the document's row number
+as its Seismic id, so results map back to rows exactly. Queries are normalised first (sorted,
+repeated columns summed): Seismic itself keeps only one of two equal query components, which
+would mis-score an un-merged query.
+
+Results follow :func:`spladekit.index.exact.exact_search`: per query ``(row, score)`` pairs,
+score descending then row ascending, scores > 0 only; a query with no active term, or none that
+any document has, gets ``[]`` in its own slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.index.formats import iter_rows
+
+
+@dataclass
+class SeismicBuildParams:
+    """``SeismicIndex.build_from_dataset`` parameters (names and defaults of pyseismic-lsr 0.5).
+
+    Attributes:
+        n_postings: average posting-list length kept after static pruning (3500 is Seismic's
+            MS MARCO setting; with ``max_fraction`` 1.5 lists up to 5250 entries are kept).
+        centroid_fraction: fraction of each posting list used as cluster centroids (blocks).
+        min_cluster_size: minimum documents per block.
+        summary_energy: fraction of a block's L1 mass its summary keeps.
+        max_fraction: longest posting list = ``n_postings × max_fraction``.
+        doc_cut: document terms used when clustering.
+        nknn: k-NN graph size (0: none).
+    """
+
+    n_postings: int = 3500
+    centroid_fraction: float = 0.1
+    min_cluster_size: int = 2
+    summary_energy: float = 0.4
+    max_fraction: float = 1.5
+    doc_cut: int = 15
+    nknn: int = 0
+
+
+@dataclass
+class SeismicSearchParams:
+    """``SeismicIndex.batch_search`` parameters.
+
+    Attributes:
+        query_cut: the query's ``query_cut`` heaviest terms are traversed.
+        heap_factor: a block is scored when its summary score ≥ ``heap_factor`` × the heap's minimum.
+        n_knn: k-NN refinement neighbours (needs ``nknn`` > 0 at build time).
+        sorted: visit blocks by summary score.
+        num_threads: 0 = Rayon's default.
+    """
+
+    query_cut: int = 20
+    heap_factor: float = 0.8
+    n_knn: int = 0
+    sorted: bool = True
+    num_threads: int = 0
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the Rust library's progress prints on stdout (file descriptor 1)."""
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+class SeismicSearcher:
+    """A Seismic index over the rows of a ``[D, V]`` matrix.
+
+    Args:
+        docs: ``[D, V]`` document vectors.
+        params: build parameters.
+        verbose: let Seismic print its build log.
+
+    Raises:
+        ImportError: ``pyseismic-lsr`` is not installed (``pip install spladekit[seismic]``).
+    """
+
+    def __init__(self, docs: sp.spmatrix, params: SeismicBuildParams | None = None, verbose: bool = False):
+        import seismic
+
+        self.params = params or SeismicBuildParams()
+        self.num_docs, self.vocab_size = docs.shape
+        matrix = sp.csr_matrix(docs, dtype=np.float32)
+        matrix.sum_duplicates()
+        matrix.sort_indices()
+        matrix.eliminate_zeros()
+        dataset = seismic.SeismicDataset()
+        dataset.add_documents_by_id(
+            [str(i) for i in range(self.num_docs)],
+            matrix.indices.astype(np.int64),
+            matrix.data.astype(np.float32),
+            matrix.indptr.astype(np.int64),
+        )
+        self._string = seismic.get_seismic_string()
+        self.empty = dataset.len == 0
+        if self.empty:
+            self.index = None
+            return
+        p = self.params
+        with contextlib.nullcontext() if verbose else _quiet():
+            self.index = seismic.SeismicIndex.build_from_dataset(
+                dataset,
+                n_postings=p.n_postings,
+                centroid_fraction=p.centroid_fraction,
+                min_cluster_size=p.min_cluster_size,
+                summary_energy=p.summary_energy,
+                max_fraction=p.max_fraction,
+                doc_cut=p.doc_cut,
+                nknn=p.nknn,
+            )
+
+    def search(self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None) -> list[list[tuple[int, float]]]:
+        """Approximate top-``k`` dot-product search of each ``[Q, V]`` query row.
+
+        Raises:
+            ValueError: vocabulary mismatch or ``k`` < 1.
+        """
+        if queries.shape[1] != self.vocab_size:
+            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}")
+        if k < 1:
+            raise ValueError(f"k must be ≥ 1, got {k}")
+        p = params or SeismicSearchParams()
+        rows = list(iter_rows(queries))
+        results: list[list[tuple[int, float]]] = [[] for _ in rows]
+        todo = [i for i, (idx, _) in enumerate(rows) if idx.size]
+        if self.empty or not todo:
+            return results
+        hits = self.index.batch_search(
+            np.array([str(i) for i in todo], dtype=self._string),
+            [np.array([str(j) for j in rows[i][0]], dtype=self._string) for i in todo],
+            [rows[i][1].astype(np.float32) for i in todo],
+            k=k,
+            query_cut=p.query_cut,
+            heap_factor=p.heap_factor,
+            n_knn=p.n_knn,
+            sorted=p.sorted,
+            num_threads=p.num_threads,
+        )
+        for hit_list in hits:
+            if not hit_list:
+                continue
+            slot = int(hit_list[0][0])
+            pairs = [(int(doc), float(score)) for _, score, doc in hit_list if score > 0]
+            results[slot] = sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:k]
+        return results
+
+
+def recall_at_k(approx: Sequence[Sequence[tuple[int, float]]], exact: Sequence[Sequence[tuple[int, float]]], k: int = 10) -> float:
+    """Mean over queries of ``|approx top-k ∩ exact top-k| / |exact top-k|`` (queries whose exact
+    list is empty are skipped; 1.0 when all are).
+
+    Raises:
+        ValueError: the two lists differ in length.
+    """
+    if len(approx) != len(exact):
+        raise ValueError(f"{len(approx)} approximate result lists for {len(exact)} exact ones")
+    values = []
+    for a, e in zip(approx, exact):
+        truth = {doc for doc, _ in e[:k]}
+        if truth:
+            values.append(len(truth & {doc for doc, _ in a[:k]}) / len(truth))
+    return float(np.mean(values)) if values else 1.0
