@@ -1,0 +1,245 @@
+"""Exports/imports: Anserini (documents, pre-encoded queries), Seismic JSONL, Qdrant, Elasticsearch.
+
+Expected values are computed by hand or from the stated rules; Seismic and Qdrant (local mode)
+score the exported vectors as second tools.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spladekit.errors import DataFormatError
+from spladekit.index.export import export_vectors, import_vectors
+from spladekit.index.formats import ExportManifest, normalise_entries, quantise
+from spladekit.index.formats import anserini, elastic, qdrant, seismic_jsonl
+
+VOCAB = ["[PAD]", "a", "b", "c.d", "e", "100%", "##f", "g", "%2E", "h"]
+
+
+def random_matrix(rows: int, cols: int, density: float = 0.3, seed: int = 0) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    m = sp.random(rows, cols, density=density, format="csr", random_state=rng, dtype=np.float32)
+    m.data = (m.data * 3).astype(np.float32)
+    return m
+
+
+# ------------------------------------------------------------------ shared rules
+def test_normalise_sorts_and_sums_repeats():
+    idx, val = normalise_entries([7, 2, 7, 5, 2], [0.5, 1.0, 0.25, 0.0, 2.0])
+    assert idx.tolist() == [2, 7]  # 5 has weight 0: dropped
+    assert val.tolist() == [3.0, 0.75]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=1e-6, max_value=50.0, allow_nan=False), st.sampled_from([1.0, 10.0, 100.0, 1000.0, 3.0]))
+def test_quantisation_rule(w, scale):
+    q = int(quantise(np.array([w], dtype=np.float32), scale)[0])
+    w32 = float(np.float32(w))
+    if w32 >= 1.0 / scale:
+        assert q >= 1  # no term with weight ≥ 1/scale is dropped
+    if q == 0:
+        assert w32 < 0.5 / scale + 1e-12
+    else:
+        assert abs(q / scale - w32) <= 0.5 / scale + 1e-9
+
+
+def test_quantisation_by_hand():
+    assert quantise(np.array([0.004, 0.005, 0.0149, 0.015, 1.234]), 100).tolist() == [0, 1, 1, 2, 123]
+    with pytest.raises(ValueError):
+        quantise(np.array([1.0]), 0)
+
+
+# ------------------------------------------------------------------ Anserini documents
+def test_json_vector_collection_by_hand(tmp_path):
+    m = sp.csr_matrix(np.array([[0, 0.123, 0, 0.004, 0.01, 0, 0, 0, 0, 0], [0] * 10], dtype=np.float32))
+    manifest = export_vectors("anserini", tmp_path / "exp", m, ["d1", "d2"], VOCAB, scale=100)
+    lines = (tmp_path / "exp" / "docs.jsonl").read_text().splitlines()
+    assert json.loads(lines[0]) == {"id": "d1", "contents": "", "vector": {"a": 12, "e": 1}}  # c.d: 0.4 → 0, dropped
+    assert json.loads(lines[1]) == {"id": "d2", "contents": "", "vector": {}}
+    assert ExportManifest.load(tmp_path / "exp").scale == 100 == manifest.scale
+
+
+def test_json_vector_collection_round_trip(tmp_path):
+    m = random_matrix(30, len(VOCAB)).tolil()
+    m[3, 4] = 0.01  # exactly 1/scale: kept
+    m[4, 2] = 0.0049  # < 1/(2 scale): dropped
+    m = m.tocsr()
+    ids = [f"doc.{i}" for i in range(30)]
+    export_vectors("anserini", tmp_path / "exp", m, ids, VOCAB, scale=100)
+    back, back_ids = import_vectors("anserini", tmp_path / "exp", VOCAB)  # scale read from export.json
+    assert back_ids == ids
+    diff = np.abs(back.toarray() - m.toarray())
+    assert diff.max() <= 0.5 / 100 + 1e-6
+    dense = m.toarray()
+    assert np.all(back.toarray()[dense >= 0.01] > 0)
+    assert back[3, 4] == pytest.approx(0.01) and back[4, 2] == 0
+
+
+def test_json_vector_collection_repeated_key_and_errors(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"id": "x", "vector": {"b": 5, "a": 2, "b": 3}}\n{"id": "y", "vector": {"zzz": 1}}\n')
+    with pytest.raises(DataFormatError, match=r"line 2.*zzz"):
+        anserini.read_json_vector_collection(path, VOCAB, scale=10)
+    path.write_text('{"id": "x", "vector": {"b": 5, "a": 2, "b": 3}}\n')
+    m, ids, _ = anserini.read_json_vector_collection(path, VOCAB, scale=10)
+    assert m.indices.tolist() == [1, 2] and np.allclose(m.data, [0.2, 0.8])  # b: 5 + 3 summed
+    path.write_text('{"id": "x"}\n')
+    with pytest.raises(DataFormatError, match="vector"):
+        anserini.read_json_vector_collection(path, VOCAB)
+
+
+# ------------------------------------------------------------------ Anserini queries
+def test_preencoded_queries_by_hand(tmp_path):
+    m = sp.csr_matrix(np.array([[0, 0, 0.024, 0, 0.011, 0, 0, 0, 0, 0], [0] * 10], dtype=np.float32))
+    anserini.write_preencoded_queries(tmp_path / "q.tsv", m, ["q1", "q2"], VOCAB, scale=100)
+    assert (tmp_path / "q.tsv").read_text() == "q1\tb b e\nq2\t\n"
+    # interleaved, unsorted repeats are merged: b×2, a×1
+    (tmp_path / "r.tsv").write_text("q9\tb a b\n")
+    back, ids = anserini.read_preencoded_queries(tmp_path / "r.tsv", VOCAB, scale=1)
+    assert ids == ["q9"] and back.indices.tolist() == [1, 2] and back.data.tolist() == [1.0, 2.0]
+
+
+def test_preencoded_queries_round_trip(tmp_path):
+    m = random_matrix(20, len(VOCAB), seed=3)
+    ids = [str(i) for i in range(20)]
+    export_vectors("anserini-queries", tmp_path / "exp", m, ids, VOCAB, scale=50)
+    back, back_ids = import_vectors("anserini-queries", tmp_path / "exp", VOCAB)
+    assert back_ids == ids
+    assert np.abs(back.toarray() - m.toarray()).max() <= 0.5 / 50 + 1e-6
+
+
+def _shared_trec_files():
+    from spladekit.data.resolve import shared_roots
+
+    for root in shared_roots():
+        files = sorted((root / "data" / "trec").glob("*.splade-v3.tsv.gz"))
+        model = root / "models" / "splade-tiny"
+        if len(files) == 2 and model.is_dir():
+            return files, model
+    pytest.skip("shared data (data/trec/*.splade-v3.tsv.gz, models/splade-tiny) not found; set SPLADEKIT_SHARED")
+
+
+def test_real_splade_v3_queries_import_and_reexport_identically(tmp_path):
+    files, model = _shared_trec_files()
+    from spladekit.index.export import model_vocabulary
+
+    vocab = model_vocabulary(model)  # bert-base-uncased vocabulary, as SPLADE-v3's
+    for path in files:
+        original = gzip.open(path, "rt", encoding="utf-8").read()
+        m, ids = anserini.read_preencoded_queries(path, vocab, scale=1)
+        assert len(ids) == original.count("\n") and m.nnz > 0
+        first_line = original.split("\n", 1)[0].split("\t")[1].split(" ")
+        first_token = first_line[0]
+        assert m[0, vocab.index(first_token)] == first_line.count(first_token)
+        anserini.write_preencoded_queries(tmp_path / "re.tsv", m, ids, vocab, scale=1)
+        assert (tmp_path / "re.tsv").read_text(encoding="utf-8") == original
+
+
+# ------------------------------------------------------------------ Seismic JSONL
+def test_seismic_jsonl_round_trip_and_seismic_scores(tmp_path):
+    seismic = pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
+    m = random_matrix(40, len(VOCAB), seed=5)
+    ids = [f"d{i}" for i in range(40)]
+    export_vectors("seismic", tmp_path / "exp", m, ids, VOCAB)
+    back, back_ids = import_vectors("seismic", tmp_path / "exp", VOCAB)
+    assert back_ids == ids and np.array_equal(back.toarray(), m.toarray())
+    # Seismic builds from the exported file and scores the dot product over our tokens
+    index = seismic.SeismicIndex.build(str(tmp_path / "exp" / "docs.jsonl"))
+    S = seismic.get_seismic_string()
+    q = np.zeros(len(VOCAB), np.float32)
+    q[[2, 3, 8]] = [1.0, 0.5, 2.0]
+    hits = index.search("q", np.array([VOCAB[j] for j in (2, 3, 8)], dtype=S), q[[2, 3, 8]], k=40, query_cut=10, heap_factor=1.0)
+    exact = m.toarray() @ q
+    for _, score, doc in hits:
+        assert score == pytest.approx(exact[ids.index(doc)], rel=1e-2)
+
+
+# ------------------------------------------------------------------ Qdrant
+def test_qdrant_vectors_sorted_unique_and_round_trip(tmp_path):
+    unsorted = sp.csr_matrix((np.array([1.0, 2.0, 0.5], np.float32), np.array([7, 2, 7]), np.array([0, 3])), shape=(1, 10))
+    assert qdrant.to_sparse_vectors(unsorted) == [{"indices": [2, 7], "values": [2.0, 1.5]}]
+    idx, val = qdrant.from_sparse_vector([9, 1, 9], [1.0, 1.0, 0.25])
+    assert idx.tolist() == [1, 9] and val.tolist() == [1.0, 1.25]
+    m = random_matrix(25, len(VOCAB), seed=7)
+    export_vectors("qdrant", tmp_path / "exp", m, [f"d{i}" for i in range(25)], None)
+    back, ids = import_vectors("qdrant", tmp_path / "exp", VOCAB)
+    assert ids == [f"d{i}" for i in range(25)] and np.array_equal(back.toarray(), m.toarray())
+
+
+def test_qdrant_local_mode_scores_equal_exact_dot_products():
+    qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client not installed")
+    from spladekit.index.exact import exact_search
+
+    docs = random_matrix(60, 40, density=0.15, seed=11).toarray()
+    docs[59] = 0  # a document with no active term
+    docs[:, 39] = 0  # a term no document has
+    docs = sp.csr_matrix(docs)
+    queries = random_matrix(6, 40, density=0.1, seed=12).toarray()
+    queries[4] = 0  # empty query
+    queries[5] = 0
+    queries[5, 39] = 1.0  # a query whose only term no document has
+    queries = sp.csr_matrix(queries)
+    client = qdrant_client.QdrantClient(":memory:")
+    qdrant.upload(client, "t", docs, [f"d{i}" for i in range(60)])
+    got = qdrant.search(client, "t", queries, k=10)
+    want = exact_search(queries, docs, k=10)
+    assert got[4] == [] and got[5] == [] and want[4] == [] and want[5] == []
+    for g, w in zip(got, want):
+        assert [d for d, _ in g] == [d for d, _ in w]
+        assert np.allclose([s for _, s in g], [s for _, s in w], rtol=1e-5)
+
+
+# ------------------------------------------------------------------ Elasticsearch / OpenSearch
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab.%2E5")), min_size=1, max_size=12))
+def test_escape_key_is_dot_free_and_reversible(token):
+    key = elastic.escape_key(token)
+    assert "." not in key and elastic.unescape_key(key) == token
+
+
+def _es_score(body: dict, source: dict, field: str) -> float:
+    """Reference reading of the Elasticsearch DSL used here (linear rank_feature, bool.should sum)."""
+    query = body["query"]
+    if "match_none" in query:
+        return 0.0
+    if "sparse_vector" in query:
+        vec = query["sparse_vector"]["query_vector"]
+        return sum(w * source[field].get(k, 0.0) for k, w in vec.items())
+    total = 0.0
+    for clause in query["bool"]["should"]:
+        rf = clause["rank_feature"]
+        assert rf["linear"] == {} and rf["field"].startswith(field + ".")
+        key = rf["field"][len(field) + 1 :]
+        assert "." not in key
+        total += rf["boost"] * source[field].get(key, 0.0)
+    return total
+
+
+@pytest.mark.parametrize("keys", ["token", "id"])
+@pytest.mark.parametrize("field_type", ["rank_features", "sparse_vector"])
+def test_elastic_bulk_round_trip_and_query_scores_dot_product(tmp_path, keys, field_type):
+    m = random_matrix(15, len(VOCAB), seed=13).tolil()
+    m[0, 3] = 1.5  # "c.d" has a dot
+    m[0, 8] = 0.5  # "%2E" must not collide with "."-escapes
+    m = m.tocsr()
+    ids = [f"d{i}" for i in range(15)]
+    export_vectors("elastic", tmp_path / "exp", m, ids, VOCAB, keys=keys, field_type=field_type)
+    assert json.loads((tmp_path / "exp" / "mapping.json").read_text())["mappings"]["properties"]["splade"]["type"] == field_type
+    back, back_ids = import_vectors("elastic", tmp_path / "exp", VOCAB)
+    assert back_ids == ids and np.array_equal(back.toarray(), m.toarray())
+    lines = (tmp_path / "exp" / "bulk.ndjson").read_text().splitlines()
+    sources = [json.loads(line) for line in lines[1::2]]
+    assert all("." not in key for s in sources for key in s["splade"])
+    q = random_matrix(1, len(VOCAB), density=0.5, seed=14)
+    body = elastic.query_body(q, VOCAB, field_type=field_type, keys=keys)
+    scores = [_es_score(body, s, "splade") for s in sources]
+    assert np.allclose(scores, (m @ q.T).toarray().ravel(), rtol=1e-6)
+    assert elastic.query_body(sp.csr_matrix((1, len(VOCAB))), VOCAB)["query"] == {"match_none": {}}
