@@ -1,0 +1,102 @@
+"""Seismic backend: results map to rows, scores are dot products, empty slots, recall vs exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spladekit.index.exact import exact_search
+from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams, recall_at_k
+
+pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
+
+
+def zipf_matrix(rows: int, cols: int, nnz: int, seed: int) -> sp.csr_matrix:
+    """Rows with ``nnz`` distinct columns drawn with Zipf-like frequencies, positive weights."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, cols + 1) ** 0.8
+    p /= p.sum()
+    data, indices, indptr = [], [], [0]
+    for _ in range(rows):
+        cols_i = np.sort(rng.choice(cols, size=nnz, replace=False, p=p))
+        indices.append(cols_i)
+        data.append(rng.gamma(2.0, 0.5, size=nnz).astype(np.float32))
+        indptr.append(indptr[-1] + nnz)
+    return sp.csr_matrix((np.concatenate(data), np.concatenate(indices), np.array(indptr)), shape=(rows, cols))
+
+
+def test_recall_at_k_by_hand():
+    exact = [[(1, 3.0), (2, 2.0)], [], [(5, 1.0)]]
+    approx = [[(2, 2.0), (9, 1.0)], [(4, 1.0)], [(5, 1.0)]]
+    assert recall_at_k(approx, exact, k=2) == pytest.approx((0.5 + 1.0) / 2)  # query 2 skipped: no truth
+
+
+def test_seismic_matches_exact_on_synthetic_vectors():
+    docs = zipf_matrix(1500, 400, 40, seed=1).toarray()
+    docs[7] = 0  # a document with no active term
+    docs[:, 399] = 0  # a term no document has
+    docs = sp.csr_matrix(docs)
+    queries = zipf_matrix(40, 400, 15, seed=2).toarray()
+    queries[3] = 0  # an empty query
+    queries[5] = 0
+    queries[5, 399] = 2.0  # a query that matches nothing
+    queries = sp.csr_matrix(queries)
+    searcher = SeismicSearcher(docs)
+    got = searcher.search(queries, k=10)
+    want = exact_search(queries, docs, k=10)
+    assert len(got) == 40 and got[3] == [] and got[5] == [] and want[5] == []
+    dense = docs.toarray()
+    for qi, hits in enumerate(got):
+        q = queries[qi].toarray().ravel()
+        for row, score in hits:  # every returned score is that document's dot product
+            assert score == pytest.approx(float(dense[row] @ q), rel=1e-2)
+        assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    assert recall_at_k(got, want, k=10) >= 0.95
+
+
+def test_seismic_merges_repeated_query_terms():
+    docs = sp.csr_matrix(np.array([[1.0, 0, 0], [0, 2.0, 0]], dtype=np.float32))
+    # row 0 given as column 0 twice (0.5 + 0.5): must score as 1.0 × 1.0, not 0.5
+    query = sp.csr_matrix((np.array([0.5, 0.5], np.float32), np.array([0, 0]), np.array([0, 2])), shape=(1, 3))
+    assert SeismicSearcher(docs).search(query, k=5) == [[(0, 1.0)]]
+
+
+def test_seismic_parameters_are_passed():
+    docs = zipf_matrix(300, 200, 30, seed=3)
+    queries = zipf_matrix(10, 200, 30, seed=4)
+    searcher = SeismicSearcher(docs, SeismicBuildParams(n_postings=20, summary_energy=0.1))
+    full = searcher.search(queries, k=10, params=SeismicSearchParams(query_cut=30, heap_factor=1.0))
+    cut = searcher.search(queries, k=10, params=SeismicSearchParams(query_cut=1, heap_factor=1.0))
+    exact = exact_search(queries, docs, k=10)
+    assert recall_at_k(cut, exact) < recall_at_k(full, exact)
+
+
+def _scifact_and_model():
+    from spladekit.data.resolve import shared_roots
+
+    for root in shared_roots():
+        data, model = root / "data" / "beir" / "scifact", root / "models" / "splade-tiny"
+        if data.is_dir() and model.is_dir():
+            return data, model
+    pytest.skip("shared SciFact + splade-tiny not found; set SPLADEKIT_SHARED")
+
+
+@pytest.mark.slow
+def test_seismic_recall_on_scifact_subset_with_real_checkpoint():
+    """200 SciFact documents (judged ones first, 128 tokens) and 50 test queries, default parameters.
+
+    The full-corpus measurement (5,183 documents, 300 queries) is in docs/serving.md.
+    """
+    from spladekit.data.beir import load_beir
+    from spladekit.model.encoder import SpladeEncoder
+
+    data, model = _scifact_and_model()
+    ds = load_beir(data, "test")
+    judged = [d for q in ds.qrels.values() for d in q]
+    ids = list(dict.fromkeys(judged + list(ds.corpus)))[:200]
+    encoder = SpladeEncoder.from_pretrained(str(model), head_impl="plain", batch_size=64, doc_max_length=128)
+    docs = encoder.encode_documents([ds.corpus[i] for i in ids])
+    queries = encoder.encode_queries(list(ds.queries.values())[:50])
+    got = SeismicSearcher(docs).search(queries, k=10)
+    assert recall_at_k(got, exact_search(queries, docs, k=10), k=10) >= 0.95
