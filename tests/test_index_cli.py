@@ -1,0 +1,159 @@
+"""`spladekit index / search / export / import` on a tiny random model, and the torchrun build."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from index_helpers import DOCS, QUERIES, make_beir, make_model, vocabulary
+from spladekit.cli import app
+from spladekit.data.resolve import sha256_file
+from spladekit.data.trec import read_run
+from spladekit.index.exact import exact_search
+from spladekit.index.io import content_hash, load_index, load_vocabulary
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return make_model(root / "model"), make_beir(root / "beir")
+
+
+@pytest.fixture(scope="module")
+def built(tiny, tmp_path_factory):
+    model, beir = tiny
+    out = tmp_path_factory.mktemp("idx") / "index"
+    result = CliRunner().invoke(app, ["index", "--model", str(model), "--data", str(beir), "--out", str(out), "--batch-size", "4", "--head-impl", "plain"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def encoder(model):
+    from spladekit.model.encoder import SpladeEncoder
+
+    return SpladeEncoder.from_pretrained(str(model), head_impl="plain")
+
+
+def test_index_folder_contents(tiny, built):
+    model, _ = tiny
+    vectors, ids, meta = load_index(built)
+    assert ids == [f"d{i}" for i in range(len(DOCS))]
+    assert load_vocabulary(built) == vocabulary()
+    assert meta["model_revision"] == "sha256:" + sha256_file(model / "model.safetensors")
+    # max lengths come from the model's spladekit.json (16 / 32), not the library defaults
+    assert (meta["query_max_length"], meta["doc_max_length"]) == (16, 32)
+    assert meta["truncated_docs"] == 1  # DOCS[5] is 6 × 7 words > 32 tokens
+    assert meta["content_hash"] == content_hash(vectors, ids)
+    assert not any(p.name.startswith(".index") for p in built.parent.iterdir())  # no temporary leftovers
+
+
+def test_same_text_same_vector_api_cli_and_round_trip(tiny, built, tmp_path):
+    model, _ = tiny
+    enc = encoder(model)
+    api = enc.encode_documents(DOCS)
+    vectors, _, _ = load_index(built)
+    assert np.allclose(vectors.toarray(), api.toarray(), atol=1e-6)
+    long_untruncated = enc.encode([DOCS[5]], max_length=256)
+    assert not np.allclose(long_untruncated.toarray(), vectors[5].toarray(), atol=1e-3)  # 32 was applied
+    runner = CliRunner()
+    for fmt, tol in (("anserini", 0.5 / 1000 + 1e-6), ("seismic", 0.0), ("qdrant", 0.0), ("elastic", 0.0)):
+        exp, back = tmp_path / f"exp-{fmt}", tmp_path / f"back-{fmt}"
+        r = runner.invoke(app, ["export", "--index", str(built), "--format", fmt, "--out", str(exp), "--scale", "1000"])
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(app, ["import", "--input", str(exp), "--format", fmt, "--like", str(built), "--out", str(back)])
+        assert r.exit_code == 0, r.output
+        imported, ids, meta = load_index(back)
+        assert ids == [f"d{i}" for i in range(len(DOCS))] and meta["doc_max_length"] == 32
+        assert np.abs(imported.toarray() - vectors.toarray()).max() <= tol  # vs the index: float formats exact
+
+
+def test_search_exact_and_seismic(tiny, built, tmp_path):
+    model, beir = tiny
+    enc = encoder(model)
+    q = enc.encode_queries(list(QUERIES.values()))
+    want = exact_search(q, enc.encode_documents(DOCS), k=5)
+    runner = CliRunner()
+    for backend in ("exact", "seismic"):
+        out = tmp_path / f"{backend}.trec"
+        args = ["search", "--index", str(built), "--queries", str(beir / "queries.tsv"), "--k", "5", "--out", str(out), "--backend", backend]
+        r = runner.invoke(app, args + (["--recall-k", "3"] if backend == "seismic" else []))
+        assert r.exit_code == 0, r.output
+        run = read_run(out)
+        for qid, hits in zip(QUERIES, want):
+            got = sorted(run[qid].items(), key=lambda kv: -kv[1])
+            assert [d for d, _ in got] == [f"d{i}" for i, _ in hits]
+            assert np.allclose([s for _, s in got], [s for _, s in hits], rtol=1e-4)
+    assert json.loads((tmp_path / "seismic.trec.recall.json").read_text())["recall@3"] == 1.0
+
+
+def test_export_queries_then_import_then_reexport(tiny, built, tmp_path):
+    model, beir = tiny
+    runner = CliRunner()
+    r = runner.invoke(app, ["export", "--index", str(built), "--format", "anserini-queries", "--queries", str(beir / "queries.tsv"), "--out", str(tmp_path / "q"), "--scale", "100"])
+    assert r.exit_code == 0, r.output
+    q = encoder(model).encode_queries(list(QUERIES.values()))
+    r = runner.invoke(app, ["import", "--input", str(tmp_path / "q"), "--format", "anserini-queries", "--model", str(model), "--out", str(tmp_path / "qi")])
+    assert r.exit_code == 0, r.output
+    imported, ids, _ = load_index(tmp_path / "qi")
+    assert ids == list(QUERIES) and np.abs(imported.toarray() - q.toarray()).max() <= 0.5 / 100 + 1e-6
+    r = runner.invoke(app, ["export", "--index", str(tmp_path / "qi"), "--format", "anserini-queries", "--out", str(tmp_path / "q2"), "--scale", "100"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "q2" / "queries.tsv").read_text() == (tmp_path / "q" / "queries.tsv").read_text()
+
+
+def test_bad_inputs_give_clear_errors(tiny, built, tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("q1\tprotein notatoken\n")
+    r = CliRunner().invoke(app, ["import", "--input", str(bad), "--format", "anserini-queries", "--like", str(built), "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "line 1" in r.output and "notatoken" in r.output
+    r = CliRunner().invoke(app, ["search", "--index", str(built), "--queries", str(bad), "--out", str(tmp_path / "r"), "--backend", "annoy"])
+    assert r.exit_code == 2 and "backend" in r.output
+
+
+def _run(cmd, env, timeout):
+    """Run in a new session; on timeout kill the whole group (torchrun's workers too)."""
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
+    model, beir = tiny
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    common = ["-m", "spladekit", "index", "--model", str(model), "--data", str(beir), "--batch-size", "2", "--head-impl", "plain"]
+    import torch
+
+    from spladekit.index.shard import IndexConfig, build_index
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as torchrun's workers (OMP_NUM_THREADS=1): same kernels, same bits
+    try:
+        build_index(IndexConfig(model=str(model), data=str(beir), out=str(tmp_path / "one"), batch_size=2, head_impl="plain"))
+    finally:
+        torch.set_num_threads(threads)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    two = _run([*launcher, *common, "--out", str(tmp_path / "two")], env, timeout=180)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, ids_a, meta_a = load_index(tmp_path / "one")
+    b, ids_b, meta_b = load_index(tmp_path / "two")
+    assert meta_b["world_size"] == 2 and meta_a["world_size"] == 1
+    assert ids_a == ids_b and meta_a["truncated_docs"] == meta_b["truncated_docs"]
+    assert meta_a["content_hash"] == meta_b["content_hash"]  # identical vectors, bit for bit
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]  # shards removed
