@@ -12,6 +12,9 @@ from spladekit.evaluate.efficiency import efficiency_stats, flops
 from spladekit.evaluate.compare import compare_runs
 from spladekit.evaluate.metrics import EvalConventions, evaluate
 from spladekit.index.exact import exact_search
+from spladekit.index.export import export_index, import_vectors
+from spladekit.index.io import load_index, save_index
+from spladekit.index.shard import IndexConfig, build_index
 from spladekit.model.calibrate import calibrated_factor, diagnose_mlm_head, rescale_mlm_head
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.model.heads import find_mlm_head
@@ -31,6 +34,12 @@ __all__ = [
     "read_run",
     "write_run",
     "exact_search",
+    "IndexConfig",
+    "build_index",
+    "save_index",
+    "load_index",
+    "export_index",
+    "import_vectors",
     "evaluate",
     "EvalConventions",
     "compare_runs",

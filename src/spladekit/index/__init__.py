@@ -1,5 +1,7 @@
-"""Stage 5: sparse vectors → posting lists → ranked results (exact search, BM25 baseline)."""
+"""Stage 5: sparse vectors → index folders → ranked results (exact search, Seismic, BM25 baseline),
+and exports to serving engines (:mod:`spladekit.index.formats`)."""
 
 from spladekit.index.exact import exact_search, results_to_run
+from spladekit.index.io import load_index, load_vocabulary, save_index
 
-__all__ = ["exact_search", "results_to_run"]
+__all__ = ["exact_search", "results_to_run", "save_index", "load_index", "load_vocabulary"]
