@@ -243,3 +243,23 @@ def test_elastic_bulk_round_trip_and_query_scores_dot_product(tmp_path, keys, fi
     scores = [_es_score(body, s, "splade") for s in sources]
     assert np.allclose(scores, (m @ q.T).toarray().ravel(), rtol=1e-6)
     assert elastic.query_body(sp.csr_matrix((1, len(VOCAB))), VOCAB)["query"] == {"match_none": {}}
+
+
+# ------------------------------------------------------------------ index folder
+def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
+    from spladekit.index.io import content_hash, load_index, load_vocabulary, save_index
+
+    raw = sp.csr_matrix((np.array([1.0, 2.0, 0.5, 0.0], np.float32), np.array([4, 1, 4, 2]), np.array([0, 4])), shape=(1, 6))
+    save_index(tmp_path / "i", raw, ["d"], {"model": "m"}, vocabulary=list("abcdef"))
+    m, ids, meta = load_index(tmp_path / "i")
+    assert m.indices.tolist() == [1, 4] and m.data.tolist() == [2.0, 1.5] and meta["nnz"] == 2
+    assert load_vocabulary(tmp_path / "i") == list("abcdef")
+    with pytest.raises(ValueError, match="vocabulary"):
+        save_index(tmp_path / "j", raw, ["d"], {}, vocabulary=["a"])
+    # a folder written before vocab.json existed (no vocab.json) still loads
+    (tmp_path / "i" / "vocab.json").unlink()
+    assert load_vocabulary(tmp_path / "i") is None and load_index(tmp_path / "i")[2]["content_hash"] == content_hash(m, ids)
+    # a tampered folder is refused
+    sp.save_npz(tmp_path / "i" / "vectors.npz", sp.csr_matrix(np.array([[0, 9.0, 0, 0, 1.5, 0]], np.float32)))
+    with pytest.raises(DataFormatError, match="content hash"):
+        load_index(tmp_path / "i")

@@ -55,6 +55,8 @@ def save_index(
         matrix: ``[D, V]`` document vectors.
         doc_ids: D document ids, row order.
         metadata: written to ``index.json`` (counts and the content hash are added).
+            The matrix is stored canonically: sorted columns, repeated columns summed, explicit
+            zeros removed (rule of :mod:`spladekit.index.formats`).
         vocabulary: V token strings (column order), written to ``vocab.json`` when given.
 
     Raises:
@@ -71,7 +73,9 @@ def save_index(
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        matrix = sp.csr_matrix(matrix, dtype=np.float32)
+        matrix = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
+        matrix.sum_duplicates()  # repeated columns of a row are summed (the dot product is linear)
+        matrix.eliminate_zeros()
         sp.save_npz(tmp / "vectors.npz", matrix)
         write_json(tmp / "doc_ids.json", list(doc_ids))
         if vocabulary is not None:
