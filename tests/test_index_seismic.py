@@ -100,3 +100,14 @@ def test_seismic_recall_on_scifact_subset_with_real_checkpoint():
     queries = encoder.encode_queries(list(ds.queries.values())[:50])
     got = SeismicSearcher(docs).search(queries, k=10)
     assert recall_at_k(got, exact_search(queries, docs, k=10), k=10) >= 0.95
+
+
+def test_seismic_ties_follow_exact_rule_with_doc_ids():
+    docs = sp.csr_matrix(np.array([[1.0, 0], [1.0, 0], [2.0, 0], [1.0, 0]], dtype=np.float32))
+    query = sp.csr_matrix(np.array([[1.0, 0]], dtype=np.float32))
+    ids = ["z", "b", "m", "a"]
+    # (which documents tied at the k-th score come back is Seismic's choice; their order is ours)
+    got = SeismicSearcher(docs).search(query, k=4, doc_ids=ids)
+    assert got == [[(2, 2.0), (3, 1.0), (1, 1.0), (0, 1.0)]]  # 2.0 first, then ties by id: a, b, z
+    assert got == exact_search(query, docs, k=4, doc_ids=ids)
+    assert SeismicSearcher(docs).search(query, k=4) == [[(2, 2.0), (0, 1.0), (1, 1.0), (3, 1.0)]]  # by row

@@ -100,6 +100,7 @@ def search(
             build=SeismicBuildParams(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction),
             params=SeismicSearchParams(query_cut=query_cut, heap_factor=heap_factor),
             recall_k=[recall_k] if recall_k and backend == "seismic" else [],
+            doc_ids=doc_ids,
         )
         write_run(results_to_run(outcome.results, list(topics), doc_ids), out)
         if outcome.recall:

@@ -53,8 +53,12 @@ def search_vectors(
     build: SeismicBuildParams | None = None,
     params: SeismicSearchParams | None = None,
     recall_k: Sequence[int] = (),
+    doc_ids: Sequence[str] | None = None,
 ) -> SearchOutcome:
     """Top-``k`` search with ``backend``; optionally the recall of its top-``r`` against exact top-``r``.
+
+    ``doc_ids`` (one per document row) makes ties follow document id ascending on every backend,
+    the rule of :func:`spladekit.index.exact.exact_search`.
 
     Raises:
         ValueError: unknown backend, vocabulary mismatch, ``k`` < 1.
@@ -62,12 +66,12 @@ def search_vectors(
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "exact":
-        return SearchOutcome(exact_search(queries, docs, k=k))
+        return SearchOutcome(exact_search(queries, docs, k=k, doc_ids=doc_ids))
     searcher = SeismicSearcher(docs, build)
-    results = searcher.search(queries, k=k, params=params)
+    results = searcher.search(queries, k=k, params=params, doc_ids=doc_ids)
     recall = {}
     for r in recall_k:
-        truth = exact_search(queries, docs, k=r)
-        approx = results if r <= k else searcher.search(queries, k=r, params=params)
+        truth = exact_search(queries, docs, k=r, doc_ids=doc_ids)
+        approx = results if r <= k else searcher.search(queries, k=r, params=params, doc_ids=doc_ids)
         recall[f"recall@{r}"] = recall_at_k([a[:r] for a in approx], truth, k=r)
     return SearchOutcome(results, recall)

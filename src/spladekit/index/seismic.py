@@ -8,8 +8,9 @@ repeated columns summed): Seismic itself keeps only one of two equal query compo
 would mis-score an un-merged query.
 
 Results follow :func:`spladekit.index.exact.exact_search`: per query ``(row, score)`` pairs,
-score descending then row ascending, scores > 0 only; a query with no active term, or none that
-any document has, gets ``[]`` in its own slot.
+score descending then row ascending (document id ascending when ``doc_ids`` are given), scores > 0 only; a query with no active term, or none that
+any document has, gets ``[]`` in its own slot. Which of several documents tied at the k-th score
+Seismic returns is Seismic's choice; the order of what it returns follows the rule above.
 """
 
 from __future__ import annotations
@@ -66,6 +67,21 @@ class SeismicSearchParams:
     n_knn: int = 0
     sorted: bool = True
     num_threads: int = 0
+
+
+def tie_ranks(doc_ids: Sequence[str] | None, num_docs: int) -> np.ndarray:
+    """Rank of each row in the tie-break order: document id ascending (``doc_ids``) or row.
+
+    Raises:
+        ValueError: ``doc_ids`` has the wrong length.
+    """
+    if doc_ids is None:
+        return np.arange(num_docs)
+    if len(doc_ids) != num_docs:
+        raise ValueError(f"{len(doc_ids)} document ids for {num_docs} document vectors")
+    ranks = np.empty(num_docs, dtype=np.int64)
+    ranks[np.argsort(np.asarray(doc_ids, dtype=object), kind="stable")] = np.arange(num_docs)
+    return ranks
 
 
 @contextlib.contextmanager
@@ -127,12 +143,18 @@ class SeismicSearcher:
                 nknn=p.nknn,
             )
 
-    def search(self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None) -> list[list[tuple[int, float]]]:
+    def search(
+        self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None
+    ) -> list[list[tuple[int, float]]]:
         """Approximate top-``k`` dot-product search of each ``[Q, V]`` query row.
 
+        Args:
+            doc_ids: when given, ties are listed by document id ascending (the exact-search rule).
+
         Raises:
-            ValueError: vocabulary mismatch or ``k`` < 1.
+            ValueError: vocabulary mismatch, ``k`` < 1, or ``doc_ids`` of the wrong length.
         """
+        ranks = tie_ranks(doc_ids, self.num_docs)
         if queries.shape[1] != self.vocab_size:
             raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}")
         if k < 1:
@@ -159,7 +181,7 @@ class SeismicSearcher:
                 continue
             slot = int(hit_list[0][0])
             pairs = [(int(doc), float(score)) for _, score, doc in hit_list if score > 0]
-            results[slot] = sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:k]
+            results[slot] = sorted(pairs, key=lambda pair: (-pair[1], ranks[pair[0]]))[:k]
         return results
 
 

@@ -99,13 +99,19 @@ def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str],
         client.upsert(collection, points=points)
 
 
-def search(client, collection: str, queries: sp.spmatrix, k: int = 10, vector_name: str = DEFAULT_VECTOR_NAME) -> list[list[tuple[int, float]]]:
+def search(
+    client, collection: str, queries: sp.spmatrix, k: int = 10, vector_name: str = DEFAULT_VECTOR_NAME, doc_ids: Sequence[str] | None = None
+) -> list[list[tuple[int, float]]]:
     """Query ``collection`` with each row of ``queries``; ``(row, score)`` lists like ``exact_search``.
 
     A query with no active term returns ``[]`` without calling Qdrant. Hits with score ≤ 0 are
-    dropped and ties are ordered by row, the exact-search rule.
+    dropped and ties are ordered by row (by document id with ``doc_ids``), the exact-search rule.
+    Note that which of several documents tied at the k-th score Qdrant returns is its own choice.
     """
     from qdrant_client import models
+
+    order = {d: r for r, d in enumerate(sorted(doc_ids))} if doc_ids is not None else None
+    rank = (lambda row: order[doc_ids[row]]) if order is not None else (lambda row: row)
 
     results = []
     for vec in to_sparse_vectors(queries):
@@ -113,6 +119,6 @@ def search(client, collection: str, queries: sp.spmatrix, k: int = 10, vector_na
             results.append([])
             continue
         hits = client.query_points(collection, query=models.SparseVector(**vec), using=vector_name, limit=k).points
-        pairs = sorted(((int(h.id), float(h.score)) for h in hits if h.score > 0), key=lambda p: (-p[1], p[0]))
+        pairs = sorted(((int(h.id), float(h.score)) for h in hits if h.score > 0), key=lambda p: (-p[1], rank(p[0])))
         results.append(pairs)
     return results
