@@ -93,6 +93,8 @@ def test_search_exact_and_seismic(tiny, built, tmp_path):
             assert [d for d, _ in got] == [f"d{i}" for i, _ in hits]
             assert np.allclose([s for _, s in got], [s for _, s in hits], rtol=1e-4)
     assert json.loads((tmp_path / "seismic.trec.recall.json").read_text())["recall@3"] == 1.0
+    settings = json.loads((tmp_path / "seismic.trec.config.json").read_text())
+    assert settings["backend"] == "seismic" and settings["query_max_length"] == 16 and settings["query_cut"] == 20
 
 
 def test_export_queries_then_import_then_reexport(tiny, built, tmp_path):

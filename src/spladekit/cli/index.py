@@ -72,7 +72,7 @@ def search(
     centroid_fraction: float = typer.Option(0.1, help="seismic: blocks per posting list (fraction)"),
     recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
 ):
-    """Search an index with queries; write a TREC run (exact dot product, or Seismic)."""
+    """Search an index with queries; write a TREC run (exact dot product, or Seismic) and RUN.config.json."""
     from spladekit.data.beir import load_beir
     from spladekit.data.trec import write_run
     from spladekit.data.tsv import read_tsv
@@ -103,8 +103,15 @@ def search(
             doc_ids=doc_ids,
         )
         write_run(results_to_run(outcome.results, list(topics), doc_ids), out)
+        settings = dict(
+            index=str(index), index_hash=meta.get("content_hash"), queries=str(queries or f"{data}:{split}"), num_queries=len(topics),
+            model=model or meta.get("model"), query_max_length=meta.get("query_max_length"), k=k, backend=backend,
+        )
+        if backend == "seismic":
+            settings.update(query_cut=query_cut, heap_factor=heap_factor, n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction)
+        write_json(Path(str(out) + ".config.json"), settings)
         if outcome.recall:
-            write_json(Path(str(out) + ".recall.json"), dict(outcome.recall, backend=backend, query_cut=query_cut, heap_factor=heap_factor, n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction, queries=len(topics)))
+            write_json(Path(str(out) + ".recall.json"), dict(outcome.recall, **settings))
             typer.echo(json.dumps(outcome.recall))
     except (SpladekitError, ValueError) as exc:
         _fail(exc)
