@@ -159,8 +159,19 @@ def build_index(config: IndexConfig, show_progress: bool = False) -> Path | None
         corpus = read_corpus(_find(folder, "corpus"))
         doc_ids, texts = list(corpus), list(corpus.values())
         location = resolve_model(config.model)
+        device = None  # SpladeEncoder's default: CUDA when available, else CPU
+        if world > 1:
+            import torch
+
+            if torch.cuda.is_available():  # one GPU per rank (torchrun's LOCAL_RANK)
+                device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
         encoder = SpladeEncoder.from_pretrained(
-            location, doc_max_length=config.doc_max_length, doc_top_k=config.doc_top_k, batch_size=config.batch_size, head_impl=config.head_impl
+            location,
+            doc_max_length=config.doc_max_length,
+            doc_top_k=config.doc_top_k,
+            batch_size=config.batch_size,
+            head_impl=config.head_impl,
+            device=device,
         )
         batches = shard_batches([len(t) for t in texts], config.batch_size, rank, world)
         vectors, rows, truncated = encode_shard(encoder, texts, batches, show_progress=show_progress and rank == 0)
