@@ -1,0 +1,270 @@
+"""The fused SPLADE head: SPLADE max pooling without a ``[B, L, V]`` tensor.
+
+SPLADE (Formal et al., "SPLADE v2", arXiv 2109.10086, eq. 2) reads the MLM logits
+``logit[b, t, j] = h[b, t] · W_j + b_j`` and pools
+
+    w[b, j] = max_{t : mask[b, t] = 1} log(1 + ReLU(logit[b, t, j]))
+            = log(1 + ReLU(m[b, j])),   m[b, j] = max_{t : mask[b, t] = 1} logit[b, t, j]
+
+(``log1p ∘ ReLU`` is non-decreasing, so the max moves inside). The plain head
+(:func:`spladekit.model.pooling.plain_splade_head`) materialises all logits, their masked float32
+copy and, in training, their gradient: O(B·L·V) memory. This head keeps only what the output and
+its gradient need:
+
+Forward
+    the masked max ``m`` ``[B, V]`` (float32) and its position ``t*[b, j]`` ``[B, V]`` (int32),
+    computed over vocabulary chunks (chunked torch, any device) or by a Triton kernel that fuses the
+    matmul with the masked-max epilogue (:mod:`spladekit.model.triton_head`, CUDA).
+
+Backward
+    ``∂w/∂m = 1/(1 + m)`` where ``m > 0`` and 0 elsewhere (ReLU's derivative at 0 is 0, as in
+    torch). Only the *active* entries (``m > 0``, non-zero incoming gradient) carry gradient, and
+    each reaches exactly one logit, ``logit[b, t*, j]``. With ``g = grad_w[b, j] / (1 + m[b, j])``:
+
+        dW_j        += g · h[b, t*]
+        dh[b, t*]   += g · W_j
+        db_j        += g
+
+    done with gathers and ``index_add_`` over the nnz active entries, so the cost is O(nnz·H), not
+    O(B·L·V·H). Accumulation is in float32; gradients are cast to the input dtypes.
+
+Ties: when several positions reach the maximum, the gradient goes to the first (lowest ``t``),
+which is what ``torch.max(dim=...)`` documents and what the Triton kernel does.
+
+Mixed precision: under ``torch.autocast`` the hidden states, weight and bias are cast to the
+autocast dtype before the head, exactly as ``F.linear`` would in the plain head (so the cast's
+gradient flows back to the float32 parameters through autograd).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+#: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized).
+CHUNK_BUDGET_BYTES = {"cuda": 512 * 2**20, "cpu": 8 * 2**20}
+#: Active entries processed per backward step (bounds the ``[n, H]`` gather buffers).
+BACKWARD_CHUNK = 1 << 16
+
+_BACKENDS = ("auto", "torch", "triton")
+
+
+def _chunk_size(batch: int, length: int, vocab: int, element_bytes: int, device_type: str) -> int:
+    """Vocabulary columns per chunk so that a ``[B, L, Vc]`` logits chunk fits the budget."""
+    budget = CHUNK_BUDGET_BYTES.get(device_type, CHUNK_BUDGET_BYTES["cuda"])
+    cols = budget // max(1, batch * length * element_bytes)
+    cols = max(64, (cols // 64) * 64)
+    return int(min(vocab, cols))
+
+
+def _token_span(attention_mask: torch.Tensor) -> tuple[int, int]:
+    """First and one-past-last column that holds a real token in any row (for trimming padding)."""
+    any_real = attention_mask.to(torch.bool).any(dim=0)
+    if not bool(any_real.any()):
+        return 0, 0
+    idx = torch.nonzero(any_real).flatten()
+    return int(idx[0]), int(idx[-1]) + 1
+
+
+def _torch_masked_max(
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    with_argmax: bool,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Masked max of the logits over positions, computed over vocabulary chunks (pure torch).
+
+    Args:
+        hidden: ``[B, L, H]``; weight ``[V, H]``; bias ``[V]`` or None, all of one dtype.
+        attention_mask: ``[B, L]`` (non-zero = real token).
+        with_argmax: also return the position of each max.
+        chunk: vocabulary columns per chunk (None: from :data:`CHUNK_BUDGET_BYTES`).
+
+    Returns:
+        ``m`` ``[B, V]`` float32 (``-inf`` for a row without real tokens) and, when asked,
+        ``t*`` ``[B, V]`` int32 (first position of the max; 0 for a row without real tokens).
+        Logits are rounded to the input dtype before the max, as in the plain head.
+    """
+    batch, _, _ = hidden.shape
+    vocab = weight.shape[0]
+    start, end = _token_span(attention_mask)
+    maxval = torch.full((batch, vocab), float("-inf"), dtype=torch.float32, device=hidden.device)
+    argmax = torch.zeros((batch, vocab), dtype=torch.int32, device=hidden.device) if with_argmax else None
+    if end == start:
+        return maxval, argmax
+    h = hidden[:, start:end]
+    pad = ~attention_mask[:, start:end].to(torch.bool).unsqueeze(-1)  # [B, L', 1]
+    has_pad = bool(pad.any())
+    length = end - start
+    chunk = chunk or _chunk_size(batch, length, vocab, h.element_size(), h.device.type)
+    for lo in range(0, vocab, chunk):
+        hi = min(vocab, lo + chunk)
+        logits = torch.nn.functional.linear(h, weight[lo:hi], None if bias is None else bias[lo:hi])
+        if has_pad:
+            logits.masked_fill_(pad, float("-inf"))
+        if with_argmax:
+            values, index = logits.max(dim=1)
+            argmax[:, lo:hi] = index.to(torch.int32) + start
+        else:
+            values = logits.amax(dim=1)
+        maxval[:, lo:hi] = values
+    return maxval, argmax
+
+
+def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend: str):
+    """Dispatch the forward to the Triton kernel or the chunked-torch path (see :func:`fused_splade_head`)."""
+    if backend == "triton" or (backend == "auto" and hidden.is_cuda and _triton_ok()):
+        from spladekit.model.triton_head import triton_masked_max
+
+        return triton_masked_max(hidden, attention_mask, weight, bias, with_argmax=with_argmax)
+    return _torch_masked_max(hidden, attention_mask, weight, bias, with_argmax)
+
+
+def _triton_ok() -> bool:
+    """Whether the Triton kernel can be used for CUDA tensors (importable, not disabled)."""
+    if os.environ.get("SPLADEKIT_NO_TRITON", "") not in ("", "0"):
+        return False
+    try:
+        from spladekit.model import triton_head  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def sparse_head_backward(
+    grad_w: torch.Tensor,
+    maxval: torch.Tensor,
+    argmax: torch.Tensor,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    need: tuple[bool, bool, bool],
+    chunk: int = BACKWARD_CHUNK,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Gradients of the fused head through its active entries only (module docstring, "Backward").
+
+    Args:
+        grad_w: ``[B, V]`` gradient of the loss w.r.t. the SPLADE weights.
+        maxval: ``[B, V]`` float32 masked max of the logits; argmax ``[B, V]`` its position.
+        hidden: ``[B, L, H]``; weight ``[V, H]``.
+        need: whether the gradients of (hidden, weight, bias) are wanted.
+        chunk: active entries per gather step.
+
+    Returns:
+        ``(d hidden [B, L, H], d weight [V, H], d bias [V] float32)`` (None where not needed), float32.
+        Cost O(nnz·H) with nnz = number of active entries with a non-zero gradient.
+    """
+    batch, length, dim = hidden.shape
+    vocab = weight.shape[0]
+    scale = grad_w.float() / (1.0 + maxval.clamp_min(0.0))
+    scale = torch.where(maxval > 0, scale, torch.zeros_like(scale))
+    rows, cols = torch.nonzero(scale, as_tuple=True)
+    g = scale[rows, cols]
+    positions = rows * length + argmax[rows, cols].long()  # row of hidden.view(B*L, H)
+    need_h, need_w, need_b = need
+    d_hidden = torch.zeros(batch * length, dim, dtype=torch.float32, device=hidden.device) if need_h else None
+    d_weight = torch.zeros(vocab, dim, dtype=torch.float32, device=hidden.device) if need_w else None
+    d_bias = torch.zeros(vocab, dtype=torch.float32, device=hidden.device) if need_b else None
+    flat_h = hidden.reshape(batch * length, dim)
+    for lo in range(0, g.numel(), chunk):
+        gi, ci, pi = g[lo : lo + chunk], cols[lo : lo + chunk], positions[lo : lo + chunk]
+        if need_h:
+            d_hidden.index_add_(0, pi, weight.index_select(0, ci).float() * gi[:, None])
+        if need_w:
+            d_weight.index_add_(0, ci, flat_h.index_select(0, pi).float() * gi[:, None])
+    if need_b:
+        d_bias.index_add_(0, cols, g)
+    return (None if d_hidden is None else d_hidden.view(batch, length, dim)), d_weight, d_bias
+
+
+class FusedSpladeHead(torch.autograd.Function):
+    """Autograd function of the fused head; use :func:`fused_splade_head`.
+
+    ``forward(hidden, attention_mask, weight, bias, backend) → [B, V] float32``. Saves ``hidden``,
+    ``weight`` (references, no copies), ``m`` and ``t*`` (``[B, V]`` each) for the backward.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, attention_mask, weight, bias, backend):
+        maxval, argmax = _masked_max(hidden, attention_mask, weight, bias, True, backend)
+        ctx.save_for_backward(hidden, weight, maxval, argmax)
+        ctx.has_bias = bias is not None
+        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return torch.log1p(maxval.clamp_min(0.0))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_w):
+        hidden, weight, maxval, argmax = ctx.saved_tensors
+        need_h, _, need_w, need_b, _ = ctx.needs_input_grad
+        d_h, d_w, d_b = sparse_head_backward(
+            grad_w, maxval, argmax, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
+        )
+        h_dtype, w_dtype, b_dtype = ctx.dtypes
+        return (
+            None if d_h is None else d_h.to(h_dtype),
+            None,
+            None if d_w is None else d_w.to(w_dtype),
+            None if d_b is None else d_b.to(b_dtype),
+            None,
+        )
+
+
+def fused_splade_head(
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """SPLADE head ``w[b, j] = log(1 + ReLU(max_t h[b,t]·W_j + b_j))`` without ``[B, L, V]`` tensors.
+
+    Same contract as :func:`spladekit.model.pooling.plain_splade_head` (SPLADE v2, Formal et al.
+    2021, eq. 2; see the module docstring for the forward/backward scheme and the tie rule).
+
+    Args:
+        hidden: ``[B, L, H]`` transformed hidden states.
+        attention_mask: ``[B, L]``, non-zero for real tokens; padding never contributes and a row
+            without real tokens gives zeros.
+        weight: decoder weight ``[V, H]``.
+        bias: decoder bias ``[V]`` or None.
+        backend: ``"auto"`` (Triton kernel for CUDA tensors when triton imports and
+            ``SPLADEKIT_NO_TRITON`` is unset, chunked torch otherwise), ``"torch"`` or ``"triton"``
+            (CUDA tensors, or CPU tensors when ``TRITON_INTERPRET=1`` was set before triton's
+            import: Triton's interpreter, slow, for tests).
+
+    Returns:
+        ``[B, V]`` float32 weights ≥ 0. Memory: O(B·V) plus one logits chunk (forward) and
+        O(nnz·H) (backward).
+
+    Raises:
+        ValueError: shapes that do not agree, or an unknown backend.
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown fused-head backend {backend!r}; choose one of {_BACKENDS}")
+    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(f"hidden must be [B, L, H] and attention_mask [B, L]; got {tuple(hidden.shape)} and {tuple(attention_mask.shape)}")
+    if weight.dim() != 2 or weight.shape[1] != hidden.shape[2]:
+        raise ValueError(f"weight must be [V, H={hidden.shape[2]}]; got {tuple(weight.shape)}")
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"bias must be [V={weight.shape[0]}]; got {tuple(bias.shape)}")
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+    else:
+        dtype = torch.promote_types(hidden.dtype, weight.dtype)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+    with torch.autocast(device_type, enabled=False):
+        wants_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (hidden, weight, bias)
+        )
+        if not wants_grad:
+            maxval, _ = _masked_max(hidden, attention_mask, weight, bias, False, backend)
+            return torch.log1p(maxval.clamp_min(0.0))
+        return FusedSpladeHead.apply(hidden, attention_mask, weight, bias, backend)
