@@ -43,7 +43,7 @@ import os
 import torch
 
 #: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized).
-CHUNK_BUDGET_BYTES = {"cuda": 512 * 2**20, "cpu": 8 * 2**20}
+CHUNK_BUDGET_BYTES = {"cuda": 512 * 2**20, "cpu": 4 * 2**20}
 #: Active entries processed per backward step (bounds the ``[n, H]`` gather buffers).
 BACKWARD_CHUNK = 1 << 16
 
@@ -54,7 +54,7 @@ def _chunk_size(batch: int, length: int, vocab: int, element_bytes: int, device_
     """Vocabulary columns per chunk so that a ``[B, L, Vc]`` logits chunk fits the budget."""
     budget = CHUNK_BUDGET_BYTES.get(device_type, CHUNK_BUDGET_BYTES["cuda"])
     cols = budget // max(1, batch * length * element_bytes)
-    cols = max(64, (cols // 64) * 64)
+    cols = max(32, (cols // 32) * 32)
     return int(min(vocab, cols))
 
 
@@ -114,12 +114,56 @@ def _torch_masked_max(
     return maxval, argmax
 
 
+def _packed_masked_max(
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    with_argmax: bool,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The CPU path: :func:`_torch_masked_max` computed row by row on real tokens only.
+
+    Each row's real tokens are gathered into ``[n_b, H]``, so padding costs nothing, and each
+    vocabulary chunk's logits ``[n_b, Vc]`` are small enough to stay in cache
+    (:data:`CHUNK_BUDGET_BYTES`). Same returns and tie rule (first position) as
+    :func:`_torch_masked_max`.
+    """
+    batch, length, dim = hidden.shape
+    vocab = weight.shape[0]
+    real = attention_mask.to(torch.bool)
+    maxval = torch.full((batch, vocab), float("-inf"), dtype=torch.float32, device=hidden.device)
+    argmax = torch.zeros((batch, vocab), dtype=torch.int32, device=hidden.device) if with_argmax else None
+    counts = real.sum(dim=1)
+    longest = int(counts.max()) if batch else 0
+    if longest == 0:
+        return maxval, argmax
+    chunk = chunk or _chunk_size(1, longest, vocab, hidden.element_size(), hidden.device.type)
+    for row in range(batch):
+        if int(counts[row]) == 0:
+            continue
+        positions = torch.nonzero(real[row]).flatten()
+        tokens = hidden[row].index_select(0, positions)  # [n_b, H]
+        for lo in range(0, vocab, chunk):
+            hi = min(vocab, lo + chunk)
+            logits = torch.nn.functional.linear(tokens, weight[lo:hi], None if bias is None else bias[lo:hi])
+            if with_argmax:
+                values, index = logits.max(dim=0)
+                argmax[row, lo:hi] = positions[index].to(torch.int32)
+            else:
+                values = logits.amax(dim=0)
+            maxval[row, lo:hi] = values
+    return maxval, argmax
+
+
 def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend: str):
     """Dispatch the forward to the Triton kernel or the chunked-torch path (see :func:`fused_splade_head`)."""
     if backend == "triton" or (backend == "auto" and hidden.is_cuda and _triton_ok()):
         from spladekit.model.triton_head import triton_masked_max
 
         return triton_masked_max(hidden, attention_mask, weight, bias, with_argmax=with_argmax)
+    if hidden.device.type == "cpu":
+        return _packed_masked_max(hidden, attention_mask, weight, bias, with_argmax)
     return _torch_masked_max(hidden, attention_mask, weight, bias, with_argmax)
 
 

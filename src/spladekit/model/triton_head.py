@@ -16,7 +16,8 @@ within a tile, and a later tile replaces the running max only when strictly grea
 Precision: float32 inputs use IEEE float32 products (no TF32), as torch's default matmul does;
 bf16/fp16 inputs are multiplied in their dtype with float32 accumulation. Unlike the plain head,
 logits are not rounded to bf16 before the max (the result is the more exact one; differences are
-within bf16 rounding).
+within bf16 rounding). Under the interpreter, bf16 tiles are widened to float32 before the product
+(its bf16 emulation multiplies wrongly); on the GPU they are not.
 
 Importing this module raises ``ImportError`` when triton is missing. With ``TRITON_INTERPRET=1`` set
 before triton is first imported, the kernel runs in Triton's CPU interpreter on CPU tensors (slow;
@@ -53,6 +54,7 @@ def _splade_max_kernel(
     HAS_BIAS: tl.constexpr,
     WITH_ARGMAX: tl.constexpr,
     IEEE: tl.constexpr,
+    UPCAST: tl.constexpr,
     BLOCK_L: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -84,7 +86,9 @@ def _splade_max_kernel(
                 mask=h_ok[:, None] & v_ok[None, :],
                 other=0.0,
             )
-            if IEEE:
+            if UPCAST:  # Triton's interpreter multiplies bf16 wrongly: widen first (interpreter only)
+                acc = tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+            elif IEEE:
                 acc = tl.dot(a, w, acc, input_precision="ieee")
             else:
                 acc = tl.dot(a, w, acc)
@@ -178,6 +182,7 @@ def triton_masked_max(
         HAS_BIAS=bias is not None,
         WITH_ARGMAX=with_argmax,
         IEEE=hidden.dtype == torch.float32,
+        UPCAST=interpreting() and hidden.dtype == torch.bfloat16,
         **blocks,
     )
     return maxval, (argmax if with_argmax else None)

@@ -1,0 +1,255 @@
+"""The fused SPLADE head equals the plain head (values and gradients), on every path.
+
+The reference is :func:`spladekit.model.pooling.plain_splade_head` (full logits, then masked max),
+an independent computation; a second reference for the backward is built by hand from the formula
+(dense one-hot gradient of the max at the first maximal position).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import spladekit.model.fused as fused
+from spladekit.model.fused import fused_splade_head, sparse_head_backward
+from spladekit.model.pooling import plain_splade_head
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _inputs(seed=0, B=5, L=11, H=8, V=70, dtype=torch.float32, bias=True):
+    """Random head inputs with right/left padding, an empty row and all-negative columns."""
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, L, H, generator=gen, dtype=torch.float64)
+    weight = torch.randn(V, H, generator=gen, dtype=torch.float64)
+    b = torch.randn(V, generator=gen, dtype=torch.float64) if bias else None
+    if b is not None:
+        b[:7] = -100.0  # these columns are negative at every position: weight 0, no gradient
+    mask = torch.ones(B, L, dtype=torch.long)
+    mask[1, 6:] = 0  # right padding
+    mask[2, :4] = 0  # left padding
+    mask[3, :] = 0  # no real token at all
+    mask[4, 3:5] = 0  # a hole
+    cast = lambda t: None if t is None else t.to(dtype).requires_grad_(True)  # noqa: E731
+    return cast(hidden), mask, cast(weight), cast(b), torch.rand(B, V, generator=gen)
+
+
+def _value_and_grads(fn, hidden, mask, weight, bias, grad_out, **kw):
+    leaves = [t for t in (hidden, weight, bias) if t is not None]
+    for t in leaves:
+        t.grad = None
+    out = fn(hidden, mask, weight, bias, **kw)
+    (out * grad_out).sum().backward()
+    return out.detach(), [t.grad.clone() for t in leaves]
+
+
+def _close(a, b, rtol, atol=0.0):
+    torch.testing.assert_close(a.float(), b.float(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("path", ["packed", "chunked"])
+def test_float32_forward_and_gradients_equal_plain(monkeypatch, bias, path):
+    if path == "chunked":  # the CUDA fallback, forced on CPU, with several small vocabulary chunks
+        real = fused._torch_masked_max
+        monkeypatch.setattr(fused, "_packed_masked_max", lambda *a: real(*a, chunk=16))
+    else:
+        monkeypatch.setitem(fused.CHUNK_BUDGET_BYTES, "cpu", 11 * 8 * 4)  # 32-column chunks
+    h, m, w, b, g = _inputs(bias=bias)
+    ref, ref_grads = _value_and_grads(plain_splade_head, h, m, w, b, g)
+    out, grads = _value_and_grads(fused_splade_head, h, m, w, b, g, backend="torch")
+    assert out.dtype == torch.float32 and out.shape == (5, 70)
+    _close(out, ref, rtol=1e-5, atol=1e-7)
+    assert torch.all(out[3] == 0) and (not bias or torch.all(out[:, :7] == 0))
+    assert (ref > 0).any() and (ref == 0).any()  # both active and inactive entries are exercised
+    for got, want in zip(grads, ref_grads):
+        _close(got, want, rtol=1e-4, atol=1e-6)
+    if bias:
+        assert torch.all(grads[1][:7] == 0) and torch.all(grads[2][:7] == 0)
+    assert torch.all(grads[0][3] == 0) and torch.all(grads[0][1, 6:] == 0)  # padding gets nothing
+
+
+def test_backward_matches_hand_formula():
+    """d logit[b, t*, j] = g[b, j] / (1 + m[b, j]) on active entries, scattered densely by hand."""
+    h, m, w, b, g = _inputs(seed=3, dtype=torch.float64)
+    logits = (h @ w.T + b).detach().masked_fill(~m.bool()[..., None], float("-inf"))
+    maxval, argmax = logits.max(dim=1)
+    dense = torch.zeros_like(logits)
+    for bi in range(logits.shape[0]):
+        for j in range(logits.shape[2]):
+            if maxval[bi, j] > 0:
+                dense[bi, argmax[bi, j], j] = g[bi, j] / (1 + maxval[bi, j])
+    d_h, d_w, d_b = sparse_head_backward(
+        g, maxval.float(), argmax.int(), h.detach(), w.detach(), (True, True, True), chunk=7
+    )
+    _close(d_h, torch.einsum("blv,vh->blh", dense, w.detach()), rtol=1e-5, atol=1e-6)
+    _close(d_w, torch.einsum("blv,blh->vh", dense, h.detach()), rtol=1e-5, atol=1e-6)
+    _close(d_b, dense.sum(dim=(0, 1)), rtol=1e-5, atol=1e-6)
+
+
+def test_ties_first_position_and_gradient_mass():
+    """Duplicate positions tie exactly: same value; gradient goes to the first; total mass equal."""
+    h, m, w, b, g = _inputs(seed=5)
+    with torch.no_grad():
+        h[:, 7] = h[:, 5]  # positions 5, 7 and 9 hold the same state: every column ties between them
+        h[:, 9] = h[:, 5]
+    m[4, :] = 1
+    ref, (ref_h, ref_w, ref_b) = _value_and_grads(plain_splade_head, h, m, w, b, g)
+    out, (got_h, got_w, got_b) = _value_and_grads(fused_splade_head, h, m, w, b, g, backend="torch")
+    _close(out, ref, rtol=1e-5, atol=1e-7)
+    _close(got_h.sum(dim=1), ref_h.sum(dim=1), rtol=1e-4, atol=1e-6)  # mass per sequence
+    _close(got_w, ref_w, rtol=1e-4, atol=1e-6)  # tied states are equal, so dW and db do not depend on
+    _close(got_b, ref_b, rtol=1e-4, atol=1e-6)  # which of them receives the gradient
+    assert torch.all(got_h[:, 7] == 0) and torch.all(got_h[:, 9] == 0)  # first position wins
+    _, argmax = fused._packed_masked_max(h.detach(), m, w.detach(), b.detach(), True)
+    assert not torch.isin(argmax, torch.tensor([7, 9], dtype=torch.int32)).any()
+
+
+@pytest.mark.parametrize("mode", ["bf16-tensors", "autocast"])
+def test_bf16_within_bf16_tolerance(mode):
+    h, m, w, b, g = _inputs(seed=7, B=5, L=9, H=16, V=64)
+    if mode == "bf16-tensors":
+        h, w, b = (t.detach().to(torch.bfloat16).requires_grad_(True) for t in (h, w, b))
+        ref, ref_grads = _value_and_grads(plain_splade_head, h, m, w, b, g)
+        out, grads = _value_and_grads(fused_splade_head, h, m, w, b, g)
+        assert all(t.dtype == torch.bfloat16 for t in grads)
+    else:  # float32 parameters, bf16 compute, as in mixed-precision training
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ref, ref_grads = _value_and_grads(plain_splade_head, h, m, w, b, g)
+            out, grads = _value_and_grads(fused_splade_head, h, m, w, b, g)
+        assert all(t.dtype == torch.float32 for t in grads)
+    assert out.dtype == torch.float32
+    _close(out, ref, rtol=1.6e-2, atol=1e-2)
+    assert (ref > 0).sum() > 20
+    for got, want in zip(grads, ref_grads):
+        _close(got, want, rtol=3e-2, atol=3e-2)
+
+
+def test_no_grad_path_equals_grad_path_and_keeps_no_graph():
+    h, m, w, b, _ = _inputs(seed=9)
+    with torch.no_grad():
+        fast = fused_splade_head(h, m, w, b)
+    assert not fast.requires_grad
+    _close(fast, fused_splade_head(h, m, w, b).detach(), rtol=0, atol=0)
+
+
+def test_bad_input_raises():
+    h, m, w, b, _ = _inputs()
+    with pytest.raises(ValueError, match="backend"):
+        fused_splade_head(h, m, w, b, backend="cuda-magic")
+    with pytest.raises(ValueError, match="weight"):
+        fused_splade_head(h, m, w[:, :3], b)
+    with pytest.raises(ValueError, match="attention_mask"):
+        fused_splade_head(h, m[:, :4], w, b)
+    with pytest.raises(ValueError, match="bias"):
+        fused_splade_head(h, m, w, b[:5])
+
+
+# --------------------------------------------------------------------- the whole encoder
+def _tiny_encoder(tmp_path, head_impl):
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.splade import SpladeModel
+
+    words = "the a cat dog sat on mat sparse retrieval model query document vector term weight".split()
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words + [f"w{i}" for i in range(80)]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(str(tmp_path / "vocab.txt"), do_lower_case=True)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    mlm = BertForMaskedLM(config)
+    return SpladeEncoder(SpladeModel(mlm, head_impl), tokenizer, batch_size=3, device="cpu")
+
+
+def test_encoder_default_is_fused_and_vectors_equal_plain(tmp_path):
+    from spladekit.model.splade import SpladeModel, default_head_impl
+
+    assert default_head_impl() == "fused"
+    default = _tiny_encoder(tmp_path, None)
+    assert default.model.head_impl == "fused"
+    plain = _tiny_encoder(tmp_path, "plain")
+    texts = ["the cat sat on the mat", "sparse retrieval", "a query", "w1 w2 w3 w4 w5 w6 w7 w8 w9 document"]
+    a = default.encode(texts, max_length=16)
+    c = plain.encode(texts, max_length=16)
+    assert a.nnz > 0 and a.shape == c.shape == (4, default.vocab_size)
+    assert abs(a - c).max() <= 1e-5 * abs(c).max()
+    assert (a.indptr == c.indptr).all() and (a.indices == c.indices).all()
+
+    # training: gradients of every parameter agree (float32), the model forward as the trainer calls it
+    batch = default.tokenize(texts, 16)
+    grads = {}
+    for impl in ("fused", "plain"):
+        model = SpladeModel(_tiny_encoder(tmp_path, impl).model.mlm, impl).train()
+        model.zero_grad()
+        weights = model(batch["input_ids"], batch["attention_mask"])
+        (weights.sum(dim=1).pow(2).mean() + weights[0] @ weights[1]).backward()
+        grads[impl] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert grads["fused"].keys() == grads["plain"].keys() and len(grads["plain"]) > 5
+    for name, want in grads["plain"].items():
+        _close(grads["fused"][name], want, rtol=1e-4, atol=1e-6)
+
+
+# --------------------------------------------------------------------- Triton kernel (interpreter)
+_TRITON_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from spladekit.model.fused import fused_splade_head, _torch_masked_max
+    from spladekit.model.pooling import plain_splade_head
+    from spladekit.model.triton_head import triton_masked_max
+
+    gen = torch.Generator().manual_seed(0)
+    B, L, H, V = 4, 19, 20, 37  # not multiples of the 16-wide tiles: exercises the edge masks
+    h = torch.randn(B, L, H, generator=gen)
+    h[:, 12] = h[:, 3]  # ties between positions 3 and 12 (different L tiles)
+    w = torch.randn(V, H, generator=gen)
+    b = torch.randn(V, generator=gen)
+    b[:5] = -100.0
+    m = torch.ones(B, L, dtype=torch.long)
+    m[1, 10:] = 0; m[2, :] = 0; m[3, :5] = 0
+    mx, am = triton_masked_max(h, m, w, b)
+    rmx, ram = _torch_masked_max(h, m, w, b, True)
+    real = torch.isfinite(rmx)
+    torch.testing.assert_close(mx, rmx, rtol=1e-5, atol=1e-6)
+    assert torch.equal(am[real], ram[real]), "argmax differs"
+    assert (am[0] == 3).any() and not (am[0] == 12).any()  # ties: the first position wins
+    mx2, none = triton_masked_max(h, m, w, None, with_argmax=False)
+    torch.testing.assert_close(mx2, _torch_masked_max(h, m, w, None, False)[0], rtol=1e-5, atol=1e-6)
+    assert none is None
+    g = torch.rand(B, V, generator=gen)
+    res = {}
+    for name, fn, kw in (("plain", plain_splade_head, {}), ("triton", fused_splade_head, {"backend": "triton"})):
+        hh, ww, bb = (t.clone().requires_grad_(True) for t in (h, w, b))
+        out = fn(hh, m, ww, bb, **kw)
+        (out * g).sum().backward()
+        res[name] = (out.detach(), hh.grad, ww.grad, bb.grad)
+    torch.testing.assert_close(res["triton"][0], res["plain"][0], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(res["triton"][1].sum(1), res["plain"][1].sum(1), rtol=1e-4, atol=1e-6)
+    for a, c in zip(res["triton"][2:], res["plain"][2:]):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-6)
+    hb, wb, bbf = h[:2, :17].bfloat16(), w.bfloat16(), b.bfloat16()
+    mb = m[:2, :17]
+    torch.testing.assert_close(
+        fused_splade_head(hb, mb, wb, bbf, backend="triton"), plain_splade_head(hb, mb, wb, bbf), rtol=1.6e-2, atol=1e-2
+    )
+    print("TRITON-OK")
+    """
+)
+
+
+@pytest.mark.slow
+def test_triton_kernel_in_interpreter():
+    pytest.importorskip("triton", reason="triton is not installed: the Triton kernel cannot be checked")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and "TRITON-OK" in proc.stdout, proc.stdout + proc.stderr
