@@ -75,7 +75,8 @@ def test_float32_forward_and_gradients_equal_plain(monkeypatch, bias, path):
     assert torch.all(grads[0][3] == 0) and torch.all(grads[0][1, 6:] == 0)  # padding gets nothing
 
 
-def test_backward_matches_hand_formula():
+@pytest.mark.parametrize("method", ["csr", "index_add"])
+def test_backward_matches_hand_formula(method):
     """d logit[b, t*, j] = g[b, j] / (1 + m[b, j]) on active entries, scattered densely by hand."""
     h, m, w, b, g = _inputs(seed=3, dtype=torch.float64)
     logits = (h @ w.T + b).detach().masked_fill(~m.bool()[..., None], float("-inf"))
@@ -86,7 +87,7 @@ def test_backward_matches_hand_formula():
             if maxval[bi, j] > 0:
                 dense[bi, argmax[bi, j], j] = g[bi, j] / (1 + maxval[bi, j])
     d_h, d_w, d_b = sparse_head_backward(
-        g, maxval.float(), argmax.int(), h.detach(), w.detach(), (True, True, True), chunk=7
+        g, maxval.float(), argmax.int(), h.detach(), w.detach(), (True, True, True), chunk=7, method=method
     )
     _close(d_h, torch.einsum("blv,vh->blh", dense, w.detach()), rtol=1e-5, atol=1e-6)
     _close(d_w, torch.einsum("blv,blh->vh", dense, h.detach()), rtol=1e-5, atol=1e-6)
@@ -149,6 +150,9 @@ def test_bad_input_raises():
         fused_splade_head(h, m[:, :4], w, b)
     with pytest.raises(ValueError, match="bias"):
         fused_splade_head(h, m, w, b[:5])
+    with pytest.raises(ValueError, match="backward method"):
+        sparse_head_backward(torch.ones(5, 70), torch.ones(5, 70), torch.zeros(5, 70, dtype=torch.int32),
+                             h.detach(), w.detach(), (True, True, True), method="dense")
 
 
 # --------------------------------------------------------------------- the whole encoder

@@ -39,6 +39,7 @@ gradient flows back to the float32 parameters through autograd).
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
@@ -186,6 +187,7 @@ def sparse_head_backward(
     weight: torch.Tensor,
     need: tuple[bool, bool, bool],
     chunk: int = BACKWARD_CHUNK,
+    method: str | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """Gradients of the fused head through its active entries only (module docstring, "Backward").
 
@@ -194,7 +196,10 @@ def sparse_head_backward(
         maxval: ``[B, V]`` float32 masked max of the logits; argmax ``[B, V]`` its position.
         hidden: ``[B, L, H]``; weight ``[V, H]``.
         need: whether the gradients of (hidden, weight, bias) are wanted.
-        chunk: active entries per gather step.
+        chunk: active entries per gather step (``index_add`` method).
+        method: ``"csr"`` (default; the active entries as a sparse CSR matrix ``G`` ``[B·L, V]``,
+            ``dh = G @ W`` and ``dW = Gᵀ @ h`` by sparse-dense products) or ``"index_add"``
+            (gather rows, scale, ``index_add_``); None reads ``SPLADEKIT_FUSED_BACKWARD``.
 
     Returns:
         ``(d hidden [B, L, H], d weight [V, H], d bias [V] float32)`` (None where not needed), float32.
@@ -208,19 +213,39 @@ def sparse_head_backward(
     g = scale[rows, cols]
     positions = rows * length + argmax[rows, cols].long()  # row of hidden.view(B*L, H)
     need_h, need_w, need_b = need
-    d_hidden = torch.zeros(batch * length, dim, dtype=torch.float32, device=hidden.device) if need_h else None
-    d_weight = torch.zeros(vocab, dim, dtype=torch.float32, device=hidden.device) if need_w else None
-    d_bias = torch.zeros(vocab, dtype=torch.float32, device=hidden.device) if need_b else None
     flat_h = hidden.reshape(batch * length, dim)
-    for lo in range(0, g.numel(), chunk):
-        gi, ci, pi = g[lo : lo + chunk], cols[lo : lo + chunk], positions[lo : lo + chunk]
+    d_hidden = d_weight = None
+    method = method or os.environ.get("SPLADEKIT_FUSED_BACKWARD", "csr")
+    if method == "csr":
+        if need_h:  # [B·L, V] (nnz) @ [V, H]
+            d_hidden = _csr(positions, cols, g, batch * length, vocab) @ weight.float()
+        if need_w:  # [V, B·L] (nnz) @ [B·L, H]
+            d_weight = _csr(cols, positions, g, vocab, batch * length) @ flat_h.float()
+    elif method == "index_add":
         if need_h:
-            d_hidden.index_add_(0, pi, weight.index_select(0, ci).float() * gi[:, None])
+            d_hidden = torch.zeros(batch * length, dim, dtype=torch.float32, device=hidden.device)
         if need_w:
-            d_weight.index_add_(0, ci, flat_h.index_select(0, pi).float() * gi[:, None])
-    if need_b:
-        d_bias.index_add_(0, cols, g)
+            d_weight = torch.zeros(vocab, dim, dtype=torch.float32, device=hidden.device)
+        for lo in range(0, g.numel(), chunk):
+            gi, ci, pi = g[lo : lo + chunk], cols[lo : lo + chunk], positions[lo : lo + chunk]
+            if need_h:
+                d_hidden.index_add_(0, pi, weight.index_select(0, ci).float() * gi[:, None])
+            if need_w:
+                d_weight.index_add_(0, ci, flat_h.index_select(0, pi).float() * gi[:, None])
+    else:
+        raise ValueError(f"unknown backward method {method!r}; choose 'csr' or 'index_add'")
+    d_bias = torch.zeros(vocab, dtype=torch.float32, device=hidden.device).index_add_(0, cols, g) if need_b else None
     return (None if d_hidden is None else d_hidden.view(batch, length, dim)), d_weight, d_bias
+
+
+def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows: int, n_cols: int) -> torch.Tensor:
+    """A ``[n_rows, n_cols]`` sparse CSR matrix from COO triplets with distinct ``(row, col)`` pairs."""
+    order = torch.argsort(rows * n_cols + cols)
+    crow = torch.zeros(n_rows + 1, dtype=torch.int64, device=rows.device)
+    crow[1:] = torch.bincount(rows, minlength=n_rows).cumsum(0)
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, cols[order], values[order], size=(n_rows, n_cols))
 
 
 class FusedSpladeHead(torch.autograd.Function):
@@ -243,9 +268,10 @@ class FusedSpladeHead(torch.autograd.Function):
     def backward(ctx, grad_w):
         hidden, weight, maxval, argmax = ctx.saved_tensors
         need_h, _, need_w, need_b, _ = ctx.needs_input_grad
-        d_h, d_w, d_b = sparse_head_backward(
-            grad_w, maxval, argmax, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
-        )
+        with torch.autocast(hidden.device.type, enabled=False):  # float32 products, even inside autocast
+            d_h, d_w, d_b = sparse_head_backward(
+                grad_w, maxval, argmax, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
+            )
         h_dtype, w_dtype, b_dtype = ctx.dtypes
         return (
             None if d_h is None else d_h.to(h_dtype),
