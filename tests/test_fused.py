@@ -174,6 +174,7 @@ def _tiny_encoder(tmp_path, head_impl):
     return SpladeEncoder(SpladeModel(mlm, head_impl), tokenizer, batch_size=3, device="cpu")
 
 
+@pytest.mark.slow
 def test_encoder_default_is_fused_and_vectors_equal_plain(tmp_path):
     from spladekit.model.splade import SpladeModel, default_head_impl
 
