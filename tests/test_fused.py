@@ -258,3 +258,15 @@ def test_triton_kernel_in_interpreter():
         [sys.executable, "-c", _TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0 and "TRITON-OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_head_switch_by_environment(monkeypatch):
+    from spladekit.model.splade import default_head_impl
+
+    monkeypatch.setenv("SPLADEKIT_HEAD", "plain")
+    assert default_head_impl() == "plain"
+    monkeypatch.setenv("SPLADEKIT_HEAD", "fused")
+    assert default_head_impl() == "fused"
+    monkeypatch.setenv("SPLADEKIT_HEAD", "dense")
+    with pytest.raises(ValueError, match="dense"):
+        default_head_impl()

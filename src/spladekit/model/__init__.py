@@ -1,6 +1,7 @@
 """Stages 2-4: tokens → hidden states → MLM-head logits → SPLADE vectors."""
 
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder, weights_to_csr
+from spladekit.model.fused import fused_splade_head
 from spladekit.model.heads import MLMHead, find_mlm_head
 from spladekit.model.pooling import plain_splade_head, splade_activation, splade_max_pool
 from spladekit.model.splade import SpladeModel
@@ -12,6 +13,7 @@ __all__ = [
     "MLMHead",
     "find_mlm_head",
     "plain_splade_head",
+    "fused_splade_head",
     "splade_activation",
     "splade_max_pool",
     "SpladeModel",

@@ -159,18 +159,30 @@ def _packed_masked_max(
 
 def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend: str):
     """Dispatch the forward to the Triton kernel or the chunked-torch path (see :func:`fused_splade_head`)."""
-    if backend == "triton" or (backend == "auto" and hidden.is_cuda and _triton_ok()):
+    if backend == "triton":
         from spladekit.model.triton_head import triton_masked_max
 
         return triton_masked_max(hidden, attention_mask, weight, bias, with_argmax=with_argmax)
+    if backend == "auto" and hidden.is_cuda and _triton_ok():
+        from spladekit.model.triton_head import triton_masked_max
+
+        try:
+            return triton_masked_max(hidden, attention_mask, weight, bias, with_argmax=with_argmax)
+        except Exception as error:  # a GPU or dtype the kernel cannot compile for: say so, use torch
+            global _TRITON_FAILED
+            _TRITON_FAILED = True
+            warnings.warn(f"fused SPLADE head: Triton kernel failed ({error!r}); using the chunked-torch path", RuntimeWarning)
     if hidden.device.type == "cpu":
         return _packed_masked_max(hidden, attention_mask, weight, bias, with_argmax)
     return _torch_masked_max(hidden, attention_mask, weight, bias, with_argmax)
 
 
+_TRITON_FAILED = False
+
+
 def _triton_ok() -> bool:
-    """Whether the Triton kernel can be used for CUDA tensors (importable, not disabled)."""
-    if os.environ.get("SPLADEKIT_NO_TRITON", "") not in ("", "0"):
+    """Whether the Triton kernel can be used for CUDA tensors (importable, not disabled, not failed)."""
+    if _TRITON_FAILED or os.environ.get("SPLADEKIT_NO_TRITON", "") not in ("", "0"):
         return False
     try:
         from spladekit.model import triton_head  # noqa: F401

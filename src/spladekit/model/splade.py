@@ -7,6 +7,7 @@ model saves everything.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import torch
@@ -37,7 +38,14 @@ def get_head_fn(name: str) -> HeadFn:
 
 
 def default_head_impl() -> str:
-    """The head used when none is asked for: ``"fused"`` when available, else ``"plain"``."""
+    """The head used when none is asked for: ``"fused"`` when available, else ``"plain"``.
+
+    The environment variable ``SPLADEKIT_HEAD=plain`` (or ``fused``) overrides the choice.
+    """
+    forced = os.environ.get("SPLADEKIT_HEAD", "").strip().lower()
+    if forced:
+        get_head_fn(forced)  # ValueError for an unknown name
+        return forced
     try:
         get_head_fn("fused")
     except ImportError:
