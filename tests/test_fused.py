@@ -270,3 +270,21 @@ def test_head_switch_by_environment(monkeypatch):
     monkeypatch.setenv("SPLADEKIT_HEAD", "dense")
     with pytest.raises(ValueError, match="dense"):
         default_head_impl()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_paths_equal_plain(backend, dtype):
+    if backend == "triton":
+        pytest.importorskip("triton", reason="triton is not installed")
+    h, m, w, b, g = _inputs(seed=11, B=6, L=70, H=96, V=1000)
+    h, w, b = (t.detach().to("cuda", dtype).requires_grad_(True) for t in (h, w, b))
+    m, g = m.cuda(), g.cuda()
+    ref, ref_grads = _value_and_grads(plain_splade_head, h, m, w, b, g)
+    out, grads = _value_and_grads(fused_splade_head, h, m, w, b, g, backend=backend)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2)
+    _close(out, ref, **tol)
+    gtol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    for got, want in zip(grads, ref_grads):
+        _close(got, want, **gtol)
