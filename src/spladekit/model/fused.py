@@ -25,8 +25,9 @@ Backward
         dh[b, t*]   += g · W_j
         db_j        += g
 
-    done with gathers and ``index_add_`` over the nnz active entries, so the cost is O(nnz·H), not
-    O(B·L·V·H). Accumulation is in float32; gradients are cast to the input dtypes.
+    done as two sparse-dense products with the nnz active entries as a CSR matrix ``[B·L, V]``
+    (or with gathers and ``index_add_``), so the cost is O(nnz·H), not O(B·L·V·H). Accumulation is
+    in float32; gradients are cast to the input dtypes.
 
 Ties: when several positions reach the maximum, the gradient goes to the first (lowest ``t``),
 which is what ``torch.max(dim=...)`` documents and what the Triton kernel does.
