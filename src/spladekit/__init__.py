@@ -19,6 +19,7 @@ from spladekit.model.calibrate import calibrated_factor, diagnose_mlm_head, resc
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.model.heads import find_mlm_head
 from spladekit.model.splade import SpladeModel
+from spladekit.train.regularizers import flops_regularizer, l1_regularizer
 
 __version__ = "0.1.0"
 
@@ -45,4 +46,6 @@ __all__ = [
     "compare_runs",
     "efficiency_stats",
     "flops",
+    "flops_regularizer",
+    "l1_regularizer",
 ]

@@ -8,6 +8,7 @@ from spladekit.cli import core  # noqa: F401  (registers evaluate, demo)
 from spladekit.cli import calibrate  # noqa: F401  (registers diagnose, rescale)
 from spladekit.cli import evaluate  # noqa: F401  (registers compare)
 from spladekit.cli import index  # noqa: F401  (registers index, encode, search, export, import)
+from spladekit.cli import train  # noqa: F401  (registers train)
 
 
 def main() -> None:

@@ -1,0 +1,38 @@
+"""``spladekit train CONFIG.yaml [--set key=value ...]``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from spladekit.cli.app import app
+
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Argument(None, help="YAML training config (see configs/); defaults when omitted"),
+    out: Path = typer.Option(Path("outputs/train"), help="output folder (checkpoints, metrics.jsonl, curves, model/)"),
+    set_: List[str] = typer.Option([], "--set", help="override a config field: --set regularizer.lambda_d=1e-3"),
+    no_progress: bool = typer.Option(False, help="no progress bar"),
+):
+    """Train a SPLADE model; resumes from the newest checkpoint in OUT (unless resume=false)."""
+    from spladekit.errors import SpladekitError
+    from spladekit.train import load_config
+    from spladekit.train import train as run_training
+
+    try:
+        cfg = load_config(config, set_)
+        result = run_training(cfg, out, show_progress=not no_progress)
+    except SpladekitError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    last = result.last_metrics
+    typer.echo(f"trained {result.steps} steps; final model: {result.model_dir}")
+    if last:
+        typer.echo(f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}")
+    if result.validation:
+        typer.echo(f"validation: {result.validation}")
+    for alarm in result.alarms:
+        typer.secho(f"alarm: {alarm}", fg=typer.colors.YELLOW, err=True)

@@ -1,0 +1,180 @@
+"""Typed training configuration (pydantic, unknown keys are errors), read from YAML.
+
+One :class:`TrainConfig` describes a whole run; it is saved as ``config.yaml`` next to every
+checkpoint and the final model. ``--set a.b=value`` overrides use dotted paths (:func:`apply_overrides`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from spladekit.errors import DataFormatError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    """The backbone: a masked-LM folder or hub id, the SPLADE head, and the max lengths (tokens)."""
+
+    path: str = "rasyosef/splade-tiny"
+    head_impl: Literal["plain", "fused"] | None = None
+    query_max_length: int = Field(64, ge=4)
+    doc_max_length: int = Field(256, ge=4)
+
+
+class RescaleConfig(_Strict):
+    """MLM-head rescaling at initialisation (``spladekit.model.calibrate.rescale_mlm_head``).
+
+    ``factor=None`` and ``mode=None`` leave the head unchanged.
+    """
+
+    factor: float | None = None
+    mode: str | None = None
+
+
+class DataConfig(_Strict):
+    """Training data.
+
+    Formats:
+        ``beir``: a BEIR folder (or name) and its ``qrels/<split>.tsv``; hard negatives mined by
+            ``negatives`` (``bm25`` through bm25s, ``model`` with the spladekit model
+            ``negatives_model``, or ``none`` for in-batch negatives only).
+        ``naver``: the naver/splade layout: ``triplets/raw.tsv`` (query, positive, negative text), or,
+            with ``teacher_scores``, ``qrel/qrel.json`` + queries + ``full_collection/raw.tsv``.
+        ``triples``: an MS MARCO-style ``query<TAB>positive<TAB>negative`` TSV file.
+    """
+
+    format: Literal["beir", "naver", "triples"] = "beir"
+    path: str = "scifact"
+    split: str = "train"
+    negatives: Literal["bm25", "model", "none"] = "bm25"
+    negatives_model: str | None = None
+    mining_depth: int = Field(30, ge=1, description="negatives are sampled from the top-k of the miner")
+    num_negatives: int = Field(1, ge=0, description="hard negatives per query in each batch")
+    teacher_scores: str | None = Field(None, description="JSON {qid: {docid: score}} (naver layout / beir)")
+    queries: str | None = Field(None, description="naver layout: id<TAB>text queries file (default: train_queries/raw.tsv)")
+    validation_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of training queries held out")
+    max_queries: int | None = Field(None, ge=1, description="use only the first N training queries (smoke runs)")
+
+
+class LossConfig(_Strict):
+    """Ranking loss: ``infonce`` (contrastive), ``margin_mse`` or ``kl`` (distillation)."""
+
+    kind: Literal["infonce", "margin_mse", "kl"] = "infonce"
+    temperature: float = Field(1.0, gt=0.0)
+    in_batch_negatives: bool = True
+
+
+class RegularizerConfig(_Strict):
+    """Sparsity regulariser ``flops`` or ``l1`` with weights λ_q, λ_d and quadratic warm-up over
+    ``warmup_steps`` (λ_t = λ·min(1, t/T)²)."""
+
+    kind: Literal["flops", "l1"] = "flops"
+    lambda_q: float = Field(1e-3, ge=0.0)
+    lambda_d: float = Field(1e-3, ge=0.0)
+    warmup_steps: int = Field(0, ge=0)
+
+
+class MonitorConfig(_Strict):
+    """Stability alarms: dense collapse when the mean active terms exceed ``dense_fraction``·V after
+    the regulariser warm-up; zero collapse when every vector of a side is all-zero."""
+
+    dense_fraction: float = Field(0.5, gt=0.0, le=1.0)
+    stop_on_collapse: bool = False
+    logit_sample: int = Field(2, ge=0, description="documents whose token logits are summarised per step")
+
+
+class TrainConfig(_Strict):
+    """A SPLADE training run.
+
+    ``batch_size`` is the *global* batch (queries per optimiser step, over all processes and
+    accumulation steps); it must divide by ``world_size × grad_accum``.
+    """
+
+    model: ModelConfig = ModelConfig()
+    rescale: RescaleConfig = RescaleConfig()
+    data: DataConfig = DataConfig()
+    loss: LossConfig = LossConfig()
+    regularizer: RegularizerConfig = RegularizerConfig()
+    monitor: MonitorConfig = MonitorConfig()
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(32, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    lr: float = Field(5e-5, gt=0.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, then linear decay to 0")
+    max_grad_norm: float | None = Field(1.0, gt=0.0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    seed: int = 0
+    log_every: int = Field(1, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0: only the final model")
+    keep_checkpoints: int = Field(2, ge=1)
+    validate_every: int = Field(0, ge=0, description="held-out loss every N steps (0: at the end only)")
+    resume: bool = True
+    device: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size {self.batch_size} must be a multiple of grad_accum {self.grad_accum}")
+        if self.loss.kind != "infonce" and self.data.num_negatives < 1:
+            raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
+        return self
+
+    def to_yaml(self) -> str:
+        """The config as YAML text (every field, defaults included)."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _parse_value(text: str) -> Any:
+    return yaml.safe_load(text) if text.strip() else ""
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``key.sub=value`` overrides (values parsed as YAML) to a nested dict, in place.
+
+    Raises:
+        ValueError: an override without ``=``.
+    """
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not key=value")
+        key, value = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = _parse_value(value)
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config (or start from the defaults) and apply overrides.
+
+    Raises:
+        DataFormatError: unreadable YAML, or a validation error (unknown key, bad value), naming the field.
+    """
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise DataFormatError(path, f"not valid YAML ({exc})") from exc
+        if not isinstance(data, dict):
+            raise DataFormatError(path, "expected a mapping at the top level")
+    apply_overrides(data, overrides or [])
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise DataFormatError(path or "<overrides>", f"{first['msg']} ({len(exc.errors())} error(s))", field=field or None) from exc

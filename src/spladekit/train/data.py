@@ -1,0 +1,332 @@
+"""Training data: readers (streaming, strict) and the deterministic batch sampler.
+
+Readers turn each supported layout into :class:`TrainingExample` records (a query, its positive
+documents, its hard negatives, and optional teacher scores):
+
+- BEIR training qrels (``qrels/train.tsv``) with hard negatives mined by BM25 (bm25s) or by a
+  spladekit model: :func:`read_beir_training`;
+- the naver/splade layout (``triplets/raw.tsv``; or ``qrel/qrel.json`` + queries +
+  ``full_collection/raw.tsv`` + teacher scores ``{qid: {docid: score}}``): :func:`read_naver`;
+- MS MARCO-style ``query<TAB>positive<TAB>negative`` triples: :func:`iter_triples`.
+
+A malformed line raises :class:`~spladekit.errors.DataFormatError` naming the file and the line;
+nothing is skipped silently.
+
+Sampling (:func:`global_batch`) is a pure function of (seed, step): the stream of examples is the
+concatenation of one seeded permutation per epoch, and the positive/negatives of the example at
+stream position ``p`` are drawn with a generator seeded by (seed, p). So the global batch does not
+depend on the number of processes, and a resumed run sees exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from spladekit.errors import DataFormatError
+from spladekit.io import iter_lines
+
+
+@dataclass
+class TrainingExample:
+    """One training query.
+
+    Attributes:
+        qid: query id.
+        query: query text.
+        positives: ``[(doc_id, text)]`` relevant documents (at least one).
+        negatives: ``[(doc_id, text)]`` hard negatives (may be empty).
+        teacher: ``{doc_id: teacher score}`` for distillation, or None.
+    """
+
+    qid: str
+    query: str
+    positives: list[tuple[str, str]]
+    negatives: list[tuple[str, str]] = field(default_factory=list)
+    teacher: dict[str, float] | None = None
+
+
+# ------------------------------------------------------------------------------------ triples
+def iter_triples(path: str | Path) -> Iterator[TrainingExample]:
+    """Stream an MS MARCO-style triples TSV: ``query<TAB>positive<TAB>negative`` per line.
+
+    Query and document ids are ``"<line>"``, ``"<line>+"`` and ``"<line>-"``.
+
+    Raises:
+        DataFormatError: a line without exactly three tab-separated fields, an empty field, or an
+            empty file (naming the file and line).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataFormatError(path, "missing: triples file not found")
+    empty = True
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3:
+            raise DataFormatError(path, f"expected 3 tab-separated fields (query, positive, negative), got {len(parts)}", line=number)
+        if not all(p.strip() for p in parts):
+            raise DataFormatError(path, "empty query, positive or negative text", line=number)
+        empty = False
+        q, pos, neg = parts
+        yield TrainingExample(str(number), q, [(f"{number}+", pos)], [(f"{number}-", neg)])
+    if empty:
+        raise DataFormatError(path, "file is empty")
+
+
+# ------------------------------------------------------------------------------------ naver layout
+def _read_json(path: Path) -> dict:
+    if not path.exists():
+        raise DataFormatError(path, "missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=exc.lineno) from exc
+    except UnicodeDecodeError as exc:
+        raise DataFormatError(path, f"invalid UTF-8 ({exc.reason})") from exc
+    if not isinstance(data, dict):
+        raise DataFormatError(path, "expected a JSON object {qid: {docid: value}}")
+    return data
+
+
+def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
+    """Read teacher scores or qrels in the naver/splade JSON form ``{qid: {docid: number}}``.
+
+    Raises:
+        DataFormatError: not JSON, not a nested object, or a non-numeric value (naming the field).
+    """
+    path = Path(path)
+    out: dict[str, dict[str, float]] = {}
+    for qid, docs in _read_json(path).items():
+        if not isinstance(docs, dict):
+            raise DataFormatError(path, "expected an object {docid: score}", field=str(qid))
+        row = {}
+        for docid, value in docs.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise DataFormatError(path, f"expected a number, got {value!r}", field=f"{qid}.{docid}")
+            row[str(docid)] = float(value)
+        out[str(qid)] = row
+    return out
+
+
+def read_naver(folder: str | Path, teacher_scores: str | Path | None = None, queries: str | Path | None = None) -> list[TrainingExample]:
+    """Read the naver/splade training layout.
+
+    Without ``teacher_scores``: the text triples ``folder/triplets/raw.tsv``.
+    With ``teacher_scores`` (``{qid: {docid: score}}``): queries (``queries`` or
+    ``folder/train_queries/raw.tsv``), ``folder/full_collection/raw.tsv``, ``folder/qrel/qrel.json``;
+    positives are the qrel documents, negatives the other scored documents, and ``teacher`` the scores.
+
+    Raises:
+        DataFormatError: a missing or malformed file; a qid or docid that the queries/collection lack;
+            a qrel positive without a teacher score.
+    """
+    from spladekit.data.tsv import read_tsv
+
+    folder = Path(folder)
+    if teacher_scores is None:
+        return list(iter_triples(folder / "triplets" / "raw.tsv"))
+    scores_path = Path(teacher_scores)
+    if not scores_path.is_absolute() and not scores_path.exists():
+        scores_path = folder / scores_path
+    scores = read_score_file(scores_path)
+    qrel_path = folder / "qrel" / "qrel.json"
+    qrels = read_score_file(qrel_path)
+    queries_path = Path(queries) if queries else folder / "train_queries" / "raw.tsv"
+    if queries and not queries_path.is_absolute() and not queries_path.exists():
+        queries_path = folder / queries_path
+    if not queries_path.exists():
+        raise DataFormatError(queries_path, "missing: give data.queries (an id<TAB>text file)")
+    query_text = read_tsv(queries_path)
+    collection_path = folder / "full_collection" / "raw.tsv"
+    collection = read_tsv(collection_path)
+    examples = []
+    for qid, scored in scores.items():
+        if qid not in query_text:
+            raise DataFormatError(queries_path, f"query id {qid!r} of {scores_path.name} is missing")
+        positives = [d for d, grade in qrels.get(qid, {}).items() if grade > 0]
+        if not positives:
+            continue  # a scored query without a relevant document cannot give a training pair
+        for docid in scored:
+            if docid not in collection:
+                raise DataFormatError(collection_path, f"document id {docid!r} of {scores_path.name} is missing")
+        missing = [d for d in positives if d not in scored]
+        if missing:
+            raise DataFormatError(scores_path, f"no teacher score for relevant document {missing[0]!r}", field=qid)
+        negatives = [d for d in scored if d not in positives]
+        examples.append(TrainingExample(qid, query_text[qid], [(d, collection[d]) for d in positives],
+                                        [(d, collection[d]) for d in negatives], dict(scored)))
+    if not examples:
+        raise DataFormatError(scores_path, "no query has both a relevant document in qrel.json and teacher scores")
+    return examples
+
+
+# ------------------------------------------------------------------------------------ BEIR
+def mine_negatives_bm25(query_texts: Sequence[str], doc_texts: Sequence[str], depth: int) -> list[list[int]]:
+    """BM25 (bm25s) top-``depth`` document indices per query (see :func:`spladekit.index.bm25.bm25_search`)."""
+    from spladekit.index.bm25 import bm25_search
+
+    return [[i for i, _ in hits] for hits in bm25_search(query_texts, doc_texts, k=depth)]
+
+
+def mine_negatives_model(model: str, query_texts: Sequence[str], doc_texts: Sequence[str], depth: int) -> list[list[int]]:
+    """Top-``depth`` document indices per query by a spladekit model (exact dot-product search)."""
+    from spladekit.index.exact import exact_search
+    from spladekit.model.encoder import SpladeEncoder
+
+    encoder = SpladeEncoder.from_pretrained(model)
+    docs = encoder.encode_documents(list(doc_texts), show_progress=True)
+    queries = encoder.encode_queries(list(query_texts), show_progress=True)
+    return [[i for i, _ in hits] for hits in exact_search(queries, docs, k=depth)]
+
+
+def read_beir_training(
+    path: str | Path,
+    split: str = "train",
+    negatives: str = "bm25",
+    depth: int = 30,
+    negatives_model: str | None = None,
+    teacher_scores: str | Path | None = None,
+    max_queries: int | None = None,
+) -> list[TrainingExample]:
+    """BEIR training qrels (grade > 0 = positive) with mined hard negatives.
+
+    Negatives are the top-``depth`` documents of the miner that are not judged relevant.
+
+    Raises:
+        DataFormatError / ResolutionError: from :func:`spladekit.data.beir.load_beir`; a query
+            without any relevant document; ``negatives="model"`` without ``negatives_model``.
+    """
+    from spladekit.data.beir import load_beir
+
+    dataset = load_beir(path, split)
+    qids = [q for q in dataset.queries if any(g > 0 for g in dataset.qrels[q].values())]
+    if max_queries is not None:
+        qids = qids[:max_queries]
+    if not qids:
+        raise DataFormatError(dataset.path / "qrels" / f"{split}.tsv", "no query with a relevant document")
+    doc_ids = list(dataset.corpus)
+    doc_texts = [dataset.corpus[d] for d in doc_ids]
+    query_texts = [dataset.queries[q] for q in qids]
+    if negatives == "bm25":
+        mined = mine_negatives_bm25(query_texts, doc_texts, depth + 20)
+    elif negatives == "model":
+        if not negatives_model:
+            raise ValueError("data.negatives='model' needs data.negatives_model")
+        mined = mine_negatives_model(negatives_model, query_texts, doc_texts, depth + 20)
+    elif negatives == "none":
+        mined = [[] for _ in qids]
+    else:
+        raise ValueError(f"unknown negative miner {negatives!r}")
+    teacher = read_score_file(teacher_scores) if teacher_scores else None
+    examples = []
+    for qid, hits in zip(qids, mined):
+        relevant = {d for d, g in dataset.qrels[qid].items() if g > 0}
+        missing = [d for d in relevant if d not in dataset.corpus]
+        if missing:
+            raise DataFormatError(dataset.path / "qrels" / f"{split}.tsv", f"document {missing[0]!r} not in the corpus", field=qid)
+        negs = [doc_ids[i] for i in hits if doc_ids[i] not in relevant][:depth]
+        scores = None
+        if teacher is not None:
+            scores = teacher.get(qid, {})
+            negs = [d for d in negs if d in scores]
+        examples.append(TrainingExample(qid, dataset.queries[qid], [(d, dataset.corpus[d]) for d in sorted(relevant)],
+                                        [(d, dataset.corpus[d]) for d in negs], scores))
+    return examples
+
+
+def load_training_examples(config) -> list[TrainingExample]:
+    """Read the examples a :class:`~spladekit.train.config.DataConfig` describes."""
+    if config.format == "triples":
+        examples = list(iter_triples(config.path))
+    elif config.format == "naver":
+        examples = read_naver(config.path, config.teacher_scores, config.queries)
+    else:
+        examples = read_beir_training(config.path, config.split, config.negatives, config.mining_depth,
+                                      config.negatives_model, config.teacher_scores, config.max_queries)
+    if config.max_queries is not None:
+        examples = examples[: config.max_queries]
+    return examples
+
+
+def split_validation(examples: list[TrainingExample], fraction: float, seed: int) -> tuple[list, list]:
+    """Hold out ``round(fraction·N)`` queries (a seeded choice, by query id) for validation.
+
+    Returns:
+        ``(train, validation)`` lists, each in the original order.
+    """
+    if fraction <= 0:
+        return examples, []
+    qids = sorted({e.qid for e in examples})
+    random.Random(seed).shuffle(qids)
+    held = set(qids[: max(1, round(fraction * len(qids)))])
+    train = [e for e in examples if e.qid not in held]
+    if not train:
+        raise ValueError(f"validation_fraction={fraction} leaves no training query")
+    return train, [e for e in examples if e.qid in held]
+
+
+# ------------------------------------------------------------------------------------ sampling
+@dataclass
+class Batch:
+    """A batch: ``B`` queries, ``B·G`` documents (each query's positive then negatives), teacher ``[B][G]``."""
+
+    queries: list[str]
+    docs: list[str]
+    teacher: list[list[float]] | None
+    group: int
+
+    def slice(self, start: int, stop: int) -> "Batch":
+        """Queries ``start:stop`` with their document groups."""
+        g = self.group
+        return Batch(self.queries[start:stop], self.docs[start * g : stop * g],
+                     self.teacher[start:stop] if self.teacher is not None else None, g)
+
+
+@functools.lru_cache(maxsize=4)
+def _permutation(n: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(n))
+    random.Random(f"{seed}/epoch/{epoch}").shuffle(order)
+    return tuple(order)
+
+
+def global_batch(examples: Sequence[TrainingExample], step: int, batch_size: int, num_negatives: int, seed: int,
+                 need_teacher: bool = False) -> Batch:
+    """The global batch of optimiser step ``step`` (0-based); see the module docstring.
+
+    An example with fewer hard negatives than ``num_negatives`` is completed with the positives of
+    other random examples (random negatives).
+
+    Raises:
+        ValueError: ``need_teacher`` and an example lacks a teacher score for a chosen document.
+    """
+    n = len(examples)
+    if n == 0:
+        raise ValueError("no training examples")
+    queries, docs, teacher = [], [], []
+    for position in range(step * batch_size, (step + 1) * batch_size):
+        epoch, offset = divmod(position, n)
+        example = examples[_permutation(n, seed, epoch)[offset]] if n > 1 else examples[0]
+        rng = random.Random(f"{seed}/pos/{position}")
+        chosen = [rng.choice(example.positives)]
+        pool = example.negatives
+        if len(pool) >= num_negatives:
+            chosen += rng.sample(pool, num_negatives)
+        else:
+            chosen += list(pool)
+            while len(chosen) < 1 + num_negatives:
+                other = examples[rng.randrange(n)]
+                if other.qid != example.qid or n == 1:
+                    chosen.append(rng.choice(other.positives))
+        queries.append(example.query)
+        docs.extend(text for _, text in chosen)
+        if need_teacher:
+            if example.teacher is None or any(d not in example.teacher for d, _ in chosen):
+                raise ValueError(f"query {example.qid!r}: distillation needs teacher scores for every sampled document")
+            teacher.append([example.teacher[d] for d, _ in chosen])
+    return Batch(queries, docs, teacher if need_teacher else None, 1 + num_negatives)

@@ -1,0 +1,122 @@
+"""Data parallelism over ``torch.distributed`` (launched by ``torchrun`` or ``accelerate launch``).
+
+Each process encodes its share of the global batch; the SPLADE vectors are gathered *with their
+gradient* (:func:`gather_with_grad`) so that the ranking loss (in-batch negatives over the global
+batch) and the FLOPS regulariser are computed on the global batch by every process. The backward
+of the gather sums the gradients of all processes and keeps the own slice; the parameter gradients
+are then averaged over processes (:func:`average_gradients`). Together this gives exactly the
+gradient of the global-batch loss, whatever the number of processes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistInfo:
+    """Rank, world size, local rank, and whether this process initialised the process group."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    owns_group: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_type: str | None = None) -> DistInfo:
+    """Join the process group described by the launcher's environment (``WORLD_SIZE`` > 1).
+
+    Uses NCCL with CUDA, gloo otherwise. A single process (no ``WORLD_SIZE``) gets rank 0 of 1.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    use_cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)), owns_group=True)
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        world = dist.get_world_size()
+        sizes = [torch.zeros(1, dtype=torch.long, device=tensor.device) for _ in range(world)]
+        dist.all_gather(sizes, torch.tensor([tensor.shape[0]], device=tensor.device))
+        sizes = [int(s) for s in sizes]
+        if len(set(sizes)) != 1:
+            raise ValueError(f"gather_with_grad needs equal shares per process, got {sizes}")
+        parts = [torch.empty_like(tensor) for _ in range(world)]
+        dist.all_gather(parts, tensor.contiguous())
+        ctx.rank, ctx.size = dist.get_rank(), tensor.shape[0]
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad[ctx.rank * ctx.size : (ctx.rank + 1) * ctx.size]
+
+
+def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``tensor`` ``[n, ...]`` of every process in rank order: ``[world·n, ...]``.
+
+    Differentiable: the backward sums the incoming gradients over processes and returns this
+    process's slice. With one process it returns ``tensor`` unchanged.
+    """
+    if not _active():
+        return tensor
+    return _GatherWithGrad.apply(tensor)
+
+
+def average_gradients(parameters) -> None:
+    """All-reduce (mean over processes) the gradients of ``parameters``, in one flat buffer."""
+    if not _active():
+        return
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset : offset + n].view_as(g))
+        offset += n
+
+
+def broadcast_parameters(module: torch.nn.Module) -> None:
+    """Copy rank 0's parameters and buffers to every process."""
+    if not _active():
+        return
+    for tensor in list(module.parameters()) + list(module.buffers()):
+        dist.broadcast(tensor.data, src=0)
+
+
+def barrier() -> None:
+    """Wait for every process (no-op with one process)."""
+    if _active():
+        dist.barrier()
+
+
+def all_gather_object(obj):
+    """``[obj of rank 0, obj of rank 1, ...]`` (``[obj]`` with one process)."""
+    if not _active():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -1,0 +1,546 @@
+"""The SPLADE training step and loop: ``train(config, out) -> TrainResult``.
+
+One optimiser step on a global batch of ``B`` queries (each with a positive and ``n`` hard
+negatives, see :mod:`spladekit.train.data`):
+
+1. every process encodes its ``B / world`` queries and their documents, in ``grad_accum``
+   micro-batches;
+2. the vectors are gathered over processes with their gradient and the loss is computed on the
+   global batch (:mod:`spladekit.train.distributed`):
+
+       L = L_rank(q, d) + λ_q(t)·R(q) + λ_d(t)·R(d)
+
+   with ``L_rank`` InfoNCE / MarginMSE / KL (:mod:`spladekit.train.losses`), ``R`` the FLOPS or L1
+   regulariser and ``λ(t)`` its quadratic warm-up (:mod:`spladekit.train.regularizers`);
+3. with ``grad_accum > 1`` the micro-batches are first encoded without gradient, the loss gradient
+   with respect to the vectors is computed once on the whole batch, and each micro-batch is then
+   re-encoded (same dropout, RNG replayed) and back-propagated with that gradient (the "gradient
+   cache" of Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited
+   Setup"). So the loss, the in-batch negatives and the FLOPS term are those of the global batch,
+   whatever the number of processes and of accumulation steps;
+4. gradients are averaged over processes, clipped, and AdamW with linear warm-up/decay steps.
+
+The SPLADE activation runs in float32 under bf16/fp16 autocast (:mod:`spladekit.model.pooling`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from spladekit.io import atomic_write, write_json
+from spladekit.train import distributed as D
+from spladekit.train.config import TrainConfig
+from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
+from spladekit.train.losses import info_nce, kl_distillation, margin_mse
+from spladekit.train.monitor import (
+    CollapseError,
+    TrainingDivergedError,
+    batch_statistics,
+    check_alarms,
+    head_statistics,
+    logit_statistics,
+)
+from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
+
+CHECKPOINTS = "checkpoints"
+METRICS_FILE = "metrics.jsonl"
+MODEL_DIR = "model"
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` produced.
+
+    Attributes:
+        model_dir: the final model folder (loads in spladekit, ``AutoModelForMaskedLM`` and
+            sentence-transformers ``SparseEncoder``); None when stopped early by ``stop_after``.
+        metrics_path: the JSONL metrics log (one record per logged step; validation records have
+            ``"split": "validation"``).
+        last_metrics: the last training record.
+        steps: the last optimiser step done.
+        alarms: every alarm message raised during the run.
+        validation: the last validation record, if any.
+        curves: the PNG of the training curves.
+    """
+
+    model_dir: Path | None
+    metrics_path: Path
+    last_metrics: dict
+    steps: int
+    alarms: list[str] = field(default_factory=list)
+    validation: dict | None = None
+    curves: Path | None = None
+
+
+# ------------------------------------------------------------------------------------ model
+def apply_rescale(mlm, rescale) -> object:
+    """Rescale the MLM head at initialisation through ``spladekit.model.calibrate.rescale_mlm_head``.
+
+    Returns its return value, or None when ``rescale`` asks for nothing.
+
+    Raises:
+        ImportError: ``spladekit.model.calibrate`` is not available in this installation.
+    """
+    if rescale.factor is None and rescale.mode is None:
+        return None
+    try:
+        from spladekit.model.calibrate import rescale_mlm_head
+    except ImportError as exc:
+        raise ImportError(
+            "config.rescale asks for MLM-head rescaling, but spladekit.model.calibrate.rescale_mlm_head is not "
+            "available in this installation; remove the rescale section or install a spladekit that has it"
+        ) from exc
+    kwargs = {k: v for k, v in (("factor", rescale.factor), ("mode", rescale.mode)) if v is not None}
+    return rescale_mlm_head(mlm, **kwargs)
+
+
+def load_model(config: TrainConfig):
+    """The masked-LM of ``config.model.path`` (resolved), rescaled if configured, as a SpladeModel.
+
+    Returns:
+        ``(SpladeModel, tokenizer, rescale_record)``.
+    """
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from spladekit.data.resolve import resolve_model
+    from spladekit.model.splade import SpladeModel
+
+    location = resolve_model(config.model.path)
+    mlm = AutoModelForMaskedLM.from_pretrained(location)
+    tokenizer = AutoTokenizer.from_pretrained(location)
+    record = apply_rescale(mlm, config.rescale)
+    return SpladeModel(mlm, config.model.head_impl), tokenizer, record
+
+
+def _optimizer(model, config: TrainConfig):
+    from transformers import get_linear_schedule_with_warmup
+
+    decay, no_decay = [], []
+    for _, param in model.named_parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=config.lr)
+    scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
+    return optimizer, scheduler
+
+
+# ------------------------------------------------------------------------------------ the step
+def compute_loss(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None, group: int, config: TrainConfig,
+                 lambda_q: float, lambda_d: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Total loss of a (global) batch and its parts.
+
+    Args:
+        q: ``[B, V]``; d: ``[B·G, V]``; teacher: ``[B, G]`` or None; group: G.
+
+    Returns:
+        ``(total, parts)`` with ``parts`` = ``loss_rank``, ``loss_reg_q`` (= λ_q·R(q)), ``loss_reg_d``,
+        whose sum is ``total``, plus the raw ``reg_q``, ``reg_d``.
+    """
+    kind = config.loss.kind
+    if kind == "infonce":
+        rank = info_nce(q, d, config.loss.temperature, config.loss.in_batch_negatives)
+    elif kind == "margin_mse":
+        rank = margin_mse(q, d, teacher)
+    else:
+        rank = kl_distillation(q, d, teacher, config.loss.temperature)
+    reg = REGULARIZERS[config.regularizer.kind]
+    reg_q, reg_d = reg(q), reg(d)
+    loss_q, loss_d = lambda_q * reg_q, lambda_d * reg_d
+    total = rank + loss_q + loss_d
+    parts = {k: float(v.detach()) for k, v in
+             (("loss_rank", rank), ("loss_reg_q", loss_q), ("loss_reg_d", loss_d), ("reg_q", reg_q), ("reg_d", reg_d))}
+    return total, parts
+
+
+class _Encoder:
+    """Tokenise and encode micro-batches on one device, under autocast."""
+
+    def __init__(self, model, tokenizer, config: TrainConfig, device: torch.device):
+        self.model, self.tokenizer, self.config, self.device = model, tokenizer, config, device
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+
+    def tokens(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+        batch = self.tokenizer(texts, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+        return {"input_ids": batch["input_ids"].to(self.device), "attention_mask": batch["attention_mask"].to(self.device)}
+
+    def __call__(self, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
+        with self.autocast():
+            return self.model(tokens["input_ids"], tokens["attention_mask"]).float()
+
+
+def _rng_state(device: torch.device):
+    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(state, device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.DistInfo, lambda_q: float, lambda_d: float,
+               scaler=None) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """Forward and backward of one global batch (gradients accumulate in the parameters).
+
+    Returns:
+        ``(parts, tensors)``: the loss parts (``loss`` = their sum) and the detached global
+        vectors ``q``, ``d`` plus this process's first document tokens (for monitoring).
+
+    Raises:
+        TrainingDivergedError: the loss is NaN or infinite (no gradient is applied).
+    """
+    per_process = len(batch.queries) // info.world_size
+    if per_process * info.world_size != len(batch.queries) or per_process % config.grad_accum:
+        raise ValueError(f"batch_size {len(batch.queries)} must divide by world_size × grad_accum "
+                         f"= {info.world_size} × {config.grad_accum}")
+    local = batch.slice(info.rank * per_process, (info.rank + 1) * per_process)
+    micro = per_process // config.grad_accum
+    m = config.model
+    tokens = [(encoder.tokens(local.queries[i : i + micro], m.query_max_length),
+               encoder.tokens(local.docs[i * local.group : (i + micro) * local.group], m.doc_max_length))
+              for i in range(0, per_process, micro)]
+    teacher = (torch.tensor(batch.teacher, dtype=torch.float32, device=encoder.device)
+               if batch.teacher is not None else None)
+
+    def loss_of(q_local, d_local):
+        q_all, d_all = D.gather_with_grad(q_local), D.gather_with_grad(d_local)
+        total, parts = compute_loss(q_all, d_all, teacher, batch.group, config, lambda_q, lambda_d)
+        if not torch.isfinite(total):
+            raise TrainingDivergedError(f"non-finite loss ({float(total)}); parts: {parts}")
+        return total, parts, q_all.detach(), d_all.detach()
+
+    def backward(total):
+        (scaler.scale(total) if scaler is not None else total).backward()
+
+    if len(tokens) == 1:
+        q, d = encoder(tokens[0][0]), encoder(tokens[0][1])
+        total, parts, q_all, d_all = loss_of(q, d)
+        backward(total)
+    else:  # gradient cache: encode without graph, loss gradient on the vectors, re-encode and back-propagate
+        states, qs, ds = [], [], []
+        with torch.no_grad():
+            for tq, td in tokens:
+                states.append(_rng_state(encoder.device))
+                qs.append(encoder(tq))
+                ds.append(encoder(td))
+        end_state = _rng_state(encoder.device)
+        q_cat = torch.cat(qs).requires_grad_(True)
+        d_cat = torch.cat(ds).requires_grad_(True)
+        total, parts, q_all, d_all = loss_of(q_cat, d_cat)
+        backward(total)
+        for k, (tq, td) in enumerate(tokens):
+            _set_rng_state(states[k], encoder.device)
+            q, d = encoder(tq), encoder(td)
+            gq = q_cat.grad[k * micro : (k + 1) * micro]
+            gd = d_cat.grad[k * micro * batch.group : (k + 1) * micro * batch.group]
+            torch.autograd.backward([q, d], [gq, gd])
+        _set_rng_state(end_state, encoder.device)
+    parts = {"loss": float(total.detach()), **parts}
+    return parts, {"q": q_all, "d": d_all, "doc_tokens": tokens[0][1]}
+
+
+# ------------------------------------------------------------------------------------ checkpoints
+def _checkpoints(out: Path) -> list[Path]:
+    folder = out / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / "trainer.pt").exists()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def latest_checkpoint(out: str | Path) -> Path | None:
+    """The newest complete checkpoint folder under ``out/checkpoints`` (None when there is none)."""
+    found = _checkpoints(Path(out))
+    return found[-1] if found else None
+
+
+def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler, scaler, config: TrainConfig,
+                    info: D.DistInfo, device: torch.device) -> Path:
+    """Write ``out/checkpoints/step-NNNNNNN`` atomically (temporary folder renamed into place).
+
+    Holds: ``trainer.pt`` (model, optimizer, scheduler, scaler state, step), ``rng-<rank>.pt`` for
+    every process, ``model/`` (a loadable model folder) and ``config.yaml``. Keeps the newest
+    ``config.keep_checkpoints`` checkpoints.
+    """
+    folder = out / CHECKPOINTS
+    final = folder / f"step-{step:07d}"
+    tmp = folder / f".tmp-step-{step:07d}"
+    if info.is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    D.barrier()
+    torch.save({"torch": _rng_state(device)}, tmp / f"rng-{info.rank}.pt")
+    D.barrier()
+    if info.is_main:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict() if scaler is not None else None, "step": step}, tmp / "trainer.pt")
+        model.mlm.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        for old in _checkpoints(out)[: -config.keep_checkpoints]:
+            shutil.rmtree(old)
+    D.barrier()
+    return final
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.DistInfo, device: torch.device) -> int:
+    """Restore a checkpoint written by :func:`save_checkpoint`; returns its step."""
+    state = torch.load(path / "trainer.pt", map_location=device, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
+    rng_file = path / f"rng-{info.rank}.pt"
+    if rng_file.exists():
+        rng = torch.load(rng_file, weights_only=False)["torch"]
+        if rng[1] is not None and device.type != "cuda":
+            rng = (rng[0], None)
+        _set_rng_state(rng, device)
+    return int(state["step"])
+
+
+# ------------------------------------------------------------------------------------ logging
+class _Log:
+    """JSONL metrics (main process), TensorBoard when installed."""
+
+    def __init__(self, out: Path, resumed_step: int, enabled: bool):
+        self.path = out / METRICS_FILE
+        self.enabled = enabled
+        self.records: list[dict] = []
+        self.tb = None
+        if not enabled:
+            return
+        if self.path.exists():  # keep the history up to the resumed step, drop anything after it
+            kept = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            kept = [r for r in kept if r.get("step", 0) <= resumed_step]
+            with atomic_write(self.path) as handle:
+                for record in kept:
+                    handle.write(json.dumps(record) + "\n")
+            self.records = kept
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(out / "tensorboard"))
+        except Exception:  # tensorboard not installed
+            self.tb = None
+
+    def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        self.records.append(record)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            prefix = "validation/" if record.get("split") == "validation" else "train/"
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step" and math.isfinite(value):
+                    self.tb.add_scalar(prefix + key, value, record["step"])
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+# ------------------------------------------------------------------------------------ validation
+@torch.no_grad()
+def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainConfig, step: int) -> dict:
+    """Held-out ranking loss and accuracy (share of queries whose positive outscores every other
+    document of its validation batch), in eval mode, with deterministic batches."""
+    model = encoder.model
+    was_training = model.training
+    model.eval()
+    need_teacher = config.loss.kind != "infonce"
+    batch_size = min(config.batch_size, len(examples))
+    losses, correct, total = [], 0, 0
+    try:
+        with torch.random.fork_rng(devices=[encoder.device] if encoder.device.type == "cuda" else []):
+            for index in range(max(1, len(examples) // batch_size)):
+                batch = global_batch(examples, index, batch_size, config.data.num_negatives, config.seed + 7919, need_teacher)
+                q = encoder(encoder.tokens(batch.queries, config.model.query_max_length))
+                d = encoder(encoder.tokens(batch.docs, config.model.doc_max_length))
+                teacher = torch.tensor(batch.teacher, device=encoder.device) if batch.teacher is not None else None
+                total_loss, parts = compute_loss(q, d, teacher, batch.group, config, 0.0, 0.0)
+                losses.append(parts["loss_rank"])
+                scores = q @ d.T
+                own = torch.arange(len(batch.queries), device=q.device) * batch.group
+                correct += int((scores.argmax(1) == own).sum())
+                total += len(batch.queries)
+    finally:
+        model.train(was_training)
+    return {"step": step, "split": "validation", "val_loss_rank": sum(losses) / len(losses),
+            "val_accuracy": correct / max(1, total), "val_queries": total}
+
+
+# ------------------------------------------------------------------------------------ the loop
+def _device(config: TrainConfig, info: D.DistInfo) -> torch.device:
+    if config.device:
+        return torch.device(config.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
+def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra: dict) -> Path:
+    """Write the final model folder atomically: the masked-LM and tokenizer (``AutoModelForMaskedLM``),
+    ``spladekit.json`` (max lengths, training record) and the sentence-transformers module files."""
+    from spladekit.model.encoder import EncoderMetadata
+    from spladekit.train.export import write_sentence_transformers_files
+
+    tmp = folder.with_name(f".tmp-{folder.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.mlm.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
+                    source=config.model.path, extra=extra).save(tmp)
+    write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
+    (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.rename(tmp, folder)
+    return folder
+
+
+def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExample] | None = None,
+          stop_after: int | None = None, show_progress: bool = True) -> TrainResult:
+    """Train a SPLADE model as ``config`` says; write everything into ``out``.
+
+    Outputs: ``config.yaml``, ``metrics.jsonl`` (and ``tensorboard/`` when installed),
+    ``checkpoints/step-N/`` every ``checkpoint_every`` steps, ``training_curves.png`` and the final
+    model folder ``model/``. An existing checkpoint in ``out`` is resumed when ``config.resume``.
+
+    Args:
+        config: the run's :class:`TrainConfig`.
+        out: output folder.
+        examples: training examples to use instead of reading ``config.data`` (tests, demos).
+        stop_after: stop (as if interrupted) after this step, without the final model.
+        show_progress: tqdm bar on the main process.
+
+    Raises:
+        TrainingDivergedError: NaN/inf loss or gradient (the last good checkpoint is kept).
+        CollapseError: a collapse alarm with ``monitor.stop_on_collapse``.
+        ImportError: ``rescale`` configured but unavailable.
+        DataFormatError: malformed training data.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    info = D.init_distributed()
+    device = _device(config, info)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    try:
+        if info.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+        torch.manual_seed(config.seed)
+        model, tokenizer, rescale_record = load_model(config)
+        model.to(device).train()
+        D.broadcast_parameters(model)
+        torch.manual_seed(config.seed + info.rank)
+        if examples is None:
+            examples = load_training_examples(config.data)
+        train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
+        optimizer, scheduler = _optimizer(model, config)
+        scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
+        start = 0
+        checkpoint = latest_checkpoint(out) if config.resume else None
+        if checkpoint is not None:
+            start = load_checkpoint(checkpoint, model, optimizer, scheduler, scaler, info, device)
+        log = _Log(out, start, info.is_main)
+        encoder = _Encoder(model, tokenizer, config, device)
+        reg = config.regularizer
+        warm_q, warm_d = QuadraticWarmup(reg.lambda_q, reg.warmup_steps), QuadraticWarmup(reg.lambda_d, reg.warmup_steps)
+        need_teacher = config.loss.kind != "infonce"
+        params = [p for p in model.parameters() if p.requires_grad]
+        alarms: list[str] = []
+        last: dict = {}
+        validation = None
+        end = config.steps if stop_after is None else min(config.steps, stop_after)
+        bar = tqdm(range(start + 1, end + 1), desc="training", disable=not (show_progress and info.is_main), unit="step")
+        for step in bar:
+            began = time.perf_counter()
+            batch = global_batch(train_examples, step - 1, config.batch_size, config.data.num_negatives, config.seed, need_teacher)
+            lam_q, lam_d = warm_q(step), warm_d(step)
+            parts, tensors = train_step(encoder, batch, config, info, lam_q, lam_d, scaler)
+            D.average_gradients(params)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf")))
+            if not math.isfinite(grad_norm) and scaler is None:
+                raise TrainingDivergedError(f"non-finite gradient norm at step {step}; last good checkpoint kept")
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            if step % config.log_every == 0 or step == end:
+                record = {"step": step, **parts, "lambda_q": lam_q, "lambda_d": lam_d, "lr": scheduler.get_last_lr()[0],
+                          "grad_norm": grad_norm}
+                record.update(batch_statistics(tensors["q"], tensors["d"], batch.group))
+                record.update(head_statistics(model))
+                sample = config.monitor.logit_sample
+                if sample and info.is_main:
+                    toks = tensors["doc_tokens"]
+                    record.update(logit_statistics(model, toks["input_ids"][:sample], toks["attention_mask"][:sample]))
+                record["step_time_s"] = time.perf_counter() - began
+                fired = check_alarms(record, model.vocab_size, step, reg.warmup_steps, config.monitor.dense_fraction)
+                if fired:
+                    record["alarms"] = fired
+                    alarms.extend(fired)
+                    for message in fired:
+                        if info.is_main:
+                            warnings.warn(message, RuntimeWarning, stacklevel=2)
+                    if config.monitor.stop_on_collapse:
+                        log.write(record)
+                        raise CollapseError(fired[0])
+                log.write(record)
+                last = record
+                bar.set_postfix(loss=f"{parts['loss']:.3f}", q=f"{record['active_q']:.0f}", d=f"{record['active_d']:.0f}")
+            if val_examples and config.validate_every and step % config.validate_every == 0 and info.is_main:
+                validation = validate(encoder, val_examples, config, step)
+                log.write(validation)
+            if config.checkpoint_every and step % config.checkpoint_every == 0:
+                save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, scaler, config, info, device)
+        done = max(start, end)
+        model_dir = curves = None
+        if stop_after is None or done >= config.steps:
+            if val_examples and info.is_main and (validation is None or validation["step"] != done):
+                validation = validate(encoder, val_examples, config, done)
+                log.write(validation)
+            if info.is_main:
+                extra = {"training": {"steps": done, "config": config.model_dump(mode="json"),
+                                      "rescale": rescale_record if isinstance(rescale_record, (dict, type(None))) else str(rescale_record)}}
+                model_dir = save_final_model(out / MODEL_DIR, model, tokenizer, config, extra)
+                from spladekit.plots import training_curves
+
+                records = log.records
+                if records:
+                    curves = training_curves(records, out / "training_curves.png", vocab_size=model.vocab_size)
+                write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms})
+            D.barrier()
+        log.close()
+        return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves)
+    finally:
+        if info.owns_group:
+            torch.distributed.destroy_process_group()

@@ -1,0 +1,64 @@
+"""Tiny models and data for the training tests (built in code, no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+WORDS = [f"w{i}" for i in range(150)]
+
+
+def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0) -> Path:
+    """A 1-layer BERT masked-LM (V = 155, H = 32) with a word-level tokenizer, saved to ``folder``."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=True)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout)
+    model = BertForMaskedLM(config)
+    with torch.no_grad():  # a positive decoder bias so that vectors start non-empty
+        model.cls.predictions.bias.add_(1.0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def make_examples(n: int = 12, negatives: int = 3, seed: int = 0):
+    """Synthetic training examples: the query shares words with its positive."""
+    import random
+
+    from spladekit.train.data import TrainingExample
+
+    rng = random.Random(seed)
+    examples = []
+    for i in range(n):
+        topic = rng.sample(WORDS, 6)
+        query = " ".join(topic[:3])
+        pos = " ".join(topic + rng.sample(WORDS, 4))
+        negs = [(f"n{i}-{k}", " ".join(rng.sample(WORDS, 8))) for k in range(negatives)]
+        teacher = {f"p{i}": 10.0, **{d: float(rng.uniform(0, 8)) for d, _ in negs}}
+        examples.append(TrainingExample(f"q{i}", query, [(f"p{i}", pos)], negs, teacher))
+    return examples
+
+
+def tiny_config(model_dir: Path, **overrides):
+    from spladekit.train.config import TrainConfig
+
+    data = {
+        "model": {"path": str(model_dir), "head_impl": "plain", "query_max_length": 16, "doc_max_length": 24},
+        "data": {"format": "triples", "path": "unused", "num_negatives": 1},
+        "regularizer": {"lambda_q": 1e-2, "lambda_d": 1e-2, "warmup_steps": 2},
+        "steps": 4, "batch_size": 4, "lr": 1e-3, "seed": 0, "monitor": {"logit_sample": 1},
+    }
+    for key, value in overrides.items():
+        node = data
+        parts = key.split("__")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return TrainConfig.model_validate(data)
