@@ -53,7 +53,7 @@ def tiny_config(model_dir: Path, **overrides):
         "model": {"path": str(model_dir), "head_impl": "plain", "query_max_length": 16, "doc_max_length": 24},
         "data": {"format": "triples", "path": "unused", "num_negatives": 1},
         "regularizer": {"lambda_q": 1e-2, "lambda_d": 1e-2, "warmup_steps": 2},
-        "steps": 4, "batch_size": 4, "lr": 1e-3, "seed": 0, "monitor": {"logit_sample": 1},
+        "steps": 4, "batch_size": 4, "lr": 1e-3, "seed": 0, "monitor": {"logit_sample": 1}, "curves": False,
     }
     for key, value in overrides.items():
         node = data
@@ -62,3 +62,44 @@ def tiny_config(model_dir: Path, **overrides):
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return TrainConfig.model_validate(data)
+
+
+def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
+    """One process of the 2-process gloo test: one train_step (loss, gradients) then a 2-step train()."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        step_result = one_step(Path(model_dir), grad_accum=2)
+        if rank == 0:
+            torch.save(step_result, Path(out) / "step.pt")
+        from spladekit.train import train
+
+        train(tiny_config(Path(model_dir), steps=1, checkpoint_every=1), Path(out) / "run", examples=make_examples(),
+              show_progress=False)
+    finally:
+        dist.destroy_process_group()
+
+
+def one_step(model_dir: Path, grad_accum: int = 1) -> dict:
+    """Loss parts and parameter gradients of one global-batch step (after averaging over processes)."""
+    import torch
+
+    from spladekit.train import distributed as D
+    from spladekit.train.data import global_batch
+    from spladekit.train.loop import _Encoder, load_model, train_step
+
+    config = tiny_config(model_dir, grad_accum=grad_accum)
+    info = D.init_distributed()
+    model, tokenizer, _ = load_model(config)
+    model.train()
+    encoder = _Encoder(model, tokenizer, config, torch.device("cpu"))
+    batch = global_batch(make_examples(), 0, config.batch_size, config.data.num_negatives, config.seed)
+    parts, _ = train_step(encoder, batch, config, info, 0.01, 0.02)
+    D.average_gradients(list(model.parameters()))
+    return {"parts": parts, "grads": {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}

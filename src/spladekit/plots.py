@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -156,12 +157,12 @@ def training_curves(records, path: str | Path, vocab_size: int | None = None) ->
             ax.set_title(f"{title} (V = {vocab_size})")
         else:
             ax.set_title(title)
-        positive = all((r.get(k) or 0) > 0 for r in train for k in keys if isinstance(r.get(k), (int, float)))
-        if scale == "log" and positive and train:
-            ax.set_yscale("log")
+        values = [r[k] for r in train for k in keys if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+        if scale == "log" and values and min(values) > 0 and max(values) / min(values) > 100:
+            ax.set_yscale("log")  # only when the curve spans decades (log ticks are slow and useless otherwise)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.04, right=0.99, top=0.95, bottom=0.08, wspace=0.25, hspace=0.35)
     return _save(fig, path)

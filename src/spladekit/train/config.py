@@ -117,6 +117,7 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = Field(2, ge=1)
     validate_every: int = Field(0, ge=0, description="held-out loss every N steps (0: at the end only)")
     resume: bool = True
+    curves: bool = Field(True, description="draw training_curves.png at the end")
     device: str | None = None
 
     @model_validator(mode="after")

@@ -535,7 +535,7 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
                 from spladekit.plots import training_curves
 
                 records = log.records
-                if records:
+                if records and config.curves:
                     curves = training_curves(records, out / "training_curves.png", vocab_size=model.vocab_size)
                 write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms})
             D.barrier()

@@ -1,0 +1,254 @@
+"""Training: config, data readers, the loop (loss parts, resume, accumulation, alarms), export."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
+
+from spladekit.errors import DataFormatError  # noqa: E402
+from spladekit.train import TrainConfig, load_config, train  # noqa: E402
+from spladekit.train.data import global_batch, iter_triples, read_beir_training, read_naver  # noqa: E402
+from spladekit.train.monitor import TrainingDivergedError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------ config
+def test_config_unknown_key_is_an_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 3\nregularizer:\n  lambda_q: 0.1\n  lamda_d: 0.2\n")
+    with pytest.raises(DataFormatError, match="regularizer.lamda_d"):
+        load_config(path)
+
+
+def test_config_overrides_and_yaml_round_trip(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 3\n")
+    cfg = load_config(path, ["regularizer.lambda_d=2e-3", "loss.kind=kl", "data.num_negatives=2"])
+    assert (cfg.steps, cfg.regularizer.lambda_d, cfg.loss.kind) == (3, 2e-3, "kl")
+    (tmp_path / "again.yaml").write_text(cfg.to_yaml())
+    assert load_config(tmp_path / "again.yaml") == cfg
+    with pytest.raises(DataFormatError, match="batch_size"):
+        load_config(None, ["batch_size=5", "grad_accum=2"])
+
+
+# ------------------------------------------------------------------------------------ data
+def test_triples_bad_line_names_file_and_line(tmp_path):
+    path = tmp_path / "triples.tsv"
+    path.write_text("q1\tpos one\tneg one\nq2\tpos two\n")
+    reader = iter_triples(path)
+    first = next(reader)
+    assert (first.query, first.positives[0][1], first.negatives[0][1]) == ("q1", "pos one", "neg one")
+    with pytest.raises(DataFormatError, match=r"triples.tsv, line 2: expected 3"):
+        next(reader)
+
+
+def test_naver_toy_layout_with_teacher_scores():
+    from spladekit.data.resolve import shared_roots
+
+    folder = next((r / "data" / "splade_toy" for r in shared_roots() if (r / "data" / "splade_toy").is_dir()), None)
+    if folder is None:
+        pytest.skip("../shared/data/splade_toy not found (set SPLADEKIT_SHARED)")
+    triples = read_naver(folder)
+    assert len(triples) == 100
+    examples = read_naver(folder, "scores/toy.json", "dev_queries/raw.tsv")
+    scores = json.loads((folder / "scores" / "toy.json").read_text())
+    qrel = json.loads((folder / "qrel" / "qrel.json").read_text())
+    assert {e.qid for e in examples} == set(scores)
+    by_id = {e.qid: e for e in examples}
+    assert [d for d, _ in by_id["2"].positives] == list(qrel["2"])
+    assert [d for d, _ in by_id["2"].negatives] == [d for d in scores["2"] if d not in qrel["2"]]
+    assert by_id["2"].teacher == {k: float(v) for k, v in scores["2"].items()}
+
+
+def test_naver_scores_must_be_numbers(tmp_path):
+    for sub in ("qrel", "scores", "full_collection", "train_queries"):
+        (tmp_path / sub).mkdir()
+    (tmp_path / "qrel" / "qrel.json").write_text('{"1": {"10": 1}}')
+    (tmp_path / "scores" / "s.json").write_text('{"1": {"10": "high"}}')
+    (tmp_path / "full_collection" / "raw.tsv").write_text("10\tdoc\n")
+    (tmp_path / "train_queries" / "raw.tsv").write_text("1\tquery\n")
+    with pytest.raises(DataFormatError, match=r"s.json: field '1.10'"):
+        read_naver(tmp_path, tmp_path / "scores" / "s.json")
+
+
+def _tiny_beir(folder: Path) -> Path:
+    docs = {"d1": "apple banana fruit", "d2": "apple pie recipe", "d3": "car engine oil", "d4": "banana bread"}
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "apple banana"}) + "\n")
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    return folder
+
+
+def test_beir_training_with_bm25_negatives(tmp_path):
+    examples = read_beir_training(_tiny_beir(tmp_path / "beir"), "train", "bm25", depth=5)
+    (example,) = examples
+    assert example.positives == [("d1", "apple banana fruit")]
+    # BM25 ranks the documents sharing query words (d2, d4), never the positive; d3 shares none
+    assert sorted(d for d, _ in example.negatives) == ["d2", "d4"]
+
+
+def test_global_batch_is_deterministic_and_covers_an_epoch():
+    examples = make_examples(8, negatives=3)
+    a = global_batch(examples, 0, 4, 2, seed=1)
+    assert a == global_batch(examples, 0, 4, 2, seed=1)
+    assert len(a.docs) == 4 * 3 and a.group == 3
+    seen = a.queries + global_batch(examples, 1, 4, 2, seed=1).queries
+    assert sorted(seen) == sorted(e.query for e in examples)  # one epoch: every query once
+    b = global_batch(examples, 0, 4, 2, seed=1, need_teacher=True)
+    by_query = {e.query: e for e in examples}
+    for i, query in enumerate(b.queries):
+        assert b.teacher[i][0] == by_query[query].teacher[by_query[query].positives[0][0]]
+
+
+# ------------------------------------------------------------------------------------ the loop
+def test_loss_parts_add_up_and_monitoring_is_logged(tiny, tmp_path):
+    result = train(tiny_config(tiny, steps=3, curves=True), tmp_path / "out", examples=make_examples(), show_progress=False)
+    records = _records(tmp_path / "out")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for r in records:
+        assert r["loss"] == pytest.approx(r["loss_rank"] + r["loss_reg_q"] + r["loss_reg_d"], rel=1e-5)
+        assert r["loss_reg_d"] == pytest.approx(r["lambda_d"] * r["reg_d"], rel=1e-5)
+        for key in ("head_norm", "logit_mean", "logit_p99", "logit_max", "active_q", "active_d", "batch_flops",
+                    "pos_score", "neg_score", "margin", "grad_norm", "lr"):
+            assert np.isfinite(r[key]), key
+    assert [r["lambda_q"] for r in records] == pytest.approx([1e-2 / 4, 1e-2, 1e-2])  # (t/2)², T = 2
+    assert result.curves is not None and result.curves.stat().st_size > 0
+    assert (tmp_path / "out" / "config.yaml").exists() and (result.model_dir / "config.yaml").exists()
+
+
+def test_exact_resume(tiny, tmp_path):
+    cfg = tiny_config(tiny, steps=4, checkpoint_every=2, grad_accum=2)
+    examples = make_examples()
+    full = train(cfg, tmp_path / "full", examples=examples, show_progress=False)
+    part = train(cfg, tmp_path / "resumed", examples=examples, show_progress=False, stop_after=2)
+    assert part.model_dir is None and (tmp_path / "resumed" / "checkpoints" / "step-0000002").is_dir()
+    resumed = train(cfg, tmp_path / "resumed", examples=examples, show_progress=False)
+    a, b = _records(tmp_path / "full"), _records(tmp_path / "resumed")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    from safetensors.torch import load_file
+
+    sa, sb = load_file(full.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_gradient_accumulation_gives_the_same_losses(tiny, tmp_path):
+    examples = make_examples()
+    one = train(tiny_config(tiny, steps=2), tmp_path / "one", examples=examples, show_progress=False)
+    two = train(tiny_config(tiny, steps=2, grad_accum=4), tmp_path / "two", examples=examples, show_progress=False)
+    for a, b in zip(_records(tmp_path / "one"), _records(tmp_path / "two")):
+        for key in ("loss", "loss_rank", "reg_q", "reg_d", "grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4), key
+    assert one.steps == two.steps == 2
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tiny, tmp_path):
+    cfg = tiny_config(tiny, steps=4, checkpoint_every=1, lr=1e-3)
+    examples = make_examples()
+    train(cfg, tmp_path / "out", examples=examples, show_progress=False, stop_after=1)
+    state = torch.load(tmp_path / "out" / "checkpoints" / "step-0000001" / "trainer.pt", weights_only=False)
+    poisoned = dict(state)
+    poisoned["model"] = {k: (torch.full_like(v, float("nan")) if "decoder.bias" in k or k.endswith("predictions.bias") else v)
+                         for k, v in state["model"].items()}
+    torch.save(poisoned, tmp_path / "out" / "checkpoints" / "step-0000001" / "trainer.pt")
+    with pytest.raises(TrainingDivergedError, match="non-finite loss"):
+        train(cfg, tmp_path / "out", examples=examples, show_progress=False)
+    assert [p.name for p in (tmp_path / "out" / "checkpoints").iterdir()] == ["step-0000001"]
+    assert not (tmp_path / "out" / "model").exists()
+
+
+def test_zero_and_dense_collapse_alarms(tmp_path):
+    from spladekit.train.monitor import CollapseError
+
+    dead = make_tiny_model(tmp_path / "dead")
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(dead / "model.safetensors")
+    weights["cls.predictions.bias"] = torch.full_like(weights["cls.predictions.bias"], -1e3)  # every logit < 0
+    save_file(weights, dead / "model.safetensors", metadata={"format": "pt"})
+    cfg = tiny_config(dead, steps=1, monitor={"stop_on_collapse": True, "logit_sample": 0})
+    with pytest.raises(CollapseError, match="zero collapse at step 1: every query vector"):
+        train(cfg, tmp_path / "zero", examples=make_examples(), show_progress=False)
+    # the tiny model starts dense (bias +1): after the warm-up the dense alarm fires, without stopping
+    live = make_tiny_model(tmp_path / "live")
+    cfg = tiny_config(live, steps=1, regularizer={"warmup_steps": 0}, monitor={"dense_fraction": 0.1, "logit_sample": 0})
+    result = train(cfg, tmp_path / "dense", examples=make_examples(), show_progress=False)
+    assert any(a.startswith("dense collapse at step 1") for a in result.alarms)
+
+
+def test_distillation_losses_train(tiny, tmp_path):
+    for kind in ("margin_mse", "kl"):
+        cfg = tiny_config(tiny, steps=1, loss={"kind": kind}, data={"format": "triples", "path": "x", "num_negatives": 2})
+        result = train(cfg, tmp_path / kind, examples=make_examples(), show_progress=False)
+        assert np.isfinite(result.last_metrics["loss_rank"])
+
+
+def test_rescale_goes_through_calibrate(tiny, tmp_path):
+    cfg = tiny_config(tiny, steps=1, rescale={"factor": 0.5})
+    try:
+        import spladekit.model.calibrate  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="rescale_mlm_head is not available"):
+            train(cfg, tmp_path / "out", examples=make_examples(), show_progress=False)
+        return
+    from spladekit.train.loop import load_model
+
+    plain, _, _ = load_model(tiny_config(tiny))
+    scaled, _, _ = load_model(cfg)
+    assert not torch.equal(plain.head.weight, scaled.head.weight) or not torch.equal(plain.head.bias, scaled.head.bias)
+
+
+def test_final_model_loads_in_three_libraries_with_the_same_vectors(tiny, tmp_path):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.pooling import splade_max_pool
+
+    result = train(tiny_config(tiny, steps=1), tmp_path / "out", examples=make_examples(), show_progress=False)
+    texts = ["w1 w2 w3", "w10 w20 w30 w40 w5"]
+    ours = SpladeEncoder.from_pretrained(result.model_dir, head_impl="plain", device="cpu").encode(texts, 24).toarray()
+    mlm = AutoModelForMaskedLM.from_pretrained(result.model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(result.model_dir)
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hf = splade_max_pool(mlm(**batch).logits, batch["attention_mask"]).numpy()
+    np.testing.assert_allclose(ours, hf, rtol=1e-5, atol=1e-6)
+    st = pytest.importorskip("sentence_transformers")
+    encoder = st.SparseEncoder(str(result.model_dir), device="cpu")
+    st_vectors = encoder.encode(texts, convert_to_tensor=True).to_dense().numpy()
+    np.testing.assert_allclose(st_vectors, ours, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_train(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    triples = tmp_path / "t.tsv"
+    triples.write_text("".join(f"{e.query}\t{e.positives[0][1]}\t{e.negatives[0][1]}\n" for e in make_examples()))
+    cfg = tiny_config(tiny, steps=2, data={"format": "triples", "path": str(triples)})
+    (tmp_path / "c.yaml").write_text(cfg.to_yaml())
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "steps=1", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "trained 1 steps" in res.output
+    assert TrainConfig.model_validate(__import__("yaml").safe_load((out / "model" / "config.yaml").read_text())).steps == 1
+    bad = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "stepz=1"])
+    assert bad.exit_code == 2 and "stepz" in bad.output
