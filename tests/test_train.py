@@ -58,7 +58,7 @@ def test_triples_bad_line_names_file_and_line(tmp_path):
         next(reader)
 
 
-def test_naver_toy_layout_with_teacher_scores():
+def test_naver_toy_layout_with_teacher_scores(tmp_path):
     from spladekit.data.resolve import shared_roots
 
     folder = next((r / "data" / "splade_toy" for r in shared_roots() if (r / "data" / "splade_toy").is_dir()), None)
@@ -66,7 +66,16 @@ def test_naver_toy_layout_with_teacher_scores():
         pytest.skip("../shared/data/splade_toy not found (set SPLADEKIT_SHARED)")
     triples = read_naver(folder)
     assert len(triples) == 100
-    examples = read_naver(folder, "scores/toy.json", "dev_queries/raw.tsv")
+    # the toy's query files repeat id 1048876: a clear error, not a silent overwrite
+    with pytest.raises(DataFormatError, match=r"dev_queries/raw.tsv, line 7: duplicate id '1048876'"):
+        read_naver(folder, "scores/toy.json", "dev_queries/raw.tsv")
+    seen, lines = set(), []
+    for line in (folder / "dev_queries" / "raw.tsv").read_text(encoding="utf-8").splitlines():
+        if line.split("\t")[0] not in seen:
+            seen.add(line.split("\t")[0])
+            lines.append(line)
+    (tmp_path / "queries.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    examples = read_naver(folder, folder / "scores" / "toy.json", tmp_path / "queries.tsv")
     scores = json.loads((folder / "scores" / "toy.json").read_text())
     qrel = json.loads((folder / "qrel" / "qrel.json").read_text())
     assert {e.qid for e in examples} == set(scores)
