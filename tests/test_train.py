@@ -261,3 +261,36 @@ def test_cli_train(tiny, tmp_path):
     assert TrainConfig.model_validate(__import__("yaml").safe_load((out / "model" / "config.yaml").read_text())).steps == 1
     bad = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "stepz=1"])
     assert bad.exit_code == 2 and "stepz" in bad.output
+
+
+def test_shipped_configs_equal_the_demo_recipes():
+    from spladekit.demo import DEMO_RECIPES, demo_config
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for name, file in (("default", "demo.yaml"), ("full", "scifact-splade-tiny.yaml")):
+        shipped = load_config(root / file)
+        assert demo_config(shipped.model.path, shipped.data.path, full=name == "full") == shipped, file
+    assert set(DEMO_RECIPES) == {"default", "full"}
+
+
+def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
+    from spladekit.demo import run_demo
+
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    examples = make_examples(8, negatives=0)
+    docs = {f"d{i}": e.positives[0][1] for i, e in enumerate(examples)}
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in docs.items()))
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": e.query}) + "\n" for i, e in enumerate(examples)))
+    rows = "".join(f"q{i}\td{i}\t1\n" for i in range(8))
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
+    results = run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4,
+                       overrides=["steps=2", "batch_size=4", "validate_every=0", "data.validation_fraction=0",
+                                  "model.head_impl=plain", "curves=false"])
+    assert [r.name for r in results] == ["model (before)", "model (fine-tuned)", "bm25"]
+    printed = capsys.readouterr().out
+    assert "| model (fine-tuned) |" in printed and "fine-tuning: nDCG@10" in printed
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary["training"]["steps"] == 2
+    assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()

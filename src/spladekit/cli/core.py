@@ -73,8 +73,11 @@ def demo(
     data: str = typer.Option("scifact", help="BEIR folder or dataset name"),
     out: Path = typer.Option(Path("outputs/demo"), help="output folder"),
     batch_size: int = typer.Option(32),
+    train: bool = typer.Option(True, "--train/--no-train", help="fine-tune on the train split and evaluate again"),
+    full: bool = typer.Option(False, "--full", help="the stronger (GPU) training recipe instead of the 2-core CPU one"),
+    set_: list[str] = typer.Option([], "--set", help="override a training-config field, e.g. --set steps=50"),
 ):
-    """The main job on the embedded default: SPLADE vs BM25 on SciFact test, one table, a plot."""
+    """The main job on the embedded default: SPLADE vs BM25 on SciFact test, then fine-tune and compare."""
     from spladekit.demo import run_demo
 
-    run_demo(model=model, data=data, out=out, batch_size=batch_size)
+    run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_)

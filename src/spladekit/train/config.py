@@ -29,13 +29,27 @@ class ModelConfig(_Strict):
 
 
 class RescaleConfig(_Strict):
-    """MLM-head rescaling at initialisation (``spladekit.model.calibrate.rescale_mlm_head``).
+    """MLM-head rescaling at initialisation (``spladekit.model.calibrate.rescale_mlm_head``,
+    arXiv 2606.18811 §3: the decoder projection is multiplied by a constant F before training).
 
-    ``factor=None`` and ``mode=None`` leave the head unchanged.
+    ``mode=None`` leaves the head unchanged; ``factor`` alone means ``mode="factor"``.
+    ``target_logit`` calibrates F on ``sample_texts`` training documents.
     """
 
-    factor: float | None = None
-    mode: str | None = None
+    mode: Literal["factor", "match_norm", "target_logit"] | None = None
+    factor: float | None = Field(None, gt=0.0)
+    scale_bias: bool = False
+    reference: str | float | None = Field(None, description="match_norm: a model path/id or a mean row norm")
+    target: float | None = Field(None, description="target_logit: the value the logit statistic should reach")
+    statistic: str = "p99"
+    sample_texts: int = Field(256, ge=1)
+    force: bool = False
+
+    @model_validator(mode="after")
+    def _mode(self) -> "RescaleConfig":
+        if self.factor is not None and self.mode is None:
+            self.__dict__["mode"] = "factor"
+        return self
 
 
 class DataConfig(_Strict):

@@ -83,15 +83,23 @@ class TrainResult:
 
 
 # ------------------------------------------------------------------------------------ model
-def apply_rescale(mlm, rescale) -> object:
-    """Rescale the MLM head at initialisation through ``spladekit.model.calibrate.rescale_mlm_head``.
+def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
+    """Rescale the MLM head at initialisation through ``spladekit.model.calibrate.rescale_mlm_head``
+    (arXiv 2606.18811, §3).
 
-    Returns its return value, or None when ``rescale`` asks for nothing.
+    Args:
+        mlm: the masked-LM model (changed in place).
+        rescale: a :class:`~spladekit.train.config.RescaleConfig`.
+        tokenizer, texts: sample text for ``mode="target_logit"``.
+
+    Returns:
+        ``{"mode": ..., "factor": F}`` or None when ``rescale.mode`` is None.
 
     Raises:
         ImportError: ``spladekit.model.calibrate`` is not available in this installation.
+        ValueError, AlreadyRescaledError, CalibrationError: from ``rescale_mlm_head``.
     """
-    if rescale.factor is None and rescale.mode is None:
+    if rescale.mode is None:
         return None
     try:
         from spladekit.model.calibrate import rescale_mlm_head
@@ -100,12 +108,22 @@ def apply_rescale(mlm, rescale) -> object:
             "config.rescale asks for MLM-head rescaling, but spladekit.model.calibrate.rescale_mlm_head is not "
             "available in this installation; remove the rescale section or install a spladekit that has it"
         ) from exc
-    kwargs = {k: v for k, v in (("factor", rescale.factor), ("mode", rescale.mode)) if v is not None}
-    return rescale_mlm_head(mlm, **kwargs)
+    kwargs: dict = {"mode": rescale.mode, "scale_bias": rescale.scale_bias, "force": rescale.force}
+    if rescale.mode == "factor":
+        kwargs["factor"] = rescale.factor
+    elif rescale.mode == "match_norm":
+        kwargs["reference"] = rescale.reference
+    else:
+        kwargs.update(target=rescale.target, statistic=rescale.statistic, tokenizer=tokenizer, texts=list(texts or []))
+    factor = rescale_mlm_head(mlm, **kwargs)
+    return {"mode": rescale.mode, "factor": float(factor)}
 
 
-def load_model(config: TrainConfig):
+def load_model(config: TrainConfig, texts=None):
     """The masked-LM of ``config.model.path`` (resolved), rescaled if configured, as a SpladeModel.
+
+    Args:
+        texts: sample documents for ``rescale.mode="target_logit"``.
 
     Returns:
         ``(SpladeModel, tokenizer, rescale_record)``.
@@ -118,7 +136,7 @@ def load_model(config: TrainConfig):
     location = resolve_model(config.model.path)
     mlm = AutoModelForMaskedLM.from_pretrained(location)
     tokenizer = AutoTokenizer.from_pretrained(location)
-    record = apply_rescale(mlm, config.rescale)
+    record = apply_rescale(mlm, config.rescale, tokenizer, texts)
     return SpladeModel(mlm, config.model.head_impl), tokenizer, record
 
 
@@ -451,14 +469,15 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         if info.is_main:
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-        torch.manual_seed(config.seed)
-        model, tokenizer, rescale_record = load_model(config)
-        model.to(device).train()
-        D.broadcast_parameters(model)
-        torch.manual_seed(config.seed + info.rank)
         if examples is None:
             examples = load_training_examples(config.data)
         train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
+        torch.manual_seed(config.seed)
+        sample = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
+        model, tokenizer, rescale_record = load_model(config, sample)
+        model.to(device).train()
+        D.broadcast_parameters(model)
+        torch.manual_seed(config.seed + info.rank)
         optimizer, scheduler = _optimizer(model, config)
         scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
         start = 0
@@ -530,7 +549,7 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
                 log.write(validation)
             if info.is_main:
                 extra = {"training": {"steps": done, "config": config.model_dump(mode="json"),
-                                      "rescale": rescale_record if isinstance(rescale_record, (dict, type(None))) else str(rescale_record)}}
+                                      "rescale": rescale_record}}
                 model_dir = save_final_model(out / MODEL_DIR, model, tokenizer, config, extra)
                 from spladekit.plots import training_curves
 
