@@ -113,6 +113,24 @@ def test_beir_training_with_bm25_negatives(tmp_path):
     assert sorted(d for d, _ in example.negatives) == ["d2", "d4"]
 
 
+def test_beir_training_with_model_negatives(tiny, tmp_path):
+    from spladekit.index.exact import exact_search
+    from spladekit.model.encoder import SpladeEncoder
+
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    docs = {"d1": "w1 w2 w3", "d2": "w1 w2 w9", "d3": "w1 w8 w7", "d4": "w40 w41 w42"}
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in docs.items()))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "w1 w2"}) + "\n")
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq\td1\t1\n")
+    (example,) = read_beir_training(folder, "train", "model", depth=2, negatives_model=str(tiny))
+    enc = SpladeEncoder.from_pretrained(tiny, head_impl="plain", device="cpu")
+    ranked = [list(docs)[i] for i, _ in exact_search(enc.encode_queries(["w1 w2"]), enc.encode_documents(list(docs.values())), k=4)[0]]
+    assert [d for d, _ in example.negatives] == [d for d in ranked if d != "d1"][:2]
+    with pytest.raises(ValueError, match="negatives_model"):
+        read_beir_training(folder, "train", "model")
+
+
 def test_global_batch_is_deterministic_and_covers_an_epoch():
     examples = make_examples(8, negatives=3)
     a = global_batch(examples, 0, 4, 2, seed=1)

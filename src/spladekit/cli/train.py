@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -28,6 +29,8 @@ def train(
     except SpladekitError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2)
+    if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: only the main process reports
+        return
     last = result.last_metrics
     typer.echo(f"trained {result.steps} steps; final model: {result.model_dir}")
     if last:
