@@ -312,3 +312,15 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary["training"]["steps"] == 2
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
+
+
+def test_bf16_autocast_keeps_float32_weights(tiny, tmp_path):
+    from spladekit.train.loop import _Encoder, load_model
+
+    cfg = tiny_config(tiny, steps=1, precision="bf16")
+    model, tokenizer, _ = load_model(cfg)
+    encoder = _Encoder(model, tokenizer, cfg, torch.device("cpu"))
+    weights = encoder(encoder.tokens(["w1 w2 w3"], 16))
+    assert weights.dtype == torch.float32 and bool((weights >= 0).all())
+    result = train(cfg, tmp_path / "out", examples=make_examples(), show_progress=False)
+    assert np.isfinite(result.last_metrics["loss"])
