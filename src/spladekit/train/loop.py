@@ -494,6 +494,9 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         last: dict = {}
         validation = None
         end = config.steps if stop_after is None else min(config.steps, stop_after)
+        if val_examples and config.validate_every and start == 0 and info.is_main:
+            validation = validate(encoder, val_examples, config, 0)  # the starting point
+            log.write(validation)
         bar = tqdm(range(start + 1, end + 1), desc="training", disable=not (show_progress and info.is_main), unit="step")
         for step in bar:
             began = time.perf_counter()
