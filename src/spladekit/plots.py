@@ -120,6 +120,7 @@ def per_query_delta(
     ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
     ax.set_xlim(-0.5, len(qids) - 0.5)
     ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
 
 
 def training_curves(records, path: str | Path, vocab_size: int | None = None) -> Path:

@@ -26,6 +26,7 @@ class ModelConfig(_Strict):
     head_impl: Literal["plain", "fused"] | None = None
     query_max_length: int = Field(64, ge=4)
     doc_max_length: int = Field(256, ge=4)
+    suppress_pad: bool = Field(True, description="set the decoder bias of [PAD] to -1e4 at initialisation")
 
 
 class RescaleConfig(_Strict):

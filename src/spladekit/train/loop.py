@@ -119,6 +119,32 @@ def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
     return {"mode": rescale.mode, "factor": float(factor)}
 
 
+PAD_BIAS = -1.0e4
+
+
+def suppress_pad_column(mlm, tokenizer) -> bool:
+    """Set the MLM decoder bias of the ``[PAD]`` token to ``PAD_BIAS`` (-1e4), in place.
+
+    spladekit's encoder always outputs 0 in the ``[PAD]`` column (README, "What the vectors are").
+    With this bias the ``[PAD]`` logit is hugely negative, so ReLU gives 0 there in every library
+    (spladekit, plain ``AutoModelForMaskedLM`` + max pooling, sentence-transformers), training scores
+    equal the encoder's, and the exported model gives the same vectors everywhere. ``[PAD]`` is never
+    an MLM prediction target, so nothing else changes.
+
+    Returns:
+        False (nothing done) when the tokenizer has no pad token or the decoder has no bias.
+    """
+    from spladekit.model.heads import find_mlm_head
+
+    head = find_mlm_head(mlm)
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    if pad_id is None or head.bias is None or not 0 <= pad_id < head.bias.shape[0]:
+        return False
+    with torch.no_grad():
+        head.bias[pad_id] = min(float(head.bias[pad_id]), PAD_BIAS)
+    return True
+
+
 def load_model(config: TrainConfig, texts=None):
     """The masked-LM of ``config.model.path`` (resolved), rescaled if configured, as a SpladeModel.
 
@@ -137,6 +163,8 @@ def load_model(config: TrainConfig, texts=None):
     mlm = AutoModelForMaskedLM.from_pretrained(location)
     tokenizer = AutoTokenizer.from_pretrained(location)
     record = apply_rescale(mlm, config.rescale, tokenizer, texts)
+    if config.model.suppress_pad:
+        suppress_pad_column(mlm, tokenizer)
     return SpladeModel(mlm, config.model.head_impl), tokenizer, record
 
 
