@@ -324,3 +324,15 @@ def test_bf16_autocast_keeps_float32_weights(tiny, tmp_path):
     assert weights.dtype == torch.float32 and bool((weights >= 0).all())
     result = train(cfg, tmp_path / "out", examples=make_examples(), show_progress=False)
     assert np.isfinite(result.last_metrics["loss"])
+
+
+def test_fused_and_plain_heads_train_alike(tiny, tmp_path):
+    pytest.importorskip("spladekit.model.fused")
+    model = {"path": str(tiny), "query_max_length": 16, "doc_max_length": 24}
+    train(tiny_config(tiny, steps=2, model=dict(model, head_impl="fused")), tmp_path / "f", examples=make_examples(),
+          show_progress=False)
+    train(tiny_config(tiny, steps=2, model=dict(model, head_impl="plain")), tmp_path / "p", examples=make_examples(),
+          show_progress=False)
+    fused, plain = _records(tmp_path / "f"), _records(tmp_path / "p")
+    assert [r["loss"] for r in fused] == pytest.approx([r["loss"] for r in plain], rel=1e-5)
+    assert [r["active_d"] for r in fused] == [r["active_d"] for r in plain]
