@@ -120,6 +120,72 @@ def per_query_delta(
     ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
     ax.set_xlim(-0.5, len(qids) - 0.5)
     ax.grid(alpha=0.3, axis="y")
+# ------------------------------------------------------------------------ reproduction grid
+def metric_per_arm(values: Mapping[str, tuple[float | None, float | None]], path: str | Path, ylabel: str,
+                   title: str = "") -> Path:
+    """Bar chart of one metric per arm, with the spread over seeds as error bars.
+
+    Args:
+        values: ``{arm: (mean, std or None)}``; arms with a None mean are drawn empty.
+        ylabel: e.g. ``"scifact nDCG@10"``.
+    """
+    arms = list(values)
+    means = [values[a][0] if values[a][0] is not None else 0.0 for a in arms]
+    errs = [values[a][1] or 0.0 for a in arms]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(arms) + 1), 3.8))
+    bars = ax.bar(range(len(arms)), means, yerr=errs, capsize=4, color="#4c72b0")
+    for bar, mean, arm in zip(bars, means, arms):
+        ax.annotate(f"{mean:.3f}" if values[arm][0] is not None else "n/a", (bar.get_x() + bar.get_width() / 2, mean),
+                    ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(range(len(arms)), arms, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or ylabel + " per arm")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def quality_vs_flops(points: Mapping[str, list[tuple[float, float]]], path: str | Path, xlabel: str = "FLOPS",
+                     ylabel: str = "nDCG@10", title: str = "") -> Path:
+    """Scatter of quality against FLOPS (log x axis), one colour per arm, one point per seed.
+
+    Args:
+        points: ``{arm: [(flops, metric), ...]}``; FLOPS must be > 0 for the log axis (others are dropped).
+    """
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm, pts in points.items():
+        pts = [(x, y) for x, y in pts if x > 0]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=6, label=arm, alpha=0.85)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel + " (log)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or "quality vs FLOPS")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def training_curves_per_arm(curves: Mapping[str, list[dict]], path: str | Path,
+                            keys: tuple[str, ...] = ("loss", "grad_norm", "active_q", "active_d")) -> Path:
+    """Training statistics against the step, one line per arm, one panel per statistic (log y).
+
+    Args:
+        curves: ``{arm: metrics.jsonl records}`` (each a dict with ``step`` and the keys).
+        keys: statistics to draw; a key no arm logged is skipped.
+    """
+    keys = tuple(k for k in keys if any(k in r for records in curves.values() for r in records))
+    fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(4.2 * max(1, len(keys)), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for arm, records in curves.items():
+            pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float)) and "step" in r]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=arm, lw=1.2)
+        ax.set_xlabel("step")
+        ax.set_title(key)
+        if all(r.get(key, 1) > 0 for records in curves.values() for r in records if isinstance(r.get(key), (int, float))):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
     return _save(fig, path)
 
 

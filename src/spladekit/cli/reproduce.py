@@ -1,0 +1,58 @@
+"""reproduce: the paper's comparison grid from one YAML config."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from spladekit.cli.app import app
+
+
+@app.command()
+def reproduce(
+    config: Path = typer.Argument(..., help="grid config YAML (see configs/reproduce-*.yaml)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, resolve inputs offline, run nothing"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a config value: key.sub=value (YAML value)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (default: output_dir of the config)"),
+    cell: Optional[List[str]] = typer.Option(None, "--cell", help="run only this cell id (repeatable)"),
+    force: bool = typer.Option(False, help="redo stages that an older, different config produced"),
+    report_only: bool = typer.Option(False, "--report-only", help="only (re)write the tables and plots"),
+):
+    """Run backbone × head treatment × seed: diagnose, rescale, train, evaluate; write tables and plots.
+
+    A half-finished grid resumes: finished stages of each cell are skipped.
+    """
+    from spladekit.errors import SpladekitError
+    from spladekit.reproduce import describe_plan, load_reproduce_config, run_grid, write_report
+
+    try:
+        grid = load_reproduce_config(config, set_ or [])
+    except SpladekitError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    folder = out or Path(grid.output_dir)
+    if dry_run:
+        typer.echo(describe_plan(grid, folder))
+        return
+    command = "spladekit reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a) if len(sys.argv) > 1 else None
+    outcome = None
+    if not report_only:
+        try:
+            outcome = run_grid(grid, folder, cells=cell or None, force=force, log=typer.echo)
+        except (SpladekitError, ValueError) as exc:
+            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2)
+    written = write_report(grid, folder, command=command)
+    typer.echo(f"wrote {written['markdown']}, {written['cells_csv'].name}, {written['arms_csv'].name}"
+               + (f" and {sum(k.startswith(('metric_', 'quality', 'training')) for k in written)} plot(s)"))
+    if outcome is not None:
+        typer.echo(f"cells: {len(outcome.done)} done, {len(outcome.skipped)} skipped (finished earlier), "
+                   f"{len(outcome.diverged)} diverged, {len(outcome.failed)} failed")
+        if outcome.failed:
+            for cell_id, error in outcome.failed.items():
+                typer.secho(f"  {cell_id}: {error}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=1)

@@ -1,0 +1,344 @@
+"""The grid: plan the cells, run their stages, resume a half-finished grid.
+
+Output folder layout (``OUT``)::
+
+    OUT/config.yaml                       the grid config as run (every field)
+    OUT/backbones/<backbone>/done.json    an inflated backbone, built once (model in .../model/)
+    OUT/cells/<cell id>/cell.json         what defines the cell (backbone, treatment, seed, train config)
+                        init/done.json    diagnosis before/after, rescaling factor (model in init/model/)
+                        train/...         spladekit.train output; train/done.json when finished
+                        eval/<set>/result.json   metrics of one evaluation set (+ run.trec, per_query.json)
+                        result.json       the cell's summary, written last: the done-marker
+
+Every marker is written atomically (:func:`spladekit.io.write_json`) and carries the fingerprint of
+what produced it (a SHA-256 of the stage's inputs). On a rerun a stage whose marker exists with the
+same fingerprint is skipped; a marker with another fingerprint means the config changed: the
+training stages refuse to continue (:class:`StaleCellError`) unless ``force``; an evaluation with a
+changed fingerprint is simply redone. A cell whose training diverged or collapsed
+(:class:`~spladekit.train.monitor.TrainingDivergedError`, ``CollapseError``) is a result too: it is
+recorded with ``status: "diverged"`` and not retried; any other error leaves the cell unfinished
+(retried on the next run) and is reported at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import yaml
+
+from spladekit.errors import SpladekitError
+from spladekit.io import atomic_write, write_json
+from spladekit.reproduce.config import BackboneSpec, EvalDatasetSpec, ReproduceConfig, TreatmentSpec
+
+DONE = "done.json"
+RESULT = "result.json"
+
+
+class StaleCellError(SpladekitError, RuntimeError):
+    """A finished stage in the output folder was produced by a different configuration."""
+
+
+def fingerprint(obj: Any) -> str:
+    """First 16 hex digits of the SHA-256 of ``obj`` as canonical JSON (sorted keys)."""
+    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid: a backbone, a head treatment, a seed."""
+
+    backbone: BackboneSpec
+    treatment: TreatmentSpec
+    seed: int
+
+    @property
+    def id(self) -> str:
+        """Folder name and table key: ``<backbone>--<treatment>--s<seed>``."""
+        return f"{self.backbone.name}--{self.treatment.name}--s{self.seed}"
+
+    @property
+    def arm(self) -> str:
+        """The arm (cell without the seed): ``<backbone>/<treatment>``."""
+        return f"{self.backbone.name}/{self.treatment.name}"
+
+
+def plan_grid(config: ReproduceConfig) -> list[Cell]:
+    """Every cell, in order backbone → treatment → seed (config order)."""
+    return [Cell(b, t, s) for b in config.backbones for t in config.treatments_of(b) for s in config.seeds]
+
+
+# ------------------------------------------------------------------------------ stage fingerprints
+def backbone_spec(backbone: BackboneSpec) -> dict:
+    """Inputs of the backbone stage."""
+    return {"path": backbone.path, "inflate": backbone.inflate}
+
+
+def init_spec(config: ReproduceConfig, cell: Cell) -> dict:
+    """Inputs of the init stage (diagnose, rescale)."""
+    return {
+        "backbone": backbone_spec(cell.backbone),
+        "rescale": cell.treatment.rescale.model_dump() if cell.treatment.rescale else None,
+        "diagnosis": config.diagnosis.model_dump(),
+    }
+
+
+def train_spec(config: ReproduceConfig, cell: Cell) -> dict:
+    """Inputs of the training stage (the init stage's plus the training config and seed)."""
+    return {"init": init_spec(config, cell), "train": config.train_dict("<init>", cell.seed)}
+
+
+def eval_spec(config: ReproduceConfig, cell: Cell, dataset: EvalDatasetSpec, stage: str = "trained") -> dict:
+    """Inputs of one evaluation (the model's stage plus the set and the encoding settings)."""
+    ev = config.evaluation
+    model = train_spec(config, cell) if stage == "trained" else init_spec(config, cell)
+    return {
+        "model": model,
+        "stage": stage,
+        "dataset": dataset.model_dump(),
+        "encoding": {"k": ev.k, "query_max_length": ev.query_max_length, "doc_max_length": ev.doc_max_length},
+    }
+
+
+# ------------------------------------------------------------------------------ the runner
+class CellRunner(Protocol):
+    """What the grid calls to do the work of a cell; :class:`spladekit.reproduce.runner.SpladekitRunner`
+    is the real one (tests inject doubles to check the grid's own bookkeeping)."""
+
+    def prepare_backbone(self, backbone: BackboneSpec, config: ReproduceConfig, folder: Path) -> dict:
+        """Make the backbone's starting model (inflated when asked); return at least ``{"model": path}``."""
+
+    def init_cell(self, cell: Cell, base_model: str, config: ReproduceConfig, folder: Path) -> dict:
+        """Diagnose and rescale; return at least ``{"model": path}`` (plus diagnosis, factor)."""
+
+    def train_cell(self, cell: Cell, init_model: str, config: ReproduceConfig, folder: Path) -> dict:
+        """Train from ``init_model`` into ``folder``; return ``{"model": path, "summary": {...}}``."""
+
+    def evaluate(self, model: str, dataset: EvalDatasetSpec, config: ReproduceConfig, folder: Path) -> dict:
+        """Evaluate ``model`` on ``dataset``, write run/metrics into ``folder``; return the metrics."""
+
+
+def is_divergence(exc: BaseException) -> bool:
+    """True for training failures that are results (divergence, collapse), not bugs."""
+    return type(exc).__name__ in {"TrainingDivergedError", "CollapseError"}
+
+
+def _read_marker(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None  # an unreadable marker is treated as absent (written atomically, so rare)
+
+
+@dataclass
+class GridOutcome:
+    """What :func:`run_grid` did: cell ids by outcome, and the error text of failed cells."""
+
+    done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    diverged: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class _Stage:
+    """Run-or-skip bookkeeping of one stage folder."""
+
+    def __init__(self, folder: Path, spec: dict, name: str, cell: str, force: bool, strict: bool = True):
+        self.folder, self.spec, self.name, self.cell = folder, spec, name, cell
+        self.print = fingerprint(spec)
+        marker = _read_marker(folder / DONE)
+        self.result = None
+        if marker is not None:
+            if marker.get("fingerprint") == self.print:
+                self.result = marker.get("result")
+            elif strict and not force:
+                raise StaleCellError(
+                    f"{folder / DONE}: the {name} stage of cell {cell} was produced by a different configuration; "
+                    "use another output folder, or rerun with --force to redo it"
+                )
+            else:
+                shutil.rmtree(folder)
+
+    def finish(self, result: dict) -> dict:
+        write_json(self.folder / DONE, {"fingerprint": self.print, "spec": self.spec, "result": result,
+                                        "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        self.result = result
+        return result
+
+
+def write_config(config: ReproduceConfig, out: Path) -> None:
+    """Save the grid config as run (``OUT/config.yaml``)."""
+    with atomic_write(out / "config.yaml") as handle:
+        yaml.safe_dump(config.model_dump(mode="json"), handle, sort_keys=False)
+
+
+def run_cell(cell: Cell, config: ReproduceConfig, out: Path, runner: CellRunner, base_model: str,
+             force: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Run (or resume) one cell's stages; write and return its ``result.json`` summary.
+
+    Raises:
+        StaleCellError: a finished stage came from another configuration and ``force`` is False.
+        Whatever the runner raises, except divergence/collapse during training (recorded as a result).
+    """
+    folder = out / "cells" / cell.id
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = train_spec(config, cell)
+    summary = _read_marker(folder / RESULT)
+    evals = config.evaluation.datasets()
+    if summary is not None and summary.get("fingerprint") != fingerprint(spec) and not force:
+        raise StaleCellError(f"{folder / RESULT}: cell {cell.id} was produced by a different configuration; "
+                             "use another output folder, or rerun with --force to redo it")
+    write_json(folder / "cell.json", {"id": cell.id, "arm": cell.arm, "backbone": cell.backbone.model_dump(),
+                                      "treatment": cell.treatment.model_dump(), "seed": cell.seed, "spec": spec})
+
+    init = _Stage(folder / "init", init_spec(config, cell), "init", cell.id, force)
+    if init.result is None:
+        log(f"[{cell.id}] diagnose{' and rescale' if cell.treatment.rescale else ''}")
+        init.finish(runner.init_cell(cell, base_model, config, folder / "init"))
+    result: dict[str, Any] = {"id": cell.id, "arm": cell.arm, "backbone": cell.backbone.name,
+                              "treatment": cell.treatment.name, "seed": cell.seed, "fingerprint": fingerprint(spec),
+                              "init": init.result}
+
+    if config.evaluation.evaluate_init:
+        result["eval_init"] = _evaluate_all(cell, config, folder / "eval_init", init.result["model"], runner, "init", log)
+
+    trained = _Stage(folder / "train", spec, "train", cell.id, force)
+    if trained.result is None:
+        log(f"[{cell.id}] train")
+        try:
+            trained.finish({"status": "ok", **runner.train_cell(cell, init.result["model"], config, folder / "train")})
+        except Exception as exc:
+            if not is_divergence(exc):
+                raise
+            log(f"[{cell.id}] training stopped: {type(exc).__name__}: {exc}")
+            trained.finish({"status": "diverged", "error": f"{type(exc).__name__}: {exc}"})
+    result["train"] = trained.result
+    if trained.result.get("status") == "diverged":
+        result["status"] = "diverged"
+        result["eval"] = {}
+    else:
+        result["status"] = "done"
+        result["eval"] = _evaluate_all(cell, config, folder / "eval", trained.result["model"], runner, "trained", log)
+    result["datasets"] = {d.name: role for role, d in evals}
+    write_json(folder / RESULT, result)
+    return result
+
+
+def _evaluate_all(cell: Cell, config: ReproduceConfig, folder: Path, model: str, runner: CellRunner, stage: str,
+                  log: Callable[[str], None]) -> dict:
+    metrics = {}
+    for role, dataset in config.evaluation.datasets():
+        ev = _Stage(folder / dataset.name, eval_spec(config, cell, dataset, stage), "eval", cell.id, False, strict=False)
+        if ev.result is None:
+            log(f"[{cell.id}] evaluate {'initial model ' if stage == 'init' else ''}on {dataset.name} ({role})")
+            ev.finish(runner.evaluate(model, dataset, config, folder / dataset.name))
+        metrics[dataset.name] = ev.result
+    return metrics
+
+
+def prepare_backbones(config: ReproduceConfig, out: Path, runner: CellRunner, backbones: list[BackboneSpec],
+                      force: bool = False, log: Callable[[str], None] = print) -> dict[str, str]:
+    """Build (or find) each backbone's starting model; ``{backbone name: model path or id}``."""
+    models = {}
+    for backbone in backbones:
+        stage = _Stage(out / "backbones" / backbone.name, backbone_spec(backbone), "backbone", backbone.name, force)
+        if stage.result is None:
+            log(f"[{backbone.name}] prepare backbone" + (f" (inflate head ×{backbone.inflate:g})" if backbone.inflate else ""))
+            stage.finish(runner.prepare_backbone(backbone, config, stage.folder))
+        models[backbone.name] = stage.result["model"]
+    return models
+
+
+def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None = None, *, cells: list[str] | None = None,
+             force: bool = False, log: Callable[[str], None] = print) -> GridOutcome:
+    """Run every unfinished cell of the grid into ``out`` (resuming finished stages), then nothing else;
+    see :func:`spladekit.reproduce.report.write_report` for the tables and plots.
+
+    Args:
+        config: the grid.
+        out: output folder.
+        runner: does the work (default: :class:`~spladekit.reproduce.runner.SpladekitRunner`).
+        cells: run only these cell ids (default: all).
+        force: redo stages whose marker came from another configuration instead of refusing.
+
+    Raises:
+        StaleCellError: see the module docstring (before anything is run for that cell).
+        ValueError: ``cells`` names an unknown cell.
+    """
+    out = Path(out)
+    if runner is None:
+        from spladekit.reproduce.runner import SpladekitRunner
+
+        runner = SpladekitRunner()
+    plan = plan_grid(config)
+    if cells is not None:
+        unknown = sorted(set(cells) - {c.id for c in plan})
+        if unknown:
+            raise ValueError(f"unknown cell id(s) {unknown}; known: {[c.id for c in plan]}")
+        plan = [c for c in plan if c.id in cells]
+    out.mkdir(parents=True, exist_ok=True)
+    write_config(config, out)
+    outcome = GridOutcome()
+    pending = []
+    for cell in plan:
+        summary = _read_marker(out / "cells" / cell.id / RESULT)
+        if (summary is not None and summary.get("fingerprint") == fingerprint(train_spec(config, cell))
+                and _evals_current(config, cell, out)):
+            outcome.skipped.append(cell.id)
+            log(f"[{cell.id}] finished earlier: skipped")
+        else:
+            pending.append(cell)
+    if not pending:
+        return outcome
+    base = prepare_backbones(config, out, runner, list({c.backbone.name: c.backbone for c in pending}.values()), force, log)
+    for cell in pending:
+        try:
+            result = run_cell(cell, config, out, runner, base[cell.backbone.name], force, log)
+        except StaleCellError:
+            raise
+        except Exception as exc:  # record and go on with the other cells
+            outcome.failed[cell.id] = f"{type(exc).__name__}: {exc}"
+            write_json(out / "cells" / cell.id / "error.json",
+                       {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            log(f"[{cell.id}] FAILED: {type(exc).__name__}: {exc}")
+            continue
+        (outcome.diverged if result["status"] == "diverged" else outcome.done).append(cell.id)
+    return outcome
+
+
+def _evals_current(config: ReproduceConfig, cell: Cell, out: Path) -> bool:
+    """Every evaluation of a finished cell exists with the current fingerprint."""
+    folder = out / "cells" / cell.id
+    trained = _read_marker(folder / "train" / DONE)
+    if trained is None or (trained.get("result") or {}).get("status") == "diverged":
+        return trained is not None
+    stages = [("eval", "trained")] + ([("eval_init", "init")] if config.evaluation.evaluate_init else [])
+    for sub, stage in stages:
+        for _, dataset in config.evaluation.datasets():
+            marker = _read_marker(folder / sub / dataset.name / DONE)
+            if marker is None or marker.get("fingerprint") != fingerprint(eval_spec(config, cell, dataset, stage)):
+                return False
+    return True
+
+
+def cell_status(config: ReproduceConfig, cell: Cell, out: str | Path) -> str:
+    """``"done"``, ``"diverged"``, ``"stale"`` (produced by another config), ``"partial: <stages>"`` or ``"pending"``."""
+    folder = Path(out) / "cells" / cell.id
+    summary = _read_marker(folder / RESULT)
+    if summary is not None:
+        if summary.get("fingerprint") != fingerprint(train_spec(config, cell)):
+            return "stale"
+        if _evals_current(config, cell, Path(out)):
+            return summary.get("status", "done")
+    stages = [name for name in ("init", "train") if (folder / name / DONE).exists()]
+    stages += [f"eval/{d.name}" for _, d in config.evaluation.datasets() if (folder / "eval" / d.name / DONE).exists()]
+    return f"partial: {', '.join(stages)} done" if stages else "pending"

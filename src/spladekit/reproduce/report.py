@@ -1,0 +1,245 @@
+"""Tables (Markdown + CSV) and plots of a grid's results.
+
+Files written into ``OUT``:
+- ``results_cells.csv``: one row per cell (every seed), all numbers;
+- ``results_arms.csv``: one row per arm (backbone × treatment), mean and sample standard deviation
+  over seeds (``std`` is empty with one seed);
+- ``results.md``: both tables for people, headline metric of each set, efficiency (active terms,
+  FLOPS) next to quality so that arms can be compared at matched sparsity;
+- ``plots/metric_<set>.png`` (metric per arm), ``plots/quality_vs_flops.png``,
+  ``plots/training_curves.png`` (loss, gradient norm and active terms per arm).
+
+FLOPS here is the expected number of multiply-adds of a query-document product,
+``Σ_j p_q(j)·p_d(j)`` (Paria et al., ICLR 2020, §3), measured on the evaluation set.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from spladekit.io import atomic_write
+from spladekit.reproduce.config import ReproduceConfig
+from spladekit.reproduce.grid import RESULT, plan_grid
+
+
+@dataclass
+class Column:
+    """A table column: key in a row, header, number format."""
+
+    key: str
+    header: str
+    fmt: str = "{:.3f}"
+
+
+def load_cell_results(config: ReproduceConfig, out: str | Path) -> list[dict]:
+    """The ``result.json`` of every finished cell of the plan (plan order); unfinished cells are left out."""
+    rows = []
+    for cell in plan_grid(config):
+        path = Path(out) / "cells" / cell.id / RESULT
+        if path.exists():
+            rows.append(json.loads(path.read_text(encoding="utf-8")))
+    return rows
+
+
+def _num(value):
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def cell_row(result: dict, config: ReproduceConfig) -> dict:
+    """Flatten one cell's result into a table row (numbers or None)."""
+    init = result.get("init") or {}
+    before = (init.get("diagnosis_before") or {})
+    after = init.get("diagnosis_after") or before
+    summary = ((result.get("train") or {}).get("summary")) or {}
+    first, last = summary.get("first") or {}, summary.get("last") or {}
+    row = {
+        "cell": result["id"], "arm": result["arm"], "backbone": result["backbone"], "treatment": result["treatment"],
+        "seed": result["seed"], "status": result.get("status", ""),
+        "factor": _num(init.get("factor")),
+        "init_row_norm": _num(((after.get("head") or {}).get("row_norm") or {}).get("mean")),
+        "init_logit_p99": _num((after.get("logits") or {}).get("p99")),
+        "init_active_terms": _num((((after.get("splade") or {}).get("active_terms")) or {}).get("mean")),
+        "first_loss": _num(first.get("loss")), "first_grad_norm": _num(first.get("grad_norm")),
+        "max_grad_norm": _num(summary.get("max_grad_norm")), "last_loss": _num(last.get("loss")),
+        "last_active_q": _num(last.get("active_q")), "last_active_d": _num(last.get("active_d")),
+        "train_seconds": _num(summary.get("train_seconds")),
+    }
+    ood = []
+    for role, dataset in config.evaluation.datasets():
+        metrics = (result.get("eval") or {}).get(dataset.name) or {}
+        value = _num(metrics.get(dataset.metric))
+        row[f"{dataset.name}:{dataset.metric}"] = value
+        row[f"{dataset.name}:q_terms"] = _num(metrics.get("avg_query_terms"))
+        row[f"{dataset.name}:d_terms"] = _num(metrics.get("avg_doc_terms"))
+        row[f"{dataset.name}:flops"] = _num(metrics.get("flops"))
+        if role == "out_of_domain":
+            ood.append(value)
+    if config.evaluation.out_of_domain:
+        row["ood_mean"] = sum(ood) / len(ood) if ood and all(v is not None for v in ood) else None
+    return row
+
+
+def arm_rows(rows: list[dict]) -> list[dict]:
+    """Mean and sample std (n-1; None with one seed) over seeds of every numeric column, per arm."""
+    arms: dict[str, list[dict]] = {}
+    for row in rows:
+        arms.setdefault(row["arm"], []).append(row)
+    out = []
+    for arm, members in arms.items():
+        agg = {"arm": arm, "backbone": members[0]["backbone"], "treatment": members[0]["treatment"],
+               "seeds": len(members), "diverged": sum(m["status"] == "diverged" for m in members)}
+        keys = [k for k in members[0] if k not in ("cell", "arm", "backbone", "treatment", "seed", "status")]
+        for key in keys:
+            values = [m.get(key) for m in members if m.get(key) is not None]
+            agg[key] = statistics.fmean(values) if values else None
+            agg[f"{key}:std"] = statistics.stdev(values) if len(values) > 1 else None
+        out.append(agg)
+    return out
+
+
+def _fmt(value, fmt: str = "{:.3f}") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return fmt.format(value)
+    return str(value)
+
+
+def markdown_table(rows: list[dict], columns: list[Column], std: bool = False) -> str:
+    """A Markdown table; with ``std``, ``mean ± std`` where a ``<key>:std`` value exists."""
+    lines = ["| " + " | ".join(c.header for c in columns) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
+    for row in rows:
+        cells = []
+        for c in columns:
+            text = _fmt(row.get(c.key), c.fmt)
+            spread = row.get(f"{c.key}:std") if std else None
+            if spread is not None:
+                text += " ± " + c.fmt.format(spread)
+            cells.append(text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """All keys of all rows as columns (first-seen order); None as an empty field; atomic."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in keys})
+    with atomic_write(path) as handle:
+        handle.write(buffer.getvalue())
+
+
+def _columns(config: ReproduceConfig, per_cell: bool) -> tuple[list[Column], list[Column]]:
+    head = [Column("cell" if per_cell else "arm", "cell" if per_cell else "arm")]
+    if not per_cell:
+        head.append(Column("seeds", "seeds", "{}"))
+    quality = list(head)
+    for _, dataset in config.evaluation.datasets():
+        quality.append(Column(f"{dataset.name}:{dataset.metric}", f"{dataset.name} {dataset.metric}"))
+    if config.evaluation.out_of_domain:
+        quality.append(Column("ood_mean", "OOD mean"))
+    first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0].name
+    quality += [Column(f"{first}:q_terms", f"{first} q terms", "{:.1f}"), Column(f"{first}:d_terms", f"{first} d terms", "{:.1f}"),
+                Column(f"{first}:flops", f"{first} FLOPS", "{:.2f}")]
+    training = list(head) + [
+        Column("factor", "head factor", "{:.4g}"), Column("init_row_norm", "init row norm", "{:.3g}"),
+        Column("init_logit_p99", "init logit p99", "{:.3g}"), Column("init_active_terms", "init active terms", "{:.0f}"),
+        Column("first_loss", "first loss", "{:.4g}"), Column("first_grad_norm", "first grad norm", "{:.4g}"),
+        Column("max_grad_norm", "max grad norm", "{:.4g}"), Column("last_loss", "last loss", "{:.4g}"),
+        Column("last_active_q", "last q terms", "{:.1f}"), Column("last_active_d", "last d terms", "{:.1f}"),
+        Column("train_seconds", "train s", "{:.0f}"),
+    ]
+    if per_cell:
+        training.insert(1, Column("status", "status", "{}"))
+    return quality, training
+
+
+def training_records(config: ReproduceConfig, out: Path, results: list[dict]) -> dict[str, list[dict]]:
+    """``{arm: metrics.jsonl records}`` of the first seed of each arm that has a log."""
+    from spladekit.reproduce.runner import read_metrics_log
+
+    curves: dict[str, list[dict]] = {}
+    for result in results:
+        if result["arm"] in curves:
+            continue
+        path = (result.get("train") or {}).get("metrics_path") or str(out / "cells" / result["id"] / "train" / "metrics.jsonl")
+        records = read_metrics_log(path)
+        if records:
+            curves[result["arm"]] = records
+    return curves
+
+
+def write_report(config: ReproduceConfig, out: str | Path, command: str | None = None) -> dict[str, Path]:
+    """Write the tables and plots of every finished cell in ``out``; return ``{name: path}``.
+
+    Cells not finished yet are listed as missing in ``results.md``.
+    """
+    from spladekit import plots
+
+    out = Path(out)
+    results = load_cell_results(config, out)
+    rows = [cell_row(r, config) for r in results]
+    arms = arm_rows(rows)
+    written: dict[str, Path] = {}
+    write_csv(out / "results_cells.csv", rows)
+    write_csv(out / "results_arms.csv", arms)
+    written.update(cells_csv=out / "results_cells.csv", arms_csv=out / "results_arms.csv")
+
+    quality_arm, training_arm = _columns(config, per_cell=False)
+    quality_cell, training_cell = _columns(config, per_cell=True)
+    finished = {r["id"] for r in results}
+    missing = [c.id for c in plan_grid(config) if c.id not in finished]
+    text = [f"# Reproduction grid `{config.name}`", ""]
+    if config.description:
+        text += [config.description.strip(), ""]
+    if command:
+        text += ["Command:", "", "```", command, "```", ""]
+    text += [f"{len(results)} of {len(results) + len(missing)} cells finished"
+             + (f"; missing: {', '.join(missing)}" if missing else "") + ".", ""]
+    sets = ", ".join(f"{d.name} ({role.replace('_', '-')}, {d.metric})" for role, d in config.evaluation.datasets())
+    text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on the first set "
+             "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.", ""]
+    text += ["## Quality and efficiency per arm", "", markdown_table(arms, quality_arm, std=True), ""]
+    text += ["## Initialisation and training per arm", "", markdown_table(arms, training_arm, std=True), ""]
+    text += ["## Every cell", "", markdown_table(rows, quality_cell), "", markdown_table(rows, training_cell), ""]
+
+    plot_dir = out / "plots"
+    if rows:
+        for _, dataset in config.evaluation.datasets():
+            key = f"{dataset.name}:{dataset.metric}"
+            values = {a["arm"]: (a.get(key), a.get(f"{key}:std")) for a in arms}
+            if any(v[0] is not None for v in values.values()):
+                written[f"metric_{dataset.name}"] = plots.metric_per_arm(
+                    values, plot_dir / f"metric_{dataset.name}.png", ylabel=f"{dataset.name} {dataset.metric}")
+        first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0]
+        points = {}
+        for row in rows:
+            x, y = row.get(f"{first.name}:flops"), row.get(f"{first.name}:{first.metric}")
+            if x is not None and y is not None:
+                points.setdefault(row["arm"], []).append((x, y))
+        if points:
+            written["quality_vs_flops"] = plots.quality_vs_flops(
+                points, plot_dir / "quality_vs_flops.png", xlabel=f"FLOPS on {first.name}",
+                ylabel=f"{first.name} {first.metric}")
+        curves = training_records(config, out, results)
+        if curves:
+            written["training_curves"] = plots.training_curves_per_arm(curves, plot_dir / "training_curves.png")
+    figures = [p for k, p in written.items() if k.startswith(("metric_", "quality", "training"))]
+    if figures:
+        text += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in figures] + [""]
+    with atomic_write(out / "results.md") as handle:
+        handle.write("\n".join(text))
+    written["markdown"] = out / "results.md"
+    return written

@@ -1,0 +1,244 @@
+"""The real work of a grid cell, with spladekit's own stages.
+
+- backbone: :func:`spladekit.data.resolve.resolve_model`; when ``inflate`` is set, the head is
+  multiplied by that factor with :func:`spladekit.model.calibrate.rescale_mlm_head` (``mode="factor"``)
+  and saved, to emulate a backbone whose MLM head has a large norm;
+- init: :func:`spladekit.model.calibrate.diagnose_mlm_head` before and after
+  :func:`~spladekit.model.calibrate.rescale_mlm_head` (arXiv 2606.18811, §3, eq. 3);
+- train: :func:`spladekit.train.train`;
+- evaluate: :func:`spladekit.pipeline.evaluate_splade` (exact search, ir_measures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from spladekit.reproduce.config import EvalDatasetSpec, ReproduceConfig
+
+
+def resolve_file(path: str | Path) -> Path:
+    """A data file named in a config: as given (absolute or relative to the working directory), else
+    relative to each shared data root (:func:`spladekit.data.resolve.shared_roots`).
+
+    Raises:
+        ResolutionError: not found; the message lists where it looked.
+    """
+    from spladekit.data.resolve import shared_roots
+    from spladekit.errors import ResolutionError
+
+    path = Path(path).expanduser()
+    tried = [path]
+    if path.exists():
+        return path
+    if not path.is_absolute():
+        for root in shared_roots():
+            candidate = root / path
+            tried.append(candidate)
+            if candidate.exists():
+                return candidate
+    raise ResolutionError(f"file {str(path)!r} not found; looked in: " + ", ".join(map(str, tried)))
+
+
+def load_eval_dataset(spec: EvalDatasetSpec, download: bool = True):
+    """The :class:`~spladekit.data.beir.BeirDataset` of an evaluation spec: the BEIR folder's corpus,
+    with ``spec.qrels`` / ``spec.queries`` (TREC qrels, ``id<TAB>text`` topics) replacing the folder's
+    own when given; only judged queries are kept.
+
+    Raises:
+        ResolutionError: the folder or a file is missing.
+        DataFormatError: malformed files, or judged queries without text.
+    """
+    from spladekit.data.beir import BeirDataset, _find, load_beir, read_corpus, read_queries
+    from spladekit.data.resolve import resolve_dataset
+    from spladekit.data.trec import read_qrels
+    from spladekit.data.tsv import read_tsv
+    from spladekit.errors import DataFormatError
+
+    folder = resolve_dataset(spec.path, download=download)
+    if spec.qrels is None and spec.queries is None:
+        dataset = load_beir(folder, spec.split)
+        dataset.name = spec.name
+        return dataset
+    qrels_path = resolve_file(spec.qrels) if spec.qrels else folder / "qrels" / f"{spec.split}.tsv"
+    qrels = read_qrels(qrels_path)
+    queries_path = resolve_file(spec.queries) if spec.queries else _find(folder, "queries")
+    queries = read_tsv(queries_path) if spec.queries else read_queries(queries_path)
+    missing = [q for q in qrels if q not in queries]
+    if missing:
+        raise DataFormatError(qrels_path, f"{len(missing)} judged query ids have no text in {queries_path}, e.g. {missing[0]!r}")
+    corpus = read_corpus(_find(folder, "corpus"))
+    return BeirDataset(path=folder, corpus=corpus, queries={q: queries[q] for q in qrels}, qrels=qrels,
+                       split=spec.split, name=spec.name)
+
+
+def diagnosis_texts(config: ReproduceConfig) -> list[str]:
+    """The first ``diagnosis.num_texts`` documents of the diagnosis dataset's corpus (file order)."""
+    from spladekit.data.beir import _find
+    from spladekit.data.resolve import resolve_dataset
+    from spladekit.io import iter_lines
+
+    folder = resolve_dataset(config.diagnosis.dataset)
+    texts = []
+    for _, line in iter_lines(_find(folder, "corpus")):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        title = record.get("title") or ""
+        texts.append(f"{title} {record['text']}" if title.strip() else str(record["text"]))
+        if len(texts) >= config.diagnosis.num_texts:
+            break
+    return texts
+
+
+def _save_model(mlm, tokenizer, folder: Path) -> Path:
+    """Save a masked-LM and its tokenizer into ``folder`` atomically (temporary folder, then rename)."""
+    tmp = folder.with_name(f".tmp-{folder.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    mlm.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.rename(tmp, folder)
+    return folder
+
+
+def read_metrics_log(path: str | Path) -> list[dict]:
+    """The training records (not validation) of a ``metrics.jsonl`` log, in step order.
+
+    Raises:
+        DataFormatError: a line is not JSON.
+    """
+    from spladekit.errors import DataFormatError
+
+    records = []
+    path = Path(path)
+    if not path.exists():
+        return records
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=number) from exc
+        if record.get("split", "train") == "train":
+            records.append(record)
+    return sorted(records, key=lambda r: r.get("step", 0))
+
+
+SUMMARY_KEYS = ("loss", "grad_norm", "active_q", "active_d", "batch_flops", "head_norm", "logit_p99", "logit_max")
+
+
+def summarize_training(records: list[dict]) -> dict:
+    """First/last values of the main training statistics and the largest gradient norm.
+
+    Returns:
+        ``{"steps", "first": {...}, "last": {...}, "max_grad_norm", "train_seconds"}``; keys absent
+        from the log are left out.
+    """
+    if not records:
+        return {"steps": 0}
+    pick = lambda r: {k: r[k] for k in SUMMARY_KEYS if isinstance(r.get(k), (int, float))}  # noqa: E731
+    norms = [r["grad_norm"] for r in records if isinstance(r.get("grad_norm"), (int, float))]
+    times = [r["step_time_s"] for r in records if isinstance(r.get("step_time_s"), (int, float))]
+    return {"steps": records[-1].get("step", len(records)), "first": pick(records[0]), "last": pick(records[-1]),
+            "max_grad_norm": max(norms) if norms else None, "train_seconds": sum(times) if times else None}
+
+
+class SpladekitRunner:
+    """The real :class:`~spladekit.reproduce.grid.CellRunner` (see the module docstring).
+
+    Args:
+        show_progress: tqdm bars for training and encoding.
+    """
+
+    def __init__(self, show_progress: bool = True):
+        self.show_progress = show_progress
+        self._texts: list[str] | None = None
+        self._datasets: dict[str, object] = {}
+
+    def _diagnosis_texts(self, config: ReproduceConfig) -> list[str]:
+        if self._texts is None:
+            self._texts = diagnosis_texts(config)
+        return self._texts
+
+    def prepare_backbone(self, backbone, config: ReproduceConfig, folder: Path) -> dict:
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        from spladekit.data.resolve import resolve_model
+
+        location = resolve_model(backbone.path)
+        if backbone.inflate is None:
+            return {"model": location, "source": location}
+        from spladekit.model.calibrate import rescale_mlm_head
+
+        mlm = AutoModelForMaskedLM.from_pretrained(location)
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        applied = rescale_mlm_head(mlm, factor=backbone.inflate, mode="factor")
+        model = _save_model(mlm, tokenizer, folder / "model")
+        return {"model": str(model), "source": location, "inflate": applied}
+
+    def init_cell(self, cell, base_model: str, config: ReproduceConfig, folder: Path) -> dict:
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        from spladekit.model.calibrate import diagnose_mlm_head, rescale_mlm_head
+
+        mlm = AutoModelForMaskedLM.from_pretrained(base_model)
+        tokenizer = AutoTokenizer.from_pretrained(base_model)
+        texts = self._diagnosis_texts(config)
+        d = config.diagnosis
+        kwargs = dict(max_length=d.max_length, max_tokens=d.max_tokens)
+        before = diagnose_mlm_head(mlm, tokenizer, texts, name=cell.backbone.name, **kwargs)
+        result = {"model": base_model, "factor": None, "diagnosis_before": before.to_dict(), "diagnosis_after": None}
+        spec = cell.treatment.rescale
+        if spec is not None:
+            args = dict(mode=spec.mode, scale_bias=spec.scale_bias, force=cell.backbone.inflate is not None)
+            if spec.mode == "factor":
+                args["factor"] = spec.factor
+            elif spec.mode == "match_norm":
+                reference = spec.reference
+                if isinstance(reference, str):
+                    from spladekit.data.resolve import resolve_model
+
+                    reference = resolve_model(reference)
+                args["reference"] = reference
+            else:
+                args.update(target=spec.target, statistic=spec.statistic, tokenizer=tokenizer, texts=texts,
+                            calibration={"max_length": d.max_length, "max_tokens": d.max_tokens})
+            result["factor"] = float(rescale_mlm_head(mlm, **args))
+            after = diagnose_mlm_head(mlm, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs)
+            result["diagnosis_after"] = after.to_dict()
+            result["model"] = str(_save_model(mlm, tokenizer, folder / "model"))
+        return result
+
+    def train_cell(self, cell, init_model: str, config: ReproduceConfig, folder: Path) -> dict:
+        from spladekit.train import train
+
+        train_config = config.train_config(init_model, cell.seed)
+        result = train(train_config, folder, show_progress=self.show_progress)
+        records = read_metrics_log(result.metrics_path)
+        return {"model": str(result.model_dir), "metrics_path": str(result.metrics_path),
+                "alarms": list(result.alarms), "summary": summarize_training(records)}
+
+    def evaluate(self, model: str, dataset: EvalDatasetSpec, config: ReproduceConfig, folder: Path) -> dict:
+        from spladekit.model.encoder import SpladeEncoder
+        from spladekit.pipeline import evaluate_splade, write_system
+
+        ev = config.evaluation
+        encoder = SpladeEncoder.from_pretrained(model, query_max_length=ev.query_max_length, doc_max_length=ev.doc_max_length,
+                                                batch_size=ev.batch_size, head_impl=ev.head_impl, device=config.device)
+        key = dataset.model_dump_json()
+        if key not in self._datasets:
+            self._datasets[key] = load_eval_dataset(dataset)
+        result = evaluate_splade(encoder, self._datasets[key], k=ev.k, measures=dataset.measures,
+                                 show_progress=self.show_progress, name=dataset.name)
+        write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
+                                      "query_max_length": encoder.metadata.query_max_length,
+                                      "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k})
+        metrics = dict(result.metrics)
+        metrics["wall_time_s"] = round(result.seconds, 3)
+        return metrics
