@@ -1,0 +1,394 @@
+"""The reproduction grid: config validation, planning, resume, reports, dry run, CLI.
+
+The grid's own bookkeeping (which stage runs when, resume, failures, tables) is checked with a
+recording test double of the cell runner; the real runner (diagnose, rescale, train, evaluate) runs
+end to end on a tiny random BERT in :func:`test_real_runner_end_to_end`.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spladekit.errors import DataFormatError, SpladekitError
+from spladekit.reproduce.config import ReproduceConfig, apply_overrides, load_reproduce_config
+from spladekit.reproduce.grid import StaleCellError, cell_status, fingerprint, plan_grid, run_grid
+from spladekit.reproduce.report import write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def base_dict(data: str = "unused-folder") -> dict:
+    return {
+        "name": "t",
+        "seeds": [0, 1],
+        "backbones": [
+            {"name": "orig", "path": "m", "treatments": ["none"]},
+            {"name": "big", "path": "m", "inflate": 16},
+        ],
+        "treatments": [
+            {"name": "none"},
+            {"name": "constant", "rescale": {"mode": "factor", "factor": 0.0625}},
+            {"name": "calibrated", "rescale": {"mode": "target_logit", "target": 2.0, "statistic": "std"}},
+        ],
+        "diagnosis": {"dataset": data, "num_texts": 4},
+        "train": {"steps": 2, "batch_size": 2},
+        "evaluation": {
+            "in_domain": [{"name": "ind", "path": data}],
+            "out_of_domain": [{"name": "ood1", "path": data}, {"name": "ood2", "path": data}],
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------ test double
+class DivergedStub(Exception):
+    pass
+
+
+DivergedStub.__name__ = "TrainingDivergedError"  # the grid recognises divergence by class name
+
+
+class RecordingRunner:
+    """Records every call; metrics are a fixed function of (cell, dataset) so tables can be checked."""
+
+    def __init__(self, fail_train: set[str] = frozenset(), diverge: set[str] = frozenset()):
+        self.calls: list[tuple] = []
+        self.fail_train, self.diverge = set(fail_train), set(diverge)
+
+    def prepare_backbone(self, backbone, config, folder):
+        self.calls.append(("backbone", backbone.name))
+        return {"model": f"base:{backbone.name}"}
+
+    def init_cell(self, cell, base_model, config, folder):
+        self.calls.append(("init", cell.id))
+        assert base_model == f"base:{cell.backbone.name}"
+        return {"model": f"init:{cell.id}", "factor": 0.5}
+
+    def train_cell(self, cell, init_model, config, folder):
+        self.calls.append(("train", cell.id))
+        assert init_model == f"init:{cell.id}"
+        if cell.id in self.fail_train:
+            raise RuntimeError("boom")
+        if cell.id in self.diverge:
+            raise DivergedStub("non-finite loss")
+        return {"model": f"trained:{cell.id}", "summary": {"steps": 2, "first": {"loss": 10.0 + cell.seed},
+                                                            "last": {"loss": 1.0}, "max_grad_norm": 3.0}}
+
+    def evaluate(self, model, dataset, config, folder):
+        self.calls.append(("eval", model, dataset.name))
+        return {"nDCG@10": metric_value(model.split(":", 1)[1], dataset.name), "avg_query_terms": 5.0,
+                "avg_doc_terms": 50.0, "flops": 1.0 + len(model) / 100}
+
+
+def metric_value(cell_id: str, dataset: str) -> float:
+    return (sum(map(ord, cell_id + dataset)) % 97) / 100
+
+
+def silent(_msg):
+    pass
+
+
+# ------------------------------------------------------------------------------------ config
+def test_shipped_configs_validate():
+    for name in ("reproduce-paper.yaml", "reproduce-local.yaml"):
+        config = load_reproduce_config(ROOT / "configs" / name)
+        assert config.evaluation.datasets()
+    paper = load_reproduce_config(ROOT / "configs" / "reproduce-paper.yaml")
+    assert len(plan_grid(paper)) == len(paper.backbones) * len(paper.treatments) * len(paper.seeds)
+    assert [d.name for d in paper.evaluation.out_of_domain] and len(paper.evaluation.out_of_domain) == 13
+    local = load_reproduce_config(ROOT / "configs" / "reproduce-local.yaml")
+    assert [c.id for c in plan_grid(local)] == ["tiny--none--s0", "tiny-x16--none--s0", "tiny-x16--constant--s0",
+                                               "tiny-x16--calibrated--s0"]
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("change, field, words", [
+    (lambda d: d.update(colour="red"), "colour", "Extra inputs"),
+    (lambda d: d["treatments"][1]["rescale"].pop("factor"), "treatments.1.rescale", "needs 'factor'"),
+    (lambda d: d["treatments"].append({"name": "none"}), None, "duplicate treatment"),
+    (lambda d: d["backbones"][0].update(treatments=["nope"]), None, "unknown treatment"),
+    (lambda d: d["train"].update(seed=3), None, "set by the grid"),
+    (lambda d: d["backbones"][0].update(name="a/b"), "backbones.0.name", "folder"),
+    (lambda d: d.update(seeds=[1, 1]), None, "duplicate seeds"),
+    (lambda d: d["evaluation"].update(in_domain=[], out_of_domain=[]), None, "at least one"),
+])
+def test_config_errors_name_the_field(tmp_path, change, field, words):
+    data = base_dict()
+    change(data)
+    with pytest.raises(DataFormatError) as info:
+        load_reproduce_config(_write(tmp_path, data))
+    assert words in str(info.value)
+    assert str(tmp_path / "grid.yaml") in str(info.value)
+    if field:
+        assert info.value.field == field
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: [unclosed\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="not valid YAML"):
+        load_reproduce_config(path)
+    with pytest.raises(DataFormatError, match="cannot read"):
+        load_reproduce_config(tmp_path / "absent.yaml")
+
+
+def test_overrides_reach_nested_keys_and_list_items(tmp_path):
+    data = base_dict()
+    apply_overrides(data, ["train.steps=7", "backbones.1.inflate=4", "seeds=[3]", "evaluation.k=10"])
+    assert data["train"]["steps"] == 7 and data["backbones"][1]["inflate"] == 4 and data["seeds"] == [3]
+    config = load_reproduce_config(_write(tmp_path, base_dict()), ["backbones.1.inflate=4", "seeds=[5]"])
+    assert config.backbones[1].inflate == 4 and config.seeds == [5]
+    with pytest.raises(DataFormatError, match="not an index"):
+        load_reproduce_config(_write(tmp_path, base_dict()), ["backbones.9.path=x"])
+    with pytest.raises(DataFormatError, match="not key=value"):
+        load_reproduce_config(_write(tmp_path, base_dict()), ["train.steps"])
+
+
+def test_plan_is_backbone_by_allowed_treatment_by_seed():
+    config = ReproduceConfig.model_validate(base_dict())
+    expected = [f"{b}--{t}--s{s}" for b, ts in (("orig", ["none"]), ("big", ["none", "constant", "calibrated"]))
+                for t, s in itertools.product(ts, [0, 1])]
+    assert [c.id for c in plan_grid(config)] == expected
+
+
+def test_metric_is_always_measured():
+    data = base_dict()
+    data["evaluation"]["in_domain"][0].update(metric="MRR@10", measures=["R@100"])
+    config = ReproduceConfig.model_validate(data)
+    assert config.evaluation.in_domain[0].measures == ["MRR@10", "R@100"]
+
+
+# ------------------------------------------------------------------------------------ grid bookkeeping
+def test_grid_runs_every_stage_once_and_resumes(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    runner = RecordingRunner()
+    outcome = run_grid(config, tmp_path, runner, log=silent)
+    cells = [c.id for c in plan_grid(config)]
+    assert outcome.done == cells and not outcome.failed
+    assert sorted(c[1] for c in runner.calls if c[0] == "backbone") == ["big", "orig"]
+    assert [c[1] for c in runner.calls if c[0] == "init"] == cells
+    assert [c[1] for c in runner.calls if c[0] == "train"] == cells
+    assert len([c for c in runner.calls if c[0] == "eval"]) == len(cells) * 3
+    for cell in cells:
+        result = json.loads((tmp_path / "cells" / cell / "result.json").read_text())
+        assert result["status"] == "done"
+        assert result["eval"]["ood2"]["nDCG@10"] == metric_value(cell, "ood2")
+        assert cell_status(config, next(c for c in plan_grid(config) if c.id == cell), tmp_path) == "done"
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["name"] == "t"
+
+    again = RecordingRunner()
+    outcome = run_grid(config, tmp_path, again, log=silent)
+    assert again.calls == [] and outcome.skipped == cells
+
+    # a lost evaluation is redone alone; an added evaluation set runs only for the new set
+    (tmp_path / "cells" / cells[0] / "eval" / "ood1" / "done.json").unlink()
+    data = base_dict()
+    data["evaluation"]["out_of_domain"].append({"name": "ood3", "path": "x"})
+    bigger = ReproduceConfig.model_validate(data)
+    third = RecordingRunner()
+    run_grid(bigger, tmp_path, third, log=silent)
+    assert all(kind == "eval" for kind, *_ in third.calls)
+    assert sorted(third.calls) == sorted([("eval", f"trained:{cells[0]}", "ood1")] + [("eval", f"trained:{c}", "ood3") for c in cells])
+
+
+def test_failed_cell_is_reported_and_retried_without_redoing_finished_stages(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    bad = "big--constant--s1"
+    runner = RecordingRunner(fail_train={bad})
+    outcome = run_grid(config, tmp_path, runner, log=silent)
+    assert list(outcome.failed) == [bad] and "boom" in outcome.failed[bad]
+    assert bad not in outcome.done and len(outcome.done) == len(plan_grid(config)) - 1
+    assert "boom" in json.loads((tmp_path / "cells" / bad / "error.json").read_text())["error"]
+    status = cell_status(config, next(c for c in plan_grid(config) if c.id == bad), tmp_path)
+    assert status == "partial: init done"
+
+    retry = RecordingRunner()
+    outcome = run_grid(config, tmp_path, retry, log=silent)
+    assert outcome.done == [bad]
+    # the backbone (marked done) and the cell's init stage are not redone
+    assert [c[0] for c in retry.calls] == ["train", "eval", "eval", "eval"]
+
+
+def test_divergence_is_a_result_not_retried(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    bad = "big--none--s0"
+    outcome = run_grid(config, tmp_path, RecordingRunner(diverge={bad}), log=silent)
+    assert outcome.diverged == [bad] and not outcome.failed
+    result = json.loads((tmp_path / "cells" / bad / "result.json").read_text())
+    assert result["status"] == "diverged" and result["eval"] == {}
+    again = RecordingRunner()
+    assert run_grid(config, tmp_path, again, log=silent).skipped == [c.id for c in plan_grid(config)]
+    assert again.calls == []
+
+
+def test_changed_training_config_is_refused_unless_forced(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    run_grid(config, tmp_path, RecordingRunner(), log=silent)
+    data = base_dict()
+    data["train"]["steps"] = 3
+    changed = ReproduceConfig.model_validate(data)
+    assert {cell_status(changed, c, tmp_path) for c in plan_grid(changed)} == {"stale"}
+    with pytest.raises(StaleCellError, match="--force"):
+        run_grid(changed, tmp_path, RecordingRunner(), log=silent)
+    runner = RecordingRunner()
+    outcome = run_grid(changed, tmp_path, runner, force=True, log=silent)
+    assert len(outcome.done) == len(plan_grid(changed))
+    # the init stage does not depend on the training config: it is kept
+    assert not [c for c in runner.calls if c[0] == "init"]
+    assert len([c for c in runner.calls if c[0] == "train"]) == len(plan_grid(changed))
+
+
+def test_only_selected_cells(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    runner = RecordingRunner()
+    outcome = run_grid(config, tmp_path, runner, cells=["orig--none--s1"], log=silent)
+    assert outcome.done == ["orig--none--s1"] and ("backbone", "big") not in runner.calls
+    with pytest.raises(ValueError, match="unknown cell"):
+        run_grid(config, tmp_path, runner, cells=["nope"], log=silent)
+
+
+def test_fingerprint_is_order_insensitive_for_keys():
+    assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1})
+    assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+
+
+# ------------------------------------------------------------------------------------ report
+def test_report_tables_and_plots(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    run_grid(config, tmp_path, RecordingRunner(diverge={"big--calibrated--s1"}), log=silent)
+    written = write_report(config, tmp_path, command="spladekit reproduce grid.yaml")
+    with open(written["cells_csv"], newline="") as handle:
+        cells = list(csv.DictReader(handle))
+    assert [r["cell"] for r in cells] == [c.id for c in plan_grid(config)]
+    by_id = {r["cell"]: r for r in cells}
+    assert float(by_id["big--constant--s1"]["ood1:nDCG@10"]) == metric_value("big--constant--s1", "ood1")
+    assert by_id["big--calibrated--s1"]["status"] == "diverged" and by_id["big--calibrated--s1"]["ind:nDCG@10"] == ""
+    expected_ood = (metric_value("orig--none--s0", "ood1") + metric_value("orig--none--s0", "ood2")) / 2
+    assert float(by_id["orig--none--s0"]["ood_mean"]) == pytest.approx(expected_ood)
+
+    with open(written["arms_csv"], newline="") as handle:
+        arms = {r["arm"]: r for r in csv.DictReader(handle)}
+    values = [metric_value(f"big--constant--s{s}", "ind") for s in (0, 1)]
+    assert float(arms["big/constant"]["ind:nDCG@10"]) == pytest.approx(statistics.fmean(values))
+    assert float(arms["big/constant"]["ind:nDCG@10:std"]) == pytest.approx(statistics.stdev(values))
+    assert float(arms["big/constant"]["first_loss"]) == pytest.approx(10.5)  # seeds 0 and 1: 10, 11
+    # the diverged seed has no metric: the arm's mean is the other seed's value, and no std
+    assert float(arms["big/calibrated"]["ind:nDCG@10"]) == pytest.approx(metric_value("big--calibrated--s0", "ind"))
+    assert arms["big/calibrated"]["ind:nDCG@10:std"] == "" and arms["big/calibrated"]["diverged"] == "1"
+
+    text = written["markdown"].read_text()
+    assert "spladekit reproduce grid.yaml" in text and "8 of 8 cells finished" in text
+    assert f"{statistics.fmean(values):.3f} ± {statistics.stdev(values):.3f}" in text
+    for key in ("metric_ind", "metric_ood1", "quality_vs_flops"):
+        assert written[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_of_a_partial_grid_lists_missing_cells(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    run_grid(config, tmp_path, RecordingRunner(), cells=["orig--none--s0"], log=silent)
+    text = write_report(config, tmp_path)["markdown"].read_text()
+    assert "1 of 8 cells finished; missing: orig--none--s1, big--none--s0" in text
+
+
+def test_training_curves_plot_from_metrics_logs(tmp_path):
+    from spladekit.reproduce.runner import read_metrics_log, summarize_training
+
+    log = tmp_path / "metrics.jsonl"
+    records = [{"step": 2, "loss": 3.0, "grad_norm": 9.0, "active_q": 10, "active_d": 40, "step_time_s": 0.5},
+               {"step": 1, "loss": 5.0, "grad_norm": 2.0, "active_q": 20, "active_d": 80, "step_time_s": 0.25},
+               {"step": 2, "split": "validation", "loss": 4.0}]
+    log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    read = read_metrics_log(log)
+    assert [r["step"] for r in read] == [1, 2]
+    summary = summarize_training(read)
+    assert summary["first"]["loss"] == 5.0 and summary["last"]["active_d"] == 40
+    assert summary["max_grad_norm"] == 9.0 and summary["train_seconds"] == 0.75 and summary["steps"] == 2
+    from spladekit import plots
+
+    path = plots.training_curves_per_arm({"a": read, "b": read}, tmp_path / "curves.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    log.write_text("{broken\n")
+    with pytest.raises(DataFormatError, match="line 1"):
+        read_metrics_log(log)
+
+
+# ------------------------------------------------------------------------------------ data, dry run, CLI
+def test_eval_dataset_with_trec_qrels_and_topics(tiny_beir, tmp_path):
+    from spladekit.reproduce.config import EvalDatasetSpec
+    from spladekit.reproduce.runner import load_eval_dataset
+
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("t1 Q0 d5 2\nt1 Q0 d1 0\nt2 Q0 d6 1\n")
+    topics = tmp_path / "topics.txt"
+    topics.write_text("t1\tbrain activity\nt2\tdrug dose\nt3\tnot judged\n")
+    spec = EvalDatasetSpec(name="x", path=str(tiny_beir), qrels=str(qrels), queries=str(topics))
+    dataset = load_eval_dataset(spec, download=False)
+    assert dataset.queries == {"t1": "brain activity", "t2": "drug dose"}
+    assert dataset.qrels == {"t1": {"d5": 2, "d1": 0}, "t2": {"d6": 1}} and len(dataset.corpus) == 6
+    plain = load_eval_dataset(EvalDatasetSpec(name="y", path=str(tiny_beir)), download=False)
+    assert sorted(plain.queries) == ["q1", "q2", "q3"]
+    topics.write_text("t1\tbrain activity\n")
+    with pytest.raises(DataFormatError, match="1 judged query ids have no text"):
+        load_eval_dataset(spec, download=False)
+    with pytest.raises(SpladekitError, match="not found"):
+        load_eval_dataset(EvalDatasetSpec(name="z", path=str(tiny_beir), qrels="no/such/file.txt"), download=False)
+
+
+def test_paper_dry_run_downloads_nothing(monkeypatch, tmp_path):
+    import subprocess
+    import urllib.request
+
+    from spladekit.reproduce.plan import OFFLINE, describe_plan
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dry run tried to reach the network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = load_reproduce_config(ROOT / "configs" / "reproduce-paper.yaml")
+    text = describe_plan(config, tmp_path / "out")
+    assert f"{len(plan_grid(config))} cells" in text
+    assert "bert-base-uncased" in text and OFFLINE in text
+    assert "ettin-1b--calibrated--s2: pending" in text
+    assert "rescale so that logit p99 = 8" in text
+
+
+def test_local_dry_run_resolves_shared_inputs(shared, tmp_path, monkeypatch):
+    from spladekit.reproduce.plan import OFFLINE, resolve_offline
+
+    monkeypatch.setenv("SPLADEKIT_SHARED", str(shared))
+    config = load_reproduce_config(ROOT / "configs" / "reproduce-local.yaml")
+    resolved = dict(resolve_offline(config))
+    assert resolved["backbone tiny: rasyosef/splade-tiny"] == str(shared / "models" / "splade-tiny")
+    assert resolved["in_domain scifact: corpus scifact"] == str(shared / "data" / "beir" / "scifact")
+    assert not [w for w in resolved.values() if w.startswith(OFFLINE)]
+
+
+def test_cli_dry_run_and_bad_config(tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    runner = CliRunner()
+    path = _write(tmp_path, base_dict())
+    result = runner.invoke(app, ["reproduce", str(path), "--dry-run", "--set", "seeds=[4]", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert "orig--none--s4: pending" in result.output and "big--calibrated--s4 (head inflated ×16)" in result.output
+    bad = copy.deepcopy(base_dict())
+    bad["treatments"][1]["rescale"]["mode"] = "shrink"
+    result = runner.invoke(app, ["reproduce", str(_write(tmp_path, bad)), "--dry-run"])
+    assert result.exit_code == 2 and "treatments.1.rescale.mode" in result.output
