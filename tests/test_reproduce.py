@@ -392,3 +392,53 @@ def test_cli_dry_run_and_bad_config(tmp_path):
     bad["treatments"][1]["rescale"]["mode"] = "shrink"
     result = runner.invoke(app, ["reproduce", str(_write(tmp_path, bad)), "--dry-run"])
     assert result.exit_code == 2 and "treatments.1.rescale.mode" in result.output
+
+
+# ------------------------------------------------------------------------------------ real runner
+@pytest.mark.slow
+def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
+    """Inflate a tiny random BERT ×4, rescale it back by matching the original's decoder norm, train
+    two steps, evaluate; then resume without redoing anything."""
+    pytest.importorskip("spladekit.train")
+    pytest.importorskip("spladekit.model.calibrate")
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from spladekit.reproduce.runner import SpladekitRunner
+
+    (tiny_beir / "qrels" / "train.tsv").write_text((tiny_beir / "qrels" / "test.tsv").read_text())
+    data = {
+        "name": "e2e", "seeds": [0],
+        "backbones": [{"name": "x4", "path": str(tiny_bert_dir), "inflate": 4}],
+        "treatments": [{"name": "none"},
+                       {"name": "matched", "rescale": {"mode": "match_norm", "reference": str(tiny_bert_dir)}}],
+        "diagnosis": {"dataset": str(tiny_beir), "num_texts": 4, "max_length": 16, "max_tokens": 64},
+        "train": {"model": {"query_max_length": 8, "doc_max_length": 16, "head_impl": "plain"},
+                  "data": {"format": "beir", "path": str(tiny_beir), "negatives": "none", "num_negatives": 0},
+                  "steps": 2, "batch_size": 2, "device": "cpu", "monitor": {"logit_sample": 1}},
+        "evaluation": {"in_domain": [{"name": "tiny", "path": str(tiny_beir)}], "batch_size": 4, "head_impl": "plain", "k": 10},
+        "device": "cpu",
+    }
+    config = ReproduceConfig.model_validate(data)
+    out = tmp_path / "grid"
+    outcome = run_grid(config, out, SpladekitRunner(show_progress=False), log=silent)
+    assert outcome.done == ["x4--none--s0", "x4--matched--s0"], outcome.failed
+
+    original = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir).cls.predictions.decoder.weight.detach()
+    inflated = AutoModelForMaskedLM.from_pretrained(out / "backbones" / "x4" / "model").cls.predictions.decoder.weight.detach()
+    torch.testing.assert_close(inflated, 4 * original)
+    matched = json.loads((out / "cells" / "x4--matched--s0" / "result.json").read_text())
+    assert matched["init"]["factor"] == pytest.approx(0.25, rel=1e-6)
+    row_norm = float(np.linalg.norm(original.double().numpy(), axis=1).mean())
+    assert matched["init"]["diagnosis_after"]["head"]["row_norm"]["mean"] == pytest.approx(row_norm, rel=1e-5)
+    assert matched["init"]["diagnosis_before"]["head"]["row_norm"]["mean"] == pytest.approx(4 * row_norm, rel=1e-5)
+    for cell in outcome.done:
+        result = json.loads((out / "cells" / cell / "result.json").read_text())
+        metrics = result["eval"]["tiny"]
+        assert 0.0 <= metrics["nDCG@10"] <= 1.0 and metrics["num_queries"] == 3
+        assert result["train"]["summary"]["steps"] == 2 and result["train"]["summary"]["first"]["loss"] > 0
+        assert (out / "cells" / cell / "eval" / "tiny" / "run.trec").exists()
+    written = write_report(config, out)
+    assert "x4/matched" in written["markdown"].read_text() and written["training_curves"].exists()
+    assert run_grid(config, out, SpladekitRunner(show_progress=False), log=silent).skipped == outcome.done
