@@ -442,3 +442,14 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
     written = write_report(config, out)
     assert "x4/matched" in written["markdown"].read_text() and written["training_curves"].exists()
     assert run_grid(config, out, SpladekitRunner(show_progress=False), log=silent).skipped == outcome.done
+
+
+def test_reduced_corpus_keeps_judged_documents_first(tiny_beir):
+    from spladekit.reproduce.config import EvalDatasetSpec
+    from spladekit.reproduce.runner import load_eval_dataset
+
+    # judged: d1, d4 (q1), d2 (q2), d3 (q3); the first other document in corpus order is d5
+    reduced = load_eval_dataset(EvalDatasetSpec(name="r", path=str(tiny_beir), max_docs=5), download=False)
+    assert list(reduced.corpus) == ["d1", "d2", "d3", "d4", "d5"]
+    with pytest.raises(ValueError, match="below the 4 judged"):
+        load_eval_dataset(EvalDatasetSpec(name="r", path=str(tiny_beir), max_docs=3), download=False)

@@ -107,6 +107,9 @@ class EvalDatasetSpec(_Strict):
         queries: an ``id<TAB>text`` topics file to use instead of ``queries.jsonl``.
         metric: the headline measure of this set (``nDCG@10``, ``MRR@10``...).
         measures: every measure computed (the metric is added when missing).
+        max_docs: search a reduced corpus of this many documents (for CPU-sized runs): every
+            document judged for a judged query is kept, then the first others in corpus order. The
+            numbers are then *not* comparable with full-corpus results, only between arms.
     """
 
     name: str
@@ -116,6 +119,7 @@ class EvalDatasetSpec(_Strict):
     queries: str | None = None
     metric: str = "nDCG@10"
     measures: list[str] = Field(default_factory=lambda: ["nDCG@10", "MRR@10", "R@100"])
+    max_docs: int | None = Field(None, ge=1)
 
     _name = field_validator("name")(_check_name)
 
@@ -152,7 +156,7 @@ class ReproduceConfig(_Strict):
 
     name: str
     description: str = ""
-    output_dir: str = "runs/reproduce"
+    output_dir: str = "outputs/reproduce"
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     backbones: list[BackboneSpec] = Field(min_length=1)
     treatments: list[TreatmentSpec] = Field(min_length=1)

@@ -115,7 +115,9 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
     steps, batch = train.get("steps", "default"), train.get("batch_size", "default")
     loss = (train.get("loss") or {}).get("kind", "default")
     lines.append(f"  3. train: {steps} steps × batch {batch}, loss {loss}")
-    sets = ", ".join(f"{d.name} ({d.metric}, {role.replace('_', '-')})" for role, d in config.evaluation.datasets())
+    sets = ", ".join(f"{d.name} ({d.metric}, {role.replace('_', '-')}"
+                     + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "") + ")"
+                     for role, d in config.evaluation.datasets())
     lines.append(f"  4. evaluate: {sets}")
     lines.append("")
     lines.append("treatments:")

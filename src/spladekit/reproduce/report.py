@@ -208,7 +208,9 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
         text += ["Command:", "", "```", command, "```", ""]
     text += [f"{len(results)} of {len(results) + len(missing)} cells finished"
              + (f"; missing: {', '.join(missing)}" if missing else "") + ".", ""]
-    sets = ", ".join(f"{d.name} ({role.replace('_', '-')}, {d.metric})" for role, d in config.evaluation.datasets())
+    sets = ", ".join(f"{d.name} ({role.replace('_', '-')}, {d.metric}"
+                     + (f", corpus reduced to {d.max_docs} documents" if d.max_docs else "") + ")"
+                     for role, d in config.evaluation.datasets())
     text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on the first set "
              "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.", ""]
     text += ["## Quality and efficiency per arm", "", markdown_table(arms, quality_arm, std=True), ""]

@@ -61,7 +61,7 @@ def load_eval_dataset(spec: EvalDatasetSpec, download: bool = True):
     if spec.qrels is None and spec.queries is None:
         dataset = load_beir(folder, spec.split)
         dataset.name = spec.name
-        return dataset
+        return reduce_corpus(dataset, spec.max_docs)
     qrels_path = resolve_file(spec.qrels) if spec.qrels else folder / "qrels" / f"{spec.split}.tsv"
     qrels = read_qrels(qrels_path)
     queries_path = resolve_file(spec.queries) if spec.queries else _find(folder, "queries")
@@ -70,8 +70,33 @@ def load_eval_dataset(spec: EvalDatasetSpec, download: bool = True):
     if missing:
         raise DataFormatError(qrels_path, f"{len(missing)} judged query ids have no text in {queries_path}, e.g. {missing[0]!r}")
     corpus = read_corpus(_find(folder, "corpus"))
-    return BeirDataset(path=folder, corpus=corpus, queries={q: queries[q] for q in qrels}, qrels=qrels,
-                       split=spec.split, name=spec.name)
+    dataset = BeirDataset(path=folder, corpus=corpus, queries={q: queries[q] for q in qrels}, qrels=qrels,
+                          split=spec.split, name=spec.name)
+    return reduce_corpus(dataset, spec.max_docs)
+
+
+def reduce_corpus(dataset, max_docs: int | None):
+    """Keep at most ``max_docs`` documents: every document judged (any grade) for a judged query,
+    then the first other documents in corpus order; corpus order is kept. ``None``: unchanged.
+
+    Raises:
+        ValueError: more judged documents than ``max_docs``.
+    """
+    if max_docs is None or len(dataset.corpus) <= max_docs:
+        return dataset
+    judged = {d for docs in dataset.qrels.values() for d in docs if d in dataset.corpus}
+    if len(judged) > max_docs:
+        raise ValueError(f"{dataset.name}: max_docs={max_docs} is below the {len(judged)} judged documents")
+    room = max_docs - len(judged)
+    kept = {}
+    for doc_id, text in dataset.corpus.items():
+        if doc_id in judged:
+            kept[doc_id] = text
+        elif room > 0:
+            kept[doc_id] = text
+            room -= 1
+    dataset.corpus = kept
+    return dataset
 
 
 def diagnosis_texts(config: ReproduceConfig) -> list[str]:
