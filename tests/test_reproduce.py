@@ -250,6 +250,19 @@ def test_changed_training_config_is_refused_unless_forced(tmp_path):
     assert len([c for c in runner.calls if c[0] == "train"]) == len(plan_grid(changed))
 
 
+def test_half_done_training_is_not_resumed_with_another_config(tmp_path):
+    config = ReproduceConfig.model_validate(base_dict())
+    bad = "orig--none--s0"
+    run_grid(config, tmp_path, RecordingRunner(fail_train={bad}), cells=[bad], log=silent)
+    assert (tmp_path / "cells" / bad / "train" / "started.json").exists()
+    data = base_dict()
+    data["train"]["steps"] = 5
+    with pytest.raises(StaleCellError, match="train stage"):
+        run_grid(ReproduceConfig.model_validate(data), tmp_path, RecordingRunner(), cells=[bad], log=silent)
+    # with the same config it is simply resumed
+    assert run_grid(config, tmp_path, RecordingRunner(), cells=[bad], log=silent).done == [bad]
+
+
 def test_only_selected_cells(tmp_path):
     config = ReproduceConfig.model_validate(base_dict())
     runner = RecordingRunner()

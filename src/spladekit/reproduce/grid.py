@@ -7,11 +7,13 @@ Output folder layout (``OUT``)::
     OUT/cells/<cell id>/cell.json         what defines the cell (backbone, treatment, seed, train config)
                         init/done.json    diagnosis before/after, rescaling factor (model in init/model/)
                         train/...         spladekit.train output; train/done.json when finished
-                        eval/<set>/result.json   metrics of one evaluation set (+ run.trec, per_query.json)
+                        eval/<set>/done.json     metrics of one evaluation set (+ run.trec, per_query.json)
                         result.json       the cell's summary, written last: the done-marker
 
 Every marker is written atomically (:func:`spladekit.io.write_json`) and carries the fingerprint of
-what produced it (a SHA-256 of the stage's inputs). On a rerun a stage whose marker exists with the
+what produced it (a SHA-256 of the stage's inputs); a stage writes ``started.json`` with the same
+fingerprint before it begins, so a half-done stage (e.g. training with checkpoints) is resumed only
+with the same inputs. On a rerun a stage whose marker exists with the
 same fingerprint is skipped; a marker with another fingerprint means the config changed: the
 training stages refuse to continue (:class:`StaleCellError`) unless ``force``; an evaluation with a
 changed fingerprint is simply redone. A cell whose training diverged or collapsed
@@ -38,6 +40,7 @@ from spladekit.io import atomic_write, write_json
 from spladekit.reproduce.config import BackboneSpec, EvalDatasetSpec, ReproduceConfig, TreatmentSpec
 
 DONE = "done.json"
+STARTED = "started.json"
 RESULT = "result.json"
 
 
@@ -155,8 +158,10 @@ class _Stage:
     def __init__(self, folder: Path, spec: dict, name: str, cell: str, force: bool, strict: bool = True):
         self.folder, self.spec, self.name, self.cell = folder, spec, name, cell
         self.print = fingerprint(spec)
-        marker = _read_marker(folder / DONE)
+        marker = _read_marker(folder / DONE) or _read_marker(folder / STARTED)
         self.result = None
+        if marker is not None and "result" not in marker and marker.get("fingerprint") == self.print:
+            return  # started earlier with the same inputs: the runner resumes it (e.g. from a checkpoint)
         if marker is not None:
             if marker.get("fingerprint") == self.print:
                 self.result = marker.get("result")
@@ -167,6 +172,10 @@ class _Stage:
                 )
             else:
                 shutil.rmtree(folder)
+
+    def begin(self) -> None:
+        """Mark the stage as started with these inputs (so a half-done stage is never resumed with others)."""
+        write_json(self.folder / STARTED, {"fingerprint": self.print, "spec": self.spec})
 
     def finish(self, result: dict) -> dict:
         write_json(self.folder / DONE, {"fingerprint": self.print, "spec": self.spec, "result": result,
@@ -203,6 +212,7 @@ def run_cell(cell: Cell, config: ReproduceConfig, out: Path, runner: CellRunner,
     init = _Stage(folder / "init", init_spec(config, cell), "init", cell.id, force)
     if init.result is None:
         log(f"[{cell.id}] diagnose{' and rescale' if cell.treatment.rescale else ''}")
+        init.begin()
         init.finish(runner.init_cell(cell, base_model, config, folder / "init"))
     result: dict[str, Any] = {"id": cell.id, "arm": cell.arm, "backbone": cell.backbone.name,
                               "treatment": cell.treatment.name, "seed": cell.seed, "fingerprint": fingerprint(spec),
@@ -214,6 +224,7 @@ def run_cell(cell: Cell, config: ReproduceConfig, out: Path, runner: CellRunner,
     trained = _Stage(folder / "train", spec, "train", cell.id, force)
     if trained.result is None:
         log(f"[{cell.id}] train")
+        trained.begin()
         try:
             trained.finish({"status": "ok", **runner.train_cell(cell, init.result["model"], config, folder / "train")})
         except Exception as exc:
@@ -240,6 +251,7 @@ def _evaluate_all(cell: Cell, config: ReproduceConfig, folder: Path, model: str,
         ev = _Stage(folder / dataset.name, eval_spec(config, cell, dataset, stage), "eval", cell.id, False, strict=False)
         if ev.result is None:
             log(f"[{cell.id}] evaluate {'initial model ' if stage == 'init' else ''}on {dataset.name} ({role})")
+            ev.begin()
             ev.finish(runner.evaluate(model, dataset, config, folder / dataset.name))
         metrics[dataset.name] = ev.result
     return metrics
@@ -253,6 +265,7 @@ def prepare_backbones(config: ReproduceConfig, out: Path, runner: CellRunner, ba
         stage = _Stage(out / "backbones" / backbone.name, backbone_spec(backbone), "backbone", backbone.name, force)
         if stage.result is None:
             log(f"[{backbone.name}] prepare backbone" + (f" (inflate head ×{backbone.inflate:g})" if backbone.inflate else ""))
+            stage.begin()
             stage.finish(runner.prepare_backbone(backbone, config, stage.folder))
         models[backbone.name] = stage.result["model"]
     return models
@@ -274,7 +287,7 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
         StaleCellError: see the module docstring (before anything is run for that cell).
         ValueError: ``cells`` names an unknown cell.
     """
-    out = Path(out)
+    out = Path(out).resolve()  # paths recorded in the markers are absolute: resuming works from any folder
     if runner is None:
         from spladekit.reproduce.runner import SpladekitRunner
 

@@ -174,7 +174,9 @@ def training_records(config: ReproduceConfig, out: Path, results: list[dict]) ->
     for result in results:
         if result["arm"] in curves:
             continue
-        path = (result.get("train") or {}).get("metrics_path") or str(out / "cells" / result["id"] / "train" / "metrics.jsonl")
+        path = out / "cells" / result["id"] / "train" / "metrics.jsonl"
+        if not path.exists():  # a runner that keeps its log elsewhere
+            path = Path((result.get("train") or {}).get("metrics_path") or path)
         records = read_metrics_log(path)
         if records:
             curves[result["arm"]] = records
