@@ -430,7 +430,9 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
         "train": {"model": {"query_max_length": 8, "doc_max_length": 16, "head_impl": "plain"},
                   "data": {"format": "beir", "path": str(tiny_beir), "negatives": "none", "num_negatives": 0},
                   "steps": 2, "batch_size": 2, "device": "cpu", "monitor": {"logit_sample": 1}},
-        "evaluation": {"in_domain": [{"name": "tiny", "path": str(tiny_beir)}], "batch_size": 4, "head_impl": "plain", "k": 10},
+        "evaluation": {"in_domain": [{"name": "tiny", "path": str(tiny_beir)}],
+                       "out_of_domain": [{"name": "tiny-top1", "path": str(tiny_beir), "query_top_k": 1, "doc_top_k": 1}],
+                       "batch_size": 4, "head_impl": "plain", "k": 10},
         "device": "cpu",
     }
     config = ReproduceConfig.model_validate(data)
@@ -452,6 +454,8 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
         assert 0.0 <= metrics["nDCG@10"] <= 1.0 and metrics["num_queries"] == 3
         assert result["train"]["summary"]["steps"] == 2 and result["train"]["summary"]["first"]["loss"] > 0
         assert (out / "cells" / cell / "eval" / "tiny" / "run.trec").exists()
+        pruned = result["eval"]["tiny-top1"]
+        assert pruned["avg_doc_terms"] <= 1.0 and pruned["avg_query_terms"] <= 1.0
     written = write_report(config, out)
     assert "x4/matched" in written["markdown"].read_text() and written["training_curves"].exists()
     assert run_grid(config, out, SpladekitRunner(show_progress=False), log=silent).skipped == outcome.done

@@ -110,6 +110,8 @@ class EvalDatasetSpec(_Strict):
         max_docs: search a reduced corpus of this many documents (for CPU-sized runs): every
             document judged for a judged query is kept, then the first others in corpus order. The
             numbers are then *not* comparable with full-corpus results, only between arms.
+        query_top_k, doc_top_k: keep only the k largest weights of each query / document vector
+            (a matched-sparsity control: every arm evaluated at the same maximum active terms).
     """
 
     name: str
@@ -120,6 +122,8 @@ class EvalDatasetSpec(_Strict):
     metric: str = "nDCG@10"
     measures: list[str] = Field(default_factory=lambda: ["nDCG@10", "MRR@10", "R@100"])
     max_docs: int | None = Field(None, ge=1)
+    query_top_k: int | None = Field(None, ge=1)
+    doc_top_k: int | None = Field(None, ge=1)
 
     _name = field_validator("name")(_check_name)
 

@@ -116,7 +116,8 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
     loss = (train.get("loss") or {}).get("kind", "default")
     lines.append(f"  3. train: {steps} steps × batch {batch}, loss {loss}")
     sets = ", ".join(f"{d.name} ({d.metric}, {role.replace('_', '-')}"
-                     + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "") + ")"
+                     + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "")
+                     + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "") + ")"
                      for role, d in config.evaluation.datasets())
     lines.append(f"  4. evaluate: {sets}")
     lines.append("")

@@ -151,8 +151,8 @@ def _columns(config: ReproduceConfig, per_cell: bool) -> tuple[list[Column], lis
     if config.evaluation.out_of_domain:
         quality.append(Column("ood_mean", "OOD mean"))
     first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0].name
-    quality += [Column(f"{first}:q_terms", f"{first} q terms", "{:.1f}"), Column(f"{first}:d_terms", f"{first} d terms", "{:.1f}"),
-                Column(f"{first}:flops", f"{first} FLOPS", "{:.2f}")]
+    quality += [Column(f"{first}:q_terms", f"{first} q terms", "{:.1f}"), Column(f"{first}:d_terms", f"{first} d terms", "{:.1f}")]
+    quality += [Column(f"{d.name}:flops", f"{d.name} FLOPS", "{:.3g}") for _, d in config.evaluation.datasets()]
     training = list(head) + [
         Column("factor", "head factor", "{:.4g}"), Column("init_row_norm", "init row norm", "{:.3g}"),
         Column("init_logit_p99", "init logit p99", "{:.3g}"), Column("init_active_terms", "init active terms", "{:.0f}"),
@@ -211,7 +211,9 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
     text += [f"{len(results)} of {len(results) + len(missing)} cells finished"
              + (f"; missing: {', '.join(missing)}" if missing else "") + ".", ""]
     sets = ", ".join(f"{d.name} ({role.replace('_', '-')}, {d.metric}"
-                     + (f", corpus reduced to {d.max_docs} documents" if d.max_docs else "") + ")"
+                     + (f", corpus reduced to {d.max_docs} documents" if d.max_docs else "")
+                     + (f", vectors pruned to the top {d.query_top_k}/{d.doc_top_k} terms per query/document"
+                        if d.query_top_k or d.doc_top_k else "") + ")"
                      for role, d in config.evaluation.datasets())
     text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on the first set "
              "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.", ""]

@@ -255,15 +255,17 @@ class SpladekitRunner:
 
         ev = config.evaluation
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=ev.query_max_length, doc_max_length=ev.doc_max_length,
+                                                query_top_k=dataset.query_top_k, doc_top_k=dataset.doc_top_k,
                                                 batch_size=ev.batch_size, head_impl=ev.head_impl, device=config.device)
-        key = dataset.model_dump_json()
+        key = dataset.model_dump_json(include={"path", "split", "qrels", "queries", "max_docs"})
         if key not in self._datasets:
             self._datasets[key] = load_eval_dataset(dataset)
         result = evaluate_splade(encoder, self._datasets[key], k=ev.k, measures=dataset.measures,
                                  show_progress=self.show_progress, name=dataset.name)
         write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
                                       "query_max_length": encoder.metadata.query_max_length,
-                                      "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k})
+                                      "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k,
+                                      "query_top_k": dataset.query_top_k, "doc_top_k": dataset.doc_top_k})
         metrics = dict(result.metrics)
         metrics["wall_time_s"] = round(result.seconds, 3)
         return metrics
