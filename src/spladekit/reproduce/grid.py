@@ -98,14 +98,20 @@ def train_spec(config: ReproduceConfig, cell: Cell) -> dict:
     return {"init": init_spec(config, cell), "train": config.train_dict("<init>", cell.seed)}
 
 
+#: Evaluation-set fields added after grids were already run: left out of the fingerprint when unset,
+#: so that finished evaluations stay valid.
+LATE_EVAL_FIELDS = ("query_top_k", "doc_top_k")
+
+
 def eval_spec(config: ReproduceConfig, cell: Cell, dataset: EvalDatasetSpec, stage: str = "trained") -> dict:
     """Inputs of one evaluation (the model's stage plus the set and the encoding settings)."""
     ev = config.evaluation
     model = train_spec(config, cell) if stage == "trained" else init_spec(config, cell)
+    unset = {key for key in LATE_EVAL_FIELDS if getattr(dataset, key) is None}
     return {
         "model": model,
         "stage": stage,
-        "dataset": dataset.model_dump(),
+        "dataset": dataset.model_dump(exclude=unset),
         "encoding": {"k": ev.k, "query_max_length": ev.query_max_length, "doc_max_length": ev.doc_max_length},
     }
 
