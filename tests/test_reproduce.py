@@ -470,3 +470,10 @@ def test_reduced_corpus_keeps_judged_documents_first(tiny_beir):
     assert list(reduced.corpus) == ["d1", "d2", "d3", "d4", "d5"]
     with pytest.raises(ValueError, match="below the 4 judged"):
         load_eval_dataset(EvalDatasetSpec(name="r", path=str(tiny_beir), max_docs=3), download=False)
+
+
+def test_moving_average_by_hand():
+    from spladekit.plots import _moving_average
+
+    assert _moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert _moving_average([2.0, 4.0], 1) == [2.0, 4.0]

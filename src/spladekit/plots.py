@@ -165,23 +165,39 @@ def quality_vs_flops(points: Mapping[str, list[tuple[float, float]]], path: str 
     return _save(fig, path)
 
 
+def _moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over the last ``window`` values (fewer at the start)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def training_curves_per_arm(curves: Mapping[str, list[dict]], path: str | Path,
-                            keys: tuple[str, ...] = ("loss", "grad_norm", "active_q", "active_d")) -> Path:
+                            keys: tuple[str, ...] = ("loss", "grad_norm", "active_q", "active_d"),
+                            window: int | None = None) -> Path:
     """Training statistics against the step, one line per arm, one panel per statistic (log y).
 
     Args:
         curves: ``{arm: metrics.jsonl records}`` (each a dict with ``step`` and the keys).
         keys: statistics to draw; a key no arm logged is skipped.
+        window: trailing moving average over this many logged steps (default: 1 up to 50 records,
+            else about 1/25 of them); the window is written in the panel titles.
     """
     keys = tuple(k for k in keys if any(k in r for records in curves.values() for r in records))
+    longest = max((len(r) for r in curves.values()), default=0)
+    window = window or (1 if longest <= 50 else max(2, longest // 25))
     fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(4.2 * max(1, len(keys)), 3.6), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for arm, records in curves.items():
             pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float)) and "step" in r]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=arm, lw=1.2)
+                ax.plot([p[0] for p in pts], _moving_average([p[1] for p in pts], window), label=arm, lw=1.2)
         ax.set_xlabel("step")
-        ax.set_title(key)
+        ax.set_title(key + (f" (moving average over {window} steps)" if window > 1 else ""), fontsize=9)
         if all(r.get(key, 1) > 0 for records in curves.values() for r in records if isinstance(r.get(key), (int, float))):
             ax.set_yscale("log")
         ax.grid(alpha=0.3)

@@ -230,15 +230,19 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
                 written[f"metric_{dataset.name}"] = plots.metric_per_arm(
                     values, plot_dir / f"metric_{dataset.name}.png", ylabel=f"{dataset.name} {dataset.metric}")
         first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0]
+        # every in-domain set with the first set's metric (e.g. the same set at several top-k prunings)
+        sets = [d for d in (config.evaluation.in_domain or [first]) if d.metric == first.metric]
         points = {}
-        for row in rows:
-            x, y = row.get(f"{first.name}:flops"), row.get(f"{first.name}:{first.metric}")
-            if x is not None and y is not None:
-                points.setdefault(row["arm"], []).append((x, y))
+        for dataset in sets:
+            for row in rows:
+                x, y = row.get(f"{dataset.name}:flops"), row.get(f"{dataset.name}:{dataset.metric}")
+                if x is not None and y is not None:
+                    label = row["arm"] if len(sets) == 1 else f"{row['arm']} [{dataset.name}]"
+                    points.setdefault(label, []).append((x, y))
         if points:
             written["quality_vs_flops"] = plots.quality_vs_flops(
-                points, plot_dir / "quality_vs_flops.png", xlabel=f"FLOPS on {first.name}",
-                ylabel=f"{first.name} {first.metric}")
+                points, plot_dir / "quality_vs_flops.png", xlabel="FLOPS on " + ", ".join(d.name for d in sets),
+                ylabel=first.metric)
         curves = training_records(config, out, results)
         if curves:
             written["training_curves"] = plots.training_curves_per_arm(curves, plot_dir / "training_curves.png")
