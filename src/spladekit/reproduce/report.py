@@ -215,7 +215,7 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
                      + (f", vectors pruned to the top {d.query_top_k}/{d.doc_top_k} terms per query/document"
                         if d.query_top_k or d.doc_top_k else "") + ")"
                      for role, d in config.evaluation.datasets())
-    text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on the first set "
+    text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on each set "
              "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.", ""]
     text += ["## Quality and efficiency per arm", "", markdown_table(arms, quality_arm, std=True), ""]
     text += ["## Initialisation and training per arm", "", markdown_table(arms, training_arm, std=True), ""]
