@@ -20,6 +20,7 @@ from spladekit.model.encoder import SpladeEncoder
 from spladekit.model.heads import find_mlm_head
 from spladekit.model.splade import SpladeModel
 from spladekit.train.regularizers import flops_regularizer, l1_regularizer
+from spladekit.reproduce import describe_plan, load_reproduce_config, run_grid, write_report
 
 __version__ = "0.1.0"
 
@@ -48,4 +49,8 @@ __all__ = [
     "flops",
     "flops_regularizer",
     "l1_regularizer",
+    "load_reproduce_config",
+    "run_grid",
+    "write_report",
+    "describe_plan",
 ]
