@@ -191,10 +191,6 @@ class ReproduceConfig(_Strict):
         for key in ("seed", "rescale"):
             if key in self.train:
                 raise ValueError(f"train.{key} is set by the grid (seeds / treatments); remove it from train")
-        try:
-            import spladekit.train.config  # noqa: F401
-        except ImportError:  # pragma: no cover - until the training stage is installed
-            return self
         self.train_config(self.backbones[0].path, self.seeds[0])  # validates the train section
         return self
 
