@@ -120,6 +120,55 @@ def per_query_delta(
     ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
     ax.set_xlim(-0.5, len(qids) - 0.5)
     ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
+def training_curves(records, path: str | Path, vocab_size: int | None = None) -> Path:
+    """Training curves from the metrics log: loss parts, λ, active terms, FLOPS, scores, logits,
+    head norm and gradient norm, against the optimiser step.
+
+    Args:
+        records: metrics records (dicts with ``step``); validation records (``split`` =
+            ``"validation"``) are drawn on the loss panel.
+        vocab_size: V, drawn as a reference on the active-terms panel when given.
+    """
+    train = [r for r in records if r.get("split") != "validation"]
+    val = [r for r in records if r.get("split") == "validation"]
+    panels = [
+        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d"), "log"),
+        ("λ (regulariser weight)", ("lambda_q", "lambda_d"), "linear"),
+        ("active terms per vector", ("active_q", "active_d"), "log"),
+        ("batch FLOPS", ("batch_flops",), "log"),
+        ("scores", ("pos_score", "neg_score", "margin"), "linear"),
+        ("MLM logits", ("logit_mean", "logit_p99", "logit_max"), "linear"),
+        ("MLM-head norm", ("head_norm",), "linear"),
+        ("gradient norm (before clipping)", ("grad_norm",), "log"),
+    ]
+    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
+    steps = [r["step"] for r in train]
+    for ax, (title, keys, scale) in zip(axes.ravel(), panels):
+        for key in keys:
+            values = [r.get(key) for r in train]
+            pts = [(s, v) for s, v in zip(steps, values) if isinstance(v, (int, float))]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key, lw=1)
+        if title == "loss" and val:
+            ax.plot([r["step"] for r in val], [r["val_loss_rank"] for r in val], "o-", label="val_loss_rank", ms=3)
+        if title.startswith("active") and vocab_size:
+            ax.set_title(f"{title} (V = {vocab_size})")
+        else:
+            ax.set_title(title)
+        values = [r[k] for r in train for k in keys if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+        if scale == "log" and values and min(values) > 0 and max(values) / min(values) > 100:
+            ax.set_yscale("log")  # only when the curve spans decades (log ticks are slow and useless otherwise)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.subplots_adjust(left=0.04, right=0.99, top=0.95, bottom=0.08, wspace=0.25, hspace=0.35)
+    return _save(fig, path)
+
+
 # ------------------------------------------------------------------------ reproduction grid
 def metric_per_arm(values: Mapping[str, tuple[float | None, float | None]], path: str | Path, ylabel: str,
                    title: str = "") -> Path:
@@ -202,50 +251,4 @@ def training_curves_per_arm(curves: Mapping[str, list[dict]], path: str | Path,
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    return _save(fig, path)
-
-
-def training_curves(records, path: str | Path, vocab_size: int | None = None) -> Path:
-    """Training curves from the metrics log: loss parts, λ, active terms, FLOPS, scores, logits,
-    head norm and gradient norm, against the optimiser step.
-
-    Args:
-        records: metrics records (dicts with ``step``); validation records (``split`` =
-            ``"validation"``) are drawn on the loss panel.
-        vocab_size: V, drawn as a reference on the active-terms panel when given.
-    """
-    train = [r for r in records if r.get("split") != "validation"]
-    val = [r for r in records if r.get("split") == "validation"]
-    panels = [
-        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d"), "log"),
-        ("λ (regulariser weight)", ("lambda_q", "lambda_d"), "linear"),
-        ("active terms per vector", ("active_q", "active_d"), "log"),
-        ("batch FLOPS", ("batch_flops",), "log"),
-        ("scores", ("pos_score", "neg_score", "margin"), "linear"),
-        ("MLM logits", ("logit_mean", "logit_p99", "logit_max"), "linear"),
-        ("MLM-head norm", ("head_norm",), "linear"),
-        ("gradient norm (before clipping)", ("grad_norm",), "log"),
-    ]
-    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
-    steps = [r["step"] for r in train]
-    for ax, (title, keys, scale) in zip(axes.ravel(), panels):
-        for key in keys:
-            values = [r.get(key) for r in train]
-            pts = [(s, v) for s, v in zip(steps, values) if isinstance(v, (int, float))]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key, lw=1)
-        if title == "loss" and val:
-            ax.plot([r["step"] for r in val], [r["val_loss_rank"] for r in val], "o-", label="val_loss_rank", ms=3)
-        if title.startswith("active") and vocab_size:
-            ax.set_title(f"{title} (V = {vocab_size})")
-        else:
-            ax.set_title(title)
-        values = [r[k] for r in train for k in keys if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
-        if scale == "log" and values and min(values) > 0 and max(values) / min(values) > 100:
-            ax.set_yscale("log")  # only when the curve spans decades (log ticks are slow and useless otherwise)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.subplots_adjust(left=0.04, right=0.99, top=0.95, bottom=0.08, wspace=0.25, hspace=0.35)
     return _save(fig, path)
