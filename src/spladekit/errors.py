@@ -31,6 +31,11 @@ class DataFormatError(SpladekitError, ValueError):
         super().__init__(f"{where}: {what}{message}")
 
 
+class OutputPathError(SpladekitError, OSError):
+    """An output cannot be written where it was asked: the path is a folder (or a file where a
+    folder is needed), or the file system refuses the write. The message names the path."""
+
+
 class ResolutionError(SpladekitError, FileNotFoundError):
     """A dataset or model could not be found locally, in a cache, or downloaded."""
 

@@ -26,21 +26,52 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         encoding: text encoding; ignored for binary mode.
 
     Raises:
+        OutputPathError: ``path`` is an existing folder, a parent of it is a file, or the file
+            system refuses the write (checked before the body runs, so no work is lost to it);
+            ``path`` is then untouched.
         Whatever the body raises; the temporary file is then removed and ``path`` is untouched.
     """
+    from spladekit.errors import OutputPathError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise OutputPathError(f"{path}: is a folder; give a file path for this output")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputPathError(f"{path}: cannot write here ({exc.strerror or exc}; is a parent folder a file?)") from exc
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise OutputPathError(f"{path}: cannot replace it ({exc.strerror or exc})") from exc
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def ensure_folder(path: str | Path) -> Path:
+    """Create the output folder ``path`` (and its parents) unless it exists.
+
+    Raises:
+        OutputPathError: ``path`` (or a parent) is an existing file, or the folder cannot be made.
+    """
+    from spladekit.errors import OutputPathError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{path}: is a file; give a folder path for this output")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"{path}: cannot create the folder ({exc.strerror or exc}; is a parent folder a file?)") from exc
+    return path
 
 
 def write_json(path: str | Path, obj: Any) -> None:

@@ -14,7 +14,7 @@ from spladekit.data.trec import write_run
 from spladekit.evaluate.efficiency import efficiency_stats
 from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
 from spladekit.index.exact import exact_search, results_to_run
-from spladekit.io import write_json
+from spladekit.io import ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 
 
@@ -94,7 +94,7 @@ def evaluate_bm25(dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES
 
 def write_system(result: SystemResult, out: Path, config: dict | None = None) -> None:
     """Write ``run.trec``, ``metrics.json``, ``per_query.json`` (and ``config.json``) into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_folder(out)
     write_run(result.run, out / "run.trec", tag=result.name)
     metrics = dict(result.metrics)
     metrics["wall_time_s"] = round(result.seconds, 3)

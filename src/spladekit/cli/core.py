@@ -62,7 +62,7 @@ def evaluate(
                 raise typer.BadParameter("give --model, --data and --out (or --run and --qrels)")
             config = EvalConfig(model=model, data=data, split=split, k=k, batch_size=batch_size)
             metrics = run_evaluation(config, out, conventions=conventions).metrics
-    except SpladekitError as exc:
+    except (SpladekitError, ValueError) as exc:
         _fail(exc)
     typer.echo(json.dumps(metrics, indent=2))
 

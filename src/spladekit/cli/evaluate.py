@@ -84,7 +84,7 @@ def compare(
     from spladekit.errors import SpladekitError
     from spladekit.evaluate.compare import compare_runs, comparison_table, comparisons_to_dict
     from spladekit.evaluate.metrics import DEFAULT_MEASURES
-    from spladekit.io import write_json
+    from spladekit.io import ensure_folder, write_json
     from spladekit.plots import per_query_delta
 
     conventions = build_conventions(preset, rel, remove_query_id, dedupe, dataset_hint=str(qrels))
@@ -93,18 +93,19 @@ def compare(
         judgments = read_qrels(qrels)
         a, b = read_run(run_a, dedupe=conventions.dedupe), read_run(run_b, dedupe=conventions.dedupe)
         comparisons, deltas = compare_runs(a, b, judgments, measures, conventions, permutations, seed)
+        name_a, name_b = run_a.name, run_b.name
+        ensure_folder(out)
+        write_json(out / "compare.json", {
+            "run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
+            "measures": comparisons_to_dict(comparisons), "conventions": conventions.to_dict(measures),
+            "tests": "paired t-test (scipy.stats.ttest_rel, two-sided); paired randomisation test (random sign flips, two-sided)",
+        })
+        write_json(out / "per_query_delta.json", deltas)
+        for name in measures:
+            safe = "".join(c if c.isalnum() or c in "@-_." else "_" for c in name)
+            per_query_delta(deltas[name], name, out / f"delta_{safe}.png", name_a, name_b)
     except (SpladekitError, ValueError) as exc:
         _fail(exc)
-    name_a, name_b = run_a.name, run_b.name
-    write_json(out / "compare.json", {
-        "run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
-        "measures": comparisons_to_dict(comparisons), "conventions": conventions.to_dict(measures),
-        "tests": "paired t-test (scipy.stats.ttest_rel, two-sided); paired randomisation test (random sign flips, two-sided)",
-    })
-    write_json(out / "per_query_delta.json", deltas)
-    for name in measures:
-        safe = "".join(c if c.isalnum() or c in "@-_." else "_" for c in name)
-        per_query_delta(deltas[name], name, out / f"delta_{safe}.png", name_a, name_b)
     typer.echo(comparison_table(comparisons, name_a, name_b))
     typer.echo(f"conventions: {json.dumps({k: v for k, v in conventions.to_dict().items() if k in ('name', 'relevance_level', 'relevance_levels', 'remove_query_id', 'dedupe')})}")
     typer.echo(f"outputs in {out}/")

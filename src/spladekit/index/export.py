@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from spladekit.index.formats import ExportManifest, anserini, elastic, qdrant, seismic_jsonl
 from spladekit.index.io import load_index, load_vocabulary, save_index
-from spladekit.io import write_json
+from spladekit.io import ensure_folder, write_json
 
 FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "elastic")
 FILES = {
@@ -71,7 +71,7 @@ def export_vectors(
     """
     _check_format(fmt)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_folder(out)
     target = out / FILES[fmt]
     needs_vocab = fmt != "qdrant" and not (fmt == "elastic" and keys == "id")
     if needs_vocab and vocabulary is None:

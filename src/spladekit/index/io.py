@@ -25,8 +25,8 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import DataFormatError
-from spladekit.io import write_json
+from spladekit.errors import DataFormatError, OutputPathError
+from spladekit.io import ensure_folder, write_json
 
 
 def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
@@ -70,7 +70,9 @@ def save_index(
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")
     if len(set(doc_ids)) != len(doc_ids):
         raise ValueError("document ids repeat")
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise OutputPathError(f"{folder}: is a file; an index is a folder (the file is left as it is)")
+    ensure_folder(folder.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         matrix = sp.csr_matrix(matrix, dtype=np.float32, copy=True)

@@ -1,0 +1,80 @@
+"""Adversarial inputs to the readers, encoder, index folders, exports and the CLI: every one must end
+in a clear error (exit code 2, a message naming the file/field, no traceback) or a documented
+result, never a silent wrong number or a lost output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spladekit.cli import app
+from spladekit.errors import OutputPathError
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def assert_clean_failure(result, *needles: str):
+    """Exit code 2, an ``error:`` line holding every needle, and no Python traceback."""
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output, result.output
+
+
+RUN = "q1 Q0 d1 1 2.000000 a\nq1 Q0 d4 2 1.000000 a\nq2 Q0 d2 1 1.500000 a\n"
+
+
+@pytest.fixture()
+def run_file(tmp_path) -> Path:
+    path = tmp_path / "a.trec"
+    path.write_text(RUN, encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- output paths
+def test_atomic_write_onto_a_folder_or_under_a_file_is_a_clear_error(tmp_path):
+    from spladekit.io import atomic_write, ensure_folder
+
+    with pytest.raises(OutputPathError, match="is a folder"):
+        with atomic_write(tmp_path) as handle:
+            handle.write("x")
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("keep me", encoding="utf-8")
+    with pytest.raises(OutputPathError, match="file.txt"):
+        with atomic_write(blocker / "out.json") as handle:
+            handle.write("x")
+    with pytest.raises(OutputPathError, match="is a file"):
+        ensure_folder(blocker)
+    assert blocker.read_text(encoding="utf-8") == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]  # no temporary leftovers
+
+
+def test_cli_out_is_an_existing_file_or_folder(tmp_path, run_file, tiny_beir):
+    qrels = tiny_beir / "qrels" / "test.tsv"
+    # evaluate --out FILE (a folder is expected): error, and the file keeps its content
+    result = cli("evaluate", "--run", run_file, "--qrels", qrels, "--out", run_file)
+    assert_clean_failure(result, str(run_file))
+    assert run_file.read_text(encoding="utf-8") == RUN
+    # compare --out FILE
+    result = cli("compare", run_file, run_file, "--qrels", qrels, "--out", run_file, "--permutations", "10")
+    assert_clean_failure(result, str(run_file), "is a file")
+    assert run_file.read_text(encoding="utf-8") == RUN
+
+
+def test_save_index_onto_an_existing_file_keeps_the_file(tmp_path):
+    import numpy as np
+    import scipy.sparse as sp
+
+    from spladekit.index.io import save_index
+
+    target = tmp_path / "index"
+    target.write_text("precious", encoding="utf-8")
+    with pytest.raises(OutputPathError, match="is a file"):
+        save_index(target, sp.csr_matrix(np.ones((1, 3), np.float32)), ["d1"], {})
+    assert target.read_text(encoding="utf-8") == "precious"
