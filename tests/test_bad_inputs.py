@@ -78,3 +78,31 @@ def test_save_index_onto_an_existing_file_keeps_the_file(tmp_path):
     with pytest.raises(OutputPathError, match="is a file"):
         save_index(target, sp.csr_matrix(np.ones((1, 3), np.float32)), ["d1"], {})
     assert target.read_text(encoding="utf-8") == "precious"
+
+
+# ----------------------------------------------------------------------------- TREC ids with white space
+@pytest.mark.parametrize("qid, docid", [("q 1", "d1"), ("q1", "d\t2"), ("q1", "d\u00a03"), ("q1", "")])
+def test_write_run_refuses_ids_with_white_space(tmp_path, qid, docid):
+    from spladekit.data.trec import read_run, write_run
+    from spladekit.errors import DataFormatError
+
+    out = tmp_path / "run.trec"
+    out.write_text(RUN, encoding="utf-8")
+    with pytest.raises(DataFormatError, match="white space"):
+        write_run({qid: {docid: 1.0, "dx": 0.5}}, out)
+    assert out.read_text(encoding="utf-8") == RUN  # the earlier run is not lost
+    write_run({"q\u00e9": {"\u0394\u00b3": 1.0}}, out)  # unicode ids without white space are fine
+    assert read_run(out) == {"q\u00e9": {"\u0394\u00b3": 1.0}}
+
+
+def test_evaluate_cli_with_white_space_ids_fails_without_a_corrupt_run(tmp_path, tiny_bert_dir):
+    folder = tmp_path / "ws"
+    (folder / "qrels").mkdir(parents=True)
+    docs = [{"_id": "d 1", "text": "protein cells"}, {"_id": "d2", "text": "cancer risk"}]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "protein"}) + "\n", encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td 1\t1\n", encoding="utf-8")
+    out = tmp_path / "out"
+    result = cli("evaluate", "--model", tiny_bert_dir, "--data", folder, "--out", out, "--batch-size", "4")
+    assert_clean_failure(result, "'d 1'", "white space")
+    assert not (out / "run.trec").exists()

@@ -135,8 +135,32 @@ def sorted_ranking(ranking: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(ranking.items(), key=lambda item: (-item[1], item[0]))
 
 
+def check_trec_id(value: str, path: str | Path, field: str) -> None:
+    """Raise unless ``value`` can be a column of a whitespace-separated TREC file.
+
+    Raises:
+        DataFormatError: ``value`` is empty or holds white space (a space, a tab, a newline...),
+            which would shift the columns of the line; names ``path`` and ``field``.
+    """
+    if not value or any(c.isspace() for c in value):
+        raise DataFormatError(
+            path, f"{value!r} is empty or contains white space: a TREC file cannot hold it (rename the id)", field=field
+        )
+
+
 def write_run(run: Run, path: str | Path, tag: str = "spladekit") -> None:
-    """Write ``run`` as a TREC run file, atomically, ranks in :func:`sorted_ranking` order."""
+    """Write ``run`` as a TREC run file, atomically, ranks in :func:`sorted_ranking` order.
+
+    Raises:
+        DataFormatError: a query id, document id or the tag is empty or contains white space
+            (checked before anything is written; ``path`` is left untouched).
+        OutputPathError: ``path`` cannot be written.
+    """
+    check_trec_id(tag, path, "tag")
+    for qid, ranking in run.items():
+        check_trec_id(str(qid), path, "query id")
+        for docid in ranking:
+            check_trec_id(str(docid), path, "document id")
     with atomic_write(path) as handle:
         for qid in run:
             for rank, (docid, score) in enumerate(sorted_ranking(run[qid]), start=1):
