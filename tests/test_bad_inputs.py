@@ -106,3 +106,60 @@ def test_evaluate_cli_with_white_space_ids_fails_without_a_corrupt_run(tmp_path,
     result = cli("evaluate", "--model", tiny_bert_dir, "--data", folder, "--out", out, "--batch-size", "4")
     assert_clean_failure(result, "'d 1'", "white space")
     assert not (out / "run.trec").exists()
+
+
+# ----------------------------------------------------------------------------- tampered index folders
+def _small_index(folder: Path, meta: dict | None = None) -> Path:
+    import numpy as np
+    import scipy.sparse as sp
+
+    from spladekit.index.io import save_index
+
+    matrix = sp.csr_matrix(np.array([[0, 1.5, 0], [2.0, 0, 0.5]], dtype=np.float32))
+    return save_index(folder, matrix, ["d1", "d2"], meta if meta is not None else {"model": "m"}, vocabulary=["a", "b", "c"])
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("vectors.npz", b"PK\x03\x04 truncated", "vectors.npz: cannot read"),
+        ("doc_ids.json", b'["d1", "d2"', "doc_ids.json, line 1: not valid JSON"),
+        ("doc_ids.json", b'{"d1": 0}', "doc_ids.json: expected a JSON list"),
+        ("index.json", b"[1, 2]", "index.json: expected a JSON object"),
+        ("vocab.json", b"\xff\xfe", "vocab.json: cannot read"),
+    ],
+)
+def test_tampered_index_files_name_the_file(tmp_path, name, content, message):
+    from spladekit.errors import DataFormatError
+    from spladekit.index.io import load_index, load_vocabulary
+
+    folder = _small_index(tmp_path / "index")
+    (folder / name).write_bytes(content)
+    with pytest.raises(DataFormatError) as info:
+        load_index(folder)
+        load_vocabulary(folder)
+    assert message in str(info.value)
+
+
+def test_index_without_hash_and_with_too_few_ids_is_an_error(tmp_path):
+    from spladekit.errors import DataFormatError
+    from spladekit.index.io import load_index
+
+    folder = _small_index(tmp_path / "index")
+    meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    del meta["content_hash"]
+    (folder / "index.json").write_text(json.dumps(meta), encoding="utf-8")
+    (folder / "doc_ids.json").write_text('["d1"]', encoding="utf-8")
+    with pytest.raises(DataFormatError, match="1 document ids for 2 vectors"):
+        load_index(folder)
+
+
+def test_search_cli_on_a_corrupt_index_or_one_without_model(tmp_path, tiny_beir):
+    folder = _small_index(tmp_path / "index")
+    (folder / "vectors.npz").write_bytes(b"not a zip")
+    result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec")
+    assert_clean_failure(result, "vectors.npz")
+    folder = _small_index(tmp_path / "index2", meta={})
+    result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec")
+    assert_clean_failure(result, "no model recorded", "--model")
+    assert not (tmp_path / "run.trec").exists()

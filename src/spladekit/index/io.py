@@ -104,18 +104,37 @@ def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
     """Read an index folder: ``(vectors [D, V], doc_ids, metadata)``.
 
     Raises:
-        DataFormatError: a file is missing, or the content hash does not match.
+        DataFormatError: a file is missing, unreadable or malformed (naming it), the number of ids
+            is not the number of vectors, or the content hash does not match.
     """
     folder = Path(folder)
     for name in ("vectors.npz", "doc_ids.json", "index.json"):
         if not (folder / name).exists():
             raise DataFormatError(folder / name, "missing: not a spladekit index folder")
-    matrix = sp.load_npz(folder / "vectors.npz").tocsr()
-    doc_ids = json.loads((folder / "doc_ids.json").read_text(encoding="utf-8"))
-    meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    try:
+        matrix = sp.load_npz(folder / "vectors.npz").tocsr()
+    except Exception as exc:  # BadZipFile, a missing array, a malformed CSR (ValueError), ...
+        raise DataFormatError(folder / "vectors.npz", f"cannot read the sparse vectors ({type(exc).__name__}: {exc})") from exc
+    doc_ids = _read_json(folder / "doc_ids.json")
+    if not isinstance(doc_ids, list) or not all(isinstance(d, str) for d in doc_ids):
+        raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
+    if len(doc_ids) != matrix.shape[0]:
+        raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {matrix.shape[0]} vectors in vectors.npz")
+    meta = _read_json(folder / "index.json")
+    if not isinstance(meta, dict):
+        raise DataFormatError(folder / "index.json", "expected a JSON object")
     if meta.get("content_hash") and meta["content_hash"] != content_hash(matrix, doc_ids):
         raise DataFormatError(folder / "index.json", "content hash does not match vectors.npz/doc_ids.json", field="content_hash")
     return matrix, doc_ids, meta
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=exc.lineno) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFormatError(path, f"cannot read ({exc})") from exc
 
 
 def load_vocabulary(folder: str | Path) -> list[str] | None:
@@ -127,7 +146,7 @@ def load_vocabulary(folder: str | Path) -> list[str] | None:
     path = Path(folder) / "vocab.json"
     if not path.exists():
         return None
-    vocab = json.loads(path.read_text(encoding="utf-8"))
+    vocab = _read_json(path)
     if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
         raise DataFormatError(path, "expected a JSON list of token strings")
     return vocab

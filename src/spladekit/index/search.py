@@ -21,8 +21,11 @@ BACKENDS = ("exact", "seismic")
 def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, head_impl: str | None = None):
     """The :class:`SpladeEncoder` an index's queries are encoded with (model and query settings
     from ``index.json`` unless ``model`` overrides the model)."""
+    from spladekit.errors import DataFormatError
     from spladekit.model.encoder import SpladeEncoder
 
+    if model is None and not meta.get("model"):
+        raise DataFormatError("index.json", "no model recorded in the index; pass the query model (--model)", field="model")
     return SpladeEncoder.from_pretrained(
         model or meta["model"],
         query_max_length=meta.get("query_max_length"),
