@@ -163,3 +163,50 @@ def test_search_cli_on_a_corrupt_index_or_one_without_model(tmp_path, tiny_beir)
     result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec")
     assert_clean_failure(result, "no model recorded", "--model")
     assert not (tmp_path / "run.trec").exists()
+
+
+# ----------------------------------------------------------------------------- model folders
+@pytest.fixture(scope="module")
+def broken_models(tmp_path_factory, tiny_bert_dir):
+    """A folder with config.json but no weights, and a backbone-only (BertModel) checkpoint."""
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    root = tmp_path_factory.mktemp("broken-models")
+    no_weights = root / "no-weights"
+    no_weights.mkdir()
+    shutil.copy(tiny_bert_dir / "config.json", no_weights / "config.json")
+    backbone = root / "backbone"
+    config = BertConfig.from_pretrained(tiny_bert_dir)
+    BertModel(config).save_pretrained(backbone)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        shutil.copy(tiny_bert_dir / name, backbone / name)
+    return no_weights, backbone
+
+
+def test_model_folders_without_weights_or_mlm_head(broken_models, tiny_bert_dir, tmp_path):
+    from spladekit.errors import HeadNotFoundError, ResolutionError
+    from spladekit.model.encoder import SpladeEncoder
+
+    no_weights, backbone = broken_models
+    with pytest.raises(ResolutionError, match="cannot load its weights"):
+        SpladeEncoder.from_pretrained(no_weights)
+    with pytest.raises(HeadNotFoundError, match="no MLM-head weights"):
+        SpladeEncoder.from_pretrained(backbone)
+    SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain")  # a complete checkpoint loads
+    for args in (["rescale", backbone, "--factor", "0.5"], ["diagnose", no_weights],
+                 ["rescale", tiny_bert_dir, "--match-norm", no_weights], ["rescale", tmp_path / "missing", "--factor", "0.5"]):
+        out = tmp_path / "out"
+        result = cli(*args, "--out", out)
+        assert_clean_failure(result, "error:")
+        assert not out.exists()  # a random-head model is never written
+
+
+def test_missing_model_path_is_not_sent_to_the_hub(tmp_path):
+    from spladekit.data.resolve import resolve_model
+    from spladekit.errors import ResolutionError
+
+    for name in (tmp_path / "nope", "./nope", "a/b/c"):
+        with pytest.raises(ResolutionError, match="does not exist"):
+            resolve_model(name, allow_hub=True)

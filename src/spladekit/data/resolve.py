@@ -185,6 +185,8 @@ def resolve_model(name_or_path: str | Path, allow_hub: bool = True) -> str:
             raise ResolutionError(f"model folder {path} has no config.json")
         return str(path)
     name = str(name_or_path)
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
+        raise ResolutionError(f"model folder {name!r} does not exist (and it is not a hub id 'org/name')")
     for candidate in model_candidates(name):
         if _is_model_folder(candidate):
             return str(candidate)

@@ -91,6 +91,37 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
     return sp.csr_matrix((values, (rows.numpy(), cols.numpy())), shape=tuple(weights.shape), dtype=np.float32)
 
 
+def load_masked_lm(location: str, dtype: torch.dtype | None = None):
+    """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
+
+    transformers fills weights missing from a checkpoint with random values and only logs it; a
+    backbone-only checkpoint (``BertModel``, a sentence encoder) would so get a random MLM head and
+    produce meaningless SPLADE vectors. Here any missing parameter outside the backbone
+    (``model.base_model_prefix``) is an error.
+
+    Raises:
+        ResolutionError: the folder has no weights file (or transformers cannot read it).
+        HeadNotFoundError: MLM-head parameters are missing from the checkpoint.
+    """
+    from transformers import AutoModelForMaskedLM
+
+    from spladekit.errors import HeadNotFoundError, ResolutionError
+
+    kwargs = {"dtype": dtype} if dtype else {}
+    try:
+        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, **kwargs)
+    except OSError as exc:  # e.g. "no file named model.safetensors ... found in directory"
+        raise ResolutionError(f"model {location}: cannot load its weights ({str(exc).splitlines()[0]})") from exc
+    prefix = getattr(mlm, "base_model_prefix", "") + "."
+    head_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
+    if head_missing:
+        raise HeadNotFoundError(
+            f"model {location}: the checkpoint has no MLM-head weights ({len(head_missing)} missing, e.g. "
+            f"{head_missing[0]!r}); it is not a masked-LM checkpoint (a backbone or sentence encoder?)"
+        )
+    return mlm
+
+
 class SpladeEncoder:
     """Encode texts into SPLADE sparse vectors.
 
@@ -133,16 +164,21 @@ class SpladeEncoder:
         Arguments left as None come from the model's ``spladekit.json`` (or the defaults 64/256).
 
         Raises:
-            ResolutionError: the model cannot be found.
-            HeadNotFoundError: it is not a supported masked-LM family.
+            ResolutionError: the model cannot be found, or its folder lacks weights or tokenizer.
+            HeadNotFoundError: it is not a supported masked-LM family, or its checkpoint has no
+                MLM-head weights (see :func:`load_masked_lm`).
         """
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from spladekit.data.resolve import resolve_model
+        from spladekit.errors import ResolutionError
 
         location = resolve_model(name_or_path)
-        mlm = AutoModelForMaskedLM.from_pretrained(location, dtype=dtype) if dtype else AutoModelForMaskedLM.from_pretrained(location)
-        tokenizer = AutoTokenizer.from_pretrained(location)
+        mlm = load_masked_lm(location, dtype=dtype)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(location)
+        except (OSError, ValueError) as exc:
+            raise ResolutionError(f"model {location}: cannot load its tokenizer ({exc})") from exc
         meta = EncoderMetadata.load(location) if Path(location).is_dir() else EncoderMetadata()
         meta.source = meta.source or str(name_or_path)
         for key, value in dict(

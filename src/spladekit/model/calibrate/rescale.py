@@ -160,11 +160,10 @@ def reference_row_norm(reference) -> float:
             raise ValueError(f"reference row norm must be a positive number, got {reference}")
         return float(reference)
     if isinstance(reference, (str, Path)):
-        from transformers import AutoModelForMaskedLM
-
         from spladekit.data.resolve import resolve_model
+        from spladekit.model.encoder import load_masked_lm
 
-        reference = AutoModelForMaskedLM.from_pretrained(resolve_model(reference))
+        reference = load_masked_lm(resolve_model(reference))
     return float(row_norms(find_mlm_head(unwrap(reference)).weight).mean())
 
 
