@@ -210,3 +210,62 @@ def test_missing_model_path_is_not_sent_to_the_hub(tmp_path):
     for name in (tmp_path / "nope", "./nope", "a/b/c"):
         with pytest.raises(ResolutionError, match="does not exist"):
             resolve_model(name, allow_hub=True)
+
+
+# ----------------------------------------------------------------------------- encoder arguments
+@pytest.fixture(scope="module")
+def encoder(tiny_bert_dir):
+    from spladekit.model.encoder import SpladeEncoder
+
+    return SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain")
+
+
+def test_encoder_rejects_bad_lengths_top_k_batch_sizes_and_a_bare_string(encoder):
+    for bad in (0, 1, -1, 2.5, None):
+        with pytest.raises(ValueError, match="max_length"):
+            encoder.encode(["protein cells"], bad)
+    for bad in (0, -1, -100, 1.5):
+        with pytest.raises(ValueError, match="top_k"):
+            encoder.encode(["protein cells"], 16, top_k=bad)
+    with pytest.raises(ValueError, match="batch_size"):
+        encoder.encode(["protein", "cells"], 16, batch_size=-1)
+    with pytest.raises(TypeError, match="single string"):
+        encoder.encode("protein", 16)
+    # the edges that are allowed: max_length 2 keeps only [CLS] [SEP], top_k 1 keeps one term
+    two = encoder.encode(["protein cells", ""], 2)
+    assert (two[0] != two[1]).nnz == 0  # both are the vector of "[CLS] [SEP]"
+    assert encoder.last_truncated == 1
+    assert encoder.encode(["protein cells"], 16, top_k=1).nnz == 1
+
+
+def test_encoder_max_length_above_the_model_positions_is_lowered_with_a_warning(encoder):
+    long_text = " ".join(["protein"] * 400)  # 402 tokens > 128 positions of the tiny model
+    assert encoder.max_positions == 128
+    with pytest.warns(UserWarning, match="128 positions"):
+        long = encoder.encode([long_text], 1000)
+    assert encoder.last_truncated == 1
+    assert (long != encoder.encode([long_text], 128)).nnz == 0
+
+
+def test_vocabulary_names_every_column_and_index_folder_exports(encoder, tmp_path):
+    """The tiny tokenizer's vocab.txt repeats "a", so id 6 has no token string: it used to be None in
+    vocab.json, and `export` then refused the index folder."""
+    from spladekit.index.export import export_index
+    from spladekit.index.io import load_vocabulary, save_index
+
+    vocab = encoder.vocabulary
+    assert len(vocab) == encoder.vocab_size and all(isinstance(t, str) for t in vocab)
+    missing = [j for j, t in enumerate(encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))) if t is None]
+    assert missing and all(vocab[j] == f"[spladekit:{j}]" for j in missing)
+    docs = encoder.encode(["protein cells", "cancer risk"], 16)
+    folder = save_index(tmp_path / "index", docs, ["d1", "d2"], {"model": "m"}, vocabulary=vocab)
+    assert load_vocabulary(folder) == vocab
+    assert export_index(folder, "seismic", tmp_path / "export").count == 2
+    with pytest.raises(ValueError, match="not a token string"):
+        save_index(tmp_path / "bad", docs, ["d1", "d2"], {}, vocabulary=[None] + vocab[1:])
+
+
+def test_index_cli_with_top_k_zero_is_a_clear_error(tiny_bert_dir, tiny_beir, tmp_path):
+    result = cli("index", "--model", tiny_bert_dir, "--data", tiny_beir, "--out", tmp_path / "idx", "--doc-top-k", "0", "--head-impl", "plain")
+    assert_clean_failure(result, "top_k must be an integer ≥ 1")
+    assert not (tmp_path / "idx").exists()

@@ -35,7 +35,7 @@ def index_command(
     config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=head_impl)
     try:
         written = build_index(config, show_progress=True)
-    except SpladekitError as exc:
+    except (SpladekitError, ValueError) as exc:
         _fail(exc)
     if written is not None:
         vectors, _, _ = load_index(written)

@@ -61,10 +61,14 @@ def save_index(
 
     Raises:
         ValueError: ``matrix`` rows and ``doc_ids`` differ in number, ids repeat, or the
-            vocabulary length is not V.
+            vocabulary length is not V or holds a non-string.
+        OutputPathError: ``folder`` is an existing file (left untouched) or cannot be created.
     """
     if vocabulary is not None and len(vocabulary) != matrix.shape[1]:
         raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {matrix.shape[1]} columns")
+    if vocabulary is not None and not all(isinstance(t, str) for t in vocabulary):
+        bad = next(j for j, t in enumerate(vocabulary) if not isinstance(t, str))
+        raise ValueError(f"vocabulary entry {bad} is {vocabulary[bad]!r}, not a token string (vocab.json could not be read back)")
     folder = Path(folder)
     if matrix.shape[0] != len(doc_ids):
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")

@@ -75,11 +75,22 @@ class EncoderMetadata:
         write_json(Path(folder) / METADATA_FILE, asdict(self))
 
 
+def check_top_k(top_k, name: str = "top_k") -> None:
+    """Raise ``ValueError`` unless ``top_k`` is None or an integer ≥ 1 (0 would empty every vector,
+    a negative value would cut from the wrong end)."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"{name} must be an integer ≥ 1 or None (keep every term), got {top_k!r}")
+
+
 def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_matrix:
     """Convert dense SPLADE weights ``[B, V]`` to CSR, keeping entries > 0 (and the top-k per row).
 
     Ties at the k-th weight are broken by the lower vocabulary id (``torch.topk`` on a stable sort).
+
+    Raises:
+        ValueError: ``top_k`` is not None and not an integer ≥ 1.
     """
+    check_top_k(top_k)
     weights = weights.detach().float().cpu()
     if top_k is not None and top_k < weights.shape[1]:
         order = torch.sort(weights, dim=1, descending=True, stable=True).indices[:, :top_k]
@@ -143,6 +154,7 @@ class SpladeEncoder:
         self.batch_size = batch_size
         self._vocab: list[str] | None = None
         self.last_truncated = 0
+        self._lowered: set[int] = set()
 
     # ------------------------------------------------------------------ loading and saving
     @classmethod
@@ -225,6 +237,39 @@ class SpladeEncoder:
             weights[:, pad_id] = 0.0
         return weights
 
+    @property
+    def max_positions(self) -> int | None:
+        """The most tokens the model accepts (its position embeddings; None when unbounded/unknown)."""
+        config = self.model.mlm.config
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit and getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+            limit -= (getattr(config, "pad_token_id", None) or 0) + 1  # positions start after padding_idx
+        return int(limit) if limit else None
+
+    def check_max_length(self, max_length: int) -> int:
+        """The max length to use: ``max_length``, lowered to :attr:`max_positions` (with a ``UserWarning``,
+        once per encoder and length).
+
+        Raises:
+            ValueError: ``max_length`` is not an integer ≥ 2 (``[CLS]`` and ``[SEP]`` need two
+                positions; transformers would silently not truncate at all below that).
+        """
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+            raise ValueError(f"max_length must be an integer ≥ 2 (special tokens included), got {max_length!r}")
+        limit = self.max_positions
+        if limit is not None and max_length > limit:
+            import warnings
+
+            if max_length in self._lowered:  # warn once per encoder and length
+                return limit
+            self._lowered.add(max_length)
+            warnings.warn(
+                f"max_length {max_length} exceeds the model's {limit} positions; texts are truncated to {limit} tokens",
+                stacklevel=3,
+            )
+            return limit
+        return max_length
+
     def _count_truncated(self, texts: Sequence[str], max_length: int) -> int:
         lengths = self.tokenizer(list(texts), truncation=False, add_special_tokens=True, verbose=False)["input_ids"]
         return sum(len(ids) > max_length for ids in lengths)
@@ -242,9 +287,21 @@ class SpladeEncoder:
 
         Texts are processed in order of length (less padding), and rows are returned in input order.
         The number of texts longer than ``max_length`` tokens is stored in ``self.last_truncated``.
+
+        Raises:
+            TypeError: ``texts`` is a single string.
+            ValueError: ``max_length`` < 2, ``top_k`` or ``batch_size`` < 1 (see
+                :meth:`check_max_length`; a ``max_length`` above the model's positions is lowered to
+                them with a warning).
         """
-        texts = [t if isinstance(t, str) else str(t) for t in texts]
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("texts must be a sequence of strings, got a single string (wrap it in a list)")
+        check_top_k(top_k)
+        max_length = self.check_max_length(max_length)
         batch_size = batch_size or self.batch_size
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer ≥ 1, got {batch_size!r}")
+        texts = [t if isinstance(t, str) else str(t) for t in texts]
         order = np.argsort([-len(t) for t in texts], kind="stable")
         blocks, truncated = [], 0
         for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not show_progress, unit="batch"):
@@ -270,9 +327,12 @@ class SpladeEncoder:
     # ------------------------------------------------------------------ reading vectors
     @property
     def vocabulary(self) -> list[str]:
-        """Token string of each column id."""
+        """Token string of each column id (``[spladekit:ID]`` for ids the tokenizer does not name)."""
         if self._vocab is None:
-            self._vocab = self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
+            tokens = self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
+            # ids the tokenizer does not name (padded vocabularies, gaps) get a placeholder, as in
+            # spladekit.index.export.model_vocabulary, so vocab.json stays a list of strings
+            self._vocab = [t if isinstance(t, str) else f"[spladekit:{j}]" for j, t in enumerate(tokens)]
         return self._vocab
 
     def decode(self, row, top_k: int | None = None) -> list[tuple[str, float]]:
