@@ -269,3 +269,30 @@ def test_index_cli_with_top_k_zero_is_a_clear_error(tiny_bert_dir, tiny_beir, tm
     result = cli("index", "--model", tiny_bert_dir, "--data", tiny_beir, "--out", tmp_path / "idx", "--doc-top-k", "0", "--head-impl", "plain")
     assert_clean_failure(result, "top_k must be an integer ≥ 1")
     assert not (tmp_path / "idx").exists()
+
+
+# ----------------------------------------------------------------------------- calibration
+@pytest.mark.parametrize("factor", ["0", "-1", "nan", "inf", "-inf", "1e300"])
+def test_rescale_cli_bad_factors(tiny_bert_dir, tmp_path, factor):
+    out = tmp_path / "out"
+    result = cli("rescale", tiny_bert_dir, "--out", out, f"--factor={factor}")
+    assert_clean_failure(result, "factor")
+    assert not out.exists()
+
+
+def test_rescale_refuses_overflow_and_leaves_the_model_unchanged(tiny_bert_dir):
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from spladekit.model.calibrate.rescale import rescale_mlm_head
+
+    mlm = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir)
+    weight = mlm.cls.predictions.decoder.weight.detach().clone()
+    largest = float(weight.abs().max())
+    with pytest.raises(ValueError, match="overflows the decoder weight"):
+        rescale_mlm_head(mlm, factor=1.01 * torch.finfo(torch.float32).max / largest)
+    with pytest.raises(ValueError, match="underflows the decoder weight"):
+        rescale_mlm_head(mlm, factor=0.99 * torch.finfo(torch.float32).tiny / largest)
+    assert torch.equal(mlm.cls.predictions.decoder.weight, weight)
+    assert rescale_mlm_head(mlm, factor=1e30) == 1e30  # large but representable: applied
+    assert torch.isfinite(mlm.cls.predictions.decoder.weight).all()

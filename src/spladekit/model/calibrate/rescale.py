@@ -264,6 +264,22 @@ def calibrated_factor(
 
 
 # ---------------------------------------------------------------------------------------------- rescale
+def _check_representable(tensor: torch.Tensor, factor: float, what: str) -> None:
+    """Raise ``ValueError`` when ``factor · tensor`` overflows to inf or underflows to all zeros in
+    the tensor's dtype (checked before anything is changed)."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return
+    largest = float(tensor.detach().abs().max())
+    if largest == 0.0:
+        return
+    info = torch.finfo(tensor.dtype)
+    scaled = largest * factor  # Python float64: exact enough for the bound
+    if scaled > info.max:
+        raise ValueError(f"factor {factor:g} overflows the {what} ({tensor.dtype}: max |w| {largest:.4g} × F > {info.max:.4g})")
+    if scaled < info.tiny:
+        raise ValueError(f"factor {factor:g} underflows the {what} to zero ({tensor.dtype}: max |w| {largest:.4g} × F < {info.tiny:.4g})")
+
+
 @torch.no_grad()
 def rescale_mlm_head(
     model: nn.Module,
@@ -303,7 +319,9 @@ def rescale_mlm_head(
         The factor ``F`` applied in this call.
 
     Raises:
-        ValueError: unknown mode, missing or invalid argument for the mode.
+        ValueError: unknown mode, missing or invalid argument for the mode, or a factor that
+            overflows the decoder (bias) to inf or underflows it to zero in its dtype; the model is
+            then unchanged.
         AlreadyRescaledError: the model carries a rescaling record and ``force`` is False.
         CalibrationError: ``target_logit`` cannot reach the target.
         HeadNotFoundError: unsupported model family.
@@ -339,6 +357,9 @@ def rescale_mlm_head(
     factor = float(factor)
     if not (math.isfinite(factor) and factor > 0):
         raise ValueError(f"the factor must be finite and > 0, got {factor}")
+    _check_representable(head.weight, factor, "decoder weight")
+    if scale_bias and head.bias is not None:
+        _check_representable(head.bias, factor, "decoder bias")
 
     before = head_norms(head)
     aliases = _bias_aliases(mlm, head)

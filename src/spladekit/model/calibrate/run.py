@@ -169,6 +169,8 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> float:
     from spladekit.io import write_json
 
     mode = config.mode()
+    if mode == "factor" and not (math.isfinite(config.factor) and config.factor > 0):  # before loading the model
+        raise ValueError(f"the factor must be finite and > 0, got {config.factor}")
     encoder = _load(config.model)
     args: dict = {"scale_bias": config.scale_bias, "force": config.force}
     if mode == "factor":
