@@ -296,3 +296,23 @@ def test_rescale_refuses_overflow_and_leaves_the_model_unchanged(tiny_bert_dir):
     assert torch.equal(mlm.cls.predictions.decoder.weight, weight)
     assert rescale_mlm_head(mlm, factor=1e30) == 1e30  # large but representable: applied
     assert torch.isfinite(mlm.cls.predictions.decoder.weight).all()
+
+
+# ----------------------------------------------------------------------------- readers
+def test_corpus_ids_are_stripped_like_qrels_ids_and_bools_are_not_ids(tmp_path):
+    from spladekit.data.beir import read_corpus, read_queries
+    from spladekit.data.trec import read_qrels
+    from spladekit.errors import DataFormatError
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": " d1 ", "text": "x"}\n{"_id": 2, "text": "y"}\n', encoding="utf-8")
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("q1\t d1 \t1\nq1\t2\t1\n", encoding="utf-8")
+    assert set(read_corpus(corpus)) == set(read_qrels(qrels)["q1"]) == {"d1", "2"}
+    corpus.write_text('{"_id": " d1", "text": "x"}\n{"_id": "d1", "text": "y"}\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match="line 2: field '_id': duplicate document id 'd1'"):
+        read_corpus(corpus)
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"_id": true, "text": "x"}\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match="line 1: field '_id': expected a string, got bool"):
+        read_queries(queries)

@@ -8,7 +8,9 @@ Information Retrieval Models"):
 - qrels: TSV with the header ``query-id<TAB>corpus-id<TAB>score``; the grade is an integer.
 
 Reading rules (every reader of :mod:`spladekit.data`): a UTF-8 byte-order mark and Windows CRLF line
-ends are tolerated; blank lines are skipped; anything else that is wrong (a line that is not JSON,
+ends are tolerated; blank lines are skipped; ids are stripped of leading and trailing white space
+(as in the qrels and TSV readers, so ``" d1"`` in a corpus and ``d1`` in the qrels name the same
+document); anything else that is wrong (a line that is not JSON,
 a missing or empty ``_id``, a missing ``text``, a repeated id, invalid UTF-8, an empty file) raises
 :class:`~spladekit.errors.DataFormatError` naming the file and the 1-based line.
 """
@@ -66,7 +68,7 @@ def _read_jsonl(path: Path, required: tuple[str, ...]):
         for key in required:
             if key not in record:
                 raise DataFormatError(path, "missing", line=number, field=key)
-            if not isinstance(record[key], (str, int)):
+            if not isinstance(record[key], (str, int)) or isinstance(record[key], bool):
                 raise DataFormatError(path, f"expected a string, got {type(record[key]).__name__}", line=number, field=key)
         if "_id" in required and not str(record["_id"]).strip():
             raise DataFormatError(path, "empty id", line=number, field="_id")
@@ -84,7 +86,7 @@ def read_corpus(path: str | Path) -> dict[str, str]:
     path = Path(path)
     corpus: dict[str, str] = {}
     for number, record in _read_jsonl(path, ("_id", "text")):
-        doc_id = str(record["_id"])
+        doc_id = str(record["_id"]).strip()  # as read_qrels and read_tsv do with their ids
         if doc_id in corpus:
             raise DataFormatError(path, f"duplicate document id {doc_id!r}", line=number, field="_id")
         title = record.get("title") or ""
@@ -104,7 +106,7 @@ def read_queries(path: str | Path) -> dict[str, str]:
     path = Path(path)
     queries: dict[str, str] = {}
     for number, record in _read_jsonl(path, ("_id", "text")):
-        query_id = str(record["_id"])
+        query_id = str(record["_id"]).strip()
         if query_id in queries:
             raise DataFormatError(path, f"duplicate query id {query_id!r}", line=number, field="_id")
         queries[query_id] = str(record["text"])
