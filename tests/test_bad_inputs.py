@@ -316,3 +316,32 @@ def test_corpus_ids_are_stripped_like_qrels_ids_and_bools_are_not_ids(tmp_path):
     queries.write_text('{"_id": true, "text": "x"}\n', encoding="utf-8")
     with pytest.raises(DataFormatError, match="line 1: field '_id': expected a string, got bool"):
         read_queries(queries)
+
+
+# ----------------------------------------------------------------------------- exports and imports
+@pytest.mark.parametrize("scale", ["inf", "nan", "0", "-1"])
+def test_export_and_import_refuse_a_bad_quantisation_scale(tmp_path, scale):
+    folder = _small_index(tmp_path / "index")
+    result = cli("export", "--index", folder, "--format", "anserini", "--out", tmp_path / "bad", "--scale", scale)
+    assert_clean_failure(result, "scale must be a finite number > 0")
+    assert not (tmp_path / "bad").exists()
+    assert cli("export", "--index", folder, "--format", "anserini", "--out", tmp_path / "ex").exit_code == 0
+    result = cli("import", "--input", tmp_path / "ex", "--format", "anserini", "--out", tmp_path / "imp", "--like", folder, "--scale", scale)
+    assert_clean_failure(result, "scale must be a finite number > 0")
+    assert not (tmp_path / "imp").exists()
+
+
+def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
+    from spladekit.errors import DataFormatError
+    from spladekit.index.export import export_index, import_vectors
+
+    folder = _small_index(tmp_path / "index")
+    export_index(folder, "anserini", tmp_path / "ex")
+    manifest = json.loads((tmp_path / "ex" / "export.json").read_text(encoding="utf-8"))
+    manifest["scale"] = 0
+    (tmp_path / "ex" / "export.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ValueError, match="export.json"):
+        import_vectors("anserini", tmp_path / "ex", ["a", "b", "c"])
+    (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="no vectors"):
+        import_vectors("seismic", tmp_path / "empty.jsonl", ["a", "b", "c"])

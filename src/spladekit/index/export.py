@@ -27,7 +27,8 @@ from typing import Sequence
 
 import scipy.sparse as sp
 
-from spladekit.index.formats import ExportManifest, anserini, elastic, qdrant, seismic_jsonl
+from spladekit.errors import DataFormatError
+from spladekit.index.formats import ExportManifest, anserini, check_scale, elastic, qdrant, seismic_jsonl
 from spladekit.index.io import load_index, load_vocabulary, save_index
 from spladekit.io import ensure_folder, write_json
 
@@ -70,6 +71,8 @@ def export_vectors(
         ValueError: unknown format, missing vocabulary for a token-keyed format, bad lengths.
     """
     _check_format(fmt)
+    if fmt in QUANTISED:
+        check_scale(scale)  # before the folder is made
     out = Path(out)
     ensure_folder(out)
     target = out / FILES[fmt]
@@ -124,8 +127,9 @@ def import_vectors(
         ``([N, V] float32, ids)``, rows normalised (sorted columns, repeats summed).
 
     Raises:
-        DataFormatError: malformed input (naming file and line).
-        ValueError: unknown format, or the manifest names another format.
+        DataFormatError: malformed input (naming file and line), or no vector at all.
+        ValueError: unknown format, the manifest names another format, or ``scale`` (given or
+            from the manifest) is not a finite number > 0.
     """
     _check_format(fmt)
     path = Path(path)
@@ -137,7 +141,12 @@ def import_vectors(
         path = path / FILES[fmt]
         options = {**manifest.options, **options}
     if scale is None:
-        scale = manifest.scale if manifest is not None and manifest.scale else 100.0
+        scale = manifest.scale if manifest is not None and manifest.scale is not None else 100.0
+    try:
+        scale = check_scale(scale)
+    except ValueError as exc:
+        where = f" (from {path.parent / 'export.json'})" if manifest is not None and manifest.scale == scale else ""
+        raise ValueError(f"{exc}{where}") from None
     if fmt == "anserini":
         matrix, ids, _ = anserini.read_json_vector_collection(path, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
@@ -148,6 +157,8 @@ def import_vectors(
         matrix, ids = qdrant.read_points(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME))
     else:
         matrix, ids = elastic.read_bulk(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
+    if matrix.shape[0] == 0:
+        raise DataFormatError(path, "no vectors: the file is empty")
     return matrix, ids
 
 

@@ -74,14 +74,27 @@ def iter_rows(matrix: sp.spmatrix) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         yield idx[keep], val[keep]
 
 
+def check_scale(scale) -> float:
+    """Return ``scale`` as a float.
+
+    Raises:
+        ValueError: ``scale`` is not a finite number > 0 (inf would write garbage impacts, 0 or
+            NaN divide the imported weights into inf/NaN).
+    """
+    import math
+
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"quantisation scale must be a finite number > 0, got {scale!r}")
+    return float(scale)
+
+
 def quantise(values: np.ndarray, scale: float) -> np.ndarray:
     """Integer impacts ``⌊w · scale + 1/2⌋`` (int64, computed in float64); see the module docstring.
 
     Raises:
-        ValueError: ``scale`` ≤ 0.
+        ValueError: ``scale`` is not finite and > 0 (:func:`check_scale`).
     """
-    if not scale > 0:
-        raise ValueError(f"quantisation scale must be > 0, got {scale}")
+    check_scale(scale)
     return np.floor(np.asarray(values, dtype=np.float64) * float(scale) + 0.5).astype(np.int64)
 
 
