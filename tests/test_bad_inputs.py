@@ -345,3 +345,49 @@ def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match="no vectors"):
         import_vectors("seismic", tmp_path / "empty.jsonl", ["a", "b", "c"])
+
+
+# ----------------------------------------------------------------------------- search / evaluate / demo options
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--k", "0"], "--k must be ≥ 1"),
+        (["--backend", "seismic", "--query-cut", "0"], "query_cut must be an integer ≥ 1"),
+        (["--backend", "seismic", "--heap-factor", "nan"], "heap_factor must be a finite number > 0"),
+        (["--backend", "seismic", "--n-postings", "0"], "n_postings must be an integer ≥ 1"),
+        (["--backend", "seismic", "--summary-energy", "2"], "summary_energy must be in (0, 1]"),
+        (["--backend", "seismic", "--centroid-fraction", "0"], "centroid_fraction must be in (0, 1]"),
+        (["--backend", "seismic", "--recall-k", "0"], "--recall-k must be ≥ 1"),
+        (["--queries", "q.tsv"], "not both"),
+    ],
+)
+def test_search_cli_rejects_bad_options_before_any_work(tmp_path, tiny_beir, option, message):
+    folder = _small_index(tmp_path / "index")
+    (tmp_path / "vectors.npz").write_bytes(b"")  # never read: options fail first
+    result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec", *option)
+    assert_clean_failure(result, message)
+    assert not (tmp_path / "run.trec").exists()
+
+
+def test_seismic_params_validate_in_the_api():
+    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
+
+    with pytest.raises(ValueError, match="max_fraction"):
+        SeismicBuildParams(max_fraction=0.5)
+    with pytest.raises(ValueError, match="heap_factor"):
+        SeismicSearchParams(heap_factor=-1.0)
+    assert SeismicSearchParams(heap_factor=1.0).query_cut == 20
+
+
+def test_evaluate_and_demo_cli_fail_cleanly_before_encoding(tmp_path, tiny_beir, run_file):
+    missing = tmp_path / "no-model"
+    result = cli("evaluate", "--model", missing, "--data", tiny_beir, "--out", tmp_path / "ev", "--k", "0")
+    assert_clean_failure(result, "k must be ≥ 1")  # before the (missing) model is looked for
+    result = cli("evaluate", "--model", missing, "--data", tiny_beir, "--out", run_file)
+    assert_clean_failure(result, "is a file")
+    result = cli("demo", "--model", missing, "--data", tiny_beir, "--out", tmp_path / "demo", "--no-train")
+    assert_clean_failure(result, "does not exist")
+    result = cli("demo", "--model", missing, "--data", tmp_path / "no-data", "--out", tmp_path / "demo", "--no-train")
+    assert_clean_failure(result, "no-data")
+    result = cli("demo", "--model", missing, "--data", tiny_beir, "--out", run_file)
+    assert_clean_failure(result, "is a file")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spladekit.data.beir import load_beir
-from spladekit.io import write_json
+from spladekit.io import atomic_write, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.pipeline import SystemResult, evaluate_bm25, evaluate_splade, write_system
 from spladekit.plots import per_query_comparison
@@ -71,9 +71,11 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
     train split (:func:`demo_config`) and evaluate the result the same way. Writes runs, metrics,
     the table (``table.md``), per-query plot and, with training, ``train/`` (curves, metrics, model).
     """
-    if train:
-        return _run_train_demo(model, data, Path(out), batch_size, full, overrides)
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        ensure_folder(out)  # raises OutputPathError before any work
+    if train:
+        return _run_train_demo(model, data, out, batch_size, full, overrides)
     dataset = load_beir(data, "test")
     print(f"dataset {dataset.path}: {len(dataset.corpus)} documents, {len(dataset.queries)} judged test queries")
     encoder = SpladeEncoder.from_pretrained(model, batch_size=batch_size)
@@ -86,9 +88,10 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
     for result in results:
         write_system(result, out / result.name)
     table = format_table(results)
-    (out).mkdir(parents=True, exist_ok=True)
+    ensure_folder(out)
     write_json(out / "summary.json", {r.name: dict(r.metrics, wall_time_s=r.seconds) for r in results})
-    (out / "table.md").write_text(table + "\n", encoding="utf-8")
+    with atomic_write(out / "table.md") as handle:
+        handle.write(table + "\n")
     per_query_comparison({r.name: r.per_query["nDCG@10"] for r in results}, "nDCG@10", out / "per_query_ndcg10.png",
                          title=f"{dataset.name} test: per-query nDCG@10")
     print(table)

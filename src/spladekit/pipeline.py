@@ -110,7 +110,16 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
 
     ``conventions`` (when given) overrides ``config.conventions``; what was used is saved in
     ``metrics.json`` under ``"conventions"``.
+
+    Raises:
+        ValueError: ``k`` or ``batch_size`` < 1 (checked before any work).
+        OutputPathError: ``out`` is an existing file.
     """
+    for name in ("k", "batch_size"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be ≥ 1, got {getattr(config, name)}")
+    if Path(out).exists() and not Path(out).is_dir():
+        ensure_folder(out)  # raises OutputPathError before any work
     encoder = SpladeEncoder.from_pretrained(
         config.model, query_max_length=config.query_max_length, doc_max_length=config.doc_max_length,
         batch_size=config.batch_size,

@@ -79,5 +79,9 @@ def demo(
 ):
     """The main job on the embedded default: SPLADE vs BM25 on SciFact test, then fine-tune and compare."""
     from spladekit.demo import run_demo
+    from spladekit.errors import SpladekitError
 
-    run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_)
+    try:
+        run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_)
+    except (SpladekitError, ValueError) as exc:
+        _fail(exc)

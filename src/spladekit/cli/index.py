@@ -84,6 +84,14 @@ def search(
     from spladekit.io import write_json
 
     try:
+        if k < 1:
+            raise ValueError(f"--k must be ≥ 1, got {k}")
+        if recall_k is not None and recall_k < 1:
+            raise ValueError(f"--recall-k must be ≥ 1, got {recall_k}")
+        if queries is not None and data is not None:
+            raise ValueError("give --data or --queries, not both")
+        build = SeismicBuildParams(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction)
+        params = SeismicSearchParams(query_cut=query_cut, heap_factor=heap_factor)
         vectors, doc_ids, meta = load_index(index)
         if queries is not None:
             topics = read_tsv(queries)
@@ -97,8 +105,8 @@ def search(
             vectors,
             backend=backend,
             k=k,
-            build=SeismicBuildParams(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction),
-            params=SeismicSearchParams(query_cut=query_cut, heap_factor=heap_factor),
+            build=build,
+            params=params,
             recall_k=[recall_k] if recall_k and backend == "seismic" else [],
             doc_ids=doc_ids,
         )

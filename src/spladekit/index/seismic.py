@@ -16,6 +16,7 @@ Seismic returns is Seismic's choice; the order of what it returns follows the ru
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 from typing import Sequence
@@ -49,6 +50,17 @@ class SeismicBuildParams:
     doc_cut: int = 15
     nknn: int = 0
 
+    def __post_init__(self):
+        """Raises ValueError for a value outside its range (they would build a degenerate index)."""
+        _check_int(self, "n_postings", 1)
+        _check_int(self, "min_cluster_size", 1)
+        _check_int(self, "doc_cut", 1)
+        _check_int(self, "nknn", 0)
+        _check_fraction(self, "centroid_fraction")
+        _check_fraction(self, "summary_energy")
+        if not (isinstance(self.max_fraction, (int, float)) and math.isfinite(self.max_fraction) and self.max_fraction >= 1):
+            raise ValueError(f"seismic max_fraction must be a finite number ≥ 1, got {self.max_fraction!r}")
+
 
 @dataclass
 class SeismicSearchParams:
@@ -67,6 +79,26 @@ class SeismicSearchParams:
     n_knn: int = 0
     sorted: bool = True
     num_threads: int = 0
+
+    def __post_init__(self):
+        """Raises ValueError for a value outside its range (``query_cut`` 0 returns nothing at all)."""
+        _check_int(self, "query_cut", 1)
+        _check_int(self, "n_knn", 0)
+        _check_int(self, "num_threads", 0)
+        if not (isinstance(self.heap_factor, (int, float)) and math.isfinite(self.heap_factor) and self.heap_factor > 0):
+            raise ValueError(f"seismic heap_factor must be a finite number > 0, got {self.heap_factor!r}")
+
+
+def _check_int(params, name: str, low: int) -> None:
+    value = getattr(params, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"seismic {name} must be an integer ≥ {low}, got {value!r}")
+
+
+def _check_fraction(params, name: str) -> None:
+    value = getattr(params, name)
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 1):
+        raise ValueError(f"seismic {name} must be in (0, 1], got {value!r}")
 
 
 def tie_ranks(doc_ids: Sequence[str] | None, num_docs: int) -> np.ndarray:
