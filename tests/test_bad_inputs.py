@@ -391,3 +391,23 @@ def test_evaluate_and_demo_cli_fail_cleanly_before_encoding(tmp_path, tiny_beir,
     assert_clean_failure(result, "no-data")
     result = cli("demo", "--model", missing, "--data", tiny_beir, "--out", run_file)
     assert_clean_failure(result, "is a file")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["diagnose", "--max-tokens", "0"], "--max-tokens must be ≥ 1"),
+        (["diagnose", "--batch-size", "0"], "--batch-size must be ≥ 1"),
+        (["diagnose", "--data", "BEIR", "--n-queries", "0", "--n-docs", "0"], "not both 0"),
+        (["diagnose", "--data", "BEIR", "--n-queries", "-1"], "must be ≥ 0"),
+        (["rescale", "--target-logit", "inf", "--data", "BEIR"], "finite"),
+        (["rescale", "--factor", "0.5", "--out", "FILE"], "is a file"),
+        (["diagnose", "--out", "FILE"], "is a file"),
+    ],
+)
+def test_calibration_cli_size_options_and_out_file(tmp_path, tiny_beir, run_file, args, message):
+    args = [tiny_beir if a == "BEIR" else run_file if a == "FILE" else a for a in args]
+    out = [] if "--out" in args else ["--out", tmp_path / "out"]
+    result = cli(args[0], tmp_path / "no-model", *args[1:], *out)  # fails before the model is looked for
+    assert_clean_failure(result, message)
+    assert run_file.read_text(encoding="utf-8") == RUN

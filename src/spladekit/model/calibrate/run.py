@@ -34,10 +34,13 @@ class TextSource:
         """``(queries_or_texts, documents)`` (documents empty for a text file), or None without a source.
 
         Raises:
-            ValueError: both a text file and a BEIR folder were given.
+            ValueError: both a text file and a BEIR folder were given, or a BEIR sample of a
+                negative size or of no text at all (``n_queries`` and ``n_docs`` both 0).
         """
         if self.texts and self.data:
             raise ValueError("give either a text file or a BEIR folder, not both")
+        if self.data and (self.n_queries < 0 or self.n_docs < 0 or self.n_queries + self.n_docs == 0):
+            raise ValueError(f"--n-queries and --n-docs must be ≥ 0, not both 0; got {self.n_queries} and {self.n_docs}")
         if self.texts:
             from spladekit.data.texts import read_text_lines
 
@@ -98,6 +101,13 @@ class RescaleConfig:
         return chosen[0]
 
 
+def _check_sizes(config) -> None:
+    """Raise ``ValueError`` unless ``max_length`` ≥ 2 and ``max_tokens``, ``batch_size`` ≥ 1."""
+    for name, low in (("max_length", 2), ("max_tokens", 1), ("batch_size", 1)):
+        if getattr(config, name) < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be ≥ {low}, got {getattr(config, name)}")
+
+
 def _number_or_name(value: str | None):
     if value is None:
         return None
@@ -122,9 +132,12 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
         ResolutionError, HeadNotFoundError, DataFormatError, ValueError: see the functions called.
     """
     from spladekit import plots
-    from spladekit.io import atomic_write, write_json
+    from spladekit.io import atomic_write, ensure_folder, write_json
 
     out = Path(out)
+    _check_sizes(config)
+    if out.exists() and not out.is_dir():
+        ensure_folder(out)  # raises OutputPathError before any work
     sample = config.source.load()
     kwargs = dict(max_length=config.max_length, max_tokens=config.max_tokens, batch_size=config.batch_size, seed=config.source.seed)
 
@@ -163,12 +176,19 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> float:
         The factor applied.
 
     Raises:
-        ValueError: not exactly one mode, or ``target_logit`` without text.
+        ValueError: not exactly one mode, ``target_logit`` without text or not finite, a factor not
+            finite and > 0, a size option out of range (all before the model is loaded).
+        OutputPathError: ``out`` is an existing file.
         AlreadyRescaledError, CalibrationError, ResolutionError, HeadNotFoundError: see :func:`rescale_mlm_head`.
     """
-    from spladekit.io import write_json
+    from spladekit.io import ensure_folder, write_json
 
     mode = config.mode()
+    _check_sizes(config)
+    if Path(out).exists() and not Path(out).is_dir():
+        ensure_folder(out)  # raises OutputPathError before any work
+    if mode == "target_logit" and not math.isfinite(config.target_logit):
+        raise ValueError(f"--target-logit must be a finite number, got {config.target_logit}")
     if mode == "factor" and not (math.isfinite(config.factor) and config.factor > 0):  # before loading the model
         raise ValueError(f"the factor must be finite and > 0, got {config.factor}")
     encoder = _load(config.model)
