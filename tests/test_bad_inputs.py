@@ -411,3 +411,13 @@ def test_calibration_cli_size_options_and_out_file(tmp_path, tiny_beir, run_file
     result = cli(args[0], tmp_path / "no-model", *args[1:], *out)  # fails before the model is looked for
     assert_clean_failure(result, message)
     assert run_file.read_text(encoding="utf-8") == RUN
+
+
+def test_write_system_turns_a_system_name_with_spaces_into_a_one_column_tag(tmp_path):
+    """The demo names systems "model (before)"; the run file used to get 7 columns."""
+    from spladekit.data.trec import read_run
+    from spladekit.pipeline import SystemResult, write_system
+
+    write_system(SystemResult("tiny (fine-tuned)", {"q1": {"d1": 1.0}}, {}, {}, 0.0), tmp_path)
+    assert (tmp_path / "run.trec").read_text(encoding="utf-8") == "q1 Q0 d1 1 1.000000 tiny_(fine-tuned)\n"
+    assert read_run(tmp_path / "run.trec") == {"q1": {"d1": 1.0}}

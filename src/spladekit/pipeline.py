@@ -95,7 +95,8 @@ def evaluate_bm25(dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES
 def write_system(result: SystemResult, out: Path, config: dict | None = None) -> None:
     """Write ``run.trec``, ``metrics.json``, ``per_query.json`` (and ``config.json``) into ``out``."""
     ensure_folder(out)
-    write_run(result.run, out / "run.trec", tag=result.name)
+    tag = "_".join(result.name.split()) or "spladekit"  # a TREC tag is one column: "m (before)" -> "m_(before)"
+    write_run(result.run, out / "run.trec", tag=tag)
     metrics = dict(result.metrics)
     metrics["wall_time_s"] = round(result.seconds, 3)
     write_json(out / "metrics.json", metrics)
