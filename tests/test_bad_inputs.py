@@ -421,3 +421,11 @@ def test_write_system_turns_a_system_name_with_spaces_into_a_one_column_tag(tmp_
     write_system(SystemResult("tiny (fine-tuned)", {"q1": {"d1": 1.0}}, {}, {}, 0.0), tmp_path)
     assert (tmp_path / "run.trec").read_text(encoding="utf-8") == "q1 Q0 d1 1 1.000000 tiny_(fine-tuned)\n"
     assert read_run(tmp_path / "run.trec") == {"q1": {"d1": 1.0}}
+
+
+def test_evaluate_warns_when_no_run_query_is_judged():
+    from spladekit.evaluate.metrics import evaluate
+
+    with pytest.warns(UserWarning, match="none of the run's 1 query ids is in the qrels"):
+        metrics = evaluate({"001": {"d1": 1.0}}, {"1": {"d1": 1}}, ["nDCG@10"])
+    assert metrics["nDCG@10"] == 0.0 and metrics["num_skipped"] == 1  # the documented convention stays

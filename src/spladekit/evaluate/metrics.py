@@ -246,6 +246,14 @@ def evaluate(
     result: dict = {name: sum(v.values()) / len(qrels) for name, v in values.items()}
     result["num_queries"] = len(qrels)
     result["num_skipped"] = sum(1 for qid in run if qid not in qrels)
+    if run and result["num_skipped"] == len(run):
+        import warnings
+
+        warnings.warn(
+            f"none of the run's {len(run)} query ids is in the qrels (e.g. run {next(iter(run))!r}, qrels "
+            f"{next(iter(qrels))!r}): every measure is 0; do the ids differ in form (e.g. '001' vs '1')?",
+            stacklevel=2,
+        )
     ranked, removed = prepare_run(run, conventions)
     result["num_unretrieved"] = sum(1 for qid in qrels if not ranked.get(qid))
     result["num_without_relevant"] = sum(1 for docs in qrels.values() if not any(g > 0 for g in docs.values()))
