@@ -429,3 +429,12 @@ def test_evaluate_warns_when_no_run_query_is_judged():
     with pytest.warns(UserWarning, match="none of the run's 1 query ids is in the qrels"):
         metrics = evaluate({"001": {"d1": 1.0}}, {"1": {"d1": 1}}, ["nDCG@10"])
     assert metrics["nDCG@10"] == 0.0 and metrics["num_skipped"] == 1  # the documented convention stays
+
+
+def test_index_cli_batch_size_zero_and_out_file_fail_before_encoding(tmp_path, tiny_beir, run_file):
+    missing = tmp_path / "no-model"
+    result = cli("index", "--model", missing, "--data", tiny_beir, "--out", tmp_path / "idx", "--batch-size", "0")
+    assert_clean_failure(result, "batch_size must be ≥ 1")
+    result = cli("index", "--model", missing, "--data", tiny_beir, "--out", run_file)
+    assert_clean_failure(result, "is a file")
+    assert run_file.read_text(encoding="utf-8") == RUN

@@ -148,11 +148,19 @@ def build_index(config: IndexConfig, show_progress: bool = False) -> Path | None
     Raises:
         ResolutionError: the model or data cannot be found.
         DataFormatError: malformed corpus.
+        ValueError: ``batch_size`` < 1 (or a bad max length / top-k, see :class:`SpladeEncoder`).
+        OutputPathError: ``out`` is an existing file (checked before encoding).
     """
     from spladekit.data.beir import _find, read_corpus
     from spladekit.data.resolve import resolve_dataset, resolve_model
     from spladekit.model.encoder import SpladeEncoder
 
+    if config.batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1, got {config.batch_size}")
+    if Path(config.out).exists() and not Path(config.out).is_dir():
+        from spladekit.errors import OutputPathError
+
+        raise OutputPathError(f"{config.out}: is a file; an index is a folder (the file is left as it is)")
     rank, world, owns_group = _distributed()
     try:
         folder = resolve_dataset(config.data)
