@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 from spladekit.errors import DataFormatError
 from spladekit.index.export import export_vectors, import_vectors
 from spladekit.index.formats import ExportManifest, normalise_entries, quantise
-from spladekit.index.formats import anserini, elastic, qdrant, seismic_jsonl
+from spladekit.index.formats import anserini, elastic, qdrant
 
 VOCAB = ["[PAD]", "a", "b", "c.d", "e", "100%", "##f", "g", "%2E", "h"]
 

@@ -177,3 +177,47 @@ def merge_pairs_hook(pairs: list[tuple[str, object]]) -> dict:
         else:
             out[key] = value
     return out
+
+
+def iter_json_records(path: str | Path):
+    """Yield ``(line number, JSON object)`` of a JSONL/NDJSON file, skipping blank lines.
+
+    Repeated keys are summed (:func:`merge_pairs_hook`).
+
+    Raises:
+        DataFormatError: a line that is not valid JSON, naming the file and line.
+    """
+    import json
+
+    from spladekit.io import iter_lines
+
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line, object_pairs_hook=merge_pairs_hook)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
+
+
+def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float = 1.0):
+    """Read JSONL records ``{"id": ..., "vector": {token: weight}}`` (Anserini, Seismic).
+
+    Yields:
+        ``(record, (column ids, weights / scale))`` per record, entries normalised
+        (:func:`normalise_entries`).
+
+    Raises:
+        DataFormatError: invalid JSON, a missing ``id``/``vector``, a non-numeric weight, or a
+            token outside the vocabulary (naming the file and line).
+    """
+    index = token_index(vocabulary)
+    for number, record in iter_json_records(path):
+        for key in ("id", "vector"):
+            if key not in record:
+                raise DataFormatError(path, "missing", line=number, field=key)
+        vector = record["vector"]
+        if not isinstance(vector, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector.values()):
+            raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
+        cols = lookup_tokens(vector.keys(), index, path, number)
+        yield record, normalise_entries(cols, np.asarray(list(vector.values()), dtype=np.float64) / scale)

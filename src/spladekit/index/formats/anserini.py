@@ -28,9 +28,9 @@ from spladekit.errors import DataFormatError
 from spladekit.index.formats import (
     iter_rows,
     lookup_tokens,
-    merge_pairs_hook,
     normalise_entries,
     quantise,
+    read_token_vectors,
     rows_to_csr,
     token_index,
 )
@@ -86,23 +86,9 @@ def read_json_vector_collection(
         DataFormatError: invalid JSON, a missing field, a non-numeric weight, or a token outside
             the vocabulary (naming the file and line).
     """
-    index = token_index(vocabulary)
     rows, ids, texts = [], [], []
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line, object_pairs_hook=merge_pairs_hook)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
-        for key in ("id", "vector"):
-            if key not in record:
-                raise DataFormatError(path, "missing", line=number, field=key)
-        vector = record["vector"]
-        if not isinstance(vector, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector.values()):
-            raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
-        cols = lookup_tokens(vector.keys(), index, path, number)
-        rows.append(normalise_entries(cols, np.asarray(list(vector.values()), dtype=np.float64) / scale))
+    for record, row in read_token_vectors(path, vocabulary, scale):
+        rows.append(row)
         ids.append(str(record["id"]))
         texts.append(str(record.get("contents", "")))
     return rows_to_csr(rows, len(vocabulary)), ids, texts

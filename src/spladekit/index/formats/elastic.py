@@ -29,8 +29,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import iter_rows, merge_pairs_hook, normalise_entries, rows_to_csr, token_index
-from spladekit.io import atomic_write, iter_lines
+from spladekit.index.formats import iter_json_records, iter_rows, normalise_entries, rows_to_csr, token_index
+from spladekit.io import atomic_write
 
 FIELD_TYPES = ("rank_features", "sparse_vector")
 KEY_MODES = ("token", "id")
@@ -121,13 +121,7 @@ def read_bulk(
     """
     index = token_index(vocabulary)
     rows, ids, action = [], [], None
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line, object_pairs_hook=merge_pairs_hook)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
+    for number, record in iter_json_records(path):
         if action is None:
             if "index" not in record:
                 raise DataFormatError(path, "expected an 'index' action line", line=number)

@@ -13,12 +13,10 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import DataFormatError
-from spladekit.index.formats import iter_rows, lookup_tokens, merge_pairs_hook, normalise_entries, rows_to_csr, token_index
-from spladekit.io import atomic_write, iter_lines
+from spladekit.index.formats import iter_rows, read_token_vectors, rows_to_csr
+from spladekit.io import atomic_write
 
 
 def write_seismic_jsonl(
@@ -49,22 +47,8 @@ def read_seismic_jsonl(path: str | Path, vocabulary: Sequence[str]) -> tuple[sp.
     Raises:
         DataFormatError: invalid JSON, a missing field, a non-numeric weight, or an unknown token.
     """
-    index = token_index(vocabulary)
     rows, ids = [], []
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line, object_pairs_hook=merge_pairs_hook)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
-        for key in ("id", "vector"):
-            if key not in record:
-                raise DataFormatError(path, "missing", line=number, field=key)
-        vector = record["vector"]
-        if not isinstance(vector, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector.values()):
-            raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
-        cols = lookup_tokens(vector.keys(), index, path, number)
-        rows.append(normalise_entries(cols, np.asarray(list(vector.values()), dtype=np.float64)))
+    for record, row in read_token_vectors(path, vocabulary):
+        rows.append(row)
         ids.append(str(record["id"]))
     return rows_to_csr(rows, len(vocabulary)), ids
