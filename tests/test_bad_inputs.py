@@ -438,3 +438,25 @@ def test_index_cli_batch_size_zero_and_out_file_fail_before_encoding(tmp_path, t
     result = cli("index", "--model", missing, "--data", tiny_beir, "--out", run_file)
     assert_clean_failure(result, "is a file")
     assert run_file.read_text(encoding="utf-8") == RUN
+
+
+def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
+    """Atomic outputs are renamed from mkstemp/mkdtemp entries; they must not stay owner-only."""
+    import os
+    import stat
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from spladekit.index.io import save_index
+    from spladekit.io import write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "a.json", {"x": 1})
+        save_index(tmp_path / "idx", sp.csr_matrix(np.ones((1, 3), dtype=np.float32)), ["d"], {})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.json").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(tmp_path / "idx").st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(tmp_path / "idx" / "index.json").st_mode) == 0o644

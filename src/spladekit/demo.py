@@ -18,11 +18,13 @@ from spladekit.plots import per_query_comparison
 
 QUALITY_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000")
 TABLE_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000", "avg_query_terms", "avg_doc_terms", "flops", "wall_time_s")
+COLUMN_LABELS = {"avg_query_terms": "avg query terms", "avg_doc_terms": "avg doc terms", "flops": "FLOPS",
+                 "wall_time_s": "wall time (s)"}
 
 
 def format_table(results: list[SystemResult]) -> str:
     """A Markdown table of the systems' metrics (columns :data:`TABLE_COLUMNS`; '-' where absent)."""
-    header = "| system | " + " | ".join(TABLE_COLUMNS) + " |"
+    header = "| system | " + " | ".join(COLUMN_LABELS.get(c, c) for c in TABLE_COLUMNS) + " |"
     lines = [header, "|" + "---|" * (len(TABLE_COLUMNS) + 1)]
     for result in results:
         values = dict(result.metrics, wall_time_s=result.seconds)
@@ -65,6 +67,36 @@ def demo_config(model: str, data: str, full: bool = False, overrides: list[str] 
     return TrainConfig.model_validate(apply_overrides(recipe, overrides or []))
 
 
+def _load(model: str, data: str, batch_size: int, **encoder_options):
+    dataset = load_beir(data, "test")
+    print(f"dataset {dataset.path}: {len(dataset.corpus)} documents, {len(dataset.queries)} judged test queries")
+    encoder = SpladeEncoder.from_pretrained(model, batch_size=batch_size, **encoder_options)
+    meta = encoder.metadata
+    print(f"model {model}: vocabulary {encoder.vocab_size}, max lengths q/d {meta.query_max_length}/"
+          f"{meta.doc_max_length}, head {encoder.model.head_impl}")
+    return dataset, encoder
+
+
+def _report(results: list[SystemResult], folders: list[str], dataset, out: Path, extra: dict | None = None) -> None:
+    """Write every system's outputs, ``summary.json``, ``table.md`` and the per-query plot; print the table."""
+    for system, folder in zip(results, folders):
+        write_system(system, out / folder)
+    table = format_table(results)
+    ensure_folder(out)
+    summary = {r.name: dict(r.metrics, wall_time_s=r.seconds) for r in results}
+    summary.update(extra or {})
+    write_json(out / "summary.json", summary)
+    with atomic_write(out / "table.md") as handle:
+        handle.write(table + "\n")
+    per_query_comparison({r.name: r.per_query["nDCG@10"] for r in results}, "nDCG@10", out / "per_query_ndcg10.png",
+                         title=f"{dataset.name} test: per-query nDCG@10")
+    print(table)
+    for result in results:
+        if result.metrics.get("truncated_docs"):
+            print(f"{result.name}: {result.metrics['truncated_docs']} of {len(dataset.corpus)} documents were "
+                  "longer than the document max length and truncated")
+
+
 def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool = True, full: bool = False,
              overrides: list[str] | None = None) -> list[SystemResult]:
     """Evaluate ``model`` and BM25 on ``data`` (test split); with ``train``, fine-tune ``model`` on the
@@ -76,25 +108,9 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
         ensure_folder(out)  # raises OutputPathError before any work
     if train:
         return _run_train_demo(model, data, out, batch_size, full, overrides)
-    dataset = load_beir(data, "test")
-    print(f"dataset {dataset.path}: {len(dataset.corpus)} documents, {len(dataset.queries)} judged test queries")
-    encoder = SpladeEncoder.from_pretrained(model, batch_size=batch_size)
-    print(f"model {model}: vocabulary {encoder.vocab_size}, max lengths q/d "
-          f"{encoder.metadata.query_max_length}/{encoder.metadata.doc_max_length}, head {encoder.model.head_impl}")
-    name = Path(model).name or model
-    splade = evaluate_splade(encoder, dataset, name=name)
-    bm25 = evaluate_bm25(dataset)
-    results = [splade, bm25]
-    for result in results:
-        write_system(result, out / result.name)
-    table = format_table(results)
-    ensure_folder(out)
-    write_json(out / "summary.json", {r.name: dict(r.metrics, wall_time_s=r.seconds) for r in results})
-    with atomic_write(out / "table.md") as handle:
-        handle.write(table + "\n")
-    per_query_comparison({r.name: r.per_query["nDCG@10"] for r in results}, "nDCG@10", out / "per_query_ndcg10.png",
-                         title=f"{dataset.name} test: per-query nDCG@10")
-    print(table)
+    dataset, encoder = _load(model, data, batch_size)
+    results = [evaluate_splade(encoder, dataset, name=Path(model).name or model), evaluate_bm25(dataset)]
+    _report(results, [r.name for r in results], dataset, out)
     print(f"outputs in {out}/")
     return results
 
@@ -106,12 +122,8 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
 
     config = demo_config(model, data, full, overrides)
     lengths = dict(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length)
-    dataset = load_beir(data, "test")
-    print(f"dataset {dataset.path}: {len(dataset.corpus)} documents, {len(dataset.queries)} judged test queries")
     name = Path(model).name or model
-    before_encoder = SpladeEncoder.from_pretrained(model, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
-    print(f"model {model}: vocabulary {before_encoder.vocab_size}, max lengths q/d {lengths['query_max_length']}/"
-          f"{lengths['doc_max_length']}, head {before_encoder.model.head_impl}")
+    dataset, before_encoder = _load(model, data, batch_size, head_impl=config.model.head_impl, **lengths)
     before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
     del before_encoder
     bm25 = evaluate_bm25(dataset)
@@ -122,19 +134,9 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     train_seconds = time.perf_counter() - started
     after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
     after = evaluate_splade(after_encoder, dataset, name=f"{name} (fine-tuned)")
-    results = [before, after, bm25]
-    for system, folder in zip(results, ("before", "after", "bm25")):
-        write_system(system, out / folder)
-    table = format_table(results)
-    out.mkdir(parents=True, exist_ok=True)
-    summary = {r.name: dict(r.metrics, wall_time_s=r.seconds) for r in results}
-    summary["training"] = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),
-                           "validation": result.validation, "alarms": result.alarms}
-    write_json(out / "summary.json", summary)
-    (out / "table.md").write_text(table + "\n", encoding="utf-8")
-    per_query_comparison({r.name: r.per_query["nDCG@10"] for r in results}, "nDCG@10", out / "per_query_ndcg10.png",
-                         title=f"{dataset.name} test: per-query nDCG@10")
-    print(table)
+    training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),
+                "validation": result.validation, "alarms": result.alarms}
+    _report([before, after, bm25], ["before", "after", "bm25"], dataset, out, {"training": training})
     delta = after.metrics["nDCG@10"] - before.metrics["nDCG@10"]
     print(f"fine-tuning: nDCG@10 {before.metrics['nDCG@10']:.4f} -> {after.metrics['nDCG@10']:.4f} ({delta:+.4f}), "
           f"doc active terms {before.metrics['avg_doc_terms']:.1f} -> {after.metrics['avg_doc_terms']:.1f}, "
@@ -142,4 +144,4 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     if result.curves:
         print(f"training curves: {result.curves}")
     print(f"outputs in {out}/")
-    return results
+    return [before, after, bm25]

@@ -16,6 +16,17 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 
+def default_mode(directory: bool = False) -> int:
+    """The mode a new file (``0o666``) or folder (``0o777``) gets under the process umask.
+
+    ``tempfile.mkstemp``/``mkdtemp`` create 0600/0700 entries; outputs renamed from them are given
+    this mode instead, so they are as readable as any other file the user writes.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; on success rename it to ``path``.
@@ -46,6 +57,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, default_mode())  # mkstemp creates 0600; give the usual umask mode
         try:
             os.replace(tmp, path)
         except OSError as exc:

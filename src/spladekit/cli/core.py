@@ -65,6 +65,10 @@ def evaluate(
     except (SpladekitError, ValueError) as exc:
         _fail(exc)
     typer.echo(json.dumps(metrics, indent=2))
+    missing = metrics.get("num_unretrieved", 0)
+    if missing:
+        typer.secho(f"warning: {missing} of {metrics['num_queries']} judged queries have no result in the run "
+                    "(each scores 0 in the averages)", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()

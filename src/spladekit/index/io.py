@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, OutputPathError
-from spladekit.io import ensure_folder, write_json
+from spladekit.io import default_mode, ensure_folder, write_json
 
 
 def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
@@ -78,6 +78,7 @@ def save_index(
         raise OutputPathError(f"{folder}: is a file; an index is a folder (the file is left as it is)")
     ensure_folder(folder.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    os.chmod(tmp, default_mode(directory=True))
     try:
         matrix = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
         matrix.sum_duplicates()  # repeated columns of a row are summed (the dot product is linear)

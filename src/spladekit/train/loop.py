@@ -264,7 +264,7 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         q_all, d_all = D.gather_with_grad(q_local), D.gather_with_grad(d_local)
         total, parts = compute_loss(q_all, d_all, teacher, batch.group, config, lambda_q, lambda_d)
         if not torch.isfinite(total):
-            raise TrainingDivergedError(f"non-finite loss ({float(total)}); parts: {parts}")
+            raise TrainingDivergedError(f"non-finite loss ({float(total.detach())}); parts: {parts}")
         return total, parts, q_all.detach(), d_all.detach()
 
     def backward(total):

@@ -158,7 +158,7 @@ class Diagnosis:
             ("decoder ‖W‖_F", self.head.frobenius, ""),
         ]
         for key in ("mean", "median", "p99", "max"):
-            rows.append((f"row norm {key}", self.head.row_norm[key], ref.get("row_norm_mean") if key == "mean" else ""))
+            rows.append((f"row norm {key}", self.head.row_norm[key], (ref.get("row_norm_mean") if key == "mean" else "") or ""))
         if self.head.bias:
             rows += [(f"bias {key}", self.head.bias[key], "") for key in ("mean", "std", "min", "max")]
         gain = self.head.transform.get("norm_gain")
@@ -182,6 +182,8 @@ class Diagnosis:
             rows.append(("head scale ratio (this / reference)", self.scale_ratio, ""))
         if self.suggested_factor is not None:
             rows.append(("suggested factor", self.suggested_factor, ""))
+        elif not ref:
+            rows.append(("suggested factor", "needs a reference (--reference MODEL or a row-norm number)", ""))
 
         def fmt(value) -> str:
             if isinstance(value, float):
