@@ -161,6 +161,8 @@ def training_curves(records, path: str | Path, vocab_size: int | None = None) ->
         values = [r[k] for r in train for k in keys if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
         if scale == "log" and values and min(values) > 0 and max(values) / min(values) > 100:
             ax.set_yscale("log")  # only when the curve spans decades (log ticks are slow and useless otherwise)
+        else:
+            ax.ticklabel_format(axis="y", useOffset=False)  # show the real values (e.g. a head norm of 119.9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
