@@ -91,5 +91,5 @@ def rescale(
     try:
         applied = run_rescale(config, out)
     except (SpladekitError, ValueError) as exc:
-        _fail(type(exc)(str(exc).replace("pass force=True", "pass --force")) if "force=True" in str(exc) else exc)
+        _fail(exc)
     typer.echo(f"rescaled the MLM head of {model} by F = {applied:.6g} ({config.mode()}); wrote {out}")

@@ -334,7 +334,7 @@ def rescale_mlm_head(
     if record and not force:
         raise AlreadyRescaledError(
             f"the MLM head was already rescaled (total factor {record.get('total_factor')}, "
-            f"{len(record.get('history', []))} step(s) in config.{RECORD_KEY}); pass force=True to compound"
+            f"{len(record.get('history', []))} step(s) in config.{RECORD_KEY}); pass force=True (command line: --force) to compound"
         )
     details: dict = {}
     if mode == "factor":
