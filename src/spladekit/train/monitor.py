@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from spladekit.errors import SpladekitError
+from spladekit.train.losses import group_scores
 
 
 class TrainingDivergedError(SpladekitError, RuntimeError):
@@ -47,8 +48,7 @@ def batch_statistics(q: torch.Tensor, d: torch.Tensor, group: int) -> dict[str, 
     own = torch.arange(b, device=q.device) * group
     pos = scores[torch.arange(b, device=q.device), own]
     if group > 1:
-        grouped = torch.einsum("bv,bgv->bg", q, d.view(b, group, -1))
-        neg = grouped[:, 1:].mean()
+        neg = group_scores(q, d)[:, 1:].mean()
     elif b > 1:
         mask = torch.ones_like(scores, dtype=torch.bool)
         mask[torch.arange(b), own] = False
@@ -78,9 +78,7 @@ def logit_statistics(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     with torch.random.fork_rng(devices=devices):
         model.eval()
         try:
-            hidden = model.hidden_states(input_ids, attention_mask)
-            head = model.head
-            logits = torch.nn.functional.linear(hidden, head.weight, head.bias).float()
+            logits = model.head.decoder(model.hidden_states(input_ids, attention_mask)).float()
         finally:
             model.train(was_training)
     values = logits[attention_mask.bool()].flatten()
