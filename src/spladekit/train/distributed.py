@@ -112,11 +112,3 @@ def barrier() -> None:
     if _active():
         dist.barrier()
 
-
-def all_gather_object(obj):
-    """``[obj of rank 0, obj of rank 1, ...]`` (``[obj]`` with one process)."""
-    if not _active():
-        return [obj]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
