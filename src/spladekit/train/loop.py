@@ -96,18 +96,12 @@ def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
         ``{"mode": ..., "factor": F}`` or None when ``rescale.mode`` is None.
 
     Raises:
-        ImportError: ``spladekit.model.calibrate`` is not available in this installation.
         ValueError, AlreadyRescaledError, CalibrationError: from ``rescale_mlm_head``.
     """
+    from spladekit.model.calibrate import rescale_mlm_head
+
     if rescale.mode is None:
         return None
-    try:
-        from spladekit.model.calibrate import rescale_mlm_head
-    except ImportError as exc:
-        raise ImportError(
-            "config.rescale asks for MLM-head rescaling, but spladekit.model.calibrate.rescale_mlm_head is not "
-            "available in this installation; remove the rescale section or install a spladekit that has it"
-        ) from exc
     kwargs: dict = {"mode": rescale.mode, "scale_bias": rescale.scale_bias, "force": rescale.force}
     if rescale.mode == "factor":
         kwargs["factor"] = rescale.factor
@@ -483,7 +477,6 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
     Raises:
         TrainingDivergedError: NaN/inf loss or gradient (the last good checkpoint is kept).
         CollapseError: a collapse alarm with ``monitor.stop_on_collapse``.
-        ImportError: ``rescale`` configured but unavailable.
         DataFormatError: malformed training data.
     """
     from tqdm.auto import tqdm
