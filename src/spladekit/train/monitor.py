@@ -43,16 +43,14 @@ def batch_statistics(q: torch.Tensor, d: torch.Tensor, group: int) -> dict[str, 
     q, d = q.detach().float(), d.detach().float()
     active_q, active_d = q > 0, d > 0
     p_q, p_d = active_q.float().mean(0), active_d.float().mean(0)
-    scores = q @ d.T
+    grouped = group_scores(q, d)  # [B, G], column 0: the positive
+    pos = grouped[:, 0]
     b = q.shape[0]
-    own = torch.arange(b, device=q.device) * group
-    pos = scores[torch.arange(b, device=q.device), own]
     if group > 1:
-        neg = group_scores(q, d)[:, 1:].mean()
-    elif b > 1:
-        mask = torch.ones_like(scores, dtype=torch.bool)
-        mask[torch.arange(b), own] = False
-        neg = scores[mask].mean()
+        neg = grouped[:, 1:].mean()
+    elif b > 1:  # G = 1: the other in-batch documents, the off-diagonal of q·dᵀ [B, B]
+        scores = q @ d.T
+        neg = (scores.sum() - scores.diagonal().sum()) / (b * (b - 1))
     else:
         neg = torch.tensor(float("nan"))
     return {
