@@ -242,16 +242,14 @@ def read_beir_training(
 
 def load_training_examples(config) -> list[TrainingExample]:
     """Read the examples a :class:`~spladekit.train.config.DataConfig` describes."""
+    if config.format == "beir":  # max_queries before mining, so only those queries are mined
+        return read_beir_training(config.path, config.split, config.negatives, config.mining_depth,
+                                  config.negatives_model, config.teacher_scores, config.max_queries)
     if config.format == "triples":
         examples = list(iter_triples(config.path))
-    elif config.format == "naver":
-        examples = read_naver(config.path, config.teacher_scores, config.queries)
     else:
-        examples = read_beir_training(config.path, config.split, config.negatives, config.mining_depth,
-                                      config.negatives_model, config.teacher_scores, config.max_queries)
-    if config.max_queries is not None:
-        examples = examples[: config.max_queries]
-    return examples
+        examples = read_naver(config.path, config.teacher_scores, config.queries)
+    return examples[: config.max_queries]
 
 
 def split_validation(examples: list[TrainingExample], fraction: float, seed: int) -> tuple[list, list]:

@@ -416,7 +416,7 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
                 q = encoder(encoder.tokens(batch.queries, config.model.query_max_length))
                 d = encoder(encoder.tokens(batch.docs, config.model.doc_max_length))
                 teacher = torch.tensor(batch.teacher, device=encoder.device) if batch.teacher is not None else None
-                total_loss, parts = compute_loss(q, d, teacher, batch.group, config, 0.0, 0.0)
+                _, parts = compute_loss(q, d, teacher, batch.group, config, 0.0, 0.0)
                 losses.append(parts["loss_rank"])
                 scores = q @ d.T
                 own = torch.arange(len(batch.queries), device=q.device) * batch.group
@@ -494,8 +494,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
             examples = load_training_examples(config.data)
         train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
         torch.manual_seed(config.seed)
-        sample = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
-        model, tokenizer, rescale_record = load_model(config, sample)
+        rescale_texts = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
+        model, tokenizer, rescale_record = load_model(config, rescale_texts)
         model.to(device).train()
         D.broadcast_parameters(model)
         torch.manual_seed(config.seed + info.rank)
