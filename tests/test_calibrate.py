@@ -423,11 +423,14 @@ def test_cli_diagnose_and_rescale(tmp_path):
     assert report["logits"]["n_texts"] == len(TEXTS) and report["reference"]["logits"] is not None
     for name in ("diagnosis.txt", "row_norms.png", "logits.png", "config.json"):
         assert (tmp_path / "diag" / name).stat().st_size > 0
+    source = json.loads((tmp_path / "diag" / "config.json").read_text())["source"]
+    assert source["texts"] == str(texts) and source["n_queries"] is None and source["n_docs"] is None
 
     beir = _tiny_beir(tmp_path / "beir")
     result = runner.invoke(app, ["diagnose", str(model_dir), "--data", str(beir), "--out", str(tmp_path / "diag2")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "diag2" / "diagnosis.json").read_text())["splade"]["score_pairs"] == "query-document"
+    assert json.loads((tmp_path / "diag2" / "config.json").read_text())["source"]["n_queries"] == 64
 
     out = tmp_path / "rescaled"
     result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(out), "--match-norm", "2.5"])

@@ -15,6 +15,19 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
+def _text_source(texts: Optional[Path], data: Optional[str], n_queries: int, n_docs: int, seed: int):
+    """The sample text of ``--texts`` / ``--data`` as a ``TextSource``.
+
+    The BEIR sample sizes are kept only with ``--data``: a text file is read whole, so its saved
+    config records ``n_queries``/``n_docs`` as null rather than the unused defaults.
+    """
+    from spladekit.model.calibrate.run import TextSource
+
+    if data is None:
+        n_queries = n_docs = None
+    return TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
+
+
 @app.command()
 def diagnose(
     model: str = typer.Argument(..., help="model folder or hub id"),
@@ -31,11 +44,11 @@ def diagnose(
 ):
     """Measure an MLM head: decoder norms, logits and SPLADE activity on sample text, a verdict."""
     from spladekit.errors import SpladekitError
-    from spladekit.model.calibrate.run import DiagnoseConfig, TextSource, run_diagnose
+    from spladekit.model.calibrate.run import DiagnoseConfig, run_diagnose
 
     config = DiagnoseConfig(
         model=model,
-        source=TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed),
+        source=_text_source(texts, data, n_queries, n_docs, seed),
         reference=reference,
         max_length=max_length,
         max_tokens=max_tokens,
@@ -70,11 +83,9 @@ def rescale(
 ):
     """Rescale the MLM-head projection by a constant and save the model (untied from the embeddings)."""
     from spladekit.errors import SpladekitError
-    from spladekit.model.calibrate.run import RescaleConfig, TextSource, run_rescale
+    from spladekit.model.calibrate.run import RescaleConfig, run_rescale
 
-    source = None
-    if texts or data:
-        source = TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
+    source = _text_source(texts, data, n_queries, n_docs, seed) if texts or data else None
     config = RescaleConfig(
         model=model,
         factor=factor,
