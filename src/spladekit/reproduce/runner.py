@@ -100,17 +100,18 @@ def reduce_corpus(dataset, max_docs: int | None):
 
 
 def diagnosis_texts(config: ReproduceConfig) -> list[str]:
-    """The first ``diagnosis.num_texts`` documents of the diagnosis dataset's corpus (file order)."""
-    from spladekit.data.beir import _find
+    """The first ``diagnosis.num_texts`` documents of the diagnosis dataset's corpus (file order),
+    ``title + " " + text`` as in :func:`spladekit.data.beir.read_corpus`; the corpus is streamed, not read whole.
+
+    Raises:
+        DataFormatError: a line read is not JSON or lacks ``_id`` or ``text``.
+    """
+    from spladekit.data.beir import _find, _read_jsonl
     from spladekit.data.resolve import resolve_dataset
-    from spladekit.io import iter_lines
 
     folder = resolve_dataset(config.diagnosis.dataset)
     texts = []
-    for _, line in iter_lines(_find(folder, "corpus")):
-        if not line.strip():
-            continue
-        record = json.loads(line)
+    for _, record in _read_jsonl(_find(folder, "corpus"), ("_id", "text")):
         title = record.get("title") or ""
         texts.append(f"{title} {record['text']}" if title.strip() else str(record["text"]))
         if len(texts) >= config.diagnosis.num_texts:
