@@ -48,13 +48,6 @@ def base_dict(data: str = "unused-folder") -> dict:
 
 
 # ------------------------------------------------------------------------------------ test double
-class DivergedStub(Exception):
-    pass
-
-
-DivergedStub.__name__ = "TrainingDivergedError"  # the grid recognises divergence by class name
-
-
 class RecordingRunner:
     """Records every call; metrics are a fixed function of (cell, dataset) so tables can be checked."""
 
@@ -77,7 +70,9 @@ class RecordingRunner:
         if cell.id in self.fail_train:
             raise RuntimeError("boom")
         if cell.id in self.diverge:
-            raise DivergedStub("non-finite loss")
+            from spladekit.train.monitor import TrainingDivergedError
+
+            raise TrainingDivergedError("non-finite loss")
         return {"model": f"trained:{cell.id}", "summary": {"steps": 2, "first": {"loss": 10.0 + cell.seed},
                                                             "last": {"loss": 1.0}, "max_grad_norm": 3.0}}
 

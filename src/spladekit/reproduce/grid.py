@@ -136,7 +136,9 @@ class CellRunner(Protocol):
 
 def is_divergence(exc: BaseException) -> bool:
     """True for training failures that are results (divergence, collapse), not bugs."""
-    return type(exc).__name__ in {"TrainingDivergedError", "CollapseError"}
+    from spladekit.train.monitor import CollapseError, TrainingDivergedError  # here: only failures pay the import
+
+    return isinstance(exc, (TrainingDivergedError, CollapseError))
 
 
 def _read_marker(path: Path) -> dict | None:
