@@ -139,12 +139,13 @@ def read_metrics_log(path: str | Path) -> list[dict]:
         DataFormatError: a line is not JSON.
     """
     from spladekit.errors import DataFormatError
+    from spladekit.io import iter_lines
 
     records = []
     path = Path(path)
     if not path.exists():
         return records
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in iter_lines(path):
         if not line.strip():
             continue
         try:
