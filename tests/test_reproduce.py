@@ -149,6 +149,8 @@ def test_overrides_reach_nested_keys_and_list_items(tmp_path):
         load_reproduce_config(_write(tmp_path, base_dict()), ["backbones.9.path=x"])
     with pytest.raises(DataFormatError, match="not key=value"):
         load_reproduce_config(_write(tmp_path, base_dict()), ["train.steps"])
+    with pytest.raises(DataFormatError, match="'steps' is not a section"):
+        load_reproduce_config(_write(tmp_path, base_dict()), ["train.steps.x=1"])
 
 
 def test_plan_is_backbone_by_allowed_treatment_by_seed():

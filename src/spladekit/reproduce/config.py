@@ -230,6 +230,12 @@ def _parse_value(text: str) -> Any:
     return yaml.safe_load(text) if text.strip() else ""
 
 
+def _index(node: list, part: str, item: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ValueError(f"override {item!r}: {part!r} is not an index of a {len(node)}-item list")
+    return int(part)
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``key.sub=value`` overrides (values parsed as YAML) to a nested dict, in place.
 
@@ -242,26 +248,16 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value")
         key, value = item.split("=", 1)
-        parts = key.strip().split(".")
+        *parents, last = key.strip().split(".")
         node: Any = data
-        for part in parts[:-1]:
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise ValueError(f"override {item!r}: {part!r} is not an index of a {len(node)}-item list")
-                node = node[int(part)]
-            elif isinstance(node, dict):
-                node = node.setdefault(part, {})
-            else:
+        for part in parents:
+            node = node[_index(node, part, item)] if isinstance(node, list) else node.setdefault(part, {})
+            if not isinstance(node, (dict, list)):
                 raise ValueError(f"override {item!r}: {part!r} is not a section")
-        last = parts[-1]
         if isinstance(node, list):
-            if not last.isdigit() or int(last) >= len(node):
-                raise ValueError(f"override {item!r}: {last!r} is not an index of a {len(node)}-item list")
-            node[int(last)] = _parse_value(value)
-        elif isinstance(node, dict):
-            node[last] = _parse_value(value)
+            node[_index(node, last, item)] = _parse_value(value)
         else:
-            raise ValueError(f"override {item!r}: {parts[-2]!r} is not a section")
+            node[last] = _parse_value(value)
     return data
 
 
