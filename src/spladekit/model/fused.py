@@ -131,8 +131,7 @@ def _packed_masked_max(
     (:data:`CHUNK_BUDGET_BYTES`). Same returns and tie rule (first position) as
     :func:`_torch_masked_max`.
     """
-    batch, length, dim = hidden.shape
-    vocab = weight.shape[0]
+    batch, vocab = hidden.shape[0], weight.shape[0]
     real = attention_mask.to(torch.bool)
     maxval = torch.full((batch, vocab), float("-inf"), dtype=torch.float32, device=hidden.device)
     argmax = torch.zeros((batch, vocab), dtype=torch.int32, device=hidden.device) if with_argmax else None
@@ -145,16 +144,11 @@ def _packed_masked_max(
         if int(counts[row]) == 0:
             continue
         positions = torch.nonzero(real[row]).flatten()
-        tokens = hidden[row].index_select(0, positions)  # [n_b, H]
-        for lo in range(0, vocab, chunk):
-            hi = min(vocab, lo + chunk)
-            logits = torch.nn.functional.linear(tokens, weight[lo:hi], None if bias is None else bias[lo:hi])
-            if with_argmax:
-                values, index = logits.max(dim=0)
-                argmax[row, lo:hi] = positions[index].to(torch.int32)
-            else:
-                values = logits.amax(dim=0)
-            maxval[row, lo:hi] = values
+        tokens = hidden[row].index_select(0, positions).unsqueeze(0)  # [1, n_b, H], all real
+        row_max, row_arg = _torch_masked_max(tokens, real[row, positions].unsqueeze(0), weight, bias, with_argmax, chunk)
+        maxval[row] = row_max[0]
+        if with_argmax:
+            argmax[row] = positions[row_arg[0].long()].to(torch.int32)
     return maxval, argmax
 
 
