@@ -331,12 +331,10 @@ def fused_splade_head(
     device_type = hidden.device.type
     if torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)
-        hidden, weight = hidden.to(dtype), weight.to(dtype)
-        bias = None if bias is None else bias.to(dtype)
     else:
         dtype = torch.promote_types(hidden.dtype, weight.dtype)
-        hidden, weight = hidden.to(dtype), weight.to(dtype)
-        bias = None if bias is None else bias.to(dtype)
+    hidden, weight = hidden.to(dtype), weight.to(dtype)
+    bias = None if bias is None else bias.to(dtype)
     with torch.autocast(device_type, enabled=False):
         wants_grad = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (hidden, weight, bias)
