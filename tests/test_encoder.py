@@ -6,7 +6,6 @@ import scipy.sparse as sp
 import torch
 
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder, weights_to_csr
-from spladekit.model.heads import find_mlm_head
 
 TEXTS = ["protein expression in cells", "cancer", "the effect of drug dose on blood levels in human patients", "x"]
 
@@ -80,31 +79,6 @@ def test_metadata_round_trip(tmp_path, encoder):
     again = SpladeEncoder.from_pretrained(tmp_path / "m")
     assert (again.metadata.query_max_length, again.metadata.doc_max_length) == (12, 34)
     encoder.metadata = EncoderMetadata()
-
-
-@pytest.mark.parametrize("family", ["bert", "distilbert", "roberta", "modernbert"])
-def test_head_parts_reproduce_model_logits(family):
-    import transformers as tf
-
-    torch.manual_seed(0)
-    common = dict(vocab_size=50, max_position_embeddings=64)
-    if family == "bert":
-        model = tf.BertForMaskedLM(tf.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, **common))
-    elif family == "distilbert":
-        model = tf.DistilBertForMaskedLM(tf.DistilBertConfig(dim=16, n_layers=1, n_heads=2, hidden_dim=32, **common))
-    elif family == "roberta":
-        model = tf.RobertaForMaskedLM(tf.RobertaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, pad_token_id=1, **common))
-    else:
-        model = tf.ModernBertForMaskedLM(tf.ModernBertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, pad_token_id=0, **common))
-    model.eval()
-    ids = torch.randint(3, 50, (2, 7))
-    mask = torch.ones(2, 7, dtype=torch.long)
-    head = find_mlm_head(model)
-    with torch.no_grad():
-        expected = model(input_ids=ids, attention_mask=mask).logits
-        hidden = head.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = torch.nn.functional.linear(head.transform(hidden), head.weight, head.bias)
-    assert torch.allclose(got, expected, atol=1e-5)
 
 
 def test_real_checkpoint_vectors(splade_tiny):
