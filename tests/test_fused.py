@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import spladekit.model.fused as fused
+from conftest import make_tiny_bert, make_tokenizer
 from spladekit.model.fused import fused_splade_head, sparse_head_backward
 from spladekit.model.pooling import plain_splade_head
 
@@ -157,21 +158,11 @@ def test_bad_input_raises():
 
 # --------------------------------------------------------------------- the whole encoder
 def _tiny_encoder(tmp_path, head_impl):
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
-
     from spladekit.model.encoder import SpladeEncoder
     from spladekit.model.splade import SpladeModel
 
-    words = "the a cat dog sat on mat sparse retrieval model query document vector term weight".split()
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words + [f"w{i}" for i in range(80)]
-    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(str(tmp_path / "vocab.txt"), do_lower_case=True)
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    mlm = BertForMaskedLM(config)
-    return SpladeEncoder(SpladeModel(mlm, head_impl), tokenizer, batch_size=3, device="cpu")
+    tokenizer = make_tokenizer(tmp_path)
+    return SpladeEncoder(SpladeModel(make_tiny_bert(len(tokenizer)), head_impl), tokenizer, batch_size=3, device="cpu")
 
 
 @pytest.mark.slow
