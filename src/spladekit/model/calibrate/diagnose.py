@@ -25,9 +25,10 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from spladekit.model.calibrate.rescale import rescale_record
+from spladekit.model.calibrate.rescale import _shares_storage, rescale_record
 from spladekit.model.calibrate.stats import (
     decoder_logits,
+    logit_statistic,
     row_norms,
     summarize,
     token_hidden_states,
@@ -227,7 +228,7 @@ def head_stats(model: nn.Module) -> tuple[HeadStats, np.ndarray]:
     head = find_mlm_head(mlm)
     norms = row_norms(head.weight)
     embedding = mlm.get_input_embeddings().weight
-    tied = head.weight is embedding or head.weight.untyped_storage().data_ptr() == embedding.untyped_storage().data_ptr()
+    tied = _shares_storage(head.weight, embedding)
     final_norm = getattr(head.backbone, "final_norm", None)
     stats = HeadStats(
         family=head.family,
@@ -247,16 +248,14 @@ def head_stats(model: nn.Module) -> tuple[HeadStats, np.ndarray]:
 # ---------------------------------------------------------------------------------------------- text
 def logit_stats(head: MLMHead, hidden: torch.Tensor, n_texts: int, seed: int = 0) -> tuple[LogitStats, np.ndarray]:
     """:class:`LogitStats` of ``z = W h + b`` for ``hidden [N, H']``, and a random sample of the logits."""
-    from spladekit.model.calibrate.stats import quantile
-
     logits = decoder_logits(head, hidden).reshape(-1)
     stats = LogitStats(
         n_texts=n_texts,
         n_tokens=int(hidden.shape[0]),
-        mean=float(logits.double().mean().item()),
-        std=float(logits.double().std(unbiased=False).item()),
-        p99=float(quantile(logits, 0.99)),
-        max=float(logits.max().item()),
+        mean=logit_statistic(logits, "mean"),
+        std=logit_statistic(logits, "std"),
+        p99=logit_statistic(logits, "p99"),
+        max=logit_statistic(logits, "max"),
         frac_positive=float((logits > 0).double().mean().item()),
     )
     generator = torch.Generator().manual_seed(seed)
