@@ -75,11 +75,17 @@ class EncoderMetadata:
         write_json(Path(folder) / METADATA_FILE, asdict(self))
 
 
+def _check_int(value, name: str, minimum: int, note: str = "") -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer (not a bool) ≥ ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer ≥ {minimum}{note}, got {value!r}")
+
+
 def check_top_k(top_k, name: str = "top_k") -> None:
     """Raise ``ValueError`` unless ``top_k`` is None or an integer ≥ 1 (0 would empty every vector,
     a negative value would cut from the wrong end)."""
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"{name} must be an integer ≥ 1 or None (keep every term), got {top_k!r}")
+    if top_k is not None:
+        _check_int(top_k, name, 1, " or None (keep every term)")
 
 
 def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_matrix:
@@ -254,8 +260,7 @@ class SpladeEncoder:
             ValueError: ``max_length`` is not an integer ≥ 2 (``[CLS]`` and ``[SEP]`` need two
                 positions; transformers would silently not truncate at all below that).
         """
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-            raise ValueError(f"max_length must be an integer ≥ 2 (special tokens included), got {max_length!r}")
+        _check_int(max_length, "max_length", 2, " (special tokens included)")
         limit = self.max_positions
         if limit is not None and max_length > limit:
             import warnings
@@ -299,8 +304,7 @@ class SpladeEncoder:
         check_top_k(top_k)
         max_length = self.check_max_length(max_length)
         batch_size = batch_size or self.batch_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer ≥ 1, got {batch_size!r}")
+        _check_int(batch_size, "batch_size", 1)
         texts = [t if isinstance(t, str) else str(t) for t in texts]
         order = np.argsort([-len(t) for t in texts], kind="stable")
         blocks, truncated = [], 0
