@@ -160,7 +160,8 @@ def triton_masked_max(
     argmax = torch.empty((batch, vocab), dtype=torch.int32, device=hidden.device) if with_argmax else maxval
     if batch == 0 or vocab == 0:
         return maxval, (argmax if with_argmax else None)
-    blocks = _blocks(length, dim, interpreting())
+    interpret = interpreting()
+    blocks = _blocks(length, dim, interpret)
     grid = (batch, triton.cdiv(vocab, blocks["BLOCK_V"]))
     _splade_max_kernel[grid](
         hidden,
@@ -182,7 +183,7 @@ def triton_masked_max(
         HAS_BIAS=bias is not None,
         WITH_ARGMAX=with_argmax,
         IEEE=hidden.dtype == torch.float32,
-        UPCAST=interpreting() and hidden.dtype == torch.bfloat16,
+        UPCAST=interpret and hidden.dtype == torch.bfloat16,
         **blocks,
     )
     return maxval, (argmax if with_argmax else None)
