@@ -16,15 +16,9 @@ def _fail(exc: Exception) -> None:
 
 
 def _text_source(texts: Optional[Path], data: Optional[str], n_queries: int, n_docs: int, seed: int):
-    """The sample text of ``--texts`` / ``--data`` as a ``TextSource``.
-
-    The BEIR sample sizes are kept only with ``--data``: a text file is read whole, so its saved
-    config records ``n_queries``/``n_docs`` as null rather than the unused defaults.
-    """
+    """The sample text of ``--texts`` / ``--data`` as a ``TextSource`` (sizes kept only with ``--data``)."""
     from spladekit.model.calibrate.run import TextSource
 
-    if data is None:
-        n_queries = n_docs = None
     return TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
 
 

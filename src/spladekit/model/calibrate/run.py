@@ -21,14 +21,22 @@ class TextSource:
     Attributes:
         texts: path of a text file (one text per line), or None.
         data: BEIR folder or dataset name, or None; ``n_queries`` queries and ``n_docs`` documents
-            are sampled with ``seed``.
+            are sampled with ``seed`` (default 64 each). Without ``data`` the sample sizes mean
+            nothing and are stored as None, so a saved config never records unused sizes.
     """
 
     texts: str | None = None
     data: str | None = None
-    n_queries: int = 64
-    n_docs: int = 64
+    n_queries: int | None = None
+    n_docs: int | None = None
     seed: int = 0
+
+    def __post_init__(self):
+        if self.data:
+            self.n_queries = 64 if self.n_queries is None else self.n_queries
+            self.n_docs = 64 if self.n_docs is None else self.n_docs
+        else:
+            self.n_queries = self.n_docs = None
 
     def load(self) -> tuple[list[str], list[str]] | None:
         """``(queries_or_texts, documents)`` (documents empty for a text file), or None without a source.
