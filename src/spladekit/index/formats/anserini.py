@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import DataFormatError
+from spladekit.data.tsv import iter_tsv
 from spladekit.index.formats import (
     iter_rows,
     lookup_tokens,
@@ -34,7 +34,7 @@ from spladekit.index.formats import (
     rows_to_csr,
     token_index,
 )
-from spladekit.io import atomic_write, iter_lines
+from spladekit.io import atomic_write
 
 
 def write_json_vector_collection(
@@ -131,20 +131,13 @@ def read_preencoded_queries(
         ``(matrix [Q, V] float32, query ids)``.
 
     Raises:
-        DataFormatError: a line without a tab, a repeated query id, or a token outside the
-            vocabulary (naming the file and line).
+        DataFormatError: a line without a tab, an empty or repeated query id
+            (:func:`spladekit.data.tsv.iter_tsv`), or a token outside the vocabulary (naming the
+            file and line).
     """
     index = token_index(vocabulary)
-    rows, ids, seen = [], [], set()
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        if "\t" not in line:
-            raise DataFormatError(path, "expected 'qid<TAB>tokens'", line=number)
-        qid, text = line.split("\t", 1)
-        if qid in seen:
-            raise DataFormatError(path, f"query id {qid!r} repeats", line=number)
-        seen.add(qid)
+    rows, ids = [], []
+    for number, qid, text in iter_tsv(path):
         cols = lookup_tokens(text.split(), index, path, number)
         rows.append(normalise_entries(cols, np.full(len(cols), 1.0 / scale)))
         ids.append(qid)
