@@ -74,6 +74,40 @@ def iter_rows(matrix: sp.spmatrix) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         yield idx[keep], val[keep]
 
 
+def write_token_vectors(
+    path: str | Path,
+    matrix: sp.spmatrix,
+    doc_ids: Sequence[str],
+    vocabulary: Sequence[str],
+    contents: Sequence[str] | None,
+    text_key: str,
+    weights,
+) -> int:
+    """Write ``[D, V]`` rows as JSONL ``{"id", text_key, "vector": {token: weight}}`` (atomically).
+
+    The writer half of :func:`read_token_vectors` (Anserini, Seismic). ``weights`` maps a row's
+    normalised values to the numbers written (e.g. :func:`quantise`); entries mapped to 0 are dropped.
+
+    Returns:
+        The number of lines written (D).
+
+    Raises:
+        ValueError: ``matrix`` shape disagrees with ``doc_ids`` / ``vocabulary``.
+    """
+    import json
+
+    from spladekit.io import atomic_write
+
+    if matrix.shape[0] != len(doc_ids) or matrix.shape[1] != len(vocabulary):
+        raise ValueError(f"matrix {matrix.shape} vs {len(doc_ids)} ids and {len(vocabulary)} tokens")
+    with atomic_write(path) as out:
+        for i, (idx, val) in enumerate(iter_rows(matrix)):
+            vector = {vocabulary[j]: v for j, v in zip(idx, weights(val)) if v > 0}
+            record = {"id": str(doc_ids[i]), text_key: contents[i] if contents is not None else "", "vector": vector}
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return matrix.shape[0]
+
+
 def check_scale(scale) -> float:
     """Return ``scale`` as a float.
 

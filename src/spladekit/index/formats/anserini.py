@@ -17,7 +17,6 @@ of the published SPLADE-v3 files, so an imported file re-exports byte for byte.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -33,6 +32,7 @@ from spladekit.index.formats import (
     read_token_vectors,
     rows_to_csr,
     token_index,
+    write_token_vectors,
 )
 from spladekit.io import atomic_write
 
@@ -61,15 +61,9 @@ def write_json_vector_collection(
     Raises:
         ValueError: lengths disagree.
     """
-    if matrix.shape[0] != len(doc_ids) or matrix.shape[1] != len(vocabulary):
-        raise ValueError(f"matrix {matrix.shape} vs {len(doc_ids)} ids and {len(vocabulary)} tokens")
-    with atomic_write(path) as out:
-        for i, (idx, val) in enumerate(iter_rows(matrix)):
-            q = quantise(val, scale)
-            vector = {vocabulary[j]: int(v) for j, v in zip(idx, q) if v > 0}
-            record = {"id": str(doc_ids[i]), "contents": contents[i] if contents is not None else "", "vector": vector}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return matrix.shape[0]
+    return write_token_vectors(
+        path, matrix, doc_ids, vocabulary, contents, "contents", lambda val: [int(n) for n in quantise(val, scale)]
+    )
 
 
 def read_json_vector_collection(

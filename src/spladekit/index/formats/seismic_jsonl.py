@@ -9,14 +9,12 @@ export → import round trip is exact. Repeated keys in ``vector`` are summed on
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import scipy.sparse as sp
 
-from spladekit.index.formats import iter_rows, read_token_vectors, rows_to_csr
-from spladekit.io import atomic_write
+from spladekit.index.formats import read_token_vectors, rows_to_csr, write_token_vectors
 
 
 def write_seismic_jsonl(
@@ -31,14 +29,7 @@ def write_seismic_jsonl(
     Raises:
         ValueError: lengths disagree.
     """
-    if matrix.shape[0] != len(doc_ids) or matrix.shape[1] != len(vocabulary):
-        raise ValueError(f"matrix {matrix.shape} vs {len(doc_ids)} ids and {len(vocabulary)} tokens")
-    with atomic_write(path) as out:
-        for i, (idx, val) in enumerate(iter_rows(matrix)):
-            vector = {vocabulary[j]: float(v) for j, v in zip(idx, val)}
-            record = {"id": str(doc_ids[i]), "content": contents[i] if contents is not None else "", "vector": vector}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return matrix.shape[0]
+    return write_token_vectors(path, matrix, doc_ids, vocabulary, contents, "content", lambda val: [float(v) for v in val])
 
 
 def read_seismic_jsonl(path: str | Path, vocabulary: Sequence[str]) -> tuple[sp.csr_matrix, list[str]]:
