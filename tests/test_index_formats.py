@@ -93,6 +93,9 @@ def test_json_vector_collection_repeated_key_and_errors(tmp_path):
     path.write_text('{"id": "x"}\n')
     with pytest.raises(DataFormatError, match="vector"):
         anserini.read_json_vector_collection(path, VOCAB)
+    path.write_text('{"id": "x", "vector": {}}\n5\n')  # a JSON line that is not an object
+    with pytest.raises(DataFormatError, match=r"line 2: expected a JSON object, got int"):
+        anserini.read_json_vector_collection(path, VOCAB)
 
 
 # ------------------------------------------------------------------ Anserini queries

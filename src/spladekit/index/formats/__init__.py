@@ -219,7 +219,7 @@ def iter_json_records(path: str | Path):
     Repeated keys are summed (:func:`merge_pairs_hook`).
 
     Raises:
-        DataFormatError: a line that is not valid JSON, naming the file and line.
+        DataFormatError: a line that is not valid JSON or not a JSON object, naming the file and line.
     """
     import json
 
@@ -229,9 +229,12 @@ def iter_json_records(path: str | Path):
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line, object_pairs_hook=merge_pairs_hook)
+            record = json.loads(line, object_pairs_hook=merge_pairs_hook)
         except json.JSONDecodeError as exc:
             raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
+        if not isinstance(record, dict):
+            raise DataFormatError(path, f"expected a JSON object, got {type(record).__name__}", line=number)
+        yield number, record
 
 
 def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float = 1.0):
