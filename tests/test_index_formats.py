@@ -64,6 +64,12 @@ def test_json_vector_collection_by_hand(tmp_path):
     assert json.loads(lines[0]) == {"id": "d1", "contents": "", "vector": {"a": 12, "e": 1}}  # c.d: 0.4 → 0, dropped
     assert json.loads(lines[1]) == {"id": "d2", "contents": "", "vector": {}}
     assert ExportManifest.load(tmp_path / "exp").scale == 100 == manifest.scale
+    (tmp_path / "exp" / "export.json").write_text("{not json")  # a damaged manifest names the file
+    with pytest.raises(DataFormatError, match=r"export.json, line 1: not valid JSON"):
+        ExportManifest.load(tmp_path / "exp")
+    (tmp_path / "exp" / "export.json").write_text("[1]")
+    with pytest.raises(DataFormatError, match=r"export.json: expected a JSON object"):
+        ExportManifest.load(tmp_path / "exp")
 
 
 def test_json_vector_collection_round_trip(tmp_path):

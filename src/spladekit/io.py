@@ -93,6 +93,23 @@ def write_json(path: str | Path, obj: Any) -> None:
         handle.write("\n")
 
 
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file (the counterpart of :func:`write_json`).
+
+    Raises:
+        DataFormatError: the file cannot be read or is not valid JSON (naming file, line, column).
+    """
+    from spladekit.errors import DataFormatError
+
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=exc.lineno) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFormatError(path, f"cannot read ({exc})") from exc
+
+
 def open_text(path: str | Path) -> IO[str]:
     """Open a UTF-8 text file, transparently decompressing ``.gz``.
 

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, OutputPathError
-from spladekit.io import default_mode, ensure_folder, write_json
+from spladekit.io import default_mode, ensure_folder, read_json, write_json
 
 
 def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
@@ -120,26 +120,17 @@ def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
         matrix = sp.load_npz(folder / "vectors.npz").tocsr()
     except Exception as exc:  # BadZipFile, a missing array, a malformed CSR (ValueError), ...
         raise DataFormatError(folder / "vectors.npz", f"cannot read the sparse vectors ({type(exc).__name__}: {exc})") from exc
-    doc_ids = _read_json(folder / "doc_ids.json")
+    doc_ids = read_json(folder / "doc_ids.json")
     if not isinstance(doc_ids, list) or not all(isinstance(d, str) for d in doc_ids):
         raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
     if len(doc_ids) != matrix.shape[0]:
         raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {matrix.shape[0]} vectors in vectors.npz")
-    meta = _read_json(folder / "index.json")
+    meta = read_json(folder / "index.json")
     if not isinstance(meta, dict):
         raise DataFormatError(folder / "index.json", "expected a JSON object")
     if meta.get("content_hash") and meta["content_hash"] != content_hash(matrix, doc_ids):
         raise DataFormatError(folder / "index.json", "content hash does not match vectors.npz/doc_ids.json", field="content_hash")
     return matrix, doc_ids, meta
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=exc.lineno) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataFormatError(path, f"cannot read ({exc})") from exc
 
 
 def load_vocabulary(folder: str | Path) -> list[str] | None:
@@ -151,7 +142,7 @@ def load_vocabulary(folder: str | Path) -> list[str] | None:
     path = Path(folder) / "vocab.json"
     if not path.exists():
         return None
-    vocab = _read_json(path)
+    vocab = read_json(path)
     if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
         raise DataFormatError(path, "expected a JSON list of token strings")
     return vocab

@@ -188,14 +188,16 @@ class ExportManifest:
         """Read ``folder/export.json``.
 
         Raises:
-            DataFormatError: missing or malformed.
+            DataFormatError: missing, not valid JSON, or not an object of manifest fields.
         """
-        import json
+        from spladekit.io import read_json
 
         path = Path(folder) / MANIFEST
         if not path.exists():
             raise DataFormatError(path, "missing: not a spladekit export folder")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
+        if not isinstance(data, dict):
+            raise DataFormatError(path, "expected a JSON object")
         try:
             return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
         except TypeError as exc:
