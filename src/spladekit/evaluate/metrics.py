@@ -174,11 +174,6 @@ def prepare_run(run: Run, conventions: EvalConventions | str | None = None) -> t
     return ranked, removed
 
 
-def _rank_scores(run: Run) -> Run:
-    """Replace scores by strictly decreasing rank scores in spladekit's ordering."""
-    return prepare_run(run, EvalConventions())[0]
-
-
 def evaluate_per_query(
     run: Run,
     qrels: Qrels,
@@ -193,15 +188,19 @@ def evaluate_per_query(
         measures: spladekit or ir_measures names.
         conventions: an :class:`EvalConventions`, a preset name, or None (``default``).
     """
+    conventions = _as_conventions(conventions)
+    return _per_query(prepare_run(run, conventions)[0], qrels, measures, conventions)
+
+
+def _per_query(ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: EvalConventions) -> dict[str, dict[str, float]]:
+    """:func:`evaluate_per_query` on a run already passed through :func:`prepare_run`."""
     import ir_measures
 
-    conventions = _as_conventions(conventions)
     parsed = {name: parse_measure(name, conventions) for name in measures}
     by_native: dict[str, list[str]] = {}
     for name, measure in parsed.items():
         by_native.setdefault(repr(measure), []).append(name)
     values = {name: {qid: 0.0 for qid in qrels} for name in measures}
-    ranked, _ = prepare_run(run, conventions)
     judged_run = {qid: docs for qid, docs in ranked.items() if qid in qrels and docs}
     if judged_run:
         unique = {repr(m): m for m in parsed.values()}
@@ -240,7 +239,8 @@ def evaluate(
     conventions = _as_conventions(conventions)
     if not qrels:
         raise ValueError("qrels are empty: nothing to evaluate")
-    values = evaluate_per_query(run, qrels, measures, conventions)
+    ranked, removed = prepare_run(run, conventions)
+    values = _per_query(ranked, qrels, measures, conventions)
     if per_query is not None:
         per_query.update(values)
     result: dict = {name: sum(v.values()) / len(qrels) for name, v in values.items()}
@@ -254,7 +254,6 @@ def evaluate(
             f"{next(iter(qrels))!r}): every measure is 0; do the ids differ in form (e.g. '001' vs '1')?",
             stacklevel=2,
         )
-    ranked, removed = prepare_run(run, conventions)
     result["num_unretrieved"] = sum(1 for qid in qrels if not ranked.get(qid))
     result["num_without_relevant"] = sum(1 for docs in qrels.values() if not any(g > 0 for g in docs.values()))
     result["removed_query_id_docs"] = removed
