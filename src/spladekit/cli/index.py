@@ -139,7 +139,7 @@ def export_command(
     """Export an index to Anserini, Seismic, Qdrant or Elasticsearch/OpenSearch files."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import export_index, export_vectors
-    from spladekit.index.io import load_index, load_vocabulary
+    from spladekit.index.io import load_metadata, load_vocabulary
     from spladekit.index.search import query_encoder
 
     try:
@@ -148,7 +148,7 @@ def export_command(
 
             if format != "anserini-queries":
                 raise typer.BadParameter("--queries goes with --format anserini-queries")
-            _, _, meta = load_index(index)
+            meta = load_metadata(index)
             topics = read_tsv(queries)
             encoder = query_encoder(meta)
             q = encoder.encode_queries(list(topics.values()))
@@ -172,12 +172,12 @@ def import_command(
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import import_to_index, model_vocabulary
-    from spladekit.index.io import load_index, load_vocabulary
+    from spladekit.index.io import load_metadata, load_vocabulary
 
     try:
         if like is not None:
             vocabulary = load_vocabulary(like)
-            meta = load_index(like)[2]
+            meta = load_metadata(like)
             if vocabulary is None:
                 raise typer.BadParameter(f"{like} has no vocab.json")
             meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k") if k in meta}

@@ -125,12 +125,25 @@ def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
         raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
     if len(doc_ids) != matrix.shape[0]:
         raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {matrix.shape[0]} vectors in vectors.npz")
-    meta = read_json(folder / "index.json")
-    if not isinstance(meta, dict):
-        raise DataFormatError(folder / "index.json", "expected a JSON object")
+    meta = load_metadata(folder)
     if meta.get("content_hash") and meta["content_hash"] != content_hash(matrix, doc_ids):
         raise DataFormatError(folder / "index.json", "content hash does not match vectors.npz/doc_ids.json", field="content_hash")
     return matrix, doc_ids, meta
+
+
+def load_metadata(folder: str | Path) -> dict:
+    """An index folder's ``index.json`` alone (model, lengths, pruning, ...), without reading the vectors.
+
+    Raises:
+        DataFormatError: the file is missing, not valid JSON, or not a JSON object.
+    """
+    path = Path(folder) / "index.json"
+    if not path.exists():
+        raise DataFormatError(path, "missing: not a spladekit index folder")
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise DataFormatError(path, "expected a JSON object")
+    return meta
 
 
 def load_vocabulary(folder: str | Path) -> list[str] | None:
