@@ -9,3 +9,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def fail(exc: Exception) -> None:
+    """Print ``error: <exc>`` in red on stderr and exit with status 2 (every command's error path)."""
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)

@@ -7,12 +7,7 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app
-
-
-def _fail(exc: Exception) -> None:
-    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=2)
+from spladekit.cli.app import app, fail
 
 
 def _text_source(texts: Optional[Path], data: Optional[str], n_queries: int, n_docs: int, seed: int):
@@ -51,7 +46,7 @@ def diagnose(
     try:
         diagnosis = run_diagnose(config, out)
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(diagnosis.table())
     typer.echo(f"wrote {out}")
 
@@ -96,5 +91,5 @@ def rescale(
     try:
         applied = run_rescale(config, out)
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(f"rescaled the MLM head of {model} by F = {applied:.6g} ({config.mode()}); wrote {out}")

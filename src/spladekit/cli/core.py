@@ -8,13 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app
+from spladekit.cli.app import app, fail
 from spladekit.data.resolve import DEFAULT_MODEL
-
-
-def _fail(exc: Exception) -> None:
-    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=2)
 
 
 @app.command()
@@ -63,7 +58,7 @@ def evaluate(
             config = EvalConfig(model=model, data=data, split=split, k=k, batch_size=batch_size)
             metrics = run_evaluation(config, out, conventions=conventions).metrics
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(json.dumps(metrics, indent=2))
     missing = metrics.get("num_unretrieved", 0)
     if missing:
@@ -88,4 +83,4 @@ def demo(
     try:
         run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_)
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app
+from spladekit.cli.app import app, fail
 
 
 def build_conventions(
@@ -79,7 +79,6 @@ def compare(
     out: Path = typer.Option(Path("outputs/compare"), help="folder for compare.json, per_query_delta.json, delta_*.png"),
 ):
     """Compare run B against run A: per-measure deltas, paired t-test, randomisation test, delta plots."""
-    from spladekit.cli.core import _fail
     from spladekit.data.trec import read_qrels, read_run
     from spladekit.errors import SpladekitError
     from spladekit.evaluate.compare import compare_runs, comparison_table, comparisons_to_dict
@@ -105,7 +104,7 @@ def compare(
             safe = "".join(c if c.isalnum() or c in "@-_." else "_" for c in name)
             per_query_delta(deltas[name], name, out / f"delta_{safe}.png", name_a, name_b)
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(comparison_table(comparisons, name_a, name_b))
     typer.echo(f"conventions: {json.dumps({k: v for k, v in conventions.to_dict().items() if k in ('name', 'relevance_level', 'relevance_levels', 'remove_query_id', 'dedupe')})}")
     typer.echo(f"outputs in {out}/")

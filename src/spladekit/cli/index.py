@@ -8,13 +8,8 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app
+from spladekit.cli.app import app, fail
 from spladekit.data.resolve import DEFAULT_MODEL
-
-
-def _fail(exc: Exception) -> None:
-    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=2)
 
 
 @app.command("index")
@@ -36,7 +31,7 @@ def index_command(
     try:
         written = build_index(config, show_progress=True)
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     if written is not None:
         vectors, _, _ = load_index(written)
         typer.echo(f"wrote {written} ({vectors.shape[0]} documents, {vectors.nnz / max(1, vectors.shape[0]):.1f} active terms/doc)")
@@ -122,7 +117,7 @@ def search(
             write_json(Path(str(out) + ".recall.json"), dict(outcome.recall, **settings))
             typer.echo(json.dumps(outcome.recall))
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(f"wrote {out} ({len(topics)} queries)")
 
 
@@ -156,7 +151,7 @@ def export_command(
         else:
             manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type)
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(f"wrote {out} ({manifest.count} vectors, format {manifest.format})")
 
 
@@ -187,5 +182,5 @@ def import_command(
             raise typer.BadParameter("give --model or --like")
         written = import_to_index(format, input, vocabulary, out, scale=scale, metadata=meta)
     except (SpladekitError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(f"wrote {written}")

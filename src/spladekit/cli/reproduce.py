@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app
+from spladekit.cli.app import app, fail
 
 
 @app.command()
@@ -32,8 +32,7 @@ def reproduce(
     try:
         grid = load_reproduce_config(config, set_ or [])
     except SpladekitError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(code=2)
+        fail(exc)
     folder = out or Path(grid.output_dir)
     if dry_run:
         typer.echo(describe_plan(grid, folder))
@@ -44,8 +43,7 @@ def reproduce(
         try:
             outcome = run_grid(grid, folder, cells=cell or None, force=force, log=typer.echo)
         except (SpladekitError, ValueError) as exc:
-            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(code=2)
+            fail(exc)
     written = write_report(grid, folder, command=command)
     typer.echo(f"wrote {written['markdown']}, {written['cells_csv'].name}, {written['arms_csv'].name}"
                + (f" and {sum(k.startswith(('metric_', 'quality', 'training')) for k in written)} plot(s)"))

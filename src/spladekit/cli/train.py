@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app
+from spladekit.cli.app import app, fail
 
 
 @app.command()
@@ -27,8 +27,7 @@ def train(
         cfg = load_config(config, set_)
         result = run_training(cfg, out, show_progress=not no_progress)
     except SpladekitError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(code=2)
+        fail(exc)
     if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: only the main process reports
         return
     last = result.last_metrics
