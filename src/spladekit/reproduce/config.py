@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spladekit.errors import DataFormatError
+from spladekit.overrides import apply_overrides
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
@@ -224,41 +225,6 @@ class ReproduceConfig(_Strict):
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ValueError("train." + ".".join(str(p) for p in first["loc"]) + ": " + first["msg"]) from None
-
-
-def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text) if text.strip() else ""
-
-
-def _index(node: list, part: str, item: str) -> int:
-    if not part.isdigit() or int(part) >= len(node):
-        raise ValueError(f"override {item!r}: {part!r} is not an index of a {len(node)}-item list")
-    return int(part)
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``key.sub=value`` overrides (values parsed as YAML) to a nested dict, in place.
-
-    A numeric part indexes a list (``backbones.0.path=...``).
-
-    Raises:
-        ValueError: an override without ``=``, or a path through something that is not a mapping/list.
-    """
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value")
-        key, value = item.split("=", 1)
-        *parents, last = key.strip().split(".")
-        node: Any = data
-        for part in parents:
-            node = node[_index(node, part, item)] if isinstance(node, list) else node.setdefault(part, {})
-            if not isinstance(node, (dict, list)):
-                raise ValueError(f"override {item!r}: {part!r} is not a section")
-        if isinstance(node, list):
-            node[_index(node, last, item)] = _parse_value(value)
-        else:
-            node[last] = _parse_value(value)
-    return data
 
 
 def load_reproduce_config(path: str | Path, overrides: list[str] | None = None) -> ReproduceConfig:

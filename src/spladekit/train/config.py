@@ -7,12 +7,13 @@ checkpoint and the final model. ``--set a.b=value`` overrides use dotted paths (
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spladekit.errors import DataFormatError
+from spladekit.overrides import apply_overrides
 
 
 class _Strict(BaseModel):
@@ -146,30 +147,6 @@ class TrainConfig(_Strict):
     def to_yaml(self) -> str:
         """The config as YAML text (every field, defaults included)."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
-
-
-def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text) if text.strip() else ""
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``key.sub=value`` overrides (values parsed as YAML) to a nested dict, in place.
-
-    Raises:
-        ValueError: an override without ``=``.
-    """
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value")
-        key, value = item.split("=", 1)
-        node = data
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"override {item!r}: {part!r} is not a section")
-        node[parts[-1]] = _parse_value(value)
-    return data
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
