@@ -24,7 +24,7 @@ demo: $(STAMP)
 	$(VENV)/bin/spladekit demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q
 
 test-engines: $(STAMP)
 	$(PY) -m pytest -q -m engines
