@@ -23,41 +23,38 @@ def main(jar: str, bulk: str, bodies_path: str, out: str) -> None:
     jnius_config.set_classpath(jar)
     from jnius import autoclass
 
-    FeatureField = autoclass("org.apache.lucene.document.FeatureField")
-    StringField = autoclass("org.apache.lucene.document.StringField")
-    Store = autoclass("org.apache.lucene.document.Field$Store")
-    Document = autoclass("org.apache.lucene.document.Document")
-    Directory = autoclass("org.apache.lucene.store.ByteBuffersDirectory")
-    IndexWriter = autoclass("org.apache.lucene.index.IndexWriter")
-    IndexWriterConfig = autoclass("org.apache.lucene.index.IndexWriterConfig")
-    DirectoryReader = autoclass("org.apache.lucene.index.DirectoryReader")
-    IndexSearcher = autoclass("org.apache.lucene.search.IndexSearcher")
-    Builder = autoclass("org.apache.lucene.search.BooleanQuery$Builder")
-    Occur = autoclass("org.apache.lucene.search.BooleanClause$Occur")
-    MatchNoDocsQuery = autoclass("org.apache.lucene.search.MatchNoDocsQuery")
+    classes = {
+        "FeatureField": "document.FeatureField", "StringField": "document.StringField", "Store": "document.Field$Store",
+        "Document": "document.Document", "Directory": "store.ByteBuffersDirectory", "IndexWriter": "index.IndexWriter",
+        "IndexWriterConfig": "index.IndexWriterConfig", "DirectoryReader": "index.DirectoryReader",
+        "IndexSearcher": "search.IndexSearcher", "Builder": "search.BooleanQuery$Builder",
+        "Occur": "search.BooleanClause$Occur", "MatchNoDocsQuery": "search.MatchNoDocsQuery",
+    }
+    L = {name: autoclass(f"org.apache.lucene.{path}") for name, path in classes.items()}
+    FeatureField, Occur = L["FeatureField"], L["Occur"]
 
-    directory = Directory()
-    writer = IndexWriter(directory, IndexWriterConfig())
+    directory = L["Directory"]()
+    writer = L["IndexWriter"](directory, L["IndexWriterConfig"]())
     with open(bulk, encoding="utf-8") as f:
         lines = [json.loads(line) for line in f if line.strip()]
     field = None
     for action, source in zip(lines[0::2], lines[1::2]):
-        doc = Document()
-        doc.add(StringField("doc_id", source["doc_id"], Store.YES))
+        doc = L["Document"]()
+        doc.add(L["StringField"]("doc_id", source["doc_id"], L["Store"].YES))
         field = field or next(k for k in source if k != "doc_id")
         for key, value in source[field].items():
             doc.add(FeatureField(field, key, float(value)))
         writer.addDocument(doc)
     writer.close()
-    reader = DirectoryReader.open(directory)
-    searcher = IndexSearcher(reader.getContext())
+    reader = L["DirectoryReader"].open(directory)
+    searcher = L["IndexSearcher"](reader.getContext())
     results = []
     for body in json.load(open(bodies_path)):
         query = body["query"]
         if "match_none" in query:
-            lucene_query = MatchNoDocsQuery()
+            lucene_query = L["MatchNoDocsQuery"]()
         else:
-            builder = Builder()
+            builder = L["Builder"]()
             for clause in query["bool"]["should"]:
                 rf = clause["rank_feature"]
                 assert rf["linear"] == {}

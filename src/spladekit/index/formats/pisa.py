@@ -47,21 +47,34 @@ def build(path: str | Path, matrix: sp.spmatrix, doc_ids: Sequence[str], scale: 
     return index
 
 
+def retriever(index, k: int = 10, algorithm: str = "block_max_wand", threads: int = 1):
+    """A ``PisaRetrieve`` (``quantized`` scorer, integer query weights) for :func:`search`; it opens
+    the index once, so reuse it across calls.
+
+    Raises:
+        ValueError: ``algorithm`` is not one of :data:`SAFE_ALGORITHMS`.
+    """
+    if algorithm not in SAFE_ALGORITHMS:
+        raise ValueError(f"algorithm must be a safe top-k algorithm {SAFE_ALGORITHMS}, got {algorithm!r}")
+    return index.quantized(num_results=k, query_algorithm=algorithm, toks_scale=1.0, threads=threads)
+
+
 def search(
-    index, queries: sp.spmatrix, doc_ids: Sequence[str], k: int = 10, scale: float = 100.0, algorithm: str = "block_max_wand", threads: int = 1
+    index, queries: sp.spmatrix, doc_ids: Sequence[str], k: int = 10, scale: float = 100.0, algorithm: str = "block_max_wand",
+    threads: int = 1, retrieve=None,
 ) -> list[list[tuple[int, float]]]:
     """Search quantised ``queries`` with a safe algorithm; ``(row, score)`` lists like ``exact_search``.
 
     Scores are integer dot products of the quantised vectors. A query with no term left after
-    quantisation returns ``[]`` without calling PISA.
+    quantisation returns ``[]`` without calling PISA. ``retrieve``: a :func:`retriever` to reuse
+    (its ``k`` and algorithm then apply); default: a new one.
 
     Raises:
         ValueError: ``algorithm`` is not one of :data:`SAFE_ALGORITHMS`.
     """
     import pandas as pd
 
-    if algorithm not in SAFE_ALGORITHMS:
-        raise ValueError(f"algorithm must be a safe top-k algorithm {SAFE_ALGORITHMS}, got {algorithm!r}")
+    retrieve = retrieve or retriever(index, k, algorithm, threads)
     rows = {str(d): r for r, d in enumerate(doc_ids)}
     topics = []
     for qn, (idx, val) in enumerate(iter_rows(queries)):
@@ -71,8 +84,7 @@ def search(
     results: list[list[tuple[int, float]]] = [[] for _ in range(queries.shape[0])]
     if not topics:
         return results
-    retriever = index.quantized(num_results=k, query_algorithm=algorithm, toks_scale=1.0, threads=threads)
-    frame = retriever(pd.DataFrame(topics))
+    frame = retrieve(pd.DataFrame(topics))
     for qid, group in frame.groupby("qid", sort=False):
         results[int(qid)] = rank_hits(((rows[d], s) for d, s in zip(group["docno"], group["score"])), k, doc_ids)
     return results
