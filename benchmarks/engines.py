@@ -111,7 +111,6 @@ def bench(docs, doc_ids, queries, vocab, work: Path) -> list[dict]:
         jar = eh.anserini_jar()
         t = time.perf_counter()
         export_vectors("anserini", work / "ans" / "docs", docs, doc_ids, vocab, scale=SCALE)
-        (work / "ans" / "docs" / "export.json").unlink()
         anserini.index_collection(jar, work / "ans" / "docs", work / "ans" / "index", threads=1)
         index_s = time.perf_counter() - t
         export_vectors("anserini-queries", work / "ans" / "q", queries, [str(i) for i in range(nq)], vocab, scale=SCALE, query_top_k=1024)

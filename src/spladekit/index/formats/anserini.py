@@ -245,18 +245,31 @@ def _java(jar: str | Path, main: str, args: Sequence[str], java: str = "java", t
 
 
 def index_collection(jar: str | Path, input_dir: str | Path, index_dir: str | Path, threads: int = 1, **run) -> str:
-    """Index a folder of ``JsonVectorCollection`` files (``docs.jsonl``) as integer impacts.
+    """Index a folder of ``JsonVectorCollection`` files (an ``anserini`` export) as integer impacts.
 
     Runs ``IndexCollection -collection JsonVectorCollection -generator DefaultLuceneDocumentGenerator
-    -impact -pretokenized``. Documents without any term are counted "empty" and not indexed by
-    Anserini (they match no query anyway). Returns Anserini's output.
+    -impact -pretokenized``. Anserini reads *every* file of its input folder, and the export's
+    ``export.json`` makes it log an "Unexpected Exception"; so when the folder holds other files
+    than ``*.jsonl``, Anserini is given a temporary folder of links to the ``*.jsonl`` files only.
+    Documents without any term are counted "empty" and not indexed by Anserini (they match no
+    query anyway). Returns Anserini's output.
 
     Raises:
         AnseriniError: Anserini reported an error (see :func:`_java`).
     """
-    args = ["-collection", "JsonVectorCollection", "-input", input_dir, "-index", index_dir,
-            "-generator", "DefaultLuceneDocumentGenerator", "-impact", "-pretokenized", "-threads", threads]
-    return _java(jar, "io.anserini.index.IndexCollection", args, **run)
+    import tempfile
+
+    input_dir = Path(input_dir)
+    files = sorted(p for p in input_dir.iterdir() if not p.name.startswith("."))
+    with tempfile.TemporaryDirectory(prefix="spladekit-anserini-") as staging:
+        if any(p.suffix != ".jsonl" for p in files):
+            for p in files:
+                if p.suffix == ".jsonl":
+                    (Path(staging) / p.name).symlink_to(p.resolve())
+            input_dir = Path(staging)
+        args = ["-collection", "JsonVectorCollection", "-input", input_dir, "-index", index_dir,
+                "-generator", "DefaultLuceneDocumentGenerator", "-impact", "-pretokenized", "-threads", threads]
+        return _java(jar, "io.anserini.index.IndexCollection", args, **run)
 
 
 def search_collection(
