@@ -317,3 +317,43 @@ def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
     sp.save_npz(tmp_path / "i" / "vectors.npz", sp.csr_matrix(np.array([[0, 9.0, 0, 0, 1.5, 0]], np.float32)))
     with pytest.raises(DataFormatError, match="content hash"):
         load_index(tmp_path / "i")
+
+
+# ------------------------------------------------------------------ Milvus rows, pgvector COPY (no engine needed)
+def test_pgvector_text_form_is_one_based_and_round_trips(tmp_path):
+    from spladekit.index.formats import pgvector
+
+    assert pgvector.sparsevec_text(np.array([0, 3]), np.array([0.5, 2.0], np.float32), 10) == "{1:0.5,4:2.0}/10"
+    assert pgvector.sparsevec_text(np.array([], np.int64), np.array([], np.float32), 10) == "{}/10"
+    idx, val, dim = pgvector.parse_sparsevec("{4:2,1:0.5,4:1}/10")  # unsorted, repeated: summed
+    assert idx.tolist() == [0, 3] and val.tolist() == [0.5, 3.0] and dim == 10
+    with pytest.raises(ValueError, match="outside 1…10"):
+        pgvector.parse_sparsevec("{0:1}/10")  # 0 is not a valid (1-based) index
+    for text in ["a\tb", "back\\slash", "new\nline", "cr\r", "plain"]:
+        assert pgvector.copy_unescape(pgvector.copy_escape(text)) == text and "\t" not in pgvector.copy_escape(text)
+    m = random_matrix(12, len(VOCAB), seed=21)
+    ids = ["a\tb", "c\\d"] + [f"d{i}" for i in range(10)]
+    manifest = export_vectors("pgvector", tmp_path / "exp", m, ids, None, table="docs")
+    assert manifest.files == ["docs.tsv", "schema.sql"] and "sparsevec(10)" in (tmp_path / "exp" / "schema.sql").read_text()
+    back, back_ids = import_vectors("pgvector", tmp_path / "exp", VOCAB)
+    assert back_ids == ids and np.array_equal(back.toarray(), m.toarray())  # shortest float32 text is exact
+    with pytest.raises(ValueError, match="plain identifier"):
+        export_vectors("pgvector", tmp_path / "bad", m, ids, None, table="docs; DROP TABLE x")
+    wide = sp.csr_matrix((np.ones(1001, np.float32), np.arange(1001), [0, 1001]), shape=(1, 2000))
+    with pytest.raises(ValueError, match=r"document 'w' \(row 0\) has 1001 non-zeros.*at most 1000 in an HNSW index"):
+        export_vectors("pgvector", tmp_path / "hnsw", wide, ["w"], None, hnsw=True)
+
+
+def test_milvus_rows_round_trip_and_errors(tmp_path):
+    from spladekit.index.formats import milvus
+
+    m = random_matrix(15, len(VOCAB), seed=23)
+    manifest = export_vectors("milvus", tmp_path / "exp", m, [f"d{i}" for i in range(15)], None)
+    assert manifest.options["metric_type"] == "IP" and manifest.options["drop_ratio_search"] == 0.0
+    first = json.loads((tmp_path / "exp" / "rows.jsonl").read_text().splitlines()[0])
+    assert first["id"] == 0 and first["doc_id"] == "d0" and first["splade"]["indices"] == sorted(first["splade"]["indices"])
+    back, ids = import_vectors("milvus", tmp_path / "exp", VOCAB)
+    assert ids == [f"d{i}" for i in range(15)] and np.array_equal(back.toarray(), m.toarray())
+    (tmp_path / "bad.jsonl").write_text('{"id": 0, "doc_id": "x", "splade": {"indices": [99], "values": [1.0]}}\n')
+    with pytest.raises(DataFormatError, match=r"line 1.*index 99"):
+        milvus.read_rows(tmp_path / "bad.jsonl", len(VOCAB))

@@ -51,7 +51,7 @@ def sparsevec_text(idx: np.ndarray, val: np.ndarray, dim: int, name: str = "vect
     if len(idx) > limit:
         where = " in an HNSW index" if hnsw else ""
         raise ValueError(f"{name} has {len(idx)} non-zeros; pgvector's sparsevec accepts at most {limit}{where}: prune it (doc_top_k / query_top_k)")
-    body = ",".join(f"{int(j) + 1}:{np.float32(w)}" for j, w in zip(idx, val))
+    body = ",".join(f"{int(j) + 1}:{str(np.float32(w))}" for j, w in zip(idx, val))  # str: shortest exact float32
     return f"{{{body}}}/{int(dim)}"
 
 
@@ -91,7 +91,8 @@ def schema_sql(table: str = DEFAULT_TABLE, dim: int = 30522, hnsw: bool = False)
         f"CREATE TABLE {table} (id bigint PRIMARY KEY, doc_id text NOT NULL, v sparsevec({int(dim)}) NOT NULL);\n"
     )
     if hnsw:
-        sql += f"-- after loading the rows (approximate search; at most {HNSW_MAX_NNZ} non-zeros per vector):\nCREATE INDEX ON {table} USING hnsw (v sparsevec_ip_ops);\n"
+        sql += (f"-- HNSW index: approximate search, at most {HNSW_MAX_NNZ} non-zeros per vector (faster to build after\n"
+                f"-- loading the rows: run this statement after the COPY instead)\nCREATE INDEX ON {table} USING hnsw (v sparsevec_ip_ops);\n")
     return sql
 
 
