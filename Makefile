@@ -1,18 +1,21 @@
 # Two entry points: `make demo` (main job on the embedded default) and `make test` (the suite).
 # Both create .venv and install everything on a fresh machine. The CPU torch wheel is installed
 # first when no torch is present, so that the package's own range never pulls a CUDA build.
+# scripts/setup-engines.sh adds the real serving engines of the `engines` tests (Java 17 via apt
+# when missing, Anserini's fat jar from the pyserini wheel); `make test-engines` runs only those.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.spladekit-installed
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-engines clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/setup-engines.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test]"
+	sh scripts/setup-engines.sh $(PY)
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -21,7 +24,10 @@ demo: $(STAMP)
 	$(VENV)/bin/spladekit demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+test-engines: $(STAMP)
+	$(PY) -m pytest -q -m engines
 
 clean:
 	rm -rf $(VENV) outputs

@@ -107,21 +107,48 @@ def test_json_vector_collection_repeated_key_and_errors(tmp_path):
 # ------------------------------------------------------------------ Anserini queries
 def test_preencoded_queries_by_hand(tmp_path):
     m = sp.csr_matrix(np.array([[0, 0, 0.024, 0, 0.011, 0, 0, 0, 0, 0], [0] * 10], dtype=np.float32))
-    anserini.write_preencoded_queries(tmp_path / "q.tsv", m, ["q1", "q2"], VOCAB, scale=100)
-    assert (tmp_path / "q.tsv").read_text() == "q1\tb b e\nq2\t\n"
+    written = anserini.write_preencoded_queries(tmp_path / "q.tsv", m, ["q1", "q2"], VOCAB, scale=100)
+    # q2 has no term: left out (Anserini's TsvString reader fails the whole run on "q2<TAB>")
+    assert (tmp_path / "q.tsv").read_text() == "q1\tb b e\n"
+    assert (written.count, written.empty, written.pruned) == (1, ["q2"], [])
     # interleaved, unsorted repeats are merged: b×2, a×1
     (tmp_path / "r.tsv").write_text("q9\tb a b\n")
     back, ids = anserini.read_preencoded_queries(tmp_path / "r.tsv", VOCAB, scale=1)
     assert ids == ["q9"] and back.indices.tolist() == [1, 2] and back.data.tolist() == [1.0, 2.0]
 
 
-def test_preencoded_queries_round_trip(tmp_path):
-    m = random_matrix(20, len(VOCAB), seed=3)
+def test_preencoded_queries_round_trip(tmp_path, capsys):
+    m = random_matrix(20, len(VOCAB), seed=3).tolil()
+    m[7, :] = 0
+    m[7, 1] = 0.009  # rounds to 0 at scale 50: an empty query
+    m = m.tocsr()
     ids = [str(i) for i in range(20)]
-    export_vectors("anserini-queries", tmp_path / "exp", m, ids, VOCAB, scale=50)
+    manifest = export_vectors("anserini-queries", tmp_path / "exp", m, ids, VOCAB, scale=50)
+    assert manifest.count == 19 and manifest.options["empty_queries"] == ["7"]
+    assert ExportManifest.load(tmp_path / "exp").options["empty_queries"] == ["7"]
+    err = capsys.readouterr().err
+    assert "1 queries with no term" in err and "left out" in err and ": 7 (listed in export.json)" in err
     back, back_ids = import_vectors("anserini-queries", tmp_path / "exp", VOCAB)
-    assert back_ids == ids
-    assert np.abs(back.toarray() - m.toarray()).max() <= 0.5 / 50 + 1e-6
+    keep = [i for i in range(20) if i != 7]
+    assert back_ids == [ids[i] for i in keep]
+    assert np.abs(back.toarray() - m.toarray()[keep]).max() <= 0.5 / 50 + 1e-6
+
+
+def test_preencoded_queries_clause_limit_and_top_k(tmp_path):
+    vocab = [f"t{j}" for j in range(1100)]
+    m = sp.csr_matrix((np.arange(1, 1101) / 100).astype(np.float32)[None, :])  # 1,100 terms, impacts 1…1100
+    with pytest.raises(ValueError, match=r"query 'big' has 1100 distinct terms.*1024-clause limit.*query_top_k"):
+        anserini.write_preencoded_queries(tmp_path / "q.tsv", m, ["big"], vocab, scale=100)
+    assert not (tmp_path / "q.tsv").exists()  # nothing half-written
+    written = anserini.write_preencoded_queries(tmp_path / "q.tsv", m, ["big"], vocab, scale=100, query_top_k=1024)
+    assert written.pruned == ["big"]
+    back, _ = anserini.read_preencoded_queries(tmp_path / "q.tsv", vocab, scale=100)
+    # the 1,024 heaviest (the last columns: weights increase with the column id) are kept
+    assert back.indices.tolist() == list(range(76, 1100))
+    idx, val = anserini.prune_top_k(np.array([0, 1, 2, 3]), np.array([5, 7, 5, 1]), 2)
+    assert idx.tolist() == [0, 1] and val.tolist() == [5, 7]  # tie 5/5: the lower column id wins
+    with pytest.raises(ValueError, match="query_top_k"):
+        anserini.write_preencoded_queries(tmp_path / "q.tsv", m, ["big"], vocab, query_top_k=2000)
 
 
 def _shared_trec_files():
@@ -213,22 +240,35 @@ def test_escape_key_is_dot_free_and_reversible(token):
     assert "." not in key and elastic.unescape_key(key) == token
 
 
-def _es_score(body: dict, source: dict, field: str) -> float:
-    """Reference reading of the Elasticsearch DSL used here (linear rank_feature, bool.should sum)."""
+def _es_score(body: dict, source: dict, field: str, mapping: dict) -> float:
+    """Reference reading of the Elasticsearch DSL used here (linear rank_feature, bool.should sum),
+    with the storage rule of Lucene's FeatureField (9 significant bits, truncated: stored_value)."""
     query = body["query"]
     if "match_none" in query:
         return 0.0
+    stored = lambda key: float(elastic.stored_value(source[field][key])) if key in source[field] else 0.0  # noqa: E731
     if "sparse_vector" in query:
+        assert query["sparse_vector"]["prune"] is False  # pruning would drop query tokens
+        assert mapping["mappings"]["properties"][field]["index_options"] == {"prune": False}
         vec = query["sparse_vector"]["query_vector"]
-        return sum(w * source[field].get(k, 0.0) for k, w in vec.items())
+        return sum(w * stored(k) for k, w in vec.items())
     total = 0.0
     for clause in query["bool"]["should"]:
         rf = clause["rank_feature"]
         assert rf["linear"] == {} and rf["field"].startswith(field + ".")
         key = rf["field"][len(field) + 1 :]
         assert "." not in key
-        total += rf["boost"] * source[field].get(key, 0.0)
+        total += rf["boost"] * stored(key)
     return total
+
+
+def test_feature_field_storage_rule_by_hand():
+    # 0.1f = 0x3DCCCCCD; clearing the low 15 bits gives 0x3DCC8000 = 0.0998535156 (Lucene stores that)
+    assert float(elastic.stored_value(0.1)) == np.float32(np.uint32(0x3DCC8000).view(np.float32)) == pytest.approx(0.0998535156)
+    assert float(elastic.stored_value(1.5)) == 1.5  # 9 significant bits hold 1.5 exactly
+    w = np.random.default_rng(0).uniform(1e-3, 10, 10_000).astype(np.float32)
+    rel = (w - elastic.stored_value(w)) / w
+    assert rel.min() >= 0 and rel.max() < 2.0**-8 and rel.max() > 2.0**-9  # truncation, bound 2⁻⁸ reached
 
 
 @pytest.mark.parametrize("keys", ["token", "id"])
@@ -248,8 +288,14 @@ def test_elastic_bulk_round_trip_and_query_scores_dot_product(tmp_path, keys, fi
     assert all("." not in key for s in sources for key in s["splade"])
     q = random_matrix(1, len(VOCAB), density=0.5, seed=14)
     body = elastic.query_body(q, VOCAB, field_type=field_type, keys=keys)
-    scores = [_es_score(body, s, "splade") for s in sources]
-    assert np.allclose(scores, (m @ q.T).toarray().ravel(), rtol=1e-6)
+    mapping = json.loads((tmp_path / "exp" / "mapping.json").read_text())
+    scores = np.array([_es_score(body, s, "splade", mapping) for s in sources])
+    stored = m.copy()
+    stored.data = elastic.stored_value(stored.data)
+    assert np.allclose(scores, (stored @ q.T).toarray().ravel(), rtol=1e-6)
+    # against the exact dot product: every stored d_j is within (1 − 2⁻⁸, 1] of d_j, weights are positive
+    exact = (m @ q.T).toarray().ravel()
+    assert np.all(scores <= exact * (1 + 1e-6)) and np.all(scores >= exact * (1 - 2.0**-8) - 1e-6)
     assert elastic.query_body(sp.csr_matrix((1, len(VOCAB))), VOCAB)["query"] == {"match_none": {}}
 
 
@@ -271,3 +317,43 @@ def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
     sp.save_npz(tmp_path / "i" / "vectors.npz", sp.csr_matrix(np.array([[0, 9.0, 0, 0, 1.5, 0]], np.float32)))
     with pytest.raises(DataFormatError, match="content hash"):
         load_index(tmp_path / "i")
+
+
+# ------------------------------------------------------------------ Milvus rows, pgvector COPY (no engine needed)
+def test_pgvector_text_form_is_one_based_and_round_trips(tmp_path):
+    from spladekit.index.formats import pgvector
+
+    assert pgvector.sparsevec_text(np.array([0, 3]), np.array([0.5, 2.0], np.float32), 10) == "{1:0.5,4:2.0}/10"
+    assert pgvector.sparsevec_text(np.array([], np.int64), np.array([], np.float32), 10) == "{}/10"
+    idx, val, dim = pgvector.parse_sparsevec("{4:2,1:0.5,4:1}/10")  # unsorted, repeated: summed
+    assert idx.tolist() == [0, 3] and val.tolist() == [0.5, 3.0] and dim == 10
+    with pytest.raises(ValueError, match="outside 1…10"):
+        pgvector.parse_sparsevec("{0:1}/10")  # 0 is not a valid (1-based) index
+    for text in ["a\tb", "back\\slash", "new\nline", "cr\r", "plain"]:
+        assert pgvector.copy_unescape(pgvector.copy_escape(text)) == text and "\t" not in pgvector.copy_escape(text)
+    m = random_matrix(12, len(VOCAB), seed=21)
+    ids = ["a\tb", "c\\d"] + [f"d{i}" for i in range(10)]
+    manifest = export_vectors("pgvector", tmp_path / "exp", m, ids, None, table="docs")
+    assert manifest.files == ["docs.tsv", "schema.sql"] and "sparsevec(10)" in (tmp_path / "exp" / "schema.sql").read_text()
+    back, back_ids = import_vectors("pgvector", tmp_path / "exp", VOCAB)
+    assert back_ids == ids and np.array_equal(back.toarray(), m.toarray())  # shortest float32 text is exact
+    with pytest.raises(ValueError, match="plain identifier"):
+        export_vectors("pgvector", tmp_path / "bad", m, ids, None, table="docs; DROP TABLE x")
+    wide = sp.csr_matrix((np.ones(1001, np.float32), np.arange(1001), [0, 1001]), shape=(1, 2000))
+    with pytest.raises(ValueError, match=r"document 'w' \(row 0\) has 1001 non-zeros.*at most 1000 in an HNSW index"):
+        export_vectors("pgvector", tmp_path / "hnsw", wide, ["w"], None, hnsw=True)
+
+
+def test_milvus_rows_round_trip_and_errors(tmp_path):
+    from spladekit.index.formats import milvus
+
+    m = random_matrix(15, len(VOCAB), seed=23)
+    manifest = export_vectors("milvus", tmp_path / "exp", m, [f"d{i}" for i in range(15)], None)
+    assert manifest.options["metric_type"] == "IP" and manifest.options["drop_ratio_search"] == 0.0
+    first = json.loads((tmp_path / "exp" / "rows.jsonl").read_text().splitlines()[0])
+    assert first["id"] == 0 and first["doc_id"] == "d0" and first["splade"]["indices"] == sorted(first["splade"]["indices"])
+    back, ids = import_vectors("milvus", tmp_path / "exp", VOCAB)
+    assert ids == [f"d{i}" for i in range(15)] and np.array_equal(back.toarray(), m.toarray())
+    (tmp_path / "bad.jsonl").write_text('{"id": 0, "doc_id": "x", "splade": {"indices": [99], "values": [1.0]}}\n')
+    with pytest.raises(DataFormatError, match=r"line 1.*index 99"):
+        milvus.read_rows(tmp_path / "bad.jsonl", len(VOCAB))

@@ -124,14 +124,17 @@ def search(
 @app.command("export")
 def export_command(
     index: Path = typer.Option(..., help="index folder (documents), or one written by `import`"),
-    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | elastic"),
+    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic"),
     out: Path = typer.Option(..., help="export folder (files + export.json)"),
     queries: Optional[Path] = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
     scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats)"),
     keys: str = typer.Option("token", help="elastic: token (escaped: % -> %25, . -> %2E) or id"),
     field_type: str = typer.Option("rank_features", help="elastic: rank_features or sparse_vector"),
+    query_top_k: Optional[int] = typer.Option(None, help="anserini-queries: keep each query's k heaviest terms (≤ 1024, Lucene's clause limit; default: a longer query is an error)"),
+    hnsw: bool = typer.Option(False, help="pgvector: add an HNSW index to schema.sql (approximate; ≤ 1000 non-zeros per vector)"),
+    table: str = typer.Option("splade", help="pgvector: table name"),
 ):
-    """Export an index to Anserini, Seismic, Qdrant or Elasticsearch/OpenSearch files."""
+    """Export an index to Anserini, Seismic, Qdrant, Milvus, PostgreSQL/pgvector or Elasticsearch/OpenSearch files."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import export_index, export_vectors
     from spladekit.index.io import load_metadata, load_vocabulary
@@ -147,9 +150,9 @@ def export_command(
             topics = read_tsv(queries)
             encoder = query_encoder(meta)
             q = encoder.encode_queries(list(topics.values()))
-            manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"))
+            manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"), query_top_k=query_top_k)
         else:
-            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type)
+            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw, table=table)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {out} ({manifest.count} vectors, format {manifest.format})")
@@ -158,7 +161,7 @@ def export_command(
 @app.command("import")
 def import_command(
     input: Path = typer.Option(..., "--input", help="exported file, or export folder with export.json"),
-    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | elastic"),
+    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic"),
     out: Path = typer.Option(..., help="index folder to write (vectors, ids, vocabulary)"),
     model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens"),
     like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),

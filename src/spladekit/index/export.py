@@ -12,9 +12,13 @@ Formats:
 name                file                   content
 ==================  =====================  ===========================================
 anserini            ``docs.jsonl``         ``JsonVectorCollection``, integer impacts
-anserini-queries    ``queries.tsv``        pre-encoded queries, tokens repeated
+anserini-queries    ``queries.tsv``        pre-encoded queries, tokens repeated (empty
+                                           queries left out and listed in ``export.json``)
 seismic             ``docs.jsonl``         Seismic JSONL, float weights
 qdrant              ``points.jsonl``       Qdrant points with sparse vectors
+milvus              ``rows.jsonl``         Milvus rows, ``SPARSE_FLOAT_VECTOR`` field
+pgvector            ``docs.tsv``           COPY text rows ``id, doc_id, sparsevec`` (1-based)
+                    ``schema.sql``         table (and optional HNSW index) definition
 elastic             ``bulk.ndjson``        ``_bulk`` body for ``rank_features`` / ``sparse_vector``
                     ``mapping.json``       index mapping
 ==================  =====================  ===========================================
@@ -22,24 +26,28 @@ elastic             ``bulk.ndjson``        ``_bulk`` body for ``rank_features`` 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Sequence
 
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import ExportManifest, anserini, check_scale, elastic, qdrant, seismic_jsonl
+from spladekit.index.formats import ExportManifest, anserini, check_scale, elastic, milvus, pgvector, qdrant, seismic_jsonl
 from spladekit.index.io import load_index, load_vocabulary, save_index
-from spladekit.io import ensure_folder, write_json
+from spladekit.io import atomic_write, ensure_folder, write_json
 
-FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "elastic")
+FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic")
 FILES = {
     "anserini": "docs.jsonl",
     "anserini-queries": "queries.tsv",
     "seismic": "docs.jsonl",
     "qdrant": "points.jsonl",
+    "milvus": "rows.jsonl",
+    "pgvector": "docs.tsv",
     "elastic": "bulk.ndjson",
 }
+EXTRA_FILES = {"elastic": ["mapping.json"], "pgvector": ["schema.sql"]}
 QUANTISED = ("anserini", "anserini-queries")
 
 
@@ -62,13 +70,21 @@ def export_vectors(
     field_type: str = "rank_features",
     field: str = "splade",
     index_name: str = "splade",
+    query_top_k: int | None = None,
+    hnsw: bool = False,
+    table: str = pgvector.DEFAULT_TABLE,
 ) -> ExportManifest:
     """Write ``[N, V]`` vectors with their ids in format ``fmt`` into the folder ``out``.
 
-    ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``) only.
+    ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``) only;
+    ``query_top_k`` to ``anserini-queries`` (prune each query to its heaviest terms, ≤ 1,024:
+    :func:`spladekit.index.formats.anserini.write_preencoded_queries`); ``hnsw`` and ``table`` to
+    ``pgvector``. Queries left out (empty after quantisation) or pruned are listed in
+    ``export.json`` (``options.empty_queries`` / ``options.pruned_queries``) and reported on stderr.
 
     Raises:
-        ValueError: unknown format, missing vocabulary for a token-keyed format, bad lengths.
+        ValueError: unknown format, missing vocabulary for a token-keyed format, bad lengths, a
+            query over Lucene's clause limit, or a vector over pgvector's non-zero limit.
     """
     _check_format(fmt)
     if fmt in QUANTISED:
@@ -76,24 +92,41 @@ def export_vectors(
     out = Path(out)
     ensure_folder(out)
     target = out / FILES[fmt]
-    needs_vocab = fmt != "qdrant" and not (fmt == "elastic" and keys == "id")
+    needs_vocab = fmt not in ("qdrant", "milvus", "pgvector") and not (fmt == "elastic" and keys == "id")
     if needs_vocab and vocabulary is None:
         raise ValueError(f"format {fmt!r} writes tokens and needs the vocabulary (vocab.json in the index folder)")
     options: dict = {}
     if fmt == "anserini":
         count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
-        count = anserini.write_preencoded_queries(target, matrix, ids, vocabulary, scale=scale)
+        written = anserini.write_preencoded_queries(target, matrix, ids, vocabulary, scale=scale, query_top_k=query_top_k)
+        count = written.count
+        options = {"empty_queries": written.empty, "query_top_k": query_top_k, "pruned_queries": written.pruned}
+        if written.empty:
+            print(f"spladekit export: {len(written.empty)} queries with no term after quantisation (scale {scale:g}) left out of "
+                  f"{target} (Anserini cannot read an empty query; they match nothing): {', '.join(written.empty[:10])}"
+                  f"{' …' if len(written.empty) > 10 else ''} (listed in export.json)", file=sys.stderr)
+        if written.pruned:
+            print(f"spladekit export: {len(written.pruned)} queries pruned to their {query_top_k} heaviest terms (listed in export.json)", file=sys.stderr)
     elif fmt == "seismic":
         count = seismic_jsonl.write_seismic_jsonl(target, matrix, ids, vocabulary)
     elif fmt == "qdrant":
         count = qdrant.write_points(target, matrix, ids)
         options = {"vector_name": qdrant.DEFAULT_VECTOR_NAME}
+    elif fmt == "milvus":
+        count = milvus.write_rows(target, matrix, ids)
+        options = {"field": milvus.DEFAULT_FIELD, "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "IP", "drop_ratio_search": 0.0}
+    elif fmt == "pgvector":
+        pgvector.check_table(table)
+        count = pgvector.write_copy(target, matrix, ids, hnsw=hnsw)
+        with atomic_write(out / "schema.sql") as sql:
+            sql.write(pgvector.schema_sql(table, matrix.shape[1], hnsw=hnsw))
+        options = {"table": table, "hnsw": hnsw, "index_base": 1}
     else:
         count = elastic.write_bulk(target, matrix, ids, vocabulary, index_name=index_name, field=field, keys=keys)
         write_json(out / "mapping.json", elastic.mapping(field, field_type))
         options = {"keys": keys, "field": field, "field_type": field_type, "index_name": index_name, "key_escaping": "'%' -> '%25', '.' -> '%2E'"}
-    files = [FILES[fmt]] + (["mapping.json"] if fmt == "elastic" else [])
+    files = [FILES[fmt]] + EXTRA_FILES.get(fmt, [])
     manifest = ExportManifest(
         format=fmt,
         files=files,
@@ -155,6 +188,10 @@ def import_vectors(
         matrix, ids = seismic_jsonl.read_seismic_jsonl(path, vocabulary)
     elif fmt == "qdrant":
         matrix, ids = qdrant.read_points(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME))
+    elif fmt == "milvus":
+        matrix, ids = milvus.read_rows(path, len(vocabulary), field=options.get("field", milvus.DEFAULT_FIELD))
+    elif fmt == "pgvector":
+        matrix, ids = pgvector.read_copy(path, len(vocabulary))
     else:
         matrix, ids = elastic.read_bulk(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
     if matrix.shape[0] == 0:

@@ -2,8 +2,9 @@
 
 Formats (one module each): :mod:`.anserini` (``JsonVectorCollection`` documents and pre-encoded
 queries, integer impacts), :mod:`.seismic_jsonl` (Seismic's JSONL input), :mod:`.qdrant` (sparse
-vectors), :mod:`.elastic` (Elasticsearch/OpenSearch bulk NDJSON for ``rank_features`` /
-``sparse_vector`` fields).
+vectors), :mod:`.milvus` (``SPARSE_FLOAT_VECTOR`` rows), :mod:`.pgvector` (PostgreSQL
+``sparsevec``), :mod:`.pisa` (PISA impact index), :mod:`.elastic` (Elasticsearch/OpenSearch bulk
+NDJSON for ``rank_features`` / ``sparse_vector`` fields).
 
 Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
 
@@ -14,6 +15,10 @@ Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
   format means: a token repeated ``n`` times has weight ``n``). Zero and negative weights are
   dropped after merging (SPLADE weights are ``log(1 + ReLU(·)) ≥ 0``; an exported 0 carries no
   score). JSON objects with a key given twice are merged the same way, not "last key wins".
+* **Engine results** (:func:`rank_hits`): hits with score ≤ 0 are dropped and the rest ordered
+  by score descending, then by row (by document id when ``doc_ids`` are given), the rule of
+  :func:`spladekit.index.exact.exact_search`. Which of several documents tied at the k-th score
+  an engine returns is its own choice.
 * **Quantisation** (integer impacts, :func:`quantise`): ``q_j = ⌊w_j · scale + 1/2⌋`` (round half
   up, computed in float64); terms with ``q_j = 0`` are dropped. Hence every term with
   ``w_j ≥ 1/scale`` is kept (``q_j ≥ 1``), only terms with ``w_j < 1/(2·scale)`` are dropped, and
@@ -50,6 +55,34 @@ def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[
     np.add.at(summed, inverse, val)
     keep = summed > 0
     return unique[keep], summed[keep].astype(np.float32)
+
+
+def to_sparse_vectors(matrix: sp.spmatrix) -> list[dict]:
+    """Each row as ``{"indices": [int, ...] (strictly increasing), "values": [float, ...]}``."""
+    return [{"indices": idx.tolist(), "values": [float(v) for v in val]} for idx, val in iter_rows(matrix)]
+
+
+def from_sparse_vector(indices: Sequence[int], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Normalise one ``{"indices", "values"}`` vector (sort, sum repeats, drop ≤ 0).
+
+    Raises:
+        ValueError: ``indices`` and ``values`` differ in length, or an index is negative.
+    """
+    if len(indices) != len(values):
+        raise ValueError(f"{len(indices)} indices for {len(values)} values")
+    if any(int(i) < 0 for i in indices):
+        raise ValueError("negative sparse index")
+    return normalise_entries(indices, values)
+
+
+def rank_hits(hits: Iterable[tuple[int, float]], k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
+    """An engine's ``(row, score)`` hits in the exact-search order (module rule), at most ``k``."""
+    if doc_ids is None:
+        rank = lambda row: row  # noqa: E731
+    else:
+        order = {d: r for r, d in enumerate(sorted(doc_ids))}
+        rank = lambda row: order[doc_ids[row]]  # noqa: E731
+    return sorted(((int(r), float(s)) for r, s in hits if s > 0), key=lambda p: (-p[1], rank(p[0])))[:k]
 
 
 def rows_to_csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], vocab_size: int) -> sp.csr_matrix:
@@ -159,8 +192,8 @@ class ExportManifest:
     """``export.json``: what an export folder holds, written next to the exported files.
 
     Attributes:
-        format: ``anserini-jsonvector``, ``anserini-queries``, ``seismic-jsonl``, ``qdrant``,
-            ``elastic``.
+        format: a name of :data:`spladekit.index.export.FORMATS` (``anserini``,
+            ``anserini-queries``, ``seismic``, ``qdrant``, ``milvus``, ``pgvector``, ``elastic``).
         files: exported file names, relative to the folder.
         scale: quantisation scale (None: float weights are written as they are).
         model: model id the vectors came from; ``model_revision`` its revision.

@@ -12,11 +12,22 @@ rejects dotted feature names), and WordPiece/BPE vocabularies contain tokens suc
 Exact dot product (``s(q, d) = Σ_j q_j d_j``): a ``bool`` query whose ``should`` clauses are one
 ``rank_feature`` query per query term with the **linear** function and ``boost = q_j``; the
 linear function scores the stored feature value ``d_j`` and ``should`` clauses add up (Elastic
-docs, "Rank feature query": linear function). Engines store ``rank_features`` values with 9
-significant bits, so an engine's score equals the dot product with every ``d_j`` rounded to 9
-significant bits (relative error ≤ 2⁻⁹ per term). For ``sparse_vector`` fields (Elasticsearch
-≥ 8.15) the ``sparse_vector`` query with ``query_vector`` scores the same dot product. See
-``docs/serving.md`` for the mappings and the full request bodies.
+docs, "Rank feature query": linear function). For ``sparse_vector`` fields (Elasticsearch
+≥ 8.15) the ``sparse_vector`` query with ``query_vector`` scores the same sum, but only with
+token pruning off: indices created by Elasticsearch ≥ 8.19 / 9.1 prune by default (Elastic docs,
+"Sparse vector field type", Token pruning: ``tokens_freq_ratio_threshold`` 5,
+``tokens_weight_threshold`` 0.4), so :func:`mapping` sets ``index_options.prune: false`` and
+:func:`query_body` ``prune: false``.
+
+**Precision.** Both field types index each weight as a Lucene ``FeatureField``, whose term
+frequency keeps the top 16 bits of the float32 (``Float.floatToIntBits(w) >>> 15``: sign,
+exponent and 8 mantissa bits, i.e. 9 significant bits), by **truncation**
+(``FeatureField.encodeFeatureValue``, Lucene 9.9.1). So the engine's score is the dot product
+with every ``d_j`` replaced by :func:`stored_value` ``(d_j) ≤ d_j``, relative error
+``< 2⁻⁸`` per term (0.1 is stored as 0.0998535). This scoring rule is checked against Lucene
+9.9.1 itself (the ``FeatureField`` and ``BooleanQuery`` classes of Anserini's jar) in
+``tests/test_engines.py``; the HTTP layer of Elasticsearch/OpenSearch (mapping, bulk, query
+parsing) is not, since neither server can be installed here. See ``docs/serving.md``.
 """
 
 from __future__ import annotations
@@ -75,7 +86,21 @@ def mapping(field: str = "splade", field_type: str = "rank_features") -> dict:
     """
     if field_type not in FIELD_TYPES:
         raise ValueError(f"field_type must be one of {FIELD_TYPES}, got {field_type!r}")
-    return {"mappings": {"properties": {"doc_id": {"type": "keyword"}, field: {"type": field_type}}}}
+    spec: dict = {"type": field_type}
+    if field_type == "sparse_vector":
+        spec["index_options"] = {"prune": False}  # ES ≥ 8.19 / 9.1 prune tokens by default
+    return {"mappings": {"properties": {"doc_id": {"type": "keyword"}, field: spec}}}
+
+
+def stored_value(values) -> np.ndarray:
+    """The weights Lucene's ``FeatureField`` stores for ``values`` (float32, 9 significant bits).
+
+    ``encodeFeatureValue(w) = floatToIntBits(w) >>> 15`` and ``decodeFeatureValue(tf) =
+    intBitsToFloat(tf << 15)``: the low 15 mantissa bits of the float32 are cleared (truncation
+    toward 0), so ``0 ≤ w − stored(w) < 2⁻⁸ · w`` for positive ``w``.
+    """
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32)
+    return ((bits >> np.uint32(15)) << np.uint32(15)).view(np.float32)
 
 
 def vector_object(idx: np.ndarray, val: np.ndarray, vocabulary: Sequence[str] | None, keys: str = "token") -> dict:
@@ -157,8 +182,8 @@ def query_body(
     """Search body scoring the exact dot product of a 1-row query with each document's ``field``.
 
     ``rank_features``: ``bool.should`` of ``rank_feature`` queries with ``linear`` and
-    ``boost = q_j`` (score = ``Σ_j q_j · d_j``). ``sparse_vector``: the ``sparse_vector`` query
-    with ``query_vector = {key: q_j}``. A query with no active term gives a body that matches no
+    ``boost = q_j`` (score = ``Σ_j q_j · stored_value(d_j)``). ``sparse_vector``: the
+    ``sparse_vector`` query with ``query_vector = {key: q_j}`` and ``prune: false``. A query with no active term gives a body that matches no
     document (``match_none``), so it returns an empty list, as exact search does.
 
     Raises:
@@ -173,6 +198,6 @@ def query_body(
         return {"size": k, "query": {"match_none": {}}}
     terms = vector_object(idx, val, vocabulary, keys)
     if field_type == "sparse_vector":
-        return {"size": k, "query": {"sparse_vector": {"field": field, "query_vector": terms}}}
+        return {"size": k, "query": {"sparse_vector": {"field": field, "query_vector": terms, "prune": False}}}
     should = [{"rank_feature": {"field": f"{field}.{key}", "linear": {}, "boost": weight}} for key, weight in terms.items()]
     return {"size": k, "query": {"bool": {"should": should}}}

