@@ -11,6 +11,7 @@ from spladekit.cli import index  # noqa: F401  (registers index, encode, search,
 from spladekit.cli import train  # noqa: F401  (registers train)
 from spladekit.cli import reproduce  # noqa: F401  (registers reproduce)
 from spladekit.cli import fuse  # noqa: F401  (registers fuse)
+from spladekit.cli import export_model  # noqa: F401  (registers export-model)
 
 
 def main() -> None:
