@@ -133,3 +133,44 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
                  conventions=result.metrics["conventions"])  # what was used, not just what was asked
     write_system(result, Path(out), saved)
     return result
+
+
+def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None):
+    """``spladekit inference-free``: ``model``'s document encoder with an inference-free query side
+    whose weights are the IDF of the corpus of ``data`` (or of ``documents``), saved into ``out``
+    atomically with the sentence-transformers ``Router`` files (where expressible, see
+    :func:`spladekit.train.export.write_inference_free_sentence_transformers_files`).
+
+    Returns:
+        The :class:`SpladeEncoder` (its ``query_weights`` set).
+
+    Raises:
+        ValueError: neither ``data`` nor ``documents``, or an empty corpus.
+        OutputPathError: ``out`` is an existing file.
+    """
+    import os
+    import shutil
+
+    from spladekit.data.beir import load_corpus
+    from spladekit.model.inference_free import make_inference_free
+    from spladekit.train.export import write_inference_free_sentence_transformers_files
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        ensure_folder(out)  # raises OutputPathError before any work
+    if documents is None:
+        if data is None:
+            raise ValueError("give the corpus: a BEIR folder (data) or the documents")
+        documents = list(load_corpus(data).values())
+    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu"), documents)
+    tmp = out.with_name(f".tmp-{out.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    if write_inference_free_sentence_transformers_files(tmp, encoder.tokenizer, encoder.query_weights,
+                                                        encoder.metadata.doc_max_length) is None:
+        encoder.metadata.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
+    encoder.save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    os.rename(tmp, out)
+    return encoder

@@ -24,6 +24,8 @@ The folder written by :func:`export_onnx`::
     tokenizer files     (``tokenizer.save_pretrained``)
     spladekit.json      query/doc max lengths, top-k, source, and under ``extra.onnx`` the file,
                         input/output names, opset, vocabulary size and max positions
+    query_weights.safetensors   only for an inference-free model: its query term weights (the
+                        query side is a table look-up, no graph; the graph encodes documents)
 
 :class:`OnnxSpladeEncoder` reads it back and encodes with onnxruntime (CPU by default) through
 the same batching, truncation and sparse conversion as :class:`SpladeEncoder`.
@@ -42,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
+from spladekit.model.inference_free import INFERENCE_FREE, load_query_weights
 from spladekit.model.pooling import splade_max_pool
 
 ONNX_FILE = "model.onnx"
@@ -123,6 +126,11 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         "vocab_size": encoder.vocab_size, "max_positions": encoder.max_positions,
         "pooling": "max over non-padding positions of log1p(relu(logits)); [PAD] column zeroed",
     })
+    if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
+        from spladekit.model.inference_free import save_query_weights
+
+        save_query_weights(tmp, encoder.query_weights)
+        meta.query_encoder = INFERENCE_FREE
     meta.save(tmp)
     if out.exists():
         shutil.rmtree(out)
@@ -174,6 +182,9 @@ class OnnxSpladeEncoder(SpladeEncoder):
         self._vocab = None
         self.last_truncated = 0
         self._lowered: set[int] = set()
+        self.query_weights = None
+        if self.metadata.query_encoder == INFERENCE_FREE:
+            self.query_weights = load_query_weights(folder, self.vocab_size)
 
     @property
     def vocab_size(self) -> int:
