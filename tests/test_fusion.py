@@ -99,3 +99,36 @@ def test_fuse_cli(tmp_path):
     assert json.loads(result.stdout.split("\nconventions")[0])["MRR@10"] == pytest.approx(0.5)
     bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), "--out", str(out), "--weight", "1", "--weight", "2"])
     assert bad.exit_code == 2 and "weights" in bad.output
+
+
+def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
+    """The demo's new rows: inference-free on the same document vectors, RRF and min-max fusion of
+    the SPLADE and BM25 runs, each evaluated with the conventions of the other rows."""
+    import numpy as np
+
+    from spladekit.demo import run_demo
+    from spladekit.evaluate.metrics import evaluate
+
+    results = run_demo(str(tiny_bert_dir), str(tiny_beir), tmp_path / "demo", train=False)
+    by_name = {r.name: r for r in results}
+    splade, bm25 = results[0], by_name["bm25"]
+    free = by_name["inference-free (IDF queries, same docs)"]
+    rrf = by_name[f"fused RRF ({splade.name} + bm25)"]
+    minmax = by_name[f"fused min-max ({splade.name} + bm25)"]
+    assert rrf.run == reciprocal_rank_fusion([splade.run, bm25.run])
+    assert minmax.run == score_fusion([splade.run, bm25.run], "min-max")
+    assert rrf.metrics["nDCG@10"] == evaluate(rrf.run, load_qrels(tiny_beir))["nDCG@10"]
+    assert free.doc_vectors is splade.doc_vectors  # the same index
+    assert splade.metrics["query_ms"] > 0 and free.metrics["query_ms"] > 0
+    assert np.isfinite(free.metrics["nDCG@10"])
+    printed = capsys.readouterr().out
+    assert "| inference-free (IDF queries, same docs) |" in printed and "query ms" in printed
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary[rrf.name]["fusion"]["rrf_k"] == 60
+    assert (tmp_path / "demo" / "fused_rrf" / "run.trec").exists()
+
+
+def load_qrels(folder):
+    from spladekit.data.trec import read_qrels
+
+    return read_qrels(folder / "qrels" / "test.tsv")
