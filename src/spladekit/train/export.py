@@ -51,13 +51,14 @@ def write_sentence_transformers_files(folder: str | Path, max_seq_length: int = 
     return list(files)
 
 
-#: The inference-free layout (sentence-transformers ≥ 5.1 ``Router``): the query route is a
+#: The inference-free layout (sentence-transformers ``Router``): the query route is a
 #: ``SparseStaticEmbedding`` (its own folder: config, weight, tokenizer), the document route the
-#: masked-LM at the folder root (module id ".") then ``SpladePooling``.
+#: masked-LM at the folder root (module id ".") then ``SpladePooling``. Module paths and Router
+#: parameters are the 5.x ones, which 6.x still loads (only 6.2 is tested here).
 ROUTER_TYPES = {
-    "query_0_SparseStaticEmbedding": "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding",
-    ".": "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer",
-    "document_1_SpladePooling": "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling",
+    "query_0_SparseStaticEmbedding": "sentence_transformers.sparse_encoder.models.SparseStaticEmbedding",
+    ".": "sentence_transformers.sparse_encoder.models.MLMTransformer",
+    "document_1_SpladePooling": "sentence_transformers.sparse_encoder.models.SpladePooling",
 }
 
 
@@ -85,11 +86,11 @@ def write_inference_free_sentence_transformers_files(folder: str | Path, tokeniz
     save_file({"weight": query_weights.detach().float().cpu().contiguous()}, str(query_dir / "model.safetensors"))
     tokenizer.save_pretrained(query_dir)
     files = {
-        folder / "modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.router.Router"}],
+        folder / "modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Router"}],
         folder / "router_config.json": {
             "types": ROUTER_TYPES,
             "structure": {"query": ["query_0_SparseStaticEmbedding"], "document": [".", "document_1_SpladePooling"]},
-            "parameters": {"default_route": "document", "allow_empty_key": True, "route_mappings": {}},
+            "parameters": {"default_route": "document", "allow_empty_key": True},
         },
         folder / "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
         folder / "config_sentence_transformers.json": {
