@@ -5,6 +5,10 @@ The layout is the one sentence-transformers (≥ 5) writes for SPLADE models: mo
 pooling and ReLU (log1p saturation is applied by SpladePooling), i.e. the same function as
 :func:`spladekit.model.pooling.splade_max_pool`. Written by hand (no sentence-transformers import),
 with the module paths that sentence-transformers 5.x and 6.x both load.
+
+An inference-free model (``query_encoder: inference-free``) gets the ``Router`` layout instead
+(:func:`write_inference_free_sentence_transformers_files`): the plain layout would encode its queries
+through the transformer, which is not the model.
 """
 
 from __future__ import annotations
