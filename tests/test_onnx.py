@@ -138,6 +138,7 @@ def test_export_model_cli(tiny_bert_dir, tmp_path):
     out = tmp_path / "onnx"
     result = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--format", "onnx", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert "onnxruntime check: max |onnx - torch|" in result.output
     encoder = SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain", device="cpu")
     check_equal(encoder, OnnxSpladeEncoder(out), ["protein expression in cells", "cancer"], 64)
     bad = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--format", "tflite", "--out", str(out)])

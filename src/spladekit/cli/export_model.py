@@ -29,7 +29,7 @@ def export_model(
     try:
         if format not in FORMATS:
             raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS)}")
-        from spladekit.model.onnx_export import export_onnx
+        from spladekit.model.onnx_export import check_export, export_onnx
 
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
                                                 head_impl="plain", device="cpu")
@@ -37,3 +37,7 @@ def export_model(
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}])")
+    try:
+        typer.echo(f"onnxruntime check: max |onnx - torch| = {check_export(encoder, written):.2e} on 3 texts")
+    except ImportError:
+        typer.echo("onnxruntime not installed: the export was not run (pip install 'spladekit[onnx]')")

@@ -200,3 +200,19 @@ class OnnxSpladeEncoder(SpladeEncoder):
         feeds = {name: batch[name].numpy().astype(np.int64) for name in self.record["inputs"]}
         (weights,) = self.session.run([self.record["output"]], feeds)
         return torch.from_numpy(weights)
+
+
+CHECK_TEXTS = ("what causes cancer in mice?", "protein", "")
+
+
+def check_export(encoder: SpladeEncoder, folder: str | Path, texts: Sequence[str] = CHECK_TEXTS) -> float:
+    """Max ``|w_onnx - w_torch|`` over ``texts`` encoded as one padded batch, with onnxruntime on
+    ``folder`` and with ``encoder`` (a quick check of a fresh export; the tests bound it).
+
+    Raises:
+        ImportError: onnxruntime is missing.
+    """
+    onnx_encoder = OnnxSpladeEncoder(folder)
+    length = encoder.metadata.query_max_length
+    expected = encoder.encode_dense(list(texts), length)
+    return float((onnx_encoder.encode_dense(list(texts), length) - expected).abs().max())
