@@ -165,7 +165,7 @@ def load_model(config: TrainConfig, texts=None):
 def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:
     """Give ``model`` an inference-free query side (``model.query_weights``), θ initialised from the
     IDF of the distinct documents (by id) of ``examples``, positives and hard negatives
-    (:func:`spladekit.model.inference_free.idf_weights`); trainable unless ``model.train_query_weights``
+    (:func:`spladekit.model.inference_free.idf_weights`); trainable unless ``config.model.train_query_weights``
     is false."""
     from spladekit.model.inference_free import QueryTermWeights, idf_weights
 
