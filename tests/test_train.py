@@ -302,7 +302,9 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     results = run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4,
                        overrides=["steps=2", "batch_size=4", "validate_every=0", "data.validation_fraction=0",
                                   "model.head_impl=plain", "curves=false"])
-    assert [r.name for r in results] == ["model (before)", "model (fine-tuned)", "bm25"]
+    assert [r.name for r in results][:3] == ["model (before)", "model (fine-tuned)", "bm25"]
+    assert [r.name for r in results][3:] == ["inference-free (IDF queries, same docs)",
+                                             "fused RRF (model (fine-tuned) + bm25)", "fused min-max (model (fine-tuned) + bm25)"]
     printed = capsys.readouterr().out
     assert "| model (fine-tuned) |" in printed and "fine-tuning: nDCG@10" in printed
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())

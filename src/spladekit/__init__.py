@@ -21,6 +21,9 @@ from spladekit.model.heads import find_mlm_head
 from spladekit.model.splade import SpladeModel
 from spladekit.train.regularizers import flops_regularizer, l1_regularizer
 from spladekit.reproduce import describe_plan, load_reproduce_config, run_grid, write_report
+from spladekit.index.fusion import FusionConfig, fuse
+from spladekit.model.inference_free import make_inference_free
+from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
 
 __version__ = "0.1.0"
 
@@ -53,4 +56,9 @@ __all__ = [
     "run_grid",
     "write_report",
     "describe_plan",
+    "fuse",
+    "FusionConfig",
+    "make_inference_free",
+    "export_onnx",
+    "OnnxSpladeEncoder",
 ]

@@ -8,6 +8,7 @@ under 15 minutes), ``full`` is the stronger GPU recipe.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from spladekit.data.beir import load_beir
@@ -17,9 +18,11 @@ from spladekit.pipeline import SystemResult, evaluate_bm25, evaluate_splade, wri
 from spladekit.plots import per_query_comparison
 
 QUALITY_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000")
-TABLE_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000", "avg_query_terms", "avg_doc_terms", "flops", "wall_time_s")
+TABLE_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000", "avg_query_terms", "avg_doc_terms", "flops", "query_ms",
+                 "wall_time_s")
 COLUMN_LABELS = {"avg_query_terms": "avg query terms", "avg_doc_terms": "avg doc terms", "flops": "FLOPS",
-                 "wall_time_s": "wall time (s)"}
+                 "query_ms": "query ms", "wall_time_s": "wall time (s)"}
+COLUMN_FORMATS = {**{c: "{:.4f}" for c in QUALITY_COLUMNS}, "query_ms": "{:.3f}"}  # others: one decimal
 
 
 def format_table(results: list[SystemResult]) -> str:
@@ -31,10 +34,13 @@ def format_table(results: list[SystemResult]) -> str:
         cells = []
         for column in TABLE_COLUMNS:
             value = values.get(column)
-            cells.append("-" if value is None else f"{value:.4f}" if column in QUALITY_COLUMNS else f"{value:.1f}")
+            cells.append("-" if value is None else COLUMN_FORMATS.get(column, "{:.1f}").format(value))
         lines.append(f"| {result.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
+
+#: Output folders of the rows of :func:`query_side_rows`, in order.
+EXTRA_FOLDERS = ["inference_free", "fused_rrf", "fused_minmax"]
 
 #: Training recipes of the demo (kept equal to configs/demo.yaml and configs/scifact-splade-tiny.yaml by a test).
 DEMO_RECIPES = {
@@ -65,6 +71,48 @@ def demo_config(model: str, data: str, full: bool = False, overrides: list[str] 
     recipe["model"]["path"] = model
     recipe["data"]["path"] = data
     return TrainConfig.model_validate(apply_overrides(recipe, overrides or []))
+
+
+def query_side_rows(encoder: SpladeEncoder, splade: SystemResult, bm25: SystemResult, dataset,
+                    latency_queries: int = 100) -> list[SystemResult]:
+    """The demo's query-side rows, built from one SPLADE system (``encoder`` and its result ``splade``):
+
+    - ``inference-free``: ``encoder``'s documents (the same index, ``splade.doc_vectors``) with an
+      inference-free query side, IDF of the corpus (:mod:`spladekit.model.inference_free`);
+    - ``fused RRF`` and ``fused min-max``: ``splade`` fused with ``bm25``
+      (:mod:`spladekit.index.fusion`: RRF k = 60; min-max normalised CombSUM, equal weights).
+
+    ``query_ms`` (median ms per query, batch of one, first ``latency_queries`` test queries) is
+    measured for ``splade`` and the inference-free row side by side and set on both. To add a row,
+    append another :class:`SystemResult` here.
+    """
+    import copy
+
+    from spladekit.index.fusion import FusionConfig
+    from spladekit.model.inference_free import make_inference_free
+    from spladekit.pipeline import evaluate_fused, query_latency
+
+    started = time.perf_counter()
+    free = copy.copy(encoder)  # shares the model and tokenizer; its own metadata and query side
+    free.metadata = copy.deepcopy(encoder.metadata)
+    make_inference_free(free, list(dataset.corpus.values()))
+    idf_seconds = time.perf_counter() - started
+    free_row = evaluate_splade(free, dataset, name="inference-free (IDF queries, same docs)", doc_vectors=splade.doc_vectors,
+                               show_progress=False)
+    free_row.seconds += idf_seconds
+    texts = list(dataset.queries.values())[:latency_queries]
+    warmup = min(5, len(texts) // 2)
+    latency = query_latency({"splade": encoder, "inference-free": free}, texts, warmup=warmup)
+    splade.metrics["query_ms"], free_row.metrics["query_ms"] = latency["splade"], latency["inference-free"]
+    source = splade.name
+    rows = [free_row,
+            evaluate_fused([splade, bm25], dataset, f"fused RRF ({source} + bm25)", FusionConfig(method="rrf")),
+            evaluate_fused([splade, bm25], dataset, f"fused min-max ({source} + bm25)",
+                           FusionConfig(method="score", norm="min-max"))]
+    print(f"query encoding, median per query (batch 1, {len(texts) - warmup} timed queries, side by side): "
+          f"{source} {latency['splade']:.2f} ms, inference-free {latency['inference-free']:.3f} ms "
+          f"({latency['splade'] / max(latency['inference-free'], 1e-9):.0f}× faster)")
+    return rows
 
 
 def _load(model: str, data: str, batch_size: int, **encoder_options):
@@ -109,8 +157,10 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
     if train:
         return _run_train_demo(model, data, out, batch_size, full, overrides)
     dataset, encoder = _load(model, data, batch_size)
-    results = [evaluate_splade(encoder, dataset, name=Path(model).name or model), evaluate_bm25(dataset)]
-    _report(results, [r.name for r in results], dataset, out)
+    splade, bm25 = evaluate_splade(encoder, dataset, name=Path(model).name or model), evaluate_bm25(dataset)
+    extra = query_side_rows(encoder, splade, bm25, dataset)
+    results = [splade, bm25, *extra]
+    _report(results, [r.name for r in results[:2]] + EXTRA_FOLDERS, dataset, out)
     print(f"outputs in {out}/")
     return results
 
@@ -136,7 +186,8 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     after = evaluate_splade(after_encoder, dataset, name=f"{name} (fine-tuned)")
     training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),
                 "validation": result.validation, "alarms": result.alarms}
-    _report([before, after, bm25], ["before", "after", "bm25"], dataset, out, {"training": training})
+    extra = query_side_rows(after_encoder, after, bm25, dataset)
+    _report([before, after, bm25, *extra], ["before", "after", "bm25", *EXTRA_FOLDERS], dataset, out, {"training": training})
     delta = after.metrics["nDCG@10"] - before.metrics["nDCG@10"]
     print(f"fine-tuning: nDCG@10 {before.metrics['nDCG@10']:.4f} -> {after.metrics['nDCG@10']:.4f} ({delta:+.4f}), "
           f"doc active terms {before.metrics['avg_doc_terms']:.1f} -> {after.metrics['avg_doc_terms']:.1f}, "
@@ -144,4 +195,4 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     if result.curves:
         print(f"training curves: {result.curves}")
     print(f"outputs in {out}/")
-    return [before, after, bm25]
+    return [before, after, bm25, *extra]

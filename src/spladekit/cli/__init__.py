@@ -10,6 +10,9 @@ from spladekit.cli import evaluate  # noqa: F401  (registers compare)
 from spladekit.cli import index  # noqa: F401  (registers index, encode, search, export, import)
 from spladekit.cli import train  # noqa: F401  (registers train)
 from spladekit.cli import reproduce  # noqa: F401  (registers reproduce)
+from spladekit.cli import fuse  # noqa: F401  (registers fuse)
+from spladekit.cli import export_model  # noqa: F401  (registers export-model)
+from spladekit.cli import inference_free  # noqa: F401  (registers inference-free)
 
 
 def main() -> None:

@@ -97,6 +97,13 @@ def read_corpus(path: str | Path) -> dict[str, str]:
     return corpus
 
 
+def load_corpus(path: str | Path) -> dict[str, str]:
+    """The corpus of a BEIR folder (or dataset name), as :func:`read_corpus`; no qrels needed."""
+    from spladekit.data.resolve import resolve_dataset
+
+    return read_corpus(_find(resolve_dataset(path), "corpus"))
+
+
 def read_queries(path: str | Path) -> dict[str, str]:
     """Read a BEIR ``queries.jsonl[.gz]`` into ``{query_id: text}``.
 

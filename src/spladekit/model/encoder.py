@@ -33,6 +33,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
+from spladekit.model.inference_free import INFERENCE_FREE, encode_bag, load_query_weights, save_query_weights
 from spladekit.model.splade import SpladeModel
 
 METADATA_FILE = "spladekit.json"
@@ -49,6 +50,9 @@ class EncoderMetadata:
         doc_top_k: the same for documents.
         source: model id or path it was loaded from.
         extra: anything else (rescaling record, training config hash...).
+        query_encoder: ``"splade"`` (queries through the model, like documents) or
+            ``"inference-free"`` (queries are a bag of their tokens weighted by
+            ``query_weights.safetensors``, see :mod:`spladekit.model.inference_free`).
     """
 
     query_max_length: int = 64
@@ -57,6 +61,7 @@ class EncoderMetadata:
     doc_top_k: int | None = None
     source: str = ""
     extra: dict = field(default_factory=dict)
+    query_encoder: str = "splade"
 
     @classmethod
     def load(cls, folder: str | Path) -> "EncoderMetadata":
@@ -148,9 +153,12 @@ class SpladeEncoder:
         metadata: max lengths and top-k pruning (see :class:`EncoderMetadata`).
         batch_size: texts per forward pass.
         device: torch device; default: CUDA when available, else CPU.
+        query_weights: ``[V]`` weights of an inference-free query side (then
+            :meth:`encode_queries` needs no forward pass; see :mod:`spladekit.model.inference_free`).
     """
 
-    def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None):
+    def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
+                 query_weights: torch.Tensor | None = None):
         if not isinstance(model, SpladeModel):
             model = SpladeModel(model)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -161,6 +169,7 @@ class SpladeEncoder:
         self._vocab: list[str] | None = None
         self.last_truncated = 0
         self._lowered: set[int] = set()
+        self.query_weights = query_weights
 
     # ------------------------------------------------------------------ loading and saving
     @classmethod
@@ -204,7 +213,16 @@ class SpladeEncoder:
         ).items():
             if value is not None:
                 setattr(meta, key, value)
-        return cls(SpladeModel(mlm, head_impl), tokenizer, meta, batch_size=batch_size, device=device)
+        model = SpladeModel(mlm, head_impl)
+        query_weights = None
+        if meta.query_encoder == INFERENCE_FREE:
+            query_weights = load_query_weights(location, model.vocab_size)
+        elif meta.query_encoder != "splade":
+            from spladekit.errors import DataFormatError
+
+            raise DataFormatError(Path(location) / METADATA_FILE, f"unknown query_encoder {meta.query_encoder!r}; "
+                                  f"expected 'splade' or {INFERENCE_FREE!r}", field="query_encoder")
+        return cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Save model, tokenizer and ``spladekit.json`` into ``folder``.
@@ -218,6 +236,9 @@ class SpladeEncoder:
             self.metadata.extra["rescale"] = record
         self.model.mlm.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
+        if self.query_weights is not None:
+            save_query_weights(folder, self.query_weights)
+            self.metadata.query_encoder = INFERENCE_FREE
         self.metadata.save(folder)
 
     # ------------------------------------------------------------------ encoding
@@ -321,7 +342,19 @@ class SpladeEncoder:
         return stacked[inverse].astype(np.float32)
 
     def encode_queries(self, queries: Sequence[str], **kwargs) -> sp.csr_matrix:
-        """Encode queries with ``query_max_length`` and ``query_top_k``; see :meth:`encode`."""
+        """Encode queries with ``query_max_length`` and ``query_top_k``; see :meth:`encode`.
+
+        With an inference-free query side (:attr:`query_weights`), no forward pass: each query is
+        the bag of its tokens weighted by ``query_weights``
+        (:func:`spladekit.model.inference_free.encode_bag`; ``batch_size`` and ``show_progress`` do not apply).
+        """
+        if self.query_weights is not None:
+            if isinstance(queries, (str, bytes)):
+                raise TypeError("texts must be a sequence of strings, got a single string (wrap it in a list)")
+            max_length = self.check_max_length(self.metadata.query_max_length)
+            matrix, self.last_truncated = encode_bag(self.tokenizer, list(queries), self.query_weights, max_length,
+                                                     self.metadata.query_top_k)
+            return matrix
         return self.encode(queries, self.metadata.query_max_length, self.metadata.query_top_k, desc="queries", **kwargs)
 
     def encode_documents(self, documents: Sequence[str], **kwargs) -> sp.csr_matrix:

@@ -63,11 +63,17 @@ class SpladeModel(nn.Module):
     Forward:
         ``input_ids`` ``[B, L]`` (int64), ``attention_mask`` ``[B, L]`` (0/1) →
         ``[B, V]`` float32 SPLADE weights ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t.
+
+    Attributes:
+        query_weights: None, or the inference-free query side being trained
+            (:class:`spladekit.model.inference_free.QueryTermWeights`; a submodule, so the optimiser,
+            checkpoints and the distributed broadcast include it). ``forward`` never uses it.
     """
 
     def __init__(self, mlm: nn.Module, head_impl: str | None = None):
         super().__init__()
         self.mlm = mlm
+        self.query_weights = None
         self.head_impl = head_impl or default_head_impl()
         get_head_fn(self.head_impl)  # validate early
 

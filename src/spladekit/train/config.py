@@ -28,6 +28,10 @@ class ModelConfig(_Strict):
     query_max_length: int = Field(64, ge=4)
     doc_max_length: int = Field(256, ge=4)
     suppress_pad: bool = Field(True, description="set the decoder bias of [PAD] to -1e4 at initialisation")
+    query_encoder: Literal["splade", "inference-free"] = Field(
+        "splade", description="inference-free: queries are a bag of their tokens with one weight per vocabulary entry "
+        "(IDF of the training documents at initialisation; spladekit.model.inference_free); no query regulariser")
+    train_query_weights: bool = Field(True, description="inference-free: train the query term weights jointly (else keep the IDF)")
 
 
 class RescaleConfig(_Strict):

@@ -162,6 +162,21 @@ def load_model(config: TrainConfig, texts=None):
     return SpladeModel(mlm, config.model.head_impl), tokenizer, record
 
 
+def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:
+    """Give ``model`` an inference-free query side (``model.query_weights``), θ initialised from the
+    IDF of the distinct documents (by id) of ``examples``, positives and hard negatives
+    (:func:`spladekit.model.inference_free.idf_weights`); trainable unless ``config.model.train_query_weights``
+    is false."""
+    from spladekit.model.inference_free import QueryTermWeights, idf_weights
+
+    documents: dict[str, str] = {}
+    for example in examples:
+        for doc_id, text in list(example.positives) + list(example.negatives):
+            documents.setdefault(doc_id, text)
+    weights = idf_weights(tokenizer, list(documents.values()), model.vocab_size)
+    model.query_weights = QueryTermWeights(weights, trainable=config.model.train_query_weights)
+
+
 def _optimizer(model, config: TrainConfig):
     from transformers import get_linear_schedule_with_warmup
 
@@ -219,6 +234,18 @@ class _Encoder:
         with self.autocast():
             return self.model(tokens["input_ids"], tokens["attention_mask"]).float()
 
+    # the query side: the model itself, or an inference-free bag of tokens (no special tokens)
+    def query_tokens(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+        if self.model.query_weights is None:
+            return self.tokens(texts, max_length)
+        batch = self.model.query_weights.tokenize(self.tokenizer, texts, max_length)
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def query(self, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.model.query_weights is None:
+            return self(tokens)
+        return self.model.query_weights(tokens["input_ids"], tokens["attention_mask"])
+
 
 def _rng_state(device: torch.device):
     return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
@@ -248,7 +275,7 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
     local = batch.slice(info.rank * per_process, (info.rank + 1) * per_process)
     micro = per_process // config.grad_accum
     m = config.model
-    tokens = [(encoder.tokens(local.queries[i : i + micro], m.query_max_length),
+    tokens = [(encoder.query_tokens(local.queries[i : i + micro], m.query_max_length),
                encoder.tokens(local.docs[i * local.group : (i + micro) * local.group], m.doc_max_length))
               for i in range(0, per_process, micro)]
     teacher = (torch.tensor(batch.teacher, dtype=torch.float32, device=encoder.device)
@@ -265,7 +292,7 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         (scaler.scale(total) if scaler is not None else total).backward()
 
     if len(tokens) == 1:
-        q, d = encoder(tokens[0][0]), encoder(tokens[0][1])
+        q, d = encoder.query(tokens[0][0]), encoder(tokens[0][1])
         total, parts, q_all, d_all = loss_of(q, d)
         backward(total)
     else:  # gradient cache: encode without graph, loss gradient on the vectors, re-encode and back-propagate
@@ -273,7 +300,7 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         with torch.no_grad():
             for tq, td in tokens:
                 states.append(_rng_state(encoder.device))
-                qs.append(encoder(tq))
+                qs.append(encoder.query(tq))
                 ds.append(encoder(td))
         end_state = _rng_state(encoder.device)
         q_cat = torch.cat(qs).requires_grad_(True)
@@ -282,7 +309,7 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         backward(total)
         for k, (tq, td) in enumerate(tokens):
             _set_rng_state(states[k], encoder.device)
-            q, d = encoder(tq), encoder(td)
+            q, d = encoder.query(tq), encoder(td)
             gq = q_cat.grad[k * micro : (k + 1) * micro]
             gd = d_cat.grad[k * micro * batch.group : (k + 1) * micro * batch.group]
             torch.autograd.backward([q, d], [gq, gd])
@@ -413,7 +440,7 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
         with torch.random.fork_rng(devices=[encoder.device] if encoder.device.type == "cuda" else []):
             for index in range(max(1, len(examples) // batch_size)):
                 batch = global_batch(examples, index, batch_size, config.data.num_negatives, config.seed + 7919, need_teacher)
-                q = encoder(encoder.tokens(batch.queries, config.model.query_max_length))
+                q = encoder.query(encoder.query_tokens(batch.queries, config.model.query_max_length))
                 d = encoder(encoder.tokens(batch.docs, config.model.doc_max_length))
                 teacher = torch.tensor(batch.teacher, device=encoder.device) if batch.teacher is not None else None
                 _, parts = compute_loss(q, d, teacher, batch.group, config, 0.0, 0.0)
@@ -441,7 +468,7 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
     """Write the final model folder atomically: the masked-LM and tokenizer (``AutoModelForMaskedLM``),
     ``spladekit.json`` (max lengths, training record) and the sentence-transformers module files."""
     from spladekit.model.encoder import EncoderMetadata
-    from spladekit.train.export import write_sentence_transformers_files
+    from spladekit.train.export import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
 
     tmp = folder.with_name(f".tmp-{folder.name}")
     if tmp.exists():
@@ -449,9 +476,21 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
     tmp.mkdir(parents=True)
     model.mlm.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                    source=config.model.path, extra=extra).save(tmp)
-    write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
+    meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
+                           source=config.model.path, extra=extra)
+    if model.query_weights is None:
+        write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
+    else:  # inference-free: relu(θ) saved, the query side spladekit and sentence-transformers encode with
+        from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
+
+        weights = model.query_weights.saved_weights()
+        save_query_weights(tmp, weights)
+        meta.query_encoder = INFERENCE_FREE
+        meta.extra["inference_free"] = {"init": "idf of the training documents", "trained": config.model.train_query_weights,
+                                        "formula": "ln(1 + (N - df + 0.5) / (df + 0.5))"}
+        if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length) is None:
+            meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
+    meta.save(tmp)
     (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
     if folder.exists():
         shutil.rmtree(folder)
@@ -496,6 +535,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         torch.manual_seed(config.seed)
         rescale_texts = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
         model, tokenizer, rescale_record = load_model(config, rescale_texts)
+        if config.model.query_encoder == "inference-free":
+            attach_query_weights(model, tokenizer, train_examples, config)
         model.to(device).train()
         D.broadcast_parameters(model)
         torch.manual_seed(config.seed + info.rank)
@@ -508,7 +549,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         log = _Log(out, start, info.is_main)
         encoder = _Encoder(model, tokenizer, config, device)
         reg = config.regularizer
-        warm_q, warm_d = QuadraticWarmup(reg.lambda_q, reg.warmup_steps), QuadraticWarmup(reg.lambda_d, reg.warmup_steps)
+        lambda_q = 0.0 if model.query_weights is not None else reg.lambda_q  # inference-free: no query regulariser
+        warm_q, warm_d = QuadraticWarmup(lambda_q, reg.warmup_steps), QuadraticWarmup(reg.lambda_d, reg.warmup_steps)
         need_teacher = config.loss.kind != "infonce"
         params = [p for p in model.parameters() if p.requires_grad]
         alarms: list[str] = []

@@ -1,0 +1,43 @@
+"""export-model: the encoder as a serving artefact (ONNX graph with the SPLADE pooling inside)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app, fail
+from spladekit.data.resolve import DEFAULT_MODEL
+
+FORMATS = ("onnx",)
+
+
+@app.command("export-model")
+def export_model(
+    model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
+    format: str = typer.Option("onnx", "--format", help="onnx: one graph input_ids + attention_mask -> [B, V] SPLADE vector"),
+    out: Path = typer.Option(..., help="folder to write (model.onnx, tokenizer files, spladekit.json)"),
+    opset: int = typer.Option(17, help="ONNX opset version"),
+    query_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 64"),
+    doc_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 256"),
+):
+    """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime."""
+    from spladekit.errors import SpladekitError
+    from spladekit.model.encoder import SpladeEncoder
+
+    try:
+        if format not in FORMATS:
+            raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS)}")
+        from spladekit.model.onnx_export import check_export, export_onnx
+
+        encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
+                                                head_impl="plain", device="cpu")
+        written = export_onnx(encoder, out, opset=opset)
+    except (SpladekitError, ValueError, ImportError) as exc:
+        fail(exc)
+    typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}])")
+    try:
+        typer.echo(f"onnxruntime check: max |onnx - torch| = {check_export(encoder, written):.2e} on 3 texts")
+    except ImportError:
+        typer.echo("onnxruntime not installed: the export was not run (pip install 'spladekit[onnx]')")

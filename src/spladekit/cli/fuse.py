@@ -1,0 +1,48 @@
+"""fuse: hybrid retrieval by fusing TREC runs (RRF or normalised score fusion)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from spladekit.cli.app import app, fail
+
+
+@app.command()
+def fuse(
+    runs: List[Path] = typer.Argument(..., help="TREC run files to fuse (e.g. a SPLADE run and a BM25 run)"),
+    out: Path = typer.Option(..., help="fused TREC run to write (settings in OUT.config.json)"),
+    method: str = typer.Option("rrf", help="rrf (reciprocal rank fusion, Cormack et al. 2009) or score (normalised CombSUM)"),
+    rrf_k: float = typer.Option(60.0, help="RRF constant k (60 in Cormack et al. 2009)"),
+    norm: str = typer.Option("min-max", help="score fusion: min-max or z-score, per query and run"),
+    weight: Optional[List[float]] = typer.Option(None, "--weight", help="one per run, in order (default: 1 each)"),
+    depth: int = typer.Option(1000, help="documents kept per query"),
+    qrels: Optional[Path] = typer.Option(None, help="also evaluate the fused run against these qrels"),
+    preset: Optional[str] = typer.Option(None, help="evaluation conventions (default: from the qrels path)"),
+):
+    """Fuse runs into one (hybrid retrieval); optionally evaluate it with the usual conventions."""
+    from spladekit.cli.evaluate import build_conventions
+    from spladekit.data.trec import read_qrels, read_run, write_run
+    from spladekit.errors import SpladekitError
+    from spladekit.index.fusion import FusionConfig
+    from spladekit.index.fusion import fuse as fuse_runs
+    from spladekit.io import write_json
+
+    try:
+        config = FusionConfig(method=method, rrf_k=rrf_k, norm=norm, weights=weight or None, depth=depth)
+        fused = fuse_runs([read_run(path) for path in runs], config)
+        write_run(fused, out, tag=f"fused-{config.method}")
+        write_json(Path(str(out) + ".config.json"), {"runs": [str(p) for p in runs], "fusion": config.model_dump()})
+        if qrels is not None:
+            from spladekit.evaluate.metrics import evaluate
+
+            conventions = build_conventions(preset, dataset_hint=str(qrels))
+            metrics = evaluate(fused, read_qrels(qrels), conventions=conventions)
+            typer.echo(json.dumps(metrics, indent=2))
+            typer.echo(f"conventions: {conventions.name}")
+    except (SpladekitError, ValueError) as exc:
+        fail(exc)
+    typer.echo(f"wrote {out} ({len(fused)} queries, {config.method})", err=True)

@@ -1,0 +1,34 @@
+"""inference-free: give a SPLADE model a document-only query side (bag of tokens, IDF weights)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from spladekit.cli.app import app, fail
+from spladekit.data.resolve import DEFAULT_MODEL
+
+
+@app.command("inference-free")
+def inference_free(
+    model: str = typer.Option(DEFAULT_MODEL, help="SPLADE model folder or hub id (its document encoder is kept)"),
+    data: str = typer.Option(..., help="BEIR folder or dataset name whose corpus gives the IDF query weights"),
+    out: Path = typer.Option(..., help="model folder to write (loads in spladekit and sentence-transformers)"),
+):
+    """Write an inference-free model: documents through MODEL, queries a bag of tokens weighted by the corpus IDF.
+
+    To train the query weights jointly with the documents instead, use `spladekit train` with
+    `--set model.query_encoder=inference-free`.
+    """
+    from spladekit.errors import SpladekitError
+    from spladekit.pipeline import build_inference_free
+
+    try:
+        encoder = build_inference_free(model, data, out)
+    except (SpladekitError, ValueError) as exc:
+        fail(exc)
+    active = int((encoder.query_weights > 0).sum())
+    documents = encoder.metadata.extra["inference_free"]["idf_documents"]
+    typer.echo(f"wrote {out}/ (IDF of {documents} documents, {active} vocabulary entries with a query weight)")
+

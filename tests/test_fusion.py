@@ -1,0 +1,134 @@
+"""Run fusion: RRF and normalised score fusion, every value worked out by hand in the comments."""
+
+import json
+import math
+
+import pytest
+
+from spladekit.index.fusion import FusionConfig, fuse, normalize, ranks, reciprocal_rank_fusion, score_fusion
+
+# run A ranks a, b, c; run B ranks c, d, a (scores on very different scales, as SPLADE vs BM25)
+A = {"q1": {"a": 30.0, "b": 20.0, "c": 10.0}}
+B = {"q1": {"c": 9.0, "d": 5.0, "a": 1.0}, "q2": {"x": 2.0}}
+
+
+def test_ranks_follow_score_then_doc_id():
+    assert ranks({"b": 1.0, "a": 1.0, "c": 2.0}) == {"c": 1, "a": 2, "b": 3}
+
+
+def test_rrf_values_by_hand():
+    fused = reciprocal_rank_fusion([A, B], k=60)
+    # a: 1/(60+1) + 1/(60+3); b: 1/62; c: 1/63 + 1/61; d: 1/62
+    expected = {"a": 1 / 61 + 1 / 63, "b": 1 / 62, "c": 1 / 63 + 1 / 61, "d": 1 / 62}
+    assert set(fused["q1"]) == set(expected)
+    for doc, value in expected.items():
+        # the same float operations in the same order as the implementation (w·1/(k+r) summed run by run)
+        assert fused["q1"][doc] == pytest.approx(value, rel=1e-15)
+    # a and c tie exactly (same two terms), as do b and d: the order is then doc id ascending
+    assert list(fused["q1"]) == ["a", "c", "b", "d"]
+    assert fused["q2"] == {"x": pytest.approx(1 / 61, rel=1e-15)}  # a query of one run only
+
+
+def test_weighted_rrf_and_depth():
+    fused = reciprocal_rank_fusion([A, B], k=1, weights=[2.0, 1.0], depth=2)
+    # a: 2/2 + 1/4 = 1.25; c: 2/4 + 1/2 = 1.0; b: 2/3 ≈ 0.667; d: 1/3
+    assert fused["q1"] == {"a": pytest.approx(1.25), "c": pytest.approx(1.0)}
+
+
+def test_min_max_normalisation_and_fusion():
+    assert normalize({"a": 30.0, "b": 20.0, "c": 10.0}) == {"a": 1.0, "b": 0.5, "c": 0.0}
+    assert normalize({"a": 3.0, "b": 3.0}) == {"a": 1.0, "b": 1.0}  # degenerate: all 1
+    fused = score_fusion([A, B], norm="min-max")
+    # A: a 1, b .5, c 0; B: c 1, d .5, a 0  ->  a 1, b .5, c 1, d .5
+    assert fused["q1"] == {"a": 1.0, "c": 1.0, "b": 0.5, "d": 0.5}
+    assert list(fused["q1"]) == ["a", "c", "b", "d"]
+    weighted = score_fusion([A, B], norm="min-max", weights=[0.3, 0.7])
+    # a .3, b .15, c .7, d .35
+    assert weighted["q1"] == {"c": pytest.approx(0.7), "d": pytest.approx(0.35), "a": pytest.approx(0.3),
+                              "b": pytest.approx(0.15)}
+    assert list(weighted["q1"]) == ["c", "d", "a", "b"]
+
+
+def test_z_score_normalisation():
+    # mean 20, population std sqrt(200/3)
+    std = math.sqrt(((30 - 20) ** 2 + 0 + (10 - 20) ** 2) / 3)
+    z = normalize({"a": 30.0, "b": 20.0, "c": 10.0}, "z-score")
+    assert z == pytest.approx({"a": 10 / std, "b": 0.0, "c": -10 / std})
+    assert normalize({"a": 4.0}, "z-score") == {"a": 0.0}
+    fused = score_fusion([A, B], norm="z-score")
+    # B: mean 5, std sqrt((16+0+16)/3); c +4/sB, d 0, a -4/sB
+    s_b = math.sqrt(32 / 3)
+    assert fused["q1"] == pytest.approx({"a": 10 / std - 4 / s_b, "b": 0.0, "c": -10 / std + 4 / s_b, "d": 0.0})
+
+
+def test_fuse_dispatch_and_bad_options():
+    assert fuse([A, B], method="rrf") == reciprocal_rank_fusion([A, B])
+    assert fuse([A, B], FusionConfig(method="score", norm="z-score")) == score_fusion([A, B], "z-score")
+    with pytest.raises(ValueError, match="2 runs"):
+        fuse([A, B], weights=[1.0])
+    with pytest.raises(ValueError):
+        FusionConfig(method="borda")
+    with pytest.raises(ValueError, match="≥ 0"):
+        FusionConfig(weights=[1.0, -1.0])
+    with pytest.raises(ValueError, match="at least one run"):
+        fuse([])
+    with pytest.raises(ValueError, match="normalisation"):
+        normalize({"a": 1.0}, "max")
+
+
+def test_fuse_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.data.trec import read_run, write_run
+
+    write_run(A, tmp_path / "a.trec")
+    write_run(B, tmp_path / "b.trec")
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\tc\t1\n", encoding="utf-8")
+    out = tmp_path / "fused.trec"
+    result = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(out),
+                                      "--method", "rrf", "--qrels", str(qrels)])
+    assert result.exit_code == 0, result.output
+    fused = read_run(out)
+    # written with 6 decimals: 1/61 + 1/63 = 0.032266...
+    assert fused["q1"]["a"] == pytest.approx(1 / 61 + 1 / 63, abs=5e-7)
+    settings = json.loads((tmp_path / "fused.trec.config.json").read_text())
+    assert settings["fusion"]["rrf_k"] == 60 and settings["runs"] == [str(tmp_path / "a.trec"), str(tmp_path / "b.trec")]
+    # c is the only relevant document, ranked 2nd after a (tie broken by doc id): MRR@10 = 1/2
+    assert json.loads(result.stdout.split("\nconventions")[0])["MRR@10"] == pytest.approx(0.5)
+    bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), "--out", str(out), "--weight", "1", "--weight", "2"])
+    assert bad.exit_code == 2 and "weights" in bad.output
+
+
+def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
+    """The demo's new rows: inference-free on the same document vectors, RRF and min-max fusion of
+    the SPLADE and BM25 runs, each evaluated with the conventions of the other rows."""
+    import numpy as np
+
+    from spladekit.demo import run_demo
+    from spladekit.evaluate.metrics import evaluate
+
+    results = run_demo(str(tiny_bert_dir), str(tiny_beir), tmp_path / "demo", train=False)
+    by_name = {r.name: r for r in results}
+    splade, bm25 = results[0], by_name["bm25"]
+    free = by_name["inference-free (IDF queries, same docs)"]
+    rrf = by_name[f"fused RRF ({splade.name} + bm25)"]
+    minmax = by_name[f"fused min-max ({splade.name} + bm25)"]
+    assert rrf.run == reciprocal_rank_fusion([splade.run, bm25.run])
+    assert minmax.run == score_fusion([splade.run, bm25.run], "min-max")
+    assert rrf.metrics["nDCG@10"] == evaluate(rrf.run, load_qrels(tiny_beir))["nDCG@10"]
+    assert free.doc_vectors is splade.doc_vectors  # the same index
+    assert splade.metrics["query_ms"] > 0 and free.metrics["query_ms"] > 0
+    assert np.isfinite(free.metrics["nDCG@10"])
+    printed = capsys.readouterr().out
+    assert "| inference-free (IDF queries, same docs) |" in printed and "query ms" in printed
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary[rrf.name]["fusion"]["rrf_k"] == 60
+    assert (tmp_path / "demo" / "fused_rrf" / "run.trec").exists()
+
+
+def load_qrels(folder):
+    from spladekit.data.trec import read_qrels
+
+    return read_qrels(folder / "qrels" / "test.tsv")
