@@ -242,3 +242,29 @@ def test_compare_values_matches_compare_runs_tests():
 
 def test_copy_of_grid_dict_is_independent():
     assert grid_dict() == copy.deepcopy(grid_dict())
+
+
+def test_real_runner_builds_emulated_backbones(tiny_bert_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from spladekit.model.calibrate import emulation_record, row_factors
+    from spladekit.reproduce.runner import SpladekitRunner
+
+    data = grid_dict()
+    data["backbones"] = [{"name": "rows", "path": str(tiny_bert_dir), "emulate": {"kind": "row_lognormal", "seed": 3}},
+                         {"name": "gain", "path": str(tiny_bert_dir), "emulate": {"kind": "ln_gain", "factor": 8}}]
+    data.pop("sweep"), data.pop("report")
+    config = ReproduceConfig.model_validate(data)
+    original = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir)
+    runner = SpladekitRunner(show_progress=False)
+    rows = runner.prepare_backbone(config.backbones[0], config, tmp_path / "rows")
+    model = AutoModelForMaskedLM.from_pretrained(rows["model"])
+    W0 = original.cls.predictions.decoder.weight.detach().double()
+    f = torch.from_numpy(row_factors(W0.shape[0], 16.0, 0.5, 3))
+    torch.testing.assert_close(model.cls.predictions.decoder.weight.detach().double(), W0 * f[:, None], rtol=2**-23, atol=0)
+    assert rows["emulation"]["seed"] == 3 and emulation_record(model)["kind"] == "row_lognormal"
+    gain = runner.prepare_backbone(config.backbones[1], config, tmp_path / "gain")
+    model = AutoModelForMaskedLM.from_pretrained(gain["model"])
+    torch.testing.assert_close(model.cls.predictions.transform.LayerNorm.weight, 8 * original.cls.predictions.transform.LayerNorm.weight,
+                               rtol=0, atol=0)  # ×8 is exact in binary floating point
