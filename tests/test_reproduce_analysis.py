@@ -3,9 +3,7 @@ FLOPS, paired tests and sittings in the report; values checked by hand or agains
 
 from __future__ import annotations
 
-import copy
 import csv
-import json
 import math
 import statistics
 from pathlib import Path
@@ -238,10 +236,6 @@ def test_compare_values_matches_compare_runs_tests():
     assert c.wins + c.losses + c.ties == 30
     with pytest.raises(ValueError):
         compare_values("x", [1.0], [1.0, 2.0])
-
-
-def test_copy_of_grid_dict_is_independent():
-    assert grid_dict() == copy.deepcopy(grid_dict())
 
 
 def test_real_runner_builds_emulated_backbones(tiny_bert_dir, tmp_path):
