@@ -153,6 +153,7 @@ def test_matched_flops_and_sweep_from_the_cells(tmp_path):
     level = statistics.fmean(flops[f"orig--none--s{s}"] for s in range(3))
     assert out["level"] == pytest.approx(level) and "orig/none" in out["source"]
     rows = {r["arm"]: r for r in out["rows"]}
+    assert list(rows)[-1] == "rows/factor sweep"
     assert "rows/sweep-x4" not in rows  # sweep points only count in the family's curve
 
     def by_hand(points):
@@ -211,7 +212,8 @@ def test_paired_tests_match_scipy_on_seed_averaged_queries(tmp_path):
     assert "## Factor sweep on `rows`" in text and "## Quality at matched FLOPS" in text and "Bonferroni" in text
     assert written["sweep"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = publish.read_text()
-    assert "](img/g-sweep.png)" in page and "](plots/" not in page
+    assert "](img/g-sweep.png)" in page and "](plots/" not in page and ".csv)" not in page
+    assert not (publish.parent / "img" / "g-sweep.csv").exists()
     assert (publish.parent / "img" / "g-sweep.png").read_bytes() == written["sweep"].read_bytes()
 
 

@@ -31,7 +31,7 @@ def reproduce(
     from spladekit.errors import SpladekitError
     from spladekit.reproduce import describe_plan, load_reproduce_config, run_grid, write_report
     from spladekit.reproduce.grid import record_sitting
-    from spladekit.reproduce.report import PLOT_KEYS
+    from spladekit.reproduce.report import plot_files
 
     try:
         grid = load_reproduce_config(config, set_ or [])
@@ -55,7 +55,7 @@ def reproduce(
                                     "diverged": len(outcome.diverged), "failed": len(outcome.failed)})
     written = write_report(grid, folder, command=command, publish=publish)
     typer.echo(f"wrote {written['markdown']}, {written['cells_csv'].name}, {written['arms_csv'].name}"
-               + f" and {sum(k.startswith(PLOT_KEYS) for k in written)} plot(s)"
+               + f" and {len(plot_files(written))} plot(s)"
                + (f"; published to {written['published']}" if publish else ""))
     if outcome is not None:
         typer.echo(f"cells: {len(outcome.done)} done, {len(outcome.skipped)} skipped (finished earlier), "

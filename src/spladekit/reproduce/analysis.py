@@ -145,7 +145,8 @@ def matched_flops(config: ReproduceConfig, results: list[dict]) -> dict:
         if (config.sweep and r["backbone"] == config.sweep.backbone and r["treatment"] in sweep_names
                 and r["seed"] in sweep_seeds):  # the family's curve: only seeds that have every net scale
             curves.setdefault(f"{config.sweep.backbone}/factor sweep", {}).setdefault(r["seed"], []).extend(points)
-    for arm, by_seed in curves.items():
+    family = f"{config.sweep.backbone}/factor sweep" if config.sweep else None
+    for arm, by_seed in sorted(curves.items(), key=lambda item: item[0] == family):  # the family last
         found = [quality_at_flops(points, level) for _, points in sorted(by_seed.items()) if points]
         value, spread = _mean_std([f[0] for f in found])
         out["rows"].append({"arm": arm, "value": value, "value:std": spread, "seeds": len(found),

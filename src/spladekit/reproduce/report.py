@@ -255,7 +255,7 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
             written["training_curves"] = plots.training_curves_per_arm(curves, plot_dir / "training_curves.png")
     text += analysis_sections(config, out, results, written)
     text += sittings_section(out)
-    figures = [p for k, p in written.items() if k.startswith(PLOT_KEYS)]
+    figures = plot_files(written)
     if figures:
         text += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in figures] + [""]
     with atomic_write(out / "results.md") as handle:
@@ -266,8 +266,9 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
     return written
 
 
-#: keys of ``write_report``'s answer that are plots
-PLOT_KEYS = ("metric_", "quality", "training", "sweep")
+def plot_files(written: dict[str, Path]) -> list[Path]:
+    """The PNG plots among ``write_report``'s files, in the order written."""
+    return [p for p in written.values() if p.suffix == ".png"]
 
 
 def analysis_sections(config: ReproduceConfig, out: Path, results: list[dict], written: dict[str, Path]) -> list[str]:
@@ -366,12 +367,11 @@ def publish_report(config: ReproduceConfig, written: dict[str, Path], target: Pa
     ``target.parent/img/<grid name>-<plot>.png``, with the image links rewritten; atomic writes."""
     img = target.parent / "img"
     text = written["markdown"].read_text(encoding="utf-8")
-    for key, path in written.items():
-        if key.startswith(PLOT_KEYS):
-            name = f"{config.name}-{path.name}"
-            with atomic_write(img / name, "wb", encoding=None) as handle:
-                handle.write(path.read_bytes())
-            text = text.replace(f"(plots/{path.name})", f"(img/{name})")
+    for path in plot_files(written):
+        name = f"{config.name}-{path.name}"
+        with atomic_write(img / name, "wb", encoding=None) as handle:
+            handle.write(path.read_bytes())
+        text = text.replace(f"(plots/{path.name})", f"(img/{name})")
     with atomic_write(target) as handle:
         handle.write(text)
     return target
