@@ -14,7 +14,7 @@ from scipy.stats import ttest_rel
 
 from spladekit.errors import DataFormatError
 from spladekit.io import write_json
-from spladekit.reproduce.analysis import comparison_pairs, matched_flops, quality_at_flops, sweep_rows
+from spladekit.reproduce.analysis import comparison_pairs, matched_flops, quality_at_flops, sweep_markers, sweep_rows
 from spladekit.reproduce.config import ReproduceConfig, load_reproduce_config, scale_label
 from spladekit.reproduce.grid import backbone_spec, plan_grid, read_sittings, record_sitting, run_grid
 from spladekit.reproduce.report import load_cell_results, write_report
@@ -181,6 +181,9 @@ def test_matched_flops_and_sweep_from_the_cells(tmp_path):
                 for s in (0, 1)]
     assert family["value"] == pytest.approx(statistics.fmean(expected))
 
+    # the match-norm arm (init factor 0.5 from the test double) drawn at net scale 16 × 0.5 = 8
+    assert sweep_markers(config, results) == {"matched (F = 0.5)": (8.0, pytest.approx(
+        statistics.fmean(metric[f"rows--matched--s{s}"] for s in range(3))))}
     sweep = sweep_rows(config, results)
     assert [r["net_scale"] for r in sweep] == [0.25, 1, 4, 16] and [r["seeds"] for r in sweep] == [2, 3, 2, 3]
     assert sweep[1]["flops"] == pytest.approx(statistics.fmean(flops[f"rows--constant--s{s}"] for s in range(3)))

@@ -86,6 +86,26 @@ def sweep_rows(config: ReproduceConfig, results: list[dict]) -> list[dict]:
     return rows
 
 
+def sweep_markers(config: ReproduceConfig, results: list[dict]) -> dict[str, tuple[float, float]]:
+    """``{arm: (net scale, mean headline metric)}`` of the swept backbone's other treatments (calibrated,
+    match-norm...), placed at emulation factor × their mean applied factor, for the sweep plot."""
+    if config.sweep is None:
+        return {}
+    backbone = next(b for b in config.backbones if b.name == config.sweep.backbone)
+    swept = {t.name for _, t in config.sweep_points()}
+    dataset = headline_set(config)
+    markers = {}
+    for treatment in config.treatments_of(backbone):
+        if treatment.name in swept:
+            continue
+        cells = [r for r in results if r["arm"] == f"{backbone.name}/{treatment.name}" and r.get("status") == "done"]
+        factor, _ = _mean_std([_num((r.get("init") or {}).get("factor")) for r in cells])
+        value, _ = _mean_std([_num(((r.get("eval") or {}).get(dataset.name) or {}).get(dataset.metric)) for r in cells])
+        if factor is not None and value is not None:
+            markers[f"{treatment.name} (F = {factor:.3g})"] = (backbone.nominal_scale * factor, value)
+    return markers
+
+
 # ------------------------------------------------------------------------------ matched FLOPS
 def quality_at_flops(points: list[tuple[float, float]], level: float) -> tuple[float, str, float]:
     """The quality at FLOPS ``level`` from ``(flops, quality)`` points (FLOPS > 0).

@@ -298,7 +298,9 @@ def analysis_sections(config: ReproduceConfig, out: Path, results: list[dict], w
                   f"{dataset.name} active doc terms": [(r["net_scale"], r["d_terms"], r["d_terms:std"]) for r in sweep]}
         if any(m is not None for _, m, _ in series[f"{dataset.name} {dataset.metric}"]):
             written["sweep"] = plots.factor_sweep(series, out / "plots" / "sweep.png",
-                                                  title=f"factor sweep on {backbone.name}: {backbone.inflation_text()}")
+                                                  title=f"factor sweep on {backbone.name}: {backbone.inflation_text()}"
+                                                  " (crosses: per-model treatments at their net scale)",
+                                                  markers=analysis.sweep_markers(config, results))
 
     matched = analysis.matched_flops(config, results)
     sets = analysis.variants(config, dataset)
