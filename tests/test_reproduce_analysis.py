@@ -197,6 +197,11 @@ def test_paired_tests_match_scipy_on_seed_averaged_queries(tmp_path):
     record_sitting(tmp_path, {"command": "spladekit reproduce g.yaml", "started": "2026-12-01T11:00:00Z",
                               "wall_seconds": 60.0, "done": 1, "skipped": 27, "diverged": 0, "failed": 0})
     assert [s["wall_seconds"] for s in read_sittings(tmp_path)] == [3725.0, 60.0]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sittings.jsonl").write_text('{"wall_seconds": 1}\n{oops\n')
+    with pytest.raises(DataFormatError, match="line 2"):
+        read_sittings(broken)
     publish = tmp_path / "docs" / "results.md"
     written = write_report(config, tmp_path, command="spladekit reproduce g.yaml", publish=publish)
     with open(written["tests_csv"], newline="") as handle:

@@ -354,11 +354,25 @@ def record_sitting(out: str | Path, record: dict) -> None:
 
 
 def read_sittings(out: str | Path) -> list[dict]:
-    """The records of ``OUT/sittings.jsonl``, oldest first (empty when none)."""
+    """The records of ``OUT/sittings.jsonl``, oldest first (empty when none).
+
+    Raises:
+        DataFormatError: a line is not JSON (names the file and line).
+    """
+    from spladekit.errors import DataFormatError
+    from spladekit.io import iter_lines
+
     path = Path(out) / SITTINGS
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for number, line in iter_lines(path):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=number) from exc
+    return records
 
 
 def _evals_current(config: ReproduceConfig, cell: Cell, out: Path) -> bool:
