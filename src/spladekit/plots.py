@@ -254,3 +254,35 @@ def training_curves_per_arm(curves: Mapping[str, list[dict]], path: str | Path,
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     return _save(fig, path)
+
+
+def factor_sweep(series: Mapping[str, Sequence[tuple[float, float | None, float | None]]], path: str | Path,
+                 xlabel: str = "net head scale at initialisation", title: str = "",
+                 markers: Mapping[str, tuple[float, float]] | None = None) -> Path:
+    """Panels of quantities against a factor (log x axis): one panel per series, mean with the spread
+    over seeds as error bars (e.g. ``{"scifact nDCG@10": [...], "scifact FLOPS": [...]}``).
+
+    Args:
+        series: ``{panel label: [(x, mean or None, std or None), ...]}``; points with a None mean are
+            skipped; a panel whose values are all > 0 and span more than a factor 10 gets a log y axis.
+        markers: ``{label: (x, y)}`` drawn on the first panel as labelled crosses (e.g. other treatments).
+    """
+    fig, axes = plt.subplots(1, max(1, len(series)), figsize=(4.6 * max(1, len(series)), 3.8), squeeze=False)
+    for index, (ax, (label, points)) in enumerate(zip(axes[0], series.items())):
+        pts = sorted((x, m, s or 0.0) for x, m, s in points if m is not None and x > 0)
+        if pts:
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, lw=1.2)
+            values = [p[1] for p in pts]
+            if min(values) > 0 and max(values) > 10 * min(values):
+                ax.set_yscale("log")
+        if index == 0 and markers:
+            for name, (x, y) in markers.items():
+                if x > 0 and y is not None:
+                    ax.plot([x], [y], "x", ms=8, mew=2, label=name)
+            ax.legend(fontsize=7)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel + " (log)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle(title or "factor sweep", fontsize=10)
+    return _save(fig, path)

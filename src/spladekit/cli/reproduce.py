@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -21,6 +22,7 @@ def reproduce(
     cell: Optional[List[str]] = typer.Option(None, "--cell", help="run only this cell id (repeatable)"),
     force: bool = typer.Option(False, help="redo stages that an older, different config produced"),
     report_only: bool = typer.Option(False, "--report-only", help="only (re)write the tables and plots"),
+    publish: Optional[Path] = typer.Option(None, help="also write the report here (e.g. docs/results.md), plots in img/ beside it"),
 ):
     """Run backbone × head treatment × seed: diagnose, rescale, train, evaluate; write tables and plots.
 
@@ -28,6 +30,8 @@ def reproduce(
     """
     from spladekit.errors import SpladekitError
     from spladekit.reproduce import describe_plan, load_reproduce_config, run_grid, write_report
+    from spladekit.reproduce.grid import record_sitting
+    from spladekit.reproduce.report import plot_files
 
     try:
         grid = load_reproduce_config(config, set_ or [])
@@ -40,13 +44,19 @@ def reproduce(
     command = "spladekit reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a) if len(sys.argv) > 1 else None
     outcome = None
     if not report_only:
+        started, clock = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
         try:
             outcome = run_grid(grid, folder, cells=cell or None, force=force, log=typer.echo)
         except (SpladekitError, ValueError) as exc:
             fail(exc)
-    written = write_report(grid, folder, command=command)
+        if outcome.done or outcome.diverged or outcome.failed:  # a sitting that ran something
+            record_sitting(folder, {"command": command, "started": started, "wall_seconds": round(time.perf_counter() - clock, 1),
+                                    "done": len(outcome.done), "skipped": len(outcome.skipped),
+                                    "diverged": len(outcome.diverged), "failed": len(outcome.failed)})
+    written = write_report(grid, folder, command=command, publish=publish)
     typer.echo(f"wrote {written['markdown']}, {written['cells_csv'].name}, {written['arms_csv'].name}"
-               + (f" and {sum(k.startswith(('metric_', 'quality', 'training')) for k in written)} plot(s)"))
+               + f" and {len(plot_files(written))} plot(s)"
+               + (f"; published to {written['published']}" if publish else ""))
     if outcome is not None:
         typer.echo(f"cells: {len(outcome.done)} done, {len(outcome.skipped)} skipped (finished earlier), "
                    f"{len(outcome.diverged)} diverged, {len(outcome.failed)} failed")

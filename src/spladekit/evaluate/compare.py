@@ -144,16 +144,30 @@ def compare_runs(
     for name in measures:
         a = np.array([values_a[name][q] for q in qids])
         b = np.array([values_b[name][q] for q in qids])
-        t, p_t = paired_ttest(a, b)
-        diff = b - a
-        comparisons.append(MeasureComparison(
-            measure=name, mean_a=float(a.mean()), mean_b=float(b.mean()), delta=float(diff.mean()), n=len(qids),
-            wins=int((diff > 0).sum()), losses=int((diff < 0).sum()), ties=int((diff == 0).sum()),
-            t_statistic=t, p_ttest=p_t, p_randomisation=randomisation_test(a, b, permutations, seed),
-            permutations=permutations, seed=seed,
-        ))
-        deltas[name] = {q: float(d) for q, d in zip(qids, diff)}
+        comparisons.append(compare_values(name, a, b, permutations, seed))
+        deltas[name] = {q: float(d) for q, d in zip(qids, b - a)}
     return comparisons, deltas
+
+
+def compare_values(measure: str, a: Sequence[float], b: Sequence[float], permutations: int = DEFAULT_PERMUTATIONS,
+                   seed: int = 0) -> MeasureComparison:
+    """B against A on paired per-query values ``a[i]``, ``b[i]`` of one measure (same query at each
+    ``i``): the means, wins/losses/ties and both paired tests of the module docstring.
+
+    Raises:
+        ValueError: no values, or ``a`` and ``b`` of different lengths.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"need paired values of the same non-zero length, got {a.shape} and {b.shape}")
+    t, p_t = paired_ttest(a, b)
+    diff = b - a
+    return MeasureComparison(
+        measure=measure, mean_a=float(a.mean()), mean_b=float(b.mean()), delta=float(diff.mean()), n=int(a.size),
+        wins=int((diff > 0).sum()), losses=int((diff < 0).sum()), ties=int((diff == 0).sum()),
+        t_statistic=t, p_ttest=p_t, p_randomisation=randomisation_test(a, b, permutations, seed),
+        permutations=permutations, seed=seed,
+    )
 
 
 def comparison_table(comparisons: Sequence[MeasureComparison], name_a: str = "A", name_b: str = "B") -> str:

@@ -13,6 +13,7 @@ grid before training, so it is recorded once, in the cell's ``init/``).
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,26 @@ def _check_name(value: str) -> str:
     return value
 
 
+class EmulationSpec(_Strict):
+    """Arguments of :func:`spladekit.model.calibrate.emulate.emulate_large_head`: how the backbone's
+    MLM head is inflated to emulate a large-norm backbone (formulas in that module's docstring).
+
+    Attributes:
+        kind: ``"uniform"`` (decoder ``W ← c·W``: the control, undone exactly by ``F = 1/c``),
+            ``"row_lognormal"`` (row ``j`` of ``W`` × ``c·exp(σ·z_j)``, ``z_j ~ N(0, 1)``) or
+            ``"ln_gain"`` (the head transform's LayerNorm gain × ``c``; its bias and the decoder bias
+            do not scale).
+        factor: ``c`` (the median row factor for ``row_lognormal``).
+        sigma: ``σ`` of ``row_lognormal``.
+        seed: seed of ``row_lognormal``'s ``z`` (fixed per backbone, independent of the cell seeds).
+    """
+
+    kind: Literal["uniform", "row_lognormal", "ln_gain"]
+    factor: float = Field(16.0, gt=0.0)
+    sigma: float = Field(0.5, ge=0.0)
+    seed: int = 0
+
+
 class BackboneSpec(_Strict):
     """One backbone of the grid.
 
@@ -44,15 +65,43 @@ class BackboneSpec(_Strict):
         path: model folder or hub id (:func:`spladekit.data.resolve.resolve_model`).
         inflate: multiply the MLM-head decoder by this factor before anything else
             (``rescale_mlm_head(mode="factor")``), to emulate a backbone whose head has a large norm.
+            The same damage as ``emulate: {kind: uniform}``, kept for grids run before emulations existed.
+        emulate: inflate the head with :func:`~spladekit.model.calibrate.emulate.emulate_large_head`
+            (see :class:`EmulationSpec`); not together with ``inflate``.
         treatments: names of the treatments run on this backbone (default: all of them).
     """
 
     name: str
     path: str
     inflate: float | None = Field(None, gt=0.0)
+    emulate: EmulationSpec | None = None
     treatments: list[str] | None = None
 
     _name = field_validator("name")(_check_name)
+
+    @model_validator(mode="after")
+    def _one_inflation(self) -> "BackboneSpec":
+        if self.inflate is not None and self.emulate is not None:
+            raise ValueError(f"backbone {self.name!r}: give inflate or emulate, not both")
+        return self
+
+    @property
+    def nominal_scale(self) -> float:
+        """The emulation's nominal factor ``c`` on the head (1.0 for an unchanged backbone)."""
+        if self.emulate is not None:
+            return self.emulate.factor
+        return self.inflate if self.inflate is not None else 1.0
+
+    def inflation_text(self) -> str:
+        """How the head is inflated, in words ("" when it is not)."""
+        if self.inflate is not None:
+            return f"head inflated ×{self.inflate:g}"
+        if self.emulate is None:
+            return ""
+        e = self.emulate
+        return {"uniform": f"decoder ×{e.factor:g}",
+                "row_lognormal": f"decoder rows ×{e.factor:g}·exp({e.sigma:g}·z), seed {e.seed}",
+                "ln_gain": f"head LayerNorm gain ×{e.factor:g}"}[e.kind]
 
 
 class RescaleSpec(_Strict):
@@ -85,6 +134,42 @@ class TreatmentSpec(_Strict):
     rescale: RescaleSpec | None = None
 
     _name = field_validator("name")(_check_name)
+
+
+def scale_label(value: float) -> str:
+    """A folder-safe label of a scale: ``0.015625 → "1_64"``, ``4 → "4"``, ``0.3 → "0.3"``."""
+    if 0 < value < 1 and abs(1 / value - round(1 / value)) < 1e-9:
+        return f"1_{round(1 / value)}"
+    return f"{value:g}"
+
+
+class SweepSpec(_Strict):
+    """A factor sweep on one backbone: constant-factor treatments chosen so that the head's *net*
+    scale at initialisation (emulation factor ``c`` × treatment factor ``F``, relative to the original
+    head) takes each value of ``net_scales``, i.e. ``F = s / c``.
+
+    A net scale that an existing treatment of the backbone already gives (``none``: ``s = c``; a
+    ``factor`` treatment without bias scaling: ``s = c·F``) reuses that treatment's cells; the others
+    become treatments named ``sweep-x<s>`` (``sweep-x1_64`` for 1/64) run on this backbone only.
+
+    Attributes:
+        backbone: name of the swept backbone.
+        net_scales: the net scales (> 0).
+        seeds: seeds of the generated cells (default: the grid's seeds).
+    """
+
+    backbone: str
+    net_scales: list[float] = Field(min_length=2)
+    seeds: list[int] | None = None
+
+    @field_validator("net_scales")
+    @classmethod
+    def _positive(cls, values: list[float]) -> list[float]:
+        if any(not v > 0 for v in values):
+            raise ValueError(f"net scales must be > 0, got {values}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"duplicate net scales in {values}")
+        return values
 
 
 class DiagnosisSpec(_Strict):
@@ -156,6 +241,23 @@ class EvaluationSpec(_Strict):
         return [("in_domain", d) for d in self.in_domain] + [("out_of_domain", d) for d in self.out_of_domain]
 
 
+class ReportSpec(_Strict):
+    """Options of the report (:mod:`spladekit.reproduce.report`).
+
+    Attributes:
+        matched_flops: the common FLOPS level of the matched-FLOPS comparison: a number, or an arm
+            (``"backbone/treatment"``) whose mean FLOPS on the headline in-domain set is the level;
+            default: the first arm of the grid.
+        reference: an arm (``"backbone/treatment"``, e.g. the original head) that every other arm is
+            also tested against; pairs of treatments of one backbone are always tested.
+        permutations: random sign flips of the paired randomisation test.
+    """
+
+    matched_flops: float | str | None = None
+    reference: str | None = None
+    permutations: int = Field(10_000, ge=1)
+
+
 class ReproduceConfig(_Strict):
     """A whole reproduction grid; see the module docstring."""
 
@@ -168,6 +270,8 @@ class ReproduceConfig(_Strict):
     diagnosis: DiagnosisSpec
     train: dict[str, Any] = Field(default_factory=dict, description="partial spladekit.train.TrainConfig")
     evaluation: EvaluationSpec
+    sweep: SweepSpec | None = None
+    report: ReportSpec = Field(default_factory=ReportSpec)
     device: str | None = None
 
     _name = field_validator("name")(_check_name)
@@ -189,6 +293,18 @@ class ReproduceConfig(_Strict):
                 raise ValueError(f"backbone {backbone.name!r}: unknown treatment(s) {unknown}; known: {sorted(known)}")
         if not self.evaluation.datasets():
             raise ValueError("evaluation needs at least one in_domain or out_of_domain dataset")
+        arms = {f"{b.name}/{t.name}" for b in self.backbones for t in self.treatments_of(b)}
+        for key in ("matched_flops", "reference"):
+            value = getattr(self.report, key)
+            if isinstance(value, str) and value not in arms:
+                raise ValueError(f"report.{key}: {value!r} is not an arm (backbone/treatment); known: {sorted(arms)}")
+        if self.sweep is not None:
+            by_name = {b.name: b for b in self.backbones}
+            if self.sweep.backbone not in by_name:
+                raise ValueError(f"sweep.backbone {self.sweep.backbone!r} is not a backbone; known: {sorted(by_name)}")
+            clash = sorted(n for n in known if n.startswith("sweep-"))
+            if clash:
+                raise ValueError(f"treatment name(s) {clash}: names starting with 'sweep-' are reserved for the sweep")
         for key in ("seed", "rescale"):
             if key in self.train:
                 raise ValueError(f"train.{key} is set by the grid (seeds / treatments); remove it from train")
@@ -196,9 +312,38 @@ class ReproduceConfig(_Strict):
         return self
 
     def treatments_of(self, backbone: BackboneSpec) -> list[TreatmentSpec]:
-        """The treatments run on ``backbone``, in config order."""
+        """The treatments run on ``backbone``, in config order, then the sweep's own (when swept)."""
         wanted = backbone.treatments
-        return [t for t in self.treatments if wanted is None or t.name in wanted]
+        own = [t for t in self.treatments if wanted is None or t.name in wanted]
+        if self.sweep is None or self.sweep.backbone != backbone.name:
+            return own
+        names = {t.name for t in own}
+        return own + [t for _, t in self.sweep_points() if t.name not in names]
+
+    def seeds_of(self, treatment: TreatmentSpec) -> list[int]:
+        """The seeds of a treatment: the sweep's for its generated treatments, else the grid's."""
+        if self.sweep is not None and self.sweep.seeds is not None and treatment.name.startswith("sweep-"):
+            return list(self.sweep.seeds)
+        return list(self.seeds)
+
+    def sweep_points(self) -> list[tuple[float, TreatmentSpec]]:
+        """``[(net scale, treatment)]`` of the sweep in ``net_scales`` order (see :class:`SweepSpec`);
+        empty without a sweep."""
+        if self.sweep is None:
+            return []
+        backbone = next((b for b in self.backbones if b.name == self.sweep.backbone), None)
+        if backbone is None:
+            return []
+        wanted = backbone.treatments
+        existing = [t for t in self.treatments if wanted is None or t.name in wanted]
+        points = []
+        for scale in self.sweep.net_scales:
+            factor = scale / backbone.nominal_scale
+            same = next((t for t in existing if _factor_of(t) is not None
+                         and math.isclose(_factor_of(t), factor, rel_tol=1e-9)), None)
+            points.append((scale, same or TreatmentSpec(name=f"sweep-x{scale_label(scale)}",
+                                                        rescale=RescaleSpec(mode="factor", factor=factor))))
+        return points
 
     def train_dict(self, model_path: str, seed: int) -> dict:
         """The cell's training config as a plain dict: ``train`` plus model path, seed, no rescale."""
@@ -225,6 +370,15 @@ class ReproduceConfig(_Strict):
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ValueError("train." + ".".join(str(p) for p in first["loc"]) + ": " + first["msg"]) from None
+
+
+def _factor_of(treatment: TreatmentSpec) -> float | None:
+    """The constant factor a treatment applies to the decoder weight alone (1.0 for no rescaling);
+    None when it is computed per model or scales the bias too."""
+    spec = treatment.rescale
+    if spec is None:
+        return 1.0
+    return spec.factor if spec.mode == "factor" and not spec.scale_bias else None
 
 
 def load_reproduce_config(path: str | Path, overrides: list[str] | None = None) -> ReproduceConfig:

@@ -3,6 +3,7 @@
 Output folder layout (``OUT``)::
 
     OUT/config.yaml                       the grid config as run (every field)
+    OUT/sittings.jsonl                    one line per invocation that ran cells (command, start, wall seconds)
     OUT/backbones/<backbone>/done.json    an inflated backbone, built once (model in .../model/)
     OUT/cells/<cell id>/cell.json         what defines the cell (backbone, treatment, seed, train config)
                         init/done.json    diagnosis before/after, rescaling factor (model in init/model/)
@@ -75,13 +76,16 @@ class Cell:
 
 def plan_grid(config: ReproduceConfig) -> list[Cell]:
     """Every cell, in order backbone → treatment → seed (config order)."""
-    return [Cell(b, t, s) for b in config.backbones for t in config.treatments_of(b) for s in config.seeds]
+    return [Cell(b, t, s) for b in config.backbones for t in config.treatments_of(b) for s in config.seeds_of(t)]
 
 
 # ------------------------------------------------------------------------------ stage fingerprints
 def backbone_spec(backbone: BackboneSpec) -> dict:
-    """Inputs of the backbone stage."""
-    return {"path": backbone.path, "inflate": backbone.inflate}
+    """Inputs of the backbone stage (``emulate`` only when set, so grids run before it existed stay valid)."""
+    spec = {"path": backbone.path, "inflate": backbone.inflate}
+    if backbone.emulate is not None:
+        spec["emulate"] = backbone.emulate.model_dump()
+    return spec
 
 
 def init_spec(config: ReproduceConfig, cell: Cell) -> dict:
@@ -272,7 +276,8 @@ def prepare_backbones(config: ReproduceConfig, out: Path, runner: CellRunner, ba
     for backbone in backbones:
         stage = _Stage(out / "backbones" / backbone.name, backbone_spec(backbone), "backbone", backbone.name, force)
         if stage.result is None:
-            log(f"[{backbone.name}] prepare backbone" + (f" (inflate head ×{backbone.inflate:g})" if backbone.inflate else ""))
+            inflation = backbone.inflation_text()
+            log(f"[{backbone.name}] prepare backbone" + (f" ({inflation})" if inflation else ""))
             stage.begin()
             stage.finish(runner.prepare_backbone(backbone, config, stage.folder))
         models[backbone.name] = stage.result["model"]
@@ -334,6 +339,40 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
             continue
         (outcome.diverged if result["status"] == "diverged" else outcome.done).append(cell.id)
     return outcome
+
+
+SITTINGS = "sittings.jsonl"
+
+
+def record_sitting(out: str | Path, record: dict) -> None:
+    """Append one invocation's record (command, start, wall seconds, cell outcome) to ``OUT/sittings.jsonl``
+    (rewritten whole, atomically: an interrupted write leaves the previous file)."""
+    path = Path(out) / SITTINGS
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    with atomic_write(path) as handle:
+        handle.write(old + json.dumps(record, sort_keys=True) + "\n")
+
+
+def read_sittings(out: str | Path) -> list[dict]:
+    """The records of ``OUT/sittings.jsonl``, oldest first (empty when none).
+
+    Raises:
+        DataFormatError: a line is not JSON (names the file and line).
+    """
+    from spladekit.errors import DataFormatError
+    from spladekit.io import iter_lines
+
+    path = Path(out) / SITTINGS
+    if not path.exists():
+        return []
+    records = []
+    for number, line in iter_lines(path):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=number) from exc
+    return records
 
 
 def _evals_current(config: ReproduceConfig, cell: Cell, out: Path) -> bool:

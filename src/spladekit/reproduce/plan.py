@@ -97,7 +97,8 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
     cells = plan_grid(config)
     train = config.train
     lines = [f"reproduce grid {config.name!r}: {len(cells)} cells = "
-             f"{len(config.backbones)} backbone(s) × treatments × {len(config.seeds)} seed(s) → {out}"]
+             f"{len(config.backbones)} backbone(s) × treatments × seeds {config.seeds}"
+             + (f" (+ a factor sweep on {config.sweep.backbone})" if config.sweep else "") + f" → {out}"]
     if config.description:
         lines.append(f"  {config.description.strip()}")
     lines.append("")
@@ -124,11 +125,16 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
     lines.append("treatments:")
     for treatment in config.treatments:
         lines.append(f"  {treatment.name}: {_treatment_text(treatment)}")
+    if config.sweep is not None:
+        lines.append("")
+        lines.append(f"factor sweep on {config.sweep.backbone} (net head scale at initialisation = emulation × treatment factor):")
+        for scale, treatment in config.sweep_points():
+            lines.append(f"  ×{scale:g}: {treatment.name} ({_treatment_text(treatment)})")
     lines.append("")
     lines.append("cells:")
     for cell in cells:
-        inflate = f" (head inflated ×{cell.backbone.inflate:g})" if cell.backbone.inflate else ""
-        lines.append(f"  {cell.id}{inflate}: {cell_status(config, cell, out)}")
+        inflation = cell.backbone.inflation_text()
+        lines.append(f"  {cell.id}{f' ({inflation})' if inflation else ''}: {cell_status(config, cell, out)}")
     if missing:
         lines.append("")
         lines.append(f"{missing} input(s) not available offline: the grid needs them (hub or download) before it can run.")

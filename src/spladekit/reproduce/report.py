@@ -7,7 +7,11 @@ Files written into ``OUT``:
 - ``results.md``: both tables for people, headline metric of each set, efficiency (active terms,
   FLOPS) next to quality so that arms can be compared at matched sparsity;
 - ``plots/metric_<set>.png`` (metric per arm), ``plots/quality_vs_flops.png``,
-  ``plots/training_curves.png`` (loss, gradient norm and active terms per arm).
+  ``plots/training_curves.png`` (loss, gradient norm and active terms per arm), ``plots/sweep.png``
+  (headline metric, FLOPS and active terms against the net head scale);
+- ``sweep.csv``, ``matched_flops.csv``, ``paired_tests.csv``: the factor sweep, quality at matched
+  FLOPS and the paired significance tests (:mod:`spladekit.reproduce.analysis`, methods there);
+- the sittings (``sittings.jsonl``: command and wall time of every invocation).
 
 FLOPS here is the expected number of multiply-adds of a query-document product,
 ``Σ_j p_q(j)·p_d(j)`` (Paria et al., ICLR 2020, §3), measured on the evaluation set.
@@ -183,10 +187,13 @@ def training_records(config: ReproduceConfig, out: Path, results: list[dict]) ->
     return curves
 
 
-def write_report(config: ReproduceConfig, out: str | Path, command: str | None = None) -> dict[str, Path]:
+def write_report(config: ReproduceConfig, out: str | Path, command: str | None = None,
+                 publish: str | Path | None = None) -> dict[str, Path]:
     """Write the tables and plots of every finished cell in ``out``; return ``{name: path}``.
 
-    Cells not finished yet are listed as missing in ``results.md``.
+    Cells not finished yet are listed as missing in ``results.md``. With ``publish`` (e.g.
+    ``docs/results.md``) the same page is also written there, its plots beside it in ``img/``
+    (:func:`publish_report`).
     """
     from spladekit import plots
 
@@ -246,10 +253,127 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
         curves = training_records(config, out, results)
         if curves:
             written["training_curves"] = plots.training_curves_per_arm(curves, plot_dir / "training_curves.png")
-    figures = [p for k, p in written.items() if k.startswith(("metric_", "quality", "training"))]
+    text += analysis_sections(config, out, results, written)
+    text += sittings_section(out)
+    figures = plot_files(written)
     if figures:
         text += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in figures] + [""]
     with atomic_write(out / "results.md") as handle:
         handle.write("\n".join(text))
     written["markdown"] = out / "results.md"
+    if publish is not None:
+        written["published"] = publish_report(config, written, Path(publish))
     return written
+
+
+def plot_files(written: dict[str, Path]) -> list[Path]:
+    """The PNG plots among ``write_report``'s files, in the order written."""
+    return [p for p in written.values() if p.suffix == ".png"]
+
+
+def analysis_sections(config: ReproduceConfig, out: Path, results: list[dict], written: dict[str, Path]) -> list[str]:
+    """Markdown of the factor sweep (with its plot), the matched-FLOPS comparison and the paired
+    tests (:mod:`spladekit.reproduce.analysis`); also writes ``sweep.csv``, ``matched_flops.csv``
+    and ``paired_tests.csv`` into ``out``."""
+    from spladekit import plots
+    from spladekit.reproduce import analysis
+
+    text: list[str] = []
+    dataset = analysis.headline_set(config)
+    sweep = analysis.sweep_rows(config, results)
+    if sweep:
+        backbone = next(b for b in config.backbones if b.name == config.sweep.backbone)
+        write_csv(out / "sweep.csv", sweep)
+        written["sweep_csv"] = out / "sweep.csv"
+        text += [f"## Factor sweep on `{backbone.name}` ({backbone.inflation_text() or 'head unchanged'})", "",
+                 f"Net head scale at initialisation = emulation factor {backbone.nominal_scale:g} × treatment factor F "
+                 f"(×1 = the original head's scale on average). {dataset.name}, mean ± std over seeds.", "",
+                 markdown_table(sweep, [Column("net_scale", "net scale", "{:g}"), Column("treatment", "cells of", "{}"),
+                                        Column("factor", "F", "{:.4g}"), Column("seeds", "seeds", "{}"),
+                                        Column("metric", f"{dataset.metric}"), Column("flops", "FLOPS", "{:.3g}"),
+                                        Column("q_terms", "q terms", "{:.1f}"), Column("d_terms", "d terms", "{:.1f}"),
+                                        Column("diverged", "diverged", "{}")], std=True), ""]
+        series = {f"{dataset.name} {dataset.metric}": [(r["net_scale"], r["metric"], r["metric:std"]) for r in sweep],
+                  f"{dataset.name} FLOPS": [(r["net_scale"], r["flops"], r["flops:std"]) for r in sweep],
+                  f"{dataset.name} active doc terms": [(r["net_scale"], r["d_terms"], r["d_terms:std"]) for r in sweep]}
+        if any(m is not None for _, m, _ in series[f"{dataset.name} {dataset.metric}"]):
+            written["sweep"] = plots.factor_sweep(series, out / "plots" / "sweep.png",
+                                                  title=f"factor sweep on {backbone.name}: {backbone.inflation_text()}"
+                                                  " (crosses: per-model treatments at their net scale)",
+                                                  markers=analysis.sweep_markers(config, results))
+
+    matched = analysis.matched_flops(config, results)
+    sets = analysis.variants(config, dataset)
+    text += ["## Quality at matched FLOPS", ""]
+    if matched["level"] is None:
+        text += [f"No common FLOPS level: {matched['source']}.", ""]
+    else:
+        rows = [{**r, "methods": ", ".join(r["methods"]),
+                 "used": ", ".join(f"{f:.3g}" for f in r["flops_used"]) if "nearest" in r["methods"] else ""}
+                for r in matched["rows"]]
+        write_csv(out / "matched_flops.csv", rows)
+        written["matched_csv"] = out / "matched_flops.csv"
+        text += [f"Common level L = {matched['level']:.4g} FLOPS ({matched['source']}). Each cell's points are "
+                 f"(FLOPS, {dataset.metric}) on {', '.join(d.name for d in sets)}"
+                 + ("; the factor-sweep family's points per seed are those of all its net scales" if sweep else "")
+                 + ". Per seed, the quality at L is interpolated linearly in log FLOPS between the nearest points "
+                 "below and above L; when L is outside a seed's points, the nearest point is used (method "
+                 "`nearest`, its FLOPS listed). Mean ± std over seeds.", "",
+                 markdown_table(rows, [Column("arm", "arm"), Column("seeds", "seeds", "{}"),
+                                       Column("value", f"{dataset.metric} at L"), Column("methods", "method", "{}"),
+                                       Column("used", "FLOPS of nearest point(s)", "{}")], std=True), ""]
+
+    tests = analysis.paired_tests(config, out, results)
+    text += ["## Paired significance tests", ""]
+    if not tests:
+        text += ["No pair of arms with per-query results on a common seed yet.", ""]
+    else:
+        write_csv(out / "paired_tests.csv", tests)
+        written["tests_csv"] = out / "paired_tests.csv"
+        text += ["B against A on each set's headline metric over its judged queries: per-query values averaged "
+                 "over the seeds both arms have, Δ = mean(B − A), paired t-test and paired randomisation test "
+                 f"({config.report.permutations} sign flips, seed 0; `spladekit compare`'s tests). Two-sided, "
+                 f"uncorrected: with {len(tests)} tests, Bonferroni at 0.05 is p < {0.05 / len(tests):.2g}.", "",
+                 markdown_table(tests, [Column("a", "A"), Column("b", "B"), Column("dataset", "set", "{}"),
+                                        Column("seeds", "seeds", "{}"), Column("n", "queries", "{}"),
+                                        Column("mean_a", "A"), Column("mean_b", "B"), Column("delta", "Δ", "{:+.3f}"),
+                                        Column("p_ttest", "p (t)", "{:.3g}"),
+                                        Column("p_randomisation", "p (rand.)", "{:.3g}")]), ""]
+    return text
+
+
+def sittings_section(out: Path) -> list[str]:
+    """Markdown of the invocations that ran cells (``OUT/sittings.jsonl``) and their total wall time."""
+    from spladekit.reproduce.grid import read_sittings
+
+    sittings = read_sittings(out)
+    if not sittings:
+        return []
+    total = sum(s.get("wall_seconds", 0.0) for s in sittings)
+    lines = ["## Sittings", "", f"Total wall time {_duration(total)} over {len(sittings)} invocation(s):", "",
+             "| started (UTC) | wall | cells done | skipped | diverged | failed | command |", "|---|---:|---:|---:|---:|---:|---|"]
+    for s in sittings:
+        lines.append(f"| {s.get('started', '')} | {_duration(s.get('wall_seconds', 0.0))} | {s.get('done', 0)} "
+                     f"| {s.get('skipped', 0)} | {s.get('diverged', 0)} | {s.get('failed', 0)} | `{s.get('command', '')}` |")
+    return lines + [""]
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min {secs:02d} s" if hours else f"{minutes} min {secs:02d} s"
+
+
+def publish_report(config: ReproduceConfig, written: dict[str, Path], target: Path) -> Path:
+    """Copy ``results.md`` to ``target`` (e.g. ``docs/results.md``) and its plots to
+    ``target.parent/img/<grid name>-<plot>.png``, with the image links rewritten; atomic writes."""
+    img = target.parent / "img"
+    text = written["markdown"].read_text(encoding="utf-8")
+    for path in plot_files(written):
+        name = f"{config.name}-{path.name}"
+        with atomic_write(img / name, "wb", encoding=None) as handle:
+            handle.write(path.read_bytes())
+        text = text.replace(f"(plots/{path.name})", f"(img/{name})")
+    with atomic_write(target) as handle:
+        handle.write(text)
+    return target

@@ -1,8 +1,9 @@
 """The real work of a grid cell, with spladekit's own stages.
 
-- backbone: :func:`spladekit.data.resolve.resolve_model`; when ``inflate`` is set, the head is
-  multiplied by that factor with :func:`spladekit.model.calibrate.rescale_mlm_head` (``mode="factor"``)
-  and saved, to emulate a backbone whose MLM head has a large norm;
+- backbone: :func:`spladekit.data.resolve.resolve_model`; when ``emulate`` is set, the head is
+  inflated with :func:`spladekit.model.calibrate.emulate_large_head` (``inflate``: multiplied by that
+  factor with :func:`spladekit.model.calibrate.rescale_mlm_head`, ``mode="factor"``) and saved, to
+  emulate a backbone whose MLM head has a large norm;
 - init: :func:`spladekit.model.calibrate.diagnose_mlm_head` before and after
   :func:`~spladekit.model.calibrate.rescale_mlm_head` (arXiv 2606.18811, §3, eq. 3);
 - train: :func:`spladekit.train.train`;
@@ -199,15 +200,19 @@ class SpladekitRunner:
         from spladekit.data.resolve import resolve_model
 
         location = resolve_model(backbone.path)
-        if backbone.inflate is None:
+        if backbone.inflate is None and backbone.emulate is None:
             return {"model": location, "source": location}
-        from spladekit.model.calibrate import rescale_mlm_head
+        from spladekit.model.calibrate import emulate_large_head, rescale_mlm_head
 
         mlm = AutoModelForMaskedLM.from_pretrained(location)
         tokenizer = AutoTokenizer.from_pretrained(location)
-        applied = rescale_mlm_head(mlm, factor=backbone.inflate, mode="factor")
+        if backbone.emulate is not None:
+            e = backbone.emulate
+            done = {"emulation": emulate_large_head(mlm, e.kind, e.factor, sigma=e.sigma, seed=e.seed)}
+        else:
+            done = {"inflate": rescale_mlm_head(mlm, factor=backbone.inflate, mode="factor")}
         model = _save_model(mlm, tokenizer, folder / "model")
-        return {"model": str(model), "source": location, "inflate": applied}
+        return {"model": str(model), "source": location, **done}
 
     def init_cell(self, cell, base_model: str, config: ReproduceConfig, folder: Path) -> dict:
         from transformers import AutoModelForMaskedLM, AutoTokenizer

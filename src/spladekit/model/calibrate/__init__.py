@@ -3,9 +3,12 @@
 - :mod:`~spladekit.model.calibrate.stats`: decoder norms, token hidden states, logit statistics;
 - :mod:`~spladekit.model.calibrate.diagnose`: :func:`diagnose_mlm_head` → :class:`Diagnosis`;
 - :mod:`~spladekit.model.calibrate.rescale`: :func:`rescale_mlm_head`, :func:`calibrated_factor`,
-  :func:`match_norm_factor`, :func:`untie_mlm_decoder`, :func:`rescale_record`.
+  :func:`match_norm_factor`, :func:`untie_mlm_decoder`, :func:`rescale_record`;
+- :mod:`~spladekit.model.calibrate.emulate`: :func:`emulate_large_head` (inflate a head to emulate a
+  large-norm backbone, for experiments: uniform, per-row log-normal, LayerNorm gain).
 """
 
+from spladekit.model.calibrate.emulate import EMULATIONS, AlreadyEmulatedError, emulate_large_head, emulation_record, row_factors
 from spladekit.model.calibrate.diagnose import Diagnosis, HeadStats, LogitStats, SpladeStats, diagnose_mlm_head
 from spladekit.model.calibrate.rescale import (
     MODES,
@@ -20,6 +23,11 @@ from spladekit.model.calibrate.rescale import (
 )
 
 __all__ = [
+    "EMULATIONS",
+    "AlreadyEmulatedError",
+    "emulate_large_head",
+    "emulation_record",
+    "row_factors",
     "Diagnosis",
     "HeadStats",
     "LogitStats",
