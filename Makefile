@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.spladekit-installed
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-matrix clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q
+
+# The suite under each CPU/BLAS environment it must pass in (plain, OMP_NUM_THREADS=1, MKL_CBWR=AVX2,
+# MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default, serial), one after the other; CI runs `test` only.
+test-matrix: $(STAMP)
+	PY=$(PY) scripts/test-matrix.sh
 
 clean:
 	rm -rf $(VENV) outputs
