@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.spladekit-installed
 
-.PHONY: setup demo test test-engines clean
+.PHONY: setup demo test test-engines test-matrix clean
 
 $(STAMP): pyproject.toml scripts/setup-engines.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: $(STAMP)
 
 test-engines: $(STAMP)
 	$(PY) -m pytest -q -m engines
+
+# The suite under each CPU/BLAS environment it must pass in (plain, OMP_NUM_THREADS=1, MKL_CBWR=AVX2,
+# MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default, serial), one after the other; CI runs `test` only.
+test-matrix: $(STAMP)
+	PY=$(PY) scripts/test-matrix.sh
 
 clean:
 	rm -rf $(VENV) outputs

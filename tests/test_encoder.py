@@ -26,6 +26,12 @@ def reference_vector(encoder, text, max_length):
     return vector.numpy()
 
 
+# Tolerance of every vector comparison below (batched vs alone vs padded vs the model's own logits):
+# the paths differ only in float32 rounding of other matmul shapes. A logit of the tiny BERT (H = 32)
+# is a 32-term dot product of LayerNorm'd states (|h| ≲ 1) with weights of std 0.02 plus the bias:
+# Σ|terms| ≲ 32·0.02·1 ≈ 0.6, so a reordering moves it by ≤ 32·EPS32/2·0.6 ≈ 1.1e-6 (Higham §3.1),
+# and w = log1p(m) moves by no more (derivative ≤ 1): atol = 1e-6 plus rtol = 1e-5 for the error
+# carried in from the layer below, which scales with the weight (≈ 10 roundings of EPS32).
 def test_vectors_equal_formula_on_model_logits(encoder):
     matrix = encoder.encode_documents(TEXTS)
     assert matrix.shape == (len(TEXTS), len(encoder.tokenizer))

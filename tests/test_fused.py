@@ -24,12 +24,30 @@ from spladekit.model.pooling import plain_splade_head
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
+EPS32 = torch.finfo(torch.float32).eps  # 2⁻²³: float32 rounding of one operation is ≤ EPS32 / 2 relative
+
+
+def _grid(t):
+    """Round to multiples of 1/4 (|x| < 8 for these standard-normal draws: 5 significant bits).
+
+    Such numbers are exact in bfloat16 and TF32 inputs too. Products of two are multiples of 1/16
+    below 64, and every partial sum of H ≤ 128 of them plus a bias stays a multiple of 1/16 below
+    2¹³ (17 significant bits): exactly representable in a float32 accumulator (24 bits). So every
+    logit is computed exactly whatever the summation order, blocking, FMA or thread count of the
+    matmul kernel: plain, fused and Triton paths see the same logits bit for bit, and ties are exact
+    ties on every machine.
+    """
+    assert float(t.abs().max()) < 8, "grid values must stay below 8 for the exactness argument"
+    return torch.round(t * 4) / 4
+
+
 def _inputs(seed=0, B=5, L=11, H=8, V=70, dtype=torch.float32, bias=True):
-    """Random head inputs with right/left padding, an empty row and all-negative columns."""
+    """Random head inputs on the exact grid of :func:`_grid`, with right/left padding, an empty row
+    and all-negative columns."""
     gen = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(B, L, H, generator=gen, dtype=torch.float64)
-    weight = torch.randn(V, H, generator=gen, dtype=torch.float64)
-    b = torch.randn(V, generator=gen, dtype=torch.float64) if bias else None
+    hidden = _grid(torch.randn(B, L, H, generator=gen, dtype=torch.float64))
+    weight = _grid(torch.randn(V, H, generator=gen, dtype=torch.float64))
+    b = _grid(torch.randn(V, generator=gen, dtype=torch.float64)) if bias else None
     if b is not None:
         b[:7] = -100.0  # these columns are negative at every position: weight 0, no gradient
     mask = torch.ones(B, L, dtype=torch.long)
@@ -54,6 +72,49 @@ def _close(a, b, rtol, atol=0.0):
     torch.testing.assert_close(a.float(), b.float(), rtol=rtol, atol=atol)
 
 
+def _hand_gradients(hidden, mask, weight, bias, grad_out):
+    """Exact gradients of ``sum(grad_out * head(...))`` by the formula, with their rounding bounds.
+
+    The formula (module docstring of :mod:`spladekit.model.fused`, "Backward"): the logit gradient
+    is ``grad_out[b, j] / (1 + m[b, j])`` at the first maximal position ``t*[b, j]`` where
+    ``m[b, j] > 0``, 0 elsewhere; ``dh = G @ W``, ``dW = Gᵀ @ h``, ``db = Σ G``. Computed in float64
+    on grid inputs (exact logits, so exact ``m`` and ``t*``). Returns ``{name: (exact, bound)}`` for
+    ``hidden``, ``weight`` and ``bias``, where ``bound`` is the float32 rounding bound of any path
+    that forms the same sums in another order: each of the ``K`` terms carries ≤ 3 roundings (the
+    division, the product with ``grad_out``, the product with ``h`` or ``W``) and a ``K``-term sum
+    adds ≤ ``K`` more (Higham, *Accuracy and Stability*, §3.1: ``|fl(Σx) − Σx| ≤ γ_K Σ|x|``), so
+    ``|error| ≤ (K + 3) · EPS32/2 · Σ|terms|``, with ``K = V`` for ``dh`` and ``K = B·L`` for ``dW``, ``db``.
+    """
+    h, w = hidden.detach().double(), weight.detach().double()
+    logits = h @ w.T + (0.0 if bias is None else bias.detach().double())
+    logits = logits.masked_fill(~mask.bool()[..., None], float("-inf"))
+    maxval, argmax = logits.max(dim=1)  # first maximal position, as documented by torch.max
+    scale = torch.where(maxval > 0, grad_out.double() / (1 + maxval.clamp_min(0)), torch.zeros_like(maxval))
+    dense = torch.zeros_like(logits).scatter_(1, argmax[:, None, :], scale[:, None, :])  # [B, L, V]
+    (batch, length, vocab), u = dense.shape, EPS32 / 2
+    out = {
+        "hidden": (dense @ w, (vocab + 3) * u * (dense.abs() @ w.abs())),
+        "weight": (torch.einsum("blv,blh->vh", dense, h), (batch * length + 3) * u * torch.einsum("blv,blh->vh", dense.abs(), h.abs())),
+    }
+    if bias is not None:
+        out["bias"] = (dense.sum(dim=(0, 1)), (batch * length + 3) * u * dense.abs().sum(dim=(0, 1)))
+    return out
+
+
+def _within(got, exact, bound, what):
+    """``|got − exact| ≤ bound`` elementwise (bounds from :func:`_hand_gradients`)."""
+    err = (got.double() - exact).abs()
+    worst = int(torch.argmax(err - bound))
+    assert bool((err <= bound).all()), f"{what}: |error| {err.flatten()[worst]:.3g} > bound {bound.flatten()[worst]:.3g} at flat index {worst}"
+
+
+def _check_gradients(grads, hand, what):
+    """Each gradient of (hidden, weight[, bias]) within its rounding bound of the exact formula."""
+    assert len(grads) == len(hand)
+    for got, (name, (exact, bound)) in zip(grads, hand.items()):
+        _within(got, exact, bound, f"{what} d{name}")
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("path", ["packed", "chunked"])
 def test_float32_forward_and_gradients_equal_plain(monkeypatch, bias, path):
@@ -66,11 +127,14 @@ def test_float32_forward_and_gradients_equal_plain(monkeypatch, bias, path):
     ref, ref_grads = _value_and_grads(plain_splade_head, h, m, w, b, g)
     out, grads = _value_and_grads(fused_splade_head, h, m, w, b, g, backend="torch")
     assert out.dtype == torch.float32 and out.shape == (5, 70)
-    _close(out, ref, rtol=1e-5, atol=1e-7)
+    # exact by construction: grid inputs give exact logits on every kernel (see _grid), so both heads
+    # take the same float32 maxima through the same log1p on a [5, 70] tensor
+    assert torch.equal(out, ref)
     assert torch.all(out[3] == 0) and (not bias or torch.all(out[:, :7] == 0))
     assert (ref > 0).any() and (ref == 0).any()  # both active and inactive entries are exercised
-    for got, want in zip(grads, ref_grads):
-        _close(got, want, rtol=1e-4, atol=1e-6)
+    hand = _hand_gradients(h, m, w, b, g)
+    _check_gradients(ref_grads, hand, "plain")  # the reference itself obeys the formula...
+    _check_gradients(grads, hand, "fused")  # ...and so does the fused head, each within its rounding bound
     if bias:
         assert torch.all(grads[1][:7] == 0) and torch.all(grads[2][:7] == 0)
     assert torch.all(grads[0][3] == 0) and torch.all(grads[0][1, 6:] == 0)  # padding gets nothing
@@ -78,7 +142,7 @@ def test_float32_forward_and_gradients_equal_plain(monkeypatch, bias, path):
 
 @pytest.mark.parametrize("method", ["csr", "index_add"])
 def test_backward_matches_hand_formula(method):
-    """d logit[b, t*, j] = g[b, j] / (1 + m[b, j]) on active entries, scattered densely by hand."""
+    """d logit[b, t*, j] = g[b, j] / (1 + m[b, j]) on active entries, scattered densely by a loop."""
     h, m, w, b, g = _inputs(seed=3, dtype=torch.float64)
     logits = (h @ w.T + b).detach().masked_fill(~m.bool()[..., None], float("-inf"))
     maxval, argmax = logits.max(dim=1)
@@ -90,25 +154,31 @@ def test_backward_matches_hand_formula(method):
     d_h, d_w, d_b = sparse_head_backward(
         g, maxval.float(), argmax.int(), h.detach(), w.detach(), (True, True, True), chunk=7, method=method
     )
-    _close(d_h, torch.einsum("blv,vh->blh", dense, w.detach()), rtol=1e-5, atol=1e-6)
-    _close(d_w, torch.einsum("blv,blh->vh", dense, h.detach()), rtol=1e-5, atol=1e-6)
-    _close(d_b, dense.sum(dim=(0, 1)), rtol=1e-5, atol=1e-6)
+    hand = _hand_gradients(h, m, w, b, g)  # its rounding bounds: the backward accumulates in float32
+    for got, want, name in ((d_h, torch.einsum("blv,vh->blh", dense, w.detach()), "hidden"),
+                            (d_w, torch.einsum("blv,blh->vh", dense, h.detach()), "weight"),
+                            (d_b, dense.sum(dim=(0, 1)), "bias")):
+        torch.testing.assert_close(hand[name][0], want, rtol=1e-12, atol=1e-12)  # the loop and the scatter agree (float64)
+        _within(got, want, hand[name][1], f"{method} d{name}")
 
 
 def test_ties_first_position_and_gradient_mass():
     """Duplicate positions tie exactly: same value; gradient goes to the first; total mass equal."""
     h, m, w, b, g = _inputs(seed=5)
     with torch.no_grad():
-        h[:, 7] = h[:, 5]  # positions 5, 7 and 9 hold the same state: every column ties between them
-        h[:, 9] = h[:, 5]
-    m[4, :] = 1
+        h[:, 7] = h[:, 5]  # positions 5, 7 and 9 hold the same state: every column ties between them.
+        h[:, 9] = h[:, 5]  # The ties are exact on every kernel because grid inputs give exact logits
+    m[4, :] = 1  # (see _grid); identical rows alone would not do: no BLAS promises equal rows equal bits
     ref, (ref_h, ref_w, ref_b) = _value_and_grads(plain_splade_head, h, m, w, b, g)
     out, (got_h, got_w, got_b) = _value_and_grads(fused_splade_head, h, m, w, b, g, backend="torch")
-    _close(out, ref, rtol=1e-5, atol=1e-7)
-    _close(got_h.sum(dim=1), ref_h.sum(dim=1), rtol=1e-4, atol=1e-6)  # mass per sequence
-    _close(got_w, ref_w, rtol=1e-4, atol=1e-6)  # tied states are equal, so dW and db do not depend on
-    _close(got_b, ref_b, rtol=1e-4, atol=1e-6)  # which of them receives the gradient
+    assert torch.equal(out, ref)  # exact by construction: the same exact maxima through the same log1p
+    hand = _hand_gradients(h, m, w, b, g)  # the gradient at the first maximal position
+    _check_gradients([got_h, got_w, got_b], hand, "fused")
+    _check_gradients([ref_h, ref_w, ref_b], hand, "plain")
+    bound = hand["hidden"][1].sum(dim=1)  # a sum of per-position bounds bounds the error of the sum
+    _within(got_h.sum(dim=1), ref_h.sum(dim=1).double(), 2 * bound, "mass per sequence")  # two paths: 2×
     assert torch.all(got_h[:, 7] == 0) and torch.all(got_h[:, 9] == 0)  # first position wins
+    assert torch.all(ref_h[:, 7] == 0) and torch.all(ref_h[:, 9] == 0)  # as torch.max documents
     _, argmax = fused._packed_masked_max(h.detach(), m, w.detach(), b.detach(), True)
     assert not torch.isin(argmax, torch.tensor([7, 9], dtype=torch.int32)).any()
 
@@ -127,10 +197,12 @@ def test_bf16_within_bf16_tolerance(mode):
             out, grads = _value_and_grads(fused_splade_head, h, m, w, b, g)
         assert all(t.dtype == torch.float32 for t in grads)
     assert out.dtype == torch.float32
+    # bfloat16 has an 8-bit significand, eps_bf16 = 2⁻⁷ ≈ 7.8e-3. Values: each path rounds a logit to
+    # bf16 at most once (≤ eps_bf16/2 each), two paths: rtol = 2·eps_bf16 ≈ 1.6e-2 (atol for w ≈ 0)
     _close(out, ref, rtol=1.6e-2, atol=1e-2)
     assert (ref > 0).sum() > 20
-    for got, want in zip(grads, ref_grads):
-        _close(got, want, rtol=3e-2, atol=3e-2)
+    for got, want in zip(grads, ref_grads):  # gradients: also the bf16 rounding of the scaled logit
+        _close(got, want, rtol=3e-2, atol=3e-2)  # gradient and of the product's output: ≈ 4·eps_bf16
 
 
 def test_no_grad_path_equals_grad_path_and_keeps_no_graph():
@@ -138,7 +210,9 @@ def test_no_grad_path_equals_grad_path_and_keeps_no_graph():
     with torch.no_grad():
         fast = fused_splade_head(h, m, w, b)
     assert not fast.requires_grad
-    _close(fast, fused_splade_head(h, m, w, b).detach(), rtol=0, atol=0)
+    # exact by construction: both paths form the same logits chunks with the same kernel and take
+    # their maximum (amax vs max(dim): the same maximal float), then the same log1p
+    assert torch.equal(fast, fused_splade_head(h, m, w, b).detach())
 
 
 def test_bad_input_raises():
@@ -177,7 +251,14 @@ def test_encoder_default_is_fused_and_vectors_equal_plain(tmp_path):
     a = default.encode(texts, max_length=16)
     c = plain.encode(texts, max_length=16)
     assert a.nnz > 0 and a.shape == c.shape == (4, default.vocab_size)
+    # the two heads see the same hidden states and form the logits with different matmul shapes
+    # (packed rows vs the padded batch): logit = Σ over H = 32 products, error ≤ 32·EPS32/2·Σ|terms|
+    # per head; w = log1p(m) has derivative ≤ 1. Σ|terms| ≤ |h|·|W_j| is of the order of the largest
+    # logit, so |Δw| ≤ 32·EPS32·max w ≈ 3.8e-6·max w; the test allows 1e-5·max w
     assert abs(a - c).max() <= 1e-5 * abs(c).max()
+    # the same active terms: only a max logit within rounding (≤ 32·EPS32/2·0.41 ≈ 8e-7) of 0 could
+    # flip one. On these seeded inputs the smallest |max logit| is 9.6e-5 (the [PAD] column is exactly
+    # 0 on both paths: its embedding row is zero and BERT's bias starts at 0), a 100× margin
     assert (a.indptr == c.indptr).all() and (a.indices == c.indices).all()
 
     # training: gradients of every parameter agree (float32), the model forward as the trainer calls it
@@ -190,8 +271,18 @@ def test_encoder_default_is_fused_and_vectors_equal_plain(tmp_path):
         (weights.sum(dim=1).pow(2).mean() + weights[0] @ weights[1]).backward()
         grads[impl] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     assert grads["fused"].keys() == grads["plain"].keys() and len(grads["plain"]) > 5
+    # The two heads' backward sums are formed in different orders (CSR products vs dense matmuls),
+    # and the difference travels through the whole network, where each parameter gradient is a sum
+    # over the B·L = 64 token positions of terms that may cancel: an entry near 0 can carry the
+    # rounding of terms as large as the tensor's largest entry. So the error is bounded per tensor:
+    # |Δ| ≤ K·EPS32·max|grad| with K = B·L = 64 terms (plus the few roundings per term, well inside
+    # 64·EPS32 ≈ 7.6e-6). Measured on AMD EPYC, every BLAS path: ≤ 3e-7·max|grad|.
+    # attention.self.key.bias is zero in exact arithmetic (softmax(q·(k + b)) does not depend on the
+    # shift q·b): both heads compute rounding noise, compared at the scale of the attention block.
+    attention = max(float(g.abs().max()) for n, g in grads["plain"].items() if ".attention.self." in n)
     for name, want in grads["plain"].items():
-        _close(grads["fused"][name], want, rtol=1e-4, atol=1e-6)
+        scale = attention if name.endswith("attention.self.key.bias") else float(want.abs().max())
+        _close(grads["fused"][name], want, rtol=0, atol=64 * EPS32 * scale)
 
 
 # --------------------------------------------------------------------- Triton kernel (interpreter)
@@ -201,13 +292,16 @@ _TRITON_SCRIPT = textwrap.dedent(
     from spladekit.model.fused import fused_splade_head, _torch_masked_max
     from spladekit.model.pooling import plain_splade_head
     from spladekit.model.triton_head import triton_masked_max
+    from test_fused import _check_gradients, _grid, _hand_gradients
 
     gen = torch.Generator().manual_seed(0)
     B, L, H, V = 4, 19, 20, 37  # not multiples of the 16-wide tiles: exercises the edge masks
-    h = torch.randn(B, L, H, generator=gen)
+    # grid inputs (see _grid): exact logits in the kernel's tl.dot and in torch alike, so the ties
+    # below are exact and the argmax of both paths equal by construction
+    h = _grid(torch.randn(B, L, H, generator=gen))
     h[:, 12] = h[:, 3]  # ties between positions 3 and 12 (different L tiles)
-    w = torch.randn(V, H, generator=gen)
-    b = torch.randn(V, generator=gen)
+    w = _grid(torch.randn(V, H, generator=gen))
+    b = _grid(torch.randn(V, generator=gen))
     b[:5] = -100.0
     m = torch.ones(B, L, dtype=torch.long)
     m[1, 10:] = 0; m[2, :] = 0; m[3, :5] = 0
@@ -228,9 +322,9 @@ _TRITON_SCRIPT = textwrap.dedent(
         (out * g).sum().backward()
         res[name] = (out.detach(), hh.grad, ww.grad, bb.grad)
     torch.testing.assert_close(res["triton"][0], res["plain"][0], rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(res["triton"][1].sum(1), res["plain"][1].sum(1), rtol=1e-4, atol=1e-6)
-    for a, c in zip(res["triton"][2:], res["plain"][2:]):
-        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-6)
+    hand = _hand_gradients(h, m, w, b, g)  # exact gradients and their float32 rounding bounds
+    for name in res:
+        _check_gradients(res[name][1:], hand, name)
     hb, wb, bbf = h[:2, :17].bfloat16(), w.bfloat16(), b.bfloat16()
     mb = m[:2, :17]
     torch.testing.assert_close(
@@ -244,7 +338,8 @@ _TRITON_SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_triton_kernel_in_interpreter():
     pytest.importorskip("triton", reason="triton is not installed: the Triton kernel cannot be checked")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    path = os.pathsep.join([str(SRC), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)  # tests/ too: the script imports test_fused
     proc = subprocess.run(
         [sys.executable, "-c", _TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )

@@ -61,7 +61,9 @@ def test_same_text_same_vector_api_cli_and_round_trip(tiny, built, tmp_path):
     enc = encoder(model)
     api = enc.encode_documents(DOCS)
     vectors, _, _ = load_index(built)
-    assert np.allclose(vectors.toarray(), api.toarray(), atol=1e-6)
+    # the index was built in batches of 4 and the API in batches of 32: other padding, other matmul
+    # shapes, float32 rounding only (≤ 32·EPS32 ≈ 3.8e-6 relative, see the torchrun test below)
+    assert np.allclose(vectors.toarray(), api.toarray(), rtol=1e-5, atol=1e-6)
     long_untruncated = enc.encode([DOCS[5]], max_length=256)
     assert not np.allclose(long_untruncated.toarray(), vectors[5].toarray(), atol=1e-3)  # 32 was applied
     runner = CliRunner()
@@ -145,7 +147,7 @@ def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     from spladekit.index.shard import IndexConfig, build_index
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as torchrun's workers (OMP_NUM_THREADS=1): same kernels, same bits
+    torch.set_num_threads(1)  # as torchrun's workers (OMP_NUM_THREADS=1): the same kernels
     try:
         build_index(IndexConfig(model=str(model), data=str(beir), out=str(tmp_path / "one"), batch_size=2, head_impl="plain"))
     finally:
@@ -157,5 +159,12 @@ def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     b, ids_b, meta_b = load_index(tmp_path / "two")
     assert meta_b["world_size"] == 2 and meta_a["world_size"] == 1
     assert ids_a == ids_b and meta_a["truncated_docs"] == meta_b["truncated_docs"]
-    assert meta_a["content_hash"] == meta_b["content_hash"]  # identical vectors, bit for bit
+    # Every batch holds the same documents and padding in both builds (index/shard.py), so each
+    # vector comes from the same float32 computation; no BLAS promises the same bits in another
+    # process (MKL without MKL_CBWR may pick its code path per call and per memory alignment), so
+    # the contract is float32 rounding: the weights are log1p of logits that are H = 32-term dot
+    # products after one layer; a reordering of those sums moves a logit by ≤ 32·EPS32/2 of the
+    # magnitude of its terms, about the largest weight, so |Δw| ≤ 32·EPS32·max w ≈ 3.8e-6·max w
+    eps32 = float(np.finfo(np.float32).eps)
+    assert a.shape == b.shape and np.abs((a - b).toarray()).max() <= 32 * eps32 * np.abs(a.toarray()).max()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]  # shards removed

@@ -5,7 +5,8 @@ one index folder, written atomically by :func:`spladekit.index.io.save_index`. S
 the encoder's own batching: documents are ordered by length (longest first, stable, as
 :meth:`SpladeEncoder.encode` does), cut into batches of ``batch_size``, and batch ``b`` goes to
 rank ``b mod W``. Every batch therefore holds the same documents (and the same padding) whatever
-``W`` is, so a merged index equals a one-process one.
+``W`` is, so a merged index equals a one-process one up to float32 rounding (the same computation;
+bit-identical only where the BLAS makes the same choices in every process, which none promises).
 
 Run::
 
