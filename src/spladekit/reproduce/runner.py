@@ -6,7 +6,9 @@
 - init: :func:`spladekit.model.calibrate.diagnose_mlm_head` before and after
   :func:`~spladekit.model.calibrate.rescale_mlm_head` (arXiv 2606.18811, §3, eq. 3);
 - train: :func:`spladekit.train.train`;
-- evaluate: :func:`spladekit.pipeline.evaluate_splade` (exact search, ir_measures).
+- evaluate: :func:`spladekit.pipeline.evaluate_splade` (an :class:`~spladekit.index.index.Index` of the
+  corpus searched with ``evaluation.backend``, ir_measures); the retrieval settings record is saved in
+  ``config.json`` under ``search``.
 """
 
 from __future__ import annotations
@@ -248,7 +250,7 @@ class SpladekitRunner:
         if key not in self._datasets:
             self._datasets[key] = load_eval_dataset(dataset)
         result = evaluate_splade(encoder, self._datasets[key], k=ev.k, measures=dataset.measures,
-                                 show_progress=self.show_progress, name=dataset.name)
+                                 show_progress=self.show_progress, name=dataset.name, backend=ev.backend)
         write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
                                       "query_max_length": encoder.metadata.query_max_length,
                                       "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k,
