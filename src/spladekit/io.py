@@ -112,6 +112,22 @@ def recover_folder(path: str | Path) -> Path:
     return path
 
 
+def replace_folder(source: str | Path, path: str | Path) -> Path:
+    """Put the complete folder ``source`` in place of ``path`` (same file system): ``path → .NAME.old``,
+    ``source → path``, remove the backup. A crash in between leaves the old folder at ``.NAME.old``,
+    which :func:`recover_folder` puts back."""
+    source, path = Path(source), Path(path)
+    recover_folder(path)
+    if path.exists():
+        backup = _backup_of(path)
+        os.replace(path, backup)
+        os.replace(source, path)
+        shutil.rmtree(backup, ignore_errors=True)
+    else:
+        os.replace(source, path)
+    return path
+
+
 @contextlib.contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
     """Write a folder atomically: yields a temporary sibling folder; on success it becomes ``path``.
@@ -135,13 +151,7 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
     os.chmod(tmp, default_mode(directory=True))
     try:
         yield tmp
-        if path.exists():
-            backup = _backup_of(path)
-            os.replace(path, backup)
-            os.replace(tmp, path)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        replace_folder(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

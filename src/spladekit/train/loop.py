@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import shutil
 import time
 import warnings
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from spladekit.io import atomic_write, write_json
+from spladekit.io import atomic_folder, atomic_write, replace_folder, write_json
 from spladekit.train import distributed as D
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
@@ -330,9 +329,7 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
         model.mlm.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
         (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        replace_folder(tmp, final)
         for old in _checkpoints(out)[: -config.keep_checkpoints]:
             shutil.rmtree(old)
     D.barrier()
@@ -443,19 +440,13 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
     from spladekit.model.encoder import EncoderMetadata
     from spladekit.train.export import write_sentence_transformers_files
 
-    tmp = folder.with_name(f".tmp-{folder.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.mlm.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                    source=config.model.path, extra=extra).save(tmp)
-    write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
-    (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.rename(tmp, folder)
+    with atomic_folder(folder) as tmp:
+        model.mlm.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
+                        source=config.model.path, extra=extra).save(tmp)
+        write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
+        (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
     return folder
 
 
