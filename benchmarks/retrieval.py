@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-CACHE = HERE / ".cache"
+CACHE = Path(os.environ.get("SPLADEKIT_BENCH_CACHE", HERE / ".cache"))
 SCALE = 100.0
 BLOCK = 50_000  # synthetic rows generated at a time
 ONE_AT_A_TIME = 100  # queries timed one per call (the first ones of the 300)
