@@ -62,7 +62,8 @@ def encode_command(
     doc_top_k: Optional[int] = typer.Option(None),
 ):
     """Old name of `index`."""
-    index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None)
+    index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None,
+                  chunk_size=10_000)
 
 
 @app.command()
