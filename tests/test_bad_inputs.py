@@ -122,7 +122,8 @@ def _small_index(folder: Path, meta: dict | None = None) -> Path:
 @pytest.mark.parametrize(
     "name, content, message",
     [
-        ("vectors.npz", b"PK\x03\x04 truncated", "vectors.npz: cannot read"),
+        ("docs.data.npy", b"\x93NUMPY truncated", "docs.data.npy: cannot read"),
+        ("postings.indices.npy", b"not an array", "postings.indices.npy: cannot read"),
         ("doc_ids.json", b'["d1", "d2"', "doc_ids.json, line 1: not valid JSON"),
         ("doc_ids.json", b'{"d1": 0}', "doc_ids.json: expected a JSON list"),
         ("index.json", b"[1, 2]", "index.json: expected a JSON object"),
@@ -156,9 +157,9 @@ def test_index_without_hash_and_with_too_few_ids_is_an_error(tmp_path):
 
 def test_search_cli_on_a_corrupt_index_or_one_without_model(tmp_path, tiny_beir):
     folder = _small_index(tmp_path / "index")
-    (folder / "vectors.npz").write_bytes(b"not a zip")
+    (folder / "docs.indices.npy").write_bytes(b"not an array")
     result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec")
-    assert_clean_failure(result, "vectors.npz")
+    assert_clean_failure(result, "docs.indices.npy")
     folder = _small_index(tmp_path / "index2", meta={})
     result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec")
     assert_clean_failure(result, "no model recorded", "--model")

@@ -96,7 +96,7 @@ def test_search_exact_and_seismic(tiny, built, tmp_path):
             assert np.allclose([s for _, s in got], [s for _, s in hits], rtol=1e-4)
     assert json.loads((tmp_path / "seismic.trec.recall.json").read_text())["recall@3"] == 1.0
     settings = json.loads((tmp_path / "seismic.trec.config.json").read_text())
-    assert settings["backend"] == "seismic" and settings["query_max_length"] == 16 and settings["query_cut"] == 20
+    assert settings["backend"] == "seismic" and settings["query_max_length"] == 16 and settings["seismic_search"]["query_cut"] == 20
 
 
 def test_export_queries_then_import_then_reexport(tiny, built, tmp_path):
@@ -141,7 +141,7 @@ def _run(cmd, env, timeout):
 def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     model, beir = tiny
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    common = ["-m", "spladekit", "index", "--model", str(model), "--data", str(beir), "--batch-size", "2", "--head-impl", "plain"]
+    common = ["-m", "spladekit", "index", "--model", str(model), "--data", str(beir), "--batch-size", "2", "--head-impl", "plain", "--chunk-size", "2"]
     import torch
 
     from spladekit.index.shard import IndexConfig, build_index
@@ -149,7 +149,7 @@ def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as torchrun's workers (OMP_NUM_THREADS=1): the same kernels
     try:
-        build_index(IndexConfig(model=str(model), data=str(beir), out=str(tmp_path / "one"), batch_size=2, head_impl="plain"))
+        build_index(IndexConfig(model=str(model), data=str(beir), out=str(tmp_path / "one"), batch_size=2, head_impl="plain", chunk_size=2))
     finally:
         torch.set_num_threads(threads)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]

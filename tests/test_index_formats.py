@@ -313,8 +313,8 @@ def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
     # a folder written before vocab.json existed (no vocab.json) still loads
     (tmp_path / "i" / "vocab.json").unlink()
     assert load_vocabulary(tmp_path / "i") is None and load_index(tmp_path / "i")[2]["content_hash"] == content_hash(m, ids)
-    # a tampered folder is refused
-    sp.save_npz(tmp_path / "i" / "vectors.npz", sp.csr_matrix(np.array([[0, 9.0, 0, 0, 1.5, 0]], np.float32)))
+    # a tampered folder is refused (same array shapes, another value)
+    np.save(tmp_path / "i" / "docs.data.npy", np.array([9.0, 1.5], np.float32))
     with pytest.raises(DataFormatError, match="content hash"):
         load_index(tmp_path / "i")
 

@@ -12,6 +12,7 @@ from spladekit.evaluate.efficiency import efficiency_stats, flops
 from spladekit.evaluate.compare import compare_runs
 from spladekit.evaluate.metrics import EvalConventions, evaluate
 from spladekit.index.exact import exact_search
+from spladekit.index.index import Index, ShardedIndex, open_index
 from spladekit.index.export import export_index, import_vectors
 from spladekit.index.io import load_index, save_index
 from spladekit.index.shard import IndexConfig, build_index
@@ -39,6 +40,9 @@ __all__ = [
     "read_run",
     "write_run",
     "exact_search",
+    "Index",
+    "ShardedIndex",
+    "open_index",
     "IndexConfig",
     "build_index",
     "save_index",

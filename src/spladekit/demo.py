@@ -8,10 +8,12 @@ under 15 minutes), ``full`` is the stronger GPU recipe.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
 from spladekit.data.beir import load_beir
+from spladekit.index.index import Index
 from spladekit.io import atomic_write, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.pipeline import SystemResult, evaluate_bm25, evaluate_splade, write_system
@@ -77,8 +79,8 @@ def query_side_rows(encoder: SpladeEncoder, splade: SystemResult, bm25: SystemRe
                     latency_queries: int = 100) -> list[SystemResult]:
     """The demo's query-side rows, built from one SPLADE system (``encoder`` and its result ``splade``):
 
-    - ``inference-free``: ``encoder``'s documents (the same index, ``splade.doc_vectors``) with an
-      inference-free query side, IDF of the corpus (:mod:`spladekit.model.inference_free`);
+    - ``inference-free``: ``encoder``'s documents (the same index folder, ``splade.index_folder``)
+      with an inference-free query side, IDF of the corpus (:mod:`spladekit.model.inference_free`);
     - ``fused RRF`` and ``fused min-max``: ``splade`` fused with ``bm25``
       (:mod:`spladekit.index.fusion`: RRF k = 60; min-max normalised CombSUM, equal weights).
 
@@ -97,8 +99,8 @@ def query_side_rows(encoder: SpladeEncoder, splade: SystemResult, bm25: SystemRe
     free.metadata = copy.deepcopy(encoder.metadata)
     make_inference_free(free, list(dataset.corpus.values()))
     idf_seconds = time.perf_counter() - started
-    free_row = evaluate_splade(free, dataset, name="inference-free (IDF queries, same docs)", doc_vectors=splade.doc_vectors,
-                               show_progress=False)
+    free_row = evaluate_splade(free, dataset, name="inference-free (IDF queries, same docs)",
+                               index=Index.open(splade.index_folder), show_progress=False)
     free_row.seconds += idf_seconds
     texts = list(dataset.queries.values())[:latency_queries]
     warmup = min(5, len(texts) // 2)
@@ -157,8 +159,10 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
     if train:
         return _run_train_demo(model, data, out, batch_size, full, overrides)
     dataset, encoder = _load(model, data, batch_size)
-    splade, bm25 = evaluate_splade(encoder, dataset, name=Path(model).name or model), evaluate_bm25(dataset)
-    extra = query_side_rows(encoder, splade, bm25, dataset)
+    with tempfile.TemporaryDirectory(prefix="spladekit-demo-") as scratch:  # the index the query-side rows share
+        splade = evaluate_splade(encoder, dataset, name=Path(model).name or model, index=Path(scratch) / "index")
+        bm25 = evaluate_bm25(dataset)
+        extra = query_side_rows(encoder, splade, bm25, dataset)
     results = [splade, bm25, *extra]
     _report(results, [r.name for r in results[:2]] + EXTRA_FOLDERS, dataset, out)
     print(f"outputs in {out}/")
@@ -183,10 +187,11 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     result = run_training(config, out / "train")
     train_seconds = time.perf_counter() - started
     after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
-    after = evaluate_splade(after_encoder, dataset, name=f"{name} (fine-tuned)")
+    with tempfile.TemporaryDirectory(prefix="spladekit-demo-") as scratch:  # the index the query-side rows share
+        after = evaluate_splade(after_encoder, dataset, name=f"{name} (fine-tuned)", index=Path(scratch) / "index")
+        extra = query_side_rows(after_encoder, after, bm25, dataset)
     training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),
                 "validation": result.validation, "alarms": result.alarms}
-    extra = query_side_rows(after_encoder, after, bm25, dataset)
     _report([before, after, bm25, *extra], ["before", "after", "bm25", *EXTRA_FOLDERS], dataset, out, {"training": training})
     delta = after.metrics["nDCG@10"] - before.metrics["nDCG@10"]
     print(f"fine-tuning: nDCG@10 {before.metrics['nDCG@10']:.4f} -> {after.metrics['nDCG@10']:.4f} ({delta:+.4f}), "

@@ -1,7 +1,11 @@
-"""Small file helpers shared by every stage: atomic writes and text-file opening.
+"""Small file helpers shared by every stage: atomic writes of files and folders, and the one
+reading layer for JSON, JSON Lines and YAML (every malformed file is a
+:class:`~spladekit.errors.DataFormatError` naming the file and line).
 
 Writes go to a temporary file in the destination folder and are renamed over the target, so an
 interrupted run never leaves a half-written file behind (``os.replace`` is atomic on POSIX).
+Folders (:func:`atomic_folder`) are written in a temporary sibling and swapped in with two renames,
+keeping the old folder as a backup until the new one is in place (:func:`recover_folder`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -86,6 +91,72 @@ def ensure_folder(path: str | Path) -> Path:
     return path
 
 
+def _backup_of(path: Path) -> Path:
+    return path.with_name(f".{path.name}.old")
+
+
+def recover_folder(path: str | Path) -> Path:
+    """Finish or undo an interrupted :func:`atomic_folder` swap of ``path``.
+
+    A crash between the two renames leaves ``path`` missing and its previous version at
+    ``.NAME.old``: that version is put back. When ``path`` exists, a left-over backup is removed
+    (the swap had completed). Returns ``path``.
+    """
+    path = Path(path)
+    backup = _backup_of(path)
+    if backup.exists():
+        if path.exists():
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            os.replace(backup, path)
+    return path
+
+
+def replace_folder(source: str | Path, path: str | Path) -> Path:
+    """Put the complete folder ``source`` in place of ``path`` (same file system): ``path → .NAME.old``,
+    ``source → path``, remove the backup. A crash in between leaves the old folder at ``.NAME.old``,
+    which :func:`recover_folder` puts back."""
+    source, path = Path(source), Path(path)
+    recover_folder(path)
+    if path.exists():
+        backup = _backup_of(path)
+        os.replace(path, backup)
+        os.replace(source, path)
+        shutil.rmtree(backup, ignore_errors=True)
+    else:
+        os.replace(source, path)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """Write a folder atomically: yields a temporary sibling folder; on success it becomes ``path``.
+
+    The swap is ``path → .NAME.old``, ``tmp → path``, then the backup is removed; at every instant
+    either the old or the new folder is complete on disk, and :func:`recover_folder` (called here
+    first, and by readers that care) restores the old one after a crash between the renames.
+
+    Raises:
+        OutputPathError: ``path`` is an existing file (left untouched) or the parent cannot be made.
+        Whatever the body raises; the temporary folder is then removed and ``path`` is untouched.
+    """
+    from spladekit.errors import OutputPathError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{path}: is a file; this output is a folder (the file is left as it is)")
+    ensure_folder(path.parent)
+    recover_folder(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, default_mode(directory=True))
+    try:
+        yield tmp
+        replace_folder(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON, atomically."""
     with atomic_write(path) as handle:
@@ -108,6 +179,48 @@ def read_json(path: str | Path) -> Any:
         raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=exc.lineno) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise DataFormatError(path, f"cannot read ({exc})") from exc
+
+
+def read_jsonl(path: str | Path, skip_blank: bool = True, object_pairs_hook=None) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, record)`` for each line of a JSON Lines file (``.gz`` read transparently).
+
+    Raises:
+        DataFormatError: a line is not valid JSON (naming file and line), or the file cannot be read
+            (see :func:`iter_lines`).
+    """
+    from spladekit.errors import DataFormatError
+
+    path = Path(path)
+    for number, line in iter_lines(path):
+        if skip_blank and not line.strip():
+            continue
+        try:
+            yield number, json.loads(line, object_pairs_hook=object_pairs_hook)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=number) from exc
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file (an empty file reads as ``{}``).
+
+    Raises:
+        DataFormatError: the file cannot be read or is not valid YAML (naming file and line).
+    """
+    import yaml
+
+    from spladekit.errors import DataFormatError
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFormatError(path, f"cannot read ({exc})") from exc
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise DataFormatError(path, f"not valid YAML ({getattr(exc, 'problem', None) or exc})",
+                              line=mark.line + 1 if mark is not None else None) from exc
 
 
 def open_text(path: str | Path) -> IO[str]:

@@ -5,6 +5,7 @@ This is the only module that strings the stages together; the CLI calls it.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,8 +14,10 @@ from spladekit.data.beir import BeirDataset, load_beir
 from spladekit.data.trec import write_run
 from spladekit.evaluate.efficiency import efficiency_stats
 from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
-from spladekit.index.exact import exact_search, results_to_run
-from spladekit.io import ensure_folder, write_json
+from spladekit.index.exact import results_to_run
+from spladekit.index.index import Index
+from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
+from spladekit.io import atomic_folder, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 
 
@@ -31,6 +34,8 @@ class EvalConfig:
     doc_max_length: int | None = None
     measures: list[str] = field(default_factory=lambda: list(DEFAULT_MEASURES))
     conventions: str | None = None  # evaluation preset; None: chosen from the dataset name
+    backend: str = "exact"  # retrieval backend of the index (exact or seismic)
+    index: str | None = None  # keep the index folder here (None: a temporary folder, removed)
 
 
 def conventions_for(dataset: BeirDataset, conventions: EvalConventions | str | None) -> EvalConventions:
@@ -44,47 +49,60 @@ def conventions_for(dataset: BeirDataset, conventions: EvalConventions | str | N
 
 @dataclass
 class SystemResult:
-    """One system's output on one dataset: the run, its metrics and per-query values."""
+    """One system's output on one dataset: the run, its metrics and per-query values, and the
+    settings record of the retrieval (:class:`spladekit.index.index.SearchSettings`), when there was one."""
 
     name: str
     run: dict
     metrics: dict
     per_query: dict
     seconds: float
-    doc_vectors: object = field(default=None, repr=False)  # the [N, V] CSR documents of a SPLADE system (reusable)
+    settings: dict | None = None
+    index_folder: Path | None = None  # the index folder searched, when it outlives the call (reusable)
 
 
 def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES,
                     show_progress: bool = True, name: str = "splade",
-                    conventions: EvalConventions | str | None = None, doc_vectors=None) -> SystemResult:
-    """Encode the corpus and the judged queries, search exactly, evaluate.
+                    conventions: EvalConventions | str | None = None, backend: str = "exact",
+                    index: str | Path | Index | None = None, seismic: SeismicSearchParams | None = None,
+                    seismic_build: SeismicBuildParams | None = None, chunk_size: int = 10_000) -> SystemResult:
+    """Evaluate an encoder on a dataset through an :class:`~spladekit.index.index.Index`: the corpus is
+    indexed (in the folder ``index``, or a temporary one removed afterwards; an open ``Index`` is
+    searched as it is), the judged queries are searched with ``backend``, the run is evaluated.
 
-    ``doc_vectors`` (the ``[N, V]`` CSR of the corpus in ``dataset.corpus`` order, e.g. another
-    result's :attr:`SystemResult.doc_vectors`) skips document encoding: an inference-free query side
-    on the same document encoder is evaluated on the very same index. Its ``seconds`` then exclude
-    document encoding (``truncated_docs`` is None).
+    The index is built by this process alone (also under ``torchrun``: evaluation during training
+    runs on one rank).
+
+    An open ``Index`` built by another encoder (e.g. the documents of the full model, searched with an
+    inference-free query side, :mod:`spladekit.model.inference_free`) is searched as it is: its
+    documents are not re-encoded. ``index_folder`` of the result names the folder when it outlives
+    the call (a folder given, or an open ``Index``).
 
     Returns metrics with the keys of ``measures`` plus ``num_queries``, ``num_skipped``,
     ``avg_query_terms``, ``avg_doc_terms``, ``flops``, ``truncated_docs``, ``truncated_queries``,
-    the counts of :func:`spladekit.evaluate.metrics.evaluate` and ``conventions`` (by default the
-    preset matching the dataset name, see :meth:`EvalConventions.for_dataset`).
+    ``ms_per_query`` (retrieval only), the counts of :func:`spladekit.evaluate.metrics.evaluate` and
+    ``conventions`` (by default the preset matching the dataset name, see
+    :meth:`EvalConventions.for_dataset`); ``settings`` holds the retrieval's settings record.
     """
     start = time.perf_counter()
-    doc_ids, query_ids = list(dataset.corpus), list(dataset.queries)
-    if doc_vectors is None:
-        docs = encoder.encode_documents([dataset.corpus[d] for d in doc_ids], show_progress=show_progress)
-        truncated = encoder.last_truncated
-    else:
-        docs, truncated = doc_vectors, None
-    queries = encoder.encode_queries([dataset.queries[q] for q in query_ids], show_progress=show_progress)
-    truncated_queries = encoder.last_truncated
-    run = results_to_run(exact_search(queries, docs, k=k, doc_ids=doc_ids), query_ids, doc_ids)
-    per_query: dict = {}
-    metrics = evaluate(run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query)
-    metrics.update(efficiency_stats(queries, docs))
-    metrics["truncated_docs"] = truncated
+    with tempfile.TemporaryDirectory(prefix="spladekit-eval-") as scratch:
+        if isinstance(index, Index):
+            searched = index
+        else:
+            folder = Path(index) if index is not None else Path(scratch) / "index"
+            searched = Index.build(encoder, dataset.corpus, folder, chunk_size=chunk_size, show_progress=show_progress, distributed=False)
+        result = searched.search(dataset.queries, k=k, backend=backend, encoder=encoder, seismic=seismic, seismic_build=seismic_build)
+        truncated_queries = encoder.last_truncated
+        per_query: dict = {}
+        metrics = evaluate(result.run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query)
+        metrics.update(efficiency_stats(result.queries, searched.docs))
+        metrics["truncated_docs"] = searched.metadata.get("truncated_docs")
+        kept = None if index is None else searched.folder
+        del searched  # the memory maps close before the temporary folder goes
     metrics["truncated_queries"] = truncated_queries
-    return SystemResult(name, run, metrics, per_query, time.perf_counter() - start, doc_vectors=docs)
+    metrics["ms_per_query"] = round(result.latency.mean_ms, 4)
+    return SystemResult(name, result.run, metrics, per_query, time.perf_counter() - start, result.settings.record(),
+                        index_folder=kept)
 
 
 def query_latency(encoders: dict[str, SpladeEncoder], queries: list[str], warmup: int = 5) -> dict[str, float]:
@@ -148,8 +166,11 @@ def write_system(result: SystemResult, out: Path, config: dict | None = None) ->
     metrics["wall_time_s"] = round(result.seconds, 3)
     write_json(out / "metrics.json", metrics)
     write_json(out / "per_query.json", result.per_query)
-    if config is not None:
-        write_json(out / "config.json", config)
+    if config is not None or result.settings is not None:
+        saved = dict(config or {})
+        if result.settings is not None:
+            saved["search"] = result.settings  # the settings record of the retrieval
+        write_json(out / "config.json", saved)
 
 
 def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = True,
@@ -174,7 +195,7 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     )
     dataset = load_beir(config.data, config.split)
     result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
-                             conventions=conventions or config.conventions)
+                             conventions=conventions or config.conventions, backend=config.backend, index=config.index)
     saved = asdict(config)
     saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
                  conventions=result.metrics["conventions"])  # what was used, not just what was asked
@@ -195,9 +216,6 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
         ValueError: neither ``data`` nor ``documents``, or an empty corpus.
         OutputPathError: ``out`` is an existing file.
     """
-    import os
-    import shutil
-
     from spladekit.data.beir import load_corpus
     from spladekit.model.inference_free import make_inference_free
     from spladekit.train.export import write_inference_free_sentence_transformers_files
@@ -210,14 +228,9 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
             raise ValueError("give the corpus: a BEIR folder (data) or the documents")
         documents = list(load_corpus(data).values())
     encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu"), documents)
-    tmp = out.with_name(f".tmp-{out.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    if write_inference_free_sentence_transformers_files(tmp, encoder.tokenizer, encoder.query_weights,
-                                                        encoder.metadata.doc_max_length) is None:
-        encoder.metadata.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-    encoder.save_pretrained(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    os.rename(tmp, out)
+    with atomic_folder(out) as tmp:
+        if write_inference_free_sentence_transformers_files(tmp, encoder.tokenizer, encoder.query_weights,
+                                                            encoder.metadata.doc_max_length) is None:
+            encoder.metadata.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
+        encoder.save_pretrained(tmp)
     return encoder

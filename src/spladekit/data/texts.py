@@ -37,12 +37,12 @@ def sample_beir_texts(folder: str | Path, n_queries: int = 64, n_docs: int = 64,
     Raises:
         DataFormatError, ResolutionError: see the BEIR readers.
     """
-    from spladekit.data.beir import _find, read_corpus, read_queries
+    from spladekit.data.beir import find_file, read_corpus, read_queries
     from spladekit.data.resolve import resolve_dataset
 
     root = resolve_dataset(folder)
-    queries = list(read_queries(_find(root, "queries")).values())
-    corpus = list(read_corpus(_find(root, "corpus")).values())
+    queries = list(read_queries(find_file(root, "queries")).values())
+    corpus = list(read_corpus(find_file(root, "corpus")).values())
     rng = random.Random(seed)
 
     def pick(items: list[str], n: int) -> list[str]:

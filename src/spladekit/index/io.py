@@ -1,44 +1,184 @@
-"""The index folder: what ``spladekit encode`` / ``spladekit index`` write and ``search`` reads.
+"""The index folder on disk: what ``spladekit index`` writes and :class:`spladekit.index.index.Index` opens.
 
-Layout::
+Layout of format 2 (see :mod:`spladekit.index.index` for what each file is for)::
 
     INDEX/
-      vectors.npz      scipy.sparse CSR [D, V] float32 (scipy.sparse.save_npz)
-      doc_ids.json     list of D document ids, row order
-      index.json       model id and revision, max lengths, pruning, vocabulary size, content hash, ...
-      vocab.json       list of V token strings, column order (optional: folders written before it
-                       existed load with ``vocabulary = None``)
+      index.json, doc_ids.json, vocab.json (optional), tie_rank.npy
+      docs.{indptr,indices,data}.npy       CSR [D, V], uncompressed, memory-mappable
+      postings.{indptr,indices,data}.npy   CSR [V, D] (term-major copy)
+      seismic/                             stored approximate index (optional)
 
-Everything is written to a temporary folder and renamed into place.
+Format 1 (before): ``vectors.npz`` (``scipy.sparse.save_npz``, compressed), ``doc_ids.json``,
+``index.json``, ``vocab.json``; :func:`load_legacy` reads it, :meth:`Index.upgrade` converts it.
+
+Everything is written into a temporary folder and swapped in by :func:`spladekit.io.atomic_folder`.
+Matrices are stored canonically: sorted columns, repeated columns summed, explicit zeros removed
+(rule of :mod:`spladekit.index.formats`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, OutputPathError
-from spladekit.io import default_mode, ensure_folder, read_json, write_json
+from spladekit.index.exact import TIE_RULE, tie_ranks
+from spladekit.io import atomic_folder, read_json, write_json
+
+FORMAT = 2
+MATRICES = ("docs", "postings")
+PARTS = ("indptr", "indices", "data")
+HASH_BLOCK = 1 << 24  # entries per hashing step (bounded memory for the int64 casts)
+
+
+def index_dtype(nnz: int, *dims: int) -> np.dtype:
+    """int32 when ``nnz`` and every dimension fit in it, else int64."""
+    return np.dtype(np.int32) if max(nnz, *dims, 0) < np.iinfo(np.int32).max else np.dtype(np.int64)
+
+
+def canonical(matrix: sp.spmatrix) -> sp.csr_matrix:
+    """float32 CSR with sorted columns, repeated columns summed (the dot product is linear) and
+    explicit zeros removed (the storage rule of :mod:`spladekit.index.formats`)."""
+    matrix = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
+    matrix.sum_duplicates()
+    matrix.eliminate_zeros()
+    return matrix
+
+
+def hash_arrays(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, doc_ids: Sequence[str], shape: tuple[int, int]) -> str:
+    """SHA-256 over a canonical CSR matrix and its document ids (the ``content_hash`` of ``index.json``):
+    int64 ``indptr``, int64 ``indices``, float32 ``data``, the JSON list of ids, then ``str(shape)``.
+    Hashed in blocks of :data:`HASH_BLOCK` entries (same digest, bounded memory)."""
+    digest = hashlib.sha256()
+    for array, dtype in ((indptr, np.int64), (indices, np.int64), (data, np.float32)):
+        for start in range(0, len(array), HASH_BLOCK):
+            digest.update(np.ascontiguousarray(array[start : start + HASH_BLOCK], dtype=dtype).tobytes())
+    digest.update(json.dumps(list(doc_ids)).encode())
+    digest.update(str((int(shape[0]), int(shape[1]))).encode())
+    return digest.hexdigest()
+
+
+def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], num_docs: int, vocab_size: int) -> int:
+    """Write the document CSR and its term-major copy from canonical row blocks (in row order).
+
+    Two passes over ``blocks()``: counts (nnz, posting-list lengths), then the arrays, written into
+    memory-mapped ``.npy`` files, so memory stays at one block plus ``V`` counters.
+
+    Returns:
+        nnz.
+
+    Raises:
+        ValueError: the blocks do not hold ``num_docs`` rows of width ``vocab_size``.
+    """
+    rows, nnz = 0, 0
+    term_counts = np.zeros(vocab_size, dtype=np.int64)
+    for block in blocks():
+        if block.shape[1] != vocab_size:
+            raise ValueError(f"a block has {block.shape[1]} columns, expected {vocab_size}")
+        rows += block.shape[0]
+        nnz += block.nnz
+        term_counts += np.bincount(block.indices, minlength=vocab_size)
+    if rows != num_docs:
+        raise ValueError(f"blocks hold {rows} rows for {num_docs} documents")
+    itype = index_dtype(nnz, num_docs, vocab_size)
+
+    def create(name: str, dtype, length: int) -> np.ndarray:
+        return np.lib.format.open_memmap(folder / name, mode="w+", dtype=dtype, shape=(length,))
+
+    d_ptr, d_idx, d_val = create("docs.indptr.npy", itype, num_docs + 1), create("docs.indices.npy", itype, nnz), create("docs.data.npy", np.float32, nnz)
+    p_ptr, p_idx, p_val = create("postings.indptr.npy", itype, vocab_size + 1), create("postings.indices.npy", itype, nnz), create("postings.data.npy", np.float32, nnz)
+    p_ptr[0] = 0
+    np.cumsum(term_counts, out=p_ptr[1:])
+    cursor = np.asarray(p_ptr[:-1], dtype=np.int64).copy()  # next free slot of each posting list
+    row0, pos0 = 0, 0
+    d_ptr[0] = 0
+    for block in blocks():
+        n, m = block.shape[0], block.nnz
+        d_ptr[row0 + 1 : row0 + n + 1] = pos0 + block.indptr[1:]
+        d_idx[pos0 : pos0 + m] = block.indices
+        d_val[pos0 : pos0 + m] = block.data
+        # term-major: a stable sort by term keeps rows ascending inside each posting list, and
+        # blocks come in row order, so appending at each list's cursor keeps the lists sorted
+        order = np.argsort(block.indices, kind="stable")
+        terms = block.indices[order].astype(np.int64)
+        counts = np.bincount(terms, minlength=vocab_size)
+        first = np.cumsum(counts) - counts  # where each term's group starts in `terms`
+        slots = cursor[terms] + np.arange(m) - first[terms]
+        block_rows = np.repeat(np.arange(row0, row0 + n, dtype=np.int64), np.diff(block.indptr))
+        p_idx[slots] = block_rows[order]
+        p_val[slots] = block.data[order]
+        cursor += counts
+        row0, pos0 = row0 + n, pos0 + m
+    for array in (d_ptr, d_idx, d_val, p_ptr, p_idx, p_val):
+        array.flush()
+    del d_ptr, d_idx, d_val, p_ptr, p_idx, p_val
+    return nnz
+
+
+def write_index(
+    out: str | Path,
+    blocks: Callable[[], Iterator[sp.csr_matrix]],
+    doc_ids: Sequence[str],
+    vocab_size: int,
+    metadata: dict,
+    vocabulary: Sequence[str] | None = None,
+) -> Path:
+    """Write a format-2 index folder atomically from canonical row blocks (see :func:`write_arrays`).
+
+    Raises:
+        ValueError: ids repeat, the vocabulary is not V strings, or the blocks do not match.
+        OutputPathError: ``out`` is an existing file (left untouched) or cannot be created.
+    """
+    if vocabulary is not None and len(vocabulary) != vocab_size:
+        raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {vocab_size} columns")
+    if vocabulary is not None and not all(isinstance(t, str) for t in vocabulary):
+        bad = next(j for j, t in enumerate(vocabulary) if not isinstance(t, str))
+        raise ValueError(f"vocabulary entry {bad} is {vocabulary[bad]!r}, not a token string (vocab.json could not be read back)")
+    if len(set(doc_ids)) != len(doc_ids):
+        raise ValueError("document ids repeat")
+    out = Path(out)
+    with atomic_folder(out) as tmp:
+        nnz = write_arrays(tmp, blocks, len(doc_ids), vocab_size)
+        ranks = tie_ranks(doc_ids)
+        np.save(tmp / "tie_rank.npy", ranks.astype(index_dtype(len(doc_ids))))
+        write_json(tmp / "doc_ids.json", list(doc_ids))
+        if vocabulary is not None:
+            write_json(tmp / "vocab.json", list(vocabulary))
+        arrays = {part: np.load(tmp / f"docs.{part}.npy", mmap_mode="r") for part in PARTS}
+        meta = dict(metadata)
+        meta.pop("format", None)
+        meta.update(format=FORMAT, num_docs=len(doc_ids), vocab_size=int(vocab_size), nnz=int(nnz), tie_rule=TIE_RULE)
+        meta["content_hash"] = hash_arrays(arrays["indptr"], arrays["indices"], arrays["data"], doc_ids, (len(doc_ids), vocab_size))
+        del arrays
+        write_json(tmp / "index.json", meta)
+    return out
+
+
+def row_blocks(matrix: sp.spmatrix, rows_per_block: int = 100_000) -> Callable[[], Iterator[sp.csr_matrix]]:
+    """Blocks of canonical rows of an in-memory matrix (for :func:`write_index`)."""
+
+    def blocks():
+        for start in range(0, matrix.shape[0], rows_per_block):
+            yield canonical(matrix[start : start + rows_per_block])
+        if matrix.shape[0] == 0:
+            yield sp.csr_matrix((0, matrix.shape[1]), dtype=np.float32)
+
+    return blocks
 
 
 def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
-    """SHA-256 over the CSR arrays and the document ids: equal iff the same vectors for the same ids."""
+    """SHA-256 over the canonical CSR arrays and the document ids: equal iff the same vectors for the
+    same ids (:func:`hash_arrays`; the digest of format-1 folders is unchanged)."""
     matrix = sp.csr_matrix(matrix)
-    matrix.sort_indices()
-    digest = hashlib.sha256()
-    for array in (matrix.indptr.astype(np.int64), matrix.indices.astype(np.int64), matrix.data.astype(np.float32)):
-        digest.update(array.tobytes())
-    digest.update(json.dumps(list(doc_ids)).encode())
-    digest.update(str(matrix.shape).encode())
-    return digest.hexdigest()
+    if not matrix.has_sorted_indices:
+        matrix = matrix.copy()
+        matrix.sort_indices()
+    return hash_arrays(matrix.indptr, matrix.indices, matrix.data, doc_ids, matrix.shape)
 
 
 def save_index(
@@ -48,15 +188,13 @@ def save_index(
     metadata: dict,
     vocabulary: Sequence[str] | None = None,
 ) -> Path:
-    """Write an index folder atomically (temporary sibling folder, then rename).
+    """Write in-memory vectors as an index folder (format 2), atomically.
 
     Args:
         folder: the index folder (replaced when it exists).
-        matrix: ``[D, V]`` document vectors.
+        matrix: ``[D, V]`` document vectors (stored canonically).
         doc_ids: D document ids, row order.
-        metadata: written to ``index.json`` (counts and the content hash are added).
-            The matrix is stored canonically: sorted columns, repeated columns summed, explicit
-            zeros removed (rule of :mod:`spladekit.index.formats`).
+        metadata: written to ``index.json`` (format, counts and the content hash are added).
         vocabulary: V token strings (column order), written to ``vocab.json`` when given.
 
     Raises:
@@ -64,49 +202,36 @@ def save_index(
             vocabulary length is not V or holds a non-string.
         OutputPathError: ``folder`` is an existing file (left untouched) or cannot be created.
     """
+    folder = Path(folder)
     if vocabulary is not None and len(vocabulary) != matrix.shape[1]:
         raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {matrix.shape[1]} columns")
-    if vocabulary is not None and not all(isinstance(t, str) for t in vocabulary):
-        bad = next(j for j, t in enumerate(vocabulary) if not isinstance(t, str))
-        raise ValueError(f"vocabulary entry {bad} is {vocabulary[bad]!r}, not a token string (vocab.json could not be read back)")
-    folder = Path(folder)
     if matrix.shape[0] != len(doc_ids):
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")
-    if len(set(doc_ids)) != len(doc_ids):
-        raise ValueError("document ids repeat")
     if folder.exists() and not folder.is_dir():
         raise OutputPathError(f"{folder}: is a file; an index is a folder (the file is left as it is)")
-    ensure_folder(folder.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    os.chmod(tmp, default_mode(directory=True))
-    try:
-        matrix = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
-        matrix.sum_duplicates()  # repeated columns of a row are summed (the dot product is linear)
-        matrix.eliminate_zeros()
-        sp.save_npz(tmp / "vectors.npz", matrix)
-        write_json(tmp / "doc_ids.json", list(doc_ids))
-        if vocabulary is not None:
-            write_json(tmp / "vocab.json", list(vocabulary))
-        meta = dict(metadata)
-        meta.update(num_docs=int(matrix.shape[0]), vocab_size=int(matrix.shape[1]), nnz=int(matrix.nnz))
-        meta["content_hash"] = content_hash(matrix, doc_ids)
-        write_json(tmp / "index.json", meta)
-        if folder.exists():
-            backup = folder.with_name(f".{folder.name}.old")
-            shutil.rmtree(backup, ignore_errors=True)
-            os.replace(folder, backup)
-            os.replace(tmp, folder)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return folder
+    return write_index(folder, row_blocks(sp.csr_matrix(matrix)), list(doc_ids), matrix.shape[1], metadata, vocabulary)
 
 
 def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
-    """Read an index folder: ``(vectors [D, V], doc_ids, metadata)``.
+    """Read an index folder (either format) into memory and check its content hash:
+    ``(vectors [D, V], doc_ids, metadata)``. To search, open it instead (:meth:`Index.open`: mapped,
+    not read).
+
+    Raises:
+        DataFormatError: a file is missing, unreadable or malformed (naming it), the number of ids
+            is not the number of vectors, or the content hash does not match.
+    """
+    from spladekit.index.index import Index
+
+    index = Index.open(folder, verify=True)
+    docs = index.docs
+    if not index.legacy:
+        docs = sp.csr_matrix((np.array(docs.data), np.array(docs.indices), np.array(docs.indptr)), shape=docs.shape)
+    return docs, index.doc_ids, index.metadata
+
+
+def load_legacy(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
+    """Read a format-1 folder (``vectors.npz``): ``(vectors [D, V], doc_ids, metadata)``.
 
     Raises:
         DataFormatError: a file is missing, unreadable or malformed (naming it), the number of ids

@@ -1,4 +1,4 @@
-"""Search an index folder with query texts or vectors, exactly or with Seismic.
+"""How an index's queries are encoded (searching itself is :meth:`spladekit.index.index.Index.search`).
 
 Query vectors come from the model recorded in the index, with the query max length and pruning
 recorded there (which came from the model's ``spladekit.json``), so the same text gives the same
@@ -6,16 +6,6 @@ vector through the Python API, the CLI and the index.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Sequence
-
-import scipy.sparse as sp
-
-from spladekit.index.exact import exact_search
-from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams, recall_at_k
-
-BACKENDS = ("exact", "seismic")
 
 
 def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, head_impl: str | None = None):
@@ -33,50 +23,3 @@ def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, he
         batch_size=batch_size,
         head_impl=head_impl,
     )
-
-
-@dataclass
-class SearchOutcome:
-    """Results of :func:`search_vectors`.
-
-    Attributes:
-        results: per query ``(row, score)`` lists (exact-search ordering).
-        recall: ``{"recall@k": value}`` of the approximate top-k against exact, when asked.
-    """
-
-    results: list[list[tuple[int, float]]]
-    recall: dict = field(default_factory=dict)
-
-
-def search_vectors(
-    queries: sp.spmatrix,
-    docs: sp.spmatrix,
-    backend: str = "exact",
-    k: int = 1000,
-    build: SeismicBuildParams | None = None,
-    params: SeismicSearchParams | None = None,
-    recall_k: Sequence[int] = (),
-    doc_ids: Sequence[str] | None = None,
-) -> SearchOutcome:
-    """Top-``k`` search with ``backend``; optionally the recall of its top-``r`` against exact top-``r``.
-
-    ``doc_ids`` (one per document row) makes ties follow document id ascending on every backend,
-    the rule of :func:`spladekit.index.exact.exact_search`.
-
-    Raises:
-        ValueError: unknown backend, vocabulary mismatch, ``k`` < 1.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "exact":
-        return SearchOutcome(exact_search(queries, docs, k=k, doc_ids=doc_ids))
-    searcher = SeismicSearcher(docs, build)
-    results = searcher.search(queries, k=k, params=params, doc_ids=doc_ids)
-    recall = {}
-    # exact top-r is the prefix of exact top-max(r) (one total order) and recall_at_k cuts both
-    # lists at r, so one exact search serves every r
-    exact = exact_search(queries, docs, k=max(recall_k), doc_ids=doc_ids) if recall_k else []
-    for r in recall_k:
-        approx = results if r <= k else searcher.search(queries, k=r, params=params, doc_ids=doc_ids)
-        recall[f"recall@{r}"] = recall_at_k(approx, exact, k=r)
-    return SearchOutcome(results, recall)

@@ -19,11 +19,13 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.index.exact import tie_ranks
 from spladekit.index.formats import iter_rows
 
 
@@ -101,21 +103,6 @@ def _check_fraction(params, name: str) -> None:
         raise ValueError(f"seismic {name} must be in (0, 1], got {value!r}")
 
 
-def tie_ranks(doc_ids: Sequence[str] | None, num_docs: int) -> np.ndarray:
-    """Rank of each row in the tie-break order: document id ascending (``doc_ids``) or row.
-
-    Raises:
-        ValueError: ``doc_ids`` has the wrong length.
-    """
-    if doc_ids is None:
-        return np.arange(num_docs)
-    if len(doc_ids) != num_docs:
-        raise ValueError(f"{len(doc_ids)} document ids for {num_docs} document vectors")
-    ranks = np.empty(num_docs, dtype=np.int64)
-    ranks[np.argsort(np.asarray(doc_ids, dtype=object), kind="stable")] = np.arange(num_docs)
-    return ranks
-
-
 @contextlib.contextmanager
 def _quiet():
     """Silence the Rust library's progress prints on stdout (file descriptor 1)."""
@@ -141,15 +128,22 @@ class SeismicSearcher:
         ImportError: ``pyseismic-lsr`` is not installed (``pip install spladekit[seismic]``).
     """
 
-    def __init__(self, docs: sp.spmatrix, params: SeismicBuildParams | None = None, verbose: bool = False):
+    INDEX_FILE = "index.index.seismic"  # what ``SeismicIndex.save(folder / "index")`` writes
+
+    def __init__(self, docs: sp.spmatrix, params: SeismicBuildParams | None = None, verbose: bool = False, canonical: bool = False):
+        """``canonical``: ``docs`` is already float32 CSR with sorted, unique, non-zero entries (as an
+        index folder's are); it is then used as it is (read-only, no copy of the matrix)."""
         import seismic
 
         self.params = params or SeismicBuildParams()
         self.num_docs, self.vocab_size = docs.shape
-        matrix = sp.csr_matrix(docs, dtype=np.float32)
-        matrix.sum_duplicates()
-        matrix.sort_indices()
-        matrix.eliminate_zeros()
+        if canonical:
+            matrix = docs
+        else:
+            matrix = sp.csr_matrix(docs, dtype=np.float32, copy=True)
+            matrix.sum_duplicates()
+            matrix.sort_indices()
+            matrix.eliminate_zeros()
         dataset = seismic.SeismicDataset()
         dataset.add_documents_by_id(
             [str(i) for i in range(self.num_docs)],
@@ -175,18 +169,54 @@ class SeismicSearcher:
                 nknn=p.nknn,
             )
 
+    def save(self, folder: str | Path) -> None:
+        """Write the built index into ``folder`` (``SeismicIndex.save``; nothing for an empty index)."""
+        if self.index is not None:
+            with _quiet():
+                self.index.save(str(Path(folder) / "index"))
+
+    @classmethod
+    def load(cls, folder: str | Path, params: SeismicBuildParams, shape: tuple[int, int]) -> "SeismicSearcher":
+        """Reopen an index written by :meth:`save` (``SeismicIndex.load``), built with ``params`` over a
+        ``shape`` = ``[D, V]`` matrix.
+
+        Raises:
+            DataFormatError: the stored file cannot be read.
+        """
+        import seismic
+
+        from spladekit.errors import DataFormatError
+
+        self = cls.__new__(cls)
+        self.params, (self.num_docs, self.vocab_size) = params, shape
+        self._string = seismic.get_seismic_string()
+        path = Path(folder) / cls.INDEX_FILE
+        self.empty = not path.exists()
+        self.index = None
+        if not self.empty:
+            try:
+                with _quiet():
+                    self.index = seismic.SeismicIndex.load(str(path))
+            except Exception as exc:  # the Rust loader raises IOError/ValueError/PanicException
+                raise DataFormatError(path, f"cannot load the Seismic index ({type(exc).__name__}: {exc})") from exc
+        return self
+
     def search(
-        self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None
+        self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None,
+        tie_rank: np.ndarray | None = None,
     ) -> list[list[tuple[int, float]]]:
         """Approximate top-``k`` dot-product search of each ``[Q, V]`` query row.
 
         Args:
             doc_ids: when given, ties are listed by document id ascending (the exact-search rule).
+            tie_rank: the same rule given as each row's rank in document-id order (instead of ``doc_ids``).
 
         Raises:
             ValueError: vocabulary mismatch, ``k`` < 1, or ``doc_ids`` of the wrong length.
         """
-        ranks = tie_ranks(doc_ids, self.num_docs)
+        if doc_ids is not None and len(doc_ids) != self.num_docs:
+            raise ValueError(f"{len(doc_ids)} document ids for {self.num_docs} document vectors")
+        ranks = tie_rank if tie_rank is not None else tie_ranks(doc_ids) if doc_ids is not None else np.arange(self.num_docs)
         if queries.shape[1] != self.vocab_size:
             raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}")
         if k < 1:

@@ -33,8 +33,6 @@ the same batching, truncation and sparse conversion as :class:`SpladeEncoder`.
 
 from __future__ import annotations
 
-import os
-import shutil
 import warnings
 from pathlib import Path
 from typing import Sequence
@@ -94,7 +92,7 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
     """
     import copy
 
-    from spladekit.io import ensure_folder
+    from spladekit.io import atomic_folder, ensure_folder
 
     try:
         import onnx  # noqa: F401  (torch.onnx.export needs it)
@@ -103,38 +101,32 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
     out = Path(out)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError
-    tmp = out.with_name(f".tmp-{out.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model = copy.deepcopy(encoder.model).cpu().float().eval()
-    graph = SpladeGraph(model, getattr(encoder.tokenizer, "pad_token_id", None)).eval()
-    # two texts of different lengths, so the traced example has padding
-    sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
-    args = (sample["input_ids"].long(), sample["attention_mask"].long())
-    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
-            OUTPUT_NAME: {0: "batch"}}
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
-        torch.onnx.export(graph, args, str(tmp / ONNX_FILE), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
-                          dynamic_axes=axes, opset_version=opset, dynamo=False)
-    encoder.tokenizer.save_pretrained(tmp)
-    meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in
-                              ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source")})
-    meta.extra = dict(encoder.metadata.extra, onnx={
-        "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": opset,
-        "vocab_size": encoder.vocab_size, "max_positions": encoder.max_positions,
-        "pooling": "max over non-padding positions of log1p(relu(logits)); [PAD] column zeroed",
-    })
-    if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
-        from spladekit.model.inference_free import save_query_weights
+    with atomic_folder(out) as tmp:  # a failed export leaves no half-written folder
+        model = copy.deepcopy(encoder.model).cpu().float().eval()
+        graph = SpladeGraph(model, getattr(encoder.tokenizer, "pad_token_id", None)).eval()
+        # two texts of different lengths, so the traced example has padding
+        sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
+        args = (sample["input_ids"].long(), sample["attention_mask"].long())
+        axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+                OUTPUT_NAME: {0: "batch"}}
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
+            torch.onnx.export(graph, args, str(tmp / ONNX_FILE), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
+                              dynamic_axes=axes, opset_version=opset, dynamo=False)
+        encoder.tokenizer.save_pretrained(tmp)
+        meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in
+                                  ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source")})
+        meta.extra = dict(encoder.metadata.extra, onnx={
+            "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": opset,
+            "vocab_size": encoder.vocab_size, "max_positions": encoder.max_positions,
+            "pooling": "max over non-padding positions of log1p(relu(logits)); [PAD] column zeroed",
+        })
+        if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
+            from spladekit.model.inference_free import save_query_weights
 
-        save_query_weights(tmp, encoder.query_weights)
-        meta.query_encoder = INFERENCE_FREE
-    meta.save(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    os.rename(tmp, out)
+            save_query_weights(tmp, encoder.query_weights)
+            meta.query_encoder = INFERENCE_FREE
+        meta.save(tmp)
     return out
 
 

@@ -18,10 +18,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spladekit.errors import DataFormatError
+from spladekit.io import read_yaml
 from spladekit.overrides import apply_overrides
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -234,6 +234,7 @@ class EvaluationSpec(_Strict):
     query_max_length: int | None = Field(None, ge=4)
     doc_max_length: int | None = Field(None, ge=4)
     head_impl: Literal["plain", "fused"] | None = None
+    backend: Literal["exact", "seismic"] = Field("exact", description="retrieval backend of the evaluation index")
     evaluate_init: bool = Field(False, description="also evaluate each cell's model before training")
 
     def datasets(self) -> list[tuple[str, EvalDatasetSpec]]:
@@ -388,12 +389,7 @@ def load_reproduce_config(path: str | Path, overrides: list[str] | None = None) 
         DataFormatError: unreadable YAML, not a mapping, or a validation error, naming the file and field.
     """
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise DataFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise DataFormatError(path, f"not valid YAML ({exc})") from exc
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise DataFormatError(path, "expected a mapping at the top level")
     try:

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from spladekit.io import atomic_write
+from spladekit.io import atomic_write, read_json
 from spladekit.reproduce.config import ReproduceConfig
 from spladekit.reproduce.grid import RESULT, plan_grid
 
@@ -47,7 +46,7 @@ def load_cell_results(config: ReproduceConfig, out: str | Path) -> list[dict]:
     for cell in plan_grid(config):
         path = Path(out) / "cells" / cell.id / RESULT
         if path.exists():
-            rows.append(json.loads(path.read_text(encoding="utf-8")))
+            rows.append(read_json(path))
     return rows
 
 

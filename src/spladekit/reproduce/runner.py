@@ -7,14 +7,13 @@
 - init: :func:`spladekit.model.calibrate.diagnose_mlm_head` before and after
   :func:`~spladekit.model.calibrate.rescale_mlm_head` (arXiv 2606.18811, §3, eq. 3);
 - train: :func:`spladekit.train.train`;
-- evaluate: :func:`spladekit.pipeline.evaluate_splade` (exact search, ir_measures).
+- evaluate: :func:`spladekit.pipeline.evaluate_splade` (an :class:`~spladekit.index.index.Index` of the
+  corpus searched with ``evaluation.backend``, ir_measures); the retrieval settings record is saved in
+  ``config.json`` under ``search``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 
 from spladekit.reproduce.config import EvalDatasetSpec, ReproduceConfig
@@ -52,7 +51,7 @@ def load_eval_dataset(spec: EvalDatasetSpec, download: bool = True):
         ResolutionError: the folder or a file is missing.
         DataFormatError: malformed files, or judged queries without text.
     """
-    from spladekit.data.beir import BeirDataset, _find, load_beir, read_corpus, read_queries
+    from spladekit.data.beir import BeirDataset, find_file, load_beir, read_corpus, read_queries
     from spladekit.data.resolve import resolve_dataset
     from spladekit.data.trec import read_qrels
     from spladekit.data.tsv import read_tsv
@@ -65,12 +64,12 @@ def load_eval_dataset(spec: EvalDatasetSpec, download: bool = True):
         return reduce_corpus(dataset, spec.max_docs)
     qrels_path = resolve_file(spec.qrels) if spec.qrels else folder / "qrels" / f"{spec.split}.tsv"
     qrels = read_qrels(qrels_path)
-    queries_path = resolve_file(spec.queries) if spec.queries else _find(folder, "queries")
+    queries_path = resolve_file(spec.queries) if spec.queries else find_file(folder, "queries")
     queries = read_tsv(queries_path) if spec.queries else read_queries(queries_path)
     missing = [q for q in qrels if q not in queries]
     if missing:
         raise DataFormatError(qrels_path, f"{len(missing)} judged query ids have no text in {queries_path}, e.g. {missing[0]!r}")
-    corpus = read_corpus(_find(folder, "corpus"))
+    corpus = read_corpus(find_file(folder, "corpus"))
     dataset = BeirDataset(path=folder, corpus=corpus, queries={q: queries[q] for q in qrels}, qrels=qrels,
                           split=spec.split, name=spec.name)
     return reduce_corpus(dataset, spec.max_docs)
@@ -107,14 +106,12 @@ def diagnosis_texts(config: ReproduceConfig) -> list[str]:
     Raises:
         DataFormatError: a line read is not JSON or lacks ``_id`` or ``text``.
     """
-    from spladekit.data.beir import _find, _read_jsonl
+    from spladekit.data.beir import iter_corpus
     from spladekit.data.resolve import resolve_dataset
 
-    folder = resolve_dataset(config.diagnosis.dataset)
     texts = []
-    for _, record in _read_jsonl(_find(folder, "corpus"), ("_id", "text")):
-        title = record.get("title") or ""
-        texts.append(f"{title} {record['text']}" if title.strip() else str(record["text"]))
+    for _, text in iter_corpus(resolve_dataset(config.diagnosis.dataset)):
+        texts.append(text)
         if len(texts) >= config.diagnosis.num_texts:
             break
     return texts
@@ -122,14 +119,11 @@ def diagnosis_texts(config: ReproduceConfig) -> list[str]:
 
 def _save_model(mlm, tokenizer, folder: Path) -> Path:
     """Save a masked-LM and its tokenizer into ``folder`` atomically (temporary folder, then rename)."""
-    tmp = folder.with_name(f".tmp-{folder.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    mlm.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.rename(tmp, folder)
+    from spladekit.io import atomic_folder
+
+    with atomic_folder(folder) as tmp:
+        mlm.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return folder
 
 
@@ -139,20 +133,13 @@ def read_metrics_log(path: str | Path) -> list[dict]:
     Raises:
         DataFormatError: a line is not JSON.
     """
-    from spladekit.errors import DataFormatError
-    from spladekit.io import iter_lines
+    from spladekit.io import read_jsonl
 
     records = []
     path = Path(path)
     if not path.exists():
         return records
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=number) from exc
+    for _, record in read_jsonl(path):
         if record.get("split", "train") == "train":
             records.append(record)
     return sorted(records, key=lambda r: r.get("step", 0))
@@ -268,7 +255,7 @@ class SpladekitRunner:
         if key not in self._datasets:
             self._datasets[key] = load_eval_dataset(dataset)
         result = evaluate_splade(encoder, self._datasets[key], k=ev.k, measures=dataset.measures,
-                                 show_progress=self.show_progress, name=dataset.name)
+                                 show_progress=self.show_progress, name=dataset.name, backend=ev.backend)
         write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
                                       "query_max_length": encoder.metadata.query_max_length,
                                       "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k,

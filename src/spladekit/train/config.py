@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spladekit.errors import DataFormatError
+from spladekit.io import read_yaml
 from spladekit.overrides import apply_overrides
 
 
@@ -162,10 +163,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     data: dict = {}
     if path is not None:
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise DataFormatError(path, f"not valid YAML ({exc})") from exc
+        data = read_yaml(path)
         if not isinstance(data, dict):
             raise DataFormatError(path, "expected a mapping at the top level")
     apply_overrides(data, overrides or [])

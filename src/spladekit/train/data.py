@@ -21,14 +21,13 @@ depend on the number of processes, and a resumed run sees exactly the batches it
 from __future__ import annotations
 
 import functools
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from spladekit.errors import DataFormatError
-from spladekit.io import iter_lines
+from spladekit.io import iter_lines, read_json
 
 
 @dataclass
@@ -83,12 +82,7 @@ def iter_triples(path: str | Path) -> Iterator[TrainingExample]:
 def _read_json(path: Path) -> dict:
     if not path.exists():
         raise DataFormatError(path, "missing")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=exc.lineno) from exc
-    except UnicodeDecodeError as exc:
-        raise DataFormatError(path, f"invalid UTF-8 ({exc.reason})") from exc
+    data = read_json(path)
     if not isinstance(data, dict):
         raise DataFormatError(path, "expected a JSON object {qid: {docid: value}}")
     return data
@@ -174,15 +168,21 @@ def mine_negatives_bm25(query_texts: Sequence[str], doc_texts: Sequence[str], de
     return [[i for i, _ in hits] for hits in bm25_search(query_texts, doc_texts, k=depth)]
 
 
-def mine_negatives_model(model: str, query_texts: Sequence[str], doc_texts: Sequence[str], depth: int) -> list[list[int]]:
-    """Top-``depth`` document indices per query by a spladekit model (exact dot-product search)."""
-    from spladekit.index.exact import exact_search
+def mine_negatives_model(model: str, queries: dict[str, str], corpus: dict[str, str], depth: int) -> list[list[str]]:
+    """Top-``depth`` document ids per query (``queries`` order) by a spladekit model: the corpus is
+    indexed in a temporary :class:`~spladekit.index.index.Index` and searched exactly (ties broken
+    by document id, the rule of every spladekit search)."""
+    import tempfile
+
+    from spladekit.index.index import Index
     from spladekit.model.encoder import SpladeEncoder
 
     encoder = SpladeEncoder.from_pretrained(model)
-    docs = encoder.encode_documents(list(doc_texts), show_progress=True)
-    queries = encoder.encode_queries(list(query_texts), show_progress=True)
-    return [[i for i, _ in hits] for hits in exact_search(queries, docs, k=depth)]
+    with tempfile.TemporaryDirectory(prefix="spladekit-mining-") as scratch:
+        index = Index.build(encoder, corpus, Path(scratch) / "index", show_progress=True, distributed=False)
+        hits = index.search(queries, k=depth, encoder=encoder).hits
+        del index  # close the memory maps before the folder goes
+    return [[doc_id for doc_id, _ in row] for row in hits]
 
 
 def read_beir_training(
@@ -214,11 +214,11 @@ def read_beir_training(
     doc_texts = [dataset.corpus[d] for d in doc_ids]
     query_texts = [dataset.queries[q] for q in qids]
     if negatives == "bm25":
-        mined = mine_negatives_bm25(query_texts, doc_texts, depth + 20)
+        mined = [[doc_ids[i] for i in hits] for hits in mine_negatives_bm25(query_texts, doc_texts, depth + 20)]
     elif negatives == "model":
         if not negatives_model:
             raise ValueError("data.negatives='model' needs data.negatives_model")
-        mined = mine_negatives_model(negatives_model, query_texts, doc_texts, depth + 20)
+        mined = mine_negatives_model(negatives_model, {q: dataset.queries[q] for q in qids}, dataset.corpus, depth + 20)
     elif negatives == "none":
         mined = [[] for _ in qids]
     else:
@@ -230,7 +230,7 @@ def read_beir_training(
         missing = [d for d in relevant if d not in dataset.corpus]
         if missing:
             raise DataFormatError(dataset.path / "qrels" / f"{split}.tsv", f"document {missing[0]!r} not in the corpus", field=qid)
-        negs = [doc_ids[i] for i in hits if doc_ids[i] not in relevant][:depth]
+        negs = [d for d in hits if d not in relevant][:depth]
         scores = None
         if teacher is not None:
             scores = teacher.get(qid, {})

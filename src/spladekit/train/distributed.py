@@ -6,44 +6,17 @@ batch) and the FLOPS regulariser are computed on the global batch by every proce
 of the gather sums the gradients of all processes and keeps the own slice; the parameter gradients
 are then averaged over processes (:func:`average_gradients`). Together this gives exactly the
 gradient of the global-batch loss, whatever the number of processes.
+
+Joining the process group is :func:`spladekit.distributed.init_distributed` (shared with the
+data-parallel index build); it is re-exported here.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 
-
-@dataclass
-class DistInfo:
-    """Rank, world size, local rank, and whether this process initialised the process group."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    owns_group: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device_type: str | None = None) -> DistInfo:
-    """Join the process group described by the launcher's environment (``WORLD_SIZE`` > 1).
-
-    Uses NCCL with CUDA, gloo otherwise. A single process (no ``WORLD_SIZE``) gets rank 0 of 1.
-    """
-    if dist.is_available() and dist.is_initialized():
-        return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return DistInfo()
-    use_cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)), owns_group=True)
+from spladekit.distributed import DistInfo, barrier, init_distributed  # noqa: F401  (the one set-up, re-exported)
 
 
 def _active() -> bool:
@@ -105,10 +78,3 @@ def broadcast_parameters(module: torch.nn.Module) -> None:
         return
     for tensor in list(module.parameters()) + list(module.buffers()):
         dist.broadcast(tensor.data, src=0)
-
-
-def barrier() -> None:
-    """Wait for every process (no-op with one process)."""
-    if _active():
-        dist.barrier()
-

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import shutil
 import time
 import warnings
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from spladekit.io import atomic_write, write_json
+from spladekit.io import atomic_folder, atomic_write, replace_folder, write_json
 from spladekit.train import distributed as D
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
@@ -357,9 +356,7 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
         model.mlm.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
         (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        replace_folder(tmp, final)
         for old in _checkpoints(out)[: -config.keep_checkpoints]:
             shutil.rmtree(old)
     D.barrier()
@@ -470,31 +467,25 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
     from spladekit.model.encoder import EncoderMetadata
     from spladekit.train.export import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
 
-    tmp = folder.with_name(f".tmp-{folder.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.mlm.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                           source=config.model.path, extra=extra)
-    if model.query_weights is None:
-        write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
-    else:  # inference-free: relu(θ) saved, the query side spladekit and sentence-transformers encode with
-        from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
+    with atomic_folder(folder) as tmp:
+        model.mlm.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
+                               source=config.model.path, extra=extra)
+        if model.query_weights is None:
+            write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
+        else:  # inference-free: relu(θ) saved, the query side spladekit and sentence-transformers encode with
+            from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
 
-        weights = model.query_weights.saved_weights()
-        save_query_weights(tmp, weights)
-        meta.query_encoder = INFERENCE_FREE
-        meta.extra["inference_free"] = {"init": "idf of the training documents", "trained": config.model.train_query_weights,
-                                        "formula": "ln(1 + (N - df + 0.5) / (df + 0.5))"}
-        if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length) is None:
-            meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-    meta.save(tmp)
-    (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.rename(tmp, folder)
+            weights = model.query_weights.saved_weights()
+            save_query_weights(tmp, weights)
+            meta.query_encoder = INFERENCE_FREE
+            meta.extra["inference_free"] = {"init": "idf of the training documents", "trained": config.model.train_query_weights,
+                                            "formula": "ln(1 + (N - df + 0.5) / (df + 0.5))"}
+            if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length) is None:
+                meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
+        meta.save(tmp)
+        (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
     return folder
 
 

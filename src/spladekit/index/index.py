@@ -1,0 +1,633 @@
+"""The index a user keeps: built once from a corpus, opened instantly, searched many times.
+
+:class:`Index` is the one retrieval path of spladekit (evaluation, ``spladekit search``, the
+reproduction grid and negative mining all go through it).
+
+Folder layout (format 2)::
+
+    INDEX/
+      index.json             format, model id and revision, max lengths, pruning, counts, content hash, ...
+      doc_ids.json           D document ids, row order
+      vocab.json             V token strings, column order (optional)
+      docs.indptr.npy        CSR [D, V] of the document vectors (uncompressed .npy, memory-mapped)
+      docs.indices.npy
+      docs.data.npy          float32 impacts
+      postings.indptr.npy    the term-major copy: CSR [V, D] (= CSC of the documents), i.e. one
+      postings.indices.npy   posting list per term (document rows ascending) with its impacts;
+      postings.data.npy      exact search multiplies queries by it, never transposing per call
+      tie_rank.npy           rank of each row in document-id order (the tie rule below)
+      seismic/               the approximate index, once built: index.index.seismic + params.json
+
+Index arrays (``indptr``/``indices``) are int32 when every value fits, else int64 (both arrays of a
+matrix share a type so that ``scipy.sparse`` never converts, i.e. copies, them).
+
+Ranking rule (the one tie rule of spladekit): score descending, then document id ascending (the
+order of :func:`spladekit.data.trec.sorted_ranking`); documents with score 0 are not returned.
+Shards merge by the same rule, so a search over shard folders returns the run of one folder.
+
+Building (:meth:`Index.build`) streams the corpus in chunks of ``chunk_size`` documents; each encoded
+chunk is written to ``.NAME.build/chunk-NNNNNN.npz`` (temporary file, then rename) before the next
+one starts, so a killed build restarts where it stopped and never encodes a finished chunk twice.
+Under ``torchrun`` chunk ``c`` is encoded by rank ``c mod W``; rank 0 then writes the folder. A chunk
+holds the same documents whatever ``W`` is, so the folder does not depend on the number of processes.
+The folder is written atomically (:func:`spladekit.io.atomic_folder`).
+
+Folders of format 1 (``vectors.npz``, written before this module) still open: they are read into
+memory and their term-major copy is made at open (seconds at 1M documents, not memory-mapped);
+:meth:`Index.upgrade` (``spladekit index-upgrade FOLDER``) rewrites one in format 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import BaseModel, ConfigDict, Field
+
+from spladekit.errors import DataFormatError
+from spladekit.index.exact import TIE_RULE, search_postings, tie_ranks
+from spladekit.index.io import (FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, row_blocks,
+                                write_index)
+from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
+from spladekit.io import atomic_folder, read_json, recover_folder, write_json
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("exact", "seismic")
+
+
+# ----------------------------------------------------------------------------------- search
+class SearchSettings(BaseModel):
+    """The settings record of a retrieval run (saved next to every run as ``*.config.json``/``config.json``).
+
+    Attributes:
+        backend: ``exact`` (dot product over all documents) or ``seismic`` (approximate).
+        k: results per query.
+        one_at_a_time: each query searched in its own call (latency per call) instead of in batches.
+        seismic_build: parameters the Seismic index was built with (seismic only).
+        seismic_search: Seismic's search parameters (seismic only).
+        tie_rule: :data:`TIE_RULE`.
+        index, index_hash, num_docs: the index searched (filled by :meth:`Index.search`).
+        model, query_max_length, query_top_k: how queries were encoded (text queries).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str = "exact"
+    k: int = Field(1000, ge=1)
+    one_at_a_time: bool = False
+    seismic_build: dict | None = None
+    seismic_search: dict | None = None
+    tie_rule: str = TIE_RULE
+    index: list[str] = Field(default_factory=list)
+    index_hash: list[str | None] = Field(default_factory=list)
+    num_docs: int | None = None
+    model: str | None = None
+    query_max_length: int | None = None
+    query_top_k: int | None = None
+
+    def record(self) -> dict:
+        """The settings as a JSON-ready dict."""
+        return self.model_dump()
+
+
+@dataclass
+class LatencyStats:
+    """Retrieval time per query, milliseconds (query encoding excluded).
+
+    In batch mode each query is given its block's time divided by the block size; with
+    ``one_at_a_time`` every query is timed alone.
+    """
+
+    mode: str
+    num_queries: int
+    total_s: float
+    mean_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, seconds: Sequence[float], mode: str) -> "LatencyStats":
+        ms = np.asarray(seconds, dtype=np.float64) * 1000.0
+        if ms.size == 0:
+            return cls(mode, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+        return cls(mode, int(ms.size), float(ms.sum() / 1000.0), float(ms.mean()), float(p50), float(p95), float(p99), float(ms.max()))
+
+
+@dataclass
+class SearchResult:
+    """What :meth:`Index.search` returns.
+
+    Attributes:
+        query_ids: Q query ids, input order.
+        hits: per query ``(doc_id, score)`` in rank order (the tie rule of the module).
+        latency: :class:`LatencyStats`.
+        settings: :class:`SearchSettings` of the search.
+        queries: the ``[Q, V]`` query vectors searched.
+    """
+
+    query_ids: list[str]
+    hits: list[list[tuple[str, float]]]
+    latency: LatencyStats
+    settings: SearchSettings
+    queries: sp.csr_matrix | None = field(default=None, repr=False)
+
+    @property
+    def run(self) -> dict[str, dict[str, float]]:
+        """The run ``{qid: {doc_id: score}}``."""
+        return {qid: dict(hits) for qid, hits in zip(self.query_ids, self.hits)}
+
+
+def recall_at_k(approx: Sequence[Sequence[tuple]], exact: Sequence[Sequence[tuple]], k: int = 10) -> float:
+    """Mean over queries of ``|approx top-k ∩ exact top-k| / |exact top-k|`` (queries whose exact list
+    is empty are skipped; 1.0 when all are). Entries are ``(doc, score)`` with any hashable doc.
+
+    Raises:
+        ValueError: the two lists differ in length.
+    """
+    from spladekit.index.seismic import recall_at_k as recall
+
+    return recall(approx, exact, k=k)
+
+
+# ----------------------------------------------------------------------------------- the index
+class Index:
+    """An index folder, open: document vectors, posting lists, ids, metadata; searchable.
+
+    Use :meth:`open` (a folder), :meth:`build` (encoder + corpus → folder), :meth:`from_vectors`
+    (vectors in memory → folder) or :func:`open_shards` (several folders searched as one).
+
+    Attributes:
+        folder: the index folder.
+        docs: ``[D, V]`` CSR document vectors (memory-mapped, read-only, for format-2 folders).
+        postings: ``[V, D]`` CSR term-major copy (memory-mapped, read-only).
+        doc_ids: D document ids, row order.
+        metadata: ``index.json``.
+        tie_rank: ``[D]`` rank of each row in document-id order.
+    """
+
+    def __init__(self, folder: Path, docs: sp.csr_matrix, postings: sp.csr_matrix, doc_ids: list[str], metadata: dict,
+                 tie_rank: np.ndarray, legacy: bool = False):
+        self.folder = folder
+        self.docs = docs
+        self.postings = postings
+        self.doc_ids = doc_ids
+        self.metadata = metadata
+        self.tie_rank = tie_rank
+        self.legacy = legacy
+        self._seismic: SeismicSearcher | None = None
+        self._encoder = None
+
+    # ---------------------------------------------------------------- open
+    @classmethod
+    def open(cls, folder: str | Path, verify: bool = False) -> "Index":
+        """Open an index folder: arrays memory-mapped (no copy, nothing read until searched).
+
+        Args:
+            verify: also recompute the content hash (reads every document array; seconds at 1M).
+
+        Raises:
+            DataFormatError: a file is missing, unreadable or inconsistent (naming it), or (with
+                ``verify``) the content hash does not match.
+        """
+        folder = recover_folder(Path(folder))
+        meta = load_metadata(folder)
+        if meta.get("format") != FORMAT:
+            if (folder / "vectors.npz").exists():
+                return cls._open_legacy(folder, meta)
+            raise DataFormatError(folder / "index.json", f"index format {meta.get('format')!r} is not {FORMAT} and there is no vectors.npz", field="format")
+        arrays = {}
+        for name in MATRICES:
+            for part in PARTS:
+                path = folder / f"{name}.{part}.npy"
+                if not path.exists():
+                    raise DataFormatError(path, "missing: the index folder is incomplete")
+                try:
+                    arrays[name, part] = np.load(path, mmap_mode="r")
+                except (ValueError, OSError) as exc:
+                    raise DataFormatError(path, f"cannot read ({exc})") from exc
+        if not (folder / "doc_ids.json").exists():
+            raise DataFormatError(folder / "doc_ids.json", "missing: the index folder is incomplete")
+        doc_ids = read_json(folder / "doc_ids.json")
+        if not isinstance(doc_ids, list) or not all(isinstance(d, str) for d in doc_ids):
+            raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
+        num_docs, vocab_size = arrays["docs", "indptr"].shape[0] - 1, arrays["postings", "indptr"].shape[0] - 1
+        if len(doc_ids) != num_docs:
+            raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {num_docs} vectors in docs.*.npy")
+        if meta.get("vocab_size") != vocab_size or meta.get("num_docs") != num_docs:
+            raise DataFormatError(folder / "index.json", f"num_docs/vocab_size do not describe the [{num_docs}, {vocab_size}] arrays", field="num_docs")
+        for name, rows, cols in (("docs", num_docs, vocab_size), ("postings", vocab_size, num_docs)):
+            indptr, indices, data = (arrays[name, part] for part in PARTS)
+            if indptr.shape != (rows + 1,) or indices.shape != data.shape or int(indptr[-1]) != indices.size or indices.dtype != indptr.dtype:
+                raise DataFormatError(folder / f"{name}.indptr.npy", f"arrays of {name} do not form a [{rows}, {cols}] CSR matrix")
+        docs = sp.csr_matrix((arrays["docs", "data"], arrays["docs", "indices"], arrays["docs", "indptr"]), shape=(num_docs, vocab_size), copy=False)
+        postings = sp.csr_matrix((arrays["postings", "data"], arrays["postings", "indices"], arrays["postings", "indptr"]), shape=(vocab_size, num_docs), copy=False)
+        docs.has_sorted_indices = postings.has_sorted_indices = True  # written sorted; saves a scan
+        tie = folder / "tie_rank.npy"
+        tie_rank = np.load(tie, mmap_mode="r") if tie.exists() else tie_ranks(doc_ids)
+        if tie_rank.shape != (num_docs,):
+            raise DataFormatError(tie, f"expected {num_docs} ranks")
+        index = cls(folder, docs, postings, doc_ids, meta, tie_rank)
+        if verify:
+            index.verify()
+        return index
+
+    @classmethod
+    def _open_legacy(cls, folder: Path, meta: dict) -> "Index":
+        from spladekit.index.io import load_legacy
+
+        matrix, doc_ids, meta = load_legacy(folder)
+        log.warning("%s: index format 1 (vectors.npz) is read into memory; `spladekit index-upgrade %s` rewrites it "
+                    "as format 2 (memory-mapped, opens instantly)", folder, folder)
+        return cls(folder, matrix, matrix.T.tocsr(), doc_ids, meta, tie_ranks(doc_ids), legacy=True)
+
+    def verify(self) -> None:
+        """Recompute the content hash and compare it with ``index.json``'s.
+
+        Raises:
+            DataFormatError: they differ.
+        """
+        want = self.metadata.get("content_hash")
+        got = hash_arrays(self.docs.indptr, self.docs.indices, self.docs.data, self.doc_ids, self.docs.shape)
+        if want and want != got:
+            raise DataFormatError(self.folder / "index.json", "content hash does not match the stored vectors/doc_ids.json", field="content_hash")
+
+    @classmethod
+    def upgrade(cls, folder: str | Path) -> Path:
+        """Rewrite a format-1 folder (``vectors.npz``) in format 2, in place and atomically."""
+        index = cls.open(folder)
+        if not index.legacy:
+            return index.folder
+        meta = {k: v for k, v in index.metadata.items() if k not in ("content_hash", "nnz", "num_docs", "vocab_size")}
+        vocabulary = load_vocabulary(index.folder)
+        return write_index(index.folder, row_blocks(index.docs), index.doc_ids, index.docs.shape[1], meta, vocabulary)
+
+    @classmethod
+    def from_vectors(cls, out: str | Path, vectors: sp.spmatrix, doc_ids: Sequence[str], metadata: dict | None = None,
+                     vocabulary: Sequence[str] | None = None) -> "Index":
+        """Write in-memory ``[D, V]`` vectors as an index folder and open it.
+
+        Raises:
+            ValueError: rows and ids differ in number, ids repeat, or a bad vocabulary.
+        """
+        if vectors.shape[0] != len(doc_ids):
+            raise ValueError(f"{vectors.shape[0]} vectors for {len(doc_ids)} document ids")
+        write_index(out, row_blocks(sp.csr_matrix(vectors)), list(doc_ids), vectors.shape[1], metadata or {}, vocabulary)
+        return cls.open(out)
+
+    # ---------------------------------------------------------------- build
+    @classmethod
+    def build(
+        cls,
+        encoder,
+        corpus: str | Path | Mapping[str, str] | Iterable[tuple[str, str]],
+        out: str | Path,
+        chunk_size: int = 10_000,
+        metadata: dict | None = None,
+        show_progress: bool = False,
+        distributed: bool = True,
+    ) -> "Index | None":
+        """Encode a corpus into the index folder ``out`` (streamed, resumable, data-parallel).
+
+        Args:
+            encoder: a :class:`~spladekit.model.encoder.SpladeEncoder` (anything with
+                ``encode_documents``, ``last_truncated``, ``vocab_size``, and optionally ``metadata``
+                and ``vocabulary``).
+            corpus: a BEIR folder or ``corpus.jsonl[.gz]`` (streamed from disk), a ``{doc_id: text}``
+                mapping, or an iterable of ``(doc_id, text)``; it is read again on resume, so it must
+                give the same documents in the same order.
+            out: the index folder (replaced atomically when it exists).
+            chunk_size: documents per chunk (the unit of memory, resumption and parallelism).
+            metadata: extra ``index.json`` entries (model id, revision, configuration, ...).
+            distributed: share the chunks among the processes of a ``torchrun`` job; False: this
+                process builds alone (e.g. an evaluation on rank 0 during training).
+
+        Returns:
+            The open index on rank 0 (its ``build_stats``: chunks, encoded, reused, truncated_docs);
+            None on other ranks.
+
+        Raises:
+            ValueError: ``chunk_size`` < 1, a repeated document id, or an empty corpus.
+            DataFormatError: a malformed corpus file.
+            OutputPathError: ``out`` is an existing file (checked before encoding).
+        """
+        from tqdm.auto import tqdm
+
+        from spladekit.distributed import DistInfo, barrier, init_distributed
+        from spladekit.errors import OutputPathError
+
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be an integer ≥ 1, got {chunk_size!r}")
+        out = Path(out)
+        if out.exists() and not out.is_dir():
+            raise OutputPathError(f"{out}: is a file; an index is a folder (the file is left as it is)")
+        dist = init_distributed() if distributed else DistInfo()
+        sync = barrier if distributed else (lambda: None)
+        work = out.with_name(f".{out.name}.build")
+        encoder_meta = asdict(encoder.metadata) if getattr(encoder, "metadata", None) is not None else {}
+        fingerprint = {"format": FORMAT, "chunk_size": chunk_size, "vocab_size": int(encoder.vocab_size), "encoder": encoder_meta,
+                       "corpus": str(corpus) if isinstance(corpus, (str, Path)) else None,
+                       "metadata": json.loads(json.dumps(metadata or {}, default=str))}
+        try:
+            if dist.is_main:
+                stored = read_json(work / "build.json") if (work / "build.json").exists() else None
+                if stored != fingerprint:
+                    if stored is not None:
+                        log.warning("%s: left by a build with other settings; starting over", work)
+                    shutil.rmtree(work, ignore_errors=True)
+                    work.mkdir(parents=True)
+                    write_json(work / "build.json", fingerprint)
+            sync()
+            stats = {"chunks": 0, "encoded": 0, "reused": 0}
+            seen: set[str] = set()
+            bar = tqdm(desc="documents", unit="doc", disable=not (show_progress and dist.is_main))
+            for number, chunk in enumerate(_chunks(_documents(corpus), chunk_size)):
+                stats["chunks"] += 1
+                ids = [doc_id for doc_id, _ in chunk]
+                for doc_id in ids:
+                    if doc_id in seen:
+                        raise ValueError(f"document id {doc_id!r} repeats in the corpus")
+                    seen.add(doc_id)
+                bar.update(len(chunk))
+                if number % dist.world_size != dist.rank:
+                    continue
+                path = work / f"chunk-{number:06d}.npz"
+                if path.exists():
+                    stats["reused"] += 1
+                    continue
+                vectors = canonical(encoder.encode_documents([text for _, text in chunk], batch_size=getattr(encoder, "batch_size", 32)))
+                _save_chunk(path, vectors, ids, int(getattr(encoder, "last_truncated", 0)))
+                stats["encoded"] += 1
+            bar.close()
+            if not seen:
+                raise ValueError(f"the corpus {corpus if isinstance(corpus, (str, Path)) else ''} holds no document")
+            sync()
+            if not dist.is_main:
+                sync()
+                return None
+            paths = [work / f"chunk-{c:06d}.npz" for c in range(stats["chunks"])]
+            missing = [p.name for p in paths if not p.exists()]
+            if missing:
+                raise RuntimeError(f"{work}: chunks {missing[:3]} were not written (a process failed?)")
+            doc_ids, truncated = [], 0
+            for path in paths:
+                with np.load(path) as f:
+                    doc_ids.extend(str(d) for d in f["ids"])
+                    truncated += int(f["truncated"])
+
+            def blocks():
+                for path in paths:
+                    yield _load_chunk(path)
+
+            meta = dict(encoder_meta)
+            meta.update(metadata or {})
+            meta.update(truncated_docs=truncated, world_size=dist.world_size, chunk_size=chunk_size)
+            vocabulary = getattr(encoder, "vocabulary", None)
+            write_index(out, blocks, doc_ids, int(encoder.vocab_size), meta, list(vocabulary) if vocabulary is not None else None)
+            shutil.rmtree(work, ignore_errors=True)
+            stats["truncated_docs"] = truncated
+            sync()
+            index = cls.open(out)
+            index.build_stats = stats
+            return index
+        finally:
+            dist.close()
+
+    # ---------------------------------------------------------------- seismic
+    def seismic(self, build: SeismicBuildParams | None = None) -> SeismicSearcher:
+        """The Seismic index of this folder: reopened from ``seismic/`` when it was built with
+        ``build`` (None: whatever it was built with, else the defaults), else built and stored
+        there (replacing another parameter set) with the parameters in ``seismic/params.json``.
+
+        Raises:
+            ImportError: ``pyseismic-lsr`` is not installed (``pip install spladekit[seismic]``).
+        """
+        if self._seismic is not None and (build is None or self._seismic.params == build):
+            return self._seismic
+        folder = self.folder / "seismic"
+        stored = read_json(folder / "params.json") if (folder / "params.json").exists() else None
+        if stored is not None and stored.get("content_hash") == self.metadata.get("content_hash") and (build is None or stored.get("build") == asdict(build)):
+            self._seismic = SeismicSearcher.load(folder, SeismicBuildParams(**stored["build"]), self.docs.shape)
+            return self._seismic
+        searcher = SeismicSearcher(self.docs, build, canonical=True)
+        try:
+            with atomic_folder(folder) as tmp:
+                searcher.save(tmp)
+                write_json(tmp / "params.json", {"build": asdict(searcher.params), "content_hash": self.metadata.get("content_hash")})
+        except OSError as exc:  # a read-only index folder: keep the built index in memory only
+            log.warning("%s: cannot store the Seismic index (%s); it is kept for this process only", folder, exc)
+        self._seismic = searcher
+        return searcher
+
+    # ---------------------------------------------------------------- search
+    def query_encoder(self, model: str | None = None, batch_size: int = 32):
+        """The encoder of this index's queries (the model and query settings of ``index.json``;
+        created once)."""
+        if self._encoder is None or model is not None:
+            from spladekit.index.search import query_encoder
+
+            self._encoder = query_encoder(self.metadata, model, batch_size=batch_size)
+        return self._encoder
+
+    def search(
+        self,
+        queries,
+        k: int = 1000,
+        backend: str = "exact",
+        query_ids: Sequence[str] | None = None,
+        encoder=None,
+        one_at_a_time: bool = False,
+        seismic: SeismicSearchParams | None = None,
+        seismic_build: SeismicBuildParams | None = None,
+        max_memory_bytes: int = 256 * 2**20,
+    ) -> SearchResult:
+        """Top-``k`` documents of each query.
+
+        Args:
+            queries: ``[Q, V]`` sparse query vectors, a ``{query_id: text}`` mapping, or a list of texts
+                (encoded with ``encoder``, else the model recorded in the index).
+            k: results per query (≥ 1).
+            backend: ``exact`` or ``seismic`` (the stored approximate index, built on first use).
+            query_ids: ids of vector or list queries (default ``"0"``, ``"1"``, ...).
+            one_at_a_time: search each query in its own call (as an application serving one query
+                at a time does); latency is then measured per call.
+            seismic, seismic_build: Seismic search and build parameters.
+
+        Returns:
+            :class:`SearchResult` (run, hits, latency statistics, settings record).
+
+        Raises:
+            ValueError: unknown backend, ``k`` < 1, vocabulary mismatch, or ids of the wrong number.
+        """
+        vectors, ids, settings = self._prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
+        hits, seconds = self._search_rows(vectors, k, backend, one_at_a_time, seismic, seismic_build, max_memory_bytes)
+        if backend == "seismic":
+            searcher = self.seismic(seismic_build)
+            settings.seismic_build = asdict(searcher.params)
+            settings.seismic_search = asdict(seismic or SeismicSearchParams())
+        named = [[(self.doc_ids[row], score) for row, score in row_hits] for row_hits in hits]
+        return SearchResult(ids, named, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors)
+
+    def _prepare(self, queries, k, backend, query_ids, encoder, one_at_a_time):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        settings = SearchSettings(backend=backend, k=k, one_at_a_time=one_at_a_time, index=[str(self.folder)],
+                                  index_hash=[self.metadata.get("content_hash")], num_docs=self.docs.shape[0])
+        if sp.issparse(queries):
+            vectors = sp.csr_matrix(queries)
+            ids = list(query_ids) if query_ids is not None else [str(i) for i in range(vectors.shape[0])]
+        else:
+            if isinstance(queries, Mapping):
+                ids, texts = list(queries), list(queries.values())
+            else:
+                texts = list(queries)
+                ids = list(query_ids) if query_ids is not None else [str(i) for i in range(len(texts))]
+            enc = encoder or self.query_encoder()
+            vectors = enc.encode_queries(texts) if texts else sp.csr_matrix((0, self.docs.shape[1]), dtype=np.float32)
+            meta = getattr(enc, "metadata", None)
+            settings.model = self.metadata.get("model") if encoder is None else None
+            settings.query_max_length = getattr(meta, "query_max_length", None)
+            settings.query_top_k = getattr(meta, "query_top_k", None)
+        if len(ids) != vectors.shape[0]:
+            raise ValueError(f"{len(ids)} query ids for {vectors.shape[0]} queries")
+        if vectors.shape[1] != self.docs.shape[1]:
+            raise ValueError(f"vocabulary mismatch: queries have {vectors.shape[1]} columns, documents {self.docs.shape[1]}")
+        return vectors, ids, settings
+
+    def _search_rows(self, vectors, k, backend, one_at_a_time, seismic, seismic_build, max_memory_bytes):
+        """Per query ``(row, score)`` lists and seconds per query."""
+        if k < 1:
+            raise ValueError(f"k must be ≥ 1, got {k}")
+        seconds: list[float] = []
+        if backend == "exact":
+            search = lambda part, timings: search_postings(part, self.postings, k, self.tie_rank, max_memory_bytes, timings)  # noqa: E731
+        else:
+            searcher = self.seismic(seismic_build)
+            search = lambda part, timings: _timed(timings, part.shape[0], searcher.search, part, k=k, params=seismic, tie_rank=self.tie_rank)  # noqa: E731
+        if not one_at_a_time:
+            return search(vectors, seconds), seconds
+        hits = []
+        for i in range(vectors.shape[0]):
+            began = time.perf_counter()
+            hits.extend(search(vectors[i : i + 1], None))
+            seconds.append(time.perf_counter() - began)
+        return hits, seconds
+
+    def __len__(self) -> int:
+        return self.docs.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Index({str(self.folder)!r}, {self.docs.shape[0]} documents, {self.docs.nnz} entries{', format 1' if self.legacy else ''})"
+
+
+def _timed(timings, count, fn, *args, **kwargs):
+    began = time.perf_counter()
+    out = fn(*args, **kwargs)
+    if timings is not None:
+        timings.extend([(time.perf_counter() - began) / max(1, count)] * count)
+    return out
+
+
+class ShardedIndex:
+    """Several index folders (one per shard, same model and vocabulary) searched as one: each shard's
+    top-``k`` is merged by the tie rule, so the run equals that of one folder holding every document.
+
+    Raises:
+        ValueError: no shard, vocabularies differ, or a document id is in two shards.
+    """
+
+    def __init__(self, shards: Sequence[Index]):
+        if not shards:
+            raise ValueError("no shard folder given")
+        sizes = {s.docs.shape[1] for s in shards}
+        if len(sizes) != 1:
+            raise ValueError(f"shards have different vocabulary sizes: {sorted(sizes)}")
+        seen: set[str] = set()
+        for shard in shards:
+            overlap = seen.intersection(shard.doc_ids)
+            if overlap:
+                raise ValueError(f"document id {next(iter(overlap))!r} is in two shards ({shard.folder})")
+            seen.update(shard.doc_ids)
+        self.shards = list(shards)
+        self.metadata = shards[0].metadata
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.shards)
+
+    def search(self, queries, k: int = 1000, backend: str = "exact", query_ids=None, encoder=None, one_at_a_time: bool = False,
+               seismic: SeismicSearchParams | None = None, seismic_build: SeismicBuildParams | None = None,
+               max_memory_bytes: int = 256 * 2**20) -> SearchResult:
+        """:meth:`Index.search` over every shard, merged (score descending, then document id)."""
+        first = self.shards[0]
+        vectors, ids, settings = first._prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
+        merged: list[list[tuple[str, float]]] = [[] for _ in ids]
+        seconds = np.zeros(len(ids))
+        for shard in self.shards:
+            result = shard.search(vectors, k, backend, ids, None, one_at_a_time, seismic, seismic_build, max_memory_bytes)
+            for slot, hits in enumerate(result.hits):
+                merged[slot].extend(hits)
+            if result.latency.num_queries:
+                per_query = result.latency.total_s / result.latency.num_queries
+                seconds += per_query  # shards searched one after the other here (in parallel elsewhere)
+            settings.seismic_build, settings.seismic_search = result.settings.seismic_build, result.settings.seismic_search
+        hits = [sorted(h, key=lambda pair: (-pair[1], pair[0]))[:k] for h in merged]
+        settings.index = [str(s.folder) for s in self.shards]
+        settings.index_hash = [s.metadata.get("content_hash") for s in self.shards]
+        settings.num_docs = len(self)
+        return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors)
+
+
+def open_index(folders: str | Path | Sequence[str | Path]) -> Index | ShardedIndex:
+    """One folder → :class:`Index`; several → :class:`ShardedIndex`."""
+    if isinstance(folders, (str, Path)):
+        return Index.open(folders)
+    if len(folders) == 1:
+        return Index.open(folders[0])
+    return ShardedIndex([Index.open(f) for f in folders])
+
+
+# ----------------------------------------------------------------------------------- helpers
+def _documents(corpus) -> Iterator[tuple[str, str]]:
+    if isinstance(corpus, (str, Path)):
+        from spladekit.data.beir import iter_corpus
+
+        yield from iter_corpus(corpus)
+    elif isinstance(corpus, Mapping):
+        yield from corpus.items()
+    else:
+        for doc_id, text in corpus:
+            yield str(doc_id), text
+
+
+def _chunks(items: Iterator, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _save_chunk(path: Path, vectors: sp.csr_matrix, ids: list[str], truncated: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, data=vectors.data, indices=vectors.indices, indptr=vectors.indptr, shape=np.array(vectors.shape),
+             ids=np.array(ids, dtype=str), truncated=np.array(truncated))
+    os.replace(tmp, path)
+
+
+def _load_chunk(path: Path) -> sp.csr_matrix:
+    with np.load(path) as f:
+        return sp.csr_matrix((f["data"], f["indices"], f["indptr"]), shape=tuple(int(n) for n in f["shape"]))

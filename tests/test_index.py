@@ -1,0 +1,240 @@
+"""The Index: built once (streamed, resumable), opened memory-mapped, searched; shards; old folders.
+
+Reference values are computed independently: scores by a dense float64 dot product (numpy), old
+folders written by hand with ``scipy.sparse.save_npz`` and their hash by ``hashlib`` here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from index_helpers import DOCS, QUERIES, make_beir, make_model
+from spladekit.index.index import Index, ShardedIndex, recall_at_k
+from spladekit.io import atomic_folder, recover_folder
+
+EPS32 = np.finfo(np.float32).eps
+
+
+def random_vectors(rows: int, vocab: int, density: float, seed: int, integer: bool = False) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    m = sp.random(rows, vocab, density=density, random_state=rng, format="csr", dtype=np.float32)
+    if integer:  # small integers: every float32 sum below 2^24 is exact, so ties are real ties
+        m.data = rng.integers(1, 4, size=m.nnz).astype(np.float32)
+    return m
+
+
+def shuffled_ids(n: int, seed: int) -> list[str]:
+    """Document ids whose sorted order is not the row order (so the tie rule is visible)."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return [f"doc{p:05d}" for p in perm]
+
+
+def truth_ranking(q: np.ndarray, d: np.ndarray, ids: list[str], k: int) -> list[list[tuple[str, float]]]:
+    """Brute force: float64 dense scores, score desc then id asc, score > 0."""
+    scores = q.astype(np.float64) @ d.astype(np.float64).T
+    out = []
+    for row in scores:
+        order = sorted((i for i in range(len(ids)) if row[i] > 0), key=lambda i: (-row[i], ids[i]))[:k]
+        out.append([(ids[i], float(row[i])) for i in order])
+    return out
+
+
+def test_exact_search_equals_dense_dot_product_within_float32_bound(tmp_path):
+    docs, queries = random_vectors(400, 60, 0.1, 1), random_vectors(25, 60, 0.15, 2)
+    ids = shuffled_ids(400, 3)
+    index = Index.from_vectors(tmp_path / "i", docs, ids)
+    got = index.search(queries, k=20)
+    q, d = queries.toarray(), docs.toarray()
+    exact = q.astype(np.float64) @ d.astype(np.float64).T
+    # float32 accumulation of n products: |error| ≤ n·eps·Σ|q_j d_j| (Higham, γ_n bound), n ≤ query terms
+    n_terms = np.diff(queries.indptr)
+    bound = (n_terms[:, None] + 1) * EPS32 * (np.abs(q).astype(np.float64) @ np.abs(d).astype(np.float64).T)
+    position = {doc: i for i, doc in enumerate(ids)}
+    for qi, hits in enumerate(got.hits):
+        row, tol = exact[qi], bound[qi]
+        for doc, score in hits:
+            assert abs(score - row[position[doc]]) <= tol[position[doc]]
+        # every document clearly above the k-th returned score is returned, none clearly above is missing
+        if len(hits) == 20:
+            kth = hits[-1][1]
+            clearly_in = {ids[i] for i in np.flatnonzero(row > kth + 2 * tol.max())}
+            assert clearly_in <= {doc for doc, _ in hits}
+        else:
+            assert {doc for doc, _ in hits} == {ids[i] for i in np.flatnonzero(row > 0)}
+
+
+def test_ties_break_by_document_id_and_one_at_a_time_equals_batch(tmp_path):
+    docs, queries = random_vectors(300, 20, 0.2, 4, integer=True), random_vectors(15, 20, 0.2, 5, integer=True)
+    ids = shuffled_ids(300, 6)
+    index = Index.from_vectors(tmp_path / "i", docs, ids)
+    batch = index.search(queries, k=10)
+    # integer data: float32 sums are exact, so the brute-force ranking (ties included) must match exactly
+    assert batch.hits == truth_ranking(queries.toarray(), docs.toarray(), ids, 10)
+    single = index.search(queries, k=10, one_at_a_time=True)
+    assert single.hits == batch.hits  # same code path, one row at a time: same bits
+    assert single.latency.mode == "one_at_a_time" and single.latency.num_queries == 15
+    assert batch.latency.num_queries == 15 and batch.latency.mean_ms >= 0
+    assert batch.settings.tie_rule.startswith("score descending, then document id")
+
+
+def mapped(array) -> bool:
+    """The array is a view of a memory-mapped file (not a copy in memory)."""
+    import mmap
+
+    while array is not None:
+        if isinstance(array, (np.memmap, mmap.mmap)):
+            return True
+        array = getattr(array, "base", None)
+    return False
+
+
+def test_open_memory_maps_and_search_copies_nothing(tmp_path):
+    docs = random_vectors(500, 50, 0.1, 7)
+    Index.from_vectors(tmp_path / "i", docs, [f"d{i}" for i in range(500)], {"model": "m"})
+    index = Index.open(tmp_path / "i")
+    for matrix in (index.docs, index.postings):
+        for array in (matrix.data, matrix.indices, matrix.indptr):
+            assert mapped(array) and not array.flags.writeable
+    assert np.array_equal(index.docs.toarray(), docs.toarray())  # stored as float32: exact round trip
+    assert np.array_equal(index.postings.toarray(), docs.toarray().T)  # the term-major copy is the transpose
+    index.search(random_vectors(3, 50, 0.2, 8), k=5)
+    assert mapped(index.postings.data) and mapped(index.postings.indices)  # scipy did not convert (copy) the posting arrays
+    stored = sum((tmp_path / "i" / f"{m}.{p}.npy").stat().st_size for m in ("docs", "postings") for p in ("indptr", "indices", "data"))
+    arrays = 2 * (docs.nnz * (4 + 4)) + (500 + 1 + 50 + 1) * 4  # int32 indices, float32 data, int32 indptr
+    assert arrays <= stored <= arrays + 6 * 256  # plus a .npy header (≤ 256 bytes) per array
+
+
+def test_two_shards_give_the_run_of_one_folder(tmp_path):
+    docs, queries = random_vectors(600, 40, 0.1, 9, integer=True), random_vectors(20, 40, 0.2, 10, integer=True)
+    ids = shuffled_ids(600, 11)
+    one = Index.from_vectors(tmp_path / "one", docs, ids)
+    a, b = np.arange(0, 600, 2), np.arange(1, 600, 2)
+    shards = ShardedIndex([Index.from_vectors(tmp_path / "a", docs[a], [ids[i] for i in a]),
+                           Index.from_vectors(tmp_path / "b", docs[b], [ids[i] for i in b])])
+    for k in (1, 7, 100):
+        # a document's score is summed over the query's terms in the same order in any folder: same bits
+        assert shards.search(queries, k=k).hits == one.search(queries, k=k).hits
+    with pytest.raises(ValueError, match="two shards"):
+        ShardedIndex([one, shards.shards[0]])
+
+
+class CountingEncoder:
+    """A real SpladeEncoder, with a record of the texts it encoded and an optional failure after
+    ``fail_after`` calls (a simulated kill)."""
+
+    def __init__(self, encoder, fail_after: int | None = None):
+        self.inner, self.fail_after, self.encoded = encoder, fail_after, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def encode_documents(self, texts, **kwargs):
+        if self.fail_after is not None and len(self.encoded) >= self.fail_after:
+            raise KeyboardInterrupt("simulated kill")
+        self.encoded.append(list(texts))
+        return self.inner.encode_documents(texts, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return make_model(root / "model"), make_beir(root / "beir")
+
+
+def test_build_resumes_after_a_kill_encoding_each_chunk_once(tiny, tmp_path):
+    from spladekit.model.encoder import SpladeEncoder
+
+    model, beir = tiny
+    encoder = SpladeEncoder.from_pretrained(str(model), head_impl="plain")
+    out = tmp_path / "index"
+    killed = CountingEncoder(encoder, fail_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(killed, beir, out, chunk_size=2)
+    assert not out.exists() and len(killed.encoded) == 2
+    resumed = CountingEncoder(encoder)
+    index = Index.build(resumed, beir, out, chunk_size=2)
+    chunks = [DOCS[i : i + 2] for i in range(0, len(DOCS), 2)]
+    assert killed.encoded + resumed.encoded == chunks  # every chunk once, none twice
+    assert index.build_stats["reused"] == 2 and index.build_stats["encoded"] == len(chunks) - 2
+    assert not (tmp_path / ".index.build").exists()
+    # the folder holds what encoding each document alone gives (chunking changes padding only)
+    want = sp.vstack([encoder.encode_documents([t]) for t in DOCS]).toarray()
+    assert index.doc_ids == [f"d{i}" for i in range(len(DOCS))]
+    assert np.allclose(index.docs.toarray(), want, atol=1e-5)
+    # text queries are encoded with the model recorded in the index... (none recorded here: pass it)
+    result = index.search(QUERIES, k=3, encoder=encoder)
+    assert list(result.run) == list(QUERIES) and result.settings.query_max_length == encoder.metadata.query_max_length
+
+
+def test_seismic_index_is_built_once_stored_and_reopened(tmp_path):
+    pytest.importorskip("seismic")
+    from spladekit.index.seismic import SeismicBuildParams
+
+    docs, queries = random_vectors(800, 80, 0.08, 12), random_vectors(30, 80, 0.1, 13)
+    ids = [f"d{i}" for i in range(800)]
+    Index.from_vectors(tmp_path / "i", docs, ids)
+    first = Index.open(tmp_path / "i").search(queries, k=10, backend="seismic")
+    stored = tmp_path / "i" / "seismic" / "index.index.seismic"
+    params = json.loads((tmp_path / "i" / "seismic" / "params.json").read_text())
+    assert stored.exists() and params["build"]["n_postings"] == SeismicBuildParams().n_postings
+    mtime = stored.stat().st_mtime_ns
+    again = Index.open(tmp_path / "i").search(queries, k=10, backend="seismic")
+    assert stored.stat().st_mtime_ns == mtime  # reopened, not rebuilt
+    assert again.hits == first.hits and again.settings.seismic_build == params["build"]
+    exact = Index.open(tmp_path / "i").search(queries, k=10)
+    assert recall_at_k(first.hits, exact.hits, k=10) >= 0.95  # lists of 800 docs fit Seismic's 3500 budget
+    other = SeismicBuildParams(n_postings=50, summary_energy=0.2)
+    Index.open(tmp_path / "i").search(queries, k=10, backend="seismic", seismic_build=other)
+    assert json.loads((tmp_path / "i" / "seismic" / "params.json").read_text())["build"]["n_postings"] == 50
+
+
+def old_content_hash(matrix: sp.csr_matrix, ids: list[str]) -> str:
+    """The format-1 content hash, written out here from its definition."""
+    digest = hashlib.sha256()
+    digest.update(matrix.indptr.astype(np.int64).tobytes())
+    digest.update(matrix.indices.astype(np.int64).tobytes())
+    digest.update(matrix.data.astype(np.float32).tobytes())
+    digest.update(json.dumps(ids).encode())
+    digest.update(str(matrix.shape).encode())
+    return digest.hexdigest()
+
+
+def test_old_folders_open_and_upgrade(tmp_path, caplog):
+    docs, queries = random_vectors(200, 30, 0.15, 14, integer=True), random_vectors(10, 30, 0.2, 15, integer=True)
+    docs.sort_indices()
+    ids = shuffled_ids(200, 16)
+    old = tmp_path / "old"
+    old.mkdir()
+    sp.save_npz(old / "vectors.npz", docs)  # format 1, written by hand
+    (old / "doc_ids.json").write_text(json.dumps(ids))
+    (old / "index.json").write_text(json.dumps({"model": "m", "content_hash": old_content_hash(docs, ids)}))
+    index = Index.open(old)
+    assert index.legacy and "index-upgrade" in caplog.text
+    want = truth_ranking(queries.toarray(), docs.toarray(), ids, 5)
+    assert index.search(queries, k=5).hits == want
+    Index.upgrade(old)
+    upgraded = Index.open(old, verify=True)
+    assert not upgraded.legacy and not (old / "vectors.npz").exists()
+    assert upgraded.search(queries, k=5).hits == want
+    assert upgraded.metadata["content_hash"] == old_content_hash(docs, ids)  # same vectors, same digest
+
+
+def test_atomic_folder_keeps_the_old_folder_until_the_new_one_is_in_place(tmp_path):
+    final = tmp_path / "out"
+    with atomic_folder(final) as tmp:
+        (tmp / "a").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_folder(final) as tmp:
+            (tmp / "a").write_text("new")
+            raise RuntimeError("crash while writing")
+    assert (final / "a").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    # a crash between the two renames: the old folder sits at .out.old and out is missing
+    final.rename(tmp_path / ".out.old")
+    assert not final.exists()
+    recover_folder(final)
+    assert (final / "a").read_text() == "old" and not (tmp_path / ".out.old").exists()
