@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spladekit.errors import DataFormatError
+from spladekit.model.calibrate.spec import RescaleSpec
 from spladekit.overrides import apply_overrides
 
 
@@ -28,30 +29,16 @@ class ModelConfig(_Strict):
     query_max_length: int = Field(64, ge=4)
     doc_max_length: int = Field(256, ge=4)
     suppress_pad: bool = Field(True, description="set the decoder bias of [PAD] to -1e4 at initialisation")
+    allow_random_head: bool = Field(False, description="start from a checkpoint without MLM-head weights "
+                                    "(a random head) instead of refusing it")
 
 
-class RescaleConfig(_Strict):
-    """MLM-head rescaling at initialisation (``spladekit.model.calibrate.rescale_mlm_head``,
-    arXiv 2606.18811 §3: the decoder projection is multiplied by a constant F before training).
+class RescaleConfig(RescaleSpec):
+    """MLM-head rescaling at initialisation: the one :class:`~spladekit.model.calibrate.spec.RescaleSpec`
+    (arXiv 2606.18811 §3) plus ``sample_texts``, the number of training documents ``target_logit``
+    calibrates F on."""
 
-    ``mode=None`` leaves the head unchanged; ``factor`` alone means ``mode="factor"``.
-    ``target_logit`` calibrates F on ``sample_texts`` training documents.
-    """
-
-    mode: Literal["factor", "match_norm", "target_logit"] | None = None
-    factor: float | None = Field(None, gt=0.0)
-    scale_bias: bool = False
-    reference: str | float | None = Field(None, description="match_norm: a model path/id or a mean row norm")
-    target: float | None = Field(None, description="target_logit: the value the logit statistic should reach")
-    statistic: str = "p99"
     sample_texts: int = Field(256, ge=1)
-    force: bool = False
-
-    @model_validator(mode="after")
-    def _mode(self) -> "RescaleConfig":
-        if self.factor is not None and self.mode is None:
-            self.__dict__["mode"] = "factor"
-        return self
 
 
 class DataConfig(_Strict):

@@ -84,13 +84,8 @@ class TrainResult:
 
 # ------------------------------------------------------------------------------------ model
 def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
-    """Rescale the MLM head at initialisation through ``spladekit.model.calibrate.rescale_mlm_head``
-    (arXiv 2606.18811, §3).
-
-    Args:
-        mlm: the masked-LM model (changed in place).
-        rescale: a :class:`~spladekit.train.config.RescaleConfig`.
-        tokenizer, texts: sample text for ``mode="target_logit"``.
+    """Rescale the MLM head at initialisation (:meth:`RescaleSpec.apply
+    <spladekit.model.calibrate.spec.RescaleSpec.apply>`, arXiv 2606.18811, §3).
 
     Returns:
         ``{"mode": ..., "factor": F}`` or None when ``rescale.mode`` is None.
@@ -98,19 +93,8 @@ def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
     Raises:
         ValueError, AlreadyRescaledError, CalibrationError: from ``rescale_mlm_head``.
     """
-    from spladekit.model.calibrate import rescale_mlm_head
-
-    if rescale.mode is None:
-        return None
-    kwargs: dict = {"mode": rescale.mode, "scale_bias": rescale.scale_bias, "force": rescale.force}
-    if rescale.mode == "factor":
-        kwargs["factor"] = rescale.factor
-    elif rescale.mode == "match_norm":
-        kwargs["reference"] = rescale.reference
-    else:
-        kwargs.update(target=rescale.target, statistic=rescale.statistic, tokenizer=tokenizer, texts=list(texts or []))
-    factor = rescale_mlm_head(mlm, **kwargs)
-    return {"mode": rescale.mode, "factor": float(factor)}
+    factor = rescale.apply(mlm, tokenizer, texts)
+    return None if factor is None else {"mode": rescale.mode, "factor": factor}
 
 
 PAD_BIAS = -1.0e4
@@ -147,15 +131,18 @@ def load_model(config: TrainConfig, texts=None):
 
     Returns:
         ``(SpladeModel, tokenizer, rescale_record)``.
-    """
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    Raises:
+        HeadNotFoundError: the checkpoint has no MLM-head weights and not ``model.allow_random_head``
+            (:func:`spladekit.model.encoder.load_masked_lm`).
+        ResolutionError: no weights or tokenizer.
+    """
     from spladekit.data.resolve import resolve_model
+    from spladekit.model.encoder import load_masked_lm_and_tokenizer
     from spladekit.model.splade import SpladeModel
 
     location = resolve_model(config.model.path)
-    mlm = AutoModelForMaskedLM.from_pretrained(location)
-    tokenizer = AutoTokenizer.from_pretrained(location)
+    mlm, tokenizer = load_masked_lm_and_tokenizer(location, allow_random_head=config.model.allow_random_head)
     record = apply_rescale(mlm, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)

@@ -3,7 +3,8 @@
 - :mod:`~spladekit.model.calibrate.stats`: decoder norms, token hidden states, logit statistics;
 - :mod:`~spladekit.model.calibrate.diagnose`: :func:`diagnose_mlm_head` → :class:`Diagnosis`;
 - :mod:`~spladekit.model.calibrate.rescale`: :func:`rescale_mlm_head`, :func:`calibrated_factor`,
-  :func:`match_norm_factor`, :func:`untie_mlm_decoder`, :func:`rescale_record`.
+  :func:`match_norm_factor`, :func:`untie_mlm_decoder`, :func:`rescale_record`;
+- :mod:`~spladekit.model.calibrate.spec`: :class:`RescaleSpec`, the one typed rescaling specification.
 """
 
 from spladekit.model.calibrate.diagnose import Diagnosis, HeadStats, LogitStats, SpladeStats, diagnose_mlm_head
@@ -18,6 +19,7 @@ from spladekit.model.calibrate.rescale import (
     rescale_record,
     untie_mlm_decoder,
 )
+from spladekit.model.calibrate.spec import RescaleSpec
 
 __all__ = [
     "Diagnosis",
@@ -26,6 +28,7 @@ __all__ = [
     "SpladeStats",
     "diagnose_mlm_head",
     "MODES",
+    "RescaleSpec",
     "AlreadyRescaledError",
     "CalibrationError",
     "calibrated_factor",
