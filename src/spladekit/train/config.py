@@ -93,6 +93,34 @@ class MonitorConfig(_Strict):
     logit_sample: int = Field(2, ge=0, description="documents whose token logits are summarised per step")
 
 
+class DevConfig(_Strict):
+    """Retrieval evaluation on a dev set every ``eval_every`` steps (:mod:`spladekit.train.dev`).
+
+    ``data`` is a BEIR folder or name read with ``split`` (a test split is refused); without it the
+    training queries held out by ``data.validation_fraction`` are searched against the training
+    corpus. ``metric`` (one of ``measures``) picks the best checkpoint (saved as ``model/``, the final
+    one as ``last/``); ``patience`` stops training after that many evaluations without improvement.
+    """
+
+    data: str | None = Field(None, description="BEIR folder/name of the dev set (None: held-out training queries)")
+    split: str = "dev"
+    measures: list[str] = Field(default_factory=lambda: ["nDCG@10", "MRR@10"])
+    metric: str = Field("nDCG@10", description="the measure that selects the best checkpoint (higher is better)")
+    k: int = Field(100, ge=10, description="documents retrieved per dev query")
+    max_queries: int | None = Field(None, ge=1, description="evaluate only the first N dev queries")
+    batch_size: int = Field(32, ge=1, description="encoding batch size of the dev evaluation")
+    patience: int | None = Field(None, ge=1, description="early stopping: dev evaluations without improvement")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DevConfig":
+        if self.metric not in self.measures:
+            raise ValueError(f"dev.metric {self.metric!r} must be one of dev.measures {self.measures}")
+        from spladekit.train.dev import check_not_test
+
+        check_not_test(self.split)
+        return self
+
+
 class TrainConfig(_Strict):
     """A SPLADE training run.
 
@@ -119,6 +147,9 @@ class TrainConfig(_Strict):
     checkpoint_every: int = Field(0, ge=0, description="0: only the final model")
     keep_checkpoints: int = Field(2, ge=1)
     validate_every: int = Field(0, ge=0, description="held-out loss every N steps (0: at the end only)")
+    eval_every: int = Field(0, ge=0, description="dev-set retrieval (nDCG@10, MRR@10) every N steps and at the "
+                            "end; model/ is then the best checkpoint, last/ the final one (0: off)")
+    dev: DevConfig = DevConfig()
     resume: bool = True
     curves: bool = Field(True, description="draw training_curves.png at the end")
     device: str | None = None
@@ -127,6 +158,9 @@ class TrainConfig(_Strict):
     def _check(self) -> "TrainConfig":
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} must be a multiple of grad_accum {self.grad_accum}")
+        if self.eval_every and self.dev.data is None and self.data.validation_fraction <= 0:
+            raise ValueError("eval_every needs a dev set: dev.data (a BEIR folder and dev.split) or "
+                             "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
         return self

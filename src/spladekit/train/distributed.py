@@ -112,3 +112,12 @@ def barrier() -> None:
     if _active():
         dist.barrier()
 
+
+
+def broadcast_flag(flag: bool, device: torch.device) -> bool:
+    """Rank 0's ``flag`` on every process (e.g. the early-stopping decision); ``flag`` itself with one process."""
+    if not _active():
+        return flag
+    tensor = torch.tensor([1 if flag else 0], device=device)
+    dist.broadcast(tensor, src=0)
+    return bool(tensor.item())

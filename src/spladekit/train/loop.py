@@ -41,6 +41,7 @@ from spladekit.io import atomic_write, write_json
 from spladekit.train import distributed as D
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
+from spladekit.train.dev import BestTracker, evaluate_dev, load_dev_set
 from spladekit.train.losses import info_nce, kl_distillation, margin_mse
 from spladekit.train.monitor import (
     CollapseError,
@@ -55,6 +56,8 @@ from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
 MODEL_DIR = "model"
+LAST_DIR = "last"
+BEST_FILE = "best.json"
 
 
 @dataclass
@@ -71,6 +74,11 @@ class TrainResult:
         alarms: every alarm message raised during the run.
         validation: the last validation record, if any.
         curves: the PNG of the training curves.
+        best: with ``eval_every``: ``{"metric", "value", "step"}`` of the best dev evaluation, whose
+            model is ``model_dir``; None otherwise.
+        last_dir: with ``eval_every``: the final model (``last/``); None otherwise.
+        dev: the last dev-set record, if any.
+        early_stopped: True when ``dev.patience`` stopped the run before ``steps``.
     """
 
     model_dir: Path | None
@@ -80,6 +88,10 @@ class TrainResult:
     alarms: list[str] = field(default_factory=list)
     validation: dict | None = None
     curves: Path | None = None
+    best: dict | None = None
+    last_dir: Path | None = None
+    dev: dict | None = None
+    early_stopped: bool = False
 
 
 # ------------------------------------------------------------------------------------ model
@@ -375,7 +387,7 @@ class _Log:
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
         if self.tb is not None:
-            prefix = "validation/" if record.get("split") == "validation" else "train/"
+            prefix = record.get("split", "train") + "/"
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step" and math.isfinite(value):
                     self.tb.add_scalar(prefix + key, value, record["step"])
@@ -416,6 +428,25 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
 
 
 # ------------------------------------------------------------------------------------ the loop
+def _forget_lost_best(out: Path, tracker: BestTracker, start: int) -> None:
+    """On resume: keep ``model/`` as the best only when ``best.json`` matches the tracker's best of the
+    kept history; otherwise (a best saved after the resumed checkpoint, or a missing record) remove
+    ``model/`` and ``best.json`` and restart the selection."""
+    path = out / BEST_FILE
+    saved = None
+    if path.exists():
+        from spladekit.io import read_json
+
+        saved = read_json(path)
+    if tracker.best is not None and saved == tracker.summary() and (out / MODEL_DIR).is_dir():
+        return
+    if start > 0 or saved is not None:
+        tracker.best, tracker.since = None, 0
+        path.unlink(missing_ok=True)
+        if (out / MODEL_DIR).exists():
+            shutil.rmtree(out / MODEL_DIR)
+
+
 def _device(config: TrainConfig, info: D.DistInfo) -> torch.device:
     if config.device:
         return torch.device(config.device)
@@ -452,7 +483,13 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
 
     Outputs: ``config.yaml``, ``metrics.jsonl`` (and ``tensorboard/`` when installed),
     ``checkpoints/step-N/`` every ``checkpoint_every`` steps, ``training_curves.png`` and the final
-    model folder ``model/``. An existing checkpoint in ``out`` is resumed when ``config.resume``.
+    model folder ``model/``. With ``eval_every`` (:mod:`spladekit.train.dev`): dev-set retrieval
+    records (``"split": "dev"``) in ``metrics.jsonl`` at step 0, every ``eval_every`` steps and at the
+    end; ``model/`` is then the best checkpoint by ``dev.metric`` (``best.json``: metric, value,
+    step), ``last/`` the final model, and ``dev.patience`` may stop the run early. An existing
+    checkpoint in ``out`` is resumed when ``config.resume``; a best model saved after that checkpoint
+    (its dev record is dropped with the rest of the lost steps) is removed, and the selection restarts
+    from the resumed step's history.
 
     Args:
         config: the run's :class:`TrainConfig`.
@@ -465,6 +502,7 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         TrainingDivergedError: NaN/inf loss or gradient (the last good checkpoint is kept).
         CollapseError: a collapse alarm with ``monitor.stop_on_collapse``.
         DataFormatError: malformed training data.
+        ValueError: a dev set from a test split.
     """
     from tqdm.auto import tqdm
 
@@ -505,6 +543,29 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         if val_examples and config.validate_every and start == 0 and info.is_main:
             validation = validate(encoder, val_examples, config, 0)  # the starting point
             log.write(validation)
+
+        def training_record(step: int, **more) -> dict:
+            return {"training": {"steps": step, "config": config.model_dump(mode="json"), "rescale": rescale_record, **more}}
+
+        dev_set = tracker = dev = None
+        early_stopped = False
+        if config.eval_every:
+            tracker = BestTracker(config.dev.metric, config.dev.patience, log.records if start > 0 else ())
+            if info.is_main:
+                dev_set = load_dev_set(config.dev, config.data, val_examples, train_examples)
+                _forget_lost_best(out, tracker, start)
+
+        def dev_eval(step: int) -> dict:
+            record = evaluate_dev(model, tokenizer, config, dev_set, step, device)
+            if tracker.update(record):
+                record["best"] = True
+                save_final_model(out / MODEL_DIR, model, tokenizer, config, training_record(step, selected=tracker.summary()))
+                write_json(out / BEST_FILE, tracker.summary())
+            log.write(record)
+            return record
+
+        if dev_set is not None and start == 0:
+            dev = dev_eval(0)  # the starting point: the untrained model can be the best one
         bar = tqdm(range(start + 1, end + 1), desc="training", disable=not (show_progress and info.is_main), unit="step")
         for step in bar:
             began = time.perf_counter()
@@ -550,27 +611,44 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
             if val_examples and config.validate_every and step % config.validate_every == 0 and info.is_main:
                 validation = validate(encoder, val_examples, config, step)
                 log.write(validation)
+            if config.eval_every and step % config.eval_every == 0:
+                if info.is_main:
+                    dev = dev_eval(step)
+                    bar.set_postfix(**{config.dev.metric: f"{dev[config.dev.metric]:.4f}"})
+                early_stopped = D.broadcast_flag(bool(tracker.should_stop), device)
             if config.checkpoint_every and step % config.checkpoint_every == 0:
                 save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, scaler, config, info, device)
+            if early_stopped:
+                end = step
+                break
         done = max(start, end)
-        model_dir = curves = None
-        if stop_after is None or done >= config.steps:
+        model_dir = curves = last_dir = None
+        if stop_after is None or done >= config.steps or early_stopped:
             if val_examples and info.is_main and (validation is None or validation["step"] != done):
                 validation = validate(encoder, val_examples, config, done)
                 log.write(validation)
+            if dev_set is not None and (dev is None or dev["step"] != done):
+                dev = dev_eval(done)
             if info.is_main:
-                extra = {"training": {"steps": done, "config": config.model_dump(mode="json"),
-                                      "rescale": rescale_record}}
-                model_dir = save_final_model(out / MODEL_DIR, model, tokenizer, config, extra)
+                if config.eval_every:
+                    last_dir = save_final_model(out / LAST_DIR, model, tokenizer, config,
+                                                training_record(done, early_stopped=early_stopped))
+                    model_dir = out / MODEL_DIR
+                else:
+                    model_dir = save_final_model(out / MODEL_DIR, model, tokenizer, config, training_record(done))
                 from spladekit.plots import training_curves
 
                 records = log.records
                 if records and config.curves:
                     curves = training_curves(records, out / "training_curves.png", vocab_size=model.vocab_size)
-                write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms})
+                write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms,
+                                                 "dev": dev, "best": tracker.summary() if tracker else None,
+                                                 "early_stopped": early_stopped})
             D.barrier()
         log.close()
-        return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves)
+        return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves,
+                           best=tracker.summary() if tracker else None, last_dir=last_dir, dev=dev,
+                           early_stopped=early_stopped)
     finally:
         if info.owns_group:
             torch.distributed.destroy_process_group()
