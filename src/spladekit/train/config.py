@@ -67,11 +67,17 @@ class DataConfig(_Strict):
 
 
 class LossConfig(_Strict):
-    """Ranking loss: ``infonce`` (contrastive), ``margin_mse`` or ``kl`` (distillation)."""
+    """Ranking loss: ``infonce`` (contrastive), ``margin_mse`` or ``kl`` (distillation).
+
+    For distillation the first step compares the teacher's score scale with the student's and warns
+    (:func:`spladekit.train.monitor.score_scale_check`); it never rescales anything itself."""
 
     kind: Literal["infonce", "margin_mse", "kl"] = "infonce"
     temperature: float = Field(1.0, gt=0.0)
     in_batch_negatives: bool = True
+    scale_check: float | None = Field(4.0, gt=1.0, description="MarginMSE/KL: warn at the first step when the "
+                                      "student's and the teacher's score spreads differ by more than this factor "
+                                      "(None: no check)")
 
 
 class RegularizerConfig(_Strict):
@@ -108,6 +114,8 @@ class DevConfig(_Strict):
     metric: str = Field("nDCG@10", description="the measure that selects the best checkpoint (higher is better)")
     k: int = Field(100, ge=10, description="documents retrieved per dev query")
     max_queries: int | None = Field(None, ge=1, description="evaluate only the first N dev queries")
+    max_docs: int | None = Field(None, ge=1, description="search only the judged documents plus the first "
+                                 "others up to N (a CPU-sized proxy for checkpoint selection)")
     batch_size: int = Field(32, ge=1, description="encoding batch size of the dev evaluation")
     patience: int | None = Field(None, ge=1, description="early stopping: dev evaluations without improvement")
 

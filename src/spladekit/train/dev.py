@@ -100,7 +100,21 @@ def load_dev_set(dev, data, held_out: Sequence, training: Sequence) -> BeirDatas
         keep = list(dataset.queries)[: dev.max_queries]
         dataset.queries = {q: dataset.queries[q] for q in keep}
         dataset.qrels = {q: dataset.qrels[q] for q in keep if q in dataset.qrels}
+    if dev.max_docs is not None and len(dataset.corpus) > dev.max_docs:
+        dataset.corpus = sub_corpus(dataset, dev.max_docs)
     return dataset
+
+
+def sub_corpus(dataset: BeirDataset, max_docs: int) -> dict[str, str]:
+    """Every document judged for a dev query, then the other documents in corpus order, up to
+    ``max_docs`` in all (or all judged ones, if more): a smaller, deterministic search space that
+    makes dev evaluation affordable on a CPU. Its numbers are higher than full-corpus ones (fewer
+    distractors) and serve to *compare checkpoints*, not to report."""
+    judged = {d for q in dataset.queries for d in dataset.qrels.get(q, {}) if d in dataset.corpus}
+    room = max(0, max_docs - len(judged))
+    others = [d for d in dataset.corpus if d not in judged][:room]
+    kept = judged | set(others)
+    return {d: t for d, t in dataset.corpus.items() if d in kept}
 
 
 def check_not_test(split: str) -> None:

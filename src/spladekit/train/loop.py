@@ -50,6 +50,7 @@ from spladekit.train.monitor import (
     check_alarms,
     head_statistics,
     logit_statistics,
+    score_scale_check,
 )
 from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
 
@@ -537,6 +538,7 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         need_teacher = config.loss.kind != "infonce"
         params = [p for p in model.parameters() if p.requires_grad]
         alarms: list[str] = []
+        scale_stats: dict = {}  # the first step's teacher/student score scales, logged with the first record
         last: dict = {}
         validation = None
         end = config.steps if stop_after is None else min(config.steps, stop_after)
@@ -572,6 +574,12 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
             batch = global_batch(train_examples, step - 1, config.batch_size, config.data.num_negatives, config.seed, need_teacher)
             lam_q, lam_d = warm_q(step), warm_d(step)
             parts, tensors = train_step(encoder, batch, config, info, lam_q, lam_d, scaler)
+            if step == start + 1 and batch.teacher is not None and config.loss.scale_check is not None:
+                teacher = torch.tensor(batch.teacher, dtype=torch.float32)  # the teacher's scale against the student's
+                scale_stats, message = score_scale_check(tensors["q"].cpu(), tensors["d"].cpu(), teacher, config.loss.scale_check)
+                if message and info.is_main:
+                    alarms.append(message)
+                    warnings.warn(message, RuntimeWarning, stacklevel=2)
             D.average_gradients(params)
             if scaler is not None:
                 scaler.unscale_(optimizer)
@@ -589,6 +597,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
                 record = {"step": step, **parts, "lambda_q": lam_q, "lambda_d": lam_d, "lr": scheduler.get_last_lr()[0],
                           "grad_norm": grad_norm}
                 record.update(batch_statistics(tensors["q"], tensors["d"], batch.group))
+                record.update(scale_stats)
+                scale_stats = {}
                 record.update(head_statistics(model))
                 sample = config.monitor.logit_sample
                 if sample and info.is_main:
