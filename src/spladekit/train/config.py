@@ -41,6 +41,19 @@ class RescaleConfig(RescaleSpec):
     sample_texts: int = Field(256, ge=1)
 
 
+class ColumnsConfig(_Strict):
+    """Which dataset columns are the query, the positive, the hard negatives and the teacher scores
+    (``data.format: hf``). A field left None follows the sentence-transformers conventions
+    (:mod:`spladekit.train.hf`): score column ``score``/``label``, ``*_id`` columns are ids, the other
+    columns in order are query, positive, negatives."""
+
+    query: str | None = None
+    positive: str | None = None
+    negatives: list[str] | None = None
+    scores: str | None = None
+    query_id: str | None = None
+
+
 class DataConfig(_Strict):
     """Training data.
 
@@ -51,9 +64,12 @@ class DataConfig(_Strict):
         ``naver``: the naver/splade layout: ``triplets/raw.tsv`` (query, positive, negative text), or,
             with ``teacher_scores``, ``qrel/qrel.json`` + queries + ``full_collection/raw.tsv``.
         ``triples``: an MS MARCO-style ``query<TAB>positive<TAB>negative`` TSV file.
+        ``hf``: a Hugging Face ``datasets`` dataset (local parquet/JSONL/CSV/arrow file, a
+            ``save_to_disk`` folder, or a hub id with ``subset``/``split``), columns mapped by
+            ``columns`` (:mod:`spladekit.train.hf`).
     """
 
-    format: Literal["beir", "naver", "triples"] = "beir"
+    format: Literal["beir", "naver", "triples", "hf"] = "beir"
     path: str = "scifact"
     split: str = "train"
     negatives: Literal["bm25", "model", "none"] = "bm25"
@@ -64,6 +80,12 @@ class DataConfig(_Strict):
     queries: str | None = Field(None, description="naver layout: id<TAB>text queries file (default: train_queries/raw.tsv)")
     validation_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of training queries held out")
     max_queries: int | None = Field(None, ge=1, description="use only the first N training queries (smoke runs)")
+    subset: str | None = Field(None, description="hf: the dataset configuration (subset) name on the hub")
+    columns: ColumnsConfig = ColumnsConfig()
+    score_kind: Literal["auto", "scores", "margins"] = Field(
+        "auto", description="hf: the score column holds 1+n teacher scores, or n margins s(q,d+) - s(q,d-_i)")
+    streaming: bool = Field(False, description="hf hub ids: stream instead of downloading up front")
+    cache_dir: str | None = Field(None, description="hf: the datasets cache folder (default: datasets' own)")
 
 
 class LossConfig(_Strict):
