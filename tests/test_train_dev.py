@@ -141,3 +141,21 @@ def test_curves_draw_the_dev_row(tmp_path):
                  "avg_doc_terms": 9, "flops": 2.0, "best": s == 4} for s in (0, 2, 4)]
     path = training_curves(records, tmp_path / "c.png")
     assert path.exists() and path.stat().st_size > 0
+
+
+def test_resume_keeps_the_selection_consistent(tiny, tmp_path):
+    """Interrupted at step 3 (checkpoint at 2, dev records at 0 and 2), resumed to 6: the dev history
+    and the best checkpoint equal those of an uninterrupted run."""
+    from spladekit.train import train
+
+    examples = make_examples(16, negatives=3, seed=3)
+    beir = _beir_dev(tmp_path / "beir", make_examples(10, negatives=2, seed=9))
+    config = tiny_config(tiny, steps=6, lr=3e-3, eval_every=2, checkpoint_every=2, dev={"data": str(beir), "k": 10})
+    whole = train(config, tmp_path / "whole", examples=examples, show_progress=False)
+    train(config, tmp_path / "part", examples=examples, show_progress=False, stop_after=3)
+    resumed = train(config, tmp_path / "part", examples=examples, show_progress=False)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "dev_seconds"} for r in rows]  # noqa: E731
+    assert strip(_records(tmp_path / "part", "dev")) == strip(_records(tmp_path / "whole", "dev"))
+    assert resumed.best == whole.best
+    a, b = _weights(tmp_path / "part" / "model"), _weights(tmp_path / "whole" / "model")
+    assert all(torch.equal(a[k], b[k]) for k in a)  # exact resume: the same weights by construction
