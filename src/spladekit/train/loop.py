@@ -553,6 +553,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         early_stopped = False
         if config.eval_every:
             tracker = BestTracker(config.dev.metric, config.dev.patience, log.records if start > 0 else ())
+            if start > 0:  # the last dev record of the kept history
+                dev = next((r for r in reversed(log.records) if r.get("split") == "dev"), None)
             if info.is_main:
                 dev_set = load_dev_set(config.dev, config.data, val_examples, train_examples)
                 _forget_lost_best(out, tracker, start)
