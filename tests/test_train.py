@@ -302,15 +302,22 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
     results = run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4,
-                       overrides=["steps=2", "batch_size=4", "validate_every=0", "data.validation_fraction=0",
-                                  "model.head_impl=plain", "curves=false"])
-    assert [r.name for r in results][:3] == ["model (before)", "model (fine-tuned)", "bm25"]
-    assert [r.name for r in results][3:] == ["inference-free (IDF queries, same docs)",
-                                             "fused RRF (model (fine-tuned) + bm25)", "fused min-max (model (fine-tuned) + bm25)"]
-    printed = capsys.readouterr().out
-    assert "| model (fine-tuned) |" in printed and "fine-tuning: nDCG@10" in printed
+                       overrides=["steps=2", "batch_size=4", "validate_every=0", "data.validation_fraction=0.25",
+                                  "eval_every=1", "model.head_impl=plain", "curves=false"])
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary["training"]["steps"] == 2
+    best = summary["training"]["best"]  # selected on the 2 held-out training queries, never on test
+    dev = [json.loads(line) for line in (tmp_path / "demo" / "train" / "metrics.jsonl").read_text().splitlines()]
+    dev = [r for r in dev if r.get("split") == "dev"]
+    assert best["value"] == max(r["nDCG@10"] for r in dev) and [r["step"] for r in dev] == [0, 1, 2]
+    names = ["model (before)", f"model (fine-tuned, best dev step {best['step']})"]
+    if best["step"] != 2:
+        names.append("model (fine-tuned, last step 2)")
+    assert [r.name for r in results][:len(names) + 1] == names + ["bm25"]
+    assert [r.name for r in results][len(names) + 1:] == [  # the query-side rows, built on the selected model
+        "inference-free (IDF queries, same docs)", f"fused RRF ({names[1]} + bm25)", f"fused min-max ({names[1]} + bm25)"]
+    printed = capsys.readouterr().out
+    assert f"| {names[1]} |" in printed and "fine-tuning: nDCG@10" in printed
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
 
 

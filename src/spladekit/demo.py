@@ -3,7 +3,9 @@
 
 The training recipes are :data:`DEMO_RECIPES` (the same as ``configs/demo.yaml`` and
 ``configs/scifact-splade-tiny.yaml``): the default one is sized for 2 CPU cores (the whole demo in
-under 15 minutes), ``full`` is the stronger GPU recipe.
+under 15 minutes), ``full`` is the stronger GPU recipe. Both evaluate retrieval on held-out training
+queries during training (``eval_every``) and the demo scores the best checkpoint by that dev nDCG@10
+(``train/model/``) on the test split; the final model (``train/last/``) gets its own row when it differs.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ DEMO_RECIPES = {
         "model": {"query_max_length": 64, "doc_max_length": 128},
         "data": {"format": "beir", "split": "train", "negatives": "bm25", "num_negatives": 1, "validation_fraction": 0.1},
         "regularizer": {"kind": "flops", "lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 66},
-        "steps": 200, "batch_size": 32, "lr": 5e-5, "warmup_steps": 20, "precision": "fp32",
+        "steps": 200, "batch_size": 32, "lr": 2e-4, "warmup_steps": 20, "precision": "fp32",
         "validate_every": 100, "seed": 0,
+        "eval_every": 50, "dev": {"metric": "nDCG@10", "k": 100, "max_docs": 1000},
     },
     "full": {
         "model": {"query_max_length": 64, "doc_max_length": 256},
@@ -59,6 +62,7 @@ DEMO_RECIPES = {
         "regularizer": {"kind": "flops", "lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 200},
         "steps": 600, "batch_size": 64, "lr": 5e-5, "warmup_steps": 60, "precision": "bf16",
         "checkpoint_every": 200, "validate_every": 100, "seed": 0,
+        "eval_every": 100, "dev": {"metric": "nDCG@10", "k": 100},
     },
 }
 
@@ -186,18 +190,30 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     started = time.perf_counter()
     result = run_training(config, out / "train")
     train_seconds = time.perf_counter() - started
+    best = result.best
+    label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
     after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
     with tempfile.TemporaryDirectory(prefix="spladekit-demo-") as scratch:  # the index the query-side rows share
-        after = evaluate_splade(after_encoder, dataset, name=f"{name} (fine-tuned)", index=Path(scratch) / "index")
+        after = evaluate_splade(after_encoder, dataset, name=label, index=Path(scratch) / "index")
         extra = query_side_rows(after_encoder, after, bm25, dataset)
+    systems, folders = [before, after], ["before", "after"]
+    if best and result.last_dir is not None and best["step"] != result.steps:  # the final model differs from the selected one
+        del after_encoder
+        last_encoder = SpladeEncoder.from_pretrained(result.last_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
+        systems.append(evaluate_splade(last_encoder, dataset, name=f"{name} (fine-tuned, last step {result.steps})"))
+        folders.append("last")
     training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),
-                "validation": result.validation, "alarms": result.alarms}
-    _report([before, after, bm25, *extra], ["before", "after", "bm25", *EXTRA_FOLDERS], dataset, out, {"training": training})
+                "validation": result.validation, "alarms": result.alarms, "best": best, "dev": result.dev,
+                "early_stopped": result.early_stopped}
+    _report(systems + [bm25, *extra], folders + ["bm25", *EXTRA_FOLDERS], dataset, out, {"training": training})
     delta = after.metrics["nDCG@10"] - before.metrics["nDCG@10"]
     print(f"fine-tuning: nDCG@10 {before.metrics['nDCG@10']:.4f} -> {after.metrics['nDCG@10']:.4f} ({delta:+.4f}), "
           f"doc active terms {before.metrics['avg_doc_terms']:.1f} -> {after.metrics['avg_doc_terms']:.1f}, "
           f"training {train_seconds:.0f} s")
+    if best:
+        print(f"model selected on the held-out training queries (dev {best['metric']} {best['value']:.4f} at step "
+              f"{best['step']}); the test split was not looked at during training")
     if result.curves:
         print(f"training curves: {result.curves}")
     print(f"outputs in {out}/")
-    return [before, after, bm25, *extra]
+    return systems + [bm25, *extra]

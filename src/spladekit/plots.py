@@ -125,40 +125,58 @@ def per_query_delta(
 
 def training_curves(records, path: str | Path, vocab_size: int | None = None) -> Path:
     """Training curves from the metrics log: loss parts, λ, active terms, FLOPS, scores, logits,
-    head norm and gradient norm, against the optimiser step.
+    head norm and gradient norm, against the optimiser step; with dev-set records a third row:
+    dev retrieval quality (nDCG@10, MRR@10...), dev active terms per query/document and dev FLOPS.
 
     Args:
         records: metrics records (dicts with ``step``); validation records (``split`` =
-            ``"validation"``) are drawn on the loss panel.
+            ``"validation"``) are drawn on the loss panel, dev records (``split`` = ``"dev"``) on
+            the third row (the best one marked).
         vocab_size: V, drawn as a reference on the active-terms panel when given.
     """
-    train = [r for r in records if r.get("split") != "validation"]
+    train = [r for r in records if "split" not in r]
     val = [r for r in records if r.get("split") == "validation"]
+    dev = [r for r in records if r.get("split") == "dev"]
     panels = [
-        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d"), "log"),
-        ("λ (regulariser weight)", ("lambda_q", "lambda_d"), "linear"),
-        ("active terms per vector", ("active_q", "active_d"), "log"),
-        ("batch FLOPS", ("batch_flops",), "log"),
-        ("scores", ("pos_score", "neg_score", "margin"), "linear"),
-        ("MLM logits", ("logit_mean", "logit_p99", "logit_max"), "linear"),
-        ("MLM-head norm", ("head_norm",), "linear"),
-        ("gradient norm (before clipping)", ("grad_norm",), "log"),
+        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d"), "log", train),
+        ("λ (regulariser weight)", ("lambda_q", "lambda_d"), "linear", train),
+        ("active terms per vector", ("active_q", "active_d"), "log", train),
+        ("batch FLOPS", ("batch_flops",), "log", train),
+        ("scores", ("pos_score", "neg_score", "margin"), "linear", train),
+        ("MLM logits", ("logit_mean", "logit_p99", "logit_max"), "linear", train),
+        ("MLM-head norm", ("head_norm",), "linear", train),
+        ("gradient norm (before clipping)", ("grad_norm",), "log", train),
     ]
-    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
-    steps = [r["step"] for r in train]
-    for ax, (title, keys, scale) in zip(axes.ravel(), panels):
+    if dev:
+        quality = tuple(k for k in dev[0] if "@" in k)
+        panels += [
+            ("dev retrieval", quality, "linear", dev),
+            ("dev active terms", ("avg_query_terms", "avg_doc_terms"), "log", dev),
+            ("dev FLOPS", ("flops",), "log", dev),
+        ]
+    rows = 3 if dev else 2
+    fig, axes = plt.subplots(rows, 4, figsize=(18, 3.5 * rows))
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, keys, scale, rows_of) in zip(axes.ravel(), panels):
+        steps = [r["step"] for r in rows_of]
+        style = "o-" if rows_of is dev else "-"
         for key in keys:
-            values = [r.get(key) for r in train]
+            values = [r.get(key) for r in rows_of]
             pts = [(s, v) for s, v in zip(steps, values) if isinstance(v, (int, float))]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key, lw=1)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=key, lw=1, ms=3)
+        if title == "dev retrieval":
+            best = [r for r in dev if r.get("best")]
+            if best and quality:
+                ax.plot([best[-1]["step"]], [best[-1][quality[0]]], "*", ms=12, color="gold", mec="k", label="best")
         if title == "loss" and val:
             ax.plot([r["step"] for r in val], [r["val_loss_rank"] for r in val], "o-", label="val_loss_rank", ms=3)
         if title.startswith("active") and vocab_size:
             ax.set_title(f"{title} (V = {vocab_size})")
         else:
             ax.set_title(title)
-        values = [r[k] for r in train for k in keys if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+        values = [r[k] for r in rows_of for k in keys if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
         if scale == "log" and values and min(values) > 0 and max(values) / min(values) > 100:
             ax.set_yscale("log")  # only when the curve spans decades (log ticks are slow and useless otherwise)
         else:

@@ -113,18 +113,25 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
     return sp.csr_matrix((values, (rows.numpy(), cols.numpy())), shape=tuple(weights.shape), dtype=np.float32)
 
 
-def load_masked_lm(location: str, dtype: torch.dtype | None = None):
+def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
+
+    The one model loader of spladekit: the encoder, training (``train.loop.load_model``), the
+    reproduction runner and calibration all load masked-LMs here.
 
     transformers fills weights missing from a checkpoint with random values and only logs it; a
     backbone-only checkpoint (``BertModel``, a sentence encoder) would so get a random MLM head and
-    produce meaningless SPLADE vectors. Here any missing parameter outside the backbone
-    (``model.base_model_prefix``) is an error.
+    produce meaningless SPLADE vectors. Here any parameter that transformers reports as missing
+    (``output_loading_info=True``, ``missing_keys``: newly initialised) outside the backbone
+    (``model.base_model_prefix``) is an error, unless ``allow_random_head`` (training option
+    ``model.allow_random_head: true``), which only warns.
 
     Raises:
         ResolutionError: the folder has no weights file (or transformers cannot read it).
-        HeadNotFoundError: MLM-head parameters are missing from the checkpoint.
+        HeadNotFoundError: MLM-head parameters are missing from the checkpoint (and not ``allow_random_head``).
     """
+    import warnings
+
     from transformers import AutoModelForMaskedLM
 
     from spladekit.errors import HeadNotFoundError, ResolutionError
@@ -137,11 +144,32 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None):
     prefix = getattr(mlm, "base_model_prefix", "") + "."
     head_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
     if head_missing:
-        raise HeadNotFoundError(
-            f"model {location}: the checkpoint has no MLM-head weights ({len(head_missing)} missing, e.g. "
-            f"{head_missing[0]!r}); it is not a masked-LM checkpoint (a backbone or sentence encoder?)"
-        )
+        message = (f"model {location}: the checkpoint has no MLM-head weights ({len(head_missing)} missing, e.g. "
+                   f"{head_missing[0]!r}); it is not a masked-LM checkpoint (a backbone or sentence encoder?)")
+        if not allow_random_head:
+            raise HeadNotFoundError(message + "; to train from a randomly initialised MLM head on purpose, set "
+                                    "model.allow_random_head: true")
+        warnings.warn(message + "; starting from a random MLM head (model.allow_random_head)", RuntimeWarning, stacklevel=2)
     return mlm
+
+
+def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+    """``(load_masked_lm(location), AutoTokenizer.from_pretrained(location))`` (see :func:`load_masked_lm`).
+
+    Raises:
+        ResolutionError: no weights or no tokenizer in ``location``.
+        HeadNotFoundError: see :func:`load_masked_lm`.
+    """
+    from transformers import AutoTokenizer
+
+    from spladekit.errors import ResolutionError
+
+    mlm = load_masked_lm(location, dtype, allow_random_head)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+    except (OSError, ValueError) as exc:
+        raise ResolutionError(f"model {location}: cannot load its tokenizer ({exc})") from exc
+    return mlm, tokenizer
 
 
 class SpladeEncoder:
@@ -195,17 +223,10 @@ class SpladeEncoder:
             HeadNotFoundError: it is not a supported masked-LM family, or its checkpoint has no
                 MLM-head weights (see :func:`load_masked_lm`).
         """
-        from transformers import AutoTokenizer
-
         from spladekit.data.resolve import resolve_model
-        from spladekit.errors import ResolutionError
 
         location = resolve_model(name_or_path)
-        mlm = load_masked_lm(location, dtype=dtype)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(location)
-        except (OSError, ValueError) as exc:
-            raise ResolutionError(f"model {location}: cannot load its tokenizer ({exc})") from exc
+        mlm, tokenizer = load_masked_lm_and_tokenizer(location, dtype=dtype)
         meta = EncoderMetadata.load(location) if Path(location).is_dir() else EncoderMetadata()
         meta.source = meta.source or str(name_or_path)
         for key, value in dict(

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from spladekit.errors import DataFormatError
 from spladekit.io import read_yaml
+from spladekit.model.calibrate.spec import RescaleSpec  # noqa: F401  (the one rescale specification)
 from spladekit.overrides import apply_overrides
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -104,31 +105,10 @@ class BackboneSpec(_Strict):
                 "ln_gain": f"head LayerNorm gain ×{e.factor:g}"}[e.kind]
 
 
-class RescaleSpec(_Strict):
-    """Keyword arguments of :func:`spladekit.model.calibrate.rescale_mlm_head` (arXiv 2606.18811, §3, eq. 3).
-
-    ``mode="factor"`` needs ``factor``; ``"match_norm"`` needs ``reference`` (a model path/id or a
-    mean row norm); ``"target_logit"`` needs ``target`` (the value ``statistic`` of the logits
-    should reach on the diagnosis texts).
-    """
-
-    mode: Literal["factor", "match_norm", "target_logit"]
-    factor: float | None = Field(None, gt=0.0)
-    reference: str | float | None = None
-    target: float | None = None
-    statistic: str = "p99"
-    scale_bias: bool = False
-
-    @model_validator(mode="after")
-    def _needs(self) -> "RescaleSpec":
-        need = {"factor": "factor", "match_norm": "reference", "target_logit": "target"}[self.mode]
-        if getattr(self, need) is None:
-            raise ValueError(f"rescale mode {self.mode!r} needs {need!r}")
-        return self
-
-
 class TreatmentSpec(_Strict):
-    """A head treatment: ``rescale: null`` leaves the head as it is."""
+    """A head treatment: ``rescale: null`` leaves the head as it is; otherwise a
+    :class:`~spladekit.model.calibrate.spec.RescaleSpec` (``force`` is set by the grid: a backbone
+    with ``inflate`` is rescaled again on purpose)."""
 
     name: str
     rescale: RescaleSpec | None = None

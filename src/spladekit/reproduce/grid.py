@@ -92,7 +92,7 @@ def init_spec(config: ReproduceConfig, cell: Cell) -> dict:
     """Inputs of the init stage (diagnose, rescale)."""
     return {
         "backbone": backbone_spec(cell.backbone),
-        "rescale": cell.treatment.rescale.model_dump() if cell.treatment.rescale else None,
+        "rescale": cell.treatment.rescale.model_dump(exclude={"force"}) if cell.treatment.rescale else None,
         "diagnosis": config.diagnosis.model_dump(),
     }
 

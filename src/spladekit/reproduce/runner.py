@@ -182,32 +182,29 @@ class SpladekitRunner:
         return self._texts
 
     def prepare_backbone(self, backbone, config: ReproduceConfig, folder: Path) -> dict:
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
-
         from spladekit.data.resolve import resolve_model
+        from spladekit.model.calibrate.spec import RescaleSpec
+        from spladekit.model.encoder import load_masked_lm_and_tokenizer
 
         location = resolve_model(backbone.path)
-        if backbone.inflate is None and backbone.emulate is None:
+        if backbone.inflate is None and backbone.emulate is None:  # init_cell loads it (and refuses a checkpoint without MLM-head weights)
             return {"model": location, "source": location}
-        from spladekit.model.calibrate import emulate_large_head, rescale_mlm_head
+        from spladekit.model.calibrate import emulate_large_head
 
-        mlm = AutoModelForMaskedLM.from_pretrained(location)
-        tokenizer = AutoTokenizer.from_pretrained(location)
+        mlm, tokenizer = load_masked_lm_and_tokenizer(location)
         if backbone.emulate is not None:
             e = backbone.emulate
             done = {"emulation": emulate_large_head(mlm, e.kind, e.factor, sigma=e.sigma, seed=e.seed)}
         else:
-            done = {"inflate": rescale_mlm_head(mlm, factor=backbone.inflate, mode="factor")}
+            done = {"inflate": RescaleSpec(factor=backbone.inflate).apply(mlm)}
         model = _save_model(mlm, tokenizer, folder / "model")
         return {"model": str(model), "source": location, **done}
 
     def init_cell(self, cell, base_model: str, config: ReproduceConfig, folder: Path) -> dict:
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        from spladekit.model.calibrate import diagnose_mlm_head
+        from spladekit.model.encoder import load_masked_lm_and_tokenizer
 
-        from spladekit.model.calibrate import diagnose_mlm_head, rescale_mlm_head
-
-        mlm = AutoModelForMaskedLM.from_pretrained(base_model)
-        tokenizer = AutoTokenizer.from_pretrained(base_model)
+        mlm, tokenizer = load_masked_lm_and_tokenizer(base_model)
         texts = self._diagnosis_texts(config)
         d = config.diagnosis
         kwargs = dict(max_length=d.max_length, max_tokens=d.max_tokens)
@@ -215,20 +212,8 @@ class SpladekitRunner:
         result = {"model": base_model, "factor": None, "diagnosis_before": before.to_dict(), "diagnosis_after": None}
         spec = cell.treatment.rescale
         if spec is not None:
-            args = dict(mode=spec.mode, scale_bias=spec.scale_bias, force=cell.backbone.inflate is not None)
-            if spec.mode == "factor":
-                args["factor"] = spec.factor
-            elif spec.mode == "match_norm":
-                reference = spec.reference
-                if isinstance(reference, str):
-                    from spladekit.data.resolve import resolve_model
-
-                    reference = resolve_model(reference)
-                args["reference"] = reference
-            else:
-                args.update(target=spec.target, statistic=spec.statistic, tokenizer=tokenizer, texts=texts,
-                            calibration={"max_length": d.max_length, "max_tokens": d.max_tokens})
-            result["factor"] = float(rescale_mlm_head(mlm, **args))
+            result["factor"] = spec.apply(mlm, tokenizer, texts, {"max_length": d.max_length, "max_tokens": d.max_tokens},
+                                          force=cell.backbone.inflate is not None)
             after = diagnose_mlm_head(mlm, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs)
             result["diagnosis_after"] = after.to_dict()
             result["model"] = str(_save_model(mlm, tokenizer, folder / "model"))

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from spladekit.errors import DataFormatError
 from spladekit.io import read_yaml
+from spladekit.model.calibrate.spec import RescaleSpec
 from spladekit.overrides import apply_overrides
 
 
@@ -33,30 +34,29 @@ class ModelConfig(_Strict):
         "splade", description="inference-free: queries are a bag of their tokens with one weight per vocabulary entry "
         "(IDF of the training documents at initialisation; spladekit.model.inference_free); no query regulariser")
     train_query_weights: bool = Field(True, description="inference-free: train the query term weights jointly (else keep the IDF)")
+    allow_random_head: bool = Field(False, description="start from a checkpoint without MLM-head weights "
+                                    "(a random head) instead of refusing it")
 
 
-class RescaleConfig(_Strict):
-    """MLM-head rescaling at initialisation (``spladekit.model.calibrate.rescale_mlm_head``,
-    arXiv 2606.18811 §3: the decoder projection is multiplied by a constant F before training).
+class RescaleConfig(RescaleSpec):
+    """MLM-head rescaling at initialisation: the one :class:`~spladekit.model.calibrate.spec.RescaleSpec`
+    (arXiv 2606.18811 §3) plus ``sample_texts``, the number of training documents ``target_logit``
+    calibrates F on."""
 
-    ``mode=None`` leaves the head unchanged; ``factor`` alone means ``mode="factor"``.
-    ``target_logit`` calibrates F on ``sample_texts`` training documents.
-    """
-
-    mode: Literal["factor", "match_norm", "target_logit"] | None = None
-    factor: float | None = Field(None, gt=0.0)
-    scale_bias: bool = False
-    reference: str | float | None = Field(None, description="match_norm: a model path/id or a mean row norm")
-    target: float | None = Field(None, description="target_logit: the value the logit statistic should reach")
-    statistic: str = "p99"
     sample_texts: int = Field(256, ge=1)
-    force: bool = False
 
-    @model_validator(mode="after")
-    def _mode(self) -> "RescaleConfig":
-        if self.factor is not None and self.mode is None:
-            self.__dict__["mode"] = "factor"
-        return self
+
+class ColumnsConfig(_Strict):
+    """Which dataset columns are the query, the positive, the hard negatives and the teacher scores
+    (``data.format: hf``). A field left None follows the sentence-transformers conventions
+    (:mod:`spladekit.train.hf`): score column ``score``/``label``, ``*_id`` columns are ids, the other
+    columns in order are query, positive, negatives."""
+
+    query: str | None = None
+    positive: str | None = None
+    negatives: list[str] | None = None
+    scores: str | None = None
+    query_id: str | None = None
 
 
 class DataConfig(_Strict):
@@ -69,9 +69,12 @@ class DataConfig(_Strict):
         ``naver``: the naver/splade layout: ``triplets/raw.tsv`` (query, positive, negative text), or,
             with ``teacher_scores``, ``qrel/qrel.json`` + queries + ``full_collection/raw.tsv``.
         ``triples``: an MS MARCO-style ``query<TAB>positive<TAB>negative`` TSV file.
+        ``hf``: a Hugging Face ``datasets`` dataset (local parquet/JSONL/CSV/arrow file, a
+            ``save_to_disk`` folder, or a hub id with ``subset``/``split``), columns mapped by
+            ``columns`` (:mod:`spladekit.train.hf`).
     """
 
-    format: Literal["beir", "naver", "triples"] = "beir"
+    format: Literal["beir", "naver", "triples", "hf"] = "beir"
     path: str = "scifact"
     split: str = "train"
     negatives: Literal["bm25", "model", "none"] = "bm25"
@@ -82,14 +85,26 @@ class DataConfig(_Strict):
     queries: str | None = Field(None, description="naver layout: id<TAB>text queries file (default: train_queries/raw.tsv)")
     validation_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of training queries held out")
     max_queries: int | None = Field(None, ge=1, description="use only the first N training queries (smoke runs)")
+    subset: str | None = Field(None, description="hf: the dataset configuration (subset) name on the hub")
+    columns: ColumnsConfig = ColumnsConfig()
+    score_kind: Literal["auto", "scores", "margins"] = Field(
+        "auto", description="hf: the score column holds 1+n teacher scores, or n margins s(q,d+) - s(q,d-_i)")
+    streaming: bool = Field(False, description="hf hub ids: stream instead of downloading up front")
+    cache_dir: str | None = Field(None, description="hf: the datasets cache folder (default: datasets' own)")
 
 
 class LossConfig(_Strict):
-    """Ranking loss: ``infonce`` (contrastive), ``margin_mse`` or ``kl`` (distillation)."""
+    """Ranking loss: ``infonce`` (contrastive), ``margin_mse`` or ``kl`` (distillation).
+
+    For distillation the first step compares the teacher's score scale with the student's and warns
+    (:func:`spladekit.train.monitor.score_scale_check`); it never rescales anything itself."""
 
     kind: Literal["infonce", "margin_mse", "kl"] = "infonce"
     temperature: float = Field(1.0, gt=0.0)
     in_batch_negatives: bool = True
+    scale_check: float | None = Field(4.0, gt=1.0, description="MarginMSE/KL: warn at the first step when the "
+                                      "student's and the teacher's score spreads differ by more than this factor "
+                                      "(None: no check)")
 
 
 class RegularizerConfig(_Strict):
@@ -109,6 +124,36 @@ class MonitorConfig(_Strict):
     dense_fraction: float = Field(0.5, gt=0.0, le=1.0)
     stop_on_collapse: bool = False
     logit_sample: int = Field(2, ge=0, description="documents whose token logits are summarised per step")
+
+
+class DevConfig(_Strict):
+    """Retrieval evaluation on a dev set every ``eval_every`` steps (:mod:`spladekit.train.dev`).
+
+    ``data`` is a BEIR folder or name read with ``split`` (a test split is refused); without it the
+    training queries held out by ``data.validation_fraction`` are searched against the training
+    corpus. ``metric`` (one of ``measures``) picks the best checkpoint (saved as ``model/``, the final
+    one as ``last/``); ``patience`` stops training after that many evaluations without improvement.
+    """
+
+    data: str | None = Field(None, description="BEIR folder/name of the dev set (None: held-out training queries)")
+    split: str = "dev"
+    measures: list[str] = Field(default_factory=lambda: ["nDCG@10", "MRR@10"])
+    metric: str = Field("nDCG@10", description="the measure that selects the best checkpoint (higher is better)")
+    k: int = Field(100, ge=10, description="documents retrieved per dev query")
+    max_queries: int | None = Field(None, ge=1, description="evaluate only the first N dev queries")
+    max_docs: int | None = Field(None, ge=1, description="search only the judged documents plus the first "
+                                 "others up to N (a CPU-sized proxy for checkpoint selection)")
+    batch_size: int = Field(32, ge=1, description="encoding batch size of the dev evaluation")
+    patience: int | None = Field(None, ge=1, description="early stopping: dev evaluations without improvement")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DevConfig":
+        if self.metric not in self.measures:
+            raise ValueError(f"dev.metric {self.metric!r} must be one of dev.measures {self.measures}")
+        from spladekit.train.dev import check_not_test
+
+        check_not_test(self.split)
+        return self
 
 
 class TrainConfig(_Strict):
@@ -137,6 +182,9 @@ class TrainConfig(_Strict):
     checkpoint_every: int = Field(0, ge=0, description="0: only the final model")
     keep_checkpoints: int = Field(2, ge=1)
     validate_every: int = Field(0, ge=0, description="held-out loss every N steps (0: at the end only)")
+    eval_every: int = Field(0, ge=0, description="dev-set retrieval (nDCG@10, MRR@10) every N steps and at the "
+                            "end; model/ is then the best checkpoint, last/ the final one (0: off)")
+    dev: DevConfig = DevConfig()
     resume: bool = True
     curves: bool = Field(True, description="draw training_curves.png at the end")
     device: str | None = None
@@ -145,6 +193,9 @@ class TrainConfig(_Strict):
     def _check(self) -> "TrainConfig":
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} must be a multiple of grad_accum {self.grad_accum}")
+        if self.eval_every and self.dev.data is None and self.data.validation_fraction <= 0:
+            raise ValueError("eval_every needs a dev set: dev.data (a BEIR folder and dev.split) or "
+                             "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
         return self

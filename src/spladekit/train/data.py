@@ -7,7 +7,9 @@ documents, its hard negatives, and optional teacher scores):
   spladekit model: :func:`read_beir_training`;
 - the naver/splade layout (``triplets/raw.tsv``; or ``qrel/qrel.json`` + queries +
   ``full_collection/raw.tsv`` + teacher scores ``{qid: {docid: score}}``): :func:`read_naver`;
-- MS MARCO-style ``query<TAB>positive<TAB>negative`` triples: :func:`iter_triples`.
+- MS MARCO-style ``query<TAB>positive<TAB>negative`` triples: :func:`iter_triples`;
+- Hugging Face ``datasets`` with the sentence-transformers column conventions:
+  :func:`spladekit.train.hf.read_hf_dataset`.
 
 A malformed line raises :class:`~spladekit.errors.DataFormatError` naming the file and the line;
 nothing is skipped silently.
@@ -245,6 +247,10 @@ def load_training_examples(config) -> list[TrainingExample]:
     if config.format == "beir":  # max_queries before mining, so only those queries are mined
         return read_beir_training(config.path, config.split, config.negatives, config.mining_depth,
                                   config.negatives_model, config.teacher_scores, config.max_queries)
+    if config.format == "hf":  # a lazy view over memory-mapped Arrow, max_queries applied inside
+        from spladekit.train.hf import read_hf_dataset
+
+        return read_hf_dataset(config)
     if config.format == "triples":
         examples = list(iter_triples(config.path))
     else:
@@ -252,21 +258,28 @@ def load_training_examples(config) -> list[TrainingExample]:
     return examples[: config.max_queries]
 
 
-def split_validation(examples: list[TrainingExample], fraction: float, seed: int) -> tuple[list, list]:
+def split_validation(examples: Sequence[TrainingExample], fraction: float, seed: int) -> tuple[Sequence, Sequence]:
     """Hold out ``round(fraction·N)`` queries (a seeded choice, by query id) for validation.
 
+    ``examples`` is a list, or a lazy view with ``qids()`` and ``subset(indices)`` (a Hugging Face
+    dataset, :class:`spladekit.train.hf.DatasetExamples`), which stays lazy.
+
     Returns:
-        ``(train, validation)`` lists, each in the original order.
+        ``(train, validation)``, each in the original order (lists, or views for a view).
     """
     if fraction <= 0:
         return examples, []
-    qids = sorted({e.qid for e in examples})
+    all_qids = examples.qids() if hasattr(examples, "qids") else [e.qid for e in examples]
+    qids = sorted(set(all_qids))
     random.Random(seed).shuffle(qids)
     held = set(qids[: max(1, round(fraction * len(qids)))])
-    train = [e for e in examples if e.qid not in held]
-    if not train:
+    train_idx = [i for i, q in enumerate(all_qids) if q not in held]
+    val_idx = [i for i, q in enumerate(all_qids) if q in held]
+    if not train_idx:
         raise ValueError(f"validation_fraction={fraction} leaves no training query")
-    return train, [e for e in examples if e.qid in held]
+    if hasattr(examples, "subset"):
+        return examples.subset(train_idx), examples.subset(val_idx)
+    return [examples[i] for i in train_idx], [examples[i] for i in val_idx]
 
 
 # ------------------------------------------------------------------------------------ sampling

@@ -78,3 +78,12 @@ def broadcast_parameters(module: torch.nn.Module) -> None:
         return
     for tensor in list(module.parameters()) + list(module.buffers()):
         dist.broadcast(tensor.data, src=0)
+
+
+def broadcast_flag(flag: bool, device: torch.device) -> bool:
+    """Rank 0's ``flag`` on every process (e.g. the early-stopping decision); ``flag`` itself with one process."""
+    if not _active():
+        return flag
+    tensor = torch.tensor([1 if flag else 0], device=device)
+    dist.broadcast(tensor, src=0)
+    return bool(tensor.item())

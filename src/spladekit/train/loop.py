@@ -40,6 +40,7 @@ from spladekit.io import atomic_folder, atomic_write, replace_folder, write_json
 from spladekit.train import distributed as D
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
+from spladekit.train.dev import BestTracker, evaluate_dev, load_dev_set
 from spladekit.train.losses import info_nce, kl_distillation, margin_mse
 from spladekit.train.monitor import (
     CollapseError,
@@ -48,12 +49,15 @@ from spladekit.train.monitor import (
     check_alarms,
     head_statistics,
     logit_statistics,
+    score_scale_check,
 )
 from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
 
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
 MODEL_DIR = "model"
+LAST_DIR = "last"
+BEST_FILE = "best.json"
 
 
 @dataclass
@@ -70,6 +74,11 @@ class TrainResult:
         alarms: every alarm message raised during the run.
         validation: the last validation record, if any.
         curves: the PNG of the training curves.
+        best: with ``eval_every``: ``{"metric", "value", "step"}`` of the best dev evaluation, whose
+            model is ``model_dir``; None otherwise.
+        last_dir: with ``eval_every``: the final model (``last/``); None otherwise.
+        dev: the last dev-set record, if any.
+        early_stopped: True when ``dev.patience`` stopped the run before ``steps``.
     """
 
     model_dir: Path | None
@@ -79,17 +88,16 @@ class TrainResult:
     alarms: list[str] = field(default_factory=list)
     validation: dict | None = None
     curves: Path | None = None
+    best: dict | None = None
+    last_dir: Path | None = None
+    dev: dict | None = None
+    early_stopped: bool = False
 
 
 # ------------------------------------------------------------------------------------ model
 def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
-    """Rescale the MLM head at initialisation through ``spladekit.model.calibrate.rescale_mlm_head``
-    (arXiv 2606.18811, §3).
-
-    Args:
-        mlm: the masked-LM model (changed in place).
-        rescale: a :class:`~spladekit.train.config.RescaleConfig`.
-        tokenizer, texts: sample text for ``mode="target_logit"``.
+    """Rescale the MLM head at initialisation (:meth:`RescaleSpec.apply
+    <spladekit.model.calibrate.spec.RescaleSpec.apply>`, arXiv 2606.18811, §3).
 
     Returns:
         ``{"mode": ..., "factor": F}`` or None when ``rescale.mode`` is None.
@@ -97,19 +105,8 @@ def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
     Raises:
         ValueError, AlreadyRescaledError, CalibrationError: from ``rescale_mlm_head``.
     """
-    from spladekit.model.calibrate import rescale_mlm_head
-
-    if rescale.mode is None:
-        return None
-    kwargs: dict = {"mode": rescale.mode, "scale_bias": rescale.scale_bias, "force": rescale.force}
-    if rescale.mode == "factor":
-        kwargs["factor"] = rescale.factor
-    elif rescale.mode == "match_norm":
-        kwargs["reference"] = rescale.reference
-    else:
-        kwargs.update(target=rescale.target, statistic=rescale.statistic, tokenizer=tokenizer, texts=list(texts or []))
-    factor = rescale_mlm_head(mlm, **kwargs)
-    return {"mode": rescale.mode, "factor": float(factor)}
+    factor = rescale.apply(mlm, tokenizer, texts)
+    return None if factor is None else {"mode": rescale.mode, "factor": factor}
 
 
 PAD_BIAS = -1.0e4
@@ -146,15 +143,18 @@ def load_model(config: TrainConfig, texts=None):
 
     Returns:
         ``(SpladeModel, tokenizer, rescale_record)``.
-    """
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    Raises:
+        HeadNotFoundError: the checkpoint has no MLM-head weights and not ``model.allow_random_head``
+            (:func:`spladekit.model.encoder.load_masked_lm`).
+        ResolutionError: no weights or tokenizer.
+    """
     from spladekit.data.resolve import resolve_model
+    from spladekit.model.encoder import load_masked_lm_and_tokenizer
     from spladekit.model.splade import SpladeModel
 
     location = resolve_model(config.model.path)
-    mlm = AutoModelForMaskedLM.from_pretrained(location)
-    tokenizer = AutoTokenizer.from_pretrained(location)
+    mlm, tokenizer = load_masked_lm_and_tokenizer(location, allow_random_head=config.model.allow_random_head)
     record = apply_rescale(mlm, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)
@@ -412,7 +412,7 @@ class _Log:
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
         if self.tb is not None:
-            prefix = "validation/" if record.get("split") == "validation" else "train/"
+            prefix = record.get("split", "train") + "/"
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step" and math.isfinite(value):
                     self.tb.add_scalar(prefix + key, value, record["step"])
@@ -453,6 +453,25 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
 
 
 # ------------------------------------------------------------------------------------ the loop
+def _forget_lost_best(out: Path, tracker: BestTracker, start: int) -> None:
+    """On resume: keep ``model/`` as the best only when ``best.json`` matches the tracker's best of the
+    kept history; otherwise (a best saved after the resumed checkpoint, or a missing record) remove
+    ``model/`` and ``best.json`` and restart the selection."""
+    path = out / BEST_FILE
+    saved = None
+    if path.exists():
+        from spladekit.io import read_json
+
+        saved = read_json(path)
+    if tracker.best is not None and saved == tracker.summary() and (out / MODEL_DIR).is_dir():
+        return
+    if start > 0 or saved is not None:
+        tracker.best, tracker.since = None, 0
+        path.unlink(missing_ok=True)
+        if (out / MODEL_DIR).exists():
+            shutil.rmtree(out / MODEL_DIR)
+
+
 def _device(config: TrainConfig, info: D.DistInfo) -> torch.device:
     if config.device:
         return torch.device(config.device)
@@ -495,7 +514,13 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
 
     Outputs: ``config.yaml``, ``metrics.jsonl`` (and ``tensorboard/`` when installed),
     ``checkpoints/step-N/`` every ``checkpoint_every`` steps, ``training_curves.png`` and the final
-    model folder ``model/``. An existing checkpoint in ``out`` is resumed when ``config.resume``.
+    model folder ``model/``. With ``eval_every`` (:mod:`spladekit.train.dev`): dev-set retrieval
+    records (``"split": "dev"``) in ``metrics.jsonl`` at step 0, every ``eval_every`` steps and at the
+    end; ``model/`` is then the best checkpoint by ``dev.metric`` (``best.json``: metric, value,
+    step), ``last/`` the final model, and ``dev.patience`` may stop the run early. An existing
+    checkpoint in ``out`` is resumed when ``config.resume``; a best model saved after that checkpoint
+    (its dev record is dropped with the rest of the lost steps) is removed, and the selection restarts
+    from the resumed step's history.
 
     Args:
         config: the run's :class:`TrainConfig`.
@@ -508,6 +533,7 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         TrainingDivergedError: NaN/inf loss or gradient (the last good checkpoint is kept).
         CollapseError: a collapse alarm with ``monitor.stop_on_collapse``.
         DataFormatError: malformed training data.
+        ValueError: a dev set from a test split.
     """
     from tqdm.auto import tqdm
 
@@ -545,18 +571,50 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         need_teacher = config.loss.kind != "infonce"
         params = [p for p in model.parameters() if p.requires_grad]
         alarms: list[str] = []
+        scale_stats: dict = {}  # the first step's teacher/student score scales, logged with the first record
         last: dict = {}
         validation = None
         end = config.steps if stop_after is None else min(config.steps, stop_after)
         if val_examples and config.validate_every and start == 0 and info.is_main:
             validation = validate(encoder, val_examples, config, 0)  # the starting point
             log.write(validation)
+
+        def training_record(step: int, **more) -> dict:
+            return {"training": {"steps": step, "config": config.model_dump(mode="json"), "rescale": rescale_record, **more}}
+
+        dev_set = tracker = dev = None
+        early_stopped = False
+        if config.eval_every:
+            tracker = BestTracker(config.dev.metric, config.dev.patience, log.records if start > 0 else ())
+            if start > 0:  # the last dev record of the kept history
+                dev = next((r for r in reversed(log.records) if r.get("split") == "dev"), None)
+            if info.is_main:
+                dev_set = load_dev_set(config.dev, config.data, val_examples, train_examples)
+                _forget_lost_best(out, tracker, start)
+
+        def dev_eval(step: int) -> dict:
+            record = evaluate_dev(model, tokenizer, config, dev_set, step, device)
+            if tracker.update(record):
+                record["best"] = True
+                save_final_model(out / MODEL_DIR, model, tokenizer, config, training_record(step, selected=tracker.summary()))
+                write_json(out / BEST_FILE, tracker.summary())
+            log.write(record)
+            return record
+
+        if dev_set is not None and start == 0:
+            dev = dev_eval(0)  # the starting point: the untrained model can be the best one
         bar = tqdm(range(start + 1, end + 1), desc="training", disable=not (show_progress and info.is_main), unit="step")
         for step in bar:
             began = time.perf_counter()
             batch = global_batch(train_examples, step - 1, config.batch_size, config.data.num_negatives, config.seed, need_teacher)
             lam_q, lam_d = warm_q(step), warm_d(step)
             parts, tensors = train_step(encoder, batch, config, info, lam_q, lam_d, scaler)
+            if step == start + 1 and batch.teacher is not None and config.loss.scale_check is not None:
+                teacher = torch.tensor(batch.teacher, dtype=torch.float32)  # the teacher's scale against the student's
+                scale_stats, message = score_scale_check(tensors["q"].cpu(), tensors["d"].cpu(), teacher, config.loss.scale_check)
+                if message and info.is_main:
+                    alarms.append(message)
+                    warnings.warn(message, RuntimeWarning, stacklevel=2)
             D.average_gradients(params)
             if scaler is not None:
                 scaler.unscale_(optimizer)
@@ -574,6 +632,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
                 record = {"step": step, **parts, "lambda_q": lam_q, "lambda_d": lam_d, "lr": scheduler.get_last_lr()[0],
                           "grad_norm": grad_norm}
                 record.update(batch_statistics(tensors["q"], tensors["d"], batch.group))
+                record.update(scale_stats)
+                scale_stats = {}
                 record.update(head_statistics(model))
                 sample = config.monitor.logit_sample
                 if sample and info.is_main:
@@ -596,27 +656,44 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
             if val_examples and config.validate_every and step % config.validate_every == 0 and info.is_main:
                 validation = validate(encoder, val_examples, config, step)
                 log.write(validation)
+            if config.eval_every and step % config.eval_every == 0:
+                if info.is_main:
+                    dev = dev_eval(step)
+                    bar.set_postfix(**{config.dev.metric: f"{dev[config.dev.metric]:.4f}"})
+                early_stopped = D.broadcast_flag(bool(tracker.should_stop), device)
             if config.checkpoint_every and step % config.checkpoint_every == 0:
                 save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, scaler, config, info, device)
+            if early_stopped:
+                end = step
+                break
         done = max(start, end)
-        model_dir = curves = None
-        if stop_after is None or done >= config.steps:
+        model_dir = curves = last_dir = None
+        if stop_after is None or done >= config.steps or early_stopped:
             if val_examples and info.is_main and (validation is None or validation["step"] != done):
                 validation = validate(encoder, val_examples, config, done)
                 log.write(validation)
+            if dev_set is not None and (dev is None or dev["step"] != done):
+                dev = dev_eval(done)
             if info.is_main:
-                extra = {"training": {"steps": done, "config": config.model_dump(mode="json"),
-                                      "rescale": rescale_record}}
-                model_dir = save_final_model(out / MODEL_DIR, model, tokenizer, config, extra)
+                if config.eval_every:
+                    last_dir = save_final_model(out / LAST_DIR, model, tokenizer, config,
+                                                training_record(done, early_stopped=early_stopped))
+                    model_dir = out / MODEL_DIR
+                else:
+                    model_dir = save_final_model(out / MODEL_DIR, model, tokenizer, config, training_record(done))
                 from spladekit.plots import training_curves
 
                 records = log.records
                 if records and config.curves:
                     curves = training_curves(records, out / "training_curves.png", vocab_size=model.vocab_size)
-                write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms})
+                write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms,
+                                                 "dev": dev, "best": tracker.summary() if tracker else None,
+                                                 "early_stopped": early_stopped})
             D.barrier()
         log.close()
-        return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves)
+        return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves,
+                           best=tracker.summary() if tracker else None, last_dir=last_dir, dev=dev,
+                           early_stopped=early_stopped)
     finally:
         if info.owns_group:
             torch.distributed.destroy_process_group()

@@ -115,3 +115,51 @@ def check_alarms(stats: dict[str, float], vocab_size: int, step: int, warmup_ste
                 f"lower λ, lengthen the warm-up, or check the MLM-head scale (rescaling)"
             )
     return alarms
+
+
+#: Warn when the student's and the teacher's score spreads differ by more than this factor (either way).
+SCALE_FACTOR = 4.0
+
+
+def score_scale_check(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor, factor: float = SCALE_FACTOR) -> tuple[dict, str | None]:
+    """Compare the spread of the student's scores with the teacher's, for MarginMSE / KL distillation.
+
+    MarginMSE regresses student margins ``s(q,d⁺) − s(q,d⁻)`` onto teacher margins, and KL matches
+    softmaxes of the raw scores, so both assume the two score scales agree; a teacher on another scale
+    (probabilities in [0, 1] against SPLADE dot products of 10–30, sentence-transformers #3540: student
+    20/12, teacher 0.9/0.1) trains toward margins ~10× too small. The spread of a query's scores is
+    ``max_g s − min_g s`` over its group (positive + negatives); the check compares the batch means:
+
+        ratio = mean_i spread(student_i) / mean_i spread(teacher_i)
+
+    and warns when ``ratio > factor`` or ``ratio < 1/factor`` (default 4: the #3540 numbers give
+    8 / 0.8 = 10 and warn; teacher logits ±ln 9 against the same student give 8 / 4.39 = 1.8 and do
+    not). It only warns: which scale is right (rescale the teacher, use its logits, or change the
+    temperature) is the user's choice, and the loss stays exactly what was configured.
+
+    Args:
+        q: ``[B, V]``; d: ``[B·G, V]`` (each query's positive then negatives); teacher: ``[B, G]``.
+
+    Returns:
+        ``(stats, message)``: ``student_score_spread``, ``teacher_score_spread``, ``score_scale_ratio``
+        (None when the student spread is 0 or the teacher's is 0), and the warning text or None.
+    """
+    student = group_scores(q.float(), d.float())
+    teacher = teacher.float()
+    s_spread = float((student.max(1).values - student.min(1).values).mean())
+    t_spread = float((teacher.max(1).values - teacher.min(1).values).mean())
+    stats = {"student_score_spread": s_spread, "teacher_score_spread": t_spread, "score_scale_ratio": None}
+    detail = (f"student scores {float(student.min()):.4g}…{float(student.max()):.4g} (mean spread per query "
+              f"{s_spread:.4g}), teacher scores {float(teacher.min()):.4g}…{float(teacher.max()):.4g} "
+              f"(mean spread {t_spread:.4g})")
+    if t_spread == 0.0:
+        return stats, f"teacher scores are constant within every query at the first step: {detail}; nothing to distil"
+    if s_spread == 0.0:
+        return stats, None  # all student scores equal (e.g. empty vectors): no scale to compare yet
+    ratio = s_spread / t_spread
+    stats["score_scale_ratio"] = ratio
+    if ratio > factor or ratio < 1.0 / factor:
+        return stats, (f"teacher scores are on another scale than the student's (ratio {ratio:.3g}, outside "
+                       f"[1/{factor:g}, {factor:g}]): {detail}; MarginMSE/KL would train toward the teacher's "
+                       "margins: rescale the teacher scores (e.g. use its logits) or set loss.temperature")
+    return stats, None

@@ -6,6 +6,7 @@
   :func:`match_norm_factor`, :func:`untie_mlm_decoder`, :func:`rescale_record`;
 - :mod:`~spladekit.model.calibrate.emulate`: :func:`emulate_large_head` (inflate a head to emulate a
   large-norm backbone, for experiments: uniform, per-row log-normal, LayerNorm gain).
+- :mod:`~spladekit.model.calibrate.spec`: :class:`RescaleSpec`, the one typed rescaling specification.
 """
 
 from spladekit.model.calibrate.emulate import EMULATIONS, AlreadyEmulatedError, emulate_large_head, emulation_record, row_factors
@@ -21,6 +22,7 @@ from spladekit.model.calibrate.rescale import (
     rescale_record,
     untie_mlm_decoder,
 )
+from spladekit.model.calibrate.spec import RescaleSpec
 
 __all__ = [
     "EMULATIONS",
@@ -34,6 +36,7 @@ __all__ = [
     "SpladeStats",
     "diagnose_mlm_head",
     "MODES",
+    "RescaleSpec",
     "AlreadyRescaledError",
     "CalibrationError",
     "calibrated_factor",

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spladekit.model.calibrate.diagnose import Diagnosis, diagnose_mlm_head
-from spladekit.model.calibrate.rescale import rescale_mlm_head
+from spladekit.model.calibrate.spec import RescaleSpec
 
 
 @dataclass
@@ -108,6 +108,22 @@ class RescaleConfig:
             raise ValueError("give exactly one of --factor, --match-norm, --target-logit")
         return chosen[0]
 
+    def spec(self) -> RescaleSpec:
+        """The command-line options as the one :class:`~spladekit.model.calibrate.spec.RescaleSpec`.
+
+        Raises:
+            ValueError: not exactly one mode (see :meth:`mode`), or an invalid value for it.
+        """
+        from pydantic import ValidationError
+
+        try:
+            return RescaleSpec(mode=self.mode(), factor=self.factor, reference=_number_or_name(self.match_norm),
+                               target=self.target_logit, statistic=self.statistic, scale_bias=self.scale_bias,
+                               force=self.force)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"rescale: {first['msg']} ({'.'.join(map(str, first['loc'])) or 'options'})") from None
+
 
 def _check_sizes(config) -> None:
     """Raise ``ValueError`` unless ``max_length`` ≥ 2 and ``max_tokens``, ``batch_size`` ≥ 1."""
@@ -199,25 +215,17 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> float:
         raise ValueError(f"--target-logit must be a finite number, got {config.target_logit}")
     if mode == "factor" and not (math.isfinite(config.factor) and config.factor > 0):  # before loading the model
         raise ValueError(f"the factor must be finite and > 0, got {config.factor}")
+    spec = config.spec()
     encoder = _load(config.model)
-    args: dict = {"scale_bias": config.scale_bias, "force": config.force}
-    if mode == "factor":
-        args["factor"] = config.factor
-    elif mode == "match_norm":
-        args["reference"] = _number_or_name(config.match_norm)
-    else:
+    texts = calibration = None
+    if mode == "target_logit":
         sample = config.source.load() if config.source else None
         if not sample:
             raise ValueError("--target-logit needs sample text: --texts FILE or --data DIR")
-        seed = config.source.seed
-        args.update(
-            target=config.target_logit,
-            statistic=config.statistic,
-            tokenizer=encoder.tokenizer,
-            texts=sample[0] + sample[1],
-            calibration={"max_length": config.max_length, "max_tokens": config.max_tokens, "batch_size": config.batch_size, "seed": seed},
-        )
-    factor = rescale_mlm_head(encoder.model.mlm, mode=mode, **args)
+        texts = sample[0] + sample[1]
+        calibration = {"max_length": config.max_length, "max_tokens": config.max_tokens, "batch_size": config.batch_size,
+                       "seed": config.source.seed}
+    factor = spec.apply(encoder.model.mlm, encoder.tokenizer, texts, calibration)
     encoder.save_pretrained(out)  # copies the record into spladekit.json (extra.rescale)
     write_json(Path(out) / "rescale_config.json", asdict(config))
     return factor

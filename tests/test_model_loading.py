@@ -1,0 +1,145 @@
+"""One model loader, one guard: every path that loads a masked-LM refuses a checkpoint without MLM-head
+weights (a saved ``BertModel``), unless ``model.allow_random_head``; one rescale specification."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import make_examples, make_tiny_model, tiny_config
+
+from spladekit.errors import HeadNotFoundError
+
+NEEDLE = "no MLM-head weights"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> tuple[Path, Path]:
+    """``(complete masked-LM folder, backbone-only folder of the same architecture)``."""
+    from transformers import BertConfig, BertModel
+
+    root = tmp_path_factory.mktemp("loading")
+    good = make_tiny_model(root / "mlm")
+    backbone = root / "backbone"
+    BertModel(BertConfig.from_pretrained(good)).save_pretrained(backbone)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (good / name).exists():
+            shutil.copy(good / name, backbone / name)
+    return good, backbone
+
+
+def test_loader_reports_missing_head_weights(models):
+    from spladekit.model.encoder import load_masked_lm, load_masked_lm_and_tokenizer
+
+    good, backbone = models
+    with pytest.raises(HeadNotFoundError, match=NEEDLE) as err:
+        load_masked_lm(str(backbone))
+    assert "model.allow_random_head" in str(err.value)  # the error names the opt-in
+    load_masked_lm(str(good))  # a complete checkpoint loads silently
+    with pytest.warns(RuntimeWarning, match=NEEDLE):
+        mlm, tokenizer = load_masked_lm_and_tokenizer(str(backbone), allow_random_head=True)
+    assert mlm.config.vocab_size == len(tokenizer)
+
+
+def test_training_refuses_a_random_head_unless_asked(models, tmp_path):
+    from spladekit.train import train
+    from spladekit.train.loop import load_model
+
+    good, backbone = models
+    with pytest.raises(HeadNotFoundError, match=NEEDLE):
+        load_model(tiny_config(backbone))
+    with pytest.raises(HeadNotFoundError, match=NEEDLE):
+        train(tiny_config(backbone, steps=1), tmp_path / "refused", examples=make_examples(), show_progress=False)
+    assert not (tmp_path / "refused" / "model").exists()  # no model trained from a random head
+    with pytest.warns(RuntimeWarning, match=NEEDLE):
+        result = train(tiny_config(backbone, steps=1, model__allow_random_head=True), tmp_path / "opt-in",
+                       examples=make_examples(), show_progress=False)
+    assert result.model_dir is not None and result.model_dir.is_dir()
+    load_model(tiny_config(good))
+
+
+def test_train_cli_refuses_a_backbone(models, tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    _, backbone = models
+    triples = tmp_path / "triples.tsv"
+    triples.write_text("w1 w2\tw1 w2 w3\tw9 w8\n", encoding="utf-8")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["train", "--out", str(out), "--no-progress", "--set", f"model.path={backbone}",
+                                      "--set", "data.format=triples", "--set", f"data.path={triples}",
+                                      "--set", "steps=1", "--set", "batch_size=1"])
+    assert result.exit_code == 2, result.output
+    assert NEEDLE in result.output and "Traceback" not in result.output
+    assert not (out / "model").exists()
+
+
+def test_reproduce_runner_refuses_a_backbone(models, tmp_path):
+    from spladekit.reproduce.config import BackboneSpec
+    from spladekit.reproduce.runner import SpladekitRunner
+
+    _, backbone = models
+    runner = SpladekitRunner(show_progress=False)
+    with pytest.raises(HeadNotFoundError, match=NEEDLE):  # inflate loads the model
+        runner.prepare_backbone(BackboneSpec(name="b", path=str(backbone), inflate=2.0), None, tmp_path / "b")
+    with pytest.raises(HeadNotFoundError, match=NEEDLE):  # each cell loads its base model
+        runner.init_cell(None, str(backbone), None, tmp_path / "c")
+
+
+def test_calibration_and_encoder_refuse_a_backbone(models, tmp_path):
+    from spladekit.model.calibrate.rescale import reference_row_norm
+    from spladekit.model.calibrate.run import RescaleConfig, run_rescale
+    from spladekit.model.encoder import SpladeEncoder
+
+    good, backbone = models
+    with pytest.raises(HeadNotFoundError, match=NEEDLE):
+        SpladeEncoder.from_pretrained(backbone)
+    with pytest.raises(HeadNotFoundError, match=NEEDLE):
+        run_rescale(RescaleConfig(model=str(backbone), factor=0.5), tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(HeadNotFoundError, match=NEEDLE):
+        reference_row_norm(str(backbone))
+
+
+# ------------------------------------------------------------------------------------ one rescale spec
+def test_one_rescale_spec_everywhere():
+    from spladekit.model.calibrate import RescaleSpec
+    from spladekit.model.calibrate.run import RescaleConfig as CliRescale
+    from spladekit.reproduce.config import TreatmentSpec
+    from spladekit.train.config import RescaleConfig as TrainRescale
+
+    train_spec = TrainRescale(factor=0.25)
+    assert isinstance(train_spec, RescaleSpec) and train_spec.mode == "factor"
+    treatment = TreatmentSpec(name="t", rescale={"mode": "factor", "factor": 0.25})
+    assert type(treatment.rescale) is RescaleSpec
+    cli_spec = CliRescale(model="m", factor=0.25).spec()
+    expected = {"mode": "factor", "factor": 0.25, "scale_bias": False, "force": False}
+    for spec in (train_spec, treatment.rescale, cli_spec):
+        assert spec.kwargs() == expected
+    assert CliRescale(model="m", match_norm="1.5").spec().kwargs()["reference"] == 1.5  # a number, not a model id
+    target = RescaleSpec(mode="target_logit", target=3.0, statistic="std").kwargs(None, ["a"], {"max_length": 8})
+    assert target == {"mode": "target_logit", "target": 3.0, "statistic": "std", "tokenizer": None, "texts": ["a"],
+                      "scale_bias": False, "force": False, "calibration": {"max_length": 8}}
+    with pytest.raises(ValueError, match="needs 'target'"):
+        RescaleSpec(mode="target_logit")
+    with pytest.raises(ValueError, match="needs 'reference'"):
+        TrainRescale(mode="match_norm")
+
+
+def test_spec_apply_scales_the_decoder(models):
+    from spladekit.model.calibrate import RescaleSpec
+    from spladekit.model.encoder import load_masked_lm
+    from spladekit.model.heads import find_mlm_head
+
+    good, _ = models
+    mlm = load_masked_lm(str(good))
+    before = find_mlm_head(mlm).weight.detach().clone()
+    bias = find_mlm_head(mlm).bias.detach().clone()
+    assert RescaleSpec(factor=0.5).apply(mlm) == 0.5
+    # ×0.5 is exact in binary floating point, so equality holds by construction
+    assert torch.equal(find_mlm_head(mlm).weight.detach(), before * 0.5)
+    assert torch.equal(find_mlm_head(mlm).bias.detach(), bias)  # scale_bias=False
+    assert RescaleSpec().apply(mlm) is None
