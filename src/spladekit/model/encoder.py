@@ -23,7 +23,6 @@ as in naver/splade and sentence-transformers' ``SparseEncoder``; a trained SPLAD
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -69,7 +68,13 @@ class EncoderMetadata:
         path = Path(folder) / METADATA_FILE
         if not path.exists():
             return cls()
-        data = json.loads(path.read_text(encoding="utf-8"))
+        from spladekit.io import read_json
+
+        data = read_json(path)  # a damaged file is a DataFormatError naming it
+        if not isinstance(data, dict):
+            from spladekit.errors import DataFormatError
+
+            raise DataFormatError(path, "expected a JSON object")
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 

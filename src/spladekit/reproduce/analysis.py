@@ -24,11 +24,11 @@ paired significance tests, sittings. Everything is computed from the cells' own 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from pathlib import Path
 
+from spladekit.io import read_json
 from spladekit.reproduce.config import EvalDatasetSpec, ReproduceConfig
 
 def _num(value):
@@ -180,7 +180,7 @@ def per_query(out: Path, cell_id: str, dataset: EvalDatasetSpec) -> dict[str, fl
     path = Path(out) / "cells" / cell_id / "eval" / dataset.name / "per_query.json"
     if not path.exists():
         return None
-    return {q: float(v) for q, v in (json.loads(path.read_text(encoding="utf-8")).get(dataset.metric) or {}).items()}
+    return {q: float(v) for q, v in (read_json(path).get(dataset.metric) or {}).items()}
 
 
 def _arm_values(out: Path, cells: dict[int, str], seeds: list[int], dataset: EvalDatasetSpec) -> dict[str, float] | None:

@@ -148,9 +148,12 @@ def is_divergence(exc: BaseException) -> bool:
 def _read_marker(path: Path) -> dict | None:
     if not path.exists():
         return None
+    from spladekit.errors import DataFormatError
+    from spladekit.io import read_json
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return read_json(path)
+    except DataFormatError:
         return None  # an unreadable marker is treated as absent (written atomically, so rare)
 
 
@@ -359,20 +362,12 @@ def read_sittings(out: str | Path) -> list[dict]:
     Raises:
         DataFormatError: a line is not JSON (names the file and line).
     """
-    from spladekit.errors import DataFormatError
-    from spladekit.io import iter_lines
+    from spladekit.io import read_jsonl
 
     path = Path(out) / SITTINGS
     if not path.exists():
         return []
-    records = []
-    for number, line in iter_lines(path):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(path, f"not valid JSON ({exc.msg})", line=number) from exc
-    return records
+    return [record for _, record in read_jsonl(path)]  # DataFormatError names file and line
 
 
 def _evals_current(config: ReproduceConfig, cell: Cell, out: Path) -> bool:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from spladekit.io import atomic_folder, atomic_write, replace_folder, write_json
+from spladekit.io import atomic_folder, atomic_write, read_jsonl, replace_folder, write_json
 from spladekit.train import distributed as D
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
@@ -392,7 +392,7 @@ class _Log:
         if not enabled:
             return
         if self.path.exists():  # keep the history up to the resumed step, drop anything after it
-            kept = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            kept = [record for _, record in read_jsonl(self.path)]  # DataFormatError names a damaged line
             kept = [r for r in kept if r.get("step", 0) <= resumed_step]
             with atomic_write(self.path) as handle:
                 for record in kept:
