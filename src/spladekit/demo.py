@@ -51,9 +51,9 @@ DEMO_RECIPES = {
     "default": {
         "model": {"query_max_length": 64, "doc_max_length": 128},
         "data": {"format": "beir", "split": "train", "negatives": "bm25", "num_negatives": 1, "validation_fraction": 0.1},
-        "regularizer": {"kind": "flops", "lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 66},
-        "steps": 200, "batch_size": 32, "lr": 2e-4, "warmup_steps": 20, "precision": "fp32",
-        "validate_every": 100, "seed": 0,
+        "regularizer": {"kind": "flops", "lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 33},
+        "steps": 100, "batch_size": 32, "lr": 2e-4, "warmup_steps": 10, "precision": "fp32",
+        "validate_every": 50, "seed": 0,
         "eval_every": 50, "dev": {"metric": "nDCG@10", "k": 100, "max_docs": 1000},
     },
     "full": {
