@@ -123,6 +123,19 @@ def test_two_shards_give_the_run_of_one_folder(tmp_path):
         ShardedIndex([one, shards.shards[0]])
 
 
+def test_shards_of_different_models_or_vocabularies_are_refused(tmp_path):
+    """A query vector names the same terms in every shard only when one model built them all."""
+    docs = random_vectors(10, 4, 0.5, 12, integer=True)
+    vocab = ["a", "b", "c", "d"]
+    base = Index.from_vectors(tmp_path / "base", docs[:5], [f"x{i}" for i in range(5)], {"model": "m1"}, vocab)
+    other_model = Index.from_vectors(tmp_path / "m2", docs[5:], [f"y{i}" for i in range(5)], {"model": "m2"}, vocab)
+    swapped = Index.from_vectors(tmp_path / "v2", docs[5:], [f"z{i}" for i in range(5)], {"model": "m1"}, ["b", "a", "c", "d"])
+    with pytest.raises(ValueError, match="different models"):
+        ShardedIndex([base, other_model])
+    with pytest.raises(ValueError, match="different vocabularies"):
+        ShardedIndex([base, swapped])
+
+
 class CountingEncoder:
     """A real SpladeEncoder, with a record of the texts it encoded and an optional failure after
     ``fail_after`` calls (a simulated kill)."""

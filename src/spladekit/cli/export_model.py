@@ -29,11 +29,17 @@ def export_model(
     try:
         if format not in FORMATS:
             raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS)}")
+        for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         from spladekit.model.onnx_export import check_export, export_onnx
 
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
                                                 head_impl="plain", device="cpu")
-        written = export_onnx(encoder, out, opset=opset)
+        try:
+            written = export_onnx(encoder, out, opset=opset)  # a failed export leaves no folder (atomic)
+        except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
+            raise ValueError(f"ONNX export failed (--opset {opset}): {exc}") from exc
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}])")

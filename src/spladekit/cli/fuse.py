@@ -33,14 +33,15 @@ def fuse(
 
     try:
         config = FusionConfig(method=method, rrf_k=rrf_k, norm=norm, weights=weight or None, depth=depth)
+        judged = read_qrels(qrels) if qrels is not None else None  # bad qrels fail before anything is written
+        conventions = build_conventions(preset, dataset_hint=str(qrels)) if qrels is not None else None
         fused = fuse_runs([read_run(path) for path in runs], config)
         write_run(fused, out, tag=f"fused-{config.method}")
         write_json(Path(str(out) + ".config.json"), {"runs": [str(p) for p in runs], "fusion": config.model_dump()})
-        if qrels is not None:
+        if judged is not None:
             from spladekit.evaluate.metrics import evaluate
 
-            conventions = build_conventions(preset, dataset_hint=str(qrels))
-            metrics = evaluate(fused, read_qrels(qrels), conventions=conventions)
+            metrics = evaluate(fused, judged, conventions=conventions)
             typer.echo(json.dumps(metrics, indent=2))
             typer.echo(f"conventions: {conventions.name}")
     except (SpladekitError, ValueError) as exc:

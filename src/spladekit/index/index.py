@@ -553,6 +553,14 @@ class ShardedIndex:
         sizes = {s.docs.shape[1] for s in shards}
         if len(sizes) != 1:
             raise ValueError(f"shards have different vocabulary sizes: {sorted(sizes)}")
+        first = shards[0]
+        for shard in shards[1:]:  # a query vector means the same terms in every shard only for one model
+            for key in ("model", "model_revision"):
+                if shard.metadata.get(key) != first.metadata.get(key):
+                    raise ValueError(f"shards were built by different models: {key} {first.metadata.get(key)!r} "
+                                     f"({first.folder}) vs {shard.metadata.get(key)!r} ({shard.folder})")
+            if load_vocabulary(shard.folder) != load_vocabulary(first.folder):
+                raise ValueError(f"shards have different vocabularies (vocab.json of {first.folder} and {shard.folder})")
         seen: set[str] = set()
         for shard in shards:
             overlap = seen.intersection(shard.doc_ids)
