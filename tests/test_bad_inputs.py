@@ -5,6 +5,8 @@ result, never a silent wrong number or a lost output."""
 from __future__ import annotations
 
 import json
+
+import numpy as np
 from pathlib import Path
 
 import pytest
@@ -124,8 +126,8 @@ def _small_index(folder: Path, meta: dict | None = None) -> Path:
     [
         ("docs.data.npy", b"\x93NUMPY truncated", "docs.data.npy: cannot read"),
         ("postings.indices.npy", b"not an array", "postings.indices.npy: cannot read"),
-        ("doc_ids.json", b'["d1", "d2"', "doc_ids.json, line 1: not valid JSON"),
-        ("doc_ids.json", b'{"d1": 0}', "doc_ids.json: expected a JSON list"),
+        ("doc_ids.offsets.npy", b"\x93NUMPY truncated", "doc_ids.offsets.npy: cannot read"),
+        ("doc_ids.utf8.npy", b"junk", "doc_ids.utf8.npy: cannot read"),
         ("index.json", b"[1, 2]", "index.json: expected a JSON object"),
         ("vocab.json", b"\xff\xfe", "vocab.json: cannot read"),
     ],
@@ -150,9 +152,39 @@ def test_index_without_hash_and_with_too_few_ids_is_an_error(tmp_path):
     meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
     del meta["content_hash"]
     (folder / "index.json").write_text(json.dumps(meta), encoding="utf-8")
-    (folder / "doc_ids.json").write_text('["d1"]', encoding="utf-8")
+    np.save(folder / "doc_ids.offsets.npy", np.array([0, 2], dtype=np.int64))  # one id ("d1") for two rows
     with pytest.raises(DataFormatError, match="1 document ids for 2 vectors"):
         load_index(folder)
+
+
+@pytest.mark.parametrize(
+    "offsets, utf8, message",
+    [
+        ([0, 2, 3], b"d1d2", "offsets must rise from 0 to the 4 bytes"),  # ends before the last byte
+        ([0, 3, 2], b"d1d", "offsets must rise"),  # decreasing
+        ([0.0, 2.0, 4.0], b"d1d2", "expected a 1-D int64 array"),
+    ],
+)
+def test_inconsistent_doc_id_files_are_an_error(tmp_path, offsets, utf8, message):
+    from spladekit.errors import DataFormatError
+    from spladekit.index.io import load_index
+
+    folder = _small_index(tmp_path / "index")
+    np.save(folder / "doc_ids.offsets.npy", np.array(offsets))
+    np.save(folder / "doc_ids.utf8.npy", np.frombuffer(utf8, dtype=np.uint8))
+    with pytest.raises(DataFormatError, match=message):
+        load_index(folder)
+
+
+def test_doc_ids_that_are_not_utf8_name_the_file(tmp_path):
+    from spladekit.errors import DataFormatError
+    from spladekit.index.index import Index
+
+    folder = _small_index(tmp_path / "index")
+    np.save(folder / "doc_ids.utf8.npy", np.frombuffer(b"d1\xff\xfe", dtype=np.uint8))
+    index = Index.open(folder)  # opening reads no id
+    with pytest.raises(DataFormatError, match="doc_ids.utf8.npy: document ids 1..1 are not UTF-8"):
+        index.doc_ids[1]
 
 
 def test_search_cli_on_a_corrupt_index_or_one_without_model(tmp_path, tiny_beir):

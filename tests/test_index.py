@@ -12,8 +12,10 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from typer.testing import CliRunner
 
 from index_helpers import DOCS, QUERIES, make_beir, make_model
+from spladekit.cli import app
 from spladekit.index.index import Index, ShardedIndex, recall_at_k
 from spladekit.io import atomic_folder, recover_folder
 
@@ -230,11 +232,53 @@ def test_old_folders_open_and_upgrade(tmp_path, caplog):
     assert index.legacy and "index-upgrade" in caplog.text
     want = truth_ranking(queries.toarray(), docs.toarray(), ids, 5)
     assert index.search(queries, k=5).hits == want
-    Index.upgrade(old)
+    assert Index.upgrade(old)
     upgraded = Index.open(old, verify=True)
-    assert not upgraded.legacy and not (old / "vectors.npz").exists()
+    assert not upgraded.legacy and not (old / "vectors.npz").exists() and not (old / "doc_ids.json").exists()
     assert upgraded.search(queries, k=5).hits == want
     assert upgraded.metadata["content_hash"] == old_content_hash(docs, ids)  # same vectors, same digest
+    assert not Index.upgrade(old)  # already current: nothing written
+
+
+def test_format2_folders_with_json_ids_open_and_upgrade_keeping_seismic(tmp_path):
+    """Format-2 folders written before the ids were memory-mapped (ids in doc_ids.json) still open,
+    and `index-upgrade` rewrites them keeping the stored Seismic index."""
+    docs, queries = random_vectors(120, 30, 0.15, 24, integer=True), random_vectors(6, 30, 0.2, 25, integer=True)
+    ids = shuffled_ids(120, 26)
+    folder = tmp_path / "i"
+    Index.from_vectors(folder, docs, ids, {"model": "m"})
+    for name in ("doc_ids.offsets.npy", "doc_ids.utf8.npy"):  # the earlier layout, written by hand
+        (folder / name).unlink()
+    (folder / "doc_ids.json").write_text(json.dumps(ids))
+    (folder / "seismic").mkdir()
+    (folder / "seismic" / "params.json").write_text("{}")
+    old = Index.open(folder, verify=True)
+    assert isinstance(old.doc_ids, list) and old.doc_ids == ids
+    want = truth_ranking(queries.toarray(), docs.toarray(), ids, 5)
+    assert old.search(queries, k=5).hits == want
+    result = CliRunner().invoke(app, ["index-upgrade", str(folder)])
+    assert result.exit_code == 0 and "upgraded" in result.output
+    new = Index.open(folder, verify=True)
+    assert not isinstance(new.doc_ids, list) and list(new.doc_ids) == ids
+    assert new.search(queries, k=5).hits == want
+    assert (folder / "seismic" / "params.json").read_text() == "{}" and not (folder / "doc_ids.json").exists()
+    result = CliRunner().invoke(app, ["index-upgrade", str(folder)])
+    assert result.exit_code == 0 and "already in the current layout" in result.output
+
+
+@pytest.mark.parametrize("ids", [[], ["only"], ["d1", "", "ünï/cødé", "x" * 300, "日本"]])
+def test_doc_ids_are_memory_mapped_and_decode_back(tmp_path, ids):
+    """The stored ids read back exactly (by index, negative index, slice, iteration), empty and
+    non-ASCII ids included, and opening maps them without decoding any."""
+    docs = sp.csr_matrix(np.ones((len(ids), 4), dtype=np.float32)) if ids else sp.csr_matrix((0, 4), dtype=np.float32)
+    index = Index.from_vectors(tmp_path / "i", docs, ids)
+    got = index.doc_ids
+    assert isinstance(got.offsets, np.memmap) and len(got) == len(ids)
+    assert list(got) == ids and [got[i] for i in range(len(ids))] == ids and got[1:] == ids[1:]
+    if ids:
+        assert got[-1] == ids[-1]
+    with pytest.raises(IndexError):
+        got[len(ids)]
 
 
 def test_atomic_folder_keeps_the_old_folder_until_the_new_one_is_in_place(tmp_path):

@@ -40,16 +40,16 @@ def index_command(
 
 
 @app.command("index-upgrade")
-def index_upgrade_command(index: Path = typer.Argument(..., help="index folder of format 1 (vectors.npz)")):
-    """Rewrite an old index folder (vectors.npz) in the current memory-mapped format, in place and atomically."""
+def index_upgrade_command(index: Path = typer.Argument(..., help="old index folder (format 1 vectors.npz, or doc_ids.json)")):
+    """Rewrite an old index folder in the current memory-mapped layout, in place and atomically."""
     from spladekit.errors import SpladekitError
     from spladekit.index.index import Index
 
     try:
-        Index.upgrade(index)
+        changed = Index.upgrade(index)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
-    typer.echo(f"upgraded {index}")
+    typer.echo(f"upgraded {index}" if changed else f"{index}: already in the current layout; nothing written")
 
 
 @app.command("encode", hidden=True)

@@ -7,7 +7,8 @@ Folder layout (format 2)::
 
     INDEX/
       index.json             format, model id and revision, max lengths, pruning, counts, content hash, ...
-      doc_ids.json           D document ids, row order
+      doc_ids.offsets.npy    D document ids, row order: int64 offsets [D + 1] into
+      doc_ids.utf8.npy       their UTF-8 bytes end to end (memory-mapped; a search decodes only its hits)
       vocab.json             V token strings, column order (optional)
       docs.indptr.npy        CSR [D, V] of the document vectors (uncompressed .npy, memory-mapped)
       docs.indices.npy
@@ -54,8 +55,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import TIE_RULE, search_postings, tie_ranks
-from spladekit.index.io import (FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, row_blocks,
-                                write_index)
+from spladekit.index.io import (FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
+                                row_blocks, write_index)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
 from spladekit.io import atomic_folder, read_json, recover_folder, write_json
 
@@ -217,14 +218,8 @@ class Index:
                     arrays[name, part] = np.load(path, mmap_mode="r")
                 except (ValueError, OSError) as exc:
                     raise DataFormatError(path, f"cannot read ({exc})") from exc
-        if not (folder / "doc_ids.json").exists():
-            raise DataFormatError(folder / "doc_ids.json", "missing: the index folder is incomplete")
-        doc_ids = read_json(folder / "doc_ids.json")
-        if not isinstance(doc_ids, list) or not all(isinstance(d, str) for d in doc_ids):
-            raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
         num_docs, vocab_size = arrays["docs", "indptr"].shape[0] - 1, arrays["postings", "indptr"].shape[0] - 1
-        if len(doc_ids) != num_docs:
-            raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {num_docs} vectors in docs.*.npy")
+        doc_ids = read_doc_ids(folder, num_docs)
         if meta.get("vocab_size") != vocab_size or meta.get("num_docs") != num_docs:
             raise DataFormatError(folder / "index.json", f"num_docs/vocab_size do not describe the [{num_docs}, {vocab_size}] arrays", field="num_docs")
         for name, rows, cols in (("docs", num_docs, vocab_size), ("postings", vocab_size, num_docs)):
@@ -264,14 +259,33 @@ class Index:
             raise DataFormatError(self.folder / "index.json", "content hash does not match the stored vectors/doc_ids.json", field="content_hash")
 
     @classmethod
-    def upgrade(cls, folder: str | Path) -> Path:
-        """Rewrite a format-1 folder (``vectors.npz``) in format 2, in place and atomically."""
-        index = cls.open(folder)
-        if not index.legacy:
-            return index.folder
+    def upgrade(cls, folder: str | Path) -> bool:
+        """Rewrite an old folder in the current layout, in place and atomically: format 1
+        (``vectors.npz``), or format 2 with its ids in ``doc_ids.json`` (read whole at every open).
+        The content hash is checked first and is unchanged (same vectors, same ids).
+
+        Returns:
+            True when the folder was rewritten, False when it was already current (nothing written).
+
+        Raises:
+            DataFormatError: the folder cannot be read or its content hash does not match.
+        """
+        index = cls.open(folder, verify=True)
+        if not index.legacy and not isinstance(index.doc_ids, list):
+            return False
         meta = {k: v for k, v in index.metadata.items() if k not in ("content_hash", "nnz", "num_docs", "vocab_size")}
         vocabulary = load_vocabulary(index.folder)
-        return write_index(index.folder, row_blocks(index.docs), index.doc_ids, index.docs.shape[1], meta, vocabulary)
+        docs = index.docs if index.legacy else sp.csr_matrix(  # read into memory: the mapped files are replaced
+            (np.array(index.docs.data), np.array(index.docs.indices), np.array(index.docs.indptr)), shape=index.docs.shape)
+        seismic = index.folder / "seismic"
+        with atomic_folder(index.folder) as tmp:
+            write_index(tmp / "index", row_blocks(docs), list(index.doc_ids), docs.shape[1], meta, vocabulary)
+            for item in (tmp / "index").iterdir():
+                item.rename(tmp / item.name)
+            (tmp / "index").rmdir()
+            if seismic.is_dir():  # the stored approximate index depends on the vectors only: kept
+                shutil.copytree(seismic, tmp / "seismic")
+        return True
 
     @classmethod
     def from_vectors(cls, out: str | Path, vectors: sp.spmatrix, doc_ids: Sequence[str], metadata: dict | None = None,

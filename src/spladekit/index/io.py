@@ -3,13 +3,17 @@
 Layout of format 2 (see :mod:`spladekit.index.index` for what each file is for)::
 
     INDEX/
-      index.json, doc_ids.json, vocab.json (optional), tie_rank.npy
+      index.json, vocab.json (optional), tie_rank.npy
+      doc_ids.offsets.npy, doc_ids.utf8.npy  the D ids: UTF-8 bytes of all ids end to end (uint8) and
+                                           int64 offsets [D + 1]; memory-mapped, decoded per id
       docs.{indptr,indices,data}.npy       CSR [D, V], uncompressed, memory-mappable
       postings.{indptr,indices,data}.npy   CSR [V, D] (term-major copy)
       seismic/                             stored approximate index (optional)
 
 Format 1 (before): ``vectors.npz`` (``scipy.sparse.save_npz``, compressed), ``doc_ids.json``,
 ``index.json``, ``vocab.json``; :func:`load_legacy` reads it, :meth:`Index.upgrade` converts it.
+Format-2 folders written before the ids were memory-mapped keep them in ``doc_ids.json`` (read whole
+at open: ≈ 0.2 s per million ids); :func:`read_doc_ids` still reads it, :meth:`Index.upgrade` converts it.
 
 Everything is written into a temporary folder and swapped in by :func:`spladekit.io.atomic_folder`.
 Matrices are stored canonically: sorted columns, repeated columns summed, explicit zeros removed
@@ -21,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, overload
 
 import numpy as np
 import scipy.sparse as sp
@@ -61,6 +65,106 @@ def hash_arrays(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, doc_i
     digest.update(json.dumps(list(doc_ids)).encode())
     digest.update(str((int(shape[0]), int(shape[1]))).encode())
     return digest.hexdigest()
+
+
+DOC_ID_FILES = ("doc_ids.offsets.npy", "doc_ids.utf8.npy")
+
+
+class DocIds(Sequence[str]):
+    """The D document ids of an index folder, memory-mapped: opening reads nothing; id ``i`` is
+    ``utf8[offsets[i]:offsets[i + 1]]`` decoded (so a search decodes only the ids it returns).
+
+    Args:
+        offsets: ``[D + 1]`` int64, non-decreasing, ``offsets[0] = 0``, ``offsets[-1] = len(utf8)``.
+        utf8: ``[B]`` uint8, the UTF-8 bytes of every id end to end.
+        path: the folder's ``doc_ids.utf8.npy`` (named by errors).
+
+    Raises:
+        DataFormatError: (on reading an id) its bytes are not UTF-8.
+    """
+
+    def __init__(self, offsets: np.ndarray, utf8: np.ndarray, path: Path):
+        self.offsets, self.utf8, self.path = offsets, utf8, path
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _decode(self, start: int, stop: int) -> list[str]:
+        off = np.asarray(self.offsets[start : stop + 1], dtype=np.int64)
+        raw = bytes(self.utf8[off[0] : off[-1]])
+        rel = off - off[0]
+        try:
+            return [raw[a:b].decode("utf-8") for a, b in zip(rel[:-1].tolist(), rel[1:].tolist())]
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(self.path, f"document ids {start}..{stop - 1} are not UTF-8 ({exc})") from exc
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            return self._decode(start, stop)[::step] if stop > start else []
+        n = len(self)
+        i = int(i) + n if int(i) < 0 else int(i)
+        if not 0 <= i < n:
+            raise IndexError(f"document row {i} out of range for {n} documents")
+        return self._decode(i, i + 1)[0]
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), 1 << 16):  # decoded in blocks: bounded memory, no per-id slicing
+            yield from self._decode(start, min(start + (1 << 16), len(self)))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    def __repr__(self) -> str:
+        return f"DocIds({len(self)} ids, {self.path.parent})"
+
+
+def write_doc_ids(folder: Path, doc_ids: Sequence[str]) -> None:
+    """Write ``doc_ids.offsets.npy`` and ``doc_ids.utf8.npy`` (the layout of :class:`DocIds`)."""
+    encoded = [d.encode("utf-8") for d in doc_ids]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    np.save(folder / DOC_ID_FILES[0], offsets)
+    np.save(folder / DOC_ID_FILES[1], np.frombuffer(b"".join(encoded), dtype=np.uint8))
+
+
+def read_doc_ids(folder: Path, num_docs: int) -> Sequence[str]:
+    """The ids of a format-2 folder: memory-mapped :class:`DocIds`, or the list in ``doc_ids.json``
+    of folders written before it. O(1) for the former apart from checking the offsets (8 bytes per
+    document, read once).
+
+    Raises:
+        DataFormatError: the files are missing, unreadable, inconsistent, or not ``num_docs`` ids.
+    """
+    offsets_path, utf8_path = (folder / name for name in DOC_ID_FILES)
+    if not offsets_path.exists() and (folder / "doc_ids.json").exists():
+        doc_ids = read_json(folder / "doc_ids.json")
+        if not isinstance(doc_ids, list) or not all(isinstance(d, str) for d in doc_ids):
+            raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
+        if len(doc_ids) != num_docs:
+            raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {num_docs} vectors in docs.*.npy")
+        return doc_ids
+    arrays = []
+    for path, dtype in ((offsets_path, np.int64), (utf8_path, np.uint8)):
+        if not path.exists():
+            raise DataFormatError(path, "missing: the index folder is incomplete")
+        try:
+            array = np.load(path, mmap_mode="r")
+        except (ValueError, OSError) as exc:
+            raise DataFormatError(path, f"cannot read ({exc})") from exc
+        if array.ndim != 1 or array.dtype != dtype:
+            raise DataFormatError(path, f"expected a 1-D {np.dtype(dtype).name} array, found {array.dtype} {array.shape}")
+        arrays.append(array)
+    offsets, utf8 = arrays
+    if offsets.shape != (num_docs + 1,):
+        raise DataFormatError(offsets_path, f"{offsets.shape[0] - 1} document ids for {num_docs} vectors in docs.*.npy")
+    if offsets[0] != 0 or offsets[-1] != utf8.size or (num_docs and np.any(np.diff(offsets) < 0)):
+        raise DataFormatError(offsets_path, f"offsets must rise from 0 to the {utf8.size} bytes of {utf8_path.name}")
+    return DocIds(offsets, utf8, utf8_path)
 
 
 def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], num_docs: int, vocab_size: int) -> int:
@@ -146,7 +250,7 @@ def write_index(
         nnz = write_arrays(tmp, blocks, len(doc_ids), vocab_size)
         ranks = tie_ranks(doc_ids)
         np.save(tmp / "tie_rank.npy", ranks.astype(index_dtype(len(doc_ids))))
-        write_json(tmp / "doc_ids.json", list(doc_ids))
+        write_doc_ids(tmp, doc_ids)
         if vocabulary is not None:
             write_json(tmp / "vocab.json", list(vocabulary))
         arrays = {part: np.load(tmp / f"docs.{part}.npy", mmap_mode="r") for part in PARTS}

