@@ -138,6 +138,39 @@ def _run(cmd, env, timeout):
 
 
 @pytest.mark.slow
+def test_search_checks_both_hashes_and_refuses_a_damaged_folder(tiny, built, tmp_path):
+    """postings_hash is the SHA-256 of the term-major arrays (recomputed here by hand from the
+    documents' transpose); a folder whose postings were altered is refused by `search` unless
+    --no-verify is given (then it searches what is there)."""
+    import hashlib
+    import shutil
+
+    import scipy.sparse as sp
+
+    vectors, _, meta = load_index(built)
+    t = sp.csr_matrix(vectors.T)
+    t.sort_indices()
+    digest = hashlib.sha256()
+    for array, dtype in ((t.indptr, np.int64), (t.indices, np.int64), (t.data, np.float32)):
+        digest.update(array.astype(dtype).tobytes())
+    digest.update(b"[]")  # json.dumps of no ids
+    digest.update(str(t.shape).encode())
+    assert meta["postings_hash"] == digest.hexdigest()
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(built, damaged)
+    data = np.load(damaged / "postings.data.npy")
+    data[0] += 1.0  # one impact changed, shapes intact: only the hash can tell
+    np.save(damaged / "postings.data.npy", data)
+    model, beir = tiny
+    args = ["search", "--index", str(damaged), "--data", str(beir), "--out", str(tmp_path / "run.trec")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and "postings_hash" in result.output and "postings.*.npy" in result.output
+    assert not (tmp_path / "run.trec").exists()
+    result = CliRunner().invoke(app, args + ["--no-verify"])
+    assert result.exit_code == 0, result.output
+
+
 def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     model, beir = tiny
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")

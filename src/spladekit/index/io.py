@@ -258,6 +258,8 @@ def write_index(
         meta.pop("format", None)
         meta.update(format=FORMAT, num_docs=len(doc_ids), vocab_size=int(vocab_size), nnz=int(nnz), tie_rule=TIE_RULE)
         meta["content_hash"] = hash_arrays(arrays["indptr"], arrays["indices"], arrays["data"], doc_ids, (len(doc_ids), vocab_size))
+        arrays = {part: np.load(tmp / f"postings.{part}.npy", mmap_mode="r") for part in PARTS}
+        meta["postings_hash"] = hash_arrays(arrays["indptr"], arrays["indices"], arrays["data"], (), (vocab_size, len(doc_ids)))
         del arrays
         write_json(tmp / "index.json", meta)
     return out
@@ -331,7 +333,7 @@ def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
     docs = index.docs
     if not index.legacy:
         docs = sp.csr_matrix((np.array(docs.data), np.array(docs.indices), np.array(docs.indptr)), shape=docs.shape)
-    return docs, index.doc_ids, index.metadata
+    return docs, list(index.doc_ids), index.metadata
 
 
 def load_legacy(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
