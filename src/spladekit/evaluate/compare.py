@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from spladekit.data.trec import Qrels, Run
-from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, _as_conventions, evaluate_per_query
+from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, as_conventions, evaluate_per_query
 
 DEFAULT_PERMUTATIONS = 10_000
 
@@ -136,7 +136,7 @@ def compare_runs(
     """
     if not qrels:
         raise ValueError("qrels are empty: nothing to compare")
-    conventions = _as_conventions(conventions)
+    conventions = as_conventions(conventions)
     values_a = evaluate_per_query(run_a, qrels, measures, conventions)
     values_b = evaluate_per_query(run_b, qrels, measures, conventions)
     qids = list(qrels)

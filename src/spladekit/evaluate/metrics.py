@@ -125,7 +125,12 @@ class EvalConventions:
 PRESETS = ("default", "beir", "msmarco", "trec-dl", "arguana", "quora")
 
 
-def _as_conventions(conventions: EvalConventions | str | None) -> EvalConventions:
+def as_conventions(conventions: EvalConventions | str | None) -> EvalConventions:
+    """``None`` → the defaults; a name (e.g. ``"trec_eval"``) → its preset; a record → itself.
+
+    Raises:
+        ValueError: an unknown preset name.
+    """
     if conventions is None:
         return EvalConventions()
     if isinstance(conventions, str):
@@ -143,7 +148,7 @@ def parse_measure(name: str, conventions: EvalConventions | str | None = None):
     """
     import ir_measures
 
-    conventions = _as_conventions(conventions)
+    conventions = as_conventions(conventions)
     base, _, cutoff = name.partition("@")
     native = ALIASES.get(base, base) + (f"@{cutoff}" if cutoff else "")
     try:
@@ -162,7 +167,7 @@ def prepare_run(run: Run, conventions: EvalConventions | str | None = None) -> t
     Returns:
         ``(run with scores n, n-1, ..., 1 in spladekit's order, number of documents removed)``.
     """
-    conventions = _as_conventions(conventions)
+    conventions = as_conventions(conventions)
     ranked: Run = {}
     removed = 0
     for qid, docs in run.items():
@@ -188,7 +193,7 @@ def evaluate_per_query(
         measures: spladekit or ir_measures names.
         conventions: an :class:`EvalConventions`, a preset name, or None (``default``).
     """
-    conventions = _as_conventions(conventions)
+    conventions = as_conventions(conventions)
     return _per_query(prepare_run(run, conventions)[0], qrels, measures, conventions)
 
 
@@ -236,7 +241,7 @@ def evaluate(
         ValueError: unknown measure or empty qrels.
     """
     measures = list(measures)
-    conventions = _as_conventions(conventions)
+    conventions = as_conventions(conventions)
     if not qrels:
         raise ValueError("qrels are empty: nothing to evaluate")
     ranked, removed = prepare_run(run, conventions)

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from spladekit.model.calibrate.rescale import _shares_storage, rescale_record
+from spladekit.model.calibrate.rescale import shares_storage, rescale_record
 from spladekit.model.calibrate.stats import (
     decoder_logits,
     logit_statistic,
@@ -228,7 +228,7 @@ def head_stats(model: nn.Module) -> tuple[HeadStats, np.ndarray]:
     head = find_mlm_head(mlm)
     norms = row_norms(head.weight)
     embedding = mlm.get_input_embeddings().weight
-    tied = _shares_storage(head.weight, embedding)
+    tied = shares_storage(head.weight, embedding)
     final_norm = getattr(head.backbone, "final_norm", None)
     stats = HeadStats(
         family=head.family,

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from spladekit.errors import SpladekitError
-from spladekit.model.calibrate.rescale import _check_representable, head_norms, untie_mlm_decoder
+from spladekit.model.calibrate.rescale import check_representable, head_norms, untie_mlm_decoder
 from spladekit.model.calibrate.stats import unwrap
 from spladekit.model.heads import MLMHead, find_mlm_head
 
@@ -125,7 +125,7 @@ def emulate_large_head(model: nn.Module, kind: str, factor: float = 16.0, *, sig
     record: dict = {"kind": kind, "factor": float(factor), "norms_before": head_norms(head)}
     if kind == "ln_gain":
         norm = head_layer_norm(head)
-        _check_representable(norm.weight, factor, "LayerNorm gain")
+        check_representable(norm.weight, factor, "LayerNorm gain")
         record["ln_gain_mean_before"] = float(norm.weight.double().mean())
         norm.weight.mul_(factor)
         record["ln_gain_mean_after"] = float(norm.weight.double().mean())
@@ -139,7 +139,7 @@ def emulate_large_head(model: nn.Module, kind: str, factor: float = 16.0, *, sig
             record.update(sigma=float(sigma), seed=int(seed), row_factor_min=float(factors.min()),
                           row_factor_median=float(np.median(factors)), row_factor_mean=float(factors.mean()),
                           row_factor_max=float(factors.max()))
-        _check_representable(head.weight, float(scale.max()), "decoder weight")
+        check_representable(head.weight, float(scale.max()), "decoder weight")
         record["untied"] = untie_mlm_decoder(mlm)
         head = find_mlm_head(mlm)
         weight = head.decoder.weight

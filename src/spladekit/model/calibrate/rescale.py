@@ -89,7 +89,8 @@ def head_norms(head: MLMHead) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- untying
-def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when ``a`` and ``b`` are one tensor or views of one storage (a tied decoder/embedding)."""
     return a is b or (a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
 
 
@@ -117,12 +118,12 @@ def untie_mlm_decoder(model: nn.Module) -> list[str]:
     embedding = mlm.get_input_embeddings().weight
     params = list(mlm.named_parameters(remove_duplicate=False))
     weight_name, bias_name = f"{head.prefix}.weight", f"{head.prefix}.bias"
-    if any(name != weight_name and _shares_storage(p, decoder.weight) for name, p in params) or _shares_storage(
+    if any(name != weight_name and shares_storage(p, decoder.weight) for name, p in params) or shares_storage(
         embedding, decoder.weight
     ):
         decoder.weight = nn.Parameter(decoder.weight.detach().clone(), requires_grad=decoder.weight.requires_grad)
         split.append(weight_name)
-    if decoder.bias is not None and any(name != bias_name and _shares_storage(p, decoder.bias) for name, p in params):
+    if decoder.bias is not None and any(name != bias_name and shares_storage(p, decoder.bias) for name, p in params):
         decoder.bias = nn.Parameter(decoder.bias.detach().clone(), requires_grad=decoder.bias.requires_grad)
         split.append(bias_name)
     config = mlm.config
@@ -264,7 +265,7 @@ def calibrated_factor(
 
 
 # ---------------------------------------------------------------------------------------------- rescale
-def _check_representable(tensor: torch.Tensor, factor: float, what: str) -> None:
+def check_representable(tensor: torch.Tensor, factor: float, what: str) -> None:
     """Raise ``ValueError`` when ``factor · tensor`` overflows to inf or underflows to all zeros in
     the tensor's dtype (checked before anything is changed)."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
@@ -357,9 +358,9 @@ def rescale_mlm_head(
     factor = float(factor)
     if not (math.isfinite(factor) and factor > 0):
         raise ValueError(f"the factor must be finite and > 0, got {factor}")
-    _check_representable(head.weight, factor, "decoder weight")
+    check_representable(head.weight, factor, "decoder weight")
     if scale_bias and head.bias is not None:
-        _check_representable(head.bias, factor, "decoder bias")
+        check_representable(head.bias, factor, "decoder bias")
 
     before = head_norms(head)
     aliases = _bias_aliases(mlm, head)
