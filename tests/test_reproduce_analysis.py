@@ -224,6 +224,20 @@ def test_paired_tests_match_scipy_on_seed_averaged_queries(tmp_path):
     assert not (publish.parent / "img" / "g-sweep.csv").exists()
     assert (publish.parent / "img" / "g-sweep.png").read_bytes() == written["sweep"].read_bytes()
 
+    # the hand-written reading survives a republish, placed before the generated tables
+    from spladekit.reproduce.report import READING_END, READING_START
+
+    reading = f"{READING_START}\n## What it shows\n\nWritten by a person.\n{READING_END}"
+    publish.write_text(page.replace("## Quality and efficiency per arm", reading + "\n\n## Quality and efficiency per arm"))
+    write_report(config, tmp_path, command="spladekit reproduce g.yaml", publish=publish)
+    again = publish.read_text()
+    assert again.count(reading) == 1 and again.index(reading) < again.index("## Quality and efficiency per arm")
+    assert again.replace("\n" + reading + "\n", "") == page
+    publish.write_text(f"{READING_START}\nunclosed")
+    with pytest.raises(DataFormatError, match="without"):
+        write_report(config, tmp_path, publish=publish)
+    assert publish.read_text() == f"{READING_START}\nunclosed"
+
 
 def test_report_without_per_query_files_or_sweep(tmp_path):
     data = grid_dict()

@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from spladekit.errors import DataFormatError
 from spladekit.io import atomic_write, read_json
 from spladekit.reproduce.config import ReproduceConfig
 from spladekit.reproduce.grid import RESULT, plan_grid
@@ -363,11 +364,46 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min {secs:02d} s" if hours else f"{minutes} min {secs:02d} s"
 
 
+READING_START, READING_END = "<!-- reading: written by hand, kept by --publish -->", "<!-- /reading -->"
+
+
+def kept_reading(target: Path) -> str | None:
+    """The hand-written block of a published page (from :data:`READING_START` to
+    :data:`READING_END`, markers included), or None when the page or the block is absent.
+
+    Raises:
+        DataFormatError: the start marker is there without the end marker (the block would be lost).
+    """
+    if not target.exists():
+        return None
+    page = target.read_text(encoding="utf-8")
+    if READING_START not in page:
+        return None
+    start = page.index(READING_START)
+    end = page.find(READING_END, start)
+    if end < 0:
+        raise DataFormatError(target, f"has {READING_START!r} without {READING_END!r}; close the block so --publish can keep it")
+    return page[start : end + len(READING_END)]
+
+
 def publish_report(config: ReproduceConfig, written: dict[str, Path], target: Path) -> Path:
     """Copy ``results.md`` to ``target`` (e.g. ``docs/results.md``) and its plots to
-    ``target.parent/img/<grid name>-<plot>.png``, with the image links rewritten; atomic writes."""
+    ``target.parent/img/<grid name>-<plot>.png``, with the image links rewritten; atomic writes.
+
+    What the numbers do and do not show is written by a person: a block between
+    :data:`READING_START` and :data:`READING_END` in the existing ``target`` is kept, placed before
+    the generated tables, so republishing (after more cells finish) never loses it.
+
+    Raises:
+        DataFormatError: ``target`` has an unclosed reading block (nothing is written).
+    """
     img = target.parent / "img"
+    reading = kept_reading(target)
     text = written["markdown"].read_text(encoding="utf-8")
+    if reading is not None:
+        anchor = "\n## Quality and efficiency per arm"
+        at = text.find(anchor)
+        text = text[:at] + "\n" + reading + "\n" + text[at:] if at >= 0 else text + "\n" + reading + "\n"
     for path in plot_files(written):
         name = f"{config.name}-{path.name}"
         with atomic_write(img / name, "wb", encoding=None) as handle:
