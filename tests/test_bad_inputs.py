@@ -426,6 +426,38 @@ def test_export_and_import_refuse_a_bad_quantisation_scale(tmp_path, scale):
     assert not (tmp_path / "imp").exists()
 
 
+@pytest.mark.parametrize("fmt, option, message", [
+    ("milvus", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'milvus'"),
+    ("anserini", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'anserini'"),
+    ("qdrant", ["--scale", "50"], "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'"),
+    ("seismic", ["--keys", "id"], "keys (--keys) applies to elastic only, not to format 'seismic'"),
+    ("pgvector", ["--field-type", "sparse_vector"], "field_type (--field-type) applies to elastic only, not to format 'pgvector'"),
+    ("milvus", ["--hnsw"], "hnsw (--hnsw) applies to pgvector only, not to format 'milvus'"),
+    ("elastic", ["--table", "docs"], "table (--table) applies to pgvector only, not to format 'elastic'"),
+    # bad values of the options a format uses: refused before the folder is made (a bad --field-type
+    # used to fail after bulk.ndjson was written; the others left an empty folder)
+    ("elastic", ["--field-type", "dense"], "field_type must be one of"),
+    ("elastic", ["--keys", "name"], "keys must be one of"),
+    ("pgvector", ["--table", "x;y"], "must be a plain identifier"),
+    ("anserini-queries", ["--query-top-k", "0"], "query_top_k must be an integer in 1…1024"),
+])
+def test_export_refuses_an_option_its_format_would_ignore(tmp_path, fmt, option, message):
+    """`export --format milvus --query-top-k N` used to ignore --query-top-k without a word."""
+    folder = _small_index(tmp_path / "index")
+    result = cli("export", "--index", folder, "--format", fmt, "--out", tmp_path / "ex", *option)
+    assert_clean_failure(result, message)
+    assert not (tmp_path / "ex").exists()
+
+
+def test_import_refuses_a_scale_for_a_float_format(tmp_path):
+    folder = _small_index(tmp_path / "index")
+    assert cli("export", "--index", folder, "--format", "qdrant", "--out", tmp_path / "ex").exit_code == 0
+    result = cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, "--scale", "50")
+    assert_clean_failure(result, "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'")
+    assert not (tmp_path / "imp").exists()
+    assert cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder).exit_code == 0
+
+
 def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
     from spladekit.errors import DataFormatError
     from spladekit.index.export import export_index, import_vectors
