@@ -305,6 +305,61 @@ def test_vocabulary_names_every_column_and_index_folder_exports(encoder, tmp_pat
         save_index(tmp_path / "bad", docs, ["d1", "d2"], {}, vocabulary=[None] + vocab[1:])
 
 
+# ----------------------------------------------------------------------------- empty queries
+def _empty_warnings(record) -> list[str]:
+    return [str(w.message) for w in record if "empty text" in str(w.message)]
+
+
+def test_empty_texts_are_read_with_a_warning_naming_count_ids_and_lines(tmp_path):
+    """An empty or blank query used to be searched and exported without a word."""
+    import warnings
+
+    from spladekit.data.beir import read_queries
+    from spladekit.data.tsv import read_tsv
+
+    path = tmp_path / "q.tsv"
+    lines = ["q1\tprotein", "q2\t", "q3\t   ", "q4\tcells"] + [f"e{i}\t " for i in range(5, 10)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.warns(UserWarning) as record:
+        rows = read_tsv(path)
+    assert rows["q2"] == "" and rows["q3"] == "   " and len(rows) == 9  # kept: the warning says, nothing is dropped
+    (message,) = _empty_warnings(record)
+    # 7 empty texts (q2, q3, e5 … e9); the first five named with their lines, the rest elided
+    assert message.startswith(f"{path}: 7 empty text(s), ids 'q2' (line 2), 'q3' (line 3), 'e5' (line 5), "
+                              "'e6' (line 6), 'e7' (line 7) …: ")
+    jsonl = tmp_path / "queries.jsonl"
+    jsonl.write_text('{"_id": "a", "text": "x"}\n{"_id": "b", "text": " "}\n', encoding="utf-8")
+    with pytest.warns(UserWarning) as record:
+        read_queries(jsonl)
+    assert _empty_warnings(record) == [f"{jsonl}: 1 empty text(s), ids 'b' (line 2): an empty text has no term of its own "
+                                       "(its SPLADE vector holds only the special tokens' terms, or none), so as a query "
+                                       "it retrieves nothing related to it"]
+    path.write_text("q1\tprotein\nq2\tcells\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning for a file without empty texts
+        read_tsv(path)
+
+
+def test_search_and_query_export_warn_about_empty_queries(encoder, tiny_bert_dir, tmp_path):
+    from spladekit.data.trec import read_run
+    from spladekit.index.io import save_index
+
+    docs = encoder.encode(["protein cells", "cancer risk"], 16)
+    folder = save_index(tmp_path / "index", docs, ["d1", "d2"], {"model": str(tiny_bert_dir)}, vocabulary=encoder.vocabulary)
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("q1\tprotein\nq2\t\nq3\t \n", encoding="utf-8")
+    expected = f"{queries}: 2 empty text(s), ids 'q2' (line 2), 'q3' (line 3): "
+    with pytest.warns(UserWarning) as record:
+        result = cli("search", "--index", folder, "--queries", queries, "--out", tmp_path / "run.trec", "--k", "2")
+    assert result.exit_code == 0, result.output
+    assert [m[: len(expected)] for m in _empty_warnings(record)] == [expected]
+    assert set(read_run(tmp_path / "run.trec")) <= {"q1", "q2", "q3"}  # a warning, not a refusal: the run is written
+    with pytest.warns(UserWarning) as record:
+        result = cli("export", "--index", folder, "--format", "anserini-queries", "--queries", queries, "--out", tmp_path / "q")
+    assert result.exit_code == 0, result.output
+    assert [m[: len(expected)] for m in _empty_warnings(record)] == [expected]
+
+
 def test_index_cli_with_top_k_zero_is_a_clear_error(tiny_bert_dir, tiny_beir, tmp_path):
     result = cli("index", "--model", tiny_bert_dir, "--data", tiny_beir, "--out", tmp_path / "idx", "--doc-top-k", "0", "--head-impl", "plain")
     assert_clean_failure(result, "top_k must be an integer ≥ 1")
@@ -369,6 +424,38 @@ def test_export_and_import_refuse_a_bad_quantisation_scale(tmp_path, scale):
     result = cli("import", "--input", tmp_path / "ex", "--format", "anserini", "--out", tmp_path / "imp", "--like", folder, "--scale", scale)
     assert_clean_failure(result, "scale must be a finite number > 0")
     assert not (tmp_path / "imp").exists()
+
+
+@pytest.mark.parametrize("fmt, option, message", [
+    ("milvus", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'milvus'"),
+    ("anserini", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'anserini'"),
+    ("qdrant", ["--scale", "50"], "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'"),
+    ("seismic", ["--keys", "id"], "keys (--keys) applies to elastic only, not to format 'seismic'"),
+    ("pgvector", ["--field-type", "sparse_vector"], "field_type (--field-type) applies to elastic only, not to format 'pgvector'"),
+    ("milvus", ["--hnsw"], "hnsw (--hnsw) applies to pgvector only, not to format 'milvus'"),
+    ("elastic", ["--table", "docs"], "table (--table) applies to pgvector only, not to format 'elastic'"),
+    # bad values of the options a format uses: refused before the folder is made (a bad --field-type
+    # used to fail after bulk.ndjson was written; the others left an empty folder)
+    ("elastic", ["--field-type", "dense"], "field_type must be one of"),
+    ("elastic", ["--keys", "name"], "keys must be one of"),
+    ("pgvector", ["--table", "x;y"], "must be a plain identifier"),
+    ("anserini-queries", ["--query-top-k", "0"], "query_top_k must be an integer in 1…1024"),
+])
+def test_export_refuses_an_option_its_format_would_ignore(tmp_path, fmt, option, message):
+    """`export --format milvus --query-top-k N` used to ignore --query-top-k without a word."""
+    folder = _small_index(tmp_path / "index")
+    result = cli("export", "--index", folder, "--format", fmt, "--out", tmp_path / "ex", *option)
+    assert_clean_failure(result, message)
+    assert not (tmp_path / "ex").exists()
+
+
+def test_import_refuses_a_scale_for_a_float_format(tmp_path):
+    folder = _small_index(tmp_path / "index")
+    assert cli("export", "--index", folder, "--format", "qdrant", "--out", tmp_path / "ex").exit_code == 0
+    result = cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, "--scale", "50")
+    assert_clean_failure(result, "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'")
+    assert not (tmp_path / "imp").exists()
+    assert cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder).exit_code == 0
 
 
 def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):

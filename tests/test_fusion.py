@@ -70,7 +70,7 @@ def test_fuse_dispatch_and_bad_options():
         FusionConfig(method="borda")
     with pytest.raises(ValueError, match="≥ 0"):
         FusionConfig(weights=[1.0, -1.0])
-    with pytest.raises(ValueError, match="at least one run"):
+    with pytest.raises(ValueError, match="at least two runs, got 0"):
         fuse([])
     with pytest.raises(ValueError, match="normalisation"):
         normalize({"a": 1.0}, "max")
@@ -97,8 +97,54 @@ def test_fuse_cli(tmp_path):
     assert settings["fusion"]["rrf_k"] == 60 and settings["runs"] == [str(tmp_path / "a.trec"), str(tmp_path / "b.trec")]
     # c is the only relevant document, ranked 2nd after a (tie broken by doc id): MRR@10 = 1/2
     assert json.loads(result.stdout.split("\nconventions")[0])["MRR@10"] == pytest.approx(0.5)
-    bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), "--out", str(out), "--weight", "1", "--weight", "2"])
-    assert bad.exit_code == 2 and "weights" in bad.output
+    bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(tmp_path / "x.trec"),
+                                   "--weight", "1", "--weight", "2", "--weight", "3"])
+    assert bad.exit_code == 2 and "3 fusion weights for 2 runs" in bad.output
+
+
+def test_one_run_or_all_zero_weights_are_refused():
+    """One run has nothing to fuse with; all-zero weights give every document the fused score 0
+    (a ranking by document id alone). Both used to go through."""
+    for one in ([A], [B]):
+        with pytest.raises(ValueError, match="at least two runs, got 1"):
+            fuse(one)
+    with pytest.raises(ValueError, match=r"weights are all 0 \(\[0.0, 0.0\]\)"):
+        FusionConfig(weights=[0.0, 0.0])
+    for method in (reciprocal_rank_fusion, score_fusion):  # the functions check too, without a FusionConfig
+        with pytest.raises(ValueError, match="weights are all 0"):
+            method([A, B], weights=[0.0, 0.0])
+        with pytest.raises(ValueError, match="at least two runs, got 1"):
+            method([A])
+    assert fuse([A, B], weights=[0.0, 1.0]) == reciprocal_rank_fusion([B, A], weights=[1.0, 0.0])  # one zero is fine
+
+
+@pytest.mark.parametrize("args, lines", [
+    (["{a}"], ["error: fusion needs at least two runs, got 1"]),
+    (["{a}", "{sub}/../a.trec"], ["error: {sub}/../a.trec: the same run file as {a}, given twice"]),
+    (["{a}", "{b}", "--weight", "0", "--weight", "0"], ["error: --weight: fusion weights are all 0 ([0.0, 0.0])"]),
+    (["{a}", "{b}", "--method", "borda"], ["error: --method: Input should be 'rrf' or 'score'"]),
+    # two bad options: one line each, naming the option (no pydantic dump)
+    (["{a}", "{b}", "--rrf-k", "0", "--depth", "0"], ["error: --rrf-k: Input should be greater than 0",
+                                                      "error: --depth: Input should be greater than or equal to 1"]),
+])
+def test_fuse_cli_refuses_bad_runs_and_options_naming_them(tmp_path, args, lines):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.data.trec import write_run
+
+    write_run(A, tmp_path / "a.trec")
+    write_run(B, tmp_path / "b.trec")
+    (tmp_path / "sub").mkdir()
+    names = {"a": tmp_path / "a.trec", "b": tmp_path / "b.trec", "sub": tmp_path / "sub"}
+    out = tmp_path / "fused.trec"
+    result = CliRunner().invoke(app, ["fuse", *(a.format(**names) for a in args), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    printed = result.output.splitlines()
+    assert len(printed) == len(lines), result.output  # one line per problem
+    assert all(p.startswith(line.format(**names)) for p, line in zip(printed, lines)), result.output
+    assert "validation error" not in result.output and "pydantic" not in result.output
+    assert not out.exists() and not (tmp_path / "fused.trec.config.json").exists()
 
 
 def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):

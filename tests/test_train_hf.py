@@ -150,6 +150,30 @@ def test_bad_rows_are_named(tmp_path, row, change, words):
         load_training_examples(_config(path, cache_dir=str(tmp_path / "cache")))
 
 
+def test_an_empty_negatives_list_is_an_error_when_negatives_are_expected(tmp_path):
+    """A list-valued negatives column with an empty list in one row used to pass the check (the
+    row then trained on random negatives); and the failed run left OUT/config.yaml behind."""
+    from spladekit.train import train
+
+    rows = [{"query": q, "positive": p, "negatives": n} for q, p, n in zip(QUERIES, POS, NEGS)]
+    rows[2]["negatives"] = []
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    words = r"bad.jsonl: field 'negatives': row 2 \(dataset\[2\]\): an empty list of hard negatives, but data.num_negatives is 2"
+    with pytest.raises(DataFormatError, match=words):
+        load_training_examples(_config(path, num_negatives=2, cache_dir=str(tmp_path / "cache")))
+    # in-batch negatives only (num_negatives 0): the same rows are fine, row 2 without a hard negative
+    plain = load_training_examples(_config(path, num_negatives=0, cache_dir=str(tmp_path / "cache")))
+    assert _texts(plain)[2] == (QUERIES[2], [POS[2]], []) and _texts(plain)[1] == (QUERIES[1], [POS[1]], NEGS[1])
+    # the check runs before anything is written: no OUT folder, no OUT/config.yaml
+    model = make_tiny_model(tmp_path / "model")
+    config = tiny_config(model, steps=1, data={"format": "hf", "path": str(path), "num_negatives": 1,
+                                               "cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(DataFormatError, match="row 2 .* an empty list of hard negatives, but data.num_negatives is 1"):
+        train(config, tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_lazy_view_split_and_streaming(tmp_path):
     folder = tmp_path / "files"
     folder.mkdir()

@@ -42,3 +42,15 @@ class ResolutionError(SpladekitError, FileNotFoundError):
 
 class HeadNotFoundError(SpladekitError, TypeError):
     """The model is not a masked-language model of a supported family."""
+
+
+def validation_problems(exc) -> list[tuple[str, str]]:
+    """Each error of a pydantic ``ValidationError`` as ``(field, message)``, in pydantic's order.
+
+    ``field`` is the dotted location (``"data.num_negatives"``, ``"weights.0"``; ``""`` for a
+    check of the whole model); ``message`` is pydantic's, without its ``"Value error, "`` prefix
+    (the text a validator raised). The one formatting of validation errors: callers add the file
+    (:class:`DataFormatError`) or the command-line option (:func:`spladekit.cli.app.options_error`).
+    """
+    return [(".".join(str(part) for part in error["loc"]), error["msg"].removeprefix("Value error, "))
+            for error in exc.errors()]

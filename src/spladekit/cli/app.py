@@ -12,6 +12,23 @@ app = typer.Typer(
 
 
 def fail(exc: Exception) -> None:
-    """Print ``error: <exc>`` in red on stderr and exit with status 2 (every command's error path)."""
-    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    """Print ``error: <exc>`` in red on stderr (``error: `` before each line of a multi-line message)
+    and exit with status 2 (every command's error path)."""
+    for line in str(exc).splitlines() or [""]:
+        typer.secho(f"error: {line}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
+
+
+def options_error(exc, renamed: dict[str, str] | None = None) -> ValueError:
+    """A pydantic ``ValidationError`` of a command's settings as a ``ValueError`` of one line per
+    bad field, each naming its command-line option (field ``rrf_k`` → ``--rrf-k``; ``renamed`` maps
+    the fields whose option is spelled otherwise, e.g. ``{"weights": "--weight"}``), instead of
+    pydantic's multi-line dump. Formatting: :func:`spladekit.errors.validation_problems`."""
+    from spladekit.errors import validation_problems
+
+    lines = []
+    for field, message in validation_problems(exc):
+        name = field.split(".")[0]
+        option = (renamed or {}).get(name) or ("--" + name.replace("_", "-") if name else "options")
+        lines.append(f"{option}: {message}")
+    return ValueError("\n".join(lines))

@@ -8,12 +8,12 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, options_error
 
 
 @app.command()
 def fuse(
-    runs: List[Path] = typer.Argument(..., help="TREC run files to fuse (e.g. a SPLADE run and a BM25 run)"),
+    runs: List[Path] = typer.Argument(..., help="TREC run files to fuse: two or more, each once (e.g. a SPLADE run and a BM25 run)"),
     out: Path = typer.Option(..., help="fused TREC run to write (settings in OUT.config.json)"),
     method: str = typer.Option("rrf", help="rrf (reciprocal rank fusion, Cormack et al. 2009) or score (normalised CombSUM)"),
     rrf_k: float = typer.Option(60.0, help="RRF constant k (60 in Cormack et al. 2009)"),
@@ -24,6 +24,8 @@ def fuse(
     preset: Optional[str] = typer.Option(None, help="evaluation conventions (default: from the qrels path)"),
 ):
     """Fuse runs into one (hybrid retrieval); optionally evaluate it with the usual conventions."""
+    from pydantic import ValidationError
+
     from spladekit.cli.evaluate import build_conventions
     from spladekit.data.trec import read_qrels, read_run, write_run
     from spladekit.errors import SpladekitError
@@ -32,7 +34,11 @@ def fuse(
     from spladekit.io import write_json
 
     try:
-        config = FusionConfig(method=method, rrf_k=rrf_k, norm=norm, weights=weight or None, depth=depth)
+        check_distinct(runs)
+        try:
+            config = FusionConfig(method=method, rrf_k=rrf_k, norm=norm, weights=weight or None, depth=depth)
+        except ValidationError as exc:
+            raise options_error(exc, renamed={"weights": "--weight"}) from None
         judged = read_qrels(qrels) if qrels is not None else None  # bad qrels fail before anything is written
         conventions = build_conventions(preset, dataset_hint=str(qrels)) if qrels is not None else None
         fused = fuse_runs([read_run(path) for path in runs], config)
@@ -47,3 +53,14 @@ def fuse(
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {out} ({len(fused)} queries, {config.method})", err=True)
+
+
+def check_distinct(runs: List[Path]) -> None:
+    """Raise ``ValueError`` when two of ``runs`` are the same file (same resolved path: a run fused
+    with itself only weighs more, which ``--weight`` says openly)."""
+    seen: dict[Path, Path] = {}
+    for path in runs:
+        key = path.resolve()
+        if key in seen:
+            raise ValueError(f"{path}: the same run file as {seen[key]}, given twice (use --weight to weigh a run more)")
+        seen[key] = path

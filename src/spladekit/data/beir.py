@@ -133,16 +133,25 @@ def load_corpus(path: str | Path) -> dict[str, str]:
 def read_queries(path: str | Path) -> dict[str, str]:
     """Read a BEIR ``queries.jsonl[.gz]`` into ``{query_id: text}``.
 
+    Queries whose text is empty or white space only are kept, with a warning
+    (:func:`spladekit.data.tsv.warn_empty_texts`).
+
     Raises:
         DataFormatError: a line is not JSON, lacks ``_id`` or ``text``, or repeats an id.
     """
+    from spladekit.data.tsv import warn_empty_texts
+
     path = Path(path)
     queries: dict[str, str] = {}
+    empty: list[tuple[int, str]] = []
     for number, record in read_records(path, ("_id", "text")):
         query_id = str(record["_id"]).strip()
         if query_id in queries:
             raise DataFormatError(path, f"duplicate query id {query_id!r}", line=number, field="_id")
         queries[query_id] = str(record["text"])
+        if not queries[query_id].strip():
+            empty.append((number, query_id))
+    warn_empty_texts(path, empty)
     return queries
 
 

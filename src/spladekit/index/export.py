@@ -49,11 +49,51 @@ FILES = {
 }
 EXTRA_FILES = {"elastic": ["mapping.json"], "pgvector": ["schema.sql"]}
 QUANTISED = ("anserini", "anserini-queries")
+#: The options only some formats use: name → (default, the formats using it, command-line option).
+FORMAT_OPTIONS = {
+    "scale": (100.0, QUANTISED, "--scale"),
+    "query_top_k": (None, ("anserini-queries",), "--query-top-k"),
+    "keys": ("token", ("elastic",), "--keys"),
+    "field_type": ("rank_features", ("elastic",), "--field-type"),
+    "field": ("splade", ("elastic",), None),
+    "index_name": ("splade", ("elastic",), None),
+    "hnsw": (False, ("pgvector",), "--hnsw"),
+    "table": (pgvector.DEFAULT_TABLE, ("pgvector",), "--table"),
+}
 
 
 def _check_format(fmt: str) -> None:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def check_options(fmt: str, **options) -> None:
+    """Refuse an option that format ``fmt`` does not use (:data:`FORMAT_OPTIONS`) but that is set
+    to a value other than its default, instead of ignoring it; check the values of those it uses.
+    Runs before anything is written. ``options`` holds a ``None`` for an option not given.
+
+    Raises:
+        ValueError: an option for other formats (naming it, its command-line spelling and the
+            formats it is for), or a bad value (see :func:`~spladekit.index.formats.check_scale`,
+            :func:`~spladekit.index.formats.anserini.check_query_top_k`,
+            :func:`~spladekit.index.formats.elastic.check_keys`,
+            :func:`~spladekit.index.formats.elastic.mapping`,
+            :func:`~spladekit.index.formats.pgvector.check_table`).
+    """
+    for name, value in options.items():
+        default, formats, flag = FORMAT_OPTIONS[name]
+        if fmt not in formats and value is not None and value != default:
+            spelled = f"{name} ({flag})" if flag else name
+            raise ValueError(f"{spelled} applies to {' and '.join(formats)} only, not to format {fmt!r}; drop it")
+    if fmt in QUANTISED:
+        check_scale(options.get("scale", 100.0))
+    if fmt == "anserini-queries":
+        anserini.check_query_top_k(options.get("query_top_k"))
+    if fmt == "elastic":
+        elastic.check_keys(options.get("keys", "token"))
+        elastic.mapping(options.get("field", "splade"), options.get("field_type", "rank_features"))
+    if fmt == "pgvector":
+        pgvector.check_table(options.get("table", pgvector.DEFAULT_TABLE))
 
 
 def export_vectors(
@@ -79,22 +119,26 @@ def export_vectors(
     ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``) only;
     ``query_top_k`` to ``anserini-queries`` (prune each query to its heaviest terms, ≤ 1,024:
     :func:`spladekit.index.formats.anserini.write_preencoded_queries`); ``hnsw`` and ``table`` to
-    ``pgvector``. Queries left out (empty after quantisation) or pruned are listed in
-    ``export.json`` (``options.empty_queries`` / ``options.pruned_queries``) and reported on stderr.
+    ``pgvector``; ``keys``, ``field_type``, ``field`` and ``index_name`` to ``elastic``. Any of them
+    set to another value than its default for a format that does not use it is an error
+    (:func:`check_options`), not ignored. Queries left out (empty after quantisation) or pruned are
+    listed in ``export.json`` (``options.empty_queries`` / ``options.pruned_queries``) and reported
+    on stderr.
 
     Raises:
-        ValueError: unknown format, missing vocabulary for a token-keyed format, bad lengths, a
-            query over Lucene's clause limit, or a vector over pgvector's non-zero limit.
+        ValueError: unknown format, an option of other formats or a bad option value (before the
+            folder is made), missing vocabulary for a token-keyed format, bad lengths, a query
+            over Lucene's clause limit, or a vector over pgvector's non-zero limit.
     """
     _check_format(fmt)
-    if fmt in QUANTISED:
-        check_scale(scale)  # before the folder is made
-    out = Path(out)
-    ensure_folder(out)
-    target = out / FILES[fmt]
+    check_options(fmt, scale=scale, query_top_k=query_top_k, keys=keys, field_type=field_type, field=field,
+                  index_name=index_name, hnsw=hnsw, table=table)  # before the folder is made
     needs_vocab = fmt not in ("qdrant", "milvus", "pgvector") and not (fmt == "elastic" and keys == "id")
     if needs_vocab and vocabulary is None:
         raise ValueError(f"format {fmt!r} writes tokens and needs the vocabulary (vocab.json in the index folder)")
+    out = Path(out)
+    ensure_folder(out)
+    target = out / FILES[fmt]
     options: dict = {}
     if fmt == "anserini":
         count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
@@ -117,7 +161,6 @@ def export_vectors(
         count = milvus.write_rows(target, matrix, ids)
         options = {"field": milvus.DEFAULT_FIELD, "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "IP", "drop_ratio_search": 0.0}
     elif fmt == "pgvector":
-        pgvector.check_table(table)
         count = pgvector.write_copy(target, matrix, ids, hnsw=hnsw)
         with atomic_write(out / "schema.sql") as sql:
             sql.write(pgvector.schema_sql(table, matrix.shape[1], hnsw=hnsw))
@@ -154,17 +197,20 @@ def import_vectors(
     """Read vectors written in format ``fmt`` (a file, or an export folder with ``export.json``).
 
     ``scale`` defaults to the manifest's (quantised formats), or 100 without a manifest; key mode
-    and field of Elasticsearch files likewise come from the manifest unless given.
+    and field of Elasticsearch files likewise come from the manifest unless given. A ``scale`` other
+    than 100 for a float format is an error (:func:`check_options`), not ignored.
 
     Returns:
         ``([N, V] float32, ids)``, rows normalised (sorted columns, repeats summed).
 
     Raises:
         DataFormatError: malformed input (naming file and line), or no vector at all.
-        ValueError: unknown format, the manifest names another format, or ``scale`` (given or
-            from the manifest) is not a finite number > 0.
+        ValueError: unknown format, ``scale`` given for a float format, the manifest names another
+            format, or ``scale`` (given or from the manifest) is not a finite number > 0.
     """
     _check_format(fmt)
+    if fmt not in QUANTISED:
+        check_options(fmt, scale=scale)
     path = Path(path)
     manifest = None
     if path.is_dir():

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from spladekit.data.trec import sorted_ranking
 
@@ -58,8 +58,11 @@ class FusionConfig(BaseModel):
         method: ``rrf`` or ``score`` (see the module docstring).
         rrf_k: RRF's constant k (> 0; default 60).
         norm: score normalisation of ``method="score"``: ``min-max`` or ``z-score``.
-        weights: one weight per input run (None: 1 each).
+        weights: one weight per input run (None: 1 each); finite, ≥ 0, not all 0.
         depth: documents kept per query in the fused run (≥ 1).
+
+    Raises:
+        pydantic.ValidationError: a bad option (a ``ValueError``; its errors name the field).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -70,18 +73,37 @@ class FusionConfig(BaseModel):
     weights: list[float] | None = None
     depth: int = Field(1000, ge=1)
 
-    @model_validator(mode="after")
-    def _check(self) -> "FusionConfig":
-        if self.weights is not None and any(not math.isfinite(w) or w < 0 for w in self.weights):
-            raise ValueError(f"fusion weights must be finite and ≥ 0, got {self.weights}")
-        return self
+    @field_validator("weights")
+    @classmethod
+    def _check_weights(cls, weights: list[float] | None) -> list[float] | None:
+        if weights is not None:
+            check_weights(weights)
+        return weights
+
+
+def check_weights(weights: Sequence[float]) -> None:
+    """Raise ``ValueError`` unless every fusion weight is finite and ≥ 0 and at least one is > 0
+    (all 0 would give every document the fused score 0: a ranking by document id alone)."""
+    if any(not math.isfinite(w) or w < 0 for w in weights):
+        raise ValueError(f"fusion weights must be finite and ≥ 0, got {list(weights)}")
+    if not any(w > 0 for w in weights):
+        raise ValueError(f"fusion weights are all 0 ({list(weights)}): every fused score would be 0; give one > 0")
 
 
 def _weights(runs: Sequence[Run], weights: Sequence[float] | None) -> list[float]:
+    """The weight of each run (1 each when None), after checking there are runs to fuse.
+
+    Raises:
+        ValueError: fewer than two runs (fusing one run only renames its scores), a weight count
+            different from the run count, or bad weights (see :func:`check_weights`).
+    """
+    if len(runs) < 2:
+        raise ValueError(f"fusion needs at least two runs, got {len(runs)}")
     if weights is None:
         return [1.0] * len(runs)
     if len(weights) != len(runs):
         raise ValueError(f"{len(weights)} fusion weights for {len(runs)} runs (give one per run)")
+    check_weights(weights)
     return [float(w) for w in weights]
 
 
@@ -124,10 +146,8 @@ def reciprocal_rank_fusion(runs: Sequence[Run], k: float = RRF_K, weights: Seque
     """RRF of ``runs``: ``Σ_i w_i / (k + rank_i(d))`` (Cormack et al. 2009); top ``depth`` per query.
 
     Raises:
-        ValueError: no runs, ``k`` ≤ 0, or a weight count different from the run count.
+        ValueError: fewer than two runs, ``k`` ≤ 0, or bad weights (see :func:`_weights`).
     """
-    if not runs:
-        raise ValueError("fusion needs at least one run")
     if k <= 0:
         raise ValueError(f"RRF k must be > 0, got {k}")
     w = _weights(runs, weights)
@@ -146,10 +166,8 @@ def score_fusion(runs: Sequence[Run], norm: str = "min-max", weights: Sequence[f
     """Weighted CombSUM of per-query normalised scores (Fox & Shaw 1994); top ``depth`` per query.
 
     Raises:
-        ValueError: no runs, unknown ``norm``, or a weight count different from the run count.
+        ValueError: fewer than two runs, unknown ``norm``, or bad weights (see :func:`_weights`).
     """
-    if not runs:
-        raise ValueError("fusion needs at least one run")
     w = _weights(runs, weights)
     fused: Run = {}
     for qid in _query_ids(runs):

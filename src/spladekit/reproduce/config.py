@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from spladekit.errors import DataFormatError
+from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
 from spladekit.model.calibrate.spec import RescaleSpec  # noqa: F401  (the one rescale specification)
 from spladekit.overrides import apply_overrides
@@ -349,8 +349,8 @@ class ReproduceConfig(_Strict):
         try:
             return TrainConfig.model_validate(self.train_dict(model_path, seed))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ValueError("train." + ".".join(str(p) for p in first["loc"]) + ": " + first["msg"]) from None
+            field, message = validation_problems(exc)[0]
+            raise ValueError(f"train.{field}: {message}") from None
 
 
 def _factor_of(treatment: TreatmentSpec) -> float | None:
@@ -379,7 +379,5 @@ def load_reproduce_config(path: str | Path, overrides: list[str] | None = None) 
     try:
         return ReproduceConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or None
-        message = first["msg"].removeprefix("Value error, ")
-        raise DataFormatError(path, f"{message} ({len(exc.errors())} error(s))", field=field) from exc
+        field, message = validation_problems(exc)[0]
+        raise DataFormatError(path, f"{message} ({len(exc.errors())} error(s))", field=field or None) from exc

@@ -12,7 +12,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from spladekit.errors import DataFormatError
+from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
 from spladekit.model.calibrate.spec import RescaleSpec
 from spladekit.overrides import apply_overrides
@@ -221,6 +221,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise DataFormatError(path or "<overrides>", f"{first['msg']} ({len(exc.errors())} error(s))", field=field or None) from exc
+        field, message = validation_problems(exc)[0]
+        raise DataFormatError(path or "<overrides>", f"{message} ({len(exc.errors())} error(s))", field=field or None) from exc

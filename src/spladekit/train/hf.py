@@ -29,7 +29,8 @@ positive and the hard negatives (``negative_1 … negative_n``, or one column ho
   scores ``0`` for the positive and ``−margin_i`` for negative ``i``; MarginMSE sees exactly those
   margins and KL is unchanged by the per-query shift, so both losses are those of the given scores.
 
-Bad rows (an empty or missing text, a non-numeric score, a score list of the wrong length) raise
+Bad rows (an empty or missing text, a non-numeric score, a score list of the wrong length, an empty
+list of hard negatives while ``data.num_negatives`` > 0) raise
 :class:`~spladekit.errors.DataFormatError` naming the source, the row number (``dataset[row]``,
 0-based) and the column; every row is checked once, in Arrow batches, before training starts.
 """
@@ -119,12 +120,17 @@ def _teacher(value, n_neg: int, kind: str, row: int, column: str, source: str) -
                                   f"(data.score_kind={kind!r})", field=column)
 
 
-def row_example(record: dict, row: int, layout: Layout, source: str = "") -> TrainingExample:
+def row_example(record: dict, row: int, layout: Layout, source: str = "", num_negatives: int = 0) -> TrainingExample:
     """One row as a :class:`TrainingExample`: query id = the ``query_id`` column or the row number;
     document ids ``"<row>+"`` (positive) and ``"<row>-<k>"`` (k-th negative, 1-based).
 
+    Args:
+        num_negatives: hard negatives a batch takes per query (``data.num_negatives``); when > 0, a
+            row whose negative columns hold no text at all (an empty list) is an error.
+
     Raises:
-        DataFormatError: a bad cell (naming the row and the column).
+        DataFormatError: a bad cell (naming the row and the column), or no hard negative in a row
+            of a dataset with negative columns while ``num_negatives`` > 0.
     """
     query = _texts(record.get(layout.query), row, layout.query, source)
     if len(query) != 1:
@@ -135,6 +141,9 @@ def row_example(record: dict, row: int, layout: Layout, source: str = "") -> Tra
     negatives: list[str] = []
     for column in layout.negatives:
         negatives.extend(_texts(record.get(column), row, column, source))
+    if num_negatives > 0 and layout.negatives and not negatives:
+        raise DataFormatError(source, f"row {row} (dataset[{row}]): an empty list of hard negatives, but "
+                                      f"data.num_negatives is {num_negatives}", field=",".join(layout.negatives))
     pos = [(f"{row}+", positive[0])]
     negs = [(f"{row}-{k}", text) for k, text in enumerate(negatives, 1)]
     teacher = None
@@ -177,8 +186,11 @@ class DatasetExamples(Sequence):
         rows = [self.rows[i] for i in indices] if self.rows is not None else list(indices)
         return DatasetExamples(self.dataset.select(list(indices)), self.layout, self.source, rows)
 
-    def check(self, batch_size: int = 1024) -> None:
+    def check(self, batch_size: int = 1024, num_negatives: int = 0) -> None:
         """Convert every row once (in Arrow batches) so a bad row fails before training.
+
+        Args:
+            num_negatives: ``data.num_negatives`` (see :func:`row_example`).
 
         Raises:
             DataFormatError: the first bad row, by number and column.
@@ -190,7 +202,7 @@ class DatasetExamples(Sequence):
             for k in range(size):
                 index = start + k
                 row = self.rows[index] if self.rows is not None else index
-                row_example({c: batch[c][k] for c in columns}, row, self.layout, self.source)
+                row_example({c: batch[c][k] for c in columns}, row, self.layout, self.source, num_negatives)
             start += size
         if start == 0:
             raise DataFormatError(self.source, "the dataset has no rows")
@@ -259,5 +271,5 @@ def read_hf_dataset(config) -> DatasetExamples:
     examples = DatasetExamples(dataset, layout, source)
     if config.max_queries is not None and len(examples) > config.max_queries:
         examples = examples.subset(range(config.max_queries))
-    examples.check()
+    examples.check(num_negatives=config.num_negatives)
     return examples

@@ -543,12 +543,12 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
+        if examples is None:  # read and checked before OUT is made: bad data leaves nothing behind
+            examples = load_training_examples(config.data)
+        train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
         if info.is_main:
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-        if examples is None:
-            examples = load_training_examples(config.data)
-        train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
         torch.manual_seed(config.seed)
         rescale_texts = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
         model, tokenizer, rescale_record = load_model(config, rescale_texts)

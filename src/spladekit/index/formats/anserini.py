@@ -141,6 +141,14 @@ def read_json_vector_collection(
     return rows_to_csr(rows, len(vocabulary)), ids, texts
 
 
+def check_query_top_k(query_top_k: int | None) -> int | None:
+    """``query_top_k`` if it is None or an integer in 1 … :data:`MAX_CLAUSES` (Lucene's clause
+    limit), else ValueError."""
+    if query_top_k is not None and not (isinstance(query_top_k, int) and 1 <= query_top_k <= MAX_CLAUSES):
+        raise ValueError(f"query_top_k must be an integer in 1…{MAX_CLAUSES} (Lucene's clause limit), got {query_top_k!r}")
+    return query_top_k
+
+
 def write_preencoded_queries(
     path: str | Path,
     matrix: sp.spmatrix,
@@ -170,8 +178,7 @@ def write_preencoded_queries(
     """
     if matrix.shape[0] != len(query_ids) or matrix.shape[1] != len(vocabulary):
         raise ValueError(f"matrix {matrix.shape} vs {len(query_ids)} ids and {len(vocabulary)} tokens")
-    if query_top_k is not None and not (isinstance(query_top_k, int) and 1 <= query_top_k <= MAX_CLAUSES):
-        raise ValueError(f"query_top_k must be an integer in 1…{MAX_CLAUSES} (Lucene's clause limit), got {query_top_k!r}")
+    check_query_top_k(query_top_k)
     result = QueryFile(count=0)
     with atomic_write(path) as out:
         for qid, (idx, val) in zip(query_ids, iter_rows(matrix)):

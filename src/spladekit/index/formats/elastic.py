@@ -68,9 +68,15 @@ def unescape_key(key: str) -> str:
     return "".join(out)
 
 
-def _keys(vocabulary: Sequence[str] | None, keys: str):
+def check_keys(keys: str) -> str:
+    """``keys`` if it is a key mode (:data:`KEY_MODES`), else ValueError."""
     if keys not in KEY_MODES:
         raise ValueError(f"keys must be one of {KEY_MODES}, got {keys!r}")
+    return keys
+
+
+def _keys(vocabulary: Sequence[str] | None, keys: str):
+    check_keys(keys)
     if keys == "id":
         return lambda j: str(int(j))
     if vocabulary is None:

@@ -116,13 +116,15 @@ class RescaleConfig:
         """
         from pydantic import ValidationError
 
+        from spladekit.errors import validation_problems
+
         try:
             return RescaleSpec(mode=self.mode(), factor=self.factor, reference=_number_or_name(self.match_norm),
                                target=self.target_logit, statistic=self.statistic, scale_bias=self.scale_bias,
                                force=self.force)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ValueError(f"rescale: {first['msg']} ({'.'.join(map(str, first['loc'])) or 'options'})") from None
+            field, message = validation_problems(exc)[0]
+            raise ValueError(f"rescale: {message} ({field or 'options'})") from None
 
 
 def _check_sizes(config) -> None:
