@@ -449,6 +449,14 @@ def test_export_refuses_an_option_its_format_would_ignore(tmp_path, fmt, option,
     assert not (tmp_path / "ex").exists()
 
 
+def test_import_refuses_model_and_like_together(tmp_path):
+    folder = _small_index(tmp_path / "index")
+    assert cli("export", "--index", folder, "--format", "qdrant", "--out", tmp_path / "ex").exit_code == 0
+    result = cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, "--model", "m")
+    assert_clean_failure(result, "not both")
+    assert not (tmp_path / "imp").exists()
+
+
 def test_import_refuses_a_scale_for_a_float_format(tmp_path):
     folder = _small_index(tmp_path / "index")
     assert cli("export", "--index", folder, "--format", "qdrant", "--out", tmp_path / "ex").exit_code == 0
@@ -486,6 +494,9 @@ def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
         (["--backend", "seismic", "--centroid-fraction", "0"], "centroid_fraction must be in (0, 1]"),
         (["--backend", "seismic", "--recall-k", "0"], "--recall-k must be ≥ 1"),
         (["--queries", "q.tsv"], "not both"),
+        (["--query-cut", "5"], "--query-cut apply to --backend seismic only"),  # exact search would ignore them
+        (["--n-postings", "100", "--heap-factor", "0.5"], "--n-postings, --heap-factor apply to --backend seismic only"),
+        (["--recall-k", "10"], "--recall-k apply to --backend seismic only"),
     ],
 )
 def test_search_cli_rejects_bad_options_before_any_work(tmp_path, tiny_beir, option, message):

@@ -113,6 +113,10 @@ def test_export_queries_then_import_then_reexport(tiny, built, tmp_path):
     r = runner.invoke(app, ["export", "--index", str(tmp_path / "qi"), "--format", "anserini-queries", "--out", str(tmp_path / "q2"), "--scale", "100"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "q2" / "queries.tsv").read_text() == (tmp_path / "q" / "queries.tsv").read_text()
+    # an option of another format given with --queries is refused, not dropped
+    r = runner.invoke(app, ["export", "--index", str(built), "--format", "anserini-queries", "--queries", str(beir / "queries.tsv"),
+                            "--out", str(tmp_path / "q3"), "--keys", "id"])
+    assert r.exit_code != 0 and "keys (--keys) applies to elastic only" in r.output and not (tmp_path / "q3").exists()
 
 
 def test_bad_inputs_give_clear_errors(tiny, built, tmp_path):

@@ -77,8 +77,8 @@ def search(
     out: Path = typer.Option(..., help="TREC run file to write"),
     backend: str = typer.Option("exact", help="exact or seismic"),
     one_at_a_time: bool = typer.Option(False, help="search each query in its own call (latency per call)"),
-    query_cut: int = typer.Option(20, help="seismic: query terms traversed"),
-    heap_factor: float = typer.Option(0.8, help="seismic: block-skipping factor"),
+    query_cut: Optional[int] = typer.Option(None, help="seismic: query terms traversed (default 20)"),
+    heap_factor: Optional[float] = typer.Option(None, help="seismic: block-skipping factor (default 0.8)"),
     n_postings: Optional[int] = typer.Option(None, help="seismic build: average posting-list length kept (default: the stored index's, else 3500)"),
     summary_energy: Optional[float] = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
     centroid_fraction: Optional[float] = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
@@ -105,8 +105,12 @@ def search(
         if queries is not None and data is not None:
             raise ValueError("give --data or --queries, not both")
         asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction).items() if v is not None}
+        searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor).items() if v is not None}
+        if backend != "seismic" and (asked or searching or recall_k is not None):
+            given = [f"--{n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else [])
+            raise ValueError(f"{', '.join(given)} apply to --backend seismic only, not to {backend!r}; drop them")
         build = SeismicBuildParams(**asked) if asked else None
-        params = SeismicSearchParams(query_cut=query_cut, heap_factor=heap_factor)
+        params = SeismicSearchParams(**searching)
         if queries is not None:
             topics = read_tsv(queries)
         elif data is not None:
@@ -124,7 +128,7 @@ def search(
                         query_max_length=q.metadata.query_max_length, query_top_k=q.metadata.query_top_k)
         write_json(Path(str(out) + ".config.json"), settings)
         write_json(Path(str(out) + ".latency.json"), asdict(result.latency))
-        if recall_k and backend == "seismic":
+        if recall_k:
             approx = result if recall_k <= k else searched.search(vectors, k=recall_k, **kwargs)
             exact = searched.search(vectors, k=recall_k, query_ids=list(topics))
             recall = {f"recall@{recall_k}": recall_at_k(approx.hits, exact.hits, k=recall_k)}
@@ -164,7 +168,8 @@ def export_command(
             topics = read_tsv(queries)
             encoder = query_encoder(meta)
             q = encoder.encode_queries(list(topics.values()))
-            manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"), query_top_k=query_top_k)
+            manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"), query_top_k=query_top_k,
+                                      keys=keys, field_type=field_type, hnsw=hnsw, table=table)  # refused there: not for this format
         else:
             manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw, table=table)
     except (SpladekitError, ValueError) as exc:
@@ -187,6 +192,8 @@ def import_command(
     from spladekit.index.io import load_metadata, load_vocabulary
 
     try:
+        if like is not None and model is not None:
+            raise typer.BadParameter("give --model or --like, not both")
         if like is not None:
             vocabulary = load_vocabulary(like)
             meta = load_metadata(like)
