@@ -405,6 +405,36 @@ def test_cli_dry_run_and_bad_config(tmp_path):
     assert result.exit_code == 2 and "treatments.1.rescale.mode" in result.output
 
 
+def test_a_killed_sitting_is_recorded_and_counted(tmp_path, monkeypatch):
+    """`kill PID` (SIGTERM) during a sitting: the CLI records it (interrupted, its wall time) before
+    exiting with 130, and the report's total wall time includes it. The grid's work is replaced by
+    a function that sends the real signal to this process."""
+    import os
+    import signal
+    import time
+
+    from typer.testing import CliRunner
+
+    import spladekit.reproduce as reproduce
+    from spladekit.cli import app
+    from spladekit.reproduce.grid import read_sittings
+
+    def killed(*args, **kwargs):
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        raise AssertionError("SIGTERM did not stop the sitting")
+
+    monkeypatch.setattr(reproduce, "run_grid", killed)
+    before = signal.getsignal(signal.SIGTERM)
+    result = CliRunner().invoke(app, ["reproduce", str(_write(tmp_path, base_dict())), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 130, result.output
+    assert signal.getsignal(signal.SIGTERM) == before  # handler restored
+    (sitting,) = read_sittings(tmp_path / "o")
+    assert sitting["interrupted"] and 0.2 <= sitting["wall_seconds"] < 5
+    assert "Total wall time 0 min 00 s over 1 invocation(s)" in write_report(load_reproduce_config(_write(tmp_path, base_dict())), tmp_path / "o")["markdown"].read_text()
+
+
 # ------------------------------------------------------------------------------------ real runner
 @pytest.mark.slow
 def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):

@@ -82,6 +82,36 @@ def test_best_checkpoint_is_the_highest_logged_dev_metric(tiny, tmp_path):
     assert saved["extra"]["training"]["selected"] == result.best
 
 
+def test_dev_scores_of_an_inference_free_run_are_those_of_its_saved_model(tiny, tmp_path):
+    """With an inference-free query side the dev evaluation uses the query weights being trained (not
+    the transformer): the final dev record equals `spladekit evaluate` of last/ (saved weights)."""
+    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.train import train
+
+    examples = make_examples(16, negatives=3, seed=3)
+    beir = _beir_dev(tmp_path / "beir", make_examples(10, negatives=2, seed=9))
+    config = tiny_config(tiny, steps=4, lr=3e-3, eval_every=2, dev={"data": str(beir), "split": "dev", "k": 10},
+                         **{"model__query_encoder": "inference-free"})
+    out = tmp_path / "run"
+    train(config, out, examples=examples, show_progress=False)
+    last = _records(out, "dev")[-1]
+    assert last["step"] == 4
+    metrics = run_evaluation(EvalConfig(model=str(out / "last"), data=str(beir), split="dev", k=10, measures=["nDCG@10", "MRR@10"]),
+                             tmp_path / "eval", show_progress=False).metrics
+    # same weights and code path: equal up to float summation order (1e-9 is far below a rank swap)
+    assert metrics["nDCG@10"] == pytest.approx(last["nDCG@10"], abs=1e-9)
+    assert metrics["avg_query_terms"] == pytest.approx(last["avg_query_terms"], abs=1e-9)
+
+
+def test_a_nan_dev_value_never_stays_the_best():
+    from spladekit.train.dev import BestTracker
+
+    tracker = BestTracker("nDCG@10")
+    assert tracker.update({"step": 0, "nDCG@10": float("nan")})
+    assert tracker.update({"step": 2, "nDCG@10": 0.1}) and tracker.best["step"] == 2
+    assert not tracker.update({"step": 4, "nDCG@10": float("nan")}) and tracker.best["step"] == 2
+
+
 def test_held_out_training_queries_and_early_stopping(tiny, tmp_path):
     from spladekit.train import train
 

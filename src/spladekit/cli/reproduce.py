@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -45,10 +46,22 @@ def reproduce(
     outcome = None
     if not report_only:
         started, clock = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
+
+        def stop(signum, frame):  # `kill PID` ends the sitting like Ctrl-C: recorded below, then exit
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, stop)
         try:
             outcome = run_grid(grid, folder, cells=cell or None, force=force, log=typer.echo)
         except (SpladekitError, ValueError) as exc:
             fail(exc)
+        except KeyboardInterrupt:  # the time spent counts in the report's total wall time
+            record_sitting(folder, {"command": command, "started": started, "wall_seconds": round(time.perf_counter() - clock, 1),
+                                    "interrupted": True})
+            typer.echo("interrupted: finished stages are kept; the same command resumes", err=True)
+            raise typer.Exit(130)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         if outcome.done or outcome.diverged or outcome.failed:  # a sitting that ran something
             record_sitting(folder, {"command": command, "started": started, "wall_seconds": round(time.perf_counter() - clock, 1),
                                     "done": len(outcome.done), "skipped": len(outcome.skipped),

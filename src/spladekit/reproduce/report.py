@@ -353,8 +353,10 @@ def sittings_section(out: Path) -> list[str]:
     lines = ["## Sittings", "", f"Total wall time {_duration(total)} over {len(sittings)} invocation(s):", "",
              "| started (UTC) | wall | cells done | skipped | diverged | failed | command |", "|---|---:|---:|---:|---:|---:|---|"]
     for s in sittings:
-        lines.append(f"| {s.get('started', '')} | {_duration(s.get('wall_seconds', 0.0))} | {s.get('done', 0)} "
-                     f"| {s.get('skipped', 0)} | {s.get('diverged', 0)} | {s.get('failed', 0)} | `{s.get('command', '')}` |")
+        lines.append(f"| {s.get('started', '')} | {_duration(s.get('wall_seconds', 0.0))} | {s.get('done', '–')} "
+                     f"| {s.get('skipped', '–')} | {s.get('diverged', '–')} | {s.get('failed', '–')} | `{s.get('command', '')}`"
+                     + (" (interrupted: cells finished in it are counted in the next sitting's skipped)" if s.get("interrupted") else "")
+                     + (f" {s['note']}" if s.get("note") else "") + " |")
     return lines + [""]
 
 

@@ -148,7 +148,12 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
     started = time.perf_counter()
     try:
         meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length)
-        encoder = SpladeEncoder(model, tokenizer, meta, batch_size=dev.batch_size, device=device)
+        query_weights = None
+        if getattr(model, "query_weights", None) is not None:  # inference-free: score the query side being trained
+            from spladekit.model.inference_free import INFERENCE_FREE
+
+            query_weights, meta.query_encoder = model.query_weights.saved_weights(), INFERENCE_FREE
+        encoder = SpladeEncoder(model, tokenizer, meta, batch_size=dev.batch_size, device=device, query_weights=query_weights)
         result = evaluate_splade(encoder, dataset, k=dev.k, measures=dev.measures, show_progress=False, name="dev")
     finally:
         model.train(was_training)
@@ -176,7 +181,8 @@ class BestTracker:
     def update(self, record: dict) -> bool:
         """Take a new dev record; True when it is the new best."""
         value = record[self.metric]
-        if self.best is None or (math.isfinite(value) and value > self.best[self.metric]):
+        best = None if self.best is None else self.best[self.metric]
+        if best is None or (math.isfinite(value) and (not math.isfinite(best) or value > best)):  # a NaN best never sticks
             self.best, self.since = record, 0
             return True
         self.since += 1
