@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from index_helpers import DOCS, QUERIES, make_beir, make_model
 from spladekit.cli import app
+from spladekit.errors import DataFormatError
 from spladekit.index.index import Index, ShardedIndex, recall_at_k
 from spladekit.io import atomic_folder, recover_folder
 
@@ -186,6 +187,31 @@ def test_build_resumes_after_a_kill_encoding_each_chunk_once(tiny, tmp_path):
     assert list(result.run) == list(QUERIES) and result.settings.query_max_length == encoder.metadata.query_max_length
 
 
+def test_a_resumed_build_encodes_again_a_chunk_whose_documents_changed(tiny, tmp_path):
+    """The corpus file was edited between the kill and the resume (same path, same ids): the chunk
+    holding the edited document is encoded again, the untouched one is reused."""
+    import shutil
+
+    from spladekit.model.encoder import SpladeEncoder
+
+    model, beir = tiny
+    corpus = tmp_path / "beir"
+    shutil.copytree(beir, corpus)
+    encoder = SpladeEncoder.from_pretrained(str(model), head_impl="plain")
+    out = tmp_path / "index"
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(CountingEncoder(encoder, fail_after=2), corpus, out, chunk_size=2)
+    lines = (corpus / "corpus.jsonl").read_text().splitlines()
+    record = json.loads(lines[1])  # d1, in chunk 0
+    record["text"] = "an edited text"
+    lines[1] = json.dumps(record)
+    (corpus / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    resumed = CountingEncoder(encoder)
+    index = Index.build(resumed, corpus, out, chunk_size=2)
+    assert resumed.encoded[0] == [DOCS[0], "an edited text"] and index.build_stats["reused"] == 1
+    assert np.allclose(index.docs[1].toarray(), encoder.encode_documents(["an edited text"]).toarray(), atol=1e-5)
+
+
 def test_seismic_index_is_built_once_stored_and_reopened(tmp_path):
     pytest.importorskip("seismic")
     from spladekit.index.seismic import SeismicBuildParams
@@ -275,6 +301,7 @@ def test_doc_ids_are_memory_mapped_and_decode_back(tmp_path, ids):
     got = index.doc_ids
     assert isinstance(got.offsets, np.memmap) and len(got) == len(ids)
     assert list(got) == ids and [got[i] for i in range(len(ids))] == ids and got[1:] == ids[1:]
+    assert got[::-1] == ids[::-1] and got[::2] == ids[::2] and got[-2:] == ids[-2:]
     if ids:
         assert got[-1] == ids[-1]
     with pytest.raises(IndexError):
@@ -295,3 +322,27 @@ def test_atomic_folder_keeps_the_old_folder_until_the_new_one_is_in_place(tmp_pa
     assert not final.exists()
     recover_folder(final)
     assert (final / "a").read_text() == "old" and not (tmp_path / ".out.old").exists()
+
+
+def test_verify_recomputes_the_tie_ranks(tmp_path):
+    """tie_rank.npy is derived from the ids (not hashed): a damaged one reorders ties silently, so
+    verify recomputes it."""
+    docs = sp.csr_matrix(np.ones((4, 3), dtype=np.float32))  # every score ties: only the ranks order them
+    Index.from_vectors(tmp_path / "i", docs, ["b", "a", "d", "c"])
+    assert [d for d, _ in Index.open(tmp_path / "i", verify=True).search(sp.csr_matrix(np.ones((1, 3), np.float32)), k=4).hits[0]] == ["a", "b", "c", "d"]
+    ranks = np.load(tmp_path / "i" / "tie_rank.npy")
+    np.save(tmp_path / "i" / "tie_rank.npy", ranks[::-1].copy())
+    with pytest.raises(DataFormatError, match="tie_rank.npy"):
+        Index.open(tmp_path / "i", verify=True)
+
+
+def test_a_stored_seismic_index_without_its_file_is_an_error(tmp_path):
+    """params.json without the index file would search as an empty index (no hit for any query)."""
+    pytest.importorskip("seismic")
+    from spladekit.index.seismic import SeismicSearcher
+
+    docs = random_vectors(60, 30, 0.2, 31, integer=True)
+    Index.from_vectors(tmp_path / "i", docs, [f"d{i}" for i in range(60)]).seismic()
+    (tmp_path / "i" / "seismic" / SeismicSearcher.INDEX_FILE).unlink()
+    with pytest.raises(DataFormatError, match="missing: the stored Seismic index"):
+        Index.open(tmp_path / "i").seismic()

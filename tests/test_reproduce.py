@@ -275,6 +275,19 @@ def test_fingerprint_is_order_insensitive_for_keys():
     assert fingerprint({"a": 1}) != fingerprint({"a": 2})
 
 
+def test_evaluation_backend_is_in_the_fingerprint_only_when_not_exact():
+    """Switching the evaluation backend makes finished evaluations stale (seismic is approximate);
+    the exact default leaves the fingerprints of grids run before the option existed unchanged."""
+    from spladekit.reproduce.grid import eval_spec
+
+    config = ReproduceConfig.model_validate(base_dict())
+    cell, (_, dataset) = plan_grid(config)[0], config.evaluation.datasets()[0]
+    exact = eval_spec(config, cell, dataset)
+    assert "backend" not in exact["encoding"]
+    seismic = ReproduceConfig.model_validate({**base_dict(), "evaluation": {**base_dict()["evaluation"], "backend": "seismic"}})
+    assert fingerprint(eval_spec(seismic, plan_grid(seismic)[0], dataset)) != fingerprint(exact)
+
+
 # ------------------------------------------------------------------------------------ report
 def test_report_tables_and_plots(tmp_path):
     config = ReproduceConfig.model_validate(base_dict())

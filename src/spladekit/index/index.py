@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -58,7 +57,7 @@ from spladekit.index.exact import TIE_RULE, search_postings, tie_ranks
 from spladekit.index.io import (FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
                                 row_blocks, write_index)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
-from spladekit.io import atomic_folder, read_json, recover_folder, write_json
+from spladekit.io import atomic_folder, atomic_write, read_json, recover_folder, write_json
 
 log = logging.getLogger(__name__)
 
@@ -250,10 +249,11 @@ class Index:
     def verify(self) -> None:
         """Recompute the content hashes and compare them with ``index.json``'s: ``content_hash``
         (document arrays and ids) and ``postings_hash`` (the term-major copy that exact search reads;
-        folders written before it have none). Reads every array once (≈ 3 GB at 1M documents).
+        folders written before it have none); and recompute ``tie_rank.npy`` from the ids. Reads
+        every array once (≈ 3 GB at 1M documents).
 
         Raises:
-            DataFormatError: a hash differs (naming the arrays at fault).
+            DataFormatError: a hash differs, or the tie ranks (naming the file at fault).
         """
         checks = [("content_hash", self.docs, self.doc_ids, "docs.*.npy / the document ids")]
         if not self.legacy:
@@ -262,6 +262,8 @@ class Index:
             want = self.metadata.get(key)
             if want and want != hash_arrays(matrix.indptr, matrix.indices, matrix.data, ids, matrix.shape):
                 raise DataFormatError(self.folder / "index.json", f"does not match {what} (the folder was altered or damaged; rebuild it)", field=key)
+        if not np.array_equal(self.tie_rank, tie_ranks(self.doc_ids)):  # derived from the ids: recomputed, not hashed
+            raise DataFormatError(self.folder / "tie_rank.npy", "does not rank the document ids in order (damaged; rebuild the folder)")
 
     @classmethod
     def upgrade(cls, folder: str | Path) -> bool:
@@ -382,11 +384,14 @@ class Index:
                 if number % dist.world_size != dist.rank:
                     continue
                 path = work / f"chunk-{number:06d}.npz"
+                digest = _chunk_digest(chunk)
                 if path.exists():
-                    stats["reused"] += 1
-                    continue
+                    if _stored_digest(path) == digest:
+                        stats["reused"] += 1
+                        continue
+                    log.warning("%s: holds other documents than chunk %d of this corpus; encoding it again", path, number)
                 vectors = canonical(encoder.encode_documents([text for _, text in chunk], batch_size=getattr(encoder, "batch_size", 32)))
-                _save_chunk(path, vectors, ids, int(getattr(encoder, "last_truncated", 0)))
+                _save_chunk(path, vectors, ids, int(getattr(encoder, "last_truncated", 0)), digest)
                 stats["encoded"] += 1
             bar.close()
             if not seen:
@@ -437,13 +442,15 @@ class Index:
         folder = self.folder / "seismic"
         stored = read_json(folder / "params.json") if (folder / "params.json").exists() else None
         if stored is not None and stored.get("content_hash") == self.metadata.get("content_hash") and (build is None or stored.get("build") == asdict(build)):
-            self._seismic = SeismicSearcher.load(folder, SeismicBuildParams(**stored["build"]), self.docs.shape)
+            self._seismic = SeismicSearcher.load(folder, SeismicBuildParams(**stored["build"]), self.docs.shape,
+                                                 empty=stored.get("empty", False))
             return self._seismic
         searcher = SeismicSearcher(self.docs, build, canonical=True)
         try:
             with atomic_folder(folder) as tmp:
                 searcher.save(tmp)
-                write_json(tmp / "params.json", {"build": asdict(searcher.params), "content_hash": self.metadata.get("content_hash")})
+                write_json(tmp / "params.json", {"build": asdict(searcher.params), "content_hash": self.metadata.get("content_hash"),
+                                                 "empty": searcher.empty})
         except OSError as exc:  # a read-only index folder: keep the built index in memory only
             log.warning("%s: cannot store the Seismic index (%s); it is kept for this process only", folder, exc)
         self._seismic = searcher
@@ -648,11 +655,25 @@ def _chunks(items: Iterator, size: int) -> Iterator[list]:
         yield chunk
 
 
-def _save_chunk(path: Path, vectors: sp.csr_matrix, ids: list[str], truncated: int) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, data=vectors.data, indices=vectors.indices, indptr=vectors.indptr, shape=np.array(vectors.shape),
-             ids=np.array(ids, dtype=str), truncated=np.array(truncated))
-    os.replace(tmp, path)
+def _chunk_digest(chunk: list[tuple[str, str]]) -> str:
+    """SHA-256 of a chunk's ids and texts: a finished chunk is reused only for the same documents."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(chunk, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _stored_digest(path: Path) -> str | None:
+    try:
+        with np.load(path) as f:
+            return str(f["digest"]) if "digest" in f.files else None
+    except (OSError, ValueError):  # a damaged chunk file: encoded again
+        return None
+
+
+def _save_chunk(path: Path, vectors: sp.csr_matrix, ids: list[str], truncated: int, digest: str) -> None:
+    with atomic_write(path, "wb", encoding=None) as handle:
+        np.savez(handle, data=vectors.data, indices=vectors.indices, indptr=vectors.indptr, shape=np.array(vectors.shape),
+                 ids=np.array(ids, dtype=str), truncated=np.array(truncated), digest=np.array(digest))
 
 
 def _load_chunk(path: Path) -> sp.csr_matrix:

@@ -104,8 +104,10 @@ class DocIds(Sequence[str]):
     def __getitem__(self, i: slice) -> list[str]: ...
     def __getitem__(self, i):
         if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
-            return self._decode(start, stop)[::step] if stop > start else []
+            rows = range(*i.indices(len(self)))
+            if rows.step == 1:
+                return self._decode(rows.start, rows.stop) if rows.stop > rows.start else []
+            return [self[j] for j in rows]
         n = len(self)
         i = int(i) + n if int(i) < 0 else int(i)
         if not 0 <= i < n:
@@ -203,7 +205,7 @@ def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], nu
     d_ptr[0] = 0
     for block in blocks():
         n, m = block.shape[0], block.nnz
-        d_ptr[row0 + 1 : row0 + n + 1] = pos0 + block.indptr[1:]
+        d_ptr[row0 + 1 : row0 + n + 1] = pos0 + block.indptr[1:].astype(np.int64)  # int64: a block's int32 offsets plus pos0 may pass 2^31
         d_idx[pos0 : pos0 + m] = block.indices
         d_val[pos0 : pos0 + m] = block.data
         # term-major: a stable sort by term keeps rows ascending inside each posting list, and

@@ -176,12 +176,13 @@ class SeismicSearcher:
                 self.index.save(str(Path(folder) / "index"))
 
     @classmethod
-    def load(cls, folder: str | Path, params: SeismicBuildParams, shape: tuple[int, int]) -> "SeismicSearcher":
+    def load(cls, folder: str | Path, params: SeismicBuildParams, shape: tuple[int, int], empty: bool = False) -> "SeismicSearcher":
         """Reopen an index written by :meth:`save` (``SeismicIndex.load``), built with ``params`` over a
-        ``shape`` = ``[D, V]`` matrix.
+        ``shape`` = ``[D, V]`` matrix; ``empty``: it was built over no document vector (no file).
 
         Raises:
-            DataFormatError: the stored file cannot be read.
+            DataFormatError: the stored file cannot be read, or is missing for a non-empty index
+                (searching would return nothing for every query).
         """
         import seismic
 
@@ -191,8 +192,10 @@ class SeismicSearcher:
         self.params, (self.num_docs, self.vocab_size) = params, shape
         self._string = seismic.get_seismic_string()
         path = Path(folder) / cls.INDEX_FILE
-        self.empty = not path.exists()
+        self.empty = empty
         self.index = None
+        if not empty and not path.exists():
+            raise DataFormatError(path, "missing: the stored Seismic index is incomplete (delete the seismic/ folder to rebuild it)")
         if not self.empty:
             try:
                 with _quiet():

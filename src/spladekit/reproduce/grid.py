@@ -112,12 +112,10 @@ def eval_spec(config: ReproduceConfig, cell: Cell, dataset: EvalDatasetSpec, sta
     ev = config.evaluation
     model = train_spec(config, cell) if stage == "trained" else init_spec(config, cell)
     unset = {key for key in LATE_EVAL_FIELDS if getattr(dataset, key) is None}
-    return {
-        "model": model,
-        "stage": stage,
-        "dataset": dataset.model_dump(exclude=unset),
-        "encoding": {"k": ev.k, "query_max_length": ev.query_max_length, "doc_max_length": ev.doc_max_length},
-    }
+    encoding = {"k": ev.k, "query_max_length": ev.query_max_length, "doc_max_length": ev.doc_max_length}
+    if ev.backend != "exact":  # added after grids were run: exact evaluations keep their fingerprints
+        encoding["backend"] = ev.backend
+    return {"model": model, "stage": stage, "dataset": dataset.model_dump(exclude=unset), "encoding": encoding}
 
 
 # ------------------------------------------------------------------------------ the runner
