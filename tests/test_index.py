@@ -122,6 +122,10 @@ def test_two_shards_give_the_run_of_one_folder(tmp_path):
     for k in (1, 7, 100):
         # a document's score is summed over the query's terms in the same order in any folder: same bits
         assert shards.search(queries, k=k).hits == one.search(queries, k=k).hits
+    # latency: each query's own time summed over the shards (not every query given the mean)
+    timed = shards.search(queries, k=10, one_at_a_time=True)
+    assert timed.seconds.shape == (20,) and np.unique(timed.seconds).size > 1
+    assert timed.latency.max_ms == pytest.approx(1000 * timed.seconds.max()) and timed.latency.max_ms > timed.latency.mean_ms
     with pytest.raises(ValueError, match="two shards"):
         ShardedIndex([one, shards.shards[0]])
 

@@ -118,7 +118,7 @@ def search(
         else:
             raise typer.BadParameter("give --data or --queries")
         searched = open_index(index, verify=verify)
-        q = searched.shards[0].query_encoder(model) if hasattr(searched, "shards") else searched.query_encoder(model)
+        q = searched.query_encoder(model)
         vectors = q.encode_queries(list(topics.values()), show_progress=True)
         kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params, seismic_build=build)
         result = searched.search(vectors, k=k, **kwargs)

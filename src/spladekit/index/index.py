@@ -135,6 +135,7 @@ class SearchResult:
         latency: :class:`LatencyStats`.
         settings: :class:`SearchSettings` of the search.
         queries: the ``[Q, V]`` query vectors searched.
+        seconds: ``[Q]`` retrieval seconds of each query (what :attr:`latency` summarises).
     """
 
     query_ids: list[str]
@@ -142,6 +143,7 @@ class SearchResult:
     latency: LatencyStats
     settings: SearchSettings
     queries: sp.csr_matrix | None = field(default=None, repr=False)
+    seconds: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def run(self) -> dict[str, dict[str, float]]:
@@ -496,18 +498,27 @@ class Index:
         Raises:
             ValueError: unknown backend, ``k`` < 1, vocabulary mismatch, or ids of the wrong number.
         """
-        vectors, ids, settings = self._prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
+        vectors, ids, settings = self.prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
         hits, seconds = self._search_rows(vectors, k, backend, one_at_a_time, seismic, seismic_build, max_memory_bytes)
         if backend == "seismic":
             searcher = self.seismic(seismic_build)
             settings.seismic_build = asdict(searcher.params)
             settings.seismic_search = asdict(seismic or SeismicSearchParams())
         named = [[(self.doc_ids[row], score) for row, score in row_hits] for row_hits in hits]
-        return SearchResult(ids, named, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors)
+        return SearchResult(ids, named, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors,
+                            np.asarray(seconds, dtype=np.float64))
 
-    def _prepare(self, queries, k, backend, query_ids, encoder, one_at_a_time):
+    def prepare(self, queries, k: int, backend: str, query_ids=None, encoder=None, one_at_a_time: bool = False):
+        """Check a search's arguments and encode text queries: ``([Q, V] vectors, Q ids, settings)``
+        (the first half of :meth:`search`, shared with :class:`ShardedIndex`).
+
+        Raises:
+            ValueError: unknown backend, ``k`` < 1, ids of the wrong number, vocabulary mismatch.
+        """
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:  # before the settings record's own (pydantic) check
+            raise ValueError(f"k must be an integer ≥ 1, got {k!r}")
         settings = SearchSettings(backend=backend, k=k, one_at_a_time=one_at_a_time, index=[str(self.folder)],
                                   index_hash=[self.metadata.get("content_hash")], num_docs=self.docs.shape[0])
         if sp.issparse(queries):
@@ -522,7 +533,7 @@ class Index:
             enc = encoder or self.query_encoder()
             vectors = enc.encode_queries(texts) if texts else sp.csr_matrix((0, self.docs.shape[1]), dtype=np.float32)
             meta = getattr(enc, "metadata", None)
-            settings.model = self.metadata.get("model") if encoder is None else None
+            settings.model = self.metadata.get("model") if encoder is None else (getattr(meta, "source", None) or None)
             settings.query_max_length = getattr(meta, "query_max_length", None)
             settings.query_top_k = getattr(meta, "query_top_k", None)
         if len(ids) != vectors.shape[0]:
@@ -533,8 +544,6 @@ class Index:
 
     def _search_rows(self, vectors, k, backend, one_at_a_time, seismic, seismic_build, max_memory_bytes):
         """Per query ``(row, score)`` lists and seconds per query."""
-        if k < 1:
-            raise ValueError(f"k must be ≥ 1, got {k}")
         seconds: list[float] = []
         if backend == "exact":
             search = lambda part, timings: search_postings(part, self.postings, k, self.tie_rank, max_memory_bytes, timings)  # noqa: E731
@@ -568,6 +577,8 @@ def _timed(timings, count, fn, *args, **kwargs):
 class ShardedIndex:
     """Several index folders (one per shard, same model and vocabulary) searched as one: each shard's
     top-``k`` is merged by the tie rule, so the run equals that of one folder holding every document.
+    Making one checks that no document id is in two shards (it decodes every id: O(D), unlike
+    :meth:`Index.open`).
 
     Raises:
         ValueError: no shard, vocabularies differ, or a document id is in two shards.
@@ -599,27 +610,30 @@ class ShardedIndex:
     def __len__(self) -> int:
         return sum(len(s) for s in self.shards)
 
+    def query_encoder(self, model: str | None = None, batch_size: int = 32):
+        """The encoder of the queries (the first shard's; every shard has the same model)."""
+        return self.shards[0].query_encoder(model, batch_size=batch_size)
+
     def search(self, queries, k: int = 1000, backend: str = "exact", query_ids=None, encoder=None, one_at_a_time: bool = False,
                seismic: SeismicSearchParams | None = None, seismic_build: SeismicBuildParams | None = None,
                max_memory_bytes: int = 256 * 2**20) -> SearchResult:
         """:meth:`Index.search` over every shard, merged (score descending, then document id)."""
         first = self.shards[0]
-        vectors, ids, settings = first._prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
+        vectors, ids, settings = first.prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
         merged: list[list[tuple[str, float]]] = [[] for _ in ids]
         seconds = np.zeros(len(ids))
         for shard in self.shards:
             result = shard.search(vectors, k, backend, ids, None, one_at_a_time, seismic, seismic_build, max_memory_bytes)
             for slot, hits in enumerate(result.hits):
                 merged[slot].extend(hits)
-            if result.latency.num_queries:
-                per_query = result.latency.total_s / result.latency.num_queries
-                seconds += per_query  # shards searched one after the other here (in parallel elsewhere)
+            if len(result.seconds):
+                seconds += result.seconds  # per query; shards searched one after the other here (in parallel elsewhere)
             settings.seismic_build, settings.seismic_search = result.settings.seismic_build, result.settings.seismic_search
         hits = [sorted(h, key=lambda pair: (-pair[1], pair[0]))[:k] for h in merged]
         settings.index = [str(s.folder) for s in self.shards]
         settings.index_hash = [s.metadata.get("content_hash") for s in self.shards]
         settings.num_docs = len(self)
-        return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors)
+        return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors, seconds)
 
 
 def open_index(folders: str | Path | Sequence[str | Path], verify: bool = False) -> Index | ShardedIndex:
