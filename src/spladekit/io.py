@@ -200,6 +200,15 @@ def read_jsonl(path: str | Path, skip_blank: bool = True, object_pairs_hook=None
             raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=number) from exc
 
 
+def write_yaml(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` (plain data: dicts, lists, strings, numbers) as YAML, keys in their order,
+    atomically (the counterpart of :func:`read_yaml`; settings records of runs)."""
+    import yaml
+
+    with atomic_write(path) as handle:
+        yaml.safe_dump(obj, handle, sort_keys=False)
+
+
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file (an empty file reads as ``{}``).
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from spladekit.data.trec import read_qrels
 from spladekit.errors import DataFormatError
-from spladekit.io import iter_lines
 
 
 @dataclass
@@ -85,11 +84,6 @@ def read_records(path: str | Path, required: tuple[str, ...]):
         raise DataFormatError(path, "file is empty")
 
 
-# old private names, kept for callers not yet moved to the public ones
-_find = find_file
-_read_jsonl = read_records
-
-
 def iter_corpus(path: str | Path):
     """Stream a BEIR ``corpus.jsonl[.gz]`` (or a BEIR folder holding one) as ``(doc_id, title + " " + text)``
     pairs in file order, holding only the ids seen (for the duplicate check), never the texts.
@@ -127,7 +121,7 @@ def load_corpus(path: str | Path) -> dict[str, str]:
     """The corpus of a BEIR folder (or dataset name), as :func:`read_corpus`; no qrels needed."""
     from spladekit.data.resolve import resolve_dataset
 
-    return read_corpus(_find(resolve_dataset(path), "corpus"))
+    return read_corpus(find_file(resolve_dataset(path), "corpus"))
 
 
 def read_queries(path: str | Path) -> dict[str, str]:

@@ -17,7 +17,6 @@ checkpoints trained there give the same vectors here. Vocabulary columns are not
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 def splade_activation(x: torch.Tensor) -> torch.Tensor:

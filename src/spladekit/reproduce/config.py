@@ -107,8 +107,8 @@ class BackboneSpec(_Strict):
 
 class TreatmentSpec(_Strict):
     """A head treatment: ``rescale: null`` leaves the head as it is; otherwise a
-    :class:`~spladekit.model.calibrate.spec.RescaleSpec` (``force`` is set by the grid: a backbone
-    with ``inflate`` is rescaled again on purpose)."""
+    :class:`~spladekit.model.calibrate.spec.RescaleSpec` (the grid turns ``force`` on for a backbone
+    with ``inflate``, which is rescaled again on purpose; a ``force: true`` given here is kept)."""
 
     name: str
     rescale: RescaleSpec | None = None

@@ -34,10 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-import yaml
 
 from spladekit.errors import SpladekitError
-from spladekit.io import atomic_write, write_json
+from spladekit.io import atomic_write, write_json, write_yaml
 from spladekit.reproduce.config import BackboneSpec, EvalDatasetSpec, ReproduceConfig, TreatmentSpec
 
 DONE = "done.json"
@@ -199,8 +198,7 @@ class _Stage:
 
 def write_config(config: ReproduceConfig, out: Path) -> None:
     """Save the grid config as run (``OUT/config.yaml``)."""
-    with atomic_write(out / "config.yaml") as handle:
-        yaml.safe_dump(config.model_dump(mode="json"), handle, sort_keys=False)
+    write_yaml(out / "config.yaml", config.model_dump(mode="json"))
 
 
 def run_cell(cell: Cell, config: ReproduceConfig, out: Path, runner: CellRunner, base_model: str,

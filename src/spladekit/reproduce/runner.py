@@ -213,7 +213,7 @@ class SpladekitRunner:
         spec = cell.treatment.rescale
         if spec is not None:
             result["factor"] = spec.apply(mlm, tokenizer, texts, {"max_length": d.max_length, "max_tokens": d.max_tokens},
-                                          force=cell.backbone.inflate is not None)
+                                          force=spec.force or cell.backbone.inflate is not None)
             after = diagnose_mlm_head(mlm, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs)
             result["diagnosis_after"] = after.to_dict()
             result["model"] = str(_save_model(mlm, tokenizer, folder / "model"))

@@ -201,7 +201,8 @@ class TrainConfig(_Strict):
         return self
 
     def to_yaml(self) -> str:
-        """The config as YAML text (every field, defaults included)."""
+        """The config as YAML text (every field, defaults included; what :func:`spladekit.io.write_yaml`
+        writes as a run's ``config.yaml``)."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 

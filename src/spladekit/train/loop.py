@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from spladekit.io import atomic_folder, atomic_write, read_jsonl, replace_folder, write_json
+from spladekit.io import atomic_folder, atomic_write, read_jsonl, replace_folder, write_json, write_yaml
 from spladekit.train import distributed as D
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
@@ -355,7 +355,7 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
                     "scaler": scaler.state_dict() if scaler is not None else None, "step": step}, tmp / "trainer.pt")
         model.mlm.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
-        (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+        write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
         replace_folder(tmp, final)
         for old in _checkpoints(out)[: -config.keep_checkpoints]:
             shutil.rmtree(old)
@@ -475,8 +475,8 @@ def _forget_lost_best(out: Path, tracker: BestTracker, start: int) -> None:
 def _device(config: TrainConfig, info: D.DistInfo) -> torch.device:
     if config.device:
         return torch.device(config.device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", info.local_rank)
+    if torch.cuda.is_available():  # one process per GPU under torchrun (the rule of DistInfo.device)
+        return torch.device(info.device() or "cuda")
     return torch.device("cpu")
 
 
@@ -504,7 +504,7 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
             if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length) is None:
                 meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
         meta.save(tmp)
-        (tmp / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+        write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
     return folder
 
 
@@ -548,7 +548,7 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
         if info.is_main:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+            write_yaml(out / "config.yaml", config.model_dump(mode="json"))
         torch.manual_seed(config.seed)
         rescale_texts = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
         model, tokenizer, rescale_record = load_model(config, rescale_texts)
@@ -695,5 +695,4 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
                            best=tracker.summary() if tracker else None, last_dir=last_dir, dev=dev,
                            early_stopped=early_stopped)
     finally:
-        if info.owns_group:
-            torch.distributed.destroy_process_group()
+        info.close()
