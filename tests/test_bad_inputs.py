@@ -598,3 +598,23 @@ def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "a.json").st_mode) == 0o644
     assert stat.S_IMODE(os.stat(tmp_path / "idx").st_mode) == 0o755
     assert stat.S_IMODE(os.stat(tmp_path / "idx" / "index.json").st_mode) == 0o644
+
+
+def test_an_export_that_fails_on_the_data_leaves_no_folder(tmp_path):
+    """A query over Lucene's 1,024-clause limit is found while writing: the export is staged, so
+    neither the folder nor a partial file is left; an existing folder keeps its other files."""
+    import scipy.sparse as sp
+
+    from spladekit.index.io import save_index
+
+    vocab = [f"t{j}" for j in range(1100)]
+    save_index(tmp_path / "q", sp.csr_matrix(np.ones((1, 1100), dtype=np.float32)), ["q1"], {"model": "m"}, vocabulary=vocab)
+    result = cli("export", "--index", tmp_path / "q", "--format", "anserini-queries", "--out", tmp_path / "ex")
+    assert_clean_failure(result, "1024")
+    assert not (tmp_path / "ex").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".ex")]
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    assert cli("export", "--index", tmp_path / "q", "--format", "anserini-queries", "--out", tmp_path / "kept").exit_code != 0
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt"]
+    assert cli("export", "--index", tmp_path / "q", "--format", "seismic", "--out", tmp_path / "kept").exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["docs.jsonl", "export.json", "notes.txt"]

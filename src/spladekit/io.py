@@ -157,6 +157,32 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def staged_files(path: str | Path) -> Iterator[Path]:
+    """Write files into the folder ``path`` all or nothing: yields a temporary sibling folder; on
+    success each file written there is renamed into ``path`` (made if needed; other files already in
+    it are left alone, unlike :func:`atomic_folder`, which replaces the whole folder).
+
+    Raises:
+        OutputPathError: ``path`` is an existing file (left untouched) or the parent cannot be made.
+        Whatever the body raises; the temporary folder is then removed and ``path`` is untouched.
+    """
+    from spladekit.errors import OutputPathError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{path}: is a file; give a folder path for this output (the file is left as it is)")
+    ensure_folder(path.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        ensure_folder(path)
+        for item in sorted(tmp.iterdir()):
+            os.replace(item, path / item.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON, atomically."""
     with atomic_write(path) as handle:

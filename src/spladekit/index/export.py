@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from spladekit.errors import DataFormatError
 from spladekit.index.formats import ExportManifest, anserini, check_scale, elastic, milvus, pgvector, qdrant, seismic_jsonl
 from spladekit.index.io import load_index, load_vocabulary, save_index
-from spladekit.io import atomic_write, ensure_folder, write_json
+from spladekit.io import atomic_write, staged_files, write_json
 
 FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic")
 FILES = {
@@ -136,9 +136,16 @@ def export_vectors(
     needs_vocab = fmt not in ("qdrant", "milvus", "pgvector") and not (fmt == "elastic" and keys == "id")
     if needs_vocab and vocabulary is None:
         raise ValueError(f"format {fmt!r} writes tokens and needs the vocabulary (vocab.json in the index folder)")
-    out = Path(out)
-    ensure_folder(out)
-    target = out / FILES[fmt]
+    with staged_files(out) as folder:  # all files or none: a failure (e.g. a vector over a limit) leaves nothing
+        return _write_export(fmt, Path(out), folder, matrix, ids, vocabulary, scale=scale, model=model, model_revision=model_revision,
+                             keys=keys, field_type=field_type, field=field, index_name=index_name, query_top_k=query_top_k,
+                             hnsw=hnsw, table=table)
+
+
+def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scale, model, model_revision, keys, field_type, field,
+                  index_name, query_top_k, hnsw, table) -> ExportManifest:
+    """The body of :func:`export_vectors`: write the files into ``folder`` (staged; ``out`` is named in messages)."""
+    target = folder / FILES[fmt]
     options: dict = {}
     if fmt == "anserini":
         count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
@@ -148,7 +155,7 @@ def export_vectors(
         options = {"empty_queries": written.empty, "query_top_k": query_top_k, "pruned_queries": written.pruned}
         if written.empty:
             print(f"spladekit export: {len(written.empty)} queries with no term after quantisation (scale {scale:g}) left out of "
-                  f"{target} (Anserini cannot read an empty query; they match nothing): {', '.join(written.empty[:10])}"
+                  f"{out / FILES[fmt]} (Anserini cannot read an empty query; they match nothing): {', '.join(written.empty[:10])}"
                   f"{' …' if len(written.empty) > 10 else ''} (listed in export.json)", file=sys.stderr)
         if written.pruned:
             print(f"spladekit export: {len(written.pruned)} queries pruned to their {query_top_k} heaviest terms (listed in export.json)", file=sys.stderr)
@@ -162,12 +169,12 @@ def export_vectors(
         options = {"field": milvus.DEFAULT_FIELD, "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "IP", "drop_ratio_search": 0.0}
     elif fmt == "pgvector":
         count = pgvector.write_copy(target, matrix, ids, hnsw=hnsw)
-        with atomic_write(out / "schema.sql") as sql:
+        with atomic_write(folder / "schema.sql") as sql:
             sql.write(pgvector.schema_sql(table, matrix.shape[1], hnsw=hnsw))
         options = {"table": table, "hnsw": hnsw, "index_base": 1}
     else:
         count = elastic.write_bulk(target, matrix, ids, vocabulary, index_name=index_name, field=field, keys=keys)
-        write_json(out / "mapping.json", elastic.mapping(field, field_type))
+        write_json(folder / "mapping.json", elastic.mapping(field, field_type))
         options = {"keys": keys, "field": field, "field_type": field_type, "index_name": index_name, "key_escaping": "'%' -> '%25', '.' -> '%2E'"}
     files = [FILES[fmt]] + EXTRA_FILES.get(fmt, [])
     manifest = ExportManifest(
@@ -180,7 +187,7 @@ def export_vectors(
         count=count,
         options=options,
     )
-    manifest.save(out)
+    manifest.save(folder)
     return manifest
 
 

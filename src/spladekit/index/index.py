@@ -263,7 +263,7 @@ class Index:
         for key, matrix, ids, what in checks:
             want = self.metadata.get(key)
             if want and want != hash_arrays(matrix.indptr, matrix.indices, matrix.data, ids, matrix.shape):
-                raise DataFormatError(self.folder / "index.json", f"does not match {what} (the folder was altered or damaged; rebuild it)", field=key)
+                raise DataFormatError(self.folder / "index.json", f"{key.replace('_', ' ')} does not match {what} (the folder was altered or damaged; rebuild it)", field=key)
         if not np.array_equal(self.tie_rank, tie_ranks(self.doc_ids)):  # derived from the ids: recomputed, not hashed
             raise DataFormatError(self.folder / "tie_rank.npy", "does not rank the document ids in order (damaged; rebuild the folder)")
 
