@@ -31,11 +31,13 @@ from pathlib import Path
 from spladekit.io import read_json
 from spladekit.reproduce.config import EvalDatasetSpec, ReproduceConfig
 
-def _num(value):
+def number(value) -> float | None:
+    """``value`` as a float when it is a finite int/float (not a bool), else None (missing results)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
-def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sample std of the values that are not None (std None below two values)."""
     values = [v for v in values if v is not None]
     if not values:
         return None, None
@@ -61,7 +63,7 @@ def variants(config: ReproduceConfig, dataset: EvalDatasetSpec) -> list[EvalData
 
 def _point(result: dict, dataset: EvalDatasetSpec) -> tuple[float, float] | None:
     metrics = (result.get("eval") or {}).get(dataset.name) or {}
-    flops, value = _num(metrics.get("flops")), _num(metrics.get(dataset.metric))
+    flops, value = number(metrics.get("flops")), number(metrics.get(dataset.metric))
     return (flops, value) if flops is not None and flops > 0 and value is not None else None
 
 
@@ -80,7 +82,7 @@ def sweep_rows(config: ReproduceConfig, results: list[dict]) -> list[dict]:
                "diverged": sum(r.get("status") == "diverged" for r in results if r["arm"] == arm)}
         for key, field in (("metric", dataset.metric), ("flops", "flops"), ("q_terms", "avg_query_terms"),
                            ("d_terms", "avg_doc_terms")):
-            row[key], row[f"{key}:std"] = _mean_std([_num(((r.get("eval") or {}).get(dataset.name) or {}).get(field))
+            row[key], row[f"{key}:std"] = mean_std([number(((r.get("eval") or {}).get(dataset.name) or {}).get(field))
                                                      for r in cells])
         rows.append(row)
     return rows
@@ -99,8 +101,8 @@ def sweep_markers(config: ReproduceConfig, results: list[dict]) -> dict[str, tup
         if treatment.name in swept:
             continue
         cells = [r for r in results if r["arm"] == f"{backbone.name}/{treatment.name}" and r.get("status") == "done"]
-        factor, _ = _mean_std([_num((r.get("init") or {}).get("factor")) for r in cells])
-        value, _ = _mean_std([_num(((r.get("eval") or {}).get(dataset.name) or {}).get(dataset.metric)) for r in cells])
+        factor, _ = mean_std([number((r.get("init") or {}).get("factor")) for r in cells])
+        value, _ = mean_std([number(((r.get("eval") or {}).get(dataset.name) or {}).get(dataset.metric)) for r in cells])
         if factor is not None and value is not None:
             markers[f"{treatment.name} (F = {factor:.3g})"] = (backbone.nominal_scale * factor, value)
     return markers
@@ -168,7 +170,7 @@ def matched_flops(config: ReproduceConfig, results: list[dict]) -> dict:
     family = f"{config.sweep.backbone}/factor sweep" if config.sweep else None
     for arm, by_seed in sorted(curves.items(), key=lambda item: item[0] == family):  # the family last
         found = [quality_at_flops(points, level) for _, points in sorted(by_seed.items()) if points]
-        value, spread = _mean_std([f[0] for f in found])
+        value, spread = mean_std([f[0] for f in found])
         out["rows"].append({"arm": arm, "value": value, "value:std": spread, "seeds": len(found),
                             "methods": sorted({f[1] for f in found}), "flops_used": [f[2] for f in found]})
     return out

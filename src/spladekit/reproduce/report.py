@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import csv
 import io
-import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from spladekit.errors import DataFormatError
 from spladekit.io import atomic_write, read_json
+from spladekit.reproduce.analysis import mean_std, number
 from spladekit.reproduce.config import ReproduceConfig
 from spladekit.reproduce.grid import RESULT, plan_grid
 
@@ -51,10 +50,6 @@ def load_cell_results(config: ReproduceConfig, out: str | Path) -> list[dict]:
     return rows
 
 
-def _num(value):
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
-
-
 def cell_row(result: dict, config: ReproduceConfig) -> dict:
     """Flatten one cell's result into a table row (numbers or None)."""
     init = result.get("init") or {}
@@ -65,23 +60,23 @@ def cell_row(result: dict, config: ReproduceConfig) -> dict:
     row = {
         "cell": result["id"], "arm": result["arm"], "backbone": result["backbone"], "treatment": result["treatment"],
         "seed": result["seed"], "status": result.get("status", ""),
-        "factor": _num(init.get("factor")),
-        "init_row_norm": _num(((after.get("head") or {}).get("row_norm") or {}).get("mean")),
-        "init_logit_p99": _num((after.get("logits") or {}).get("p99")),
-        "init_active_terms": _num((((after.get("splade") or {}).get("active_terms")) or {}).get("mean")),
-        "first_loss": _num(first.get("loss")), "first_grad_norm": _num(first.get("grad_norm")),
-        "max_grad_norm": _num(summary.get("max_grad_norm")), "last_loss": _num(last.get("loss")),
-        "last_active_q": _num(last.get("active_q")), "last_active_d": _num(last.get("active_d")),
-        "train_seconds": _num(summary.get("train_seconds")),
+        "factor": number(init.get("factor")),
+        "init_row_norm": number(((after.get("head") or {}).get("row_norm") or {}).get("mean")),
+        "init_logit_p99": number((after.get("logits") or {}).get("p99")),
+        "init_active_terms": number((((after.get("splade") or {}).get("active_terms")) or {}).get("mean")),
+        "first_loss": number(first.get("loss")), "first_grad_norm": number(first.get("grad_norm")),
+        "max_grad_norm": number(summary.get("max_grad_norm")), "last_loss": number(last.get("loss")),
+        "last_active_q": number(last.get("active_q")), "last_active_d": number(last.get("active_d")),
+        "train_seconds": number(summary.get("train_seconds")),
     }
     ood = []
     for role, dataset in config.evaluation.datasets():
         metrics = (result.get("eval") or {}).get(dataset.name) or {}
-        value = _num(metrics.get(dataset.metric))
+        value = number(metrics.get(dataset.metric))
         row[f"{dataset.name}:{dataset.metric}"] = value
-        row[f"{dataset.name}:q_terms"] = _num(metrics.get("avg_query_terms"))
-        row[f"{dataset.name}:d_terms"] = _num(metrics.get("avg_doc_terms"))
-        row[f"{dataset.name}:flops"] = _num(metrics.get("flops"))
+        row[f"{dataset.name}:q_terms"] = number(metrics.get("avg_query_terms"))
+        row[f"{dataset.name}:d_terms"] = number(metrics.get("avg_doc_terms"))
+        row[f"{dataset.name}:flops"] = number(metrics.get("flops"))
         if role == "out_of_domain":
             ood.append(value)
     if config.evaluation.out_of_domain:
@@ -100,9 +95,7 @@ def arm_rows(rows: list[dict]) -> list[dict]:
                "seeds": len(members), "diverged": sum(m["status"] == "diverged" for m in members)}
         keys = [k for k in members[0] if k not in ("cell", "arm", "backbone", "treatment", "seed", "status")]
         for key in keys:
-            values = [m.get(key) for m in members if m.get(key) is not None]
-            agg[key] = statistics.fmean(values) if values else None
-            agg[f"{key}:std"] = statistics.stdev(values) if len(values) > 1 else None
+            agg[key], agg[f"{key}:std"] = mean_std([m.get(key) for m in members])
         out.append(agg)
     return out
 
