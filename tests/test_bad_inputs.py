@@ -449,19 +449,18 @@ def test_export_refuses_an_option_its_format_would_ignore(tmp_path, fmt, option,
     assert not (tmp_path / "ex").exists()
 
 
-def test_import_refuses_model_and_like_together(tmp_path):
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--scale", "50"], "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'"),
+        (["--model", "m"], "not both"),  # --like names the tokens already
+    ],
+)
+def test_import_refuses_an_option_it_would_ignore(tmp_path, option, message):
     folder = _small_index(tmp_path / "index")
     assert cli("export", "--index", folder, "--format", "qdrant", "--out", tmp_path / "ex").exit_code == 0
-    result = cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, "--model", "m")
-    assert_clean_failure(result, "not both")
-    assert not (tmp_path / "imp").exists()
-
-
-def test_import_refuses_a_scale_for_a_float_format(tmp_path):
-    folder = _small_index(tmp_path / "index")
-    assert cli("export", "--index", folder, "--format", "qdrant", "--out", tmp_path / "ex").exit_code == 0
-    result = cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, "--scale", "50")
-    assert_clean_failure(result, "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'")
+    result = cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, *option)
+    assert_clean_failure(result, message)
     assert not (tmp_path / "imp").exists()
     assert cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder).exit_code == 0
 

@@ -128,6 +128,22 @@ def replace_folder(source: str | Path, path: str | Path) -> Path:
     return path
 
 
+def _sibling_folder(path: Path) -> Path:
+    """A new temporary folder beside ``path`` (same file system, so renames are atomic).
+
+    Raises:
+        OutputPathError: ``path`` is an existing file (left untouched) or the parent cannot be made.
+    """
+    from spladekit.errors import OutputPathError
+
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{path}: is a file; this output is a folder (the file is left as it is)")
+    ensure_folder(path.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, default_mode(directory=True))
+    return tmp
+
+
 @contextlib.contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
     """Write a folder atomically: yields a temporary sibling folder; on success it becomes ``path``.
@@ -140,15 +156,9 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
         OutputPathError: ``path`` is an existing file (left untouched) or the parent cannot be made.
         Whatever the body raises; the temporary folder is then removed and ``path`` is untouched.
     """
-    from spladekit.errors import OutputPathError
-
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise OutputPathError(f"{path}: is a file; this output is a folder (the file is left as it is)")
-    ensure_folder(path.parent)
+    tmp = _sibling_folder(path)
     recover_folder(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    os.chmod(tmp, default_mode(directory=True))
     try:
         yield tmp
         replace_folder(tmp, path)
@@ -167,13 +177,8 @@ def staged_files(path: str | Path) -> Iterator[Path]:
         OutputPathError: ``path`` is an existing file (left untouched) or the parent cannot be made.
         Whatever the body raises; the temporary folder is then removed and ``path`` is untouched.
     """
-    from spladekit.errors import OutputPathError
-
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise OutputPathError(f"{path}: is a file; give a folder path for this output (the file is left as it is)")
-    ensure_folder(path.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = _sibling_folder(path)
     try:
         yield tmp
         ensure_folder(path)
