@@ -493,9 +493,10 @@ def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
         (["--backend", "seismic", "--centroid-fraction", "0"], "centroid_fraction must be in (0, 1]"),
         (["--backend", "seismic", "--recall-k", "0"], "--recall-k must be ≥ 1"),
         (["--queries", "q.tsv"], "not both"),
-        (["--query-cut", "5"], "--query-cut apply to --backend seismic only"),  # exact search would ignore them
+        (["--query-cut", "5"], "--query-cut applies to --backend seismic only"),  # exact search would ignore them
         (["--n-postings", "100", "--heap-factor", "0.5"], "--n-postings, --heap-factor apply to --backend seismic only"),
-        (["--recall-k", "10"], "--recall-k apply to --backend seismic only"),
+        (["--recall-k", "10"], "--recall-k applies to --backend seismic only"),
+        (["--backend", "bogus"], "unknown --backend 'bogus'"),
     ],
 )
 def test_search_cli_rejects_bad_options_before_any_work(tmp_path, tiny_beir, option, message):

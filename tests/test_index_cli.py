@@ -206,3 +206,18 @@ def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     eps32 = float(np.finfo(np.float32).eps)
     assert a.shape == b.shape and np.abs((a - b).toarray()).max() <= 32 * eps32 * np.abs(a.toarray()).max()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]  # shards removed
+
+
+def test_an_index_built_with_a_relative_model_path_searches_from_anywhere(tiny, tmp_path, monkeypatch):
+    """index.json records a local model folder as an absolute path (found by a user who built with
+    `--model ../shared/...` and searched from another folder)."""
+    model, beir = tiny
+    monkeypatch.chdir(model.parent)
+    r = CliRunner().invoke(app, ["index", "--model", model.name, "--data", str(beir), "--out", str(tmp_path / "i"), "--batch-size", "4",
+                                 "--head-impl", "plain"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "i" / "index.json").read_text())["model"] == str(model.resolve())
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["search", "--index", "i", "--data", str(beir), "--out", "run.trec", "--k", "3"])
+    assert r.exit_code == 0, r.output
+    assert read_run(tmp_path / "run.trec")

@@ -93,13 +93,15 @@ def search(
     from spladekit.data.trec import write_run
     from spladekit.data.tsv import read_tsv
     from spladekit.errors import SpladekitError
-    from spladekit.index.index import open_index, recall_at_k
+    from spladekit.index.index import BACKENDS, open_index, recall_at_k
     from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
     from spladekit.io import write_json
 
     try:
         if k < 1:
             raise ValueError(f"--k must be ≥ 1, got {k}")
+        if backend not in BACKENDS:  # before any query is encoded
+            raise ValueError(f"unknown --backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if recall_k is not None and recall_k < 1:
             raise ValueError(f"--recall-k must be ≥ 1, got {recall_k}")
         if queries is not None and data is not None:
@@ -108,7 +110,8 @@ def search(
         searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor).items() if v is not None}
         if backend != "seismic" and (asked or searching or recall_k is not None):
             given = [f"--{n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else [])
-            raise ValueError(f"{', '.join(given)} apply to --backend seismic only, not to {backend!r}; drop them")
+            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
+                             f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
         build = SeismicBuildParams(**asked) if asked else None
         params = SeismicSearchParams(**searching)
         if queries is not None:

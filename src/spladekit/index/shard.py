@@ -103,7 +103,9 @@ def build_index(config: IndexConfig, show_progress: bool = False) -> Path | None
             head_impl=config.head_impl,
             device=dist.device(),  # one GPU per rank under torchrun; else SpladeEncoder's default
         )
-        metadata = dict(model=config.model, model_revision=model_revision(location), data=str(folder), config=asdict(config))
+        # a local folder is recorded absolute, so the index finds its query encoder from any working directory
+        model = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
+        metadata = dict(model=model, model_revision=model_revision(location), data=str(folder), config=asdict(config))
         index = Index.build(encoder, corpus, config.out, chunk_size=config.chunk_size, metadata=metadata, show_progress=show_progress)
         return None if index is None else index.folder
     finally:

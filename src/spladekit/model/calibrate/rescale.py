@@ -260,7 +260,8 @@ def calibrated_factor(
     raise CalibrationError(
         f"cannot reach {statistic} = {target} with a factor in [1e-{GRID_DECADES}, 1e{GRID_DECADES}]: "
         f"the rescaled logits' {statistic} stays within [{min(seen):.6g}, {max(seen):.6g}]"
-        + ("; the unscaled bias dominates small factors, try scale_bias=True" if head.bias is not None else "")
+        + ("; the decoder bias is not scaled, so it bounds what small factors reach: scale it too (scale_bias=True, "
+           "CLI --scale-bias) or choose a target inside this range" if head.bias is not None else "")
     )
 
 
