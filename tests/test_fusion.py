@@ -166,7 +166,7 @@ def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     assert rrf.metrics["nDCG@10"] == evaluate(rrf.run, load_qrels(tiny_beir))["nDCG@10"]
     assert free.index_folder == splade.index_folder  # the same index folder: documents encoded once
     assert splade.metrics["query_ms"] > 0 and free.metrics["query_ms"] > 0
-    assert np.isfinite(free.metrics["nDCG@10"])
+    assert free.metrics["nDCG@10"] == evaluate(free.run, load_qrels(tiny_beir))["nDCG@10"]  # the printed number is its run's
     printed = capsys.readouterr().out
     assert "| inference-free (IDF queries, same docs) |" in printed and "query ms" in printed
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())

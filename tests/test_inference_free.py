@@ -130,7 +130,9 @@ def test_cli_inference_free_index_search_evaluate(tiny_bert_dir, tiny_beir, tmp_
     for i, qid in enumerate(dataset.queries):
         for j, docid in enumerate(dataset.corpus):
             if scores[i, j] > 0:
-                assert run[qid][docid] == pytest.approx(scores[i, j], abs=5e-6)  # run files keep 6 decimals
+                # run files keep 6 decimals (5e-7); the documents were encoded in other batches than the index's, so
+                # their float32 weights differ by a few ulps: a relative 1e-5 covers that at any score size
+                assert run[qid][docid] == pytest.approx(scores[i, j], rel=1e-5, abs=5e-7)
     evaluated = run_evaluation(EvalConfig(model=str(model), data=str(tiny_beir)), tmp_path / "eval", show_progress=False)
     assert evaluated.metrics["avg_query_terms"] == pytest.approx(float((q > 0).sum(1).mean()))
 

@@ -4,6 +4,7 @@ weights (a saved ``BertModel``), unless ``model.allow_random_head``; one rescale
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ def test_loader_reports_missing_head_weights(models):
     with pytest.raises(HeadNotFoundError, match=NEEDLE) as err:
         load_masked_lm(str(backbone))
     assert "model.allow_random_head" in str(err.value)  # the error names the opt-in
-    load_masked_lm(str(good))  # a complete checkpoint loads silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a complete checkpoint loads without the random-head warning
+        load_masked_lm(str(good))
     with pytest.warns(RuntimeWarning, match=NEEDLE):
         mlm, tokenizer = load_masked_lm_and_tokenizer(str(backbone), allow_random_head=True)
     assert mlm.config.vocab_size == len(tokenizer)
