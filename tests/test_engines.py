@@ -131,8 +131,9 @@ def anserini_index(corpus, tmp_path_factory):
     output = anserini.index_collection(eh.anserini_jar(), root / "docs", root / "index")  # export.json is not fed to Anserini
     assert "Total 299 documents indexed" in output  # the empty document is counted "empty", not indexed
     back, back_ids = import_vectors("anserini", root / "docs", vocab, scale=1.0)  # integer impacts as written
-    assert back_ids == doc_ids
-    return root, back
+    want = _quantised(docs)  # computed here, independently of the exporter: round(100·w)
+    assert back_ids == doc_ids and (back != want).nnz == 0
+    return root, want  # Anserini is judged against this, not against our reader of its input
 
 
 def _read_run(path, doc_ids):
@@ -155,8 +156,9 @@ def test_anserini_scores_equal_exact_on_quantised_vectors(corpus, anserini_index
     anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "q" / "queries.tsv", tmp_path / "run", hits=K)
     run = _read_run(tmp_path / "run", doc_ids)
     assert "q0" not in run and "q1" not in run and "q2" not in run  # q2: its only term is in no document
-    q_int, q_back_ids = import_vectors("anserini-queries", tmp_path / "q", vocab, scale=1.0)
-    assert q_back_ids == qids[2:]
+    q_back, q_back_ids = import_vectors("anserini-queries", tmp_path / "q", vocab, scale=1.0)
+    q_int = _quantised(q)[2:]  # the expected impacts, computed independently of the exporter
+    assert q_back_ids == qids[2:] and (q_back != q_int).nnz == 0
     got = [run.get(qid, []) for qid in q_back_ids]
     identical = _check_integer_engine("Anserini", got, q_int, docs_int, doc_ids)
     assert identical > 0.5  # ties inside a top-10 may be ordered differently, most lists are identical
