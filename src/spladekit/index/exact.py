@@ -1,11 +1,15 @@
 """Exact sparse retrieval: score = dot product of SPLADE vectors, ``s(q, d) = Σ_j q_j d_j``.
 
-The core is :func:`search_postings`: queries ``[Q, V]`` times the term-major posting matrix ``[V, D]``
-(the CSC of the documents held as CSR), with ``scipy.sparse`` — an inverted-index traversal in
-effect: for each query term its posting list is added, weighted, into the score row, so only
-shared terms cost work. Blocks of queries are sized so the dense ``[block, D]`` score array stays
-under ``max_memory_bytes``. :class:`spladekit.index.index.Index` keeps the posting matrix on disk
-(memory-mapped); :func:`exact_search` over an in-memory document matrix makes it once per call.
+The core is :func:`search_postings`: term-at-a-time accumulation over the term-major posting matrix
+``[V, D]`` (the CSC of the documents held as CSR). For each query, a dense float32 score row of ``D``
+entries (``4·D`` bytes, the memory bound: one row, whatever the number of queries) receives, for each
+query term ``j`` in turn, its posting list weighted by ``q_j`` (``torch.Tensor.index_add_``: one
+compiled scatter-add per list, no temporary), so only shared terms cost work: the work of a query is
+the total length of its terms' posting lists. Term-at-a-time evaluation: Turtle & Flood, "Query
+evaluation: strategies and optimizations", IP&M 31(6), 1995. Every posting is scored (no dynamic
+pruning), so the result is exact for any ``k``. :class:`spladekit.index.index.Index` keeps the posting
+matrix on disk (memory-mapped, read in place); :func:`exact_search` over an in-memory document
+matrix makes it once per call.
 
 Ranking rule (:data:`TIE_RULE`, the one tie-break used everywhere in spladekit): score descending,
 then document id ascending (:func:`spladekit.data.trec.sorted_ranking`) when ``doc_ids`` are passed,
@@ -17,10 +21,12 @@ Documents with score 0 (no shared term) are not returned, so a query with no mat
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 TIE_RULE = "score descending, then document id ascending"
 
@@ -49,22 +55,35 @@ def top_k_row(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) ->
     return [(int(positive[i]), float(values[i])) for i in order]
 
 
+def _read_only_tensor(array: np.ndarray, dtype) -> torch.Tensor:
+    """A torch view of a (possibly memory-mapped, read-only) array; copied only to change its dtype.
+    The view is only ever read (the source of ``index_add_``), so torch's warning about
+    non-writable arrays does not apply."""
+    array = np.asarray(array, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)
+
+
 def search_postings(
     queries: sp.spmatrix,
     postings: sp.csr_matrix,
     k: int,
     tie_rank: np.ndarray | None = None,
-    max_memory_bytes: int = 256 * 2**20,
     timings: list[float] | None = None,
 ) -> list[list[tuple[int, float]]]:
     """Exact top-``k`` of each ``[Q, V]`` query row against the term-major ``[V, D]`` posting matrix.
 
-    Scores are ``q @ postings`` (scipy's sparse product: for each query term, its posting list is
-    added, weighted, into the score row, so only shared terms cost work), in blocks of queries
-    whose dense ``[block, D]`` float32 scores stay under ``max_memory_bytes``.
+    Term-at-a-time (module docstring): per query, a float32 score row ``[D]`` accumulates
+    ``q_j · postings[j]`` for each query term ``j`` in the row's order; then :func:`top_k_row`.
+    Memory beyond the postings: one ``[D]`` float32 row (``4·D`` bytes). One thread per query.
 
     Args:
-        timings: when given, receives the seconds spent per query (block time / block size).
+        queries: ``[Q, V]`` sparse query vectors (any dtype; cast to float32).
+        postings: ``[V, D]`` CSR, row ``j`` = posting list of term ``j`` (document rows, impacts).
+        k: results per query.
+        tie_rank: ``[D]`` rank of each document row under the id order (:func:`tie_ranks`).
+        timings: when given, receives the seconds spent on each query.
 
     Raises:
         ValueError: vocabulary mismatch or ``k`` < 1.
@@ -75,18 +94,23 @@ def search_postings(
         raise ValueError(f"k must be ≥ 1, got {k}")
     num_docs = postings.shape[1]
     queries = sp.csr_matrix(queries, dtype=np.float32)
-    itype = postings.indices.dtype
-    # same index type as the postings, so scipy converts (copies) nothing of the large matrix
-    queries = sp.csr_matrix((queries.data, queries.indices.astype(itype), queries.indptr.astype(itype)), shape=queries.shape)
-    block = max(1, int(max_memory_bytes // max(1, num_docs * 4)))
+    starts = np.asarray(postings.indptr, dtype=np.int64)
+    impacts = _read_only_tensor(postings.data, np.float32)
+    rows = _read_only_tensor(postings.indices, postings.indices.dtype)
+    scores = torch.zeros(num_docs, dtype=torch.float32)
+    scores_np = scores.numpy()  # same memory
     results: list[list[tuple[int, float]]] = []
-    for start in range(0, queries.shape[0], block):
+    for i in range(queries.shape[0]):
         began = time.perf_counter()
-        part = queries[start : start + block]
-        scores = (part @ postings).toarray() if num_docs else np.zeros((part.shape[0], 0), np.float32)
-        results.extend(top_k_row(row, k, tie_rank) for row in scores)
+        scores.zero_()
+        lo, hi = queries.indptr[i], queries.indptr[i + 1]
+        for term, weight in zip(queries.indices[lo:hi].tolist(), queries.data[lo:hi].tolist()):
+            a, b = starts[term], starts[term + 1]
+            if b > a:
+                scores.index_add_(0, rows[a:b], impacts[a:b], alpha=weight)
+        results.append(top_k_row(scores_np, k, tie_rank))
         if timings is not None:
-            timings.extend([(time.perf_counter() - began) / part.shape[0]] * part.shape[0])
+            timings.append(time.perf_counter() - began)
     return results
 
 
@@ -94,7 +118,6 @@ def exact_search(
     queries: sp.spmatrix,
     docs: sp.spmatrix,
     k: int = 1000,
-    max_memory_bytes: int = 256 * 2**20,
     doc_ids: Sequence[str] | None = None,
 ) -> list[list[tuple[int, float]]]:
     """Exact top-``k`` dot-product search against in-memory document vectors.
@@ -106,7 +129,6 @@ def exact_search(
         queries: ``[Q, V]`` sparse query vectors.
         docs: ``[D, V]`` sparse document vectors (same V).
         k: results per query.
-        max_memory_bytes: bound on the dense score block (``block × D × 4`` bytes).
         doc_ids: when given (one id per document row), ties are broken by document id ascending
             instead of row index (:data:`TIE_RULE`).
 
@@ -125,7 +147,7 @@ def exact_search(
         raise ValueError(f"{len(doc_ids)} document ids for {docs.shape[0]} document vectors")
     postings = sp.csr_matrix(docs, dtype=np.float32).T.tocsr()
     tie_rank = tie_ranks(doc_ids) if doc_ids is not None else None
-    return search_postings(queries, postings, k, tie_rank, max_memory_bytes)
+    return search_postings(queries, postings, k, tie_rank)
 
 
 def results_to_run(

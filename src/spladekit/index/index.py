@@ -478,7 +478,6 @@ class Index:
         one_at_a_time: bool = False,
         seismic: SeismicSearchParams | None = None,
         seismic_build: SeismicBuildParams | None = None,
-        max_memory_bytes: int = 256 * 2**20,
     ) -> SearchResult:
         """Top-``k`` documents of each query.
 
@@ -499,7 +498,7 @@ class Index:
             ValueError: unknown backend, ``k`` < 1, vocabulary mismatch, or ids of the wrong number.
         """
         vectors, ids, settings = self.prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
-        hits, seconds = self._search_rows(vectors, k, backend, one_at_a_time, seismic, seismic_build, max_memory_bytes)
+        hits, seconds = self._search_rows(vectors, k, backend, one_at_a_time, seismic, seismic_build)
         if backend == "seismic":
             searcher = self.seismic(seismic_build)
             settings.seismic_build = asdict(searcher.params)
@@ -542,11 +541,11 @@ class Index:
             raise ValueError(f"vocabulary mismatch: queries have {vectors.shape[1]} columns, documents {self.docs.shape[1]}")
         return vectors, ids, settings
 
-    def _search_rows(self, vectors, k, backend, one_at_a_time, seismic, seismic_build, max_memory_bytes):
+    def _search_rows(self, vectors, k, backend, one_at_a_time, seismic, seismic_build):
         """Per query ``(row, score)`` lists and seconds per query."""
         seconds: list[float] = []
         if backend == "exact":
-            search = lambda part, timings: search_postings(part, self.postings, k, self.tie_rank, max_memory_bytes, timings)  # noqa: E731
+            search = lambda part, timings: search_postings(part, self.postings, k, self.tie_rank, timings)  # noqa: E731
         else:
             searcher = self.seismic(seismic_build)
             search = lambda part, timings: _timed(timings, part.shape[0], searcher.search, part, k=k, params=seismic, tie_rank=self.tie_rank)  # noqa: E731
@@ -615,15 +614,14 @@ class ShardedIndex:
         return self.shards[0].query_encoder(model, batch_size=batch_size)
 
     def search(self, queries, k: int = 1000, backend: str = "exact", query_ids=None, encoder=None, one_at_a_time: bool = False,
-               seismic: SeismicSearchParams | None = None, seismic_build: SeismicBuildParams | None = None,
-               max_memory_bytes: int = 256 * 2**20) -> SearchResult:
+               seismic: SeismicSearchParams | None = None, seismic_build: SeismicBuildParams | None = None) -> SearchResult:
         """:meth:`Index.search` over every shard, merged (score descending, then document id)."""
         first = self.shards[0]
         vectors, ids, settings = first.prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
         merged: list[list[tuple[str, float]]] = [[] for _ in ids]
         seconds = np.zeros(len(ids))
         for shard in self.shards:
-            result = shard.search(vectors, k, backend, ids, None, one_at_a_time, seismic, seismic_build, max_memory_bytes)
+            result = shard.search(vectors, k, backend, ids, None, one_at_a_time, seismic, seismic_build)
             for slot, hits in enumerate(result.hits):
                 merged[slot].extend(hits)
             if len(result.seconds):
