@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spladekit.data.beir import load_beir, read_corpus, read_queries
+from spladekit.data.beir import count_corpus, load_beir, read_corpus, read_queries
 from spladekit.data.trec import read_qrels, read_run, write_run
 from spladekit.data.tsv import read_tsv
 from spladekit.errors import DataFormatError
@@ -314,3 +314,15 @@ def test_real_trec_topics_and_toy_tsv(shared):
     with pytest.raises(DataFormatError, match="duplicate id '1048876'") as info:
         read_tsv(toy / "dev_queries" / "raw.tsv")
     assert info.value.line == 7
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_corpus_count_is_the_number_of_records_read(tmp_path, gz):
+    # the progress bar's total: blank and whitespace-only lines are not records, CRLF ends are
+    lines = ['{"_id": "a", "text": "x"}', "", "   ", '{"_id": "b", "text": "y"}', '{"_id": "c", "title": "t", "text": "z"}', ""]
+    raw = "\r\n".join(lines).encode()
+    path = tmp_path / ("corpus.jsonl.gz" if gz else "corpus.jsonl")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    assert count_corpus(path) == len(read_corpus(path)) == 3
+    assert count_corpus(tmp_path) == 3  # the BEIR folder
+    assert count_corpus(tmp_path / "missing.jsonl") is None

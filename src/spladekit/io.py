@@ -263,6 +263,18 @@ def read_yaml(path: str | Path) -> Any:
                               line=mark.line + 1 if mark is not None else None) from exc
 
 
+def count_records(path: str | Path) -> int | None:
+    """Number of non-blank lines of a JSON Lines file (``.gz`` read transparently): the records
+    :func:`read_jsonl` yields when every line is valid, for a progress bar's total. Reads the
+    file once, in bytes, without parsing; None when it cannot be read (the read proper then
+    raises the error)."""
+    try:
+        with open_binary(path) as handle:
+            return sum(1 for raw in handle if raw.strip())
+    except (OSError, EOFError):
+        return None
+
+
 def open_text(path: str | Path) -> IO[str]:
     """Open a UTF-8 text file, transparently decompressing ``.gz``.
 

@@ -108,6 +108,19 @@ def iter_corpus(path: str | Path):
         yield doc_id, f"{title} {text}" if title.strip() else text
 
 
+def count_corpus(path: str | Path) -> int | None:
+    """Documents of a BEIR ``corpus.jsonl[.gz]`` (or BEIR folder), counted without parsing them
+    (:func:`spladekit.io.count_records`), for a progress bar; None when it cannot be counted."""
+    from spladekit.errors import DataFormatError
+    from spladekit.io import count_records
+
+    path = Path(path)
+    try:
+        return count_records(find_file(path, "corpus") if path.is_dir() else path)
+    except DataFormatError:
+        return None
+
+
 def read_corpus(path: str | Path) -> dict[str, str]:
     """Read a BEIR ``corpus.jsonl[.gz]`` into ``{doc_id: title + " " + text}`` (see :func:`iter_corpus`).
 

@@ -46,6 +46,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Sized
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -374,7 +375,8 @@ class Index:
             sync()
             stats = {"chunks": 0, "encoded": 0, "reused": 0}
             seen: set[str] = set()
-            bar = tqdm(desc="documents", unit="doc", disable=not (show_progress and dist.is_main))
+            bar = tqdm(desc="documents", unit="doc", total=_corpus_size(corpus) if show_progress and dist.is_main else None,
+                       disable=not (show_progress and dist.is_main))
             for number, chunk in enumerate(_chunks(_documents(corpus), chunk_size)):
                 stats["chunks"] += 1
                 ids = [doc_id for doc_id, _ in chunk]
@@ -382,19 +384,21 @@ class Index:
                     if doc_id in seen:
                         raise ValueError(f"document id {doc_id!r} repeats in the corpus")
                     seen.add(doc_id)
-                bar.update(len(chunk))
                 if number % dist.world_size != dist.rank:
+                    bar.update(len(chunk))  # another process encodes it
                     continue
                 path = work / f"chunk-{number:06d}.npz"
                 digest = _chunk_digest(chunk)
                 if path.exists():
                     if _stored_digest(path) == digest:
                         stats["reused"] += 1
+                        bar.update(len(chunk))
                         continue
                     log.warning("%s: holds other documents than chunk %d of this corpus; encoding it again", path, number)
                 vectors = canonical(encoder.encode_documents([text for _, text in chunk], batch_size=getattr(encoder, "batch_size", 32)))
                 _save_chunk(path, vectors, ids, int(getattr(encoder, "last_truncated", 0)), digest)
                 stats["encoded"] += 1
+                bar.update(len(chunk))
             bar.close()
             if not seen:
                 raise ValueError(f"the corpus {corpus if isinstance(corpus, (str, Path)) else ''} holds no document")
@@ -644,6 +648,16 @@ def open_index(folders: str | Path | Sequence[str | Path], verify: bool = False)
 
 
 # ----------------------------------------------------------------------------------- helpers
+def _corpus_size(corpus) -> int | None:
+    """Number of documents, for the progress bar: ``len`` of a sized corpus, the record count of a
+    corpus file (one pass over its bytes); None for other iterables."""
+    if isinstance(corpus, (str, Path)):
+        from spladekit.data.beir import count_corpus
+
+        return count_corpus(corpus)
+    return len(corpus) if isinstance(corpus, Sized) else None
+
+
 def _documents(corpus) -> Iterator[tuple[str, str]]:
     if isinstance(corpus, (str, Path)):
         from spladekit.data.beir import iter_corpus
