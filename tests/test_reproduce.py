@@ -101,7 +101,7 @@ def test_shipped_configs_validate():
     local = load_reproduce_config(ROOT / "configs" / "reproduce-local.yaml")
     ids = [c.id for c in plan_grid(local)]
     assert ids[:4] == ["tiny--none--s0", "tiny--none--s1", "tiny--none--s2", "tiny-uniform--none--s0"]
-    assert len(ids) == len(set(ids)) == 3 * (1 + 2 + 4 + 4) + 4  # 3 seeds; 4 sweep points with one seed
+    assert len(ids) == len(set(ids)) == 3 * (1 + 2 + 4 + 4 + 4)  # 3 seeds; treatments of 4 backbones + 4 extra sweep points
 
 
 def _write(tmp_path: Path, data: dict) -> Path:
