@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -264,14 +265,20 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def count_records(path: str | Path) -> int | None:
-    """Number of non-blank lines of a JSON Lines file (``.gz`` read transparently): the records
-    :func:`read_jsonl` yields when every line is valid, for a progress bar's total. Reads the
-    file once, in bytes, without parsing; None when it cannot be read (the read proper then
-    raises the error)."""
+    """Number of records :func:`read_jsonl` yields from a JSON Lines file when every line is valid
+    JSON (its non-blank lines, by the same :func:`iter_lines` and the same blank test), for a
+    progress bar's total. One pass over the file without parsing JSON. None when ``path`` is not a
+    regular file (a pipe or FIFO can be read only once: the read proper must have it) or cannot be
+    read to the end (the read proper then raises the error, naming the line).
+    """
+    from spladekit.errors import DataFormatError
+
+    path = Path(path)
+    if not path.is_file():
+        return None
     try:
-        with open_binary(path) as handle:
-            return sum(1 for raw in handle if raw.strip())
-    except (OSError, EOFError):
+        return sum(1 for _, line in iter_lines(path) if line.strip())
+    except DataFormatError:
         return None
 
 
@@ -320,7 +327,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         while True:
             try:
                 raw = handle.readline()
-            except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+            except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError; a bad deflate block is a zlib.error
                 raise DataFormatError(path, f"cannot read (corrupt or truncated file?): {exc}", line=number + 1) from exc
             if not raw:
                 return

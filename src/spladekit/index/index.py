@@ -54,7 +54,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
 from spladekit.errors import DataFormatError
-from spladekit.index.exact import TIE_RULE, search_postings, tie_ranks
+from spladekit.index.exact import TIE_RULE, check_k, search_postings, tie_ranks
 from spladekit.index.io import (FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
                                 row_blocks, write_index)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
@@ -104,8 +104,9 @@ class SearchSettings(BaseModel):
 class LatencyStats:
     """Retrieval time per query, milliseconds (query encoding excluded).
 
-    In batch mode each query is given its block's time divided by the block size; with
-    ``one_at_a_time`` every query is timed alone.
+    Exact search times every query on its own, in batch mode too; the Seismic backend's batch call
+    is timed as a whole and each query given that time divided by the number of queries. With
+    ``one_at_a_time`` every query is a call of its own, timed alone (Python call included).
     """
 
     mode: str
@@ -520,8 +521,7 @@ class Index:
         """
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:  # before the settings record's own (pydantic) check
-            raise ValueError(f"k must be an integer ≥ 1, got {k!r}")
+        k = check_k(k)  # before the settings record's own (pydantic) check
         settings = SearchSettings(backend=backend, k=k, one_at_a_time=one_at_a_time, index=[str(self.folder)],
                                   index_hash=[self.metadata.get("content_hash")], num_docs=self.docs.shape[0])
         if sp.issparse(queries):

@@ -179,13 +179,19 @@ def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], nu
         nnz.
 
     Raises:
-        ValueError: the blocks do not hold ``num_docs`` rows of width ``vocab_size``.
+        ValueError: the blocks do not hold ``num_docs`` rows of width ``vocab_size``, or a weight is
+            not finite (NaN, ±inf; naming the document row), found in the first pass, before any
+            array is written.
     """
     rows, nnz = 0, 0
     term_counts = np.zeros(vocab_size, dtype=np.int64)
     for block in blocks():
         if block.shape[1] != vocab_size:
             raise ValueError(f"a block has {block.shape[1]} columns, expected {vocab_size}")
+        bad = np.flatnonzero(~np.isfinite(block.data))
+        if bad.size:  # a NaN impact would drop its document from every result silently (NaN > 0 is false)
+            row = rows + int(np.searchsorted(block.indptr, bad[0], side="right") - 1)
+            raise ValueError(f"document row {row} holds a weight that is not finite ({block.data[bad[0]]}): nothing written")
         rows += block.shape[0]
         nnz += block.nnz
         term_counts += np.bincount(block.indices, minlength=vocab_size)
