@@ -1,0 +1,50 @@
+"""Where exact search's two kernels cross: scipy's sparse product vs term at a time (torch).
+
+``spladekit.index.exact.search_postings`` scores a query term at a time when its terms' mean
+posting-list length is at least ``TAAT_FROM``, else by scipy's product over a block of queries. This
+prints, per corpus size, the CPU ms per query of each kernel forced (``TAAT_FROM`` = ∞ / 0) on the
+synthetic corpora of ``benchmarks/retrieval.py`` (built in memory) and the first 100 SciFact test
+queries, k = 10, 1 thread, with the ratio measured in the same run.
+
+    PYTHONPATH=src python benchmarks/exact_kernels.py --docs 20000 --docs 100000 --docs 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+import retrieval
+import spladekit.index.exact as exact
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, action="append", help="corpus sizes (repeatable)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    queries = retrieval.queries()[0][:100].tocsr().astype(np.float32)
+    print("| documents | mean list length (median over queries) | product ms/q | term at a time ms/q | product ÷ term at a time |")
+    print("|---|---|---|---|---|")
+    for n in args.docs or [20_000, 100_000]:
+        blocks, _, _ = retrieval.corpus_blocks(f"synthetic-{n}")
+        postings = sp.vstack(list(blocks())).tocsr().astype(np.float32).T.tocsr()
+        lengths = np.diff(postings.indptr)[queries.indices]
+        mean_list = np.median(np.add.reduceat(lengths, queries.indptr[:-1]) / np.diff(queries.indptr))
+        timing = {}
+        for name, switch in [("product", 10**18), ("taat", 0)] * args.repeats:
+            exact.TAAT_FROM = switch
+            began = time.process_time()
+            exact.search_postings(queries, postings, 10)
+            timing.setdefault(name, []).append((time.process_time() - began) / queries.shape[0] * 1e3)
+        product, taat = np.median(timing["product"]), np.median(timing["taat"])
+        print(f"| {n} | {mean_list:.0f} | {product:.2f} | {taat:.2f} | {product / taat:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
