@@ -178,6 +178,20 @@ def test_exact_resume(tiny, tmp_path):
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def test_rerun_without_checkpoint_starts_the_metrics_afresh(tiny, tmp_path):
+    # a run killed before its first checkpoint leaves metrics.jsonl; the rerun starts at step 0 and
+    # must not keep the killed run's records next to its own (each step once)
+    cfg = tiny_config(tiny, steps=2, checkpoint_every=0)
+    examples = make_examples()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "metrics.jsonl").write_text(json.dumps({"step": 0, "kind": "killed-run"}) + "\n" + json.dumps({"step": 1, "loss": 9.0}) + "\n")
+    train(cfg, tmp_path / "out", examples=examples, show_progress=False)
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert not any(r.get("kind") == "killed-run" or r.get("loss") == 9.0 for r in lines)
+    steps = [r["step"] for r in _records(tmp_path / "out")]
+    assert steps == [1, 2]
+
+
 def test_gradient_accumulation_gives_the_same_losses(tiny, tmp_path):
     examples = make_examples()
     one = train(tiny_config(tiny, steps=2), tmp_path / "one", examples=examples, show_progress=False)

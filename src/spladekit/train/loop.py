@@ -393,7 +393,8 @@ class _Log:
             return
         if self.path.exists():  # keep the history up to the resumed step, drop anything after it
             kept = [record for _, record in read_jsonl(self.path)]  # DataFormatError names a damaged line
-            kept = [r for r in kept if r.get("step", 0) <= resumed_step]
+            # resumed_step 0 = no checkpoint: a fresh start logs its step-0 records again, so keep none
+            kept = [r for r in kept if r.get("step", 0) <= resumed_step] if resumed_step > 0 else []
             with atomic_write(self.path) as handle:
                 for record in kept:
                     handle.write(json.dumps(record) + "\n")
