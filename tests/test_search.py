@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from spladekit.evaluate.efficiency import avg_active_terms, efficiency_stats, flops
+import spladekit.index.exact as exact_module
 from spladekit.index.exact import exact_search, results_to_run
 
 
@@ -40,9 +41,12 @@ def test_ties_broken_by_doc_index_and_empty_query():
     assert run == {"a": {"z": 2.0, "x": 1.0, "y": 1.0}, "b": {}}
 
 
-def test_score_row_is_reset_between_queries():
-    # one score row serves every query: a query searched after another must get what it gets alone
-    # (scores compared exactly: the same code path sums the same float32 terms in the same order)
+@pytest.mark.parametrize("taat_from", [0, 10**12], ids=["term-at-a-time", "sparse-product"])
+def test_results_do_not_depend_on_the_batch(monkeypatch, taat_from):
+    # a query searched after others, alone, or in another order must get the same results (scores
+    # compared exactly: one kernel, forced here, sums the same float32 terms in the same order,
+    # and each query has its own score row)
+    monkeypatch.setattr(exact_module, "TAAT_FROM", taat_from)
     q = sp.random(6, 30, density=0.3, random_state=3, format="csr", dtype=np.float32)
     d = sp.random(25, 30, density=0.2, random_state=4, format="csr", dtype=np.float32)
     together = exact_search(q, d, k=25)

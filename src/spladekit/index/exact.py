@@ -43,6 +43,23 @@ def check_k(k) -> int:
     return int(k)
 
 
+def check_finite(matrix: sp.csr_matrix, what: str, first_row: int = 0) -> None:
+    """Refuse a CSR matrix holding a NaN or ±inf weight: a NaN score fails ``score > 0`` and its
+    document would vanish from every result silently.
+
+    Args:
+        what: the rows' name in the message (``"query"``, ``"document"``).
+        first_row: the row number of ``matrix``'s first row (a block of a larger matrix).
+
+    Raises:
+        ValueError: naming the first row that holds a non-finite weight, and the weight.
+    """
+    bad = np.flatnonzero(~np.isfinite(matrix.data))
+    if bad.size:
+        row = first_row + int(np.searchsorted(matrix.indptr, bad[0], side="right") - 1)
+        raise ValueError(f"{what} row {row} holds a weight that is not finite ({matrix.data[bad[0]]})")
+
+
 def tie_ranks(doc_ids: Sequence[str]) -> np.ndarray:
     """Rank of each row when rows are ordered by document id ascending (ties of score break by it)."""
     ranks = np.empty(len(doc_ids), dtype=np.int64)
@@ -109,10 +126,11 @@ def search_postings(
       multiplied by the posting matrix with scipy's sparse product (SMMP: per query row, each
       term's postings added, weighted, in the row's order) and made dense.
 
-    Both add the same float32 products in the same order; on x86 builds (no fused multiply-add
-    in either kernel) they give the same bits, and on any build they agree within float32
-    rounding (tested against a float64 brute force). A query takes the same kernel whatever the
-    batch it comes in, so one-at-a-time and batched searches give the same results. One thread.
+    Both add the same float32 products in the same order, so they agree within float32 rounding
+    (tested, against a float64 brute force); on this project's x86 machine they gave the same bits
+    (at SciFact scale and at 1M documents), which a build that fuses multiply and add need not. A
+    query takes the same kernel whatever batch it comes in, so one-at-a-time and batched searches
+    give the same results. One thread.
 
     Args:
         queries: ``[Q, V]`` sparse query vectors (any real dtype; cast to float32).
@@ -131,9 +149,7 @@ def search_postings(
     k = check_k(k)
     num_docs = postings.shape[1]
     queries = sp.csr_matrix(queries, dtype=np.float32)
-    if not np.isfinite(queries.data).all():
-        row = int(np.searchsorted(queries.indptr, np.flatnonzero(~np.isfinite(queries.data))[0], side="right") - 1)
-        raise ValueError(f"query row {row} holds a weight that is not finite (NaN or inf, or beyond float32)")
+    check_finite(queries, "query")  # after the float32 cast: a float64 weight beyond float32 is inf here
     starts = np.asarray(postings.indptr, dtype=np.int64)
     doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data, dtype=np.float32)
     rows_t, impacts_t = _read_only_tensor(doc_rows), _read_only_tensor(impacts)
@@ -145,11 +161,11 @@ def search_postings(
     totals = cumulative[qptr[1:]] - cumulative[qptr[:-1]]
     counts = np.diff(qptr)
     blocked = (totals < TAAT_FROM * counts) | (counts == 0)
-    results: list[list[tuple[int, float]]] = []
     itype = postings.indices.dtype
     # same index type as the postings, so scipy converts (copies) nothing of the large matrix
     queries = sp.csr_matrix((queries.data, queries.indices.astype(itype), queries.indptr.astype(itype)), shape=queries.shape)
     row_limit = max(1, BLOCK_SCORES // max(1, num_docs))
+    results: list[list[tuple[int, float]]] = []
     i = 0
     while i < queries.shape[0]:
         began = time.perf_counter()
@@ -209,9 +225,7 @@ def exact_search(
     if doc_ids is not None and len(doc_ids) != docs.shape[0]:
         raise ValueError(f"{len(doc_ids)} document ids for {docs.shape[0]} document vectors")
     docs = sp.csr_matrix(docs, dtype=np.float32)
-    bad = np.flatnonzero(~np.isfinite(docs.data))
-    if bad.size:  # a NaN impact would drop its document from every result silently (NaN > 0 is false)
-        raise ValueError(f"document row {int(np.searchsorted(docs.indptr, bad[0], side='right') - 1)} holds a weight that is not finite")
+    check_finite(docs, "document")
     postings = docs.T.tocsr()
     tie_rank = tie_ranks(doc_ids) if doc_ids is not None else None
     return search_postings(queries, postings, k, tie_rank)

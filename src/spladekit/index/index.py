@@ -44,9 +44,9 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sized
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Sized
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -104,8 +104,9 @@ class SearchSettings(BaseModel):
 class LatencyStats:
     """Retrieval time per query, milliseconds (query encoding excluded).
 
-    Exact search times every query on its own, in batch mode too; the Seismic backend's batch call
-    is timed as a whole and each query given that time divided by the number of queries. With
+    In batch mode, exact search times each long-list query on its own and gives each query of a
+    short-list block (:func:`spladekit.index.exact.search_postings`) the block's time divided by
+    its size; the Seismic backend's batch call is timed as a whole and divided likewise. With
     ``one_at_a_time`` every query is a call of its own, timed alone (Python call included).
     """
 

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, OutputPathError
-from spladekit.index.exact import TIE_RULE, tie_ranks
+from spladekit.index.exact import TIE_RULE, check_finite, tie_ranks
 from spladekit.io import atomic_folder, read_json, write_json
 
 FORMAT = 2
@@ -188,10 +188,7 @@ def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], nu
     for block in blocks():
         if block.shape[1] != vocab_size:
             raise ValueError(f"a block has {block.shape[1]} columns, expected {vocab_size}")
-        bad = np.flatnonzero(~np.isfinite(block.data))
-        if bad.size:  # a NaN impact would drop its document from every result silently (NaN > 0 is false)
-            row = rows + int(np.searchsorted(block.indptr, bad[0], side="right") - 1)
-            raise ValueError(f"document row {row} holds a weight that is not finite ({block.data[bad[0]]}): nothing written")
+        check_finite(block, "document", first_row=rows)  # before any array is written
         rows += block.shape[0]
         nnz += block.nnz
         term_counts += np.bincount(block.indices, minlength=vocab_size)
