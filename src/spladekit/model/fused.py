@@ -29,6 +29,16 @@ Backward
     (or with gathers and ``index_add_``), so the cost is O(nnz·H), not O(B·L·V·H). Accumulation is
     in float32; gradients are cast to the input dtypes.
 
+Activation ``"log1p_relu"`` (OpenSearch v3 document models, arXiv 2504.14839):
+    ``w = log(1 + log(1 + ReLU(m)))`` is also non-decreasing in each logit, so the max still moves
+    inside and the forward is the same masked max, followed by the second ``log1p``. By the chain
+    rule, with ``u = log(1 + m)``, ``∂w/∂m = 1/(1 + u) · 1/(1 + m)`` where ``m > 0`` (0 elsewhere):
+    the backward divides the incoming gradient by ``1 + log(1 + m)`` and goes on as for ``"relu"``
+    (:func:`sparse_head_backward` applies the ``1/(1 + m)``).
+
+Sum pooling (SPLADE v1) is not a max and has no single position per entry: its fused head is
+:mod:`spladekit.model.fused_sum`.
+
 Ties: when several positions reach the maximum, the gradient goes to the first (lowest ``t``),
 which is what ``torch.max(dim=...)`` documents and what the Triton kernel does.
 
@@ -258,23 +268,26 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows: i
 class FusedSpladeHead(torch.autograd.Function):
     """Autograd function of the fused head; use :func:`fused_splade_head`.
 
-    ``forward(hidden, attention_mask, weight, bias, backend) → [B, V] float32``. Saves ``hidden``,
-    ``weight`` (references, no copies), ``m`` and ``t*`` (``[B, V]`` each) for the backward.
+    ``forward(hidden, attention_mask, weight, bias, backend, activation) → [B, V] float32``. Saves
+    ``hidden``, ``weight`` (references, no copies), ``m`` and ``t*`` (``[B, V]`` each) for the backward.
     """
 
     @staticmethod
-    def forward(ctx, hidden, attention_mask, weight, bias, backend):
+    def forward(ctx, hidden, attention_mask, weight, bias, backend, activation="relu"):
         maxval, argmax = _masked_max(hidden, attention_mask, weight, bias, True, backend)
         ctx.save_for_backward(hidden, weight, maxval, argmax)
         ctx.has_bias = bias is not None
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return torch.log1p(maxval.clamp_min(0.0))
+        ctx.activation = activation
+        return _activate(maxval, activation)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_w):
         hidden, weight, maxval, argmax = ctx.saved_tensors
-        need_h, _, need_w, need_b, _ = ctx.needs_input_grad
+        need_h, _, need_w, need_b, _, _ = ctx.needs_input_grad
+        if ctx.activation == "log1p_relu":  # ∂w/∂m = 1/(1 + log(1 + m)) · 1/(1 + m): the first factor here
+            grad_w = grad_w.float() / (1.0 + torch.log1p(maxval.clamp_min(0.0)))
         with torch.autocast(hidden.device.type, enabled=False):  # float32 products, even inside autocast
             d_h, d_w, d_b = sparse_head_backward(
                 grad_w, maxval, argmax, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
@@ -286,7 +299,15 @@ class FusedSpladeHead(torch.autograd.Function):
             None if d_w is None else d_w.to(w_dtype),
             None if d_b is None else d_b.to(b_dtype),
             None,
+            None,
         )
+
+
+def _activate(maxval: torch.Tensor, activation: str) -> torch.Tensor:
+    """The activation after the max (module docstring): ``log(1 + ReLU(m))``, then a second
+    ``log1p`` for ``"log1p_relu"``; ``[B, V]`` float32."""
+    out = torch.log1p(maxval.clamp_min(0.0))
+    return torch.log1p(out) if activation == "log1p_relu" else out
 
 
 def fused_splade_head(
@@ -296,8 +317,9 @@ def fused_splade_head(
     bias: torch.Tensor | None,
     *,
     backend: str = "auto",
+    activation: str = "relu",
 ) -> torch.Tensor:
-    """SPLADE head ``w[b, j] = log(1 + ReLU(max_t h[b,t]·W_j + b_j))`` without ``[B, L, V]`` tensors.
+    """SPLADE head ``w[b, j] = a(max_t h[b,t]·W_j + b_j)`` without ``[B, L, V]`` tensors.
 
     Same contract as :func:`spladekit.model.pooling.plain_splade_head` (SPLADE v2, Formal et al.
     2021, eq. 2; see the module docstring for the forward/backward scheme and the tie rule).
@@ -312,16 +334,20 @@ def fused_splade_head(
             ``SPLADEKIT_NO_TRITON`` is unset, chunked torch otherwise), ``"torch"`` or ``"triton"``
             (CUDA tensors, or CPU tensors when ``TRITON_INTERPRET=1`` was set before triton's
             import: Triton's interpreter, slow, for tests).
+        activation: ``"relu"`` (``a(m) = log(1 + ReLU(m))``) or ``"log1p_relu"``
+            (``a(m) = log(1 + log(1 + ReLU(m)))``), see the module docstring.
 
     Returns:
         ``[B, V]`` float32 weights ≥ 0. Memory: O(B·V) plus one logits chunk (forward) and
         O(nnz·H) (backward).
 
     Raises:
-        ValueError: shapes that do not agree, or an unknown backend.
+        ValueError: shapes that do not agree, an unknown backend or activation.
     """
     if backend not in _BACKENDS:
         raise ValueError(f"unknown fused-head backend {backend!r}; choose one of {_BACKENDS}")
+    if activation not in ("relu", "log1p_relu"):
+        raise ValueError(f"unknown SPLADE activation {activation!r}; choose 'relu' or 'log1p_relu'")
     if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
         raise ValueError(f"hidden must be [B, L, H] and attention_mask [B, L]; got {tuple(hidden.shape)} and {tuple(attention_mask.shape)}")
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[2]:
@@ -341,5 +367,5 @@ def fused_splade_head(
         )
         if not wants_grad:
             maxval, _ = _masked_max(hidden, attention_mask, weight, bias, False, backend)
-            return torch.log1p(maxval.clamp_min(0.0))
-        return FusedSpladeHead.apply(hidden, attention_mask, weight, bias, backend)
+            return _activate(maxval, activation)
+        return FusedSpladeHead.apply(hidden, attention_mask, weight, bias, backend, activation)

@@ -1,13 +1,23 @@
-"""SPLADE pooling, the plain (reference) way.
+"""SPLADE pooling, the plain (reference) way: every pooling and activation spladekit computes.
 
-SPLADE max pooling (Formal et al., "SPLADE v2", arXiv 2109.10086, eq. 2):
+A SPLADE vector reads the MLM logits ``logit_{t,j}`` ``[B, L, V]`` through an activation ``a`` and
+pools over the non-padding positions ``t`` (``mask_t = 1``):
 
-    w_j = max_{t : mask_t = 1} log(1 + ReLU(logit_{t,j}))
+    max pooling (SPLADE v2, Formal et al., arXiv 2109.10086, eq. 2):  w_j = max_t a(logit_{t,j})
+    sum pooling (SPLADE v1, Formal et al., arXiv 2107.05720, eq. 2):  w_j = Σ_t   a(logit_{t,j})
 
-``log1p ∘ ReLU`` is non-decreasing, so this equals ``log1p(ReLU(max_t logit_{t,j}))``: we take the
-masked max of the logits first and apply the activation to the ``[B, V]`` result, in float32
-whatever the model's dtype. Padding positions (mask 0) never contribute; a row whose mask is all
-zero gives an all-zero vector.
+with one of two activations, named as sentence-transformers' ``SpladePooling`` names them
+(``activation_function``):
+
+    "relu":        a(x) = log(1 + ReLU(x))                    (SPLADE's log-saturation)
+    "log1p_relu":  a(x) = log(1 + log(1 + ReLU(x)))           (OpenSearch v3 document models,
+                                                               Geng et al., arXiv 2504.14839)
+
+Both activations are non-decreasing, so ``max_t a(x_t) = a(max_t x_t)``: max pooling takes the
+masked max of the logits first and applies the activation to the ``[B, V]`` result. Sum pooling
+cannot: the activation is applied to each position's logits, then the masked sum is taken. All in
+float32 whatever the model's dtype. Padding positions (mask 0) never contribute; a row whose mask
+is all zero gives an all-zero vector.
 
 Special-token policy: every non-padding position takes part, including ``[CLS]``/``[SEP]``
 (``<s>``/``</s>``), exactly as naver/splade and sentence-transformers' ``SpladePooling`` do, so
@@ -18,14 +28,56 @@ from __future__ import annotations
 
 import torch
 
+#: SPLADE poolings over positions and activations of the logits (sentence-transformers' names).
+POOLINGS = ("max", "sum")
+ACTIVATIONS = ("relu", "log1p_relu")
 
-def splade_activation(x: torch.Tensor) -> torch.Tensor:
-    """``log(1 + ReLU(x))`` in float32 (SPLADE's log-saturation, Formal et al. 2021, eq. 1)."""
-    return torch.log1p(torch.relu(x.float()))
+
+def check_pooling(pooling: str, activation: str) -> None:
+    """Raise ``ValueError`` unless ``pooling`` is in :data:`POOLINGS` and ``activation`` in :data:`ACTIVATIONS`."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown SPLADE pooling {pooling!r}; choose one of {POOLINGS}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown SPLADE activation {activation!r}; choose one of {ACTIVATIONS}")
 
 
-def splade_max_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """SPLADE max pooling of MLM logits.
+def splade_activation(x: torch.Tensor, activation: str = "relu") -> torch.Tensor:
+    """``a(x)`` of the module docstring in float32: ``log(1 + ReLU(x))`` (``"relu"``, Formal et al.
+    2021, eq. 1) or ``log(1 + log(1 + ReLU(x)))`` (``"log1p_relu"``)."""
+    out = torch.log1p(torch.relu(x.float()))
+    if activation == "log1p_relu":
+        return torch.log1p(out)
+    if activation != "relu":
+        raise ValueError(f"unknown SPLADE activation {activation!r}; choose one of {ACTIVATIONS}")
+    return out
+
+
+def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "max",
+                activation: str = "relu") -> torch.Tensor:
+    """SPLADE pooling of MLM logits (module docstring), the reference for every head.
+
+    Args:
+        logits: ``[B, L, V]`` vocabulary logits, any float dtype.
+        attention_mask: ``[B, L]``, 1 for real tokens, 0 for padding.
+        pooling: ``"max"`` or ``"sum"``; activation: ``"relu"`` or ``"log1p_relu"``.
+
+    Returns:
+        ``[B, V]`` float32 weights, ≥ 0.
+
+    Raises:
+        ValueError: unknown pooling or activation.
+    """
+    check_pooling(pooling, activation)
+    mask = attention_mask.to(torch.bool).unsqueeze(-1)
+    if pooling == "sum":
+        return splade_activation(logits, activation).masked_fill(~mask, 0.0).sum(dim=1)
+    masked = logits.float().masked_fill(~mask, float("-inf"))
+    pooled = masked.max(dim=1).values
+    return splade_activation(pooled.clamp_min(0.0), activation)
+
+
+def splade_max_pool(logits: torch.Tensor, attention_mask: torch.Tensor, activation: str = "relu") -> torch.Tensor:
+    """SPLADE max pooling of MLM logits: :func:`splade_pool` with ``pooling="max"``.
 
     Args:
         logits: ``[B, L, V]`` vocabulary logits, any float dtype.
@@ -34,32 +86,40 @@ def splade_max_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch
     Returns:
         ``[B, V]`` float32 weights, ≥ 0.
     """
-    mask = attention_mask.to(torch.bool).unsqueeze(-1)
-    masked = logits.float().masked_fill(~mask, float("-inf"))
-    pooled = masked.max(dim=1).values
-    return splade_activation(pooled.clamp_min(0.0))
+    return splade_pool(logits, attention_mask, "max", activation)
 
 
 def plain_splade_head(
-    hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+    *, pooling: str = "max", activation: str = "relu",
 ) -> torch.Tensor:
-    """The unfused head: full logits ``[B, L, V] = hidden @ weight.T``, then max pooling.
+    """The unfused head: full logits ``[B, L, V] = hidden @ weight.T``, then SPLADE pooling.
 
-    The bias is added after the max: ``max_t (x_tj + b_j) = (max_t x_tj) + b_j`` exactly, also in
-    floating point (rounding is monotonic), so adding it to ``[B, V]`` instead of ``[B, L, V]`` gives the
-    same weights and saves a pass over the logits (≈ 30 % of the head's time on a 2-core CPU at
-    splade-tiny's size, 64 × 48 tokens). Padding is masked in place on the logits (they are not
-    needed for the backward pass of the matrix product).
+    Max pooling: the bias is added after the max: ``max_t (x_tj + b_j) = (max_t x_tj) + b_j``
+    exactly, also in floating point (rounding is monotonic), so adding it to ``[B, V]`` instead of
+    ``[B, L, V]`` gives the same weights and saves a pass over the logits (≈ 30 % of the head's time
+    on a 2-core CPU at splade-tiny's size, 64 × 48 tokens). Padding is masked in place on the logits
+    (they are not needed for the backward pass of the matrix product).
+
+    Sum pooling: the activation is not linear, so the bias is added to every position's logits,
+    then ``Σ_t mask_t · a(logit_tj)`` (:func:`splade_pool`).
 
     Args:
         hidden: ``[B, L, H]`` transformed hidden states (after the MLM head's transform).
         attention_mask: ``[B, L]``.
         weight: decoder weight ``[V, H]``.
         bias: decoder bias ``[V]`` or None.
+        pooling: ``"max"`` or ``"sum"``; activation: ``"relu"`` or ``"log1p_relu"`` (module docstring).
 
     Returns:
         ``[B, V]`` float32 SPLADE weights. Memory: O(B·L·V) for the logits and their gradient.
+
+    Raises:
+        ValueError: unknown pooling or activation.
     """
+    check_pooling(pooling, activation)
+    if pooling == "sum":
+        return splade_pool(torch.nn.functional.linear(hidden, weight, bias), attention_mask, "sum", activation)
     logits = torch.matmul(hidden, weight.T).float()
     mask = attention_mask.to(torch.bool)
     if not bool(mask.all()):
@@ -67,4 +127,4 @@ def plain_splade_head(
     pooled = logits.max(dim=1).values
     if bias is not None:
         pooled = pooled + bias.float()
-    return splade_activation(pooled.clamp_min(0.0))
+    return splade_activation(pooled.clamp_min(0.0), activation)

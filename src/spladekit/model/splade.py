@@ -7,6 +7,7 @@ model saves everything.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable
 
@@ -14,23 +15,32 @@ import torch
 from torch import nn
 
 from spladekit.model.heads import MLMHead, find_mlm_head
-from spladekit.model.pooling import plain_splade_head
+from spladekit.model.pooling import check_pooling, plain_splade_head
 
-HeadFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+#: ``head(hidden [B, L, H], attention_mask [B, L], weight [V, H], bias [V] | None, *, activation) → [B, V]``
+HeadFn = Callable[..., torch.Tensor]
 
 
-def get_head_fn(name: str) -> HeadFn:
-    """Return the SPLADE head implementation called ``name``.
+def get_head_fn(name: str, pooling: str = "max") -> HeadFn:
+    """Return the SPLADE head implementation called ``name`` for ``pooling``.
 
-    ``"plain"``: full ``[B, L, V]`` logits then max pooling (:func:`plain_splade_head`).
-    ``"fused"``: the memory-lean head of :mod:`spladekit.model.fused`.
+    ``"plain"``: full ``[B, L, V]`` logits then SPLADE pooling (:func:`plain_splade_head`, both poolings).
+    ``"fused"``: the memory-lean heads, :mod:`spladekit.model.fused` (max pooling) and
+    :mod:`spladekit.model.fused_sum` (sum pooling).
+
+    Every returned function takes ``(hidden, attention_mask, weight, bias, *, activation)``.
 
     Raises:
-        ValueError: unknown name.
+        ValueError: unknown name or pooling.
     """
+    check_pooling(pooling, "relu")
     if name == "plain":
-        return plain_splade_head
+        return functools.partial(plain_splade_head, pooling=pooling)
     if name == "fused":
+        if pooling == "sum":
+            from spladekit.model.fused_sum import fused_sum_splade_head
+
+            return fused_sum_splade_head
         from spladekit.model.fused import fused_splade_head
 
         return fused_splade_head
@@ -59,23 +69,31 @@ class SpladeModel(nn.Module):
     Args:
         mlm: a ``transformers`` ``*ForMaskedLM`` model of a supported family.
         head_impl: ``"plain"`` or ``"fused"`` (see :func:`get_head_fn`); ``None`` picks the default.
+        pooling: ``"max"`` (SPLADE v2) or ``"sum"`` (SPLADE v1) over positions.
+        activation: ``"relu"`` (``log(1 + ReLU(x))``) or ``"log1p_relu"`` (``log(1 + log(1 + ReLU(x)))``),
+            see :mod:`spladekit.model.pooling`.
 
     Forward:
         ``input_ids`` ``[B, L]`` (int64), ``attention_mask`` ``[B, L]`` (0/1) →
-        ``[B, V]`` float32 SPLADE weights ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t.
+        ``[B, V]`` float32 SPLADE weights, e.g. ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t
+        (max pooling, ``"relu"``).
 
     Attributes:
         query_weights: None, or the inference-free query side being trained
             (:class:`spladekit.model.inference_free.QueryTermWeights`; a submodule, so the optimiser,
             checkpoints and the distributed broadcast include it). ``forward`` never uses it.
+        pooling, activation: as given (part of the model's description, saved in ``spladekit.json``).
     """
 
-    def __init__(self, mlm: nn.Module, head_impl: str | None = None):
+    def __init__(self, mlm: nn.Module, head_impl: str | None = None, pooling: str = "max", activation: str = "relu"):
         super().__init__()
+        check_pooling(pooling, activation)
         self.mlm = mlm
         self.query_weights = None
+        self.pooling = pooling
+        self.activation = activation
         self.head_impl = head_impl or default_head_impl()
-        get_head_fn(self.head_impl)  # validate early
+        get_head_fn(self.head_impl, pooling)  # validate early
 
     @property
     def head(self) -> MLMHead:
@@ -98,4 +116,5 @@ class SpladeModel(nn.Module):
         hidden = head.transform(
             head.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
         )
-        return get_head_fn(self.head_impl)(hidden, attention_mask, head.weight, head.bias)
+        return get_head_fn(self.head_impl, self.pooling)(hidden, attention_mask, head.weight, head.bias,
+                                                         activation=self.activation)
