@@ -54,3 +54,9 @@ def validation_problems(exc) -> list[tuple[str, str]]:
     """
     return [(".".join(str(part) for part in error["loc"]), error["msg"].removeprefix("Value error, "))
             for error in exc.errors()]
+
+
+class UnsupportedModelError(DataFormatError):
+    """A model folder describes something spladekit cannot compute exactly (mean/CLS pooling, a
+    ``SparseAutoEncoder``, a ``Router`` with two full encoders, prompts, an unknown module...).
+    Raised before any weights are loaded; the message names the file, the module and the field."""

@@ -230,7 +230,8 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
     encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu"), documents)
     with atomic_folder(out) as tmp:
         if write_inference_free_sentence_transformers_files(tmp, encoder.tokenizer, encoder.query_weights,
-                                                            encoder.metadata.doc_max_length) is None:
+                                                            encoder.metadata.doc_max_length, encoder.metadata.pooling,
+                                                            encoder.metadata.activation) is None:
             encoder.metadata.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
         encoder.save_pretrained(tmp)
     return encoder

@@ -169,7 +169,9 @@ def model_candidates(name: str) -> list[Path]:
 
 
 def _is_model_folder(folder: Path) -> bool:
-    return folder.is_dir() and (folder / "config.json").exists()
+    """A masked-LM folder (``config.json``) or a sentence-transformers one (``modules.json``, whose
+    masked LM may be in a module's subfolder; read by :mod:`spladekit.model.folders`)."""
+    return folder.is_dir() and ((folder / "config.json").exists() or (folder / "modules.json").exists())
 
 
 def resolve_model(name_or_path: str | Path, allow_hub: bool = True) -> str:
@@ -184,7 +186,7 @@ def resolve_model(name_or_path: str | Path, allow_hub: bool = True) -> str:
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not _is_model_folder(path):
-            raise ResolutionError(f"model folder {path} has no config.json")
+            raise ResolutionError(f"model folder {path} has neither config.json nor modules.json")
         return str(path)
     name = str(name_or_path)
     if name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):

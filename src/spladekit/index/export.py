@@ -271,8 +271,9 @@ def model_vocabulary(model: str | Path) -> list[str]:
     from transformers import AutoConfig, AutoTokenizer
 
     from spladekit.data.resolve import resolve_model
+    from spladekit.model.folders import read_model_folder
 
-    location = resolve_model(model)
-    size = AutoConfig.from_pretrained(location).vocab_size
-    tokens = AutoTokenizer.from_pretrained(location).convert_ids_to_tokens(list(range(size)))
+    folder = read_model_folder(resolve_model(model))  # the masked LM may be in a sentence-transformers module's folder
+    size = AutoConfig.from_pretrained(folder.mlm_dir).vocab_size
+    tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir).convert_ids_to_tokens(list(range(size)))
     return [t if t is not None else f"[spladekit:{j}]" for j, t in enumerate(tokens)]

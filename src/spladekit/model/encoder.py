@@ -32,7 +32,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from spladekit.model.inference_free import INFERENCE_FREE, encode_bag, load_query_weights, save_query_weights
+from spladekit.model.inference_free import INFERENCE_FREE, encode_bag, save_query_weights
 from spladekit.model.splade import SpladeModel
 
 METADATA_FILE = "spladekit.json"
@@ -52,6 +52,12 @@ class EncoderMetadata:
         query_encoder: ``"splade"`` (queries through the model, like documents) or
             ``"inference-free"`` (queries are a bag of their tokens weighted by
             ``query_weights.safetensors``, see :mod:`spladekit.model.inference_free`).
+        pooling: SPLADE pooling over positions, ``"max"`` (SPLADE v2) or ``"sum"`` (SPLADE v1).
+        activation: ``"relu"`` (``log(1 + ReLU(x))``) or ``"log1p_relu"`` (``log(1 + log(1 + ReLU(x)))``),
+            sentence-transformers' ``SpladePooling`` names (see :mod:`spladekit.model.pooling`).
+        zero_special_tokens: document (and model-encoded query) vectors get 0 in every special-token
+            column (``tokenizer.all_special_ids``), as OpenSearch's doc-only models are used; the
+            ``[PAD]`` column is 0 in any case.
     """
 
     query_max_length: int = 64
@@ -61,6 +67,9 @@ class EncoderMetadata:
     source: str = ""
     extra: dict = field(default_factory=dict)
     query_encoder: str = "splade"
+    pooling: str = "max"
+    activation: str = "relu"
+    zero_special_tokens: bool = False
 
     @classmethod
     def load(cls, folder: str | Path) -> "EncoderMetadata":
@@ -121,8 +130,9 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
 def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
-    The one model loader of spladekit: the encoder, training (``train.loop.load_model``), the
-    reproduction runner and calibration all load masked-LMs here.
+    The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
+    (the encoder, training (``train.loop.load_model``), the reproduction runner and calibration all
+    load through it), which calls this with the folder that holds the masked LM.
 
     transformers fills weights missing from a checkpoint with random values and only logs it; a
     backbone-only checkpoint (``BertModel``, a sentence encoder) would so get a random MLM head and
@@ -158,22 +168,47 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     return mlm
 
 
-def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
-    """``(load_masked_lm(location), AutoTokenizer.from_pretrained(location))`` (see :func:`load_masked_lm`).
+def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+    """The one loader of model folders: ``(mlm, tokenizer, folder)``.
+
+    ``folder`` is :func:`spladekit.model.folders.read_model_folder` of ``location`` (read first, so
+    an unsupported layout is refused before any weights load); the masked LM is loaded from where it
+    says (the root or a sentence-transformers module's subfolder) by :func:`load_masked_lm`, the
+    tokenizer from its folder.
 
     Raises:
         ResolutionError: no weights or no tokenizer in ``location``.
+        UnsupportedModelError, DataFormatError: see :func:`~spladekit.model.folders.read_model_folder`.
         HeadNotFoundError: see :func:`load_masked_lm`.
     """
+    from spladekit.model.folders import read_model_folder
+
+    folder = read_model_folder(location)
+    return (*_load_weights(folder, dtype, allow_random_head), folder)
+
+
+def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+    """``(mlm, tokenizer)`` from where a :class:`~spladekit.model.folders.ModelFolder` says they are."""
     from transformers import AutoTokenizer
 
     from spladekit.errors import ResolutionError
 
-    mlm = load_masked_lm(location, dtype, allow_random_head)
+    mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location)
+        tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir)
     except (OSError, ValueError) as exc:
-        raise ResolutionError(f"model {location}: cannot load its tokenizer ({exc})") from exc
+        raise ResolutionError(f"model {folder.root}: cannot load its tokenizer ({exc})") from exc
+    return mlm, tokenizer
+
+
+def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+    """``(mlm, tokenizer)`` of :func:`load_model_folder`, for callers that use only the MLM head
+    (the pooling and activation of the folder are in :func:`load_model_folder`'s third value).
+
+    Raises:
+        See :func:`load_model_folder`.
+    """
+    mlm, tokenizer, _ = load_model_folder(location, dtype, allow_random_head)
     return mlm, tokenizer
 
 
@@ -192,12 +227,15 @@ class SpladeEncoder:
 
     def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
                  query_weights: torch.Tensor | None = None):
+        metadata = metadata or EncoderMetadata()
         if not isinstance(model, SpladeModel):
-            model = SpladeModel(model)
+            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation)
+        # the model computes, the metadata records: they say the same
+        metadata.pooling, metadata.activation = model.pooling, model.activation
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.metadata = metadata or EncoderMetadata()
+        self.metadata = metadata
         self.batch_size = batch_size
         self._vocab: list[str] | None = None
         self.last_truncated = 0
@@ -219,30 +257,38 @@ class SpladeEncoder:
         dtype: torch.dtype | None = None,
         head_impl: str | None = None,
     ) -> "SpladeEncoder":
-        """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`).
+        """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`) in
+        any layout :func:`spladekit.model.folders.read_model_folder` reads (spladekit, Hugging Face
+        masked LM, naver/splade, sentence-transformers ``SparseEncoder`` incl. ``Router``, OpenSearch doc-only).
 
-        Arguments left as None come from the model's ``spladekit.json`` (or the defaults 64/256).
+        Arguments left as None come from the folder (``spladekit.json``, else what the
+        sentence-transformers or OpenSearch files say, else the defaults 64/256); pooling, activation
+        and the inference-free query side always come from the folder.
 
         Raises:
             ResolutionError: the model cannot be found, or its folder lacks weights or tokenizer.
+            UnsupportedModelError: the folder describes something spladekit cannot compute (before any
+                weights load; see :mod:`spladekit.model.folders`).
             HeadNotFoundError: it is not a supported masked-LM family, or its checkpoint has no
                 MLM-head weights (see :func:`load_masked_lm`).
         """
         from spladekit.data.resolve import resolve_model
+        from spladekit.model.folders import read_model_folder
 
         location = resolve_model(name_or_path)
-        mlm, tokenizer = load_masked_lm_and_tokenizer(location, dtype=dtype)
-        meta = EncoderMetadata.load(location) if Path(location).is_dir() else EncoderMetadata()
+        folder = read_model_folder(location)
+        meta = folder.metadata()  # refusals before any weights load
+        mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
         for key, value in dict(
             query_max_length=query_max_length, doc_max_length=doc_max_length, query_top_k=query_top_k, doc_top_k=doc_top_k
         ).items():
             if value is not None:
                 setattr(meta, key, value)
-        model = SpladeModel(mlm, head_impl)
+        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation)
         query_weights = None
         if meta.query_encoder == INFERENCE_FREE:
-            query_weights = load_query_weights(location, model.vocab_size)
+            query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
         elif meta.query_encoder != "splade":
             from spladekit.errors import DataFormatError
 
@@ -288,6 +334,9 @@ class SpladeEncoder:
         pad_id = getattr(self.tokenizer, "pad_token_id", None)
         if pad_id is not None and 0 <= pad_id < weights.shape[1]:
             weights[:, pad_id] = 0.0
+        if self.metadata.zero_special_tokens:
+            special = [j for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < weights.shape[1]]
+            weights[:, special] = 0.0
         return weights
 
     @property

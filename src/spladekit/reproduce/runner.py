@@ -117,13 +117,18 @@ def diagnosis_texts(config: ReproduceConfig) -> list[str]:
     return texts
 
 
-def _save_model(mlm, tokenizer, folder: Path) -> Path:
-    """Save a masked-LM and its tokenizer into ``folder`` atomically (temporary folder, then rename)."""
+def _save_model(mlm, tokenizer, folder: Path, source) -> Path:
+    """Save a masked-LM and its tokenizer into ``folder`` atomically (temporary folder, then rename),
+    with a ``spladekit.json`` keeping the pooling and activation of ``source`` (the
+    :class:`~spladekit.model.folders.ModelFolder` it was loaded from), so training from it keeps them."""
     from spladekit.io import atomic_folder
+    from spladekit.model.encoder import EncoderMetadata
 
+    described = source.metadata()
     with atomic_folder(folder) as tmp:
         mlm.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        EncoderMetadata(pooling=described.pooling, activation=described.activation, source=str(source.root)).save(tmp)
     return folder
 
 
@@ -184,27 +189,27 @@ class SpladekitRunner:
     def prepare_backbone(self, backbone, config: ReproduceConfig, folder: Path) -> dict:
         from spladekit.data.resolve import resolve_model
         from spladekit.model.calibrate.spec import RescaleSpec
-        from spladekit.model.encoder import load_masked_lm_and_tokenizer
+        from spladekit.model.encoder import load_model_folder
 
         location = resolve_model(backbone.path)
         if backbone.inflate is None and backbone.emulate is None:  # init_cell loads it (and refuses a checkpoint without MLM-head weights)
             return {"model": location, "source": location}
         from spladekit.model.calibrate import emulate_large_head
 
-        mlm, tokenizer = load_masked_lm_and_tokenizer(location)
+        mlm, tokenizer, source = load_model_folder(location)
         if backbone.emulate is not None:
             e = backbone.emulate
             done = {"emulation": emulate_large_head(mlm, e.kind, e.factor, sigma=e.sigma, seed=e.seed)}
         else:
             done = {"inflate": RescaleSpec(factor=backbone.inflate).apply(mlm)}
-        model = _save_model(mlm, tokenizer, folder / "model")
+        model = _save_model(mlm, tokenizer, folder / "model", source)
         return {"model": str(model), "source": location, **done}
 
     def init_cell(self, cell, base_model: str, config: ReproduceConfig, folder: Path) -> dict:
         from spladekit.model.calibrate import diagnose_mlm_head
-        from spladekit.model.encoder import load_masked_lm_and_tokenizer
+        from spladekit.model.encoder import load_model_folder
 
-        mlm, tokenizer = load_masked_lm_and_tokenizer(base_model)
+        mlm, tokenizer, source = load_model_folder(base_model)
         texts = self._diagnosis_texts(config)
         d = config.diagnosis
         kwargs = dict(max_length=d.max_length, max_tokens=d.max_tokens)
@@ -216,7 +221,7 @@ class SpladekitRunner:
                                           force=spec.force or cell.backbone.inflate is not None)
             after = diagnose_mlm_head(mlm, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs)
             result["diagnosis_after"] = after.to_dict()
-            result["model"] = str(_save_model(mlm, tokenizer, folder / "model"))
+            result["model"] = str(_save_model(mlm, tokenizer, folder / "model", source))
         return result
 
     def train_cell(self, cell, init_model: str, config: ReproduceConfig, folder: Path) -> dict:

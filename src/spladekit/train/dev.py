@@ -147,7 +147,8 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
     was_training = model.training
     started = time.perf_counter()
     try:
-        meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length)
+        meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
+                               pooling=model.pooling, activation=model.activation)
         query_weights = None
         if getattr(model, "query_weights", None) is not None:  # inference-free: score the query side being trained
             from spladekit.model.inference_free import INFERENCE_FREE

@@ -1,9 +1,10 @@
 """sentence-transformers module files, so a spladekit model folder loads as a ``SparseEncoder``.
 
 The layout is the one sentence-transformers (≥ 5) writes for SPLADE models: module 0, a fill-mask
-``MLMTransformer`` whose files are the folder itself, then module 1, ``SpladePooling`` with max
-pooling and ReLU (log1p saturation is applied by SpladePooling), i.e. the same function as
-:func:`spladekit.model.pooling.splade_max_pool`. Written by hand (no sentence-transformers import),
+``MLMTransformer`` whose files are the folder itself, then module 1, ``SpladePooling`` with the
+model's pooling (``pooling_strategy``: ``max``/``sum``) and activation (``activation_function``:
+``relu``/``log1p_relu``; log1p saturation is applied by SpladePooling), i.e. the same function as
+:func:`spladekit.model.pooling.splade_pool`. Written by hand (no sentence-transformers import),
 with the module paths that sentence-transformers 5.x and 6.x both load.
 
 An inference-free model (``query_encoder: inference-free``) gets the ``Router`` layout instead
@@ -23,16 +24,29 @@ MODULES = [
 ]
 
 
-def write_sentence_transformers_files(folder: str | Path, max_seq_length: int = 256) -> list[Path]:
+def _pooling_config(pooling: str, activation: str) -> dict:
+    """``SpladePooling``'s ``config.json`` (the 5.x key ``word_embedding_dimension``, which 6.x renames on load)."""
+    from spladekit.model.pooling import check_pooling
+
+    check_pooling(pooling, activation)
+    return {"pooling_strategy": pooling, "activation_function": activation, "word_embedding_dimension": None}
+
+
+def write_sentence_transformers_files(folder: str | Path, max_seq_length: int = 256, pooling: str = "max",
+                                      activation: str = "relu") -> list[Path]:
     """Write ``modules.json``, ``sentence_bert_config.json``, ``config_sentence_transformers.json``
     and ``1_SpladePooling/config.json`` into a saved masked-LM model folder.
 
     Args:
         folder: a folder holding a ``*ForMaskedLM`` model and its tokenizer.
         max_seq_length: sentence-transformers' single maximum length (tokens) for queries and documents.
+        pooling, activation: the model's (:class:`spladekit.model.splade.SpladeModel` attributes).
 
     Returns:
         The files written.
+
+    Raises:
+        ValueError: unknown pooling or activation.
     """
     folder = Path(folder)
     files = {
@@ -44,11 +58,7 @@ def write_sentence_transformers_files(folder: str | Path, max_seq_length: int = 
             "default_prompt_name": None,
             "similarity_fn_name": "dot",
         },
-        folder / "1_SpladePooling" / "config.json": {
-            "pooling_strategy": "max",
-            "activation_function": "relu",
-            "word_embedding_dimension": None,
-        },
+        folder / "1_SpladePooling" / "config.json": _pooling_config(pooling, activation),
     }
     for path, content in files.items():
         write_json(path, content)
@@ -67,7 +77,8 @@ ROUTER_TYPES = {
 
 
 def write_inference_free_sentence_transformers_files(folder: str | Path, tokenizer, query_weights,
-                                                     max_seq_length: int = 256) -> list[Path] | None:
+                                                     max_seq_length: int = 256, pooling: str = "max",
+                                                     activation: str = "relu") -> list[Path] | None:
     """Write the sentence-transformers ``Router`` layout of an inference-free model into ``folder``
     (a saved masked-LM folder): queries through ``SparseStaticEmbedding`` with ``query_weights``,
     documents through ``MLMTransformer`` + ``SpladePooling`` (``encode_query`` / ``encode_document``).
@@ -102,9 +113,7 @@ def write_inference_free_sentence_transformers_files(folder: str | Path, tokeniz
             "similarity_fn_name": "dot",
         },
         query_dir / "config.json": {"frozen": False},
-        folder / "document_1_SpladePooling" / "config.json": {
-            "pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": None,
-        },
+        folder / "document_1_SpladePooling" / "config.json": _pooling_config(pooling, activation),
     }
     for path, content in files.items():
         write_json(path, content)

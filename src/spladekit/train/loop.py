@@ -150,15 +150,16 @@ def load_model(config: TrainConfig, texts=None):
         ResolutionError: no weights or tokenizer.
     """
     from spladekit.data.resolve import resolve_model
-    from spladekit.model.encoder import load_masked_lm_and_tokenizer
+    from spladekit.model.encoder import load_model_folder
     from spladekit.model.splade import SpladeModel
 
     location = resolve_model(config.model.path)
-    mlm, tokenizer = load_masked_lm_and_tokenizer(location, allow_random_head=config.model.allow_random_head)
+    mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head)
+    meta = folder.metadata()  # the start model's pooling and activation are kept through training and saving
     record = apply_rescale(mlm, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)
-    return SpladeModel(mlm, config.model.head_impl), tokenizer, record
+    return SpladeModel(mlm, config.model.head_impl, pooling=meta.pooling, activation=meta.activation), tokenizer, record
 
 
 def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:
@@ -491,9 +492,10 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
         model.mlm.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                               source=config.model.path, extra=extra)
+                               source=config.model.path, extra=extra, pooling=model.pooling, activation=model.activation)
         if model.query_weights is None:
-            write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length)
+            write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length, pooling=model.pooling,
+                                              activation=model.activation)
         else:  # inference-free: relu(θ) saved, the query side spladekit and sentence-transformers encode with
             from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
 
@@ -502,7 +504,8 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
             meta.query_encoder = INFERENCE_FREE
             meta.extra["inference_free"] = {"init": "idf of the training documents", "trained": config.model.train_query_weights,
                                             "formula": "ln(1 + (N - df + 0.5) / (df + 0.5))"}
-            if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length) is None:
+            if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length,
+                                                                model.pooling, model.activation) is None:
                 meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
         meta.save(tmp)
         write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))

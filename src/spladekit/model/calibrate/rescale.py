@@ -162,9 +162,9 @@ def reference_row_norm(reference) -> float:
         return float(reference)
     if isinstance(reference, (str, Path)):
         from spladekit.data.resolve import resolve_model
-        from spladekit.model.encoder import load_masked_lm
+        from spladekit.model.encoder import load_masked_lm_and_tokenizer
 
-        reference = load_masked_lm(resolve_model(reference))
+        reference, _ = load_masked_lm_and_tokenizer(resolve_model(reference))  # any folder layout
     return float(row_norms(find_mlm_head(unwrap(reference)).weight).mean())
 
 

@@ -1,0 +1,494 @@
+"""Reading model folders: what a folder says its SPLADE model computes, before any weights load.
+
+The one way spladekit reads a model folder (:func:`read_model_folder`); every loader
+(:func:`spladekit.model.encoder.load_model_folder`, hence the encoder, training, diagnose, rescale,
+inference-free, export-model and reproduce) goes through it. It reads files only, so whatever
+cannot be represented is refused before any work, naming the file, the module and the field
+(:class:`~spladekit.errors.UnsupportedModelError`).
+
+Layouts read (checked in this order):
+
+``sentence-transformers`` (``modules.json``; what ``SparseEncoder.save`` writes, 5.x and 6.x module names)
+    * ``[Transformer (transformer_task "fill-mask") | MLMTransformer, SpladePooling]``: the masked
+      LM at the module's path (the folder itself for path ``""``), ``SpladePooling``'s
+      ``pooling_strategy`` (``max``/``sum``) and ``activation_function`` (``relu``/``log1p_relu``)
+      become ``pooling``/``activation``;
+    * ``[Router]`` with ``router_config.json``: the ``document`` route must be the two modules
+      above; the ``query`` route either the same modules (one encoder) or a ``SparseStaticEmbedding``
+      (older name ``IDF``), which becomes spladekit's inference-free query side with its weights
+      (``model.safetensors`` tensor ``weight``, or the ``idf.json`` its config names);
+    * ``config_sentence_transformers.json``: ``max_active_dims`` becomes the top-k of both sides;
+      a non-empty prompt, a ``model_type`` other than ``SparseEncoder`` or a similarity other than
+      the dot product is refused;
+    * the max length: ``max_seq_length`` of the Transformer's ``sentence_bert_config.json``, else
+      the tokenizer's ``model_max_length`` capped at the model's ``max_position_embeddings`` (the
+      rule of sentence-transformers' ``Transformer``), for queries and documents alike (one length, as
+      there). A ``SparseStaticEmbedding`` truncates at its own tokenizer's ``model_max_length``.
+    * refused: any other module (``Pooling`` mean/CLS, ``Dense``, ``Normalize``, ``SparseAutoEncoder``
+      (CSR), ``Asym``...), a Router whose two routes are two different encoders, a Router with
+      ``route_mappings``, ``do_lower_case: true``, a query tokenizer whose vocabulary differs
+      from the document tokenizer's.
+
+``opensearch-doc-only`` (``config.json`` + tokenizer + ``idf.json``, no ``modules.json``)
+    as the model cards of ``opensearch-project/opensearch-neural-sparse-encoding-doc-v1/v2-*``
+    describe it: documents through the masked LM (max pooling, ``relu``), special-token columns set
+    to 0 in document vectors; queries are the bag of their tokens weighted by ``idf.json``
+    (``{token: weight}``, tokens it does not list weigh 0, special tokens 0). The tokenizer's
+    ``model_max_length`` (capped at the model's positions) truncates both.
+
+``spladekit`` / ``masked-lm`` (``config.json``, optionally ``spladekit.json``)
+    a spladekit folder, a naver/splade checkpoint or any Hugging Face ``*ForMaskedLM`` folder: max
+    pooling and ``relu`` unless ``spladekit.json`` says otherwise, spladekit's lengths (64/256)
+    unless it says otherwise.
+
+A spladekit folder that also carries sentence-transformers files (spladekit writes both): the
+lengths, top-k and query side of ``spladekit.json`` are used, and its ``pooling``/``activation``
+must agree with ``SpladePooling``'s (else it is refused: the two libraries would compute different
+vectors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spladekit.errors import DataFormatError, UnsupportedModelError
+
+MODULES_FILE = "modules.json"
+ROUTER_FILE = "router_config.json"
+ST_CONFIG_FILE = "config_sentence_transformers.json"
+TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
+IDF_FILE = "idf.json"
+
+#: transformers' placeholder ``model_max_length`` when a tokenizer states none (``VERY_LARGE_INTEGER``).
+_UNBOUNDED = 10**12
+_TRANSFORMERS = ("Transformer", "MLMTransformer")
+_STATIC = ("SparseStaticEmbedding", "IDF")
+
+
+@dataclass
+class QuerySide:
+    """Where an inference-free query side's weights are: ``kind`` ``"spladekit"``
+    (``query_weights.safetensors``), ``"safetensors"`` (a ``SparseStaticEmbedding``'s weight file) or
+    ``"idf.json"`` (``{token: weight}``); ``path`` the file; ``tokenizer_dir`` the query tokenizer."""
+
+    kind: str
+    path: Path
+    tokenizer_dir: Path | None = None
+
+
+@dataclass
+class ModelFolder:
+    """What a model folder says (see the module docstring for each layout).
+
+    Attributes:
+        root: the folder (or hub id) read.
+        layout: ``"sentence-transformers"``, ``"sentence-transformers-router"``,
+            ``"opensearch-doc-only"``, ``"spladekit"`` or ``"masked-lm"``.
+        mlm_dir: folder of the masked LM (``config.json`` + weights): the root or a subfolder.
+        tokenizer_dir: folder of the (document) tokenizer.
+        pooling: ``"max"`` or ``"sum"``; activation: ``"relu"`` or ``"log1p_relu"``.
+        max_length: the one max length the folder states for both sides (tokens), or None.
+        query_max_length: a query-side max length of its own (``SparseStaticEmbedding``'s tokenizer), or None.
+        top_k: ``max_active_dims`` (both sides), or None.
+        query_side: the inference-free query side, or None (queries through the model).
+        zero_special_tokens: document vectors get 0 in special-token columns (OpenSearch doc-only).
+        spladekit_json: ``spladekit.json``'s content, or None when the folder has none.
+    """
+
+    root: str
+    layout: str
+    mlm_dir: str
+    tokenizer_dir: str
+    pooling: str = "max"
+    activation: str = "relu"
+    max_length: int | None = None
+    query_max_length: int | None = None
+    top_k: int | None = None
+    query_side: QuerySide | None = None
+    zero_special_tokens: bool = False
+    spladekit_json: dict | None = field(default=None, repr=False)
+
+    def metadata(self):
+        """The :class:`~spladekit.model.encoder.EncoderMetadata` of the model: ``spladekit.json``
+        where the folder has one, what the other files say otherwise.
+
+        Raises:
+            DataFormatError: ``spladekit.json`` is not a JSON object or its pooling/activation are unknown.
+            UnsupportedModelError: ``spladekit.json`` and the sentence-transformers files disagree.
+        """
+        from spladekit.model.encoder import METADATA_FILE, EncoderMetadata
+        from spladekit.model.inference_free import INFERENCE_FREE
+        from spladekit.model.pooling import ACTIVATIONS, POOLINGS
+
+        meta = EncoderMetadata()
+        if self.spladekit_json is not None:
+            path = Path(self.root) / METADATA_FILE
+            meta = EncoderMetadata.load(self.root)
+            for name, allowed in (("pooling", POOLINGS), ("activation", ACTIVATIONS)):
+                if getattr(meta, name) not in allowed:
+                    raise DataFormatError(path, f"unknown {name} {getattr(meta, name)!r}; expected one of {allowed}", field=name)
+            if self.layout.startswith("sentence-transformers"):
+                for name in ("pooling", "activation"):
+                    written = self.spladekit_json.get(name, "max" if name == "pooling" else "relu")
+                    if written != getattr(self, name):
+                        raise UnsupportedModelError(path, f"says {name} {written!r} but the sentence-transformers "
+                                                    f"SpladePooling module says {getattr(self, name)!r}; the two "
+                                                    "libraries would compute different vectors", field=name)
+            return meta
+        meta.pooling, meta.activation = self.pooling, self.activation
+        meta.zero_special_tokens = self.zero_special_tokens
+        if self.max_length is not None:
+            meta.query_max_length = meta.doc_max_length = self.max_length
+        if self.query_max_length is not None:
+            meta.query_max_length = self.query_max_length
+        meta.query_top_k = meta.doc_top_k = self.top_k
+        if self.query_side is not None:
+            meta.query_encoder = INFERENCE_FREE
+        return meta
+
+    def load_query_weights(self, tokenizer, vocab_size: int):
+        """The ``[V]`` float32 weights of the inference-free query side (None without one), special
+        tokens set to 0.
+
+        Raises:
+            DataFormatError: the weight file is missing or not ``[V]``, a weight is negative or not
+                finite, an ``idf.json`` token is not in the vocabulary.
+        """
+        import torch
+
+        from spladekit.model.inference_free import _zero_special, load_query_weights
+
+        side = self.query_side
+        if side is None:
+            return None
+        if side.kind == "spladekit":
+            weights = load_query_weights(side.path.parent, vocab_size)
+        elif side.kind == "safetensors":
+            weights = _read_weight_file(side.path, vocab_size)
+        else:
+            weights = _read_idf_json(side.path, tokenizer, vocab_size)
+        if bool((weights < 0).any()):
+            j = int(torch.nonzero(weights < 0)[0])
+            raise DataFormatError(side.path, f"query weight of token id {j} is negative ({float(weights[j])}); "
+                                  "spladekit keeps only positive weights, so its vectors would differ", field="weight")
+        weights = weights.clone()
+        _zero_special(weights, tokenizer)
+        return weights
+
+
+def _read_weight_file(path: Path, vocab_size: int):
+    import torch
+
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path))
+    else:
+        tensors = torch.load(str(path), map_location="cpu", weights_only=True)
+    weight = tensors.get("weight") if isinstance(tensors, dict) else None
+    if weight is None or tuple(weight.shape) != (vocab_size,):
+        shape = None if weight is None else tuple(weight.shape)
+        raise DataFormatError(path, f"expected a tensor 'weight' of shape ({vocab_size},), got {shape}", field="weight")
+    if not bool(torch.isfinite(weight).all()):
+        raise DataFormatError(path, "query weights contain NaN or infinite values", field="weight")
+    return weight.float()
+
+
+def _read_idf_json(path: Path, tokenizer, vocab_size: int):
+    """``[V]`` weights from ``{token: weight}`` (OpenSearch's ``idf.json``); unlisted tokens weigh 0."""
+    import math
+
+    import torch
+
+    from spladekit.io import read_json
+
+    table = read_json(path)
+    if not isinstance(table, dict):
+        raise DataFormatError(path, "expected a JSON object {token: weight}")
+    vocab = tokenizer.get_vocab()
+    weights = torch.zeros(vocab_size, dtype=torch.float32)
+    for token, value in table.items():
+        if token not in vocab or not 0 <= vocab[token] < vocab_size:
+            raise DataFormatError(path, "token not in the tokenizer's vocabulary", field=token)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise DataFormatError(path, f"weight must be a finite number, got {value!r}", field=token)
+        weights[vocab[token]] = float(value)
+    return weights
+
+
+# ------------------------------------------------------------------------------------------ reading
+def _json_object(path: Path, kind: str = "object"):
+    from spladekit.io import read_json
+
+    data = read_json(path)
+    expected = dict if kind == "object" else list
+    if not isinstance(data, expected):
+        raise DataFormatError(path, f"expected a JSON {kind}")
+    return data
+
+
+def _class_name(type_path, path: Path, where: str) -> str:
+    """The class of a module's dotted type; refuses types outside sentence-transformers."""
+    if not isinstance(type_path, str) or not type_path.startswith("sentence_transformers."):
+        raise UnsupportedModelError(path, f"{where}: module type {type_path!r} is not a sentence-transformers "
+                                    "module spladekit knows", field="type")
+    return type_path.rsplit(".", 1)[-1]
+
+
+def _refuse_module(path: Path, where: str, name: str) -> None:
+    reasons = {
+        "Pooling": "dense pooling (mean/CLS/...) of hidden states, not SPLADE pooling of MLM logits",
+        "SparseAutoEncoder": "a sparse auto-encoder (CSR) over dense embeddings, not SPLADE",
+        "Dense": "a dense projection, not SPLADE",
+        "Normalize": "normalised vectors (spladekit scores by an unnormalised dot product)",
+        "Asym": "the pre-5.0 asymmetric layout (re-save it with sentence-transformers >= 5 as a Router)",
+        "StaticEmbedding": "dense static embeddings, not SPLADE",
+    }
+    reason = reasons.get(name, "a module spladekit cannot compute")
+    raise UnsupportedModelError(path, f"{where}: module {name!r} is {reason}; refused", field="type")
+
+
+def _module_dir(root: Path, relative) -> Path:
+    relative = "" if relative in (None, ".", "") else str(relative)
+    folder = (root / relative).resolve()
+    if root.resolve() not in (folder, *folder.parents):
+        raise DataFormatError(root / MODULES_FILE, f"module path {relative!r} leaves the model folder", field="path")
+    return folder
+
+
+def _tokenizer_length(folder: Path) -> int | None:
+    """``model_max_length`` of ``folder/tokenizer_config.json``, None when absent or transformers' placeholder."""
+    path = folder / "tokenizer_config.json"
+    if not path.exists():
+        return None
+    value = _json_object(path).get("model_max_length")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value >= _UNBOUNDED:
+        return None
+    return value
+
+
+def _positions(folder: Path) -> int | None:
+    path = folder / "config.json"
+    if not path.exists():
+        return None
+    value = _json_object(path).get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _capped_length(folder: Path) -> int | None:
+    """The tokenizer's ``model_max_length`` capped at ``max_position_embeddings`` (sentence-transformers' rule)."""
+    lengths = [n for n in (_tokenizer_length(folder), _positions(folder)) if n is not None]
+    return min(lengths) if lengths else None
+
+
+def _read_transformer(folder: Path, name: str, where: str) -> int | None:
+    """Check a Transformer/MLMTransformer module; return its stated max length (None: unstated)."""
+    config_path = folder / TRANSFORMER_CONFIG_FILE
+    config = _json_object(config_path) if config_path.exists() else {}
+    task = config.get("transformer_task", "fill-mask" if name == "MLMTransformer" else "feature-extraction")
+    if task != "fill-mask":
+        raise UnsupportedModelError(config_path, f"{where}: module {name!r} has transformer_task {task!r}: it "
+                                    "gives hidden states, not MLM logits; SPLADE needs 'fill-mask'", field="transformer_task")
+    output = (config.get("modality_config") or {}).get("text", {}).get("method_output_name", "logits")
+    if output != "logits":
+        raise UnsupportedModelError(config_path, f"{where}: module {name!r} reads {output!r}, not the MLM logits",
+                                    field="modality_config")
+    if config.get("do_lower_case"):
+        raise UnsupportedModelError(config_path, f"{where}: module {name!r} lowercases the text before its "
+                                    "tokenizer; spladekit does not change text", field="do_lower_case")
+    if not (folder / "config.json").exists():
+        raise DataFormatError(folder / "config.json", f"{where}: module {name!r} has no masked-LM config.json")
+    stated = config.get("max_seq_length")
+    if stated is None:
+        kwargs = config.get("processor_kwargs") or config.get("tokenizer_args") or {}
+        stated = kwargs.get("model_max_length")
+    if stated is not None and (isinstance(stated, bool) or not isinstance(stated, int) or stated < 2):
+        raise DataFormatError(config_path, f"max_seq_length must be an integer >= 2, got {stated!r}", field="max_seq_length")
+    return stated if stated is not None else _capped_length(folder)
+
+
+def _read_pooling(folder: Path, where: str) -> tuple[str, str]:
+    from spladekit.model.pooling import ACTIVATIONS, POOLINGS
+
+    path = folder / "config.json"
+    config = _json_object(path) if path.exists() else {}
+    pooling = config.get("pooling_strategy", "max")
+    activation = config.get("activation_function", "relu")
+    if pooling not in POOLINGS:
+        raise UnsupportedModelError(path, f"{where}: SpladePooling pooling_strategy {pooling!r}; spladekit computes "
+                                    f"{' and '.join(POOLINGS)}", field="pooling_strategy")
+    if activation not in ACTIVATIONS:
+        raise UnsupportedModelError(path, f"{where}: SpladePooling activation_function {activation!r}; spladekit "
+                                    f"computes {' and '.join(ACTIVATIONS)}", field="activation_function")
+    return pooling, activation
+
+
+def _read_encoder_route(entries: list[tuple[str, str, Path]], path: Path, where: str):
+    """``[(name, class, folder)]`` of a document encoder → ``(mlm folder, max length, pooling, activation)``."""
+    names = [name for _, name, _ in entries]
+    if len(entries) != 2 or names[0] not in _TRANSFORMERS or names[1] != "SpladePooling":
+        for module_id, name, _ in entries:
+            if name not in _TRANSFORMERS + ("SpladePooling",):
+                _refuse_module(path, f"{where}, module {module_id!r}", name)
+        raise UnsupportedModelError(path, f"{where}: modules {names}; spladekit reads a SPLADE encoder as "
+                                    "[Transformer (fill-mask), SpladePooling]", field="modules")
+    (_, name, mlm_dir), (pool_id, _, pool_dir) = entries
+    length = _read_transformer(mlm_dir, name, where)
+    pooling, activation = _read_pooling(pool_dir, f"{where}, module {pool_id!r}")
+    return mlm_dir, length, pooling, activation
+
+
+def _read_st_config(root: Path) -> int | None:
+    """Check ``config_sentence_transformers.json``; return ``max_active_dims`` (None when unset)."""
+    path = root / ST_CONFIG_FILE
+    if not path.exists():
+        return None
+    config = _json_object(path)
+    model_type = config.get("model_type", "SparseEncoder")
+    if model_type != "SparseEncoder":
+        raise UnsupportedModelError(path, f"model_type {model_type!r}; spladekit reads sparse encoders (SparseEncoder)",
+                                    field="model_type")
+    prompts = config.get("prompts") or {}
+    if not isinstance(prompts, dict):
+        raise DataFormatError(path, "expected an object {name: prompt}", field="prompts")
+    for name, prompt in prompts.items():
+        if prompt:
+            raise UnsupportedModelError(path, f"prompt {prompt!r} is put before every {name} text; spladekit encodes "
+                                        "the text as given", field=f"prompts.{name}")
+    similarity = config.get("similarity_fn_name")
+    if similarity not in (None, "dot"):
+        raise UnsupportedModelError(path, f"similarity {similarity!r}; spladekit scores by the dot product",
+                                    field="similarity_fn_name")
+    top_k = config.get("max_active_dims")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise DataFormatError(path, f"must be a positive integer or null, got {top_k!r}", field="max_active_dims")
+    return top_k
+
+
+def _same_vocabulary(query_dir: Path, document_dir: Path, path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    try:
+        query = AutoTokenizer.from_pretrained(str(query_dir)).get_vocab()
+        document = AutoTokenizer.from_pretrained(str(document_dir)).get_vocab()
+    except (OSError, ValueError) as exc:
+        raise DataFormatError(query_dir, f"cannot load the query tokenizer ({exc})") from exc
+    if query != document:
+        raise UnsupportedModelError(path, "the query route's tokenizer has another vocabulary than the document "
+                                    "route's; spladekit encodes both sides with one tokenizer", field="structure.query")
+
+
+def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder:
+    path = router_dir / ROUTER_FILE
+    if not path.exists():
+        raise DataFormatError(path, "the Router module has no router_config.json")
+    config = _json_object(path)
+    types, structure = config.get("types"), config.get("structure")
+    if not isinstance(types, dict) or not isinstance(structure, dict):
+        raise DataFormatError(path, "expected objects 'types' and 'structure'", field="structure")
+    parameters = config.get("parameters") or {}
+    if parameters.get("route_mappings"):
+        raise UnsupportedModelError(path, "route_mappings send inputs to routes by task and modality; spladekit reads "
+                                    "exactly a 'query' and a 'document' route", field="parameters.route_mappings")
+    if set(structure) != {"query", "document"}:
+        raise UnsupportedModelError(path, f"routes {sorted(structure)}; spladekit reads exactly 'query' and 'document'",
+                                    field="structure")
+
+    def entries(route: str) -> list[tuple[str, str, Path]]:
+        ids = structure[route]
+        if not isinstance(ids, list) or not ids:
+            raise DataFormatError(path, "expected a non-empty list of module ids", field=f"structure.{route}")
+        out = []
+        for module_id in ids:
+            if module_id not in types:
+                raise DataFormatError(path, f"module {module_id!r} has no type", field="types")
+            out.append((module_id, _class_name(types[module_id], path, f"route {route!r}, module {module_id!r}"),
+                        _module_dir(router_dir, module_id)))
+        return out
+
+    document = entries("document")
+    mlm_dir, length, pooling, activation = _read_encoder_route(document, path, "route 'document'")
+    query = entries("query")
+    folder = ModelFolder(root=str(root), layout="sentence-transformers-router", mlm_dir=str(mlm_dir),
+                         tokenizer_dir=str(mlm_dir), pooling=pooling, activation=activation, max_length=length, top_k=top_k)
+    if [q[0] for q in query] == [d[0] for d in document]:
+        return folder  # one encoder for both sides
+    if len(query) == 1 and query[0][1] in _STATIC:
+        module_id, _, query_dir = query[0]
+        static_config_path = query_dir / "config.json"
+        static_config = _json_object(static_config_path) if static_config_path.exists() else {}
+        json_path = static_config.get("path")
+        if isinstance(json_path, str) and json_path.endswith(".json"):
+            side = QuerySide("idf.json", _module_dir(query_dir, json_path), query_dir)
+        else:
+            weights = [query_dir / n for n in ("model.safetensors", "pytorch_model.bin") if (query_dir / n).exists()]
+            if not weights:
+                raise DataFormatError(query_dir / "model.safetensors", f"route 'query', module {module_id!r}: "
+                                      "SparseStaticEmbedding has no weight file")
+            side = QuerySide("safetensors", weights[0], query_dir)
+        _same_vocabulary(query_dir, mlm_dir, path)
+        folder.query_side = side
+        folder.query_max_length = _tokenizer_length(query_dir)
+        return folder
+    for module_id, name, _ in query:
+        if name not in _TRANSFORMERS + ("SpladePooling",) + _STATIC:
+            _refuse_module(path, f"route 'query', module {module_id!r}", name)
+    raise UnsupportedModelError(path, f"the query route {[q[0] for q in query]} is another encoder than the document "
+                                f"route {[d[0] for d in document]}; spladekit has one document model and, for queries, "
+                                "either the same model or a SparseStaticEmbedding", field="structure.query")
+
+
+def _read_sentence_transformers(root: Path) -> ModelFolder:
+    path = root / MODULES_FILE
+    modules = _json_object(path, "array")
+    top_k = _read_st_config(root)
+    entries = []
+    for number, module in enumerate(modules):
+        if not isinstance(module, dict) or "type" not in module:
+            raise DataFormatError(path, f"entry {number} is not an object with a 'type'", field="type")
+        name = _class_name(module["type"], path, f"module {module.get('name', number)!r}")
+        entries.append((str(module.get("name", number)), name, _module_dir(root, module.get("path", ""))))
+    if len(entries) == 1 and entries[0][1] == "Router":
+        return _read_router(root, entries[0][2], top_k)
+    mlm_dir, length, pooling, activation = _read_encoder_route(entries, path, "modules.json")
+    return ModelFolder(root=str(root), layout="sentence-transformers", mlm_dir=str(mlm_dir), tokenizer_dir=str(mlm_dir),
+                       pooling=pooling, activation=activation, max_length=length, top_k=top_k)
+
+
+def read_model_folder(location: str | Path) -> ModelFolder:
+    """What the model at ``location`` (a folder, or a hub id that transformers resolves itself) says.
+
+    Reads JSON files only (and, for a Router's query side, the two tokenizers' vocabularies).
+
+    Raises:
+        ResolutionError: a folder without ``config.json`` or ``modules.json``.
+        UnsupportedModelError: a layout that spladekit cannot compute exactly (module docstring).
+        DataFormatError: a damaged file (naming it and the field).
+    """
+    from spladekit.errors import ResolutionError
+    from spladekit.model.encoder import METADATA_FILE
+
+    root = Path(location)
+    if not root.is_dir():  # a hub id resolved by transformers: a plain masked LM
+        return ModelFolder(root=str(location), layout="masked-lm", mlm_dir=str(location), tokenizer_dir=str(location))
+    own = root / METADATA_FILE
+    spladekit_json = _json_object(own) if own.exists() else None
+    if (root / MODULES_FILE).exists():
+        folder = _read_sentence_transformers(root)
+    elif (root / "config.json").exists() and (root / IDF_FILE).exists() and spladekit_json is None:
+        folder = ModelFolder(root=str(root), layout="opensearch-doc-only", mlm_dir=str(root), tokenizer_dir=str(root),
+                             max_length=_capped_length(root), query_side=QuerySide("idf.json", root / IDF_FILE, root),
+                             zero_special_tokens=True)
+    elif (root / "config.json").exists():
+        folder = ModelFolder(root=str(root), layout="spladekit" if spladekit_json is not None else "masked-lm",
+                             mlm_dir=str(root), tokenizer_dir=str(root))
+    else:
+        raise ResolutionError(f"model folder {root} has neither config.json (a masked LM) nor modules.json "
+                              "(sentence-transformers)")
+    folder.spladekit_json = spladekit_json
+    if spladekit_json is not None and spladekit_json.get("query_encoder") == "inference-free":
+        from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
+
+        folder.query_side = QuerySide("spladekit", root / QUERY_WEIGHTS_FILE, root)
+    return folder
