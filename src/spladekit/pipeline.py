@@ -218,7 +218,6 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
     """
     from spladekit.data.beir import load_corpus
     from spladekit.model.inference_free import make_inference_free
-    from spladekit.train.export import write_inference_free_sentence_transformers_files
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -229,9 +228,5 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
         documents = list(load_corpus(data).values())
     encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu"), documents)
     with atomic_folder(out) as tmp:
-        if write_inference_free_sentence_transformers_files(tmp, encoder.tokenizer, encoder.query_weights,
-                                                            encoder.metadata.doc_max_length, encoder.metadata.pooling,
-                                                            encoder.metadata.activation) is None:
-            encoder.metadata.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-        encoder.save_pretrained(tmp)
+        encoder.save_pretrained(tmp)  # with the sentence-transformers Router files where expressible
     return encoder

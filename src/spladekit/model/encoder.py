@@ -297,21 +297,36 @@ class SpladeEncoder:
         return cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
 
     def save_pretrained(self, folder: str | Path) -> None:
-        """Save model, tokenizer and ``spladekit.json`` into ``folder``.
+        """Save model, tokenizer, ``spladekit.json`` and the sentence-transformers module files into ``folder``.
 
         A rescaling record of the MLM head (``config.spladekit_rescale``, see
         :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
+        The sentence-transformers files (:mod:`spladekit.train.export`: ``SpladePooling`` with this
+        model's pooling and activation; the ``Router`` layout for an inference-free query side) are
+        not written where that library would compute other vectors (special-token columns zeroed,
+        a query side whose size differs from the tokenizer's vocabulary); ``metadata.extra
+        ["sentence_transformers"]`` then says why.
         """
+        from spladekit.train.export import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+
         folder = Path(folder)
         record = getattr(self.model.mlm.config, "spladekit_rescale", None)
         if record:
             self.metadata.extra["rescale"] = record
         self.model.mlm.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
+        meta = self.metadata
+        if meta.zero_special_tokens:
+            meta.extra["sentence_transformers"] = "not written: SpladePooling cannot zero the special-token columns"
+        elif self.query_weights is None:
+            write_sentence_transformers_files(folder, meta.doc_max_length, meta.pooling, meta.activation)
+        elif write_inference_free_sentence_transformers_files(folder, self.tokenizer, self.query_weights,
+                                                              meta.doc_max_length, meta.pooling, meta.activation) is None:
+            meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
         if self.query_weights is not None:
             save_query_weights(folder, self.query_weights)
-            self.metadata.query_encoder = INFERENCE_FREE
-        self.metadata.save(folder)
+            meta.query_encoder = INFERENCE_FREE
+        meta.save(folder)
 
     # ------------------------------------------------------------------ encoding
     @property
