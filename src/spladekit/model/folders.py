@@ -70,11 +70,14 @@ _STATIC = ("SparseStaticEmbedding", "IDF")
 class QuerySide:
     """Where an inference-free query side's weights are: ``kind`` ``"spladekit"``
     (``query_weights.safetensors``), ``"safetensors"`` (a ``SparseStaticEmbedding``'s weight file) or
-    ``"idf.json"`` (``{token: weight}``); ``path`` the file; ``tokenizer_dir`` the query tokenizer."""
+    ``"idf.json"`` (``{token: weight}``); ``path`` the file; ``tokenizer_dir`` the query tokenizer;
+    ``zero_special``: special tokens weigh 0 (OpenSearch doc-only; a ``SparseStaticEmbedding`` uses
+    its weights as they are, as sentence-transformers does)."""
 
     kind: str
     path: Path
     tokenizer_dir: Path | None = None
+    zero_special: bool = False
 
 
 @dataclass
@@ -148,8 +151,8 @@ class ModelFolder:
         return meta
 
     def load_query_weights(self, tokenizer, vocab_size: int):
-        """The ``[V]`` float32 weights of the inference-free query side (None without one), special
-        tokens set to 0.
+        """The ``[V]`` float32 weights of the inference-free query side (None without one); special
+        tokens set to 0 where the layout says so (:attr:`QuerySide.zero_special`).
 
         Raises:
             DataFormatError: the weight file is missing or not ``[V]``, a weight is negative or not
@@ -172,8 +175,9 @@ class ModelFolder:
             j = int(torch.nonzero(weights < 0)[0])
             raise DataFormatError(side.path, f"query weight of token id {j} is negative ({float(weights[j])}); "
                                   "spladekit keeps only positive weights, so its vectors would differ", field="weight")
-        weights = weights.clone()
-        _zero_special(weights, tokenizer)
+        if side.zero_special:
+            weights = weights.clone()
+            _zero_special(weights, tokenizer)
         return weights
 
 
@@ -236,7 +240,10 @@ def _class_name(type_path, path: Path, where: str) -> str:
     return type_path.rsplit(".", 1)[-1]
 
 
-def _refuse_module(path: Path, where: str, name: str) -> None:
+def _refuse_modules(path: Path, where: str, modules: list[tuple[str, str]]) -> None:
+    """Raise naming every ``(module id, class)`` of ``modules`` and why it is refused (nothing when empty)."""
+    if not modules:
+        return
     reasons = {
         "Pooling": "dense pooling (mean/CLS/...) of hidden states, not SPLADE pooling of MLM logits",
         "SparseAutoEncoder": "a sparse auto-encoder (CSR) over dense embeddings, not SPLADE",
@@ -245,8 +252,9 @@ def _refuse_module(path: Path, where: str, name: str) -> None:
         "Asym": "the pre-5.0 asymmetric layout (re-save it with sentence-transformers >= 5 as a Router)",
         "StaticEmbedding": "dense static embeddings, not SPLADE",
     }
-    reason = reasons.get(name, "a module spladekit cannot compute")
-    raise UnsupportedModelError(path, f"{where}: module {name!r} is {reason}; refused", field="type")
+    said = "; ".join(f"module {module_id!r} ({name}) is {reasons.get(name, 'a module spladekit cannot compute')}"
+                     for module_id, name in modules)
+    raise UnsupportedModelError(path, f"{where}: {said}; refused", field="type")
 
 
 def _module_dir(root: Path, relative) -> Path:
@@ -288,17 +296,17 @@ def _read_transformer(folder: Path, name: str, where: str) -> int | None:
     config = _json_object(config_path) if config_path.exists() else {}
     task = config.get("transformer_task", "fill-mask" if name == "MLMTransformer" else "feature-extraction")
     if task != "fill-mask":
-        raise UnsupportedModelError(config_path, f"{where}: module {name!r} has transformer_task {task!r}: it "
+        raise UnsupportedModelError(config_path, f"{where} ({name}) has transformer_task {task!r}: it "
                                     "gives hidden states, not MLM logits; SPLADE needs 'fill-mask'", field="transformer_task")
     output = (config.get("modality_config") or {}).get("text", {}).get("method_output_name", "logits")
     if output != "logits":
-        raise UnsupportedModelError(config_path, f"{where}: module {name!r} reads {output!r}, not the MLM logits",
+        raise UnsupportedModelError(config_path, f"{where} ({name}) reads {output!r}, not the MLM logits",
                                     field="modality_config")
     if config.get("do_lower_case"):
-        raise UnsupportedModelError(config_path, f"{where}: module {name!r} lowercases the text before its "
+        raise UnsupportedModelError(config_path, f"{where} ({name}) lowercases the text before its "
                                     "tokenizer; spladekit does not change text", field="do_lower_case")
     if not (folder / "config.json").exists():
-        raise DataFormatError(folder / "config.json", f"{where}: module {name!r} has no masked-LM config.json")
+        raise DataFormatError(folder / "config.json", f"{where} ({name}) has no masked-LM config.json")
     stated = config.get("max_seq_length")
     if stated is None:
         kwargs = config.get("processor_kwargs") or config.get("tokenizer_args") or {}
@@ -328,13 +336,11 @@ def _read_encoder_route(entries: list[tuple[str, str, Path]], path: Path, where:
     """``[(name, class, folder)]`` of a document encoder → ``(mlm folder, max length, pooling, activation)``."""
     names = [name for _, name, _ in entries]
     if len(entries) != 2 or names[0] not in _TRANSFORMERS or names[1] != "SpladePooling":
-        for module_id, name, _ in entries:
-            if name not in _TRANSFORMERS + ("SpladePooling",):
-                _refuse_module(path, f"{where}, module {module_id!r}", name)
+        _refuse_modules(path, where, [(i, n) for i, n, _ in entries if n not in _TRANSFORMERS + ("SpladePooling",)])
         raise UnsupportedModelError(path, f"{where}: modules {names}; spladekit reads a SPLADE encoder as "
                                     "[Transformer (fill-mask), SpladePooling]", field="modules")
-    (_, name, mlm_dir), (pool_id, _, pool_dir) = entries
-    length = _read_transformer(mlm_dir, name, where)
+    (mlm_id, name, mlm_dir), (pool_id, _, pool_dir) = entries
+    length = _read_transformer(mlm_dir, name, f"{where}, module {mlm_id!r}")
     pooling, activation = _read_pooling(pool_dir, f"{where}, module {pool_id!r}")
     return mlm_dir, length, pooling, activation
 
@@ -431,9 +437,7 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
         folder.query_side = side
         folder.query_max_length = _tokenizer_length(query_dir)
         return folder
-    for module_id, name, _ in query:
-        if name not in _TRANSFORMERS + ("SpladePooling",) + _STATIC:
-            _refuse_module(path, f"route 'query', module {module_id!r}", name)
+    _refuse_modules(path, "route 'query'", [(i, n) for i, n, _ in query if n not in _TRANSFORMERS + ("SpladePooling",) + _STATIC])
     raise UnsupportedModelError(path, f"the query route {[q[0] for q in query]} is another encoder than the document "
                                 f"route {[d[0] for d in document]}; spladekit has one document model and, for queries, "
                                 "either the same model or a SparseStaticEmbedding", field="structure.query")
@@ -478,7 +482,7 @@ def read_model_folder(location: str | Path) -> ModelFolder:
         folder = _read_sentence_transformers(root)
     elif (root / "config.json").exists() and (root / IDF_FILE).exists() and spladekit_json is None:
         folder = ModelFolder(root=str(root), layout="opensearch-doc-only", mlm_dir=str(root), tokenizer_dir=str(root),
-                             max_length=_capped_length(root), query_side=QuerySide("idf.json", root / IDF_FILE, root),
+                             max_length=_capped_length(root), query_side=QuerySide("idf.json", root / IDF_FILE, root, zero_special=True),
                              zero_special_tokens=True)
     elif (root / "config.json").exists():
         folder = ModelFolder(root=str(root), layout="spladekit" if spladekit_json is not None else "masked-lm",

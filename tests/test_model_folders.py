@@ -1,0 +1,329 @@
+"""Model folders of other libraries load as their authors wrote them, or are refused.
+
+sentence-transformers itself builds and saves every folder here (tiny random BERT and ModernBERT
+MLMs made in code, and the real splade-tiny) and encodes the expected vectors; spladekit reads the
+folder (:mod:`spladekit.model.folders`) and must give the same vectors with both heads, or refuse
+the folder before loading any weights, naming the file, the module and the field.
+
+Tolerance (:func:`_bound`): both libraries sort a batch by length and pad it to its longest text
+(one batch here), so the backbone sees the same tensors and runs the same torch code: the hidden
+states after the MLM head's transform are the same. The libraries then differ only in how the
+decoder's dot products are formed (the full ``[B, L, V]`` linear layer in sentence-transformers;
+a matmul with the bias added after the max, or vocabulary chunks, in spladekit). Each logit
+``Σ_k h_k W_jk + b_j`` is a sum of H + 1 terms: in float32 any order is within
+``γ_{H+1} Σ|terms|`` of the exact value (Higham, Accuracy and Stability, §3.1, ``γ_n = nU/(1−nU)``),
+so two orders differ by ≤ ``2γ_{H+1} S_tj`` with ``S_tj = Σ_k |h_tk W_jk| + |b_j|``. Both
+activations are 1-Lipschitz, so max pooling moves by ≤ ``max_t`` of it and sum pooling by ≤ ``Σ_t``
+of it; the activations' own roundings (≤ 4 per side) and the L-term sum add ``(2L + 8)·U`` relative.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
+from spladekit.errors import UnsupportedModelError
+from spladekit.model.encoder import SpladeEncoder
+from spladekit.model.folders import read_model_folder
+
+st = pytest.importorskip("sentence_transformers")
+from sentence_transformers import SparseEncoder  # noqa: E402
+from sentence_transformers.sparse_encoder.modules import (  # noqa: E402
+    Router,
+    SparseStaticEmbedding,
+    SpladePooling,
+    Transformer,
+)
+
+U = float(np.finfo(np.float32).eps) / 2
+VARIANTS = [(p, a) for p in ("max", "sum") for a in ("relu", "log1p_relu")]
+#: padded batches: texts of 2 to 10 tokens, an empty one among them
+QUERIES = ["protein cell", "increased risk of heart drug dose in patients", "", "the gene"]
+
+
+def _gamma(n: int) -> float:
+    return n * U / (1 - n * U)
+
+
+def _base(family: str, folder: Path) -> Path:
+    tiny_mlm(family).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bases")
+    return {family: _base(family, root / family) for family in ("bert", "modernbert")}
+
+
+def _st_folder(base: Path, out: Path, pooling="max", activation="relu", **model_kwargs) -> Path:
+    modules = [Transformer(str(base), transformer_task="fill-mask"), SpladePooling(pooling, activation)]
+    SparseEncoder(modules=modules, device="cpu", **model_kwargs).save(str(out))
+    return out
+
+
+def _bound(encoder: SpladeEncoder, texts, max_length: int) -> tuple[np.ndarray, float]:
+    """``(atol [len(texts), V], rtol)`` of the module docstring for ``texts`` encoded by ``encoder``."""
+    batch = encoder.tokenize(texts, max_length)
+    mask = batch["attention_mask"].bool()
+    with torch.no_grad():
+        h = encoder.model.hidden_states(batch["input_ids"], batch["attention_mask"]).double()
+    head = encoder.model.head
+    s = h.abs() @ head.weight.detach().double().abs().T
+    if head.bias is not None:
+        s = s + head.bias.detach().double().abs()
+    spread = (2 * _gamma(h.shape[-1] + 1) * s).masked_fill(~mask[..., None], 0.0)  # [B, L, V]
+    length = h.shape[1]
+    if encoder.metadata.pooling == "sum":
+        return spread.sum(1).numpy(), (2 * length + 8) * U
+    return spread.max(1).values.numpy(), 8 * U
+
+
+def _check_close(ours: np.ndarray, theirs: np.ndarray, encoder: SpladeEncoder, texts, max_length: int, what: str):
+    atol, rtol = _bound(encoder, texts, max_length)
+    # [PAD] is 0 in every spladekit vector (SpladeEncoder.encode_dense); sentence-transformers keeps
+    # whatever this random head gives it (a trained model gives 0 there in both)
+    theirs = theirs.copy()
+    theirs[:, encoder.tokenizer.pad_token_id] = 0.0
+    err = np.abs(ours - theirs)
+    limit = atol + rtol * np.abs(theirs)
+    assert (err <= limit).all(), f"{what}: max excess {float((err - limit).max()):.3g}"
+    assert np.abs(theirs).max() > 0.1  # the vectors compared are not empty
+
+
+def _st_vectors(folder: Path, queries, documents):
+    model = SparseEncoder(str(folder), device="cpu")
+    q = model.encode_query(queries, convert_to_tensor=True).to_dense().numpy()
+    d = model.encode_document(documents, convert_to_tensor=True).to_dense().numpy()
+    return q, d
+
+
+def _compare(folder: Path, head_impl: str, queries=QUERIES, documents=TEXTS) -> SpladeEncoder:
+    st_q, st_d = _st_vectors(folder, queries, documents)
+    encoder = SpladeEncoder.from_pretrained(folder, head_impl=head_impl, device="cpu")
+    meta = encoder.metadata
+    if meta.query_encoder == "splade":
+        _check_close(encoder.encode_queries(queries).toarray(), st_q, encoder, queries, meta.query_max_length, "queries")
+    else:  # the same float32 weights looked up (presence 1 × weight): exact
+        np.testing.assert_array_equal(encoder.encode_queries(queries).toarray(), st_q)
+    _check_close(encoder.encode_documents(documents).toarray(), st_d, encoder, documents, meta.doc_max_length, "documents")
+    return encoder
+
+
+# ------------------------------------------------------------------------- sentence-transformers folders
+@pytest.mark.parametrize("head_impl", ["plain", "fused"])
+@pytest.mark.parametrize("pooling,activation", VARIANTS)
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_sparse_encoder_folders_give_their_vectors(bases, tmp_path, family, pooling, activation, head_impl):
+    folder = _st_folder(bases[family], tmp_path / "st", pooling, activation)
+    encoder = _compare(folder, head_impl)
+    assert (encoder.metadata.pooling, encoder.metadata.activation) == (pooling, activation)
+    assert (encoder.model.pooling, encoder.model.activation) == (pooling, activation)
+    # sentence-transformers caps the unbounded tokenizer at the model's 64 positions, for both sides
+    assert encoder.metadata.query_max_length == encoder.metadata.doc_max_length == 64
+
+
+@pytest.mark.parametrize("head_impl", ["plain", "fused"])
+def test_splade_tiny_as_a_sparse_encoder(splade_tiny, tmp_path, head_impl):
+    folder = _st_folder(splade_tiny, tmp_path / "st", "max", "relu", max_active_dims=20)
+    texts = ["what causes heart disease in older patients", "vaccine", "the mitochondria is the powerhouse of the cell"]
+    encoder = _compare(folder, head_impl, queries=texts[:2], documents=texts)
+    assert encoder.metadata.query_top_k == encoder.metadata.doc_top_k == 20  # max_active_dims
+    assert encoder.metadata.doc_max_length == 512  # tokenizer_config.json model_max_length, capped at 512 positions
+
+
+def test_router_with_a_static_query_side(bases, tmp_path):
+    tokenizer = tiny_tokenizer()
+    weight = torch.rand(len(tokenizer.get_vocab()), generator=torch.Generator().manual_seed(0))
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=tokenizer, weight=weight)],
+        document_modules=[Transformer(str(bases["bert"]), transformer_task="fill-mask"), SpladePooling("sum", "log1p_relu")],
+    )
+    SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "router"))
+    for head_impl in ("plain", "fused"):
+        encoder = _compare(tmp_path / "router", head_impl, queries=QUERIES + ["emoji 🙂 cell"])  # [UNK] weighted as stored
+        assert encoder.metadata.query_encoder == "inference-free"
+        assert encoder.metadata.pooling == "sum" and encoder.metadata.activation == "log1p_relu"
+    assert torch.equal(encoder.query_weights, weight)  # weights and all
+
+
+# ------------------------------------------------------------------------------- OpenSearch doc-only
+def test_opensearch_doc_only_folder(bases, tmp_path):
+    """Assembled as the doc-v1/v2 model cards describe: masked LM + tokenizer + idf.json; queries are
+    the bag of their tokens times idf (tokens absent from idf.json weigh 0, special tokens 0);
+    documents ``log(1 + ReLU(max_t logits·mask))`` with the special-token columns set to 0."""
+    folder = tmp_path / "doc-only"
+    shutil.copytree(bases["bert"], folder)
+    idf = {"protein": 2.5, "cell": 1.25, "gene": 0.75, "the": 0.125, "[CLS]": 9.0, "[SEP]": 9.0, "[UNK]": 9.0}
+    (folder / "idf.json").write_text(json.dumps(idf))
+    encoder = SpladeEncoder.from_pretrained(folder, head_impl="fused", device="cpu")
+    assert read_model_folder(folder).layout == "opensearch-doc-only"
+    assert encoder.metadata.query_encoder == "inference-free" and encoder.metadata.zero_special_tokens
+    vocab = encoder.tokenizer.get_vocab()
+    # by hand: three tokens, each once, with its idf.json weight; the special tokens count 0
+    query = encoder.encode_queries(["protein cell gene", "gene gene 🙂"]).toarray()
+    expected = np.zeros_like(query)
+    expected[0, [vocab["protein"], vocab["cell"], vocab["gene"]]] = [2.5, 1.25, 0.75]
+    expected[1, vocab["gene"]] = 0.75  # repeated once; 🙂 is [UNK], a special token: 0
+    np.testing.assert_array_equal(query, expected)  # float32 look-ups of the same numbers (exact in binary)
+
+    # documents: the model card's formula, computed here with transformers' own logits
+    from transformers import AutoModelForMaskedLM
+
+    mlm = AutoModelForMaskedLM.from_pretrained(folder).eval()
+    features = encoder.tokenizer(TEXTS, padding=True, truncation=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        values = torch.max(mlm(**features)[0] * features["attention_mask"].unsqueeze(-1), dim=1).values
+    card = torch.log(1 + torch.relu(values))
+    card[:, list(encoder.tokenizer.all_special_ids)] = 0
+    ours = encoder.encode_documents(TEXTS).toarray()
+    assert (ours[:, encoder.tokenizer.all_special_ids] == 0).all()
+    _check_close(ours, card.numpy(), encoder, TEXTS, encoder.metadata.doc_max_length, "doc-only documents")
+
+
+# ------------------------------------------------------------------------------------------- refusals
+def _refused(folder: Path, file: str, field: str, *words: str):
+    """The folder is refused before any weights load (they are deleted first), naming file, field, words."""
+    for weights in folder.rglob("model.safetensors"):
+        weights.unlink()
+    with pytest.raises(UnsupportedModelError) as info:
+        SpladeEncoder.from_pretrained(folder, device="cpu")
+    error = info.value
+    assert error.path.name == file and error.field == field, str(error)
+    for word in words:
+        assert word in str(error), str(error)
+    return error
+
+
+def _edit(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_sparse_auto_encoder_is_refused(bases, tmp_path):
+    from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    transformer = Transformer(str(bases["bert"]))
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), "mean"), SparseAutoEncoder(32, 64, k=4)]
+    SparseEncoder(modules=modules, device="cpu").save(str(tmp_path / "csr"))
+    _refused(tmp_path / "csr", "modules.json", "type", "SparseAutoEncoder", "Pooling", "mean")
+
+
+def test_mean_pooling_feature_extraction_and_unknown_modules_are_refused(bases, tmp_path):
+    base = _st_folder(bases["bert"], tmp_path / "base")
+    for name, change, file, field, words in [
+        ("mean", lambda m: m[1].update(type="sentence_transformers.sentence_transformer.modules.pooling.Pooling"),
+         "modules.json", "type", ("'1' (Pooling)", "mean/CLS")),
+        ("unknown", lambda m: m[1].update(type="my_lab.pooling.CleverPooling"), "modules.json", "type", ("my_lab",)),
+    ]:
+        folder = tmp_path / name
+        shutil.copytree(base, folder)
+        _edit(folder / "modules.json", change)
+        _refused(folder, file, field, *words)
+    folder = tmp_path / "features"
+    shutil.copytree(base, folder)
+    _edit(folder / "sentence_bert_config.json", lambda c: c.update(transformer_task="feature-extraction"))
+    _refused(folder, "sentence_bert_config.json", "transformer_task", "'0'", "fill-mask")
+    folder = tmp_path / "cls"
+    shutil.copytree(base, folder)
+    _edit(folder / "1_SpladePooling" / "config.json", lambda c: c.update(pooling_strategy="cls"))
+    _refused(folder, "config.json", "pooling_strategy", "'1'", "'cls'")
+
+
+def test_router_with_two_encoders_is_refused(bases, tmp_path):
+    router = Router.for_query_document(
+        query_modules=[Transformer(str(bases["bert"]), transformer_task="fill-mask"), SpladePooling()],
+        document_modules=[Transformer(str(bases["modernbert"]), transformer_task="fill-mask"), SpladePooling()],
+    )
+    SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "two"))
+    _refused(tmp_path / "two", "router_config.json", "structure.query", "query_0_Transformer", "document_0_Transformer")
+
+
+def test_prompts_are_refused(bases, tmp_path):
+    folder = _st_folder(bases["bert"], tmp_path / "prompted", prompts={"query": "query: ", "document": ""})
+    _refused(folder, "config_sentence_transformers.json", "prompts.query", "'query: '")
+
+
+def test_spladekit_json_disagreeing_with_splade_pooling_is_refused(bases, tmp_path):
+    folder = _st_folder(bases["bert"], tmp_path / "st", "sum")
+    (folder / "spladekit.json").write_text(json.dumps({"pooling": "max"}))
+    _refused(folder, "spladekit.json", "pooling", "'sum'")
+
+
+# ----------------------------------------------------------------------------------------- round trip
+@pytest.mark.parametrize("pooling,activation", [("sum", "relu"), ("max", "log1p_relu")])
+def test_training_keeps_pooling_and_sentence_transformers_reads_the_result(tmp_path, pooling, activation):
+    from train_helpers import make_examples, make_tiny_model, tiny_config
+
+    from spladekit.train import train
+
+    start = _st_folder(make_tiny_model(tmp_path / "hf"), tmp_path / "start", pooling, activation)
+    result = train(tiny_config(start, steps=2), tmp_path / "out", examples=make_examples(), show_progress=False)
+    saved = json.loads((result.model_dir / "spladekit.json").read_text())
+    assert (saved["pooling"], saved["activation"]) == (pooling, activation)
+    pooling_config = json.loads((result.model_dir / "1_SpladePooling" / "config.json").read_text())
+    assert (pooling_config["pooling_strategy"], pooling_config["activation_function"]) == (pooling, activation)
+    texts = ["w1 w2 w3", "w4 w5 w6 w7 w8 w9 w10", "w11"]
+    _compare(result.model_dir, "plain", queries=texts, documents=texts)
+
+
+def test_inference_free_and_rescaled_saves_load_in_sentence_transformers(bases, tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.pipeline import build_inference_free
+
+    start = _st_folder(bases["bert"], tmp_path / "start", "sum", "log1p_relu")
+    build_inference_free(str(start), None, tmp_path / "if", documents=TEXTS)
+    encoder = _compare(tmp_path / "if", "fused")
+    assert encoder.metadata.query_encoder == "inference-free" and encoder.metadata.pooling == "sum"
+    result = CliRunner().invoke(app, ["rescale", str(start), "--out", str(tmp_path / "rescaled"), "--factor", "0.5"])
+    assert result.exit_code == 0, result.output
+    rescaled = _compare(tmp_path / "rescaled", "plain")
+    assert (rescaled.metadata.pooling, rescaled.metadata.activation) == ("sum", "log1p_relu")
+
+
+# ------------------------------------------------------------------------------------ CLI on these folders
+def test_diagnose_and_rescale_accept_router_and_doc_only_folders(bases, tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    tokenizer = tiny_tokenizer()
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=tokenizer, weight=torch.ones(len(tokenizer.get_vocab())))],
+        document_modules=[Transformer(str(bases["modernbert"]), transformer_task="fill-mask"), SpladePooling()],
+    )
+    SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "router"))
+    doc_only = tmp_path / "doc-only"
+    shutil.copytree(bases["bert"], doc_only)
+    (doc_only / "idf.json").write_text(json.dumps({"protein": 1.5}))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    runner = CliRunner()
+    for name, source in (("router", tmp_path / "router"), ("doc-only", doc_only)):
+        result = runner.invoke(app, ["diagnose", str(source), "--out", str(tmp_path / f"diag-{name}"), "--texts", str(texts)])
+        assert result.exit_code == 0, result.output
+        diagnosis = json.loads((tmp_path / f"diag-{name}" / "diagnosis.json").read_text())
+        before = SpladeEncoder.from_pretrained(source, device="cpu")
+        norms = before.model.head.weight.detach().norm(dim=1)
+        # the head measured is the document model's masked LM (float64 norms of float32 rows)
+        assert diagnosis["head"]["row_norm"]["mean"] == pytest.approx(float(norms.double().mean()), rel=1e-6)
+        assert diagnosis["head"]["family"] == ("modernbert" if name == "router" else "bert")
+        out = tmp_path / f"rescaled-{name}"
+        result = runner.invoke(app, ["rescale", str(source), "--out", str(out), "--factor", "0.5"])
+        assert result.exit_code == 0, result.output
+        after = SpladeEncoder.from_pretrained(out, device="cpu")
+        # the decoder scaled by exactly 0.5 (a power of two: exact in float32)
+        assert torch.equal(after.model.head.weight, before.model.head.weight * 0.5)
+        assert after.metadata.query_encoder == "inference-free"
+        assert torch.equal(after.query_weights, before.query_weights)
