@@ -198,6 +198,7 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
                              conventions=conventions or config.conventions, backend=config.backend, index=config.index)
     saved = asdict(config)
     saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
+                 pooling=encoder.metadata.pooling, activation=encoder.metadata.activation,
                  conventions=result.metrics["conventions"])  # what was used, not just what was asked
     write_system(result, Path(out), saved)
     return result

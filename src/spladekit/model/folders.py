@@ -160,7 +160,7 @@ class ModelFolder:
         """
         import torch
 
-        from spladekit.model.inference_free import _zero_special, load_query_weights
+        from spladekit.model.inference_free import _zero_special, load_query_weights, read_weight_file
 
         side = self.query_side
         if side is None:
@@ -168,7 +168,7 @@ class ModelFolder:
         if side.kind == "spladekit":
             weights = load_query_weights(side.path.parent, vocab_size)
         elif side.kind == "safetensors":
-            weights = _read_weight_file(side.path, vocab_size)
+            weights = read_weight_file(side.path, vocab_size)
         else:
             weights = _read_idf_json(side.path, tokenizer, vocab_size)
         if bool((weights < 0).any()):
@@ -179,24 +179,6 @@ class ModelFolder:
             weights = weights.clone()
             _zero_special(weights, tokenizer)
         return weights
-
-
-def _read_weight_file(path: Path, vocab_size: int):
-    import torch
-
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        tensors = load_file(str(path))
-    else:
-        tensors = torch.load(str(path), map_location="cpu", weights_only=True)
-    weight = tensors.get("weight") if isinstance(tensors, dict) else None
-    if weight is None or tuple(weight.shape) != (vocab_size,):
-        shape = None if weight is None else tuple(weight.shape)
-        raise DataFormatError(path, f"expected a tensor 'weight' of shape ({vocab_size},), got {shape}", field="weight")
-    if not bool(torch.isfinite(weight).all()):
-        raise DataFormatError(path, "query weights contain NaN or infinite values", field="weight")
-    return weight.float()
 
 
 def _read_idf_json(path: Path, tokenizer, vocab_size: int):
@@ -265,28 +247,26 @@ def _module_dir(root: Path, relative) -> Path:
     return folder
 
 
-def _tokenizer_length(folder: Path) -> int | None:
-    """``model_max_length`` of ``folder/tokenizer_config.json``, None when absent or transformers' placeholder."""
-    path = folder / "tokenizer_config.json"
+def _json_int(path: Path, key: str) -> int | None:
+    """A positive integer ``key`` of the JSON object in ``path``; None when the file or key is absent,
+    or the value is transformers' unbounded placeholder (``model_max_length`` of a tokenizer that states none)."""
     if not path.exists():
         return None
-    value = _json_object(path).get("model_max_length")
+    value = _json_object(path).get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value >= _UNBOUNDED:
         return None
     return value
 
 
-def _positions(folder: Path) -> int | None:
-    path = folder / "config.json"
-    if not path.exists():
-        return None
-    value = _json_object(path).get("max_position_embeddings")
-    return value if isinstance(value, int) and value > 0 else None
+def _tokenizer_length(folder: Path) -> int | None:
+    """``model_max_length`` of ``folder/tokenizer_config.json``."""
+    return _json_int(folder / "tokenizer_config.json", "model_max_length")
 
 
 def _capped_length(folder: Path) -> int | None:
     """The tokenizer's ``model_max_length`` capped at ``max_position_embeddings`` (sentence-transformers' rule)."""
-    lengths = [n for n in (_tokenizer_length(folder), _positions(folder)) if n is not None]
+    lengths = [n for n in (_tokenizer_length(folder), _json_int(folder / "config.json", "max_position_embeddings"))
+               if n is not None]
     return min(lengths) if lengths else None
 
 

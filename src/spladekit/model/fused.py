@@ -310,6 +310,33 @@ def _activate(maxval: torch.Tensor, activation: str) -> torch.Tensor:
     return torch.log1p(out) if activation == "log1p_relu" else out
 
 
+def head_inputs(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """Check the shapes of a fused head's inputs and cast them to one dtype: the autocast dtype under
+    ``torch.autocast`` (as ``F.linear`` in the plain head would), else the promoted input dtype.
+
+    Returns:
+        ``(hidden, weight, bias, wants_grad)``; ``wants_grad``: autograd is on and an input needs a gradient.
+
+    Raises:
+        ValueError: shapes that do not agree.
+    """
+    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(f"hidden must be [B, L, H] and attention_mask [B, L]; got {tuple(hidden.shape)} and {tuple(attention_mask.shape)}")
+    if weight.dim() != 2 or weight.shape[1] != hidden.shape[2]:
+        raise ValueError(f"weight must be [V, H={hidden.shape[2]}]; got {tuple(weight.shape)}")
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"bias must be [V={weight.shape[0]}]; got {tuple(bias.shape)}")
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+    else:
+        dtype = torch.promote_types(hidden.dtype, weight.dtype)
+    hidden, weight = hidden.to(dtype), weight.to(dtype)
+    bias = None if bias is None else bias.to(dtype)
+    wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    return hidden, weight, bias, wants_grad
+
+
 def fused_splade_head(
     hidden: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -348,23 +375,8 @@ def fused_splade_head(
         raise ValueError(f"unknown fused-head backend {backend!r}; choose one of {_BACKENDS}")
     if activation not in ("relu", "log1p_relu"):
         raise ValueError(f"unknown SPLADE activation {activation!r}; choose 'relu' or 'log1p_relu'")
-    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
-        raise ValueError(f"hidden must be [B, L, H] and attention_mask [B, L]; got {tuple(hidden.shape)} and {tuple(attention_mask.shape)}")
-    if weight.dim() != 2 or weight.shape[1] != hidden.shape[2]:
-        raise ValueError(f"weight must be [V, H={hidden.shape[2]}]; got {tuple(weight.shape)}")
-    if bias is not None and bias.shape != weight.shape[:1]:
-        raise ValueError(f"bias must be [V={weight.shape[0]}]; got {tuple(bias.shape)}")
-    device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):
-        dtype = torch.get_autocast_dtype(device_type)
-    else:
-        dtype = torch.promote_types(hidden.dtype, weight.dtype)
-    hidden, weight = hidden.to(dtype), weight.to(dtype)
-    bias = None if bias is None else bias.to(dtype)
-    with torch.autocast(device_type, enabled=False):
-        wants_grad = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (hidden, weight, bias)
-        )
+    hidden, weight, bias, wants_grad = head_inputs(hidden, attention_mask, weight, bias)
+    with torch.autocast(hidden.device.type, enabled=False):
         if not wants_grad:
             maxval, _ = _masked_max(hidden, attention_mask, weight, bias, False, backend)
             return _activate(maxval, activation)

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import torch
 
+from spladekit.model.fused import head_inputs
+
 #: Bytes of float32 ``[B, L, Vc]`` chunk tensors the head may hold at once (logits and their gradient).
 CHUNK_BUDGET_BYTES = 32 * 2**20
 
@@ -158,21 +160,8 @@ def fused_sum_splade_head(
     """
     if activation not in _ACTIVATIONS:
         raise ValueError(f"unknown SPLADE activation {activation!r}; choose one of {_ACTIVATIONS}")
-    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
-        raise ValueError(f"hidden must be [B, L, H] and attention_mask [B, L]; got {tuple(hidden.shape)} and {tuple(attention_mask.shape)}")
-    if weight.dim() != 2 or weight.shape[1] != hidden.shape[2]:
-        raise ValueError(f"weight must be [V, H={hidden.shape[2]}]; got {tuple(weight.shape)}")
-    if bias is not None and bias.shape != weight.shape[:1]:
-        raise ValueError(f"bias must be [V={weight.shape[0]}]; got {tuple(bias.shape)}")
-    device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):
-        dtype = torch.get_autocast_dtype(device_type)
-    else:
-        dtype = torch.promote_types(hidden.dtype, weight.dtype)
-    hidden, weight = hidden.to(dtype), weight.to(dtype)
-    bias = None if bias is None else bias.to(dtype)
-    with torch.autocast(device_type, enabled=False):
-        wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    hidden, weight, bias, wants_grad = head_inputs(hidden, attention_mask, weight, bias)
+    with torch.autocast(hidden.device.type, enabled=False):
         if not wants_grad:
             return _sum_forward(hidden, attention_mask, weight, bias, activation)
         return FusedSumHead.apply(hidden, attention_mask, weight, bias, activation)

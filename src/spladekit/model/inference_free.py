@@ -182,16 +182,32 @@ def load_query_weights(folder: str | Path, vocab_size: int) -> torch.Tensor:
     Raises:
         DataFormatError: the file is missing, has no ``weight`` tensor, or its shape is not ``[V]``.
     """
-    from safetensors.torch import load_file
-
     from spladekit.errors import DataFormatError
 
     path = Path(folder) / QUERY_WEIGHTS_FILE
     if not path.exists():
         raise DataFormatError(Path(folder) / "spladekit.json",
                               f"query_encoder is {INFERENCE_FREE!r} but {QUERY_WEIGHTS_FILE} is missing", field="query_encoder")
-    tensors = load_file(str(path))
-    weight = tensors.get("weight")
+    return read_weight_file(path, vocab_size)
+
+
+def read_weight_file(path: str | Path, vocab_size: int) -> torch.Tensor:
+    """The ``[V]`` float32 tensor ``weight`` of a safetensors file (or a torch ``.bin``, read with
+    ``weights_only=True``), as spladekit and sentence-transformers' ``SparseStaticEmbedding`` save it.
+
+    Raises:
+        DataFormatError: no ``weight`` tensor, a shape other than ``[V]``, NaN or infinite values.
+    """
+    from spladekit.errors import DataFormatError
+
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path))
+    else:
+        tensors = torch.load(str(path), map_location="cpu", weights_only=True)
+    weight = tensors.get("weight") if isinstance(tensors, dict) else None
     if weight is None or tuple(weight.shape) != (vocab_size,):
         shape = None if weight is None else tuple(weight.shape)
         raise DataFormatError(path, f"expected a tensor 'weight' of shape ({vocab_size},), got {shape}", field="weight")

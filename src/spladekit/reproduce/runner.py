@@ -249,6 +249,7 @@ class SpladekitRunner:
         write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
                                       "query_max_length": encoder.metadata.query_max_length,
                                       "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k,
+                                      "pooling": encoder.metadata.pooling, "activation": encoder.metadata.activation,
                                       "query_top_k": dataset.query_top_k, "doc_top_k": dataset.doc_top_k})
         metrics = dict(result.metrics)
         metrics["wall_time_s"] = round(result.seconds, 3)
