@@ -327,3 +327,31 @@ def test_diagnose_and_rescale_accept_router_and_doc_only_folders(bases, tmp_path
         assert torch.equal(after.model.head.weight, before.model.head.weight * 0.5)
         assert after.metadata.query_encoder == "inference-free"
         assert torch.equal(after.query_weights, before.query_weights)
+
+
+def test_training_config_sets_pooling_and_activation_of_a_plain_masked_lm(tmp_path):
+    from train_helpers import make_tiny_model, tiny_config
+
+    from spladekit.train.loop import load_model
+
+    start = make_tiny_model(tmp_path / "hf")
+    model, _, _ = load_model(tiny_config(start))
+    assert (model.pooling, model.activation) == ("max", "relu")  # a plain masked LM: SPLADE v2
+    model, _, _ = load_model(tiny_config(start, model__pooling="sum", model__activation="log1p_relu"))
+    assert (model.pooling, model.activation) == ("sum", "log1p_relu")
+
+
+def test_damaged_sentence_transformers_files_name_the_file(bases, tmp_path):
+    from spladekit.errors import DataFormatError
+
+    folder = _st_folder(bases["bert"], tmp_path / "st")
+    (folder / "modules.json").write_text('[{"idx": 0, "type": ')
+    with pytest.raises(DataFormatError, match="modules.json, line 1"):
+        SpladeEncoder.from_pretrained(folder, device="cpu")
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "../elsewhere", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": "sentence_transformers.sparse_encoder.modules.SpladePooling"},
+    ]))
+    with pytest.raises(DataFormatError, match="leaves the model folder") as info:
+        SpladeEncoder.from_pretrained(folder, device="cpu")
+    assert info.value.field == "path"

@@ -36,6 +36,11 @@ class ModelConfig(_Strict):
     train_query_weights: bool = Field(True, description="inference-free: train the query term weights jointly (else keep the IDF)")
     allow_random_head: bool = Field(False, description="start from a checkpoint without MLM-head weights "
                                     "(a random head) instead of refusing it")
+    pooling: Literal["max", "sum"] | None = Field(
+        None, description="SPLADE pooling over positions (max: SPLADE v2, sum: SPLADE v1); None: the start model's "
+        "(spladekit.json or sentence-transformers' SpladePooling; max for a plain masked LM)")
+    activation: Literal["relu", "log1p_relu"] | None = Field(
+        None, description="relu: log(1 + ReLU(x)); log1p_relu: log(1 + log(1 + ReLU(x))) (OpenSearch v3); None: the start model's")
 
 
 class RescaleConfig(RescaleSpec):

@@ -136,7 +136,9 @@ def suppress_pad_column(mlm, tokenizer) -> bool:
 
 
 def load_model(config: TrainConfig, texts=None):
-    """The masked-LM of ``config.model.path`` (resolved), rescaled if configured, as a SpladeModel.
+    """The masked-LM of ``config.model.path`` (resolved, read by :func:`spladekit.model.encoder.load_model_folder`),
+    rescaled if configured, as a SpladeModel with ``config.model.pooling``/``activation`` (None: the
+    start model's, which training then keeps and saves).
 
     Args:
         texts: sample documents for ``rescale.mode="target_logit"``.
@@ -155,11 +157,12 @@ def load_model(config: TrainConfig, texts=None):
 
     location = resolve_model(config.model.path)
     mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head)
-    meta = folder.metadata()  # the start model's pooling and activation are kept through training and saving
+    meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
+    pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
     record = apply_rescale(mlm, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)
-    return SpladeModel(mlm, config.model.head_impl, pooling=meta.pooling, activation=meta.activation), tokenizer, record
+    return SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation), tokenizer, record
 
 
 def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:
