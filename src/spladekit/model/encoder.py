@@ -18,7 +18,12 @@ in the output (:meth:`SpladeEncoder.encode_dense` zeroes it), so padding can nev
 neither as a position nor as a term. ``[CLS]``/``[SEP]``/``[UNK]``/``[MASK]`` columns are not masked,
 as in naver/splade and sentence-transformers' ``SparseEncoder``; a trained SPLADE model gives them
 (near) zero weight anyway. The zeroing is done here, on the encoder output, not in the SPLADE head
-(plain or fused), so training and the heads are unchanged.
+(plain or fused), so training and the heads are unchanged. A model whose folder says so
+(``EncoderMetadata.zero_special_tokens``: OpenSearch's doc-only layout, :mod:`spladekit.model.folders`)
+gets every special-token column zeroed the same way.
+
+Pooling and activation (max/sum, relu/log1p_relu) are the model's (``EncoderMetadata.pooling`` /
+``.activation``, :mod:`spladekit.model.pooling`), read from its folder.
 """
 
 from __future__ import annotations
