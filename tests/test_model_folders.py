@@ -32,7 +32,9 @@ from spladekit.errors import UnsupportedModelError
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.model.folders import read_model_folder
 
-st = pytest.importorskip("sentence_transformers")
+# the module paths of sentence-transformers >= 6 (5.x kept them in sparse_encoder.models); the folders
+# spladekit reads are recognised by class name, whichever version wrote them
+pytest.importorskip("sentence_transformers.sparse_encoder.modules", reason="needs sentence-transformers >= 6 module paths")
 from sentence_transformers import SparseEncoder  # noqa: E402
 from sentence_transformers.sparse_encoder.modules import (  # noqa: E402
     Router,
@@ -210,7 +212,11 @@ def _edit(path: Path, change) -> None:
 
 def test_sparse_auto_encoder_is_refused(bases, tmp_path):
     from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
-    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    try:
+        from sentence_transformers.sentence_transformer.modules import Pooling
+    except ImportError:  # before 6.x
+        from sentence_transformers.models import Pooling
 
     transformer = Transformer(str(bases["bert"]))
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), "mean"), SparseAutoEncoder(32, 64, k=4)]
@@ -355,3 +361,27 @@ def test_damaged_sentence_transformers_files_name_the_file(bases, tmp_path):
     with pytest.raises(DataFormatError, match="leaves the model folder") as info:
         SpladeEncoder.from_pretrained(folder, device="cpu")
     assert info.value.field == "path"
+
+
+def test_fine_tuning_an_inference_free_router_continues_its_query_side(tmp_path):
+    from train_helpers import make_examples, make_tiny_model, tiny_config
+    from transformers import AutoTokenizer
+
+    from spladekit.train import train
+
+    hf = make_tiny_model(tmp_path / "hf")
+    tokenizer = AutoTokenizer.from_pretrained(hf)
+    weight = torch.rand(len(tokenizer.get_vocab()), generator=torch.Generator().manual_seed(3)) + 0.5
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=tokenizer, weight=weight)],
+        document_modules=[Transformer(str(hf), transformer_task="fill-mask"), SpladePooling("max", "log1p_relu")],
+    )
+    SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "router"))
+    config = tiny_config(tmp_path / "router", steps=2, model__query_encoder="inference-free", model__train_query_weights=False)
+    result = train(config, tmp_path / "out", examples=make_examples(), show_progress=False)
+    encoder = SpladeEncoder.from_pretrained(result.model_dir, device="cpu")
+    # frozen: the saved side is relu(θ) of the start table, θ > 0: the same float32 numbers
+    assert torch.equal(encoder.query_weights, weight)
+    assert encoder.metadata.extra["inference_free"]["init"] == "the start model's query weights (sentence-transformers-router)"
+    assert encoder.metadata.activation == "log1p_relu"
+    _compare(result.model_dir, "plain", queries=["w1 w2 w3", "w4"], documents=["w1 w2 w3 w5", "w6 w7"])

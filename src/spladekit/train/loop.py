@@ -166,18 +166,28 @@ def load_model(config: TrainConfig, texts=None):
 
 
 def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:
-    """Give ``model`` an inference-free query side (``model.query_weights``), θ initialised from the
-    IDF of the distinct documents (by id) of ``examples``, positives and hard negatives
-    (:func:`spladekit.model.inference_free.idf_weights`); trainable unless ``config.model.train_query_weights``
-    is false."""
+    """Give ``model`` an inference-free query side (``model.query_weights``), trainable unless
+    ``config.model.train_query_weights`` is false. θ starts from the start model's own query side when
+    it has one (a spladekit inference-free folder, a sentence-transformers ``Router`` with a
+    ``SparseStaticEmbedding``, an OpenSearch doc-only ``idf.json``: fine-tuning continues it), else
+    from the IDF of the distinct documents (by id) of ``examples``, positives and hard negatives
+    (:func:`spladekit.model.inference_free.idf_weights`). ``model.query_weights.init`` says which."""
+    from spladekit.data.resolve import resolve_model
+    from spladekit.model.folders import read_model_folder
     from spladekit.model.inference_free import QueryTermWeights, idf_weights
 
-    documents: dict[str, str] = {}
-    for example in examples:
-        for doc_id, text in list(example.positives) + list(example.negatives):
-            documents.setdefault(doc_id, text)
-    weights = idf_weights(tokenizer, list(documents.values()), model.vocab_size)
+    folder = read_model_folder(resolve_model(config.model.path))
+    weights = folder.load_query_weights(tokenizer, model.vocab_size) if folder.metadata().query_encoder != "splade" else None
+    init = f"the start model's query weights ({folder.layout})"
+    if weights is None:
+        documents: dict[str, str] = {}
+        for example in examples:
+            for doc_id, text in list(example.positives) + list(example.negatives):
+                documents.setdefault(doc_id, text)
+        weights = idf_weights(tokenizer, list(documents.values()), model.vocab_size)
+        init = "idf of the training documents"
     model.query_weights = QueryTermWeights(weights, trainable=config.model.train_query_weights)
+    model.query_weights.init = init
 
 
 def _optimizer(model, config: TrainConfig):
@@ -505,8 +515,10 @@ def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra:
             weights = model.query_weights.saved_weights()
             save_query_weights(tmp, weights)
             meta.query_encoder = INFERENCE_FREE
-            meta.extra["inference_free"] = {"init": "idf of the training documents", "trained": config.model.train_query_weights,
-                                            "formula": "ln(1 + (N - df + 0.5) / (df + 0.5))"}
+            init = getattr(model.query_weights, "init", "idf of the training documents")
+            meta.extra["inference_free"] = {"init": init, "trained": config.model.train_query_weights}
+            if init.startswith("idf"):
+                meta.extra["inference_free"]["formula"] = "ln(1 + (N - df + 0.5) / (df + 0.5))"
             if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length,
                                                                 model.pooling, model.activation) is None:
                 meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
