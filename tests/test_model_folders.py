@@ -385,3 +385,28 @@ def test_fine_tuning_an_inference_free_router_continues_its_query_side(tmp_path)
     assert encoder.metadata.extra["inference_free"]["init"] == "the start model's query weights (sentence-transformers-router)"
     assert encoder.metadata.activation == "log1p_relu"
     _compare(result.model_dir, "plain", queries=["w1 w2 w3", "w4"], documents=["w1 w2 w3 w5", "w6 w7"])
+
+
+@pytest.mark.parametrize("file,change,field,word", [
+    ("sentence_bert_config.json", lambda c: c.update(do_lower_case=True), "do_lower_case", "lowercases"),
+    ("config_sentence_transformers.json", lambda c: c.update(similarity_fn_name="cosine"), "similarity_fn_name", "'cosine'"),
+    ("config_sentence_transformers.json", lambda c: c.update(model_type="SentenceTransformer"), "model_type", "SparseEncoder"),
+    ("modules.json", lambda m: m.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                                         "type": "sentence_transformers.base.modules.normalize.Normalize"}), "type", "'2' (Normalize)"),
+])
+def test_other_settings_that_change_vectors_are_refused(bases, tmp_path, file, change, field, word):
+    folder = _st_folder(bases["bert"], tmp_path / "st")
+    _edit(folder / file, change)
+    _refused(folder, file, field, word)
+
+
+def test_router_route_mappings_are_refused(bases, tmp_path):
+    tokenizer = tiny_tokenizer()
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=tokenizer)],
+        document_modules=[Transformer(str(bases["bert"]), transformer_task="fill-mask"), SpladePooling()],
+    )
+    SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "router"))
+    _edit(tmp_path / "router" / "router_config.json",
+          lambda c: c["parameters"].update(route_mappings={"('query', 'text')": "document"}))
+    _refused(tmp_path / "router", "router_config.json", "parameters.route_mappings", "'query' and a 'document'")
