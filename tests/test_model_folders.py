@@ -410,3 +410,38 @@ def test_router_route_mappings_are_refused(bases, tmp_path):
     _edit(tmp_path / "router" / "router_config.json",
           lambda c: c["parameters"].update(route_mappings={"('query', 'text')": "document"}))
     _refused(tmp_path / "router", "router_config.json", "parameters.route_mappings", "'query' and a 'document'")
+
+
+def test_index_and_search_commands_use_the_folders_pooling(tiny_bert_dir, tiny_beir, tmp_path):
+    """`index` → `search` with a sentence-transformers sum/log1p_relu folder: the run's scores are the
+    dot products of sentence-transformers' own query and document vectors, and the index records the pooling."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.data.beir import load_beir
+    from spladekit.data.trec import read_run
+
+    folder = _st_folder(tiny_bert_dir, tmp_path / "st", "sum", "log1p_relu")
+    runner = CliRunner()
+    result = runner.invoke(app, ["index", "--model", str(folder), "--data", str(tiny_beir), "--out", str(tmp_path / "index")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["search", "--index", str(tmp_path / "index"), "--data", str(tiny_beir),
+                                 "--out", str(tmp_path / "run.trec")])
+    assert result.exit_code == 0, result.output
+    dataset = load_beir(tiny_beir, "test")
+    st_q, st_d = _st_vectors(folder, list(dataset.queries.values()), list(dataset.corpus.values()))
+    pad = SpladeEncoder.from_pretrained(folder, device="cpu").tokenizer.pad_token_id
+    st_q[:, pad] = st_d[:, pad] = 0.0  # spladekit's [PAD] column is 0 (see _check_close)
+    scores = st_q.astype(np.float64) @ st_d.astype(np.float64).T
+    run = read_run(tmp_path / "run.trec")
+    checked = 0
+    for i, qid in enumerate(dataset.queries):
+        for j, docid in enumerate(dataset.corpus):
+            if docid in run.get(qid, {}):
+                # run files keep 6 decimals (5e-7); the vectors agree to the float32 accumulation bound
+                # (~1e-5 relative at these sizes, see the module docstring), far below 1e-4
+                assert run[qid][docid] == pytest.approx(scores[i, j], rel=1e-4, abs=5e-7)
+                checked += 1
+    assert checked > 0
+    stored = json.loads((tmp_path / "index" / "index.json").read_text())  # the encoder's settings, recorded
+    assert (stored["pooling"], stored["activation"]) == ("sum", "log1p_relu")
