@@ -445,3 +445,22 @@ def test_index_and_search_commands_use_the_folders_pooling(tiny_bert_dir, tiny_b
     assert checked > 0
     stored = json.loads((tmp_path / "index" / "index.json").read_text())  # the encoder's settings, recorded
     assert (stored["pooling"], stored["activation"]) == ("sum", "log1p_relu")
+
+
+def test_diagnosis_measures_splade_activity_with_the_models_pooling(bases):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from spladekit.model.calibrate.diagnose import splade_stats
+    from spladekit.model.encoder import EncoderMetadata
+    from spladekit.model.splade import SpladeModel
+
+    mlm = AutoModelForMaskedLM.from_pretrained(bases["bert"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(bases["bert"])
+    queries, documents = QUERIES[:2], TEXTS[:3]
+    summed = splade_stats(SpladeModel(mlm, "plain", pooling="sum"), tokenizer, queries, documents, 32, 8)
+    encoder = SpladeEncoder(SpladeModel(mlm, "plain", pooling="sum"), tokenizer,
+                            EncoderMetadata(query_max_length=32, doc_max_length=32), batch_size=8, device="cpu")
+    expected = float((encoder.encode_queries(queries) @ encoder.encode_documents(documents).T).toarray().mean())
+    assert summed.score_mean == pytest.approx(expected, rel=1e-12)  # the same code on the same batches
+    maxed = splade_stats(mlm, tokenizer, queries, documents, 32, 8)  # a bare masked LM: max pooling
+    assert maxed.score_mean < 0.5 * summed.score_mean  # sum pooling adds up every position's weight

@@ -268,7 +268,8 @@ def logit_stats(head: MLMHead, hidden: torch.Tensor, n_texts: int, seed: int = 0
 
 
 def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents: Sequence[str], max_length: int, batch_size: int) -> SpladeStats:
-    """:class:`SpladeStats` of the model at its current weights, with the plain SPLADE head.
+    """:class:`SpladeStats` of the model at its current weights, with the plain SPLADE head and the
+    pooling/activation of ``model`` when it is a :class:`~spladekit.model.splade.SpladeModel` (else max/relu).
 
     ``queries`` and ``documents``: when both are non-empty, ``score_mean`` averages ``q·d`` over all
     pairs; when ``documents`` is empty, it averages ``x_i·x_j`` over pairs ``i ≠ j`` of ``queries``.
@@ -281,7 +282,10 @@ def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents:
     device = next(mlm.parameters()).device
     meta = EncoderMetadata(query_max_length=max_length, doc_max_length=max_length)
     try:
-        encoder = SpladeEncoder(SpladeModel(mlm, head_impl="plain"), tokenizer, meta, batch_size=batch_size, device=device)
+        described = model if isinstance(model, SpladeModel) else SpladeModel(mlm, head_impl="plain")  # (a DistilBERT
+        # masked LM has an attribute "activation" of its own: only a SpladeModel's is read)
+        splade = SpladeModel(mlm, head_impl="plain", pooling=described.pooling, activation=described.activation)
+        encoder = SpladeEncoder(splade, tokenizer, meta, batch_size=batch_size, device=device)
         q = encoder.encode_queries(list(queries))
         d = encoder.encode_documents(list(documents)) if documents else None
     finally:
@@ -393,7 +397,7 @@ def diagnose_mlm_head(
         all_texts = pool_q + pool_d
         hidden = token_hidden_states(mlm, tokenizer, all_texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
         diagnosis.logits, diagnosis.logit_sample = logit_stats(head, hidden, len(all_texts), seed)
-        diagnosis.splade = splade_stats(mlm, tokenizer, pool_q, pool_d, max_length, batch_size)
+        diagnosis.splade = splade_stats(model, tokenizer, pool_q, pool_d, max_length, batch_size)  # a SpladeModel's pooling
     if reference is not None:
         if isinstance(reference, Diagnosis):
             ref_norm = reference.head.row_norm["mean"]

@@ -170,7 +170,7 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
     def measure(name: str, reference=None) -> Diagnosis:
         encoder = _load(name)
         text_args = {"queries": sample[0], "documents": sample[1]} if sample else {}
-        return diagnose_mlm_head(encoder.model.mlm, encoder.tokenizer, name=name, reference=reference, **text_args, **kwargs)
+        return diagnose_mlm_head(encoder.model, encoder.tokenizer, name=name, reference=reference, **text_args, **kwargs)
 
     reference = _number_or_name(config.reference)
     if isinstance(reference, str):
