@@ -65,6 +65,7 @@ def serve(
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     uvicorn.run("spladekit.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers,
+                http="spladekit.serve.app:NoDelayHTTPProtocol",
                 limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
 
 

@@ -32,6 +32,7 @@ import hmac
 import json
 import logging
 import os
+import socket
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -45,6 +46,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from spladekit.serve.batching import MicroBatcher, Overloaded
 from spladekit.serve.schemas import ErrorResponse, SearchResponse, request_model
@@ -459,6 +461,21 @@ def _refusal(exc: ValidationError):
     if any(e["type"] == "json_invalid" for e in exc.errors()):
         return _error(400, f"body: {problems[0]['message']}", problems)
     return _error(422, "; ".join(f"{p['field']}: {p['message']}" for p in problems), problems)
+
+
+class NoDelayHTTPProtocol(AutoHTTPProtocol):
+    """uvicorn's HTTP protocol with ``TCP_NODELAY`` set on every connection.
+
+    With ``workers`` > 1 uvicorn binds the listening socket itself with protocol number 0, and
+    asyncio sets ``TCP_NODELAY`` only on sockets whose protocol is TCP; without it a response
+    written in two parts (head, body) waited for the client's delayed ACK: measured 52 ms instead of
+    8 ms per request on loopback (Nagle's algorithm against Linux's 40 ms delayed ACK)."""
+
+    def connection_made(self, transport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
 
 
 def app_from_environment():
