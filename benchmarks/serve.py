@@ -1,0 +1,460 @@
+"""Load on ``spladekit serve``: throughput and latency at 1, 8 and 32 concurrent clients against 1 and
+2 workers, text and vector queries; an overload run at 2x the measured capacity; the workers' memory.
+
+Everything goes to 127.0.0.1 only, and every loop is bounded in requests and in seconds.
+
+Index: the 5,183 SciFact documents encoded with ``../shared/models/splade-tiny`` (256 tokens),
+built once into ``benchmarks/.cache/serve/scifact`` (git-ignored). Queries: the 300 SciFact test
+queries, one per request, k = 10, exact search; as texts (encoded by the server) and as sparse
+vectors (encoded here once, by the same model).
+
+Each worker and this process use one torch thread (``--threads 1``: on a shared 2-core machine two
+threads per process contend and encode up to 10x slower). Per configuration (workers x query kind
+x clients), a closed loop: each client sends its next
+request when the previous answer arrived, until ``--requests`` answers or ``--seconds`` have
+passed (after ``--warmup`` requests not counted). Reported: answers/s, p50/p95/p99 latency (ms,
+at the client), errors (anything but 200; 503s counted apart), and the hits' agreement with
+``Index.search`` in this process on the same queries (vectors: identical lists; texts: same top-10
+ids). The anchor, measured in the same run: the same queries through ``Index.search`` in process,
+one query per call (text: encoding included), and all in one call.
+
+Overload: a server with ``--overload-queue`` waiting requests per worker, fed by an open loop at
+2x the capacity measured for it (the best closed-loop answers/s of that worker count and kind) for
+``--overload-seconds``: counts of 200 and 503, latency of the answered requests in the first and
+second half of the run (no growth past the bound when the queue holds), and the workers' memory
+(sum of PSS from ``/proc/PID/smaps_rollup``) sampled through the run.
+
+Memory: after each worker count's runs, the sum over the server's processes of PSS
+(``smaps_rollup``), and the PSS and RSS of the mappings of the index's files (``/proc/PID/smaps``):
+the page cache holds the index once, so with 2 workers the index's PSS sum stays what it is with 1
+while each worker's RSS of it is the whole.
+
+    PYTHONPATH=src python benchmarks/serve.py --out benchmarks/.cache/serve/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("SPLADEKIT_BENCH_CACHE", HERE / ".cache")) / "serve"
+K = 10
+
+
+def shared() -> Path:
+    return Path(os.environ.get("SPLADEKIT_SHARED", HERE.parent.parent / "shared"))
+
+
+# ----------------------------------------------------------------------------------- data
+def scifact_index():
+    """The SciFact index (built once, cached) and its 300 test queries as texts."""
+    import torch
+
+    from spladekit.data.beir import load_beir
+    from spladekit.index.index import Index
+
+    folder = CACHE / "scifact"
+    model = shared() / "models" / "splade-tiny"
+    dataset = load_beir(shared() / "data" / "beir" / "scifact", "test")
+    if not (folder / "index.json").exists():
+        from spladekit.model.encoder import SpladeEncoder
+
+        torch.set_num_threads(1)
+        encoder = SpladeEncoder.from_pretrained(str(model), batch_size=32)
+        Index.build(encoder, shared() / "data" / "beir" / "scifact" / "corpus.jsonl.gz", folder, metadata={"model": str(model)},
+                    distributed=False, show_progress=True)
+    return Index.open(folder), list(dataset.queries.values())
+
+
+def synthetic_index(n: int, vocabulary_from):
+    """``synthetic-N`` of ``benchmarks/retrieval.py`` (quantised impacts, SciFact rows resampled) as
+    an index folder recording splade-tiny as its query model (built once, cached), and the 300
+    SciFact test queries as quantised vectors (``retrieval.queries()``, the queries of its 1M runs)."""
+    sys.path.insert(0, str(HERE))
+    import retrieval
+
+    from spladekit.index.index import Index
+    from spladekit.index.io import load_vocabulary, write_index
+
+    folder = CACHE / f"synthetic-{n}"
+    if not (folder / "index.json").exists():
+        blocks, ids, vocab = retrieval.corpus_blocks(f"synthetic-{n}")
+        write_index(folder, blocks, ids, vocab, {"corpus": f"synthetic-{n}", "model": str(shared() / "models" / "splade-tiny")},
+                    load_vocabulary(vocabulary_from))
+    return Index.open(folder), retrieval.queries()[0]
+
+
+# ----------------------------------------------------------------------------------- the server
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``python -m spladekit serve`` on a free loopback port; stopped by its PID."""
+
+    def __init__(self, folder: Path, workers: int, log: Path, *options: str):
+        import httpx
+
+        self.url = f"http://127.0.0.1:{free_port()}"
+        command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", self.url.rsplit(":", 1)[1],
+                   "--workers", str(workers), "--threads", "1", *options]
+        self.log = open(log, "wb")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline, seen = time.monotonic() + 180, set()
+        while len(seen) < workers:  # every worker loaded: /health on fresh connections answered by each pid
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{len(seen)} of {workers} workers answered within 180 s")
+            try:
+                seen.add(httpx.get(self.url + "/health", timeout=1).json()["pid"])
+            except httpx.TransportError:
+                time.sleep(0.3)
+
+    def processes(self) -> list[int]:
+        """The server's PID and its descendants (uvicorn's workers, multiprocessing's helpers)."""
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry.name))
+        out, todo = [], [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo.extend(children.get(pid, []))
+        return out
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.log.close()
+
+
+def pss_kib(pid: int) -> int:
+    """PSS of a process, KiB (``/proc/PID/smaps_rollup``; 0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def index_mapping_kib(pid: int, folder: Path) -> tuple[int, int]:
+    """``(PSS, RSS)`` KiB of the process's mappings of files under ``folder``."""
+    pss = rss = 0
+    inside = False
+    prefix = str(folder.resolve())
+    try:
+        lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+    except OSError:
+        return 0, 0
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):  # a mapping's header line
+            inside = len(head) >= 6 and head[5].startswith(prefix)
+        elif inside and line.startswith("Pss:"):
+            pss += int(head[1])
+        elif inside and line.startswith("Rss:"):
+            rss += int(head[1])
+    return pss, rss
+
+
+def memory(server: Server, folder: Path) -> dict:
+    pids = server.processes()
+    index = [index_mapping_kib(p, folder) for p in pids]
+    return {"pss_sum_mib": sum(pss_kib(p) for p in pids) / 1024, "processes": len(pids),
+            "index_pss_sum_mib": sum(p for p, _ in index) / 1024, "index_rss_per_process_mib": [r / 1024 for _, r in index if r]}
+
+
+# ----------------------------------------------------------------------------------- load
+def percentiles(ms: list[float]) -> dict:
+    if not ms:
+        return {"p50_ms": None, "p95_ms": None, "p99_ms": None}
+    p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+    return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99)}
+
+
+class RawHTTP:
+    """A minimal HTTP/1.1 keep-alive client on asyncio streams, for the load generator only (the
+    tests use httpx): httpx's AsyncClient spent 2 ms of CPU per request at 8 connections and 6.6 ms
+    at 32 on this machine (it capped even ``GET /health`` at 95 requests/s), so it, not the server,
+    was what the runs measured. Responses must carry ``Content-Length`` (uvicorn's do)."""
+
+    def __init__(self, url: str):
+        self.host, port = url.removeprefix("http://").rsplit(":", 1)
+        self.port = int(port)
+        self.idle: list = []
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """``(status, body)``; status -1 when the connection failed (it is then dropped). A kept-alive
+        connection the server closed meanwhile (uvicorn closes idle ones after 5 s) is retried once
+        on a new connection, as HTTP clients do."""
+        if self.idle:
+            status, data = await self._post(self.idle.pop(), path, body)
+            if status != -1:
+                return status, data
+        try:
+            connection = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            return -1, b""
+        return await self._post(connection, path, body)
+
+    async def _post(self, connection, path: str, body: bytes) -> tuple[int, bytes]:
+        reader, writer = connection
+        try:
+            writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (path.encode(), self.host.encode(), len(body), body))
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            headers = dict(line.split(b":", 1) for line in lines[1:] if b":" in line)
+            headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
+            data = await reader.readexactly(int(headers.get(b"content-length", b"0")))
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            writer.close()
+            return -1, b""
+        if headers.get(b"connection", b"").lower() == b"close":
+            writer.close()
+        else:
+            self.idle.append((reader, writer))
+        return int(lines[0].split()[1]), data
+
+    def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
+        self.idle.clear()
+
+
+def encoded(bodies: list[dict]) -> list[bytes]:
+    return [json.dumps(b).encode() for b in bodies]
+
+
+async def closed_loop(url: str, bodies: list[bytes], clients: int, requests: int, seconds: float, warmup: int) -> dict:
+    """``clients`` clients, each on its own connection sending its next request when its answer
+    came; bounded by ``requests`` answers and ``seconds``."""
+    latencies, codes, answers = [], {}, {}
+    sent = 0
+    http = [RawHTTP(url) for _ in range(clients)]
+    for i in range(warmup):
+        await http[0].post("/search", bodies[i % len(bodies)])
+    began = time.perf_counter()
+    stop_at = began + seconds
+
+    async def one_client(conn):
+        nonlocal sent
+        while sent < requests and time.perf_counter() < stop_at:
+            i = sent
+            sent += 1
+            t = time.perf_counter()
+            status, data = await conn.post("/search", bodies[i % len(bodies)])
+            latencies.append((time.perf_counter() - t) * 1000)
+            codes[status] = codes.get(status, 0) + 1
+            if status == 200 and i < len(bodies):
+                answers[i] = [h["id"] for h in json.loads(data)["results"][0]["hits"]]
+
+    cpu = time.process_time()
+    await asyncio.gather(*(one_client(conn) for conn in http))
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+    for conn in http:
+        conn.close()
+    ok = codes.get(200, 0)
+    return {"clients": clients, "answers": ok, "seconds": elapsed, "throughput": ok / elapsed, **percentiles(latencies),
+            "errors": sum(n for c, n in codes.items() if c not in (200, 503)), "refused_503": codes.get(503, 0),
+            "client_cpu_ms_per_request": 1000 * cpu / max(1, sum(codes.values())), "hits": answers}
+
+
+async def open_loop(url: str, bodies: list[bytes], rate: float, seconds: float, sample) -> dict:
+    """Requests started at ``rate`` per second for ``seconds`` whatever the answers (at most
+    ``rate * seconds`` of them; a request takes an idle connection or opens one); ``sample()``
+    called every 0.5 s (memory)."""
+    total = int(rate * seconds)
+    records: list[tuple[float, float, int]] = []  # (start offset s, latency ms, status)
+    samples = []
+    http = RawHTTP(url)
+    began = time.perf_counter()
+
+    async def one(i):
+        t = time.perf_counter()
+        status, _ = await http.post("/search", bodies[i % len(bodies)])
+        records.append((t - began, (time.perf_counter() - t) * 1000, status))
+
+    async def sampler():
+        while time.perf_counter() - began < seconds + 1:
+            samples.append((time.perf_counter() - began, sample()))
+            await asyncio.sleep(0.5)
+
+    tasks = [asyncio.ensure_future(sampler())]
+    for i in range(total):
+        delay = began + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(one(i)))
+    await asyncio.gather(*tasks)
+    http.close()
+    half = seconds / 2
+    served = [(s, ms) for s, ms, status in records if status == 200]
+    first = [ms for s, ms in served if s < half]
+    second = [ms for s, ms in served if s >= half]
+    codes: dict[int, int] = {}
+    for _, _, status in records:
+        codes[status] = codes.get(status, 0) + 1
+    return {"rate": rate, "sent": total, "answered_200": codes.get(200, 0), "refused_503": codes.get(503, 0),
+            "errors": sum(n for c, n in codes.items() if c not in (200, 503)),
+            "first_half": percentiles(first), "second_half": percentiles(second), "max_ms": max((ms for _, ms in served), default=None),
+            "pss_sum_mib": [m for _, m in samples]}
+
+
+# ----------------------------------------------------------------------------------- anchor
+def in_process(index, texts: list[str], vectors) -> dict:
+    """The same queries through Index.search in this process: one per call, and all in one call."""
+    out = {}
+    encoder = index.query_encoder()
+    for kind, one, everything in (("text", lambda i: index.search([texts[i]], k=K, encoder=encoder), lambda: index.search(texts, k=K, encoder=encoder)),
+                                  ("vector", lambda i: index.search(vectors[i : i + 1], k=K), lambda: index.search(vectors, k=K))):
+        one(0)
+        began = time.perf_counter()
+        for i in range(len(texts)):
+            one(i)
+        per_call = len(texts) / (time.perf_counter() - began)
+        began = time.perf_counter()
+        result = everything()
+        batch = len(texts) / (time.perf_counter() - began)
+        out[kind] = {"one_per_call_qps": per_call, "one_call_qps": batch, "hits": [[d for d, _ in h] for h in result.hits]}
+    return out
+
+
+def agreement(answers: dict[int, list[str]], want: list[list[str]]) -> float:
+    """Fraction of the answered queries (first pass over the queries, those of the anchor) whose top-k ids equal ``want``'s."""
+    checked = [i for i in answers if i < len(want)]
+    if not checked:
+        return float("nan")
+    return sum(answers[i] == want[i] for i in checked) / len(checked)
+
+
+# ----------------------------------------------------------------------------------- main
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, action="append", help="concurrent clients (repeatable; default 1, 8, 32)")
+    parser.add_argument("--workers", type=int, action="append", help="worker counts (repeatable; default 1, 2)")
+    parser.add_argument("--requests", type=int, default=1500, help="answers per run at most")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per run at most")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--overload-seconds", type=float, default=10.0)
+    parser.add_argument("--overload-queue", type=int, default=32, help="queue size of the overload run's server")
+    parser.add_argument("--synthetic", type=int, help="serve benchmarks/retrieval.py's synthetic-N corpus instead of SciFact (e.g. 1000000)")
+    parser.add_argument("--anchor-queries", type=int, default=300, help="queries of the in-process anchor (all 300 at SciFact; fewer at 1M)")
+    parser.add_argument("--out", type=Path, default=CACHE / "results.json")
+    args = parser.parse_args()
+    clients_list, workers_list = args.clients or [1, 8, 32], args.workers or [1, 2]
+    logs = CACHE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+
+    import torch
+
+    torch.set_num_threads(1)  # as each worker (--threads 1): on 2 shared cores 2 torch threads contend (10x slower here)
+    index, texts = scifact_index()
+    vectors = index.query_encoder().encode_queries(texts)
+    if args.synthetic:
+        index, vectors = synthetic_index(args.synthetic, index.folder)
+    arrays_mib = sum(f.stat().st_size for f in index.folder.glob("*.npy")) / 2**20
+    bodies = {"text": encoded([{"query": t, "k": K} for t in texts]),
+              "vector": encoded([{"vector": {"indices": [int(j) for j in vectors[i].indices], "values": [float(w) for w in vectors[i].data]},
+                                  "k": K} for i in range(len(texts))])}
+    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "load_average_start": os.getloadavg(), "num_docs": len(index), "index_arrays_mib": arrays_mib,
+              "requests": args.requests, "seconds": args.seconds, "runs": [], "memory": {}, "overload": {}}
+    anchor = in_process(index, texts[: args.anchor_queries], vectors[: args.anchor_queries])
+    report["in_process"] = {kind: {k: v for k, v in a.items() if k != "hits"} for kind, a in anchor.items()}
+    print(json.dumps(report["in_process"]), flush=True)
+
+    for workers in workers_list:
+        server = Server(index.folder, workers, logs / f"server-{workers}.log")
+        try:
+            for kind in ("text", "vector"):
+                for clients in clients_list:
+                    run = asyncio.run(closed_loop(server.url, bodies[kind], clients, args.requests, args.seconds, args.warmup))
+                    run["agreement"] = agreement(run.pop("hits"), anchor[kind]["hits"])
+                    run.update(workers=workers, kind=kind, vs_in_process_one_per_call=run["throughput"] / anchor[kind]["one_per_call_qps"])
+                    report["runs"].append(run)
+                    print(json.dumps(run), flush=True)
+            report["memory"][workers] = memory(server, index.folder)
+            print(json.dumps({"workers": workers, **report["memory"][workers]}), flush=True)
+        finally:
+            server.stop()
+
+    for workers in workers_list:  # overload: 2x the capacity measured for text queries
+        capacity = max(r["throughput"] for r in report["runs"] if r["workers"] == workers and r["kind"] == "text")
+        server = Server(index.folder, workers, logs / f"overload-{workers}.log", "--queue-size", str(args.overload_queue))
+        try:
+            pids = server.processes()
+            run = asyncio.run(open_loop(server.url, bodies["text"], 2 * capacity, args.overload_seconds,
+                                        lambda: sum(pss_kib(p) for p in pids) / 1024))
+            run.update(workers=workers, capacity=capacity, queue_size=args.overload_queue,
+                       bound_ms=1000 * (args.overload_queue * workers + 32 * workers) / capacity)
+            report["overload"][workers] = run
+            print(json.dumps(run), flush=True)
+        finally:
+            server.stop()
+    report["load_average_end"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(markdown(report))
+
+
+def markdown(r: dict) -> str:
+    lines = [f"Date {r['date']}; {r['machine']}; load average at start {r['load_average_start'][0]:.1f}, at end "
+             f"{r['load_average_end'][0]:.1f}; {r['num_docs']} documents, index arrays {r['index_arrays_mib']:.1f} MiB; "
+             f"k = {K}; runs bounded by {r['requests']} answers / {r['seconds']:g} s.", "",
+             "In process (`Index.search`, same queries): " + "; ".join(
+                 f"{kind}: {a['one_per_call_qps']:.0f} q/s one per call, {a['one_call_qps']:.0f} q/s all in one call"
+                 for kind, a in r["in_process"].items()), "",
+             "| workers | queries | clients | answers/s | × 1 client | ÷ in-process one per call | p50 ms | p95 ms | p99 ms | p99 ÷ p50 | errors | 503 | same hits |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in r["runs"]:
+        one = next(x["throughput"] for x in r["runs"] if x["workers"] == run["workers"] and x["kind"] == run["kind"] and x["clients"] == min(
+            y["clients"] for y in r["runs"]))
+        lines.append(f"| {run['workers']} | {run['kind']} | {run['clients']} | {run['throughput']:.0f} | {run['throughput'] / one:.2f} | "
+                     f"{run['vs_in_process_one_per_call']:.2f} | {run['p50_ms']:.1f} | {run['p95_ms']:.1f} | {run['p99_ms']:.1f} | "
+                     f"{run['p99_ms'] / run['p50_ms']:.2f} | {run['errors']} | {run['refused_503']} | {run['agreement']:.3f} |")
+    lines += ["", "| workers | processes | PSS sum MiB | index files: PSS sum MiB | index files: RSS per process MiB |", "|---|---|---|---|---|"]
+    for workers, m in r["memory"].items():
+        lines.append(f"| {workers} | {m['processes']} | {m['pss_sum_mib']:.0f} | {m['index_pss_sum_mib']:.1f} | "
+                     f"{', '.join(f'{x:.1f}' for x in m['index_rss_per_process_mib'])} |")
+    lines += ["", "| workers | capacity answers/s | offered /s | sent | 200 | 503 | errors | p50 / p99 ms first half | p50 / p99 ms second half | max ms | bound ms | PSS sum MiB first → max → last |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for workers, o in r["overload"].items():
+        f, s, mem = o["first_half"], o["second_half"], o["pss_sum_mib"]
+        lines.append(f"| {workers} | {o['capacity']:.0f} | {o['rate']:.0f} | {o['sent']} | {o['answered_200']} | {o['refused_503']} | {o['errors']} | "
+                     f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | {o['max_ms']:.0f} | {o['bound_ms']:.0f} | "
+                     f"{mem[0]:.0f} → {max(mem):.0f} → {mem[-1]:.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

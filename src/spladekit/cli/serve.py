@@ -1,0 +1,78 @@
+"""serve: an index behind HTTP (:mod:`spladekit.serve`)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app, fail, options_error
+
+
+@app.command()
+def serve(
+    index: Path = typer.Option(..., help="index folder written by `spladekit index` (only read)"),
+    model: Optional[str] = typer.Option(None, help="query model (default: the one recorded in the index; an ONNX export folder runs in onnxruntime)"),
+    host: str = typer.Option("127.0.0.1", help="address to bind (default loopback only; anything else: put it behind a TLS reverse proxy)"),
+    port: int = typer.Option(8000),
+    workers: int = typer.Option(1, help="worker processes (each maps the same index files)"),
+    threads: Optional[int] = typer.Option(None, help="torch/Seismic threads per worker (default: CPU cores / workers)"),
+    max_batch: int = typer.Option(32, help="queries per micro-batch"),
+    max_wait_ms: float = typer.Option(2.0, help="longest wait for more requests once a batch has its first"),
+    queue_size: int = typer.Option(256, help="requests waiting per worker; past it 503 with Retry-After"),
+    request_timeout_s: float = typer.Option(10.0, "--request-timeout", help="seconds before a waiting request gets 503"),
+    max_body_bytes: int = typer.Option(1 << 20, help="larger request bodies get 413"),
+    max_k: int = typer.Option(1000, help="largest k a request may ask"),
+    max_query_chars: int = typer.Option(2000, help="longest query text, characters"),
+    max_queries: int = typer.Option(64, help="queries per request"),
+    max_connections: int = typer.Option(1024, help="open connections per worker (503 past it)"),
+    api_key_file: Optional[Path] = typer.Option(None, help="file whose first line is the key requests must send as `Authorization: Bearer KEY`"),
+    access_log: bool = typer.Option(False, help="log every request"),
+):
+    """Serve an index over HTTP: POST /search (texts or sparse vectors), GET /health, GET /info, /docs."""
+    from pydantic import ValidationError
+
+    from spladekit.errors import SpladekitError
+
+    try:
+        import uvicorn
+
+        from spladekit.serve.app import CONFIG_ENV, ServeConfig, read_api_key
+    except ImportError as exc:
+        fail(ImportError(f"serving needs FastAPI and uvicorn: pip install 'spladekit[serve]' ({exc})"))
+    try:
+        config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
+                             max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size, request_timeout_s=request_timeout_s,
+                             max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars, max_queries=max_queries,
+                             max_connections=max_connections, api_key_file=str(api_key_file.resolve()) if api_key_file else None,
+                             access_log=access_log)
+    except ValidationError as exc:
+        fail(options_error(exc, {"request_timeout_s": "--request-timeout"}))
+    try:
+        if config.api_key_file:
+            read_api_key(config.api_key_file)  # refused here, before any worker starts
+        elif not _loopback(host):
+            typer.secho(f"warning: serving on {host} without --api-key-file: anyone who reaches it may search", fg=typer.colors.YELLOW, err=True)
+        from spladekit.index.index import Index
+
+        Index.open(config.index)  # a bad folder is reported once, here, not by every worker
+    except (SpladekitError, ValueError) as exc:
+        fail(exc)
+    os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    uvicorn.run("spladekit.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers,
+                http="spladekit.serve.app:NoDelayHTTPProtocol",
+                limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,361 @@
+"""``spladekit serve`` as a real server: a subprocess on a free loopback port, queried with httpx,
+stopped by its PID; its hits compared with :meth:`Index.search` in this process on the same
+queries (SciFact documents encoded with splade-tiny, exact and Seismic, texts and vectors).
+
+Index: 120 SciFact documents (judged ones first, 96 tokens), built once for the module. Servers: one with the
+defaults (1 worker), one with 2 workers, an API key and a queue of 1 request per worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spladekit.serve.batching import MicroBatcher, Overloaded
+
+httpx = pytest.importorskip("httpx")
+pytestmark = pytest.mark.xdist_group("serve")  # the module's servers and index are built once per xdist worker
+K = 10
+NUM_DOCS = 120
+
+
+# ----------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def scifact_index(tmp_path_factory):
+    """An index of 120 SciFact documents with a stored Seismic index, and 40 test queries."""
+    import torch
+
+    from spladekit.data.beir import load_beir
+    from spladekit.data.resolve import shared_roots
+    from spladekit.index.index import Index
+    from spladekit.model.encoder import SpladeEncoder
+
+    found = [(r / "data" / "beir" / "scifact", r / "models" / "splade-tiny") for r in shared_roots()]
+    found = [(d, m) for d, m in found if d.is_dir() and (m / "model.safetensors").exists()]
+    if not found:
+        pytest.skip("shared SciFact + splade-tiny not found; set SPLADEKIT_SHARED")
+    data, model = found[0]
+    ds = load_beir(data, "test")
+    judged = [d for q in ds.qrels.values() for d in q]
+    ids = list(dict.fromkeys(judged + list(ds.corpus)))[:NUM_DOCS]
+    encoder = SpladeEncoder.from_pretrained(str(model), doc_max_length=96, batch_size=64)
+    folder = tmp_path_factory.mktemp("serve") / "index"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # on 2 shared cores one thread encodes faster than two contending ones
+    try:
+        index = Index.build(encoder, {i: ds.corpus[i] for i in ids}, folder, metadata={"model": str(model)}, distributed=False)
+    finally:
+        torch.set_num_threads(threads)
+    index.seismic()  # stored in the folder: the server serves it, never builds it
+    queries = list(ds.queries.values())[:40]
+    return index, queries
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+class Server:
+    """``python -m spladekit serve`` in a subprocess (own session), stopped by its PID."""
+
+    def __init__(self, folder: Path, log: Path, *options: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", str(self.port), *options]
+        with open(log, "wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"the server did not answer /health within 90 s:\n{log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # uvicorn's supervisor stops its workers on SIGTERM
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)  # its own session: the workers it started
+                self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(scifact_index, tmp_path_factory):
+    index, _ = scifact_index
+    before = _snapshot(index.folder)
+    running = Server(index.folder, tmp_path_factory.mktemp("log") / "server.log")
+    try:
+        yield running
+    finally:
+        running.stop()
+    assert _snapshot(index.folder) == before, "the server changed the index folder"
+
+
+@pytest.fixture(scope="module")
+def guarded(scifact_index, tmp_path_factory):
+    """2 workers, an API key, a queue of 1 request per worker, batches of 1 query."""
+    index, _ = scifact_index
+    key_file = tmp_path_factory.mktemp("key") / "key.txt"
+    key_file.write_text("s3cret-key\n")
+    running = Server(index.folder, key_file.parent / "server.log", "--workers", "2", "--threads", "1", "--api-key-file", str(key_file),
+                     "--queue-size", "1", "--max-batch", "1", "--max-wait-ms", "0")
+    running.key = "s3cret-key"
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _vector(row) -> dict:
+    """A CSR row as the JSON body's vector (float32 → Python float: exact, and its repr reads back exactly)."""
+    return {"indices": [int(j) for j in row.indices], "values": [float(w) for w in row.data]}
+
+
+def _hits(body: dict) -> list[list[tuple[str, float]]]:
+    return [[(h["id"], h["score"]) for h in r["hits"]] for r in body["results"]]
+
+
+async def _concurrent(url: str, bodies: list[dict], headers: dict | None = None) -> list:
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
+        return await asyncio.gather(*(client.post("/search", json=b) for b in bodies))
+
+
+def _assert_close_ranking(got, want):
+    """Hits of text queries: the server encodes them in micro-batches of other sizes than the
+    in-process call, so query weights may differ in the last bits (float32 matmuls of other
+    shapes; ≤ ~1e-6 relative on splade-tiny): scores agree to rtol 1e-5, and ids agree wherever
+    the neighbouring scores are more than that apart (a near-tie may swap)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert len(g) == len(w)
+        np.testing.assert_allclose([s for _, s in g], [s for _, s in w], rtol=1e-5)
+        scores = [s for _, s in w]
+        for i, ((gid, _), (wid, _)) in enumerate(zip(g, w)):
+            gaps = [abs(scores[i] - scores[j]) for j in (i - 1, i + 1) if 0 <= j < len(scores)]
+            if all(gap > 1e-5 * abs(scores[i]) for gap in gaps):
+                assert gid == wid
+
+
+# ----------------------------------------------------------------------------------- results
+@pytest.mark.parametrize("backend", ["exact", "seismic"])
+def test_vector_queries_under_concurrency_equal_index_search(server, scifact_index, backend):
+    index, queries = scifact_index
+    vectors = index.query_encoder().encode_queries(queries)
+    want = index.search(vectors, k=K, backend=backend).hits
+    bodies = [{"vector": _vector(vectors[i]), "k": K, "backend": backend} for i in range(len(queries))]
+    responses = asyncio.run(_concurrent(server.url, bodies))
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:2]
+    got = [_hits(r.json())[0] for r in responses]
+    # exactly equal: the server calls Index.search on the same float32 vectors, and each query's
+    # hits do not depend on the other queries of its micro-batch (exact: one score row per query,
+    # tests/test_search.py::test_results_do_not_depend_on_the_batch; Seismic: each query its own search)
+    assert got == want
+    assert max(r.json()["batch_queries"] for r in responses) > 1  # concurrent requests were micro-batched
+
+
+@pytest.mark.parametrize("backend", ["exact", "seismic"])
+def test_text_queries_equal_index_search(server, scifact_index, backend):
+    index, queries = scifact_index
+    want = index.search(queries, k=K, backend=backend).hits
+    one = httpx.post(server.url + "/search", json={"query": queries, "k": K, "backend": backend}, timeout=60)  # a list in one request
+    assert one.status_code == 200, one.text
+    _assert_close_ranking(_hits(one.json()), want)
+    alone = asyncio.run(_concurrent(server.url, [{"query": q, "k": K, "backend": backend} for q in queries]))  # one text per request
+    assert all(r.status_code == 200 for r in alone)
+    _assert_close_ranking([_hits(r.json())[0] for r in alone], want)
+
+
+def test_fields_and_query_terms(server, scifact_index):
+    index, queries = scifact_index
+    encoder = index.query_encoder()
+    ids = httpx.post(server.url + "/search", json={"query": queries[0], "k": 3, "fields": "ids"}).json()
+    want = index.search([queries[0]], k=3).hits[0]
+    assert ids["results"][0]["hits"] == [doc for doc, _ in want]
+    terms = httpx.post(server.url + "/search", json={"query": queries[0], "k": 3, "fields": "terms", "top_terms": 5}).json()
+    expected = encoder.decode(encoder.encode_queries([queries[0]]), top_k=5)  # (token, weight), heaviest first
+    got = [(t["term"], t["weight"]) for t in terms["results"][0]["terms"]]
+    assert [t for t, _ in got] == [t for t, _ in expected]
+    np.testing.assert_allclose([w for _, w in got], [w for _, w in expected], rtol=1e-5)  # encoded alone both times; float32
+
+
+def test_health_info_and_openapi(server, scifact_index):
+    import spladekit
+
+    index, _ = scifact_index
+    health = httpx.get(server.url + "/health").json()
+    assert health["status"] == "ok"
+    info = httpx.get(server.url + "/info").json()
+    assert info["index"]["num_docs"] == NUM_DOCS and info["index"]["vocab_size"] == 30522
+    assert info["index"]["model"] == index.metadata["model"] and info["index"]["content_hash"] == index.metadata["content_hash"]
+    assert info["index"]["query_max_length"] == index.metadata["query_max_length"]
+    assert info["backends"] == ["exact", "seismic"] and info["server"]["version"] == spladekit.__version__
+    assert info["query_encoder"]["kind"].startswith("torch")
+    schema = httpx.get(server.url + "/openapi.json").json()
+    assert "/search" in schema["paths"] and "SparseVector" in schema["components"]["schemas"]
+    assert httpx.get(server.url + "/docs").status_code == 200
+
+
+# ----------------------------------------------------------------------------------- bad requests
+def _vec(indices, values):
+    return {"vector": {"indices": indices, "values": values}}
+
+
+BAD = [  # (what, raw body or JSON object, status, field named in the message)
+    ("malformed JSON", b'{"query": "protein"', 400, "body"),
+    ("not an object", b"[1, 2]", 422, "body"),
+    ("nested too deep", b"[" * 5000, 400, "body"),
+    ("unknown field", {"query": "protein", "kk": 3}, 422, "kk"),
+    ("k = 0", {"query": "protein", "k": 0}, 422, "k"),
+    ("k over max_k", {"query": "protein", "k": 1001}, 422, "k"),
+    ("k a string", {"query": "protein", "k": "10"}, 422, "k"),
+    ("k a boolean", {"query": "protein", "k": True}, 422, "k"),
+    ("empty query", {"query": ""}, 422, "query"),
+    ("blank query", {"query": "  \t "}, 422, "query"),
+    ("empty list", {"query": []}, 422, "query"),
+    ("query a number", {"query": 42}, 422, "query.0"),
+    ("over-long query", {"query": "protein " * 300}, 422, "query"),
+    ("too many queries", {"query": ["protein"] * 65}, 422, "query"),
+    ("query and vector", {"query": "protein", **_vec([1], [1.0])}, 422, "vector"),
+    ("neither", {"k": 3}, 422, "query"),
+    ("index out of vocabulary", _vec([5, 30522], [1.0, 1.0]), 422, "vector.0.indices"),
+    ("negative index", _vec([-1], [1.0]), 422, "vector.0.indices"),
+    ("repeated index", _vec([7, 7], [1.0, 2.0]), 422, "vector.0.indices"),
+    ("fractional index", _vec([1.5], [1.0]), 422, "vector.0.indices"),
+    ("negative weight", _vec([5], [-0.5]), 422, "vector.0.values"),
+    ("NaN weight", b'{"vector": {"indices": [5], "values": [NaN]}}', 422, "vector.0.values"),
+    ("infinite weight", b'{"vector": {"indices": [5], "values": [Infinity]}}', 422, "vector.0.values"),
+    ("weight overflowing float32", _vec([5], [1e39]), 422, "vector.0.values"),
+    ("lengths differ", _vec([5, 6], [1.0]), 422, "vector.0"),
+    ("unknown backend", {"query": "protein", "backend": "bm25"}, 422, "backend"),
+    ("seismic parameters with exact", {"query": "protein", "seismic": {"query_cut": 3}}, 422, "seismic"),
+    ("seismic query_cut 0", {"query": "protein", "backend": "seismic", "seismic": {"query_cut": 0}}, 422, "seismic.query_cut"),
+    ("unknown fields value", {"query": "protein", "fields": "everything"}, 422, "fields"),
+    ("body over the size limit", _vec(list(range(30000)), [1.0] * 30000) | {"pad": "x" * (1 << 20)}, 413, "body"),
+]
+
+
+def test_bad_requests_refused_and_the_next_request_served(server):
+    good = {"query": "protein folding", "k": 5}
+    first = httpx.post(server.url + "/search", json=good)
+    assert first.status_code == 200
+    for what, body, status, field in BAD:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        response = httpx.post(server.url + "/search", content=content, headers={"content-type": "application/json"})
+        assert response.status_code == status, (what, response.text)
+        message = response.json()["error"]
+        assert message.startswith(field) or f"{field}:" in message or f"'{field}'" in message, (what, message)
+        after = httpx.post(server.url + "/search", json=good)
+        assert after.status_code == 200, (what, after.text)
+        assert after.json()["results"] == first.json()["results"], what  # same answer: the server is unharmed
+
+
+# ----------------------------------------------------------------------------------- who may ask, load
+def test_api_key_refused_and_accepted(guarded):
+    body = {"query": "protein", "k": 3}
+    assert httpx.post(guarded.url + "/search", json=body).status_code == 401
+    wrong = httpx.post(guarded.url + "/search", json=body, headers={"Authorization": "Bearer s3cret-kez"})
+    assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+    assert httpx.get(guarded.url + "/info").status_code == 401
+    right = {"Authorization": f"Bearer {guarded.key}"}
+    assert httpx.post(guarded.url + "/search", json=body, headers=right).status_code == 200
+    assert httpx.get(guarded.url + "/info", headers=right).json()["server"]["settings"]["workers"] == 2
+    assert httpx.get(guarded.url + "/health").status_code == 200  # liveness needs no key
+
+
+def test_503_with_retry_after_past_a_queue_of_one(guarded, scifact_index):
+    _, queries = scifact_index
+    right = {"Authorization": f"Bearer {guarded.key}"}
+    bodies = [{"query": queries, "k": K}] * 24  # 40 texts each: a batch takes long enough for the others to pile up
+    responses = asyncio.run(_concurrent(guarded.url, bodies, right))
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 503} and 503 in codes and 200 in codes, codes
+    refused = [r for r in responses if r.status_code == 503]
+    assert all(int(r.headers["retry-after"]) >= 1 and "queue is full" in r.json()["error"] for r in refused)
+    served = [r.json()["results"] for r in responses if r.status_code == 200]
+    assert all(s == served[0] for s in served)  # the same request, the same answer, under load
+    assert httpx.post(guarded.url + "/search", json={"query": "protein", "k": 3}, headers=right).status_code == 200
+
+
+# ----------------------------------------------------------------------------------- the batcher alone
+def _run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_batcher_collects_concurrent_requests_into_one_batch():
+    seen = []
+
+    def run_batch(payloads):
+        seen.append(list(payloads))
+        return [p * 10 for p in payloads]
+
+    async def main():
+        batcher = MicroBatcher(run_batch, max_batch=4, max_wait_s=0.2, queue_size=10)
+        batcher.start()
+        answers = await asyncio.gather(*(batcher.submit(i, 1, 5) for i in range(6)))
+        await batcher.stop()
+        return answers
+
+    assert _run(main()) == [0, 10, 20, 30, 40, 50]
+    assert [len(b) for b in seen] == [4, 2]  # max_batch queries, then the rest after max_wait
+
+
+def test_batcher_queue_bound_timeout_and_failing_batch():
+    import threading
+
+    release = threading.Event()
+
+    def run_batch(payloads):
+        release.wait(5)
+        return [ValueError("bad") if p == "fail" else p for p in payloads]
+
+    async def main():
+        batcher = MicroBatcher(run_batch, max_batch=1, max_wait_s=0, queue_size=1)
+        batcher.start()
+        running = asyncio.ensure_future(batcher.submit("a", 1, 5))
+        await asyncio.sleep(0.05)  # "a" is in the running batch
+        waiting = asyncio.ensure_future(batcher.submit("fail", 1, 5))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded) as refused:  # the queue holds "fail"
+            await batcher.submit("c", 1, 5)
+        assert refused.value.retry_after >= 1
+        release.set()
+        assert await running == "a"
+        with pytest.raises(ValueError, match="bad"):  # one payload's failure is its own
+            await waiting
+        release.clear()
+        blocked = asyncio.ensure_future(batcher.submit("d", 1, 5))
+        await asyncio.sleep(0.05)
+        with pytest.raises(asyncio.TimeoutError):  # "e" waits behind "d" past its timeout
+            await batcher.submit("e", 1, 0.1)
+        release.set()
+        assert await blocked == "d"
+        assert await batcher.submit("f", 1, 5) == "f"  # the loop goes on
+        await batcher.stop()
+        return batcher.queries
+
+    assert _run(main()) == 4  # a, fail, d, f ("e" timed out in the queue and was skipped)
