@@ -44,8 +44,8 @@ import warnings
 
 import torch
 
-#: Bytes a torch-path chunk may touch, per device type (CUDA: logits of large tiles; CPU: logits and
-#: weight tile of one product, cache-sized, see :func:`_cpu_chunk`).
+#: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized,
+#: see :func:`_cpu_chunk`).
 CHUNK_BUDGET_BYTES = {"cuda": 512 * 2**20, "cpu": 2**20}
 #: Active entries processed per backward step (bounds the ``[n, H]`` gather buffers).
 BACKWARD_CHUNK = 1 << 16
@@ -117,17 +117,18 @@ def _torch_masked_max(
     return maxval, argmax
 
 
-def _cpu_chunk(tokens: int, dim: int, vocab: int, element_bytes: int) -> int:
-    """Vocabulary columns per CPU product so that its operands and result stay in the core's cache.
+def _cpu_chunk(tokens: int, vocab: int, element_bytes: int) -> int:
+    """Vocabulary columns per CPU product ``[n, H] @ [H, Vc]`` (``n`` real tokens of one row).
 
-    One product is ``[n, H] @ [H, Vc]`` with ``n`` real tokens of one row; it touches
-    ``(n + H) · Vc`` elements (the ``[n, Vc]`` logits and the ``[Vc, H]`` weight tile) besides the
-    ``[n, H]`` tokens, and the max then reads the logits again. Keeping ``(n + H) · Vc · bytes`` within
-    :data:`CHUNK_BUDGET_BYTES` (1 MiB: half of a 2 MiB L2; measured on a Xeon with splade-tiny's
-    shapes, ``n = 256, H = 128``: 672 columns run at 85 GFLOP/s per thread, 4096 at 74, the whole
-    vocabulary at 64) keeps the max's read in cache. At least 32 columns, a multiple of 32.
+    The ``[n, Vc]`` logits of one product are read again at once by the max; keeping them within
+    :data:`CHUNK_BUDGET_BYTES` (1 MiB, half of this Xeon's 2 MiB L2 per core) keeps that read in
+    cache. Measured with splade-tiny's shapes (H = 128, one thread): n = 256 tokens, 1024 columns
+    ran at 80 GFLOP/s, 4096 at 74, the whole vocabulary at 64; n = 14 (a query), the whole
+    vocabulary in one product (what this rule gives: short inputs get the plain head's single
+    product, without its masked copy) at 52 GFLOP/s, 512 columns at 34. At least 32 columns, a
+    multiple of 32.
     """
-    cols = CHUNK_BUDGET_BYTES["cpu"] // max(1, (tokens + dim) * element_bytes)
+    cols = CHUNK_BUDGET_BYTES["cpu"] // max(1, tokens * element_bytes)
     cols = max(32, (cols // 32) * 32)
     return int(min(vocab, cols))
 
@@ -182,7 +183,7 @@ def _packed_masked_max(
     """
     from spladekit.model.cpu_pool import run_units
 
-    batch, vocab, dim = hidden.shape[0], weight.shape[0], hidden.shape[2]
+    batch, vocab = hidden.shape[0], weight.shape[0]
     real = attention_mask.to(torch.bool)
     maxval = torch.full((batch, vocab), float("-inf"), dtype=torch.float32, device=hidden.device)
     argmax = torch.zeros((batch, vocab), dtype=torch.int32, device=hidden.device) if with_argmax else None
@@ -201,7 +202,7 @@ def _packed_masked_max(
     units = []
     for row in rows:
         n = counts[row]
-        cols = chunk or _cpu_chunk(n, dim, vocab, hidden.element_size())
+        cols = chunk or _cpu_chunk(n, vocab, hidden.element_size())
         step = -(-vocab // spans)
         step = -(-step // cols) * cols  # whole chunks per span
         for lo in range(0, vocab, step):
