@@ -69,8 +69,10 @@ def test_cpu_split_equals_plain_within_float32_bound(shape, threads, chunk):
     got = torch.log1p(maxval.clamp_min(0.0))
     err = (got.double() - ref.double()).abs()
     assert bool((err <= _bound(hidden, mask, weight, bias)).all()), float(err.max())
-    # exact by construction: the argmax and the amax path take the max of the same products
-    assert torch.equal(maxval, maxval_only)
+    # the argmax and the amax path form the same products in separate calls: equal on most BLAS paths,
+    # but MKL's conditional-numerical-reproducibility modes (MKL_CBWR) may round them differently (output
+    # alignment), so the derived bound, not equality
+    assert bool(((maxval - maxval_only).abs().nan_to_num(0.0).double() <= _bound(hidden, mask, weight, bias)).all())
     empty = ~mask.bool().any(dim=1)
     assert torch.all(torch.isneginf(maxval[empty])) and torch.all(got[empty] == 0)
     # the argmax is a real position holding the maximum (recomputed here in float64 from that position)
@@ -82,10 +84,10 @@ def test_cpu_split_equals_plain_within_float32_bound(shape, threads, chunk):
 
 
 @pytest.mark.parametrize("threads", [2, 3])
-def test_thread_count_does_not_change_a_bit(threads):
-    """Exact by construction: every unit is the same sequence of single-threaded products whatever the
-    number of workers (the vocabulary chunks start at the same multiples of the chunk width), so the
-    result equals the one-thread run bit for bit."""
+def test_thread_count_keeps_values_within_the_bound(threads):
+    """Worker threads vs one thread: every unit is the same sequence of single-threaded products (same
+    chunk boundaries), equal bit for bit on plain MKL/OpenBLAS, but not promised under MKL_CBWR, so the
+    derived bound; where the argmax differs, both positions hold the maximum within that bound."""
     hidden, mask, weight, bias = _inputs(6, 40, 32, 3001, seed=4)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -94,23 +96,33 @@ def test_thread_count_does_not_change_a_bit(threads):
     finally:
         torch.set_num_threads(before)
     many, many_arg = fused._packed_masked_max(hidden, mask, weight, bias, True, threads=threads)
-    assert torch.equal(one, many) and torch.equal(one_arg, many_arg)
+    bound = _bound(hidden, mask, weight, bias)
+    assert bool(((one - many).abs().nan_to_num(0.0).double() <= bound).all())
+    real = mask.bool().any(dim=1)
+    h64, w64 = hidden[real].double(), weight.double()
+    at = [torch.einsum("bvh,vh->bv", h64.gather(1, a[real].long()[..., None].expand(-1, -1, h64.shape[2])), w64)
+          for a in (one_arg, many_arg)]
+    assert bool(((at[0] - at[1]).abs() <= bound[real]).all())
     assert torch.get_num_threads() == before  # the caller's own setting is untouched
 
 
-def test_fused_head_gradients_equal_across_threads(monkeypatch):
-    """The autograd path (argmax saved for the backward) through the worker threads: same output and
-    gradients as one thread (exact by construction, as above: same products, same argmax, same backward)."""
-    hidden, mask, weight, bias = _inputs(5, 17, 16, 515, seed=2)
-    results = []
+def test_fused_head_gradients_through_workers(monkeypatch):
+    """The autograd path (argmax saved for the backward) at 1 and 2 threads, on the exact grid inputs of
+    test_fused.py: every logit is exact on every kernel (see its _grid), so values equal the plain
+    head's bit for bit and gradients obey the hand formula within its float32 bounds."""
+    from test_fused import _check_gradients, _hand_gradients
+    from test_fused import _inputs as grid_inputs
+
+    hidden, mask, weight, bias, grad_out = grid_inputs(seed=2, B=5, L=17, H=16, V=515)
+    want = plain_splade_head(hidden.detach(), mask, weight.detach(), bias.detach())
+    hand = _hand_gradients(hidden, mask, weight, bias, grad_out)
     for threads in (1, 2):
         monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
-        h, w, b = (t.clone().requires_grad_(True) for t in (hidden, weight, bias))
+        h, w, b = (t.detach().clone().requires_grad_(True) for t in (hidden, weight, bias))
         out = fused.fused_splade_head(h, mask, w, b, backend="torch")
-        (out * torch.linspace(0, 1, out.numel()).view_as(out)).sum().backward()
-        results.append((out.detach(), h.grad, w.grad, b.grad))
-    for a, b in zip(*results):
-        assert torch.equal(a, b)
+        (out * grad_out).sum().backward()
+        assert torch.equal(out.detach(), want)  # exact logits: same maxima, same log1p
+        _check_gradients([h.grad, w.grad, b.grad], hand, f"{threads} threads")
 
 
 def test_errors_in_a_worker_reach_the_caller():
