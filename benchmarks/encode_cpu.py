@@ -310,67 +310,14 @@ def agreement(case_file: Path, reference):
     return float(cos.min()), float(np.abs(got - ref).max())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=ROOT.parent / "shared" / "models" / "splade-tiny")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "beir" / "scifact")
-    parser.add_argument("--work", type=Path, default=CACHE / "encode_cpu")
-    parser.add_argument("--docs", type=int, default=64)
-    parser.add_argument("--queries", type=int, default=30)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
-    parser.add_argument("--loads", nargs="*", default=["idle", "busy"], choices=["idle", "busy"])
-    parser.add_argument("--cases", nargs="*", default=list(CASES))
-    parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
-    parser.add_argument("--out", type=Path, default=None, help="write every measurement as JSON")
-    parser.add_argument("--setup", action="store_true", help="create the competitors' environments and exit")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(args.worker, args.model, args.work, args.threads[0], args.result)
-        return
-    if args.setup:
-        setup()
-        return
-    import numpy as np
-
-    if not args.model.exists():
-        sys.exit(f"{args.model}: no such model folder (the shared splade-tiny)")
-    prepare(args.model, args.work, args.data, args.docs, args.queries)
-    runs = args.work / "runs"
-    runs.mkdir(exist_ok=True)
-    load_start, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"# load average at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
-    results: dict[tuple, list] = {}
-    errors: dict[tuple, str] = {}
-    reference = runs / "reference.json"
-    run_config("sk-plain", None, 1, "idle", args, reference)  # the vectors every case is compared with
-    ref = np.load(reference.with_suffix(".npy"))
-    for rep in range(args.reps):
-        for load in args.loads:
-            for threads in args.threads:
-                for case in args.cases:
-                    key = (case, threads, load)
-                    if key in errors:
-                        continue
-                    out = runs / f"{case}-{threads}-{load}-{rep}.json"
-                    r = run_config(case, CASES[case], threads, load, args, out)
-                    if "error" in r:
-                        errors[key] = r["error"]
-                        print(f"  {key}: {r['error']}", file=sys.stderr)
-                        continue
-                    r["cos_min"], r["max_abs"] = agreement(out.with_suffix(".npy"), ref)
-                    results.setdefault(key, []).append(r)
-                    print(f"  rep {rep} {key}: {r['docs_per_s']:.1f} docs/s, {r['query_ms']:.1f} ms/query, "
-                          f"{r['peak_rss_mib']:.0f} MiB (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
-    load_end = os.getloadavg()
+def report(results: dict, errors: dict, args, load_start, load_end, started: str) -> None:
+    """Print the table of medians and the ratios (module docstring) from ``{(case, threads, load): [run]}``."""
     model_name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                       platform.processor())
     print(f"# CPU encoding, splade-tiny, {args.docs} SciFact documents × ≤{LENGTH} tokens, batch {BATCH}; "
           f"{args.queries} test queries one at a time; {started}; {model_name}, {os.cpu_count()} CPUs; "
           f"load average at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-          f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; medians of {args.reps} interleaved repetitions\n")
+          f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; medians of {max((len(v) for v in results.values()), default=0)} interleaved repetitions\n")
     print("| case | threads | load | docs/s | docs per CPU-s | peak RSS MiB | batch-1 query ms | min cosine vs fp32 | max abs diff |")
     print("|---|---|---|---|---|---|---|---|---|")
     med = {}
@@ -401,6 +348,95 @@ def main() -> None:
             fused, plain = med.get(("sk-fused", threads, load)), med.get(("sk-plain", threads, load))
             if fused and plain:
                 print(f"- sk-fused ÷ sk-plain docs/s, {threads} thread(s), {load}: {fused['docs_per_s'] / plain['docs_per_s']:.2f}")
+    for load in args.loads:
+        for threads in args.threads:
+            best = {side: min(((m["query_ms"], k[0]) for k, m in med.items() if k[0].startswith(side)
+                               and k[1:] == (threads, load)), default=None) for side in ("sk-", "st-")}
+            if best["sk-"] and best["st-"]:
+                print(f"- batch-1 query, {threads} thread(s), {load}: best spladekit {best['sk-'][1]} "
+                      f"{best['sk-'][0]:.2f} ms, best sentence-transformers {best['st-'][1]} {best['st-'][0]:.2f} ms")
+
+
+def report_existing(args) -> None:
+    """:func:`report` of the run files in ``--work/runs`` (``CASE-THREADS-LOAD-REP.json`` + ``.npy``)."""
+    import numpy as np
+
+    runs = args.work / "runs"
+    header = json.loads((runs / "started.json").read_text())
+    ref = np.load(runs / "reference.npy")
+    results: dict[tuple, list] = {}
+    for path in sorted(runs.glob("*-*-*-*.json")):
+        case, threads, load, _ = path.stem.rsplit("-", 3)
+        if not path.with_suffix(".npy").exists():
+            continue
+        r = json.loads(path.read_text())
+        r["cos_min"], r["max_abs"] = agreement(path.with_suffix(".npy"), ref)
+        results.setdefault((case, int(threads), load), []).append(r)
+    report(results, {}, args, header["load_start"], os.getloadavg(), header["started"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=ROOT.parent / "shared" / "models" / "splade-tiny")
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "beir" / "scifact")
+    parser.add_argument("--work", type=Path, default=CACHE / "encode_cpu")
+    parser.add_argument("--docs", type=int, default=64)
+    parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--loads", nargs="*", default=["idle", "busy"], choices=["idle", "busy"])
+    parser.add_argument("--cases", nargs="*", default=list(CASES))
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
+    parser.add_argument("--out", type=Path, default=None, help="write every measurement as JSON")
+    parser.add_argument("--setup", action="store_true", help="create the competitors' environments and exit")
+    parser.add_argument("--report", action="store_true", help="print the table of the runs already in --work/runs "
+                        "(e.g. of an interrupted run; load at end = now) and exit")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.model, args.work, args.threads[0], args.result)
+        return
+    if args.setup:
+        setup()
+        return
+    if args.report:
+        report_existing(args)
+        return
+    import numpy as np
+
+    if not args.model.exists():
+        sys.exit(f"{args.model}: no such model folder (the shared splade-tiny)")
+    prepare(args.model, args.work, args.data, args.docs, args.queries)
+    runs = args.work / "runs"
+    runs.mkdir(exist_ok=True)
+    load_start, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (runs / "started.json").write_text(json.dumps({"load_start": load_start, "started": started}))
+    print(f"# load average at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
+    results: dict[tuple, list] = {}
+    errors: dict[tuple, str] = {}
+    reference = runs / "reference.json"
+    run_config("sk-plain", None, 1, "idle", args, reference)  # the vectors every case is compared with
+    ref = np.load(reference.with_suffix(".npy"))
+    for rep in range(args.reps):
+        for load in args.loads:
+            for threads in args.threads:
+                for case in args.cases:
+                    key = (case, threads, load)
+                    if key in errors:
+                        continue
+                    out = runs / f"{case}-{threads}-{load}-{rep}.json"
+                    r = run_config(case, CASES[case], threads, load, args, out)
+                    if "error" in r:
+                        errors[key] = r["error"]
+                        print(f"  {key}: {r['error']}", file=sys.stderr)
+                        continue
+                    r["cos_min"], r["max_abs"] = agreement(out.with_suffix(".npy"), ref)
+                    results.setdefault(key, []).append(r)
+                    print(f"  rep {rep} {key}: {r['docs_per_s']:.1f} docs/s, {r['query_ms']:.1f} ms/query, "
+                          f"{r['peak_rss_mib']:.0f} MiB (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+    load_end = os.getloadavg()
+    report(results, errors, args, load_start, load_end, started)
     if args.out:
         args.out.write_text(json.dumps({"results": {"|".join(map(str, k)): v for k, v in results.items()},
                                         "errors": {"|".join(map(str, k)): v for k, v in errors.items()},
