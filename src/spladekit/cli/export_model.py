@@ -21,6 +21,12 @@ def export_model(
     opset: int = typer.Option(17, help="ONNX opset version"),
     query_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 64"),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 256"),
+    quantize: Optional[str] = typer.Option(None, help="int8: onnxruntime dynamic quantisation of the encoder's matrix products"),
+    quantize_head: bool = typer.Option(False, help="with --quantize, quantise the head's products too (one scale per "
+                                       "vocabulary column; default: kept float32)"),
+    vocab_tile: int = typer.Option(512, help="vocabulary columns per in-graph tile (memory O(batch x length x tile))"),
+    pooling: Optional[str] = typer.Option(None, help="max or sum (default: the model's own)"),
+    activation: Optional[str] = typer.Option(None, help="relu or log1p_relu (default: the model's own)"),
 ):
     """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime."""
     from spladekit.errors import SpladekitError
@@ -37,12 +43,14 @@ def export_model(
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
                                                 head_impl="plain", device="cpu")
         try:
-            written = export_onnx(encoder, out, opset=opset)  # a failed export leaves no folder (atomic)
+            written = export_onnx(encoder, out, opset=opset, pooling=pooling, activation=activation, vocab_tile=vocab_tile,
+                                  quantize=quantize, quantize_head=quantize_head)  # a failed export leaves no folder (atomic)
         except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
             raise ValueError(f"ONNX export failed (--opset {opset}): {exc}") from exc
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
-    typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}])")
+    typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}]"
+               + (f", {quantize} quantised" if quantize else "") + ")")
     try:
         typer.echo(f"onnxruntime check: max |onnx - torch| = {check_export(encoder, written):.2e} on 3 texts")
     except ImportError:

@@ -1,29 +1,44 @@
-"""ONNX export with the SPLADE pooling inside the graph, and an onnxruntime encoder.
+"""ONNX export with the SPLADE pooling inside the graph, without a ``[B, L, V]`` tensor, and an onnxruntime encoder.
 
 The exported graph is the whole encoder, not just the transformer (exports that keep only the
 transformer leave the pooling to every caller, and get it wrong: e.g. only the first position's
 logits)::
 
     input_ids [B, L] int64, attention_mask [B, L] int64
-      → backbone → MLM-head transform → decoder: logits [B, L, V]
-      → w_j = log(1 + ReLU(max_{t: mask_t = 1} logit_tj))        (SPLADE v2, Formal et al. 2021, eq. 2)
+      → backbone → MLM-head transform: hidden [B, L, H]
+      → for each vocabulary tile [lo, hi) of ``vocab_tile`` columns (unrolled at export, V is fixed):
+            logits [B, L, hi - lo] = hidden @ W[lo:hi]ᵀ
+            max:  m[:, lo:hi] = max over real positions of logits, + b[lo:hi]    (padding: -inf)
+            sum:  s[:, lo:hi] = Σ over real positions of act(logits + b[lo:hi])   (padding: × 0)
+      → concatenation [B, V];  max: w = act(m)  (act is non-decreasing: max and act commute)
       → [PAD] column set to 0                                      (as SpladeEncoder.encode_dense)
       → weights [B, V] float32
 
-Batch size and sequence length are dynamic axes. The pooling is
-:func:`spladekit.model.pooling.splade_max_pool`, traced as is (masked fill with -inf, max over
-positions, clamp at 0, log1p), so a row whose mask is all zero gives all zeros here as in torch.
+with ``act`` the SPLADE activation: ``"relu"``: log(1 + ReLU(x)) (SPLADE v2, Formal et al. 2021,
+eq. 2), ``"log1p_relu"``: log(1 + log(1 + ReLU(x))) (sentence-transformers' ``SpladePooling``
+names). Only one tile's ``[B, L, hi - lo]`` logits (and its masked copy) is alive at a time, so
+the graph's working memory is O(B·L·vocab_tile + B·V) instead of the O(B·L·V) of a graph that
+forms all logits (1 GB at 32 × 256 tokens with BERT's 30,522 columns). Adding the bias after the
+max is exact in floating point (rounding is monotonic), as in
+:func:`spladekit.model.pooling.plain_splade_head`. A row whose mask is all zero gives all zeros.
 
-Export uses torch's TorchScript-based exporter (``torch.onnx.export(..., dynamo=False)``), which
-needs only the ``onnx`` package (the dynamo exporter would also need ``onnxscript``). Models
-whose weights exceed ONNX's 2 GiB protobuf limit are not supported by this writer.
+Batch size and sequence length are dynamic axes. Export uses torch's TorchScript-based exporter
+(``torch.onnx.export(..., dynamo=False)``), which needs only the ``onnx`` package. Models whose
+weights exceed ONNX's 2 GiB protobuf limit are not supported by this writer.
+
+Quantisation (``quantize="int8"``): onnxruntime's dynamic quantisation
+(``onnxruntime.quantization.quantize_dynamic``: int8 weights with one scale per output column,
+activations quantised per tensor at run time) of the encoder's matrix products; the head's
+products are quantised the same way (``quantize_head=True``, one scale per vocabulary column) or
+kept float32 (the default). Its effect on retrieval quality is measured in benchmarks/RESULTS.md.
 
 The folder written by :func:`export_onnx`::
 
     model.onnx          the graph above
     tokenizer files     (``tokenizer.save_pretrained``)
     spladekit.json      query/doc max lengths, top-k, source, and under ``extra.onnx`` the file,
-                        input/output names, opset, vocabulary size and max positions
+                        input/output names, opset, vocabulary size, max positions, pooling,
+                        activation, vocabulary tile and quantisation
     query_weights.safetensors   only for an inference-free model: its query term weights (the
                         query side is a table look-up, no graph; the graph encodes documents)
 
@@ -43,12 +58,32 @@ import torch.nn.functional as F
 
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.inference_free import INFERENCE_FREE, load_query_weights
-from spladekit.model.pooling import splade_max_pool
 
 ONNX_FILE = "model.onnx"
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "weights"
 DEFAULT_OPSET = 17
+#: Vocabulary columns per in-graph tile: 32 × 256 tokens × 512 columns × 4 bytes = 16 MiB of logits
+#: (splade-tiny, onnxruntime 1.32, one thread: peak RSS growth 100 MiB at 32 × 256 tokens; 132 MiB with
+#: 1024 columns, 3 GiB with the whole vocabulary in one product).
+DEFAULT_VOCAB_TILE = 512
+POOLINGS = ("max", "sum")
+ACTIVATIONS = ("relu", "log1p_relu")
+QUANTIZATIONS = ("int8",)
+
+
+def splade_act(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """The SPLADE activation (module docstring): ``relu`` log(1 + ReLU(x)), ``log1p_relu`` log(1 + log(1 + ReLU(x)))."""
+    x = torch.log1p(torch.relu(x))
+    return torch.log1p(x) if activation == "log1p_relu" else x
+
+
+def check_pooling(pooling: str, activation: str) -> None:
+    """Raise ``ValueError`` for a pooling or activation this graph does not know."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown SPLADE pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown SPLADE activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
 
 
 class SpladeGraph(torch.nn.Module):
@@ -56,13 +91,24 @@ class SpladeGraph(torch.nn.Module):
 
     Args:
         model: a :class:`~spladekit.model.splade.SpladeModel` (its head implementation is not
-            used: the graph always computes the plain head, full logits then max pooling).
+            used: the graph computes the head tile by tile, module docstring).
         pad_token_id: the vocabulary column zeroed in the output (None: none).
+        pooling: ``"max"`` or ``"sum"`` over the real positions.
+        activation: ``"relu"`` or ``"log1p_relu"``.
+        vocab_tile: vocabulary columns per tile (≥ 1).
+
+    Raises:
+        ValueError: unknown pooling or activation, or a tile < 1.
     """
 
-    def __init__(self, model, pad_token_id: int | None):
+    def __init__(self, model, pad_token_id: int | None, pooling: str = "max", activation: str = "relu",
+                 vocab_tile: int = DEFAULT_VOCAB_TILE):
         super().__init__()
+        check_pooling(pooling, activation)
+        if isinstance(vocab_tile, bool) or not isinstance(vocab_tile, int) or vocab_tile < 1:
+            raise ValueError(f"vocab_tile must be an integer ≥ 1, got {vocab_tile!r}")
         self.model = model
+        self.pooling, self.activation, self.vocab_tile = pooling, activation, vocab_tile
         keep = torch.ones(model.vocab_size)
         if pad_token_id is not None and 0 <= pad_token_id < model.vocab_size:
             keep[pad_token_id] = 0.0
@@ -70,18 +116,72 @@ class SpladeGraph(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         head = self.model.head
-        hidden = self.model.hidden_states(input_ids, attention_mask)
-        logits = F.linear(hidden, head.weight, head.bias)
-        return splade_max_pool(logits, attention_mask) * self.keep
+        weight, bias = head.weight, head.bias
+        hidden = self.model.hidden_states(input_ids, attention_mask)  # [B, L, H]
+        real = attention_mask.to(torch.bool).unsqueeze(-1)  # [B, L, 1]
+        tiles = []
+        for lo in range(0, weight.shape[0], self.vocab_tile):
+            hi = min(weight.shape[0], lo + self.vocab_tile)
+            if self.pooling == "max":
+                logits = F.linear(hidden, weight[lo:hi]).masked_fill(~real, float("-inf"))  # [B, L, Vt]
+                pooled = logits.amax(dim=1)
+                tiles.append(pooled if bias is None else pooled + bias[lo:hi])
+            else:
+                logits = F.linear(hidden, weight[lo:hi], None if bias is None else bias[lo:hi])
+                tiles.append((splade_act(logits, self.activation) * real.to(logits.dtype)).sum(dim=1))
+        pooled = torch.cat(tiles, dim=1)  # [B, V]
+        if self.pooling == "max":
+            pooled = splade_act(pooled, self.activation)  # -inf (no real token) → 0
+        return pooled * self.keep
 
 
-def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OPSET) -> Path:
+def _head_matmuls(model_path: Path, n_tiles: int) -> list[str]:
+    """Names of the head's products in an exported graph: the MatMul/Gemm nodes of
+    :class:`SpladeGraph`'s own forward, which the TorchScript exporter names at the top scope
+    (``/MatMul_7``; the encoder's carry their module path, ``/bert/encoder/.../MatMul``), one per tile.
+
+    Raises:
+        RuntimeError: their number is not the number of tiles (an exporter that names nodes otherwise).
+    """
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    names = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.name.count("/") == 1]
+    if len(names) != n_tiles:
+        raise RuntimeError(f"expected {n_tiles} head products in the exported graph, found {len(names)}: {names[:4]}")
+    return names
+
+
+def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool) -> None:
+    """onnxruntime dynamic int8 quantisation of ``source`` into ``target`` (module docstring).
+
+    Raises:
+        ImportError: onnxruntime (with its quantization tools) is missing.
+    """
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise ImportError("int8 quantisation needs onnxruntime: pip install 'spladekit[onnx]'") from exc
+    exclude = [] if quantize_head else _head_matmuls(source, n_tiles)
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+                     op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=exclude)
+
+
+def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OPSET, *, pooling: str | None = None,
+                activation: str | None = None, vocab_tile: int = DEFAULT_VOCAB_TILE, quantize: str | None = None,
+                quantize_head: bool = False) -> Path:
     """Write ``encoder`` as an ONNX folder (layout in the module docstring), atomically.
 
     Args:
         encoder: the model to export (moved to the CPU for tracing; its own device is unchanged).
         out: the folder to write (replaced if it exists).
         opset: ONNX opset version.
+        pooling, activation: the SPLADE pooling (``"max"``/``"sum"``) and activation
+            (``"relu"``/``"log1p_relu"``); None reads them from the encoder's metadata
+            (``pooling``/``activation`` fields; ``"max"``/``"relu"`` where it has none).
+        vocab_tile: vocabulary columns per in-graph tile (the graph's memory is O(B·L·vocab_tile)).
+        quantize: None (float32) or ``"int8"`` (dynamic quantisation, module docstring).
+        quantize_head: with ``quantize``, also quantise the head's products (else they stay float32).
 
     Returns:
         ``out``.
@@ -89,6 +189,8 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
     Raises:
         ImportError: the ``onnx`` package is missing (``pip install 'spladekit[onnx]'``).
         OutputPathError: ``out`` is an existing file.
+        ValueError: unknown pooling, activation or quantisation, a tile < 1, or ``quantize_head``
+            without ``quantize``.
     """
     import copy
 
@@ -98,28 +200,44 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         import onnx  # noqa: F401  (torch.onnx.export needs it)
     except ImportError as exc:
         raise ImportError("ONNX export needs the onnx package: pip install 'spladekit[onnx]'") from exc
+    pooling = pooling or getattr(encoder.metadata, "pooling", "max")
+    activation = activation or getattr(encoder.metadata, "activation", "relu")
+    check_pooling(pooling, activation)
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantisation {quantize!r}; choose one of {', '.join(QUANTIZATIONS)} (or none)")
+    if quantize_head and not quantize:
+        raise ValueError("quantize_head needs quantize='int8' (the head alone is not quantised)")
     out = Path(out)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError
     with atomic_folder(out) as tmp:  # a failed export leaves no half-written folder
         model = copy.deepcopy(encoder.model).cpu().float().eval()
-        graph = SpladeGraph(model, getattr(encoder.tokenizer, "pad_token_id", None)).eval()
+        graph = SpladeGraph(model, getattr(encoder.tokenizer, "pad_token_id", None), pooling, activation, vocab_tile).eval()
         # two texts of different lengths, so the traced example has padding
         sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
         args = (sample["input_ids"].long(), sample["attention_mask"].long())
         axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
                 OUTPUT_NAME: {0: "batch"}}
+        traced = tmp / (ONNX_FILE + ".float32" if quantize else ONNX_FILE)
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
-            torch.onnx.export(graph, args, str(tmp / ONNX_FILE), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
+            torch.onnx.export(graph, args, str(traced), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
                               dynamic_axes=axes, opset_version=opset, dynamo=False)
+        n_tiles = -(-encoder.vocab_size // vocab_tile)
+        if quantize:
+            quantize_graph(traced, tmp / ONNX_FILE, n_tiles, quantize_head)
+            traced.unlink()
         encoder.tokenizer.save_pretrained(tmp)
-        meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in
-                                  ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source")})
+        fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
+                              "activation") if k in EncoderMetadata.__dataclass_fields__]
+        meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
         meta.extra = dict(encoder.metadata.extra, onnx={
             "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": opset,
             "vocab_size": encoder.vocab_size, "max_positions": encoder.max_positions,
-            "pooling": "max over non-padding positions of log1p(relu(logits)); [PAD] column zeroed",
+            "pooling": pooling, "activation": activation, "vocab_tile": vocab_tile,
+            "quantize": quantize, "quantize_head": bool(quantize and quantize_head),
+            "graph": f"{pooling} over non-padding positions of {activation} activation of the logits, "
+                     f"{n_tiles} vocabulary tiles; [PAD] column zeroed",
         })
         if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
             from spladekit.model.inference_free import save_query_weights

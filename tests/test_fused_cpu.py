@@ -1,0 +1,157 @@
+"""The CPU fused head's work split (threads over work units) equals the plain head at every setting.
+
+Reference: :func:`spladekit.model.pooling.plain_splade_head` (full logits, then masked max). The
+inputs here are ordinary float32 normals (not the exact grid of test_fused.py), so the two heads'
+logits differ by rounding; the bound is derived below (:func:`_bound`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import spladekit.model.fused as fused
+from spladekit.model.cpu_pool import run_units
+from spladekit.model.pooling import plain_splade_head
+
+EPS32 = torch.finfo(torch.float32).eps
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _inputs(B, L, H, V, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, L, H, generator=gen)
+    weight = torch.randn(V, H, generator=gen) / H**0.5
+    bias = torch.randn(V, generator=gen)
+    mask = torch.ones(B, L, dtype=torch.long)
+    if B > 1:
+        mask[1, L // 2 :] = 0  # right padding
+    if B > 2:
+        mask[2, :] = 0  # a row without any real token
+    if B > 3:
+        mask[3, 1:3] = 0  # a hole
+    return hidden, mask, weight, bias
+
+
+def _bound(hidden, mask, weight, bias):
+    """Float32 bound on |fused − plain| per ``[b, j]``.
+
+    Each head forms ``logit = Σ_k h_k W_jk + b_j`` (H products, H additions) in float32, in its own
+    order: |fl − exact| ≤ γ_{H+1} (Σ_k |h_k W_jk| + |b_j|) ≤ (H + 1)·u·S with u = EPS32/2 (Higham,
+    *Accuracy and Stability*, §3.1). The max over positions of values each within δ of the exact ones
+    is within δ of the exact max, and log1p∘ReLU is 1-Lipschitz, so two heads differ by at most
+    2·(H + 1)·u·max_t S[b, t, j]. Computed in float64.
+    """
+    h, w = hidden.double().abs(), weight.double().abs()
+    s = h @ w.T + bias.double().abs()  # [B, L, V]
+    s = s.masked_fill(~mask.bool()[..., None], 0.0).amax(dim=1)
+    return 2 * (hidden.shape[-1] + 1) * (EPS32 / 2) * s
+
+
+SETTINGS = [(1, None), (2, None), (2, 32), (3, 7), (2, 10_000)]  # (threads, vocabulary columns per product)
+
+
+@pytest.mark.parametrize("shape", [(5, 23, 16, 1001), (1, 9, 24, 37), (4, 64, 32, 2049), (3, 1, 8, 33)],
+                         ids=["odd-vocab", "batch-1", "longer", "length-1"])
+@pytest.mark.parametrize("threads,chunk", SETTINGS)
+def test_cpu_split_equals_plain_within_float32_bound(shape, threads, chunk):
+    hidden, mask, weight, bias = _inputs(*shape)
+    with torch.no_grad():
+        ref = plain_splade_head(hidden, mask, weight, bias)
+        maxval, argmax = fused._packed_masked_max(hidden, mask, weight, bias, True, chunk=chunk, threads=threads)
+        maxval_only, none = fused._packed_masked_max(hidden, mask, weight, bias, False, chunk=chunk, threads=threads)
+    assert none is None
+    got = torch.log1p(maxval.clamp_min(0.0))
+    err = (got.double() - ref.double()).abs()
+    assert bool((err <= _bound(hidden, mask, weight, bias)).all()), float(err.max())
+    # the argmax and the amax path form the same products in separate calls: equal on most BLAS paths,
+    # but MKL's conditional-numerical-reproducibility modes (MKL_CBWR) may round them differently (output
+    # alignment), so the derived bound, not equality
+    assert bool(((maxval - maxval_only).abs().nan_to_num(0.0).double() <= _bound(hidden, mask, weight, bias)).all())
+    empty = ~mask.bool().any(dim=1)
+    assert torch.all(torch.isneginf(maxval[empty])) and torch.all(got[empty] == 0)
+    # the argmax is a real position holding the maximum (recomputed here in float64 from that position)
+    real = ~empty
+    assert bool(mask[real].gather(1, argmax[real].long()).bool().all())
+    at = torch.einsum("bvh,vh->bv", hidden[real].double().gather(1, argmax[real].long()[..., None].expand(-1, -1, shape[2])),
+                      weight.double()) + bias.double()
+    assert bool(((at - maxval[real].double()).abs() <= _bound(hidden, mask, weight, bias)[real]).all())
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_thread_count_keeps_values_within_the_bound(threads):
+    """Worker threads vs one thread: every unit is the same sequence of single-threaded products (same
+    chunk boundaries), equal bit for bit on plain MKL/OpenBLAS, but not promised under MKL_CBWR, so the
+    derived bound; where the argmax differs, both positions hold the maximum within that bound."""
+    hidden, mask, weight, bias = _inputs(6, 40, 32, 3001, seed=4)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one, one_arg = fused._packed_masked_max(hidden, mask, weight, bias, True, threads=1)
+    finally:
+        torch.set_num_threads(before)
+    many, many_arg = fused._packed_masked_max(hidden, mask, weight, bias, True, threads=threads)
+    bound = _bound(hidden, mask, weight, bias)
+    assert bool(((one - many).abs().nan_to_num(0.0).double() <= bound).all())
+    real = mask.bool().any(dim=1)
+    h64, w64 = hidden[real].double(), weight.double()
+    at = [torch.einsum("bvh,vh->bv", h64.gather(1, a[real].long()[..., None].expand(-1, -1, h64.shape[2])), w64)
+          for a in (one_arg, many_arg)]
+    assert bool(((at[0] - at[1]).abs() <= bound[real]).all())
+    assert torch.get_num_threads() == before  # the caller's own setting is untouched
+
+
+def test_fused_head_gradients_through_workers(monkeypatch):
+    """The autograd path (argmax saved for the backward) at 1 and 2 threads, on the exact grid inputs of
+    test_fused.py: every logit is exact on every kernel (see its _grid), so values equal the plain
+    head's bit for bit and gradients obey the hand formula within its float32 bounds."""
+    from test_fused import _check_gradients, _hand_gradients
+    from test_fused import _inputs as grid_inputs
+
+    hidden, mask, weight, bias, grad_out = grid_inputs(seed=2, B=5, L=17, H=16, V=515)
+    want = plain_splade_head(hidden.detach(), mask, weight.detach(), bias.detach())
+    hand = _hand_gradients(hidden, mask, weight, bias, grad_out)
+    for threads in (1, 2):
+        monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
+        h, w, b = (t.detach().clone().requires_grad_(True) for t in (hidden, weight, bias))
+        out = fused.fused_splade_head(h, mask, w, b, backend="torch")
+        (out * grad_out).sum().backward()
+        assert torch.equal(out.detach(), want)  # exact logits: same maxima, same log1p
+        _check_gradients([h.grad, w.grad, b.grad], hand, f"{threads} threads")
+
+
+def test_errors_in_a_worker_reach_the_caller():
+    seen = []
+
+    def work(unit):
+        seen.append(unit)
+        if unit == 3:
+            raise KeyError("unit 3")
+
+    with pytest.raises(KeyError, match="unit 3"):
+        run_units(work, range(50), threads=2)
+    assert 3 in seen
+
+
+def test_workers_leave_torch_thread_default_alone():
+    """A thread started after the workers gets torch's usual intra-op thread count, not the workers' 1."""
+    script = textwrap.dedent(
+        """
+        import threading, torch
+        import spladekit.model.fused as fused
+        torch.set_num_threads(2)
+        h, m, w = torch.randn(4, 8, 8), torch.ones(4, 8, dtype=torch.long), torch.randn(300, 8)
+        fused._packed_masked_max(h, m, w, None, False, chunk=32, threads=3)
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(torch.get_num_threads())); t.start(); t.join()
+        print("COUNTS", torch.get_num_threads(), seen[0])
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert "COUNTS 2 2" in proc.stdout, proc.stdout + proc.stderr
