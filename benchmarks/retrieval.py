@@ -157,7 +157,7 @@ def recall10(approx, exact) -> float:
 
 # ----------------------------------------------------------------------------------- phases
 def phase_build(corpus: str, work: Path) -> dict:
-    from spladekit.index.io import write_index
+    from spladekit.index.writer import write_index
 
     blocks, ids, vocab = corpus_blocks(corpus)
     out = work / corpus / "spladekit"
@@ -189,7 +189,7 @@ def phase_search(corpus: str, work: Path) -> dict:
 def phase_shards(corpus: str, work: Path) -> dict:
     """2 shard folders (even / odd rows) searched as one vs the one folder: identical runs?"""
     from spladekit.index.index import Index, ShardedIndex
-    from spladekit.index.io import write_index
+    from spladekit.index.writer import write_index
 
     blocks, ids, vocab = corpus_blocks(corpus)
     for part in (0, 1):

@@ -55,8 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import TIE_RULE, check_k, search_postings, tie_ranks
-from spladekit.index.io import (FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
-                                row_blocks, write_index)
+from spladekit.index.io import DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
 from spladekit.io import atomic_folder, atomic_write, read_json, recover_folder, write_json
 
@@ -282,6 +281,8 @@ class Index:
         Raises:
             DataFormatError: the folder cannot be read or its content hash does not match.
         """
+        from spladekit.index.writer import matrix_blocks, write_index
+
         index = cls.open(folder, verify=True)
         if not index.legacy and not isinstance(index.doc_ids, list):
             return False
@@ -291,7 +292,7 @@ class Index:
             (np.array(index.docs.data), np.array(index.docs.indices), np.array(index.docs.indptr)), shape=index.docs.shape)
         seismic = index.folder / "seismic"
         with atomic_folder(index.folder) as tmp:
-            write_index(tmp / "index", row_blocks(docs), list(index.doc_ids), docs.shape[1], meta, vocabulary)
+            write_index(tmp / "index", matrix_blocks(docs), list(index.doc_ids), docs.shape[1], meta, vocabulary)
             for item in (tmp / "index").iterdir():
                 item.rename(tmp / item.name)
             (tmp / "index").rmdir()
@@ -301,15 +302,21 @@ class Index:
 
     @classmethod
     def from_vectors(cls, out: str | Path, vectors: sp.spmatrix, doc_ids: Sequence[str], metadata: dict | None = None,
-                     vocabulary: Sequence[str] | None = None) -> "Index":
-        """Write in-memory ``[D, V]`` vectors as an index folder and open it.
+                     vocabulary: Sequence[str] | None = None, memory_budget: int = DEFAULT_BUDGET) -> "Index":
+        """Write ``[D, V]`` vectors as an index folder and open it. A CSR matrix (in memory or over
+        memory-mapped arrays) is read in place, block by block; the write holds at most
+        ``memory_budget`` bytes beyond it (:mod:`spladekit.index.writer`).
 
         Raises:
-            ValueError: rows and ids differ in number, ids repeat, or a bad vocabulary.
+            ValueError: rows and ids differ in number, ids repeat, a bad vocabulary, or a budget
+                below :data:`spladekit.index.writer.MIN_BUDGET`.
         """
+        from spladekit.index.writer import matrix_blocks, write_index
+
         if vectors.shape[0] != len(doc_ids):
             raise ValueError(f"{vectors.shape[0]} vectors for {len(doc_ids)} document ids")
-        write_index(out, row_blocks(sp.csr_matrix(vectors)), list(doc_ids), vectors.shape[1], metadata or {}, vocabulary)
+        matrix = vectors if isinstance(vectors, sp.csr_matrix) else sp.csr_matrix(vectors)
+        write_index(out, matrix_blocks(matrix, memory_budget), doc_ids, vectors.shape[1], metadata or {}, vocabulary, memory_budget)
         return cls.open(out)
 
     # ---------------------------------------------------------------- build
@@ -323,6 +330,7 @@ class Index:
         metadata: dict | None = None,
         show_progress: bool = False,
         distributed: bool = True,
+        memory_budget: int = DEFAULT_BUDGET,
     ) -> "Index | None":
         """Encode a corpus into the index folder ``out`` (streamed, resumable, data-parallel).
 
@@ -338,6 +346,8 @@ class Index:
             metadata: extra ``index.json`` entries (model id, revision, configuration, ...).
             distributed: share the chunks among the processes of a ``torchrun`` job; False: this
                 process builds alone (e.g. an evaluation on rank 0 during training).
+            memory_budget: bytes of working memory of writing the folder from the chunks
+                (:mod:`spladekit.index.writer`: independent of the corpus size but for the ids).
 
         Returns:
             The open index on rank 0 (its ``build_stats``: chunks, encoded, reused, truncated_docs);
@@ -352,6 +362,9 @@ class Index:
 
         from spladekit.distributed import DistInfo, barrier, init_distributed
         from spladekit.errors import OutputPathError
+        from spladekit.index.writer import check_budget, write_index
+
+        check_budget(memory_budget)
 
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be an integer ≥ 1, got {chunk_size!r}")
@@ -412,10 +425,9 @@ class Index:
             missing = [p.name for p in paths if not p.exists()]
             if missing:
                 raise RuntimeError(f"{work}: chunks {missing[:3]} were not written (a process failed?)")
-            doc_ids, truncated = [], 0
+            truncated = 0
             for path in paths:
                 with np.load(path) as f:
-                    doc_ids.extend(str(d) for d in f["ids"])
                     truncated += int(f["truncated"])
 
             def blocks():
@@ -426,7 +438,10 @@ class Index:
             meta.update(metadata or {})
             meta.update(truncated_docs=truncated, world_size=dist.world_size, chunk_size=chunk_size)
             vocabulary = getattr(encoder, "vocabulary", None)
-            write_index(out, blocks, doc_ids, int(encoder.vocab_size), meta, list(vocabulary) if vocabulary is not None else None)
+            num_docs = len(seen)
+            seen.clear()  # the writer checks the ids again, without Python strings of them all
+            write_index(out, blocks, _ChunkIds(paths, num_docs), int(encoder.vocab_size), meta,
+                        list(vocabulary) if vocabulary is not None else None, memory_budget)
             shutil.rmtree(work, ignore_errors=True)
             stats["truncated_docs"] = truncated
             sync()
@@ -578,6 +593,28 @@ def _timed(timings, count, fn, *args, **kwargs):
     return out
 
 
+def check_compatible(shards: Sequence[Index]) -> None:
+    """Refuse shards that cannot be searched or merged as one index: none, different vocabulary
+    sizes, models (``model``, ``model_revision``) or vocabularies (``vocab.json``).
+
+    Raises:
+        ValueError: naming the two folders that differ.
+    """
+    if not shards:
+        raise ValueError("no shard folder given")
+    sizes = {s.docs.shape[1] for s in shards}
+    if len(sizes) != 1:
+        raise ValueError(f"shards have different vocabulary sizes: {sorted(sizes)}")
+    first = shards[0]
+    for shard in shards[1:]:  # a query vector means the same terms in every shard only for one model
+        for key in ("model", "model_revision"):
+            if shard.metadata.get(key) != first.metadata.get(key):
+                raise ValueError(f"shards were built by different models: {key} {first.metadata.get(key)!r} "
+                                 f"({first.folder}) vs {shard.metadata.get(key)!r} ({shard.folder})")
+        if load_vocabulary(shard.folder) != load_vocabulary(first.folder):
+            raise ValueError(f"shards have different vocabularies (vocab.json of {first.folder} and {shard.folder})")
+
+
 class ShardedIndex:
     """Several index folders (one per shard, same model and vocabulary) searched as one: each shard's
     top-``k`` is merged by the tie rule, so the run equals that of one folder holding every document.
@@ -589,19 +626,7 @@ class ShardedIndex:
     """
 
     def __init__(self, shards: Sequence[Index]):
-        if not shards:
-            raise ValueError("no shard folder given")
-        sizes = {s.docs.shape[1] for s in shards}
-        if len(sizes) != 1:
-            raise ValueError(f"shards have different vocabulary sizes: {sorted(sizes)}")
-        first = shards[0]
-        for shard in shards[1:]:  # a query vector means the same terms in every shard only for one model
-            for key in ("model", "model_revision"):
-                if shard.metadata.get(key) != first.metadata.get(key):
-                    raise ValueError(f"shards were built by different models: {key} {first.metadata.get(key)!r} "
-                                     f"({first.folder}) vs {shard.metadata.get(key)!r} ({shard.folder})")
-            if load_vocabulary(shard.folder) != load_vocabulary(first.folder):
-                raise ValueError(f"shards have different vocabularies (vocab.json of {first.folder} and {shard.folder})")
+        check_compatible(shards)
         seen: set[str] = set()
         for shard in shards:
             overlap = seen.intersection(shard.doc_ids)
@@ -701,6 +726,22 @@ def _save_chunk(path: Path, vectors: sp.csr_matrix, ids: list[str], truncated: i
     with atomic_write(path, "wb", encoding=None) as handle:
         np.savez(handle, data=vectors.data, indices=vectors.indices, indptr=vectors.indptr, shape=np.array(vectors.shape),
                  ids=np.array(ids, dtype=str), truncated=np.array(truncated), digest=np.array(digest))
+
+
+class _ChunkIds:
+    """The document ids of a build's chunk files, in order, read one chunk at a time (sized and
+    iterable, for :func:`spladekit.index.writer.write_index`)."""
+
+    def __init__(self, paths: list[Path], count: int):
+        self.paths, self.count = paths, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        for path in self.paths:
+            with np.load(path) as f:
+                yield from (str(d) for d in f["ids"])
 
 
 def _load_chunk(path: Path) -> sp.csr_matrix:
