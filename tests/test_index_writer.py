@@ -178,3 +178,13 @@ def test_a_corpus_three_times_the_budget_is_written_within_it(tmp_path):
     assert mapped["growth"] - mapped["input_pages"] <= BUDGET + (8 << 20), mapped
     for name in FILES:
         assert filecmp.cmp(tmp_path / "copy" / name, tmp_path / "small" / name, shallow=False), name
+
+
+def test_hit_ids_decode_at_once_like_one_by_one(tmp_path):
+    ids = [f"d{i}-{'é' * (i % 4)}" for i in range(500)]
+    index = Index.from_vectors(tmp_path / "i", sp.csr_matrix(np.ones((500, 2), np.float32)), ids)
+    rows = np.random.default_rng(0).integers(0, 500, 300).tolist() + [0, 499, 7, 7]
+    assert index.doc_ids.take(rows) == [ids[r] for r in rows] == [index.doc_ids[r] for r in rows]
+    assert index.doc_ids.take([]) == []
+    with pytest.raises(IndexError):
+        index.doc_ids.take([500])

@@ -116,6 +116,30 @@ class DocIds(Sequence[str]):
             raise IndexError(f"document row {i} out of range for {n} documents")
         return self._decode(i, i + 1)[0]
 
+    def take(self, rows: Sequence[int] | np.ndarray) -> list[str]:
+        """The ids of ``rows`` (any order, repeats allowed), decoded at once: one gather of their
+        bytes, no per-id array slicing (what a search's hits need).
+
+        Raises:
+            IndexError: a row outside ``[0, D)``.
+            DataFormatError: their bytes are not UTF-8.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return []
+        if rows.min() < 0 or rows.max() >= len(self):
+            raise IndexError(f"document rows outside [0, {len(self)})")
+        starts = np.asarray(self.offsets[rows], dtype=np.int64)
+        lengths = np.asarray(self.offsets[rows + 1], dtype=np.int64) - starts
+        bounds = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        raw = np.asarray(self.utf8[np.repeat(starts - bounds[:-1], lengths) + np.arange(bounds[-1])]).tobytes()
+        cuts = bounds.tolist()
+        try:
+            return [raw[a:b].decode("utf-8") for a, b in zip(cuts[:-1], cuts[1:])]
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(self.path, f"a document id of rows {rows[:5].tolist()}... is not UTF-8 ({exc})") from exc
+
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), 1 << 16):  # decoded in blocks: bounded memory, no per-id slicing
             yield from self._decode(start, min(start + (1 << 16), len(self)))
@@ -125,6 +149,13 @@ class DocIds(Sequence[str]):
 
     def __repr__(self) -> str:
         return f"DocIds({len(self)} ids, {self.path.parent})"
+
+
+def take_ids(doc_ids: Sequence[str], rows: Sequence[int] | np.ndarray) -> list[str]:
+    """The ids of ``rows``: :meth:`DocIds.take` for memory-mapped ids, indexing for a list."""
+    if isinstance(doc_ids, DocIds):
+        return doc_ids.take(rows)
+    return [doc_ids[r] for r in np.asarray(rows, dtype=np.int64).tolist()]
 
 
 def read_doc_ids(folder: Path, num_docs: int) -> Sequence[str]:
