@@ -416,10 +416,13 @@ class Index:
                         bar.update(len(chunk))
                         continue
                     log.warning("%s: holds other documents than chunk %d of this corpus; encoding it again", path, number)
-                vectors = canonical(encoder.encode_documents([text for _, text in chunk], batch_size=getattr(encoder, "batch_size", 32)))
+                per_batch = show_progress and dist.is_main and _reports_batches(encoder)  # the bar moves as batches finish
+                extra = {"on_batch": bar.update} if per_batch else {}
+                vectors = canonical(encoder.encode_documents([text for _, text in chunk], batch_size=getattr(encoder, "batch_size", 32), **extra))
                 _save_chunk(path, vectors, ids, int(getattr(encoder, "last_truncated", 0)), digest)
                 stats["encoded"] += 1
-                bar.update(len(chunk))
+                if not per_batch:
+                    bar.update(len(chunk))
             bar.close()
             if not seen:
                 raise ValueError(f"the corpus {corpus if isinstance(corpus, (str, Path)) else ''} holds no document")
@@ -706,6 +709,16 @@ def _documents(corpus) -> Iterator[tuple[str, str]]:
     else:
         for doc_id, text in corpus:
             yield str(doc_id), text
+
+
+def _reports_batches(encoder) -> bool:
+    """Whether ``encoder.encode`` takes ``on_batch`` (a :class:`SpladeEncoder` does; stand-ins need not)."""
+    import inspect
+
+    try:
+        return "on_batch" in inspect.signature(encoder.encode).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _chunks(items: Iterator, size: int) -> Iterator[list]:
