@@ -345,7 +345,7 @@ def test_bmp_top_k_from_the_ciff_export_equals_exact_on_quantised_vectors(corpus
     docs, doc_ids, queries, query_ids, vocab, special = corpus
     scale = bmp.document_scale(float(docs.data.max()))
     top = float(docs.data.max())
-    assert np.floor(top * scale + 0.5) <= bmp.MAX_IMPACT < np.floor(top * (scale + 1) + 0.5)  # the largest scale BMP's 8 bits allow
+    assert np.floor(top * scale + 0.5) == bmp.MAX_IMPACT  # BMP's 8 bits used fully, not exceeded
     written = export_vectors("ciff", tmp_path / "exp", docs, doc_ids, vocab, scale=scale)
     stats = ciff.write_ciff(tmp_path / "same.ciff", docs, docs.T.tocsr(), doc_ids, vocab, scale=scale)
     assert written.count == 300 and stats["max_tf"] <= bmp.MAX_IMPACT

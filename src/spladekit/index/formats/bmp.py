@@ -7,7 +7,7 @@ pruning) it returns the exact top-k of that score. Two limits of BMP 0.2 shape t
 
 * document impacts: its block maxima are 8-bit (``score as u8`` in ``IndexBuilder::build``): an
   impact above :data:`MAX_IMPACT` would wrap, so :func:`document_scale` picks the CIFF scale
-  ``⌊255 / max w⌋`` and :func:`build` refuses a file whose largest impact exceeds 255;
+  ``255 / max w`` and :func:`build` refuses a file whose largest impact exceeds 255;
 * query weights: integers, which ``bmp.Searcher`` 0.2 rescales to ``⌈q_j · 32 / max q⌉``
   (:data:`MAX_QUERY_WEIGHT`, BMP's ``MAX_TERM_WEIGHT``; observed for queries above and below 32):
   rounding every term up is not a uniform scale, so BMP would rank another query than the one
@@ -47,18 +47,15 @@ MAX_QUERY_WEIGHT = 32
 
 
 def document_scale(max_weight: float) -> float:
-    """The largest integer scale whose impacts ``⌊w · scale + 1/2⌋`` stay ≤ :data:`MAX_IMPACT` for
-    weights up to ``max_weight``.
+    """The scale ``255 / max_weight``: impacts ``⌊w · scale + 1/2⌋`` use BMP's 8 bits fully and
+    stay ≤ :data:`MAX_IMPACT` for weights up to ``max_weight``.
 
     Raises:
         ValueError: ``max_weight`` is not a finite number > 0.
     """
     if not np.isfinite(max_weight) or max_weight <= 0:
         raise ValueError(f"max_weight must be a finite number > 0, got {max_weight!r}")
-    scale = float(np.floor((MAX_IMPACT + 0.5) / max_weight))
-    while scale > 1 and np.floor(max_weight * scale + 0.5) > MAX_IMPACT:
-        scale -= 1
-    return max(scale, 1.0)
+    return MAX_IMPACT / float(max_weight)
 
 
 def build(path: str | Path, ciff_file: str | Path, max_tf: int, bsize: int = 16) -> None:
