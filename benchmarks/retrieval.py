@@ -1,24 +1,32 @@
-"""Retrieval benchmark: spladekit's Index vs PISA (MaxScore) vs Seismic used directly, in one run.
+"""Retrieval benchmark: spladekit's Index vs PISA (MaxScore, BlockMaxWAND) vs BMP vs Seismic, in one run.
 
-Corpora (seeded):
+Corpora (seeded, deterministic):
 - ``synthetic-N``: document ``i`` is real SciFact document ``i mod 5,183`` (splade-tiny vectors),
   each term kept with probability 0.8 and its weight multiplied by U(0.8, 1.2) (≈ 199 terms per
-  document as in the issue); generated block by block, never whole in memory;
+  document as in the issue); generated block by block (seed ``[0, block]``), never whole in memory;
 - ``scifact``: the real 5,183 SciFact documents (a real distribution).
-Queries: the 300 real SciFact test queries (splade-tiny). Every weight is quantised to an integer
-impact ``round(100·w)`` (queries too), so spladekit, PISA and Seismic see the very same vectors and
-exact dot products (integer sums below 2^24 are exact in float32), so exact top-k lists agree.
+Queries: the SciFact test queries (splade-tiny; the first ``$SPLADEKIT_BENCH_QUERIES``, default all
+300). Every weight is quantised to an integer impact ``round(100·w)`` (queries too), so spladekit,
+PISA and Seismic see the very same vectors and exact dot products (integer sums below 2^24 are
+exact in float32), so exact top-k lists agree. BMP gets 8-bit impacts (× 255 / max, from
+spladekit's CIFF export) and queries scaled to a largest weight of 32 (its own limits:
+``spladekit.index.formats.bmp``), so its lists are compared with exact search as overlap.
 
-Measured per system, each phase in a fresh process (peak RSS = that process's ``ru_maxrss``):
-build time, open time, bytes on disk, ms/query for k = 10 and 1000 in one batch and one query per
-call (1 thread everywhere), recall@10 of the approximate backends against exact, and for spladekit
-2 shard folders = 1 folder. Times are wall clock (``perf_counter``) and process CPU
-(``process_time``); the machine is shared, so the CPU figures and the ratios inside one run are the
-ones to read. A Seismic parameter sweep looks for recall@10 ≥ 0.95 at ≤ 1/10 of exact latency.
+Phases, each in a fresh process (peak RSS = that process's ``ru_maxrss``): ``build`` (the folder
+written by ``spladekit.index.writer`` under ``$SPLADEKIT_BENCH_BUDGET`` bytes, default 1 GiB),
+``search`` (open, exact ms/query for k = 10 and 1000, batch and one query per call), ``shards``,
+``pisa_build``/``pisa_search``, ``bmp_build`` (CIFF export + ``ciff2bmp``)/``bmp_search``,
+``seismic_index`` (``Index.seismic()``: built and stored), ``seismic_reopen`` (a new process:
+``Index.open`` + the stored index, then ``Index.search(backend="seismic")`` at query_cut 20 /
+heap_factor 0.5, the setting of docs/serving.md, and a sweep), ``seismic_direct`` (pyseismic alone
+on the same stored file: ``SeismicIndex.load`` and its own ``batch_search``/``search`` calls with
+the query arrays made beforehand: the anchor of the wrapper's cost). 1 thread everywhere. Times are
+wall clock (``perf_counter``) and process CPU (``process_time``); the machine is shared, so the CPU
+figures and the ratios inside one run are the ones to read.
 
 Usage::
 
-    PYTHONPATH=src python benchmarks/retrieval.py --docs 100000 --docs 1000000 --work /tmp/bench
+    PYTHONPATH=src python benchmarks/retrieval.py --docs 1000000 --no-scifact --work /tmp/bench --json /tmp/bench/r.json
 
 The SciFact vectors are encoded once with ``../shared/models/splade-tiny`` and cached in
 ``benchmarks/.cache`` (git-ignored).
@@ -46,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SPLADEKIT_BENCH_CACHE", HERE / ".cache"))
 SCALE = 100.0
 BLOCK = 50_000  # synthetic rows generated at a time
-ONE_AT_A_TIME = 100  # queries timed one per call (the first ones of the 300)
+ONE_AT_A_TIME = int(os.environ.get("SPLADEKIT_BENCH_ONE", 100))  # queries timed one per call (the first ones)
 SWEEP_CUTS = (10, 20, 40, 80)  # Seismic query_cut values swept
 SWEEP_HEAPS = (0.9, 0.7, 0.5, 0.3)  # Seismic heap_factor values swept (lower: more blocks scored, higher recall)
 SEISMIC_AT = {"query_cut": 20, "heap_factor": 0.5}  # the setting of docs/serving.md (recall@10 ≥ 0.95 at 1M)
@@ -87,9 +95,12 @@ def quantise(m: sp.csr_matrix) -> sp.csr_matrix:
     return m
 
 
+QUERIES = int(os.environ.get("SPLADEKIT_BENCH_QUERIES", 300))  # the first N SciFact test queries (fewer for the largest corpora)
+
+
 def queries() -> tuple[sp.csr_matrix, list[str]]:
     _, q, _, qids = scifact_vectors()
-    return quantise(q), qids
+    return quantise(q)[:QUERIES], qids[:QUERIES]
 
 
 def corpus_blocks(name: str, seed: int = 0):

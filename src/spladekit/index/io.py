@@ -136,6 +136,9 @@ class DocIds(Sequence[str]):
         raw = np.asarray(self.utf8[np.repeat(starts - bounds[:-1], lengths) + np.arange(bounds[-1])]).tobytes()
         cuts = bounds.tolist()
         try:
+            if raw.isascii():  # one decode, then slices of the string (byte offsets are character offsets)
+                text = raw.decode("ascii")
+                return [text[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
             return [raw[a:b].decode("utf-8") for a, b in zip(cuts[:-1], cuts[1:])]
         except UnicodeDecodeError as exc:
             raise DataFormatError(self.path, f"a document id of rows {rows[:5].tolist()}... is not UTF-8 ({exc})") from exc
