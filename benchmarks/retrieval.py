@@ -500,7 +500,7 @@ def table(corpus: str, r: dict) -> str:
         ratios.append(f"Seismic at the setting ÷ exact (batch CPU, k=10): {sx['batch_cpu_ms_k10'] / exact_ms:.3f}")
     if "build_rss" in s:
         ratios.append(f"build: peak RSS {gb(s['build_rss'])} (process before the write {gb(s['build_base_rss'])}; writer budget "
-                      f"{gb(s['budget'])}) for {gb(s['array_bytes'])} of arrays; open {s['open_s']:.3f} s")
+                      f"{gb(s['budget'])}) for {gb(s['array_bytes'])} of arrays; open {s.get('open_s', float('nan')):.3f} s")
     if "shards_equal_one_folder" in r.get("shards", {}):
         ratios.append(f"2 shard folders = 1 folder (k=1000 runs identical): {r['shards']['shards_equal_one_folder']}")
     lines += [f"- {x}" for x in ratios]
