@@ -1,24 +1,32 @@
-"""Retrieval benchmark: spladekit's Index vs PISA (MaxScore) vs Seismic used directly, in one run.
+"""Retrieval benchmark: spladekit's Index vs PISA (MaxScore, BlockMaxWAND) vs BMP vs Seismic, in one run.
 
-Corpora (seeded):
+Corpora (seeded, deterministic):
 - ``synthetic-N``: document ``i`` is real SciFact document ``i mod 5,183`` (splade-tiny vectors),
   each term kept with probability 0.8 and its weight multiplied by U(0.8, 1.2) (≈ 199 terms per
-  document as in the issue); generated block by block, never whole in memory;
+  document as in the issue); generated block by block (seed ``[0, block]``), never whole in memory;
 - ``scifact``: the real 5,183 SciFact documents (a real distribution).
-Queries: the 300 real SciFact test queries (splade-tiny). Every weight is quantised to an integer
-impact ``round(100·w)`` (queries too), so spladekit, PISA and Seismic see the very same vectors and
-exact dot products (integer sums below 2^24 are exact in float32), so exact top-k lists agree.
+Queries: the SciFact test queries (splade-tiny; the first ``$SPLADEKIT_BENCH_QUERIES``, default all
+300). Every weight is quantised to an integer impact ``round(100·w)`` (queries too), so spladekit,
+PISA and Seismic see the very same vectors and exact dot products (integer sums below 2^24 are
+exact in float32), so exact top-k lists agree. BMP gets 8-bit impacts (× 255 / max, from
+spladekit's CIFF export) and queries scaled to a largest weight of 32 (its own limits:
+``spladekit.index.formats.bmp``), so its lists are compared with exact search as overlap.
 
-Measured per system, each phase in a fresh process (peak RSS = that process's ``ru_maxrss``):
-build time, open time, bytes on disk, ms/query for k = 10 and 1000 in one batch and one query per
-call (1 thread everywhere), recall@10 of the approximate backends against exact, and for spladekit
-2 shard folders = 1 folder. Times are wall clock (``perf_counter``) and process CPU
-(``process_time``); the machine is shared, so the CPU figures and the ratios inside one run are the
-ones to read. A Seismic parameter sweep looks for recall@10 ≥ 0.95 at ≤ 1/10 of exact latency.
+Phases, each in a fresh process (peak RSS = that process's ``ru_maxrss``): ``build`` (the folder
+written by ``spladekit.index.writer`` under ``$SPLADEKIT_BENCH_BUDGET`` bytes, default 1 GiB),
+``search`` (open, exact ms/query for k = 10 and 1000, batch and one query per call), ``shards``,
+``pisa_build``/``pisa_search``, ``bmp_build`` (CIFF export + ``ciff2bmp``)/``bmp_search``,
+``seismic_index`` (``Index.seismic()``: built and stored), ``seismic_reopen`` (a new process:
+``Index.open`` + the stored index, then ``Index.search(backend="seismic")`` at query_cut 20 /
+heap_factor 0.5, the setting of docs/serving.md, and a sweep), ``seismic_direct`` (pyseismic alone
+on the same stored file: ``SeismicIndex.load`` and its own ``batch_search``/``search`` calls with
+the query arrays made beforehand: the anchor of the wrapper's cost). 1 thread everywhere. Times are
+wall clock (``perf_counter``) and process CPU (``process_time``); the machine is shared, so the CPU
+figures and the ratios inside one run are the ones to read.
 
 Usage::
 
-    PYTHONPATH=src python benchmarks/retrieval.py --docs 100000 --docs 1000000 --work /tmp/bench
+    PYTHONPATH=src python benchmarks/retrieval.py --docs 1000000 --no-scifact --work /tmp/bench --json /tmp/bench/r.json
 
 The SciFact vectors are encoded once with ``../shared/models/splade-tiny`` and cached in
 ``benchmarks/.cache`` (git-ignored).
@@ -46,9 +54,12 @@ HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SPLADEKIT_BENCH_CACHE", HERE / ".cache"))
 SCALE = 100.0
 BLOCK = 50_000  # synthetic rows generated at a time
-ONE_AT_A_TIME = 100  # queries timed one per call (the first ones of the 300)
+ONE_AT_A_TIME = int(os.environ.get("SPLADEKIT_BENCH_ONE", 100))  # queries timed one per call (the first ones)
 SWEEP_CUTS = (10, 20, 40, 80)  # Seismic query_cut values swept
 SWEEP_HEAPS = (0.9, 0.7, 0.5, 0.3)  # Seismic heap_factor values swept (lower: more blocks scored, higher recall)
+SEISMIC_AT = {"query_cut": 20, "heap_factor": 0.5}  # the setting of docs/serving.md (recall@10 ≥ 0.95 at 1M)
+BUDGET = int(os.environ.get("SPLADEKIT_BENCH_BUDGET", 1 << 30))  # the index writer's memory budget, bytes
+PISA_ALGORITHMS = ("maxscore", "block_max_wand")
 
 
 def shared() -> Path:
@@ -84,9 +95,12 @@ def quantise(m: sp.csr_matrix) -> sp.csr_matrix:
     return m
 
 
+QUERIES = int(os.environ.get("SPLADEKIT_BENCH_QUERIES", 300))  # the first N SciFact test queries (fewer for the largest corpora)
+
+
 def queries() -> tuple[sp.csr_matrix, list[str]]:
     _, q, _, qids = scifact_vectors()
-    return quantise(q), qids
+    return quantise(q)[:QUERIES], qids[:QUERIES]
 
 
 def corpus_blocks(name: str, seed: int = 0):
@@ -157,16 +171,18 @@ def recall10(approx, exact) -> float:
 
 # ----------------------------------------------------------------------------------- phases
 def phase_build(corpus: str, work: Path) -> dict:
-    from spladekit.index.io import write_index
+    from spladekit.index.writer import write_index
 
     blocks, ids, vocab = corpus_blocks(corpus)
     out = work / corpus / "spladekit"
+    base = peak_rss()
     with Clock() as c:
-        write_index(out, blocks, ids, vocab, {"corpus": corpus})
+        write_index(out, blocks, ids, vocab, {"corpus": corpus}, memory_budget=BUDGET)
     arrays = sum(f.stat().st_size for f in out.glob("*.npy"))
     meta = json.loads((out / "index.json").read_text())
     return {"build_s": c.wall, "build_cpu_s": c.cpu, "bytes": folder_bytes(out), "array_bytes": arrays,
-            "nnz": meta["nnz"], "terms_per_doc": meta["nnz"] / meta["num_docs"], "build_rss": peak_rss()}
+            "nnz": meta["nnz"], "terms_per_doc": meta["nnz"] / meta["num_docs"], "build_rss": peak_rss(), "build_base_rss": base,
+            "budget": BUDGET}
 
 
 def phase_search(corpus: str, work: Path) -> dict:
@@ -189,7 +205,7 @@ def phase_search(corpus: str, work: Path) -> dict:
 def phase_shards(corpus: str, work: Path) -> dict:
     """2 shard folders (even / odd rows) searched as one vs the one folder: identical runs?"""
     from spladekit.index.index import Index, ShardedIndex
-    from spladekit.index.io import write_index
+    from spladekit.index.writer import write_index
 
     blocks, ids, vocab = corpus_blocks(corpus)
     for part in (0, 1):
@@ -236,107 +252,104 @@ def phase_pisa_search(corpus: str, work: Path) -> dict:
     frames = [{"qid": qid, "query_toks": {str(j): float(v) for j, v in zip(q[i].indices, q[i].data)}} for i, qid in enumerate(qids)]
     with Clock() as c:
         index = PisaIndex(str(work / corpus / "pisa"), stemmer="none", threads=1)
-        retrievers = {k: index.quantized(num_results=k, query_algorithm="maxscore", toks_scale=1.0, threads=1) for k in (10, 1000)}
-        retrievers[10](pd.DataFrame(frames[:1]))  # opening happens on first use
+        retrievers = {(a, k): index.quantized(num_results=k, query_algorithm=a, toks_scale=1.0, threads=1)
+                      for a in PISA_ALGORITHMS for k in (10, 1000)}
+        retrievers["maxscore", 10](pd.DataFrame(frames[:1]))  # opening happens on first use
     out = {"open_s": c.wall}
 
-    def run(rows, k):
-        res = retrievers[k](pd.DataFrame(rows))
+    def run(rows, algorithm, k):
+        res = retrievers[algorithm, k](pd.DataFrame(rows))
         ranked = {}
         for qid, docno, score in zip(res["qid"], res["docno"], res["score"]):
             ranked.setdefault(qid, []).append((docno, score))
         # PISA's order among equal scores is its own; apply the tie rule for the comparison
         return [[d for d, _ in sorted(ranked.get(r["qid"], []), key=lambda p: (-p[1], p[0]))] for r in rows]
 
-    for k in (10, 1000):
-        r = timed_search(lambda qq, kk: run(frames, kk), lambda qq, i, kk: run(frames[i : i + 1], kk), q, k)
-        hits = r.pop("hits")
-        out.update(r)
-        exact = json.loads((work / corpus / f"exact-top{k}.json").read_text())
-        out[f"same_top{k}_as_exact"] = float(np.mean([a == e for a, e in zip(hits, exact)]))
+    for algorithm in PISA_ALGORITHMS:
+        part = {}
+        for k in (10, 1000):
+            r = timed_search(lambda qq, kk: run(frames, algorithm, kk), lambda qq, i, kk: run(frames[i : i + 1], algorithm, kk), q, k)
+            hits = r.pop("hits")
+            part.update(r)
+            exact = json.loads((work / corpus / f"exact-top{k}.json").read_text())
+            part[f"same_top{k}_as_exact"] = float(np.mean([a == e for a, e in zip(hits, exact)]))
+        out[algorithm] = part
     out["search_rss"] = peak_rss()
     return out
 
 
-def seismic_dataset(index_folder: Path):
-    import seismic
+def seismic_file(corpus: str, work: Path) -> Path:
+    """pyseismic's own file inside spladekit's stored Seismic index (built by phase seismic_index)."""
+    from spladekit.index.seismic import SeismicSearcher
 
-    from spladekit.index.index import Index
-
-    docs = Index.open(index_folder).docs
-    dataset = seismic.SeismicDataset()
-    dataset.add_documents_by_id([str(i) for i in range(docs.shape[0])], docs.indices.astype(np.int64), docs.data.astype(np.float32),
-                                docs.indptr.astype(np.int64))
-    return dataset, docs.shape[0]
+    return work / corpus / "spladekit" / "seismic" / SeismicSearcher.INDEX_FILE
 
 
-def phase_seismic_direct(corpus: str, work: Path, n_postings: int = 3500) -> dict:
-    """Seismic used directly (pyseismic-lsr): build (default parameters but n_postings), save, load, search, sweep."""
+def phase_seismic_direct(corpus: str, work: Path) -> dict:
+    """pyseismic-lsr alone on the same stored file: ``SeismicIndex.load``, then its own calls timed
+    (``batch_search`` for all queries, ``search`` per query), with the query arrays made beforehand
+    (untimed) and nothing done with the results inside the clock: the anchor of spladekit's wrapper."""
     import seismic
 
     q, _ = queries()
     string = seismic.get_seismic_string()
     with Clock() as c:
-        dataset, num_docs = seismic_dataset(work / corpus / "spladekit")
-        index = seismic.SeismicIndex.build_from_dataset(dataset, n_postings=n_postings, centroid_fraction=0.1, min_cluster_size=2,
-                                                        summary_energy=0.4, max_fraction=1.5, doc_cut=15, nknn=0)
-    del dataset
-    out = {"n_postings": n_postings, "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss()}
-    path = work / corpus / f"seismic-{n_postings}"
-    index.save(str(path))
-    out["bytes"] = (path.parent / (path.name + ".index.seismic")).stat().st_size
-    del index
-    with Clock() as c:
-        index = seismic.SeismicIndex.load(str(path) + ".index.seismic")
-    out["open_s"] = c.wall
+        index = seismic.SeismicIndex.load(str(seismic_file(corpus, work)))
+    out = {"open_s": c.wall, "open_cpu_s": c.cpu}
     qids = np.array([str(i) for i in range(q.shape[0])], dtype=string)
     comps = [np.array([str(j) for j in q[i].indices], dtype=string) for i in range(q.shape[0])]
     vals = [q[i].data.astype(np.float32) for i in range(q.shape[0])]
-
-    def batch(k, cut, heap, rows=None):
-        rows = range(q.shape[0]) if rows is None else rows
-        res = index.batch_search(qids[list(rows)], [comps[i] for i in rows], [vals[i] for i in rows], k=k, query_cut=cut,
-                                 heap_factor=heap, n_knn=0, sorted=True, num_threads=1)
-        by = {int(h[0][0]): [f"doc{int(d)}" if corpus != "scifact" else int(d) for _, _, d in sorted(h, key=lambda t: (-t[1], int(t[2])))] for h in res if h}
-        return [by.get(i, []) for i in rows]
-
-    base_ids = scifact_vectors()[2] if corpus == "scifact" else None
     exact10 = json.loads((work / corpus / "exact-top10.json").read_text())
+    base_ids = scifact_vectors()[2] if corpus == "scifact" else None
 
-    def named(hits):
-        return [[base_ids[d] for d in h] for h in hits] if base_ids is not None else hits
+    def named(res, rows):
+        by = {int(h[0][0]): [int(d) for _, _, d in sorted(h, key=lambda t: (-t[1], int(t[2])))] for h in res if h}
+        return [[base_ids[d] if base_ids is not None else f"doc{d}" for d in by.get(i, [])] for i in rows]
 
+    def batch(k, cut, heap):
+        return index.batch_search(qids, comps, vals, k=k, query_cut=cut, heap_factor=heap, n_knn=0, sorted=True, num_threads=1)
+
+    def one(i, k, cut, heap):
+        return index.search(str(i), comps[i], vals[i], k=k, query_cut=cut, heap_factor=heap, n_knn=0, sorted=True)
+
+    cut, heap = SEISMIC_AT["query_cut"], SEISMIC_AT["heap_factor"]
     for k in (10, 1000):
-        r = timed_search(lambda qq, kk: named(batch(kk, 20, 0.8)), lambda qq, i, kk: batch(kk, 20, 0.8, [i]), q, k)
-        hits = r.pop("hits")
-        out.update(r)
+        batch(k, cut, heap)  # warm-up
+        with Clock() as b:
+            res = batch(k, cut, heap)
+        n1 = min(ONE_AT_A_TIME, q.shape[0])
+        with Clock() as o:
+            for i in range(n1):
+                one(i, k, cut, heap)
+        out.update({f"batch_ms_k{k}": 1000 * b.wall / q.shape[0], f"batch_cpu_ms_k{k}": 1000 * b.cpu / q.shape[0],
+                    f"one_ms_k{k}": 1000 * o.wall / n1, f"one_cpu_ms_k{k}": 1000 * o.cpu / n1})
         if k == 10:
-            out["recall@10"] = recall10(hits, exact10)
+            out["recall@10"] = recall10(named(res, range(q.shape[0])), exact10)
     sweep = []
     for cut in SWEEP_CUTS:
         for heap in SWEEP_HEAPS:
             with Clock() as c:
-                hits = named(batch(10, cut, heap))
+                res = batch(10, cut, heap)
             sweep.append({"query_cut": cut, "heap_factor": heap, "ms": 1000 * c.wall / q.shape[0], "cpu_ms": 1000 * c.cpu / q.shape[0],
-                          "recall@10": recall10(hits, exact10)})
-    out["sweep"] = sweep
-    out["search_rss"] = peak_rss()
-    (path.parent / (path.name + ".index.seismic")).unlink()
+                          "recall@10": recall10(named(res, range(q.shape[0])), exact10)})
+    out.update(sweep=sweep, search_rss=peak_rss())
     return out
 
 
 def phase_seismic_index(corpus: str, work: Path) -> dict:
-    """spladekit's stored approximate index: first search builds and stores it; a new process reopens it."""
+    """spladekit's stored approximate index: first search builds and stores it (default parameters)."""
     from spladekit.index.index import Index
 
-    q, _ = queries()
     index = Index.open(work / corpus / "spladekit")
     with Clock() as c:
         index.seismic()
-    return {"first_use_s": c.wall, "rss": peak_rss(), "bytes": folder_bytes(work / corpus / "spladekit" / "seismic")}
+    return {"first_use_s": c.wall, "first_use_cpu_s": c.cpu, "rss": peak_rss(), "bytes": folder_bytes(work / corpus / "spladekit" / "seismic"),
+            "n_postings": index.seismic().params.n_postings}
 
 
 def phase_seismic_reopen(corpus: str, work: Path) -> dict:
+    """A new process: Index.open + the stored Seismic index reopened, then Index.search(backend="seismic")
+    at SEISMIC_AT (k = 10 and 1000, batch and one per call; named hits, the tie rule) and the sweep."""
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicSearchParams
 
@@ -344,10 +357,16 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
     with Clock() as c:
         index = Index.open(work / corpus / "spladekit")
         index.seismic()
-    result = index.search(q, k=10, backend="seismic", seismic=SeismicSearchParams(num_threads=1))
+    out = {"reopen_s": c.wall, "reopen_cpu_s": c.cpu}
+    at = SeismicSearchParams(num_threads=1, **SEISMIC_AT)
+    for k in (10, 1000):
+        r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, backend="seismic", seismic=at).hits],
+                         lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, backend="seismic", seismic=at), q, k)
+        hits = r.pop("hits")
+        out.update(r)
+        if k == 10:
+            out["recall@10"] = recall10(hits, json.loads((work / corpus / "exact-top10.json").read_text()))
     exact10 = json.loads((work / corpus / "exact-top10.json").read_text())
-    out = {"reopen_s": c.wall, "ms": result.latency.mean_ms, "recall@10": recall10([[d for d, _ in h] for h in result.hits], exact10),
-           "n_postings": index.seismic().params.n_postings}
     sweep = []  # through spladekit's own backend (the stored index), the same grid as the direct sweep
     for cut in SWEEP_CUTS:
         for heap in SWEEP_HEAPS:
@@ -356,12 +375,60 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
                 hits = index.search(q, k=10, backend="seismic", seismic=params).hits
             sweep.append({"query_cut": cut, "heap_factor": heap, "ms": 1000 * t.wall / q.shape[0], "cpu_ms": 1000 * t.cpu / q.shape[0],
                           "recall@10": recall10([[d for d, _ in h] for h in hits], exact10)})
-    out.update(sweep=sweep, rss=peak_rss())
+    out.update(sweep=sweep, rss=peak_rss(), n_postings=index.seismic().params.n_postings)
+    return out
+
+
+def phase_bmp_build(corpus: str, work: Path) -> dict:
+    """CIFF export of spladekit's folder (8-bit impacts: × 255 / max), then BMP's own ciff2bmp."""
+    from spladekit.index.formats import bmp, ciff
+    from spladekit.index.index import Index
+
+    index = Index.open(work / corpus / "spladekit")
+    vocab = [str(j) for j in range(index.docs.shape[1])]
+    scale = bmp.document_scale(float(np.max(index.docs.data)))
+    with Clock() as export:
+        stats = ciff.write_ciff(work / corpus / "index.ciff", index.docs, index.postings, index.doc_ids, vocab, scale=scale)
+    with Clock() as c:
+        bmp.build(work / corpus / "index.bmp", work / corpus / "index.ciff", stats["max_tf"])
+    (work / corpus / "index.ciff").unlink()
+    return {"ciff_export_s": export.wall, "ciff_export_cpu_s": export.cpu, "build_s": c.wall, "build_cpu_s": c.cpu, "scale": scale,
+            "bytes": (work / corpus / "index.bmp").stat().st_size, "build_rss": peak_rss()}
+
+
+def phase_bmp_search(corpus: str, work: Path) -> dict:
+    import bmp as bmp_engine
+
+    from spladekit.index.formats import bmp
+
+    q, _ = queries()
+    vocab = [str(j) for j in range(q.shape[1])]
+    with Clock() as c:
+        searcher = bmp_engine.Searcher(str(work / corpus / "index.bmp"))
+    out = {"open_s": c.wall}
+    weights = [bmp.query_weights(q[i].indices, q[i].data, vocab) for i in range(q.shape[0])]  # every query term is indexed here
+
+    def run(rows, k):
+        hits = []
+        for i in rows:
+            docnos, scores = searcher.search(weights[i], k=bmp.depth(k), alpha=1.0, beta=1.0) if weights[i] else ([], [])
+            hits.append([d for d, _ in sorted(zip(docnos, scores), key=lambda p: (-p[1], p[0]))[:k]])
+        return hits
+
+    for k in (10, 1000):
+        r = timed_search(lambda qq, kk: run(range(q.shape[0]), kk), lambda qq, i, kk: run([i], kk), q, k)
+        hits = r.pop("hits")
+        out.update(r)
+        exact = json.loads((work / corpus / f"exact-top{k}.json").read_text())
+        out[f"same_top{k}_as_exact"] = float(np.mean([a == e for a, e in zip(hits, exact)]))
+        if k == 10:
+            out["recall@10"] = recall10(hits, exact)
+    out["search_rss"] = peak_rss()
     return out
 
 
 PHASES = {f.__name__[6:]: f for f in (phase_build, phase_search, phase_shards, phase_pisa_build, phase_pisa_search,
-                                       phase_seismic_direct, phase_seismic_index, phase_seismic_reopen)}
+                                       phase_seismic_direct, phase_seismic_index, phase_seismic_reopen, phase_bmp_build, phase_bmp_search)}
 
 
 def run_phase(name: str, corpus: str, work: Path, extra: list[str] | None = None, timeout: int = 7200) -> dict:
@@ -381,41 +448,74 @@ def gb(n): return f"{n / 1e9:.2f} GB"
 
 
 def table(corpus: str, r: dict) -> str:
-    s, p, d, si = r["build"] | r["search"], r["pisa_build"] | r["pisa_search"], r["seismic_direct"], r.get("seismic_reopen", {})
-    exact_ms = s["batch_cpu_ms_k10"]
-    lines = [f"### {corpus}: {s['nnz'] / 1e6:.1f} M entries, {s['terms_per_doc']:.0f} terms/doc; arrays {gb(s['array_bytes'])}", "",
-             "| | build s | open s | on disk | peak RSS build / open+search | ms/q k=10 batch | k=10 one/call | k=1000 batch | k=1000 one/call | recall@10 |",
+    s = r.get("build", {}) | r.get("search", {})
+    p = r.get("pisa_build", {}) | {"open_s": r.get("pisa_search", {}).get("open_s", float("nan"))}
+    b = r.get("bmp_build", {}) | r.get("bmp_search", {})
+    si, sd, sx = r.get("seismic_index", {}), r.get("seismic_direct", {}), r.get("seismic_reopen", {})
+    exact_ms = s.get("batch_cpu_ms_k10", float("nan"))
+    lines = [f"### {corpus}: {s.get('nnz', 0) / 1e6:.1f} M entries, {s.get('terms_per_doc', 0):.0f} terms/doc; arrays {gb(s.get('array_bytes', 0))}", "",
+             "| system | build CPU s (wall) | open s | on disk | peak RSS build / search | k=10 batch | k=10 one per call | k=1000 batch | k=1000 one per call | quality |",
              "|---|---|---|---|---|---|---|---|---|---|"]
 
-    def row(name, x, recall="exact"):
+    def row(name, x, quality):
         def ms(key):
             return f"{x[key.replace('_ms', '_cpu_ms')]:.2f} ({x[key]:.2f})" if key in x else "–"
-        rss = f"{gb(x.get('build_rss', 0))} / {gb(x.get('search_rss', 0))}"
-        return (f"| {name} | {x.get('build_s', float('nan')):.1f} | {x.get('open_s', float('nan')):.3f} | {gb(x.get('bytes', 0))} | {rss} | "
-                f"{ms('batch_ms_k10')} | {ms('one_ms_k10')} | {ms('batch_ms_k1000')} | {ms('one_ms_k1000')} | {recall} |")
+        build = f"{x['build_cpu_s']:.0f} ({x['build_s']:.0f})" if "build_s" in x else "–"
+        rss = f"{gb(x['build_rss']) if 'build_rss' in x else '–'} / {gb(x['search_rss']) if 'search_rss' in x else '–'}"
+        return (f"| {name} | {build} | {x.get('open_s', float('nan')):.3f} | {gb(x['bytes']) if 'bytes' in x else '–'} | {rss} | "
+                f"{ms('batch_ms_k10')} | {ms('one_ms_k10')} | {ms('batch_ms_k1000')} | {ms('one_ms_k1000')} | {quality} |")
 
-    lines.append(row("spladekit exact", s))
-    lines.append(row("PISA MaxScore", p, f"same top-10 {p.get('same_top10_as_exact', float('nan')):.3f}"))
-    lines.append(row(f"Seismic direct (default)", d, f"{d.get('recall@10', float('nan')):.3f}"))
-    lines += ["", "ms/q = process CPU ms per query (wall ms in brackets), 1 thread.",
-              f"Ratios (CPU, same run): exact one-query ÷ batch k=10 = {s['one_cpu_ms_k10'] / s['batch_cpu_ms_k10']:.2f}, "
-              f"k=1000 = {s['one_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}; PISA ÷ spladekit exact batch k=10 = "
-              f"{p['batch_cpu_ms_k10'] / exact_ms:.2f}, k=1000 = {p['batch_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}; "
-              f"peak RSS ÷ arrays: build {s['build_rss'] / s['array_bytes']:.2f}, open+search {s['search_rss'] / s['array_bytes']:.2f}; "
-              f"open {s['open_s']:.3f} s."]
+    def same(x):
+        return f"same top-10 as exact {x.get('same_top10_as_exact', float('nan')):.3f}, top-1000 {x.get('same_top1000_as_exact', float('nan')):.3f}"
+
+    lines.append(row("spladekit `Index` exact", s, "exact"))
+    for algorithm in PISA_ALGORITHMS:
+        if algorithm in r.get("pisa_search", {}):
+            lines.append(row(f"PISA {algorithm}", dict(p, **r["pisa_search"][algorithm]), same(r["pisa_search"][algorithm])))
+    if b:
+        lines.append(row(f"BMP (8-bit impacts, ×{b.get('scale', float('nan')):.3f})", b, same(b)))
+    if sd:
+        lines.append(row(f"Seismic direct (pyseismic calls only), cut {SEISMIC_AT['query_cut']} heap {SEISMIC_AT['heap_factor']}",
+                         dict(sd, bytes=si.get("bytes", 0)), f"recall@10 {sd.get('recall@10', float('nan')):.3f}"))
+    if sx:
+        lines.append(row("spladekit `Index.search(backend='seismic')`, same setting",
+                         dict(sx, open_s=sx.get("reopen_s", float("nan")), build_s=si.get("first_use_s", float("nan")),
+                              build_cpu_s=si.get("first_use_cpu_s", float("nan")), build_rss=si.get("rss", 0)),
+                         f"recall@10 {sx.get('recall@10', float('nan')):.3f}"))
+    lines += ["", "ms/q = process CPU ms per query (wall ms in brackets), 1 thread; one per call = the first "
+              f"{ONE_AT_A_TIME} queries each in its own call."]
+    ratios = []
+    if "one_cpu_ms_k10" in s:
+        ratios.append(f"exact one per call ÷ batch: k=10 {s['one_cpu_ms_k10'] / s['batch_cpu_ms_k10']:.2f}, k=1000 {s['one_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}")
+    for algorithm in PISA_ALGORITHMS:
+        x = r.get("pisa_search", {}).get(algorithm)
+        if x and "batch_cpu_ms_k10" in s:
+            ratios.append(f"PISA {algorithm} ÷ exact (batch): k=10 {x['batch_cpu_ms_k10'] / exact_ms:.2f}, k=1000 {x['batch_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}")
+    if b and "batch_cpu_ms_k10" in s:
+        ratios.append(f"BMP ÷ exact: k=10 {b['batch_cpu_ms_k10'] / exact_ms:.2f}, k=1000 {b['batch_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}")
+    if sd and sx:
+        ratios.append("spladekit Seismic ÷ pyseismic's own calls (CPU): " + ", ".join(
+            f"{mode} k={k} {sx[f'{mode}_cpu_ms_k{k}'] / sd[f'{mode}_cpu_ms_k{k}']:.2f}" for mode in ("batch", "one") for k in (10, 1000)))
+        ratios.append(f"reopen: spladekit (Index.open + stored Seismic) {sx['reopen_s']:.2f} s vs pyseismic's SeismicIndex.load {sd['open_s']:.2f} s")
+        ratios.append(f"Seismic at the setting ÷ exact (batch CPU, k=10): {sx['batch_cpu_ms_k10'] / exact_ms:.3f}")
+    if "build_rss" in s:
+        ratios.append(f"build: peak RSS {gb(s['build_rss'])} (process before the write {gb(s['build_base_rss'])}; writer budget "
+                      f"{gb(s['budget'])}) for {gb(s['array_bytes'])} of arrays; open {s.get('open_s', float('nan')):.3f} s")
     if "shards_equal_one_folder" in r.get("shards", {}):
-        lines.append(f"2 shard folders = 1 folder (k=1000 runs identical): {r['shards']['shards_equal_one_folder']}.")
-    if si:
-        lines.append(f"spladekit Seismic backend: first use (build + store) {r['seismic_index'].get('first_use_s', float('nan')):.1f} s, "
-                     f"new process reopens in {si['reopen_s']:.2f} s, {si['ms']:.2f} ms/q, recall@10 {si['recall@10']:.3f}.")
-    lines += ["", "Seismic search sweep (k=10; `n_postings` = build parameter):", "",
-              "| n_postings | query_cut | heap_factor | CPU ms/q | ÷ exact | recall@10 |", "|---|---|---|---|---|---|"]
-    runs = [d] + r.get("seismic_more", []) + ([dict(si, n_postings=f"{si.get('n_postings')} (spladekit Index, stored)")] if si.get("sweep") else [])
-    for sweep_run in runs:
-        for x in sweep_run.get("sweep", []):
-            mark = " **≥0.95 at ≤1/10**" if x["recall@10"] >= 0.95 and x["cpu_ms"] <= exact_ms / 10 else ""
-            lines.append(f"| {sweep_run['n_postings']} | {x['query_cut']} | {x['heap_factor']} | {x['cpu_ms']:.3f} | {x['cpu_ms'] / exact_ms:.3f} | {x['recall@10']:.3f}{mark} |")
+        ratios.append(f"2 shard folders = 1 folder (k=1000 runs identical): {r['shards']['shards_equal_one_folder']}")
+    lines += [f"- {x}" for x in ratios]
+    sweeps = [("pyseismic direct", sd), ("spladekit Index", sx)]
+    if any(x.get("sweep") for _, x in sweeps):
+        lines += ["", "Seismic sweep (k=10, default build; ÷ exact = CPU ms ÷ exact batch CPU ms):", "",
+                  "| through | query_cut | heap_factor | CPU ms/q | ÷ exact | recall@10 |", "|---|---|---|---|---|---|"]
+        for name, x in sweeps:
+            for e in x.get("sweep", []):
+                mark = " **≥0.95**" if e["recall@10"] >= 0.95 else ""
+                lines.append(f"| {name} | {e['query_cut']} | {e['heap_factor']} | {e['cpu_ms']:.3f} | {e['cpu_ms'] / exact_ms:.3f} | {e['recall@10']:.3f}{mark} |")
     return "\n".join(lines)
+
+
+ORDER = ("build", "search", "shards", "pisa_build", "pisa_search", "bmp_build", "bmp_search", "seismic_index", "seismic_reopen", "seismic_direct")
 
 
 def main():
@@ -423,34 +523,33 @@ def main():
     ap.add_argument("--docs", type=int, action="append", default=[], help="synthetic corpus size (repeat)")
     ap.add_argument("--no-scifact", action="store_true", help="skip the real SciFact corpus")
     ap.add_argument("--work", type=Path, default=Path("/tmp/spladekit-bench"))
-    ap.add_argument("--n-postings", type=int, action="append", default=[], help="extra Seismic builds for the sweep")
-    ap.add_argument("--skip", action="append", default=[], help="phases to skip")
+    ap.add_argument("--skip", action="append", default=[], help=f"phases to skip ({', '.join(ORDER)})")
+    ap.add_argument("--keep", action="store_true", help="keep the folders under --work")
     ap.add_argument("--phase")
     ap.add_argument("--corpus")
     ap.add_argument("--json", type=Path, help="also write all results here")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE.parent / "src"))
     if args.phase:
-        extra = {"n_postings": args.n_postings[0]} if args.n_postings and args.phase == "seismic_direct" else {}
-        print(json.dumps(PHASES[args.phase](args.corpus, args.work, **extra), default=float))
+        print(json.dumps(PHASES[args.phase](args.corpus, args.work), default=float))
         return
     scifact_vectors()
     corpora = [f"synthetic-{n}" for n in args.docs] + ([] if args.no_scifact else ["scifact"])
     results = {}
     for corpus in corpora:
         r = {}
-        for name in ("build", "search", "shards", "pisa_build", "pisa_search", "seismic_index", "seismic_reopen", "seismic_direct"):
+        for name in ORDER:
             if name not in args.skip:
                 r[name] = run_phase(name, corpus, args.work)
                 if args.json:  # partial results survive an interrupted run
                     args.json.write_text(json.dumps(dict(results, **{corpus: r}), indent=1, default=float))
-        r["seismic_more"] = [run_phase("seismic_direct", corpus, args.work, ["--n-postings", str(n)]) for n in args.n_postings]
         results[corpus] = r
         print(table(corpus, r), flush=True)
         print(flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=1, default=float))
-        shutil.rmtree(args.work / corpus, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(args.work / corpus, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Every export scored by the real engine: Anserini/Lucene, Lucene's FeatureField, Qdrant Edge,
-Milvus (milvus-lite), PostgreSQL + pgvector, PISA.
+Milvus (milvus-lite), PostgreSQL + pgvector, PISA, BMP (from the CIFF export).
 
 Each engine gets the same corpus (:func:`corpus`: 300 documents and 40 queries over a
 30,522-token vocabulary with awkward tokens, an empty document, two identical documents, an
@@ -7,7 +7,7 @@ empty query, a query that rounds to nothing at scale 100, a query whose only ter
 has, and a query with 1,100 distinct terms) and its top-10 *and* scores are compared with
 spladekit's exact search (:func:`engine_helpers.assert_top_k_agrees`):
 
-* integer engines (Anserini, PISA) exactly, on the quantised vectors read back from the export;
+* integer engines (Anserini, PISA, BMP) exactly, on the quantised vectors read back from the export;
 * float engines (Qdrant, Milvus, pgvector) within the float32 summation bound
   (:func:`engine_helpers.float32_sum_tolerance`);
 * Lucene's FeatureField (what Elasticsearch/OpenSearch ``rank_features``/``sparse_vector`` store)
@@ -33,7 +33,7 @@ import scipy.sparse as sp
 import engine_helpers as eh
 from spladekit.index.exact import exact_search
 from spladekit.index.export import export_vectors, import_vectors
-from spladekit.index.formats import anserini, elastic, iter_json_records, milvus, pgvector, pisa, qdrant, quantise
+from spladekit.index.formats import anserini, bmp, ciff, elastic, iter_json_records, milvus, pgvector, pisa, qdrant, quantise
 
 pytestmark = pytest.mark.engines
 K = 10
@@ -332,3 +332,62 @@ def test_pisa_safe_top_k_equals_exact_on_quantised_vectors(corpus, pisa_index, a
     got = pisa.search(pisa_index, queries, doc_ids, k=K, scale=SCALE, algorithm=algorithm)
     assert got[special["empty"]] == got[special["rounds_to_zero"]] == got[special["unmatched"]] == []
     _check_integer_engine(f"PISA {algorithm}", got, _quantised(queries), _quantised(docs), doc_ids)
+
+
+# ------------------------------------------------------------------ BMP (bmp, from the CIFF export)
+@pytest.mark.xdist_group("bmp")
+def test_bmp_top_k_from_the_ciff_export_equals_exact_on_quantised_vectors(corpus, tmp_path):
+    reason = eh.missing_module("bmp", "bmp==0.2.8")
+    if reason:
+        pytest.skip(reason)
+    import bmp as bmp_engine
+
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    scale = bmp.document_scale(float(docs.data.max()))
+    top = float(docs.data.max())
+    assert np.floor(top * scale + 0.5) == bmp.MAX_IMPACT  # BMP's 8 bits used fully, not exceeded
+    written = export_vectors("ciff", tmp_path / "exp", docs, doc_ids, vocab, scale=scale)
+    stats = ciff.write_ciff(tmp_path / "same.ciff", docs, docs.T.tocsr(), doc_ids, vocab, scale=scale)
+    assert written.count == 300 and stats["max_tf"] <= bmp.MAX_IMPACT
+    bmp.build(tmp_path / "index.bmp", tmp_path / "exp" / "index.ciff", stats["max_tf"])
+    searcher = bmp_engine.Searcher(str(tmp_path / "index.bmp"))
+    indexed = bmp.indexed_terms(docs, vocab, scale)
+    q_int = bmp.quantised_queries(queries, vocab, indexed)
+    maxima = [row.max() for row in q_int if row.nnz]
+    assert max(maxima) == min(maxima) == bmp.MAX_QUERY_WEIGHT  # BMP's rescaling (> 32) never applies
+    got = bmp.search(searcher, queries, vocab, doc_ids, indexed, k=K)
+    assert got[special["empty"]] == got[special["unmatched"]] == []
+    d_int = sp.csr_matrix(docs, copy=True)
+    d_int.data = quantise(d_int.data, scale).astype(np.float32)
+    d_int.eliminate_zeros()
+    # BMP's 16-bit scores and bounds: checked for the queries whose bound stays below 2^16: all but
+    # the 1,100-term one (bound ≈ 6 × 2^16) and one just above (67,506)
+    inside = np.flatnonzero(bmp.score_bound(q_int, d_int) < 2**16)
+    assert special["big"] not in inside and len(inside) == 38
+    _check_integer_engine("BMP", [got[q] for q in inside], q_int[inside], d_int, doc_ids)
+
+
+def test_bmp_rescales_a_query_above_its_weight_cap(corpus, tmp_path):
+    """What BMP's query-weight cap does when it applies, and that query_weights stays under it."""
+    reason = eh.missing_module("bmp", "bmp==0.2.8")
+    if reason:
+        pytest.skip(reason)
+    import bmp as bmp_engine
+
+    dense = np.zeros((40, 3), np.float32)
+    dense[2:] = 1  # 38 others: x, y, z 1 (BMP returned nothing for lists of one posting)
+    dense[0, 0], dense[1, 1] = 10, 9  # a: x 10, b: y 9
+    docs = sp.csr_matrix(dense)
+    names = ["a", "b"] + [f"o{i}" for i in range(38)]
+    ciff.write_ciff(tmp_path / "t.ciff", docs, docs.T.tocsr(), names, ["x", "y", "z"], scale=1)
+    bmp.build(tmp_path / "t.bmp", tmp_path / "t.ciff", 10)
+    searcher = bmp_engine.Searcher(str(tmp_path / "t.bmp"))
+    # given {x: 57, y: 64} (max > 32), BMP rescales by 32/64 and rounds up: x 28.5 → 29, y 32, so it
+    # scores a = 290, b = 288, not the query's own 570 and 576 (b first)
+    docnos, scores = searcher.search({"x": 57, "y": 64}, k=10, alpha=1.0, beta=1.0)
+    assert list(docnos[:2]) == ["a", "b"] and list(scores[:3]) == [290.0, 288.0, 29.0 + 32.0]
+    # query_weights gives BMP a query whose largest weight is 32: scored as given
+    weights = bmp.query_weights(np.array([0, 1]), np.array([57.0, 64.0]), ["x", "y"])
+    assert weights == {"x": 29, "y": 32}  # ⌊57·32/64 + 1/2⌋ = 29
+    docnos, scores = searcher.search(weights, k=10, alpha=1.0, beta=1.0)
+    assert list(scores[:3]) == [10.0 * 29, 9.0 * 32, 29.0 + 32.0] and list(docnos[:2]) == ["a", "b"]

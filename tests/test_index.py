@@ -350,3 +350,24 @@ def test_a_stored_seismic_index_without_its_file_is_an_error(tmp_path):
     (tmp_path / "i" / "seismic" / SeismicSearcher.INDEX_FILE).unlink()
     with pytest.raises(DataFormatError, match="missing: the stored Seismic index"):
         Index.open(tmp_path / "i").seismic()
+
+
+def test_the_progress_bar_counts_documents_as_batches_finish(tiny, tmp_path, monkeypatch):
+    """One chunk of all documents, batches of 3: the bar moves by 3, 3, ... (not once at the end)."""
+    import tqdm.auto
+
+    from spladekit.model.encoder import SpladeEncoder
+
+    updates: list[int] = []
+
+    class Recording(tqdm.auto.tqdm):
+        def update(self, n=1):
+            updates.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recording)
+    model, beir = tiny
+    encoder = SpladeEncoder.from_pretrained(str(model), head_impl="plain", batch_size=3)
+    Index.build(encoder, beir, tmp_path / "index", chunk_size=100, show_progress=True)
+    n = len(DOCS)
+    assert updates == [3] * (n // 3) + ([n % 3] if n % 3 else [])

@@ -21,6 +21,8 @@ pgvector            ``docs.tsv``           COPY text rows ``id, doc_id, sparseve
                     ``schema.sql``         table (and optional HNSW index) definition
 elastic             ``bulk.ndjson``        ``_bulk`` body for ``rank_features`` / ``sparse_vector``
                     ``mapping.json``       index mapping
+ciff                ``index.ciff``         CIFF postings, integer impacts (PISA ``ciff2pisa``,
+                                           BMP ``ciff2bmp``; :mod:`~spladekit.index.formats.ciff`)
 ==================  =====================  ===========================================
 """
 
@@ -33,11 +35,11 @@ from typing import Sequence
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import ExportManifest, anserini, check_scale, elastic, milvus, pgvector, qdrant, seismic_jsonl
+from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, seismic_jsonl
 from spladekit.index.io import load_index, load_vocabulary, save_index
 from spladekit.io import atomic_write, staged_files, write_json
 
-FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic")
+FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic", "ciff")
 FILES = {
     "anserini": "docs.jsonl",
     "anserini-queries": "queries.tsv",
@@ -46,9 +48,10 @@ FILES = {
     "milvus": "rows.jsonl",
     "pgvector": "docs.tsv",
     "elastic": "bulk.ndjson",
+    "ciff": "index.ciff",
 }
 EXTRA_FILES = {"elastic": ["mapping.json"], "pgvector": ["schema.sql"]}
-QUANTISED = ("anserini", "anserini-queries")
+QUANTISED = ("anserini", "anserini-queries", "ciff")
 #: The options only some formats use: name → (default, the formats using it, command-line option).
 FORMAT_OPTIONS = {
     "scale": (100.0, QUANTISED, "--scale"),
@@ -167,6 +170,9 @@ def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scal
     elif fmt == "milvus":
         count = milvus.write_rows(target, matrix, ids)
         options = {"field": milvus.DEFAULT_FIELD, "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "IP", "drop_ratio_search": 0.0}
+    elif fmt == "ciff":
+        docs = sp.csr_matrix(matrix)
+        count = ciff.write_ciff(target, docs, docs.T.tocsr(), ids, vocabulary, scale=scale)["num_docs"]
     elif fmt == "pgvector":
         count = pgvector.write_copy(target, matrix, ids, hnsw=hnsw)
         with atomic_write(folder / "schema.sql") as sql:
@@ -245,6 +251,8 @@ def import_vectors(
         matrix, ids = milvus.read_rows(path, len(vocabulary), field=options.get("field", milvus.DEFAULT_FIELD))
     elif fmt == "pgvector":
         matrix, ids = pgvector.read_copy(path, len(vocabulary))
+    elif fmt == "ciff":
+        matrix, ids = ciff.read_ciff(path, vocabulary, scale=scale)
     else:
         matrix, ids = elastic.read_bulk(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
     if matrix.shape[0] == 0:

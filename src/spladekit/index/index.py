@@ -55,8 +55,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import TIE_RULE, check_k, search_postings, tie_ranks
-from spladekit.index.io import (FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
-                                row_blocks, write_index)
+from spladekit.index.io import (DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
+                                take_ids)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
 from spladekit.io import atomic_folder, atomic_write, read_json, recover_folder, write_json
 
@@ -102,12 +102,17 @@ class SearchSettings(BaseModel):
 
 @dataclass
 class LatencyStats:
-    """Retrieval time per query, milliseconds (query encoding excluded).
+    """Retrieval time per query, milliseconds: from the query vectors to the ranked ``(doc_id,
+    score)`` lists the caller receives (posting-list scoring or the Seismic call, top-k, tie rule,
+    decoding the document ids). Left out: encoding text queries, checking the arguments and making
+    the settings record (before the clock starts; ≈ 0.1 ms per call), building the Seismic index on
+    its first use, and assembling :class:`SearchResult` (one object per call).
 
     In batch mode, exact search times each long-list query on its own and gives each query of a
     short-list block (:func:`spladekit.index.exact.search_postings`) the block's time divided by
-    its size; the Seismic backend's batch call is timed as a whole and divided likewise. With
-    ``one_at_a_time`` every query is a call of its own, timed alone (Python call included).
+    its size; the Seismic backend's batch call (query preparation included) is timed as a whole and
+    divided likewise; the ids of each query's hits are decoded and timed per query. With
+    ``one_at_a_time`` every query is a call of its own, timed alone from its vector to its named hits.
     """
 
     mode: str
@@ -124,7 +129,7 @@ class LatencyStats:
         ms = np.asarray(seconds, dtype=np.float64) * 1000.0
         if ms.size == 0:
             return cls(mode, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+        p50, p95, p99 = (ms[0],) * 3 if ms.size == 1 else np.percentile(ms, [50, 95, 99])  # one call: skip the quantile machinery
         return cls(mode, int(ms.size), float(ms.sum() / 1000.0), float(ms.mean()), float(p50), float(p95), float(p99), float(ms.max()))
 
 
@@ -282,6 +287,8 @@ class Index:
         Raises:
             DataFormatError: the folder cannot be read or its content hash does not match.
         """
+        from spladekit.index.writer import matrix_blocks, write_index
+
         index = cls.open(folder, verify=True)
         if not index.legacy and not isinstance(index.doc_ids, list):
             return False
@@ -291,7 +298,7 @@ class Index:
             (np.array(index.docs.data), np.array(index.docs.indices), np.array(index.docs.indptr)), shape=index.docs.shape)
         seismic = index.folder / "seismic"
         with atomic_folder(index.folder) as tmp:
-            write_index(tmp / "index", row_blocks(docs), list(index.doc_ids), docs.shape[1], meta, vocabulary)
+            write_index(tmp / "index", matrix_blocks(docs), list(index.doc_ids), docs.shape[1], meta, vocabulary)
             for item in (tmp / "index").iterdir():
                 item.rename(tmp / item.name)
             (tmp / "index").rmdir()
@@ -301,15 +308,21 @@ class Index:
 
     @classmethod
     def from_vectors(cls, out: str | Path, vectors: sp.spmatrix, doc_ids: Sequence[str], metadata: dict | None = None,
-                     vocabulary: Sequence[str] | None = None) -> "Index":
-        """Write in-memory ``[D, V]`` vectors as an index folder and open it.
+                     vocabulary: Sequence[str] | None = None, memory_budget: int = DEFAULT_BUDGET) -> "Index":
+        """Write ``[D, V]`` vectors as an index folder and open it. A CSR matrix (in memory or over
+        memory-mapped arrays) is read in place, block by block; the write holds at most
+        ``memory_budget`` bytes beyond it (:mod:`spladekit.index.writer`).
 
         Raises:
-            ValueError: rows and ids differ in number, ids repeat, or a bad vocabulary.
+            ValueError: rows and ids differ in number, ids repeat, a bad vocabulary, or a budget
+                below :data:`spladekit.index.writer.MIN_BUDGET`.
         """
+        from spladekit.index.writer import matrix_blocks, write_index
+
         if vectors.shape[0] != len(doc_ids):
             raise ValueError(f"{vectors.shape[0]} vectors for {len(doc_ids)} document ids")
-        write_index(out, row_blocks(sp.csr_matrix(vectors)), list(doc_ids), vectors.shape[1], metadata or {}, vocabulary)
+        matrix = vectors if isinstance(vectors, sp.csr_matrix) else sp.csr_matrix(vectors)
+        write_index(out, matrix_blocks(matrix, memory_budget), doc_ids, vectors.shape[1], metadata or {}, vocabulary, memory_budget)
         return cls.open(out)
 
     # ---------------------------------------------------------------- build
@@ -323,6 +336,7 @@ class Index:
         metadata: dict | None = None,
         show_progress: bool = False,
         distributed: bool = True,
+        memory_budget: int = DEFAULT_BUDGET,
     ) -> "Index | None":
         """Encode a corpus into the index folder ``out`` (streamed, resumable, data-parallel).
 
@@ -338,6 +352,8 @@ class Index:
             metadata: extra ``index.json`` entries (model id, revision, configuration, ...).
             distributed: share the chunks among the processes of a ``torchrun`` job; False: this
                 process builds alone (e.g. an evaluation on rank 0 during training).
+            memory_budget: bytes of working memory of writing the folder from the chunks
+                (:mod:`spladekit.index.writer`: independent of the corpus size but for the ids).
 
         Returns:
             The open index on rank 0 (its ``build_stats``: chunks, encoded, reused, truncated_docs);
@@ -352,6 +368,9 @@ class Index:
 
         from spladekit.distributed import DistInfo, barrier, init_distributed
         from spladekit.errors import OutputPathError
+        from spladekit.index.writer import check_budget, write_index
+
+        check_budget(memory_budget)
 
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be an integer ≥ 1, got {chunk_size!r}")
@@ -397,10 +416,13 @@ class Index:
                         bar.update(len(chunk))
                         continue
                     log.warning("%s: holds other documents than chunk %d of this corpus; encoding it again", path, number)
-                vectors = canonical(encoder.encode_documents([text for _, text in chunk], batch_size=getattr(encoder, "batch_size", 32)))
+                per_batch = show_progress and dist.is_main and _reports_batches(encoder)  # the bar moves as batches finish
+                extra = {"on_batch": bar.update} if per_batch else {}
+                vectors = canonical(encoder.encode_documents([text for _, text in chunk], batch_size=getattr(encoder, "batch_size", 32), **extra))
                 _save_chunk(path, vectors, ids, int(getattr(encoder, "last_truncated", 0)), digest)
                 stats["encoded"] += 1
-                bar.update(len(chunk))
+                if not per_batch:
+                    bar.update(len(chunk))
             bar.close()
             if not seen:
                 raise ValueError(f"the corpus {corpus if isinstance(corpus, (str, Path)) else ''} holds no document")
@@ -412,10 +434,9 @@ class Index:
             missing = [p.name for p in paths if not p.exists()]
             if missing:
                 raise RuntimeError(f"{work}: chunks {missing[:3]} were not written (a process failed?)")
-            doc_ids, truncated = [], 0
+            truncated = 0
             for path in paths:
                 with np.load(path) as f:
-                    doc_ids.extend(str(d) for d in f["ids"])
                     truncated += int(f["truncated"])
 
             def blocks():
@@ -426,7 +447,10 @@ class Index:
             meta.update(metadata or {})
             meta.update(truncated_docs=truncated, world_size=dist.world_size, chunk_size=chunk_size)
             vocabulary = getattr(encoder, "vocabulary", None)
-            write_index(out, blocks, doc_ids, int(encoder.vocab_size), meta, list(vocabulary) if vocabulary is not None else None)
+            num_docs = len(seen)
+            seen.clear()  # the writer checks the ids again, without Python strings of them all
+            write_index(out, blocks, _ChunkIds(paths, num_docs), int(encoder.vocab_size), meta,
+                        list(vocabulary) if vocabulary is not None else None, memory_budget)
             shutil.rmtree(work, ignore_errors=True)
             stats["truncated_docs"] = truncated
             sync()
@@ -504,13 +528,11 @@ class Index:
             ValueError: unknown backend, ``k`` < 1, vocabulary mismatch, or ids of the wrong number.
         """
         vectors, ids, settings = self.prepare(queries, k, backend, query_ids, encoder, one_at_a_time)
-        hits, seconds = self._search_rows(vectors, k, backend, one_at_a_time, seismic, seismic_build)
         if backend == "seismic":
-            searcher = self.seismic(seismic_build)
-            settings.seismic_build = asdict(searcher.params)
+            settings.seismic_build = asdict(self.seismic(seismic_build).params)  # built (and stored) on first use: not timed
             settings.seismic_search = asdict(seismic or SeismicSearchParams())
-        named = [[(self.doc_ids[row], score) for row, score in row_hits] for row_hits in hits]
-        return SearchResult(ids, named, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors,
+        hits, seconds = self._search_named(vectors, k, backend, one_at_a_time, seismic, seismic_build)
+        return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors,
                             np.asarray(seconds, dtype=np.float64))
 
     def prepare(self, queries, k: int, backend: str, query_ids=None, encoder=None, one_at_a_time: bool = False):
@@ -546,21 +568,37 @@ class Index:
             raise ValueError(f"vocabulary mismatch: queries have {vectors.shape[1]} columns, documents {self.docs.shape[1]}")
         return vectors, ids, settings
 
-    def _search_rows(self, vectors, k, backend, one_at_a_time, seismic, seismic_build):
-        """Per query ``(row, score)`` lists and seconds per query."""
-        seconds: list[float] = []
+    def _search_named(self, vectors, k, backend, one_at_a_time, seismic, seismic_build):
+        """Per query ``(doc_id, score)`` hits and the seconds each took, from the query vectors to
+        the named hits (what :class:`LatencyStats` reports)."""
         if backend == "exact":
-            search = lambda part, timings: search_postings(part, self.postings, k, self.tie_rank, timings)  # noqa: E731
+            def rows_of(part, timings):
+                found = search_postings(part, self.postings, k, self.tie_rank, timings)
+                return [([r for r, _ in h], [s for _, s in h]) for h in found]
         else:
             searcher = self.seismic(seismic_build)
-            search = lambda part, timings: _timed(timings, part.shape[0], searcher.search, part, k=k, params=seismic, tie_rank=self.tie_rank)  # noqa: E731
-        if not one_at_a_time:
-            return search(vectors, seconds), seconds
-        hits = []
-        for i in range(vectors.shape[0]):
+
+            def rows_of(part, timings):
+                began = time.perf_counter()
+                found = searcher.search_arrays(searcher.prepare(part), k, seismic, self.tie_rank)
+                if timings is not None:
+                    timings.extend([(time.perf_counter() - began) / max(1, part.shape[0])] * part.shape[0])
+                return [(rows, scores.tolist()) for rows, scores in found]
+
+        def named(rows, scores):
+            return list(zip(take_ids(self.doc_ids, rows), scores))
+
+        hits, seconds = [], []
+        if one_at_a_time:
+            for i in range(vectors.shape[0]):
+                began = time.perf_counter()
+                hits.extend(named(*found) for found in rows_of(vectors[i : i + 1], None))
+                seconds.append(time.perf_counter() - began)
+            return hits, seconds
+        for found, spent in zip(rows_of(vectors, seconds), range(vectors.shape[0])):
             began = time.perf_counter()
-            hits.extend(search(vectors[i : i + 1], None))
-            seconds.append(time.perf_counter() - began)
+            hits.append(named(*found))
+            seconds[spent] += time.perf_counter() - began
         return hits, seconds
 
     def __len__(self) -> int:
@@ -570,12 +608,26 @@ class Index:
         return f"Index({str(self.folder)!r}, {self.docs.shape[0]} documents, {self.docs.nnz} entries{', format 1' if self.legacy else ''})"
 
 
-def _timed(timings, count, fn, *args, **kwargs):
-    began = time.perf_counter()
-    out = fn(*args, **kwargs)
-    if timings is not None:
-        timings.extend([(time.perf_counter() - began) / max(1, count)] * count)
-    return out
+def check_compatible(shards: Sequence[Index]) -> None:
+    """Refuse shards that cannot be searched or merged as one index: none, different vocabulary
+    sizes, models (``model``, ``model_revision``) or vocabularies (``vocab.json``).
+
+    Raises:
+        ValueError: naming the two folders that differ.
+    """
+    if not shards:
+        raise ValueError("no shard folder given")
+    sizes = {s.docs.shape[1] for s in shards}
+    if len(sizes) != 1:
+        raise ValueError(f"shards have different vocabulary sizes: {sorted(sizes)}")
+    first = shards[0]
+    for shard in shards[1:]:  # a query vector means the same terms in every shard only for one model
+        for key in ("model", "model_revision"):
+            if shard.metadata.get(key) != first.metadata.get(key):
+                raise ValueError(f"shards were built by different models: {key} {first.metadata.get(key)!r} "
+                                 f"({first.folder}) vs {shard.metadata.get(key)!r} ({shard.folder})")
+        if load_vocabulary(shard.folder) != load_vocabulary(first.folder):
+            raise ValueError(f"shards have different vocabularies (vocab.json of {first.folder} and {shard.folder})")
 
 
 class ShardedIndex:
@@ -589,19 +641,7 @@ class ShardedIndex:
     """
 
     def __init__(self, shards: Sequence[Index]):
-        if not shards:
-            raise ValueError("no shard folder given")
-        sizes = {s.docs.shape[1] for s in shards}
-        if len(sizes) != 1:
-            raise ValueError(f"shards have different vocabulary sizes: {sorted(sizes)}")
-        first = shards[0]
-        for shard in shards[1:]:  # a query vector means the same terms in every shard only for one model
-            for key in ("model", "model_revision"):
-                if shard.metadata.get(key) != first.metadata.get(key):
-                    raise ValueError(f"shards were built by different models: {key} {first.metadata.get(key)!r} "
-                                     f"({first.folder}) vs {shard.metadata.get(key)!r} ({shard.folder})")
-            if load_vocabulary(shard.folder) != load_vocabulary(first.folder):
-                raise ValueError(f"shards have different vocabularies (vocab.json of {first.folder} and {shard.folder})")
+        check_compatible(shards)
         seen: set[str] = set()
         for shard in shards:
             overlap = seen.intersection(shard.doc_ids)
@@ -671,6 +711,16 @@ def _documents(corpus) -> Iterator[tuple[str, str]]:
             yield str(doc_id), text
 
 
+def _reports_batches(encoder) -> bool:
+    """Whether ``encoder.encode`` takes ``on_batch`` (a :class:`SpladeEncoder` does; stand-ins need not)."""
+    import inspect
+
+    try:
+        return "on_batch" in inspect.signature(encoder.encode).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
 def _chunks(items: Iterator, size: int) -> Iterator[list]:
     chunk = []
     for item in items:
@@ -701,6 +751,22 @@ def _save_chunk(path: Path, vectors: sp.csr_matrix, ids: list[str], truncated: i
     with atomic_write(path, "wb", encoding=None) as handle:
         np.savez(handle, data=vectors.data, indices=vectors.indices, indptr=vectors.indptr, shape=np.array(vectors.shape),
                  ids=np.array(ids, dtype=str), truncated=np.array(truncated), digest=np.array(digest))
+
+
+class _ChunkIds:
+    """The document ids of a build's chunk files, in order, read one chunk at a time (sized and
+    iterable, for :func:`spladekit.index.writer.write_index`)."""
+
+    def __init__(self, paths: list[Path], count: int):
+        self.paths, self.count = paths, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        for path in self.paths:
+            with np.load(path) as f:
+                yield from (str(d) for d in f["ids"])
 
 
 def _load_chunk(path: Path) -> sp.csr_matrix:

@@ -15,7 +15,8 @@ Format 1 (before): ``vectors.npz`` (``scipy.sparse.save_npz``, compressed), ``do
 Format-2 folders written before the ids were memory-mapped keep them in ``doc_ids.json`` (read whole
 at open: ≈ 0.2 s per million ids); :func:`read_doc_ids` still reads it, :meth:`Index.upgrade` converts it.
 
-Everything is written into a temporary folder and swapped in by :func:`spladekit.io.atomic_folder`.
+Everything is written into a temporary folder and swapped in by :func:`spladekit.io.atomic_folder`,
+under a memory budget (:mod:`spladekit.index.writer`, which writes every folder).
 Matrices are stored canonically: sorted columns, repeated columns summed, explicit zeros removed
 (rule of :mod:`spladekit.index.formats`).
 """
@@ -25,19 +26,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, overload
+from typing import Iterator, Sequence, overload
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, OutputPathError
-from spladekit.index.exact import TIE_RULE, check_finite, tie_ranks
-from spladekit.io import atomic_folder, read_json, write_json
+from spladekit.io import read_json
 
 FORMAT = 2
 MATRICES = ("docs", "postings")
 PARTS = ("indptr", "indices", "data")
 HASH_BLOCK = 1 << 24  # entries per hashing step (bounded memory for the int64 casts)
+DEFAULT_BUDGET = 1 << 30
+"""Working memory of an index write, bytes (1 GiB; :mod:`spladekit.index.writer`)."""
 
 
 def index_dtype(nnz: int, *dims: int) -> np.dtype:
@@ -114,6 +116,33 @@ class DocIds(Sequence[str]):
             raise IndexError(f"document row {i} out of range for {n} documents")
         return self._decode(i, i + 1)[0]
 
+    def take(self, rows: Sequence[int] | np.ndarray) -> list[str]:
+        """The ids of ``rows`` (any order, repeats allowed), decoded at once: one gather of their
+        bytes, no per-id array slicing (what a search's hits need).
+
+        Raises:
+            IndexError: a row outside ``[0, D)``.
+            DataFormatError: their bytes are not UTF-8.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return []
+        if rows.min() < 0 or rows.max() >= len(self):
+            raise IndexError(f"document rows outside [0, {len(self)})")
+        starts = np.asarray(self.offsets[rows], dtype=np.int64)
+        lengths = np.asarray(self.offsets[rows + 1], dtype=np.int64) - starts
+        bounds = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        raw = np.asarray(self.utf8[np.repeat(starts - bounds[:-1], lengths) + np.arange(bounds[-1])]).tobytes()
+        cuts = bounds.tolist()
+        try:
+            if raw.isascii():  # one decode, then slices of the string (byte offsets are character offsets)
+                text = raw.decode("ascii")
+                return [text[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+            return [raw[a:b].decode("utf-8") for a, b in zip(cuts[:-1], cuts[1:])]
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(self.path, f"a document id of rows {rows[:5].tolist()}... is not UTF-8 ({exc})") from exc
+
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), 1 << 16):  # decoded in blocks: bounded memory, no per-id slicing
             yield from self._decode(start, min(start + (1 << 16), len(self)))
@@ -125,13 +154,11 @@ class DocIds(Sequence[str]):
         return f"DocIds({len(self)} ids, {self.path.parent})"
 
 
-def write_doc_ids(folder: Path, doc_ids: Sequence[str]) -> None:
-    """Write ``doc_ids.offsets.npy`` and ``doc_ids.utf8.npy`` (the layout of :class:`DocIds`)."""
-    encoded = [d.encode("utf-8") for d in doc_ids]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    np.save(folder / DOC_ID_FILES[0], offsets)
-    np.save(folder / DOC_ID_FILES[1], np.frombuffer(b"".join(encoded), dtype=np.uint8))
+def take_ids(doc_ids: Sequence[str], rows: Sequence[int] | np.ndarray) -> list[str]:
+    """The ids of ``rows``: :meth:`DocIds.take` for memory-mapped ids, indexing for a list."""
+    if isinstance(doc_ids, DocIds):
+        return doc_ids.take(rows)
+    return [doc_ids[r] for r in np.asarray(rows, dtype=np.int64).tolist()]
 
 
 def read_doc_ids(folder: Path, num_docs: int) -> Sequence[str]:
@@ -169,119 +196,6 @@ def read_doc_ids(folder: Path, num_docs: int) -> Sequence[str]:
     return DocIds(offsets, utf8, utf8_path)
 
 
-def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], num_docs: int, vocab_size: int) -> int:
-    """Write the document CSR and its term-major copy from canonical row blocks (in row order).
-
-    Two passes over ``blocks()``: counts (nnz, posting-list lengths), then the arrays, written into
-    memory-mapped ``.npy`` files, so memory stays at one block plus ``V`` counters.
-
-    Returns:
-        nnz.
-
-    Raises:
-        ValueError: the blocks do not hold ``num_docs`` rows of width ``vocab_size``, or a weight is
-            not finite (NaN, ±inf; naming the document row), found in the first pass, before any
-            array is written.
-    """
-    rows, nnz = 0, 0
-    term_counts = np.zeros(vocab_size, dtype=np.int64)
-    for block in blocks():
-        if block.shape[1] != vocab_size:
-            raise ValueError(f"a block has {block.shape[1]} columns, expected {vocab_size}")
-        check_finite(block, "document", first_row=rows)  # before any array is written
-        rows += block.shape[0]
-        nnz += block.nnz
-        term_counts += np.bincount(block.indices, minlength=vocab_size)
-    if rows != num_docs:
-        raise ValueError(f"blocks hold {rows} rows for {num_docs} documents")
-    itype = index_dtype(nnz, num_docs, vocab_size)
-
-    def create(name: str, dtype, length: int) -> np.ndarray:
-        return np.lib.format.open_memmap(folder / name, mode="w+", dtype=dtype, shape=(length,))
-
-    d_ptr, d_idx, d_val = create("docs.indptr.npy", itype, num_docs + 1), create("docs.indices.npy", itype, nnz), create("docs.data.npy", np.float32, nnz)
-    p_ptr, p_idx, p_val = create("postings.indptr.npy", itype, vocab_size + 1), create("postings.indices.npy", itype, nnz), create("postings.data.npy", np.float32, nnz)
-    p_ptr[0] = 0
-    np.cumsum(term_counts, out=p_ptr[1:])
-    cursor = np.asarray(p_ptr[:-1], dtype=np.int64).copy()  # next free slot of each posting list
-    row0, pos0 = 0, 0
-    d_ptr[0] = 0
-    for block in blocks():
-        n, m = block.shape[0], block.nnz
-        d_ptr[row0 + 1 : row0 + n + 1] = pos0 + block.indptr[1:].astype(np.int64)  # int64: a block's int32 offsets plus pos0 may pass 2^31
-        d_idx[pos0 : pos0 + m] = block.indices
-        d_val[pos0 : pos0 + m] = block.data
-        # term-major: a stable sort by term keeps rows ascending inside each posting list, and
-        # blocks come in row order, so appending at each list's cursor keeps the lists sorted
-        order = np.argsort(block.indices, kind="stable")
-        terms = block.indices[order].astype(np.int64)
-        counts = np.bincount(terms, minlength=vocab_size)
-        first = np.cumsum(counts) - counts  # where each term's group starts in `terms`
-        slots = cursor[terms] + np.arange(m) - first[terms]
-        block_rows = np.repeat(np.arange(row0, row0 + n, dtype=np.int64), np.diff(block.indptr))
-        p_idx[slots] = block_rows[order]
-        p_val[slots] = block.data[order]
-        cursor += counts
-        row0, pos0 = row0 + n, pos0 + m
-    for array in (d_ptr, d_idx, d_val, p_ptr, p_idx, p_val):
-        array.flush()
-    del d_ptr, d_idx, d_val, p_ptr, p_idx, p_val
-    return nnz
-
-
-def write_index(
-    out: str | Path,
-    blocks: Callable[[], Iterator[sp.csr_matrix]],
-    doc_ids: Sequence[str],
-    vocab_size: int,
-    metadata: dict,
-    vocabulary: Sequence[str] | None = None,
-) -> Path:
-    """Write a format-2 index folder atomically from canonical row blocks (see :func:`write_arrays`).
-
-    Raises:
-        ValueError: ids repeat, the vocabulary is not V strings, or the blocks do not match.
-        OutputPathError: ``out`` is an existing file (left untouched) or cannot be created.
-    """
-    if vocabulary is not None and len(vocabulary) != vocab_size:
-        raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {vocab_size} columns")
-    if vocabulary is not None and not all(isinstance(t, str) for t in vocabulary):
-        bad = next(j for j, t in enumerate(vocabulary) if not isinstance(t, str))
-        raise ValueError(f"vocabulary entry {bad} is {vocabulary[bad]!r}, not a token string (vocab.json could not be read back)")
-    if len(set(doc_ids)) != len(doc_ids):
-        raise ValueError("document ids repeat")
-    out = Path(out)
-    with atomic_folder(out) as tmp:
-        nnz = write_arrays(tmp, blocks, len(doc_ids), vocab_size)
-        ranks = tie_ranks(doc_ids)
-        np.save(tmp / "tie_rank.npy", ranks.astype(index_dtype(len(doc_ids))))
-        write_doc_ids(tmp, doc_ids)
-        if vocabulary is not None:
-            write_json(tmp / "vocab.json", list(vocabulary))
-        arrays = {part: np.load(tmp / f"docs.{part}.npy", mmap_mode="r") for part in PARTS}
-        meta = dict(metadata)
-        meta.pop("format", None)
-        meta.update(format=FORMAT, num_docs=len(doc_ids), vocab_size=int(vocab_size), nnz=int(nnz), tie_rule=TIE_RULE)
-        meta["content_hash"] = hash_arrays(arrays["indptr"], arrays["indices"], arrays["data"], doc_ids, (len(doc_ids), vocab_size))
-        arrays = {part: np.load(tmp / f"postings.{part}.npy", mmap_mode="r") for part in PARTS}
-        meta["postings_hash"] = hash_arrays(arrays["indptr"], arrays["indices"], arrays["data"], (), (vocab_size, len(doc_ids)))
-        del arrays
-        write_json(tmp / "index.json", meta)
-    return out
-
-
-def row_blocks(matrix: sp.spmatrix, rows_per_block: int = 100_000) -> Callable[[], Iterator[sp.csr_matrix]]:
-    """Blocks of canonical rows of an in-memory matrix (for :func:`write_index`)."""
-
-    def blocks():
-        for start in range(0, matrix.shape[0], rows_per_block):
-            yield canonical(matrix[start : start + rows_per_block])
-        if matrix.shape[0] == 0:
-            yield sp.csr_matrix((0, matrix.shape[1]), dtype=np.float32)
-
-    return blocks
-
-
 def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
     """SHA-256 over the canonical CSR arrays and the document ids: equal iff the same vectors for the
     same ids (:func:`hash_arrays`; the digest of format-1 folders is unchanged)."""
@@ -298,8 +212,10 @@ def save_index(
     doc_ids: Sequence[str],
     metadata: dict,
     vocabulary: Sequence[str] | None = None,
+    memory_budget: int = DEFAULT_BUDGET,
 ) -> Path:
-    """Write in-memory vectors as an index folder (format 2), atomically.
+    """Write in-memory (or memory-mapped) vectors as an index folder (format 2), atomically, within
+    ``memory_budget`` bytes of working memory (:mod:`spladekit.index.writer`).
 
     Args:
         folder: the index folder (replaced when it exists).
@@ -307,6 +223,7 @@ def save_index(
         doc_ids: D document ids, row order.
         metadata: written to ``index.json`` (format, counts and the content hash are added).
         vocabulary: V token strings (column order), written to ``vocab.json`` when given.
+        memory_budget: bytes (:data:`DEFAULT_BUDGET`).
 
     Raises:
         ValueError: ``matrix`` rows and ``doc_ids`` differ in number, ids repeat, or the
@@ -320,7 +237,10 @@ def save_index(
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")
     if folder.exists() and not folder.is_dir():
         raise OutputPathError(f"{folder}: is a file; an index is a folder (the file is left as it is)")
-    return write_index(folder, row_blocks(sp.csr_matrix(matrix)), list(doc_ids), matrix.shape[1], metadata, vocabulary)
+    from spladekit.index.writer import matrix_blocks, write_index  # the writer builds on this module
+
+    return write_index(folder, matrix_blocks(sp.csr_matrix(matrix), memory_budget), list(doc_ids), matrix.shape[1], metadata, vocabulary,
+                       memory_budget)
 
 
 def load_index(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -403,8 +403,10 @@ class SpladeEncoder:
         batch_size: int | None = None,
         show_progress: bool = False,
         desc: str = "encoding",
+        on_batch: Callable[[int], None] | None = None,
     ) -> sp.csr_matrix:
-        """Encode ``texts`` into a ``[len(texts), V]`` CSR matrix (float32).
+        """Encode ``texts`` into a ``[len(texts), V]`` CSR matrix (float32); ``on_batch(n)`` is called
+        after each batch of ``n`` texts (e.g. a caller's progress bar).
 
         Texts are processed in order of length (less padding), and rows are returned in input order.
         The number of texts longer than ``max_length`` tokens is stored in ``self.last_truncated``.
@@ -428,6 +430,8 @@ class SpladeEncoder:
             chunk = [texts[i] for i in order[start : start + batch_size]]
             truncated += self._count_truncated(chunk, max_length)
             blocks.append(weights_to_csr(self.encode_dense(chunk, max_length), top_k))
+            if on_batch is not None:
+                on_batch(len(chunk))
         self.last_truncated = truncated
         if not blocks:
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)

@@ -1,0 +1,246 @@
+"""CIFF, the Common Index File Format (Lin et al., "Supporting Interoperability Between Open-Source
+Search Engines with the Common Index File Format", SIGIR 2020; schema ``CommonIndexFileFormat.proto``
+of github.com/osirrc/ciff): the postings interchange file that PISA (``ciff2pisa``), BMP
+(``bmp.ciff2bmp``), Anserini and Terrier read.
+
+A CIFF file is a stream of length-delimited protobuf messages (each preceded by its byte length as
+a varint): one ``Header``, then ``num_postings_lists`` ``PostingsList`` (``term``, ``df``, ``cf``
+and the postings ``(docid, tf)`` with *d-gap* docids: the first absolute, each next one the
+difference to the previous), then ``num_docs`` ``DocRecord`` (``docid``, ``collection_docid``,
+``doclength``) in docid order.
+
+spladekit writes (:func:`write_ciff`):
+
+* ``term`` = the vocabulary token of the column (``vocab.json``); lists in Python string order of
+  the tokens; a term with no posting after quantisation is left out;
+* ``docid`` = the document row, ``collection_docid`` = the document id;
+* ``tf`` = the integer impact ``⌊w · scale + 1/2⌋`` (:func:`spladekit.index.formats.quantise`),
+  postings whose impact rounds to 0 are left out; ``cf`` = Σ tf of the list, ``df`` = its length;
+* ``doclength`` = Σ tf of the document (what an impact index has for a length);
+  ``total_terms_in_collection`` = Σ tf, ``average_doclength`` = that over ``num_docs``.
+
+The messages are the protobuf library's (classes made from the schema at import; no generated code
+to keep); the posting lists, the bulk of a file, are encoded with numpy in protobuf's wire format
+(fields in number order, zero values omitted: the bytes ``SerializeToString`` gives, which
+``tests/test_index_ciff.py`` checks), since one protobuf object per posting costs ≈ 3 µs.
+:func:`read_ciff` parses with the protobuf library.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import BinaryIO, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.errors import DataFormatError
+from spladekit.index.formats import check_scale, quantise, token_index
+
+VERSION = 1
+PROTO_PACKAGE = "io.osirrc.ciff"
+
+
+@functools.cache
+def messages() -> dict:
+    """The CIFF message classes ``{"Header", "Posting", "PostingsList", "DocRecord"}`` (protobuf),
+    from the CIFF schema (field names, numbers and types as in ``CommonIndexFileFormat.proto``)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    schema = {
+        "Header": [("version", F.TYPE_INT32), ("num_postings_lists", F.TYPE_INT32), ("num_docs", F.TYPE_INT32),
+                   ("total_postings_lists", F.TYPE_INT32), ("total_docs", F.TYPE_INT32), ("total_terms_in_collection", F.TYPE_INT64),
+                   ("average_doclength", F.TYPE_DOUBLE), ("description", F.TYPE_STRING)],
+        "Posting": [("docid", F.TYPE_INT32), ("tf", F.TYPE_INT32)],
+        "PostingsList": [("term", F.TYPE_STRING), ("df", F.TYPE_INT64), ("cf", F.TYPE_INT64), ("postings", F.TYPE_MESSAGE)],
+        "DocRecord": [("docid", F.TYPE_INT32), ("collection_docid", F.TYPE_STRING), ("doclength", F.TYPE_INT32)],
+    }
+    proto = descriptor_pb2.FileDescriptorProto(name="spladekit_ciff.proto", package=PROTO_PACKAGE, syntax="proto3")
+    for name, fields in schema.items():
+        message = proto.message_type.add(name=name)
+        for number, (field, kind) in enumerate(fields, 1):
+            entry = message.field.add(name=field, number=number, type=kind, label=F.LABEL_OPTIONAL)
+            if kind == F.TYPE_MESSAGE:
+                entry.label, entry.type_name = F.LABEL_REPEATED, f".{PROTO_PACKAGE}.Posting"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PROTO_PACKAGE}.{name}")) for name in schema}
+
+
+# ----------------------------------------------------------------------------------- wire format
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _varint_columns(values: np.ndarray, width: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Per value (``[n]`` non-negative, < 2^35) its varint bytes ``[n, width]`` and their count ``[n]``."""
+    v = values.astype(np.uint64)
+    shifts = 7 * np.arange(width, dtype=np.uint64)
+    groups = ((v[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    count = 1 + (v[:, None] >= (np.uint64(1) << shifts[1:])).sum(axis=1)
+    groups[np.arange(width) < (count[:, None] - 1)] |= 0x80  # continuation bit on all but the last byte
+    return groups, count
+
+
+def postings_list_bytes(term: str, docids: np.ndarray, tfs: np.ndarray) -> bytes:
+    """The serialised ``PostingsList`` of ascending ``docids`` with impacts ``tfs`` (≥ 1): protobuf's
+    wire format, fields in number order, zero-valued fields omitted (as ``SerializeToString``)."""
+    gaps = np.diff(np.asarray(docids, dtype=np.int64), prepend=0)
+    gap_bytes, gap_count = _varint_columns(gaps)
+    tf_bytes, tf_count = _varint_columns(np.asarray(tfs, dtype=np.int64))
+    has_gap = gaps != 0
+    n = gaps.size
+    # one posting = 0x22, its length, [0x08 gap varint] (if gap ≠ 0), 0x10 tf varint: at most 14 bytes
+    table = np.zeros((n, 14), np.uint8)
+    keep = np.zeros((n, 14), bool)
+    table[:, 0], table[:, 2], table[:, 8] = 0x22, 0x08, 0x10
+    table[:, 1] = has_gap * (1 + gap_count) + 1 + tf_count
+    table[:, 3:8], table[:, 9:14] = gap_bytes, tf_bytes
+    keep[:, :2] = True
+    keep[:, 2] = has_gap
+    keep[:, 3:8] = has_gap[:, None] & (np.arange(5) < gap_count[:, None])
+    keep[:, 8] = True
+    keep[:, 9:14] = np.arange(5) < tf_count[:, None]
+    encoded = term.encode("utf-8")
+    head = b"\x0a" + _varint(len(encoded)) + encoded
+    if n:
+        head += b"\x10" + _varint(n) + b"\x18" + _varint(int(np.asarray(tfs, dtype=np.int64).sum()))
+    return head + table[keep].tobytes()
+
+
+def _write_delimited(file: BinaryIO, payload: bytes) -> None:
+    file.write(_varint(len(payload)))
+    file.write(payload)
+
+
+# ----------------------------------------------------------------------------------- write / read
+BLOCK = 1 << 22  # entries per step of the counting pass
+
+
+def write_ciff(path: str | Path, docs: sp.csr_matrix, postings: sp.csr_matrix, doc_ids: Sequence[str], vocabulary: Sequence[str],
+               scale: float = 100.0, description: str = "spladekit") -> dict:
+    """Write impacts as a CIFF file (module docstring) from both layouts of an index: ``docs``
+    ``[D, V]`` (document lengths and counts, read in blocks) and ``postings`` ``[V, D]`` (the lists,
+    one at a time): an index folder's memory-mapped arrays are read in place.
+
+    Returns:
+        ``{"num_postings_lists", "num_docs", "postings", "max_tf"}``.
+
+    Raises:
+        ValueError: vocabulary of the wrong length or with a repeated token, ids of the wrong
+            number, shapes that differ, a bad ``scale``, or an impact beyond CIFF's int32.
+    """
+    scale = check_scale(scale)
+    num_docs, num_terms = docs.shape
+    if postings.shape != (num_terms, num_docs):
+        raise ValueError(f"postings {postings.shape} are not the transpose of documents {docs.shape}")
+    if len(vocabulary) != num_terms:
+        raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {num_terms} columns")
+    if len(set(vocabulary)) != num_terms:
+        raise ValueError("vocabulary tokens repeat: CIFF names a posting list by its term")
+    if len(doc_ids) != num_docs:
+        raise ValueError(f"{len(doc_ids)} document ids for {num_docs} documents")
+    lengths = np.zeros(num_docs, np.int64)
+    df = np.zeros(num_terms, np.int64)
+    d_ptr = np.asarray(docs.indptr, dtype=np.int64)
+    max_tf = 0
+    step = max(1, BLOCK // (int(d_ptr[-1]) // max(1, num_docs) + 1))  # rows per step: ≈ BLOCK entries
+    for start in range(0, num_docs, step):
+        stop = min(num_docs, start + step)
+        a, b = d_ptr[start], d_ptr[stop]
+        tfs = quantise(docs.data[a:b], scale)
+        rows = np.repeat(np.arange(start, stop), np.diff(d_ptr[start : stop + 1]))
+        lengths[start:stop] = np.bincount(rows - start, weights=tfs, minlength=stop - start).astype(np.int64)
+        df += np.bincount(np.asarray(docs.indices[a:b])[tfs > 0], minlength=num_terms)
+        max_tf = max(max_tf, int(tfs.max()) if tfs.size else 0)
+    if max_tf >= 2**31:
+        raise ValueError(f"impact {max_tf} at scale {scale:g} does not fit CIFF's int32 tf")
+    m = messages()
+    total = int(lengths.sum())
+    lists = int((df > 0).sum())
+    header = m["Header"](version=VERSION, num_postings_lists=lists, num_docs=num_docs, total_postings_lists=lists, total_docs=num_docs,
+                         total_terms_in_collection=total, average_doclength=total / num_docs if num_docs else 0.0, description=description)
+    p_ptr = np.asarray(postings.indptr, dtype=np.int64)
+    with open(path, "wb") as file:
+        _write_delimited(file, header.SerializeToString())
+        for j in sorted(np.flatnonzero(df).tolist(), key=lambda j: vocabulary[j]):
+            a, b = p_ptr[j], p_ptr[j + 1]
+            tfs = quantise(postings.data[a:b], scale)
+            keep = tfs > 0
+            _write_delimited(file, postings_list_bytes(vocabulary[j], np.asarray(postings.indices[a:b])[keep], tfs[keep]))
+        record = m["DocRecord"]
+        for row, (doc_id, length) in enumerate(zip(doc_ids, lengths.tolist())):
+            _write_delimited(file, record(docid=row, collection_docid=doc_id, doclength=length).SerializeToString())
+    return {"num_postings_lists": lists, "num_docs": num_docs, "postings": int(df.sum()), "max_tf": max_tf}
+
+
+def _read_delimited(file: BinaryIO, path: Path, what: str) -> bytes:
+    size, shift = 0, 0
+    while True:
+        byte = file.read(1)
+        if not byte:
+            raise DataFormatError(path, f"ends before its {what}: truncated CIFF file")
+        size |= (byte[0] & 0x7F) << shift
+        shift += 7
+        if not byte[0] & 0x80:
+            break
+    payload = file.read(size)
+    if len(payload) != size:
+        raise DataFormatError(path, f"ends inside its {what}: truncated CIFF file")
+    return payload
+
+
+def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0) -> tuple[sp.csr_matrix, list[str]]:
+    """Read a CIFF file: ``([D, V] float32 weights tf / scale, D collection doc ids)`` (in memory).
+
+    Raises:
+        DataFormatError: a truncated or malformed message, a term outside ``vocabulary`` or given
+            twice, a docid outside ``[0, num_docs)``, or document records out of docid order (naming
+            the file and the list or record).
+        ValueError: a bad ``scale``.
+    """
+    from google.protobuf.message import DecodeError
+
+    scale = check_scale(scale)
+    path = Path(path)
+    m = messages()
+    columns = token_index(vocabulary)
+    rows, cols, tfs, seen = [], [], [], set()
+    with open(path, "rb") as file:
+        try:
+            header = m["Header"].FromString(_read_delimited(file, path, "header"))
+            num_docs = header.num_docs
+            for number in range(header.num_postings_lists):
+                plist = m["PostingsList"].FromString(_read_delimited(file, path, f"posting list {number}"))
+                if plist.term not in columns or plist.term in seen:
+                    problem = "is given twice" if plist.term in seen else "is not in the vocabulary"
+                    raise DataFormatError(path, f"posting list {number}: term {plist.term!r} {problem}")
+                seen.add(plist.term)
+                n = len(plist.postings)
+                docids = np.cumsum(np.fromiter((p.docid for p in plist.postings), np.int64, count=n))
+                if n and (docids[0] < 0 or docids[-1] >= num_docs or np.any(np.diff(docids) <= 0)):
+                    raise DataFormatError(path, f"posting list {number} ({plist.term!r}): docids must rise inside [0, {num_docs})")
+                rows.append(docids)
+                cols.append(np.full(n, columns[plist.term], np.int64))
+                tfs.append(np.fromiter((p.tf for p in plist.postings), np.int64, count=n))
+            ids = []
+            for number in range(num_docs):
+                record = m["DocRecord"].FromString(_read_delimited(file, path, f"document record {number}"))
+                if record.docid != number:
+                    raise DataFormatError(path, f"document record {number} has docid {record.docid}: records must come in docid order")
+                ids.append(record.collection_docid)
+        except DecodeError as exc:
+            raise DataFormatError(path, f"not a CIFF protobuf stream ({exc})") from exc
+    values = np.concatenate(tfs) if tfs else np.zeros(0, np.int64)
+    matrix = sp.csr_matrix(((values / scale).astype(np.float32), (np.concatenate(rows) if rows else values, np.concatenate(cols) if cols else values)),
+                           shape=(num_docs, len(vocabulary)))
+    matrix.sum_duplicates()
+    matrix.eliminate_zeros()
+    return matrix, ids
