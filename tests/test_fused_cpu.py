@@ -106,6 +106,21 @@ def test_thread_count_keeps_values_within_the_bound(threads):
     assert torch.get_num_threads() == before  # the caller's own setting is untouched
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_worker_threads_under_inference_mode(threads):
+    """Grad and inference mode are thread-local in torch: under ``torch.inference_mode()`` the caller's
+    output rows are inference tensors, which the workers may write only in inference mode too (this
+    raised "Inplace update to inference tensor outside InferenceMode" at 2 threads). The values are
+    those computed without inference mode at 1 thread, within the derived float32 bound."""
+    hidden, mask, weight, bias = _inputs(5, 24, 16, 1001, seed=7)
+    reference, _ = fused._packed_masked_max(hidden, mask, weight, bias, False, threads=1)
+    with torch.inference_mode():
+        got, _ = fused._packed_masked_max(hidden, mask, weight, bias, False, threads=threads)
+    bound = _bound(hidden, mask, weight, bias)
+    assert bool(((reference - got).abs().nan_to_num(0.0).double() <= bound).all())
+    assert bool((torch.isinf(reference) == torch.isinf(got)).all())  # the row without real tokens stays -inf
+
+
 def test_fused_head_gradients_through_workers(monkeypatch):
     """The autograd path (argmax saved for the backward) at 1 and 2 threads, on the exact grid inputs of
     test_fused.py: every logit is exact on every kernel (see its _grid), so values equal the plain

@@ -93,8 +93,15 @@ def run_units(work: Callable[[Unit], None], units: Iterable[Unit], threads: int)
     source = iter(units)
     lock = threading.Lock()
     failed = threading.Event()
+    # grad mode and inference mode are thread-local in torch: the workers take the caller's, so
+    # that writing into outputs the caller made under torch.inference_mode() is allowed there too
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
     def drain() -> None:
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+            _drain()
+
+    def _drain() -> None:
         while not failed.is_set():
             with lock:
                 unit = next(source, None)
