@@ -189,6 +189,18 @@ def test_opensearch_doc_only_folder(bases, tmp_path):
     assert (ours[:, encoder.tokenizer.all_special_ids] == 0).all()
     _check_close(ours, card.numpy(), encoder, TEXTS, encoder.metadata.doc_max_length, "doc-only documents")
 
+    # the ONNX export computes the same documents (special-token columns zeroed inside the graph) and
+    # keeps the idf.json query side
+    pytest.importorskip("onnxruntime")
+    from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
+
+    exported = OnnxSpladeEncoder(export_onnx(encoder, tmp_path / "onnx"))
+    assert exported.metadata.zero_special_tokens
+    onnx_docs = exported.encode_documents(TEXTS).toarray()
+    assert (onnx_docs[:, encoder.tokenizer.all_special_ids] == 0).all()
+    _check_close(onnx_docs, card.numpy(), encoder, TEXTS, encoder.metadata.doc_max_length, "doc-only documents, ONNX")
+    np.testing.assert_array_equal(exported.encode_queries(["protein cell gene", "gene gene 🙂"]).toarray(), expected)
+
 
 # ------------------------------------------------------------------------------------------- refusals
 def _refused(folder: Path, file: str, field: str, *words: str):

@@ -96,13 +96,16 @@ class SpladeGraph(torch.nn.Module):
         pooling: ``"max"`` or ``"sum"`` over the real positions.
         activation: ``"relu"`` or ``"log1p_relu"``.
         vocab_tile: vocabulary columns per tile (≥ 1).
+        zero_ids: further vocabulary columns zeroed in the output (the special tokens of a model whose
+            metadata sets ``zero_special_tokens``, OpenSearch's doc-only layout; ids outside the
+            vocabulary are ignored).
 
     Raises:
         ValueError: unknown pooling or activation, or a tile < 1.
     """
 
     def __init__(self, model, pad_token_id: int | None, pooling: str = "max", activation: str = "relu",
-                 vocab_tile: int = DEFAULT_VOCAB_TILE):
+                 vocab_tile: int = DEFAULT_VOCAB_TILE, zero_ids: Sequence[int] = ()):
         super().__init__()
         check_pooling(pooling, activation)
         if isinstance(vocab_tile, bool) or not isinstance(vocab_tile, int) or vocab_tile < 1:
@@ -112,6 +115,9 @@ class SpladeGraph(torch.nn.Module):
         keep = torch.ones(model.vocab_size)
         if pad_token_id is not None and 0 <= pad_token_id < model.vocab_size:
             keep[pad_token_id] = 0.0
+        for column in zero_ids:
+            if 0 <= column < model.vocab_size:
+                keep[column] = 0.0
         self.register_buffer("keep", keep, persistent=False)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -212,7 +218,10 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         ensure_folder(out)  # raises OutputPathError
     with atomic_folder(out) as tmp:  # a failed export leaves no half-written folder
         model = copy.deepcopy(encoder.model).cpu().float().eval()
-        graph = SpladeGraph(model, getattr(encoder.tokenizer, "pad_token_id", None), pooling, activation, vocab_tile).eval()
+        zero_special = bool(getattr(encoder.metadata, "zero_special_tokens", False))
+        zero_ids = list(getattr(encoder.tokenizer, "all_special_ids", []) or []) if zero_special else []
+        graph = SpladeGraph(model, getattr(encoder.tokenizer, "pad_token_id", None), pooling, activation, vocab_tile,
+                            zero_ids).eval()
         # two texts of different lengths, so the traced example has padding
         sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
         args = (sample["input_ids"].long(), sample["attention_mask"].long())
@@ -229,7 +238,7 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
             traced.unlink()
         encoder.tokenizer.save_pretrained(tmp)
         fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
-                              "activation") if k in EncoderMetadata.__dataclass_fields__]
+                              "activation", "zero_special_tokens") if k in EncoderMetadata.__dataclass_fields__]
         meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
         meta.extra = dict(encoder.metadata.extra, onnx={
             "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": opset,
@@ -237,7 +246,7 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
             "pooling": pooling, "activation": activation, "vocab_tile": vocab_tile,
             "quantize": quantize, "quantize_head": bool(quantize and quantize_head),
             "graph": f"{pooling} over non-padding positions of {activation} activation of the logits, "
-                     f"{n_tiles} vocabulary tiles; [PAD] column zeroed",
+                     f"{n_tiles} vocabulary tiles; " + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed"),
         })
         if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
             from spladekit.model.inference_free import save_query_weights
