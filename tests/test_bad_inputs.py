@@ -429,7 +429,7 @@ def test_export_and_import_refuse_a_bad_quantisation_scale(tmp_path, scale):
 @pytest.mark.parametrize("fmt, option, message", [
     ("milvus", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'milvus'"),
     ("anserini", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'anserini'"),
-    ("qdrant", ["--scale", "50"], "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'"),
+    ("qdrant", ["--scale", "50"], "scale (--scale) applies to anserini, anserini-queries and ciff only, not to format 'qdrant'"),
     ("seismic", ["--keys", "id"], "keys (--keys) applies to elastic only, not to format 'seismic'"),
     ("pgvector", ["--field-type", "sparse_vector"], "field_type (--field-type) applies to elastic only, not to format 'pgvector'"),
     ("milvus", ["--hnsw"], "hnsw (--hnsw) applies to pgvector only, not to format 'milvus'"),
@@ -452,7 +452,7 @@ def test_export_refuses_an_option_its_format_would_ignore(tmp_path, fmt, option,
 @pytest.mark.parametrize(
     "option, message",
     [
-        (["--scale", "50"], "scale (--scale) applies to anserini and anserini-queries only, not to format 'qdrant'"),
+        (["--scale", "50"], "scale (--scale) applies to anserini, anserini-queries and ciff only, not to format 'qdrant'"),
         (["--model", "m"], "not both"),  # --like names the tokens already
     ],
 )

@@ -87,7 +87,8 @@ def check_options(fmt: str, **options) -> None:
         default, formats, flag = FORMAT_OPTIONS[name]
         if fmt not in formats and value is not None and value != default:
             spelled = f"{name} ({flag})" if flag else name
-            raise ValueError(f"{spelled} applies to {' and '.join(formats)} only, not to format {fmt!r}; drop it")
+            names = ", ".join(formats[:-1]) + " and " + formats[-1] if len(formats) > 1 else formats[0]
+            raise ValueError(f"{spelled} applies to {names} only, not to format {fmt!r}; drop it")
     if fmt in QUANTISED:
         check_scale(options.get("scale", 100.0))
     if fmt == "anserini-queries":
@@ -119,7 +120,7 @@ def export_vectors(
 ) -> ExportManifest:
     """Write ``[N, V]`` vectors with their ids in format ``fmt`` into the folder ``out``.
 
-    ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``) only;
+    ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``, ``ciff``) only;
     ``query_top_k`` to ``anserini-queries`` (prune each query to its heaviest terms, ≤ 1,024:
     :func:`spladekit.index.formats.anserini.write_preencoded_queries`); ``hnsw`` and ``table`` to
     ``pgvector``; ``keys``, ``field_type``, ``field`` and ``index_name`` to ``elastic``. Any of them
