@@ -359,3 +359,23 @@ def test_batcher_queue_bound_timeout_and_failing_batch():
         return batcher.queries
 
     assert _run(main()) == 4  # a, fail, d, f ("e" timed out in the queue and was skipped)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_damaged_model_is_one_error_before_any_worker(scifact_index, tmp_path, workers):
+    """A model whose weights file is cut short: ``serve`` loads the index and its encoder before uvicorn
+    starts, so it exits with status 2 and one ``error:`` naming the folder, at once — with ``--workers 2``
+    uvicorn used to restart the dying workers without end, each printing a traceback."""
+    import shutil
+
+    index, _ = scifact_index
+    model = tmp_path / "damaged"
+    shutil.copytree(Path(index.metadata["model"]), model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--model", str(model),
+               "--port", str(_free_port()), "--workers", workers]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # bounded: a loop would time out
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "error: could not load index" in done.stderr
+    assert str(model) in done.stderr

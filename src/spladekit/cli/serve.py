@@ -57,11 +57,21 @@ def serve(
             read_api_key(config.api_key_file)  # refused here, before any worker starts
         elif not _loopback(host):
             typer.secho(f"warning: serving on {host} without --api-key-file: anyone who reaches it may search", fg=typer.colors.YELLOW, err=True)
-        from spladekit.index.index import Index
+        from spladekit.serve.app import Service, preload
 
-        Index.open(config.index)  # a bad folder is reported once, here, not by every worker
-    except (SpladekitError, ValueError) as exc:
+        # the index and its query encoder are loaded once here, before uvicorn starts: a bad folder or
+        # model is one clear error (exit 2), not a traceback in every worker, nor uvicorn restarting
+        # workers that die on it without end; one worker keeps what was loaded
+        service = Service(config)
+    except (SpladekitError, ValueError, OSError) as exc:
         fail(exc)
+    except Exception as exc:  # a library's own error on a damaged file (safetensors, onnxruntime, ...)
+        fail(RuntimeError(f"could not load index {config.index} or its query encoder"
+                          f"{' ' + config.model if config.model else ''}: {type(exc).__name__}: {exc}"))
+    if workers == 1:
+        preload(service)
+    else:
+        del service
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     uvicorn.run("spladekit.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers,

@@ -478,7 +478,17 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
         super().connection_made(transport)
 
 
+_PRELOADED: list[Service] = []
+
+
+def preload(service: Service) -> None:
+    """Hand a :class:`Service` the command has already loaded to :func:`app_from_environment` of this
+    process (one worker: uvicorn runs the app in the command's own process, so nothing loads twice)."""
+    _PRELOADED[:] = [service]
+
+
 def app_from_environment():
     """The application of one worker, from the :class:`ServeConfig` JSON in ``$SPLADEKIT_SERVE_CONFIG``
-    (what ``spladekit serve`` hands to ``uvicorn.run(..., factory=True)``)."""
-    return create_app(ServeConfig.model_validate(json.loads(os.environ[CONFIG_ENV])))
+    (what ``spladekit serve`` hands to ``uvicorn.run(..., factory=True)``), with the service
+    :func:`preload` left in this process, if any (worker processes load their own)."""
+    return create_app(ServeConfig.model_validate(json.loads(os.environ[CONFIG_ENV])), _PRELOADED.pop() if _PRELOADED else None)
