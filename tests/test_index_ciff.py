@@ -73,7 +73,11 @@ def test_quantisation_drops_impacts_that_round_to_zero_and_bad_files_are_named(t
     assert back.toarray().tolist() == [[0.0, 0.5], [0.0, 0.0]] and ids == ["a", "b"]
     with pytest.raises(DataFormatError, match="term 'v' is not in the vocabulary"):
         ciff.read_ciff(out, ["u", "w"])
-    out.write_bytes(out.read_bytes()[:-3])
+    whole = out.read_bytes()
+    out.write_bytes(whole + b"garbage")  # a complete stream with bytes after it: refused, not read in part
+    with pytest.raises(DataFormatError, match="7 bytes after the last document record"):
+        ciff.read_ciff(out, ["u", "v"])
+    out.write_bytes(whole[:-3])
     with pytest.raises(DataFormatError, match="truncated"):
         ciff.read_ciff(out, ["u", "v"])
     with pytest.raises(ValueError, match="tokens repeat"):

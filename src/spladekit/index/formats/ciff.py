@@ -201,7 +201,7 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
     """Read a CIFF file: ``([D, V] float32 weights tf / scale, D collection doc ids)`` (in memory).
 
     Raises:
-        DataFormatError: a truncated or malformed message, a term outside ``vocabulary`` or given
+        DataFormatError: a truncated or malformed message, bytes after the last document record, a term outside ``vocabulary`` or given
             twice, a docid outside ``[0, num_docs)``, or document records out of docid order (naming
             the file and the list or record).
         ValueError: a bad ``scale``.
@@ -236,6 +236,10 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
                 if record.docid != number:
                     raise DataFormatError(path, f"document record {number} has docid {record.docid}: records must come in docid order")
                 ids.append(record.collection_docid)
+            extra = len(file.read(1 << 16))
+            if extra:  # a CIFF stream ends with its last document record: anything after it is damage
+                raise DataFormatError(path, f"{extra}{'+' if extra == 1 << 16 else ''} bytes after the last document record "
+                                            f"({num_docs} announced by the header): not one CIFF stream")
         except DecodeError as exc:
             raise DataFormatError(path, f"not a CIFF protobuf stream ({exc})") from exc
     values = np.concatenate(tfs) if tfs else np.zeros(0, np.int64)
