@@ -145,10 +145,10 @@ def search(
 @app.command("export")
 def export_command(
     index: Path = typer.Option(..., help="index folder (documents), or one written by `import`"),
-    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic"),
+    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="export folder (files + export.json)"),
     queries: Optional[Path] = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
-    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats)"),
+    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats and ciff)"),
     keys: str = typer.Option("token", help="elastic: token (escaped: % -> %25, . -> %2E) or id"),
     field_type: str = typer.Option("rank_features", help="elastic: rank_features or sparse_vector"),
     query_top_k: Optional[int] = typer.Option(None, help="anserini-queries: keep each query's k heaviest terms (≤ 1024, Lucene's clause limit; default: a longer query is an error)"),
@@ -183,7 +183,7 @@ def export_command(
 @app.command("import")
 def import_command(
     input: Path = typer.Option(..., "--input", help="exported file, or export folder with export.json"),
-    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic"),
+    format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="index folder to write (vectors, ids, vocabulary)"),
     model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens"),
     like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
