@@ -317,3 +317,22 @@ def test_int8_close_to_float32(splade_tiny, tmp_path, quantize_head):
     assert cosine.min() >= 0.995, cosine
     active_got, active_want = (got > 0).sum(1), (want > 0).sum(1)
     assert np.all(np.abs(active_got - active_want) <= 0.1 * active_want)
+
+
+def test_an_index_recording_an_onnx_folder_encodes_queries_in_onnxruntime(tiny_pair, tmp_path):
+    """``Index.query_encoder`` (what ``spladekit search`` and ``spladekit serve`` use) runs an exported
+    ONNX folder in onnxruntime with the index's query settings; its queries equal torch's within the
+    derived float32 tolerance."""
+    import scipy.sparse as sp
+
+    from spladekit.index.index import Index
+
+    encoder, _ = tiny_pair
+    folder = export_onnx(encoder, tmp_path / "onnx", vocab_tile=TILE)
+    docs = sp.csr_matrix(np.eye(3, encoder.vocab_size, dtype=np.float32))
+    index = Index.from_vectors(tmp_path / "idx", docs, ["a", "b", "c"], metadata={"model": str(folder), "query_max_length": 8})
+    used = index.query_encoder()
+    assert isinstance(used, OnnxSpladeEncoder) and used.metadata.query_max_length == 8
+    got = used.encode_queries(TEXTS).toarray()
+    expected = encoder.encode_dense(TEXTS, 8).numpy()
+    assert np.abs(got - expected).max() <= tolerance(encoder, TEXTS, 8)

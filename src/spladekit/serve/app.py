@@ -250,26 +250,15 @@ def _csr(vectors, vocab_size: int) -> sp.csr_matrix:
 
 
 def _query_encoder(index, model: str | None, batch_size: int):
-    """``(encoder, kind)`` of the index's queries: an exported ONNX folder (``spladekit.json`` with
-    an ``extra.onnx`` record) runs in onnxruntime, any other through :meth:`Index.query_encoder`
-    (torch, fused head when available); ``kind`` says which, and ``inference-free`` when the
+    """``(encoder, kind)`` of the index's queries (:meth:`Index.query_encoder`: an exported ONNX folder
+    runs in onnxruntime, any other model in torch); ``kind`` says which, and ``inference-free`` when the
     query side is a term-weight table. ``(None, None)`` when neither the index nor ``model`` names one."""
-    from spladekit.model.encoder import EncoderMetadata
+    from spladekit.model.onnx_export import OnnxSpladeEncoder
 
-    source = model or index.metadata.get("model")
-    if not source:
+    if not (model or index.metadata.get("model")):
         return None, None
-    if Path(source).is_dir() and EncoderMetadata.load(source).extra.get("onnx"):
-        from spladekit.model.onnx_export import OnnxSpladeEncoder
-
-        encoder = OnnxSpladeEncoder(source, batch_size=batch_size)
-        for key in ("query_max_length", "query_top_k"):  # the index's query settings, as Index.query_encoder applies them
-            if index.metadata.get(key) is not None:
-                setattr(encoder.metadata, key, index.metadata[key])
-        kind = "onnx"
-    else:
-        encoder = index.query_encoder(model, batch_size=batch_size)
-        kind = f"torch ({getattr(encoder.model, 'head_impl', 'plain')} head)"
+    encoder = index.query_encoder(model, batch_size=batch_size)
+    kind = "onnx" if isinstance(encoder, OnnxSpladeEncoder) else f"torch ({getattr(encoder.model, 'head_impl', 'plain')} head)"
     if encoder.query_weights is not None:
         kind = f"inference-free (term weights; {kind} for documents)"
     return encoder, kind
