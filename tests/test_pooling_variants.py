@@ -115,9 +115,13 @@ def test_fused_sum_head_splits_the_vocabulary_into_chunks(monkeypatch):
     whole = fused_sum_splade_head(hidden, mask, weight, bias).detach()
     monkeypatch.setattr(fused_sum, "CHUNK_BUDGET_BYTES", 2 * 4 * 9 * 4 * 32)  # 32-column chunks: 7 chunks for V = 200
     assert fused_sum._columns(4, 9, 200) == 32
-    # exact: each column's sum is formed by the same ops on the same values, whatever the chunking
-    assert torch.equal(fused_sum_splade_head(hidden, mask, weight, bias).detach(), whole)
     (value, bound), hand = _hand(hidden, mask, weight, bias, grad_out, "sum", "relu")
+    # not bit for bit: a GEMM over 32 columns may block the H-reduction otherwise than one over 200
+    # (MKL_CBWR modes, other CPUs); both are within the float32 bound of the float64 formula, so of
+    # each other within twice that bound
+    chunked = fused_sum_splade_head(hidden, mask, weight, bias).detach()
+    _within(chunked, value, bound, "chunked sum head")
+    assert bool(((chunked - whole).abs().double() <= 2 * torch.as_tensor(bound, dtype=torch.float64)).all())
     (fused_sum_splade_head(hidden, mask, weight, bias) * grad_out).sum().backward()
     _within(weight.grad, *hand["weight"], "chunked dW")
     _within(hidden.grad, *hand["hidden"], "chunked dh")
