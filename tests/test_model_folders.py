@@ -476,3 +476,31 @@ def test_diagnosis_measures_splade_activity_with_the_models_pooling(bases):
     assert summed.score_mean == pytest.approx(expected, rel=1e-12)  # the same code on the same batches
     maxed = splade_stats(mlm, tokenizer, queries, documents, 32, 8)  # a bare masked LM: max pooling
     assert maxed.score_mean < 0.5 * summed.score_mean  # sum pooling adds up every position's weight
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_truncated_weights_name_the_file(tiny_bert_dir, tiny_beir, tmp_path, weights):
+    """A weights file cut short (an interrupted download or copy) is refused naming that file, from
+    the library and from the command line (exit 2, one line), not with safetensors'/torch's traceback."""
+    import subprocess
+    import sys
+
+    from spladekit.errors import DataFormatError
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, folder)
+    if weights == "pytorch_model.bin":  # the same weights, pickled by torch as older checkpoints are
+        from safetensors.torch import load_file
+
+        torch.save(load_file(folder / "model.safetensors"), folder / weights)
+        (folder / "model.safetensors").unlink()
+    path = folder / weights
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataFormatError, match="damaged or truncated") as info:
+        SpladeEncoder.from_pretrained(folder, device="cpu")
+    assert info.value.path == path
+    done = subprocess.run([sys.executable, "-m", "spladekit", "index", "--model", str(folder), "--data", str(tiny_beir),
+                           "--out", str(tmp_path / "index")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert str(path) in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "index").exists()

@@ -147,20 +147,28 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     ``model.allow_random_head: true``), which only warns.
 
     Raises:
-        ResolutionError: the folder has no weights file (or transformers cannot read it).
+        ResolutionError: the folder has no weights file (or transformers cannot find it).
+        DataFormatError: a weights file exists but cannot be read (truncated, damaged); names the file.
         HeadNotFoundError: MLM-head parameters are missing from the checkpoint (and not ``allow_random_head``).
     """
     import warnings
 
     from transformers import AutoModelForMaskedLM
 
-    from spladekit.errors import HeadNotFoundError, ResolutionError
+    from spladekit.errors import DataFormatError, HeadNotFoundError, ResolutionError
 
     kwargs = {"dtype": dtype} if dtype else {}
     try:
         mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, **kwargs)
-    except OSError as exc:  # e.g. "no file named model.safetensors ... found in directory"
-        raise ResolutionError(f"model {location}: cannot load its weights ({str(exc).splitlines()[0]})") from exc
+    except Exception as exc:
+        damaged = _unreadable_weights(location)  # a weights file exists but safetensors / torch.load fail on it
+        if damaged is not None:
+            raise DataFormatError(damaged, f"cannot read the model's weights ({type(exc).__name__}: "
+                                  f"{(str(exc).splitlines() or [''])[0]}); the file is damaged or truncated "
+                                  "(download or save it again)") from exc
+        if isinstance(exc, OSError):  # e.g. "no file named model.safetensors ... found in directory"
+            raise ResolutionError(f"model {location}: cannot load its weights ({str(exc).splitlines()[0]})") from exc
+        raise
     prefix = getattr(mlm, "base_model_prefix", "") + "."
     head_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
     if head_missing:
@@ -171,6 +179,25 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
                                     "model.allow_random_head: true")
         warnings.warn(message + "; starting from a random MLM head (model.allow_random_head)", RuntimeWarning, stacklevel=2)
     return mlm
+
+
+def _unreadable_weights(location: str) -> Path | None:
+    """The weights file of a local folder that cannot be read: the first safetensors file whose header
+    safetensors cannot parse (a truncated or damaged file), else the one ``pytorch_model*.bin`` file
+    (torch.load's errors do not say which); ``None`` when none can be named."""
+    from safetensors import safe_open
+
+    folder = Path(location)
+    if not folder.is_dir():
+        return None
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except Exception:  # safetensors' own error type, whatever its name in this version
+            return path
+    pickled = sorted(folder.glob("pytorch_model*.bin"))
+    return pickled[0] if len(pickled) == 1 else None
 
 
 def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
