@@ -618,3 +618,18 @@ def test_an_export_that_fails_on_the_data_leaves_no_folder(tmp_path):
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt"]
     assert cli("export", "--index", tmp_path / "q", "--format", "seismic", "--out", tmp_path / "kept").exit_code == 0
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["docs.jsonl", "export.json", "notes.txt"]
+
+
+def test_read_json_refuses_repeated_keys_at_any_depth(tmp_path):
+    """The one JSON reader (index.json, spladekit.json, idf.json, settings records) refuses a key repeated
+    within one object, naming the key; the same key in two different objects is fine."""
+    from spladekit.errors import DataFormatError
+    from spladekit.io import read_json
+
+    path = tmp_path / "settings.json"
+    path.write_text('{"a": {"k": 1}, "b": {"k": 2}}')
+    assert read_json(path) == {"a": {"k": 1}, "b": {"k": 2}}
+    path.write_text('{"a": {"k": 1, "k": 2}}')
+    with pytest.raises(DataFormatError, match="more than once") as info:
+        read_json(path)
+    assert (info.value.path, info.value.field) == (path, "k")

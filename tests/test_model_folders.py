@@ -504,3 +504,16 @@ def test_truncated_weights_name_the_file(tiny_bert_dir, tiny_beir, tmp_path, wei
     assert done.returncode == 2, done.stderr
     assert str(path) in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "index").exists()
+
+
+def test_repeated_keys_in_idf_json_are_refused(bases, tmp_path):
+    """``json`` keeps the last of repeated keys; an idf.json saying two weights for one token is refused
+    naming the file and the token (written by hand: json.dumps cannot repeat a key)."""
+    from spladekit.errors import DataFormatError
+
+    folder = tmp_path / "doc-only"
+    shutil.copytree(bases["bert"], folder)
+    (folder / "idf.json").write_text('{"protein": 2.5, "cell": 1.25, "protein": 0.5}')
+    with pytest.raises(DataFormatError, match="more than once") as info:
+        SpladeEncoder.from_pretrained(folder, device="cpu")
+    assert (info.value.path, info.value.field) == (folder / "idf.json", "protein")

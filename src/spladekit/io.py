@@ -196,17 +196,38 @@ def write_json(path: str | Path, obj: Any) -> None:
         handle.write("\n")
 
 
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook`` of :func:`read_json`: ``json`` keeps the last of repeated keys in silence,
+    which makes a settings file say two things; refused instead (RFC 8259 §4: names SHOULD be unique)."""
+    table = {}
+    for key, value in pairs:
+        if key in table:
+            raise _RepeatedKey(key)
+        table[key] = value
+    return table
+
+
 def read_json(path: str | Path) -> Any:
     """Read a JSON file (the counterpart of :func:`write_json`).
 
     Raises:
-        DataFormatError: the file cannot be read or is not valid JSON (naming file, line, column).
+        DataFormatError: the file cannot be read, is not valid JSON (naming file, line, column), or
+            repeats a key within one object (naming the key as the field).
     """
     from spladekit.errors import DataFormatError
 
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_repeated_keys)
+    except _RepeatedKey as exc:
+        raise DataFormatError(path, "the key appears more than once in one object (which value is meant?)",
+                              field=exc.key) from exc
     except json.JSONDecodeError as exc:
         raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=exc.lineno) from exc
     except (OSError, UnicodeDecodeError) as exc:
