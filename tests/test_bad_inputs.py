@@ -633,3 +633,17 @@ def test_read_json_refuses_repeated_keys_at_any_depth(tmp_path):
     with pytest.raises(DataFormatError, match="more than once") as info:
         read_json(path)
     assert (info.value.path, info.value.field) == (path, "k")
+
+
+def test_read_yaml_refuses_repeated_keys_naming_the_line(tmp_path):
+    """A training config saying ``lr`` twice is refused at the second one (PyYAML kept the last)."""
+    from spladekit.errors import DataFormatError
+    from spladekit.io import read_yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text("train:\n  lr: 1.0e-5\n  steps: 10\nmodel:\n  name: x\n")
+    assert read_yaml(path) == {"train": {"lr": 1.0e-5, "steps": 10}, "model": {"name": "x"}}
+    path.write_text("train:\n  lr: 1.0e-5\n  steps: 10\n  lr: 2.0e-5\n")
+    with pytest.raises(DataFormatError, match="more than once") as info:
+        read_yaml(path)
+    assert (info.value.line, info.value.field) == (4, "lr")

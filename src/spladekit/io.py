@@ -262,11 +262,37 @@ def write_yaml(path: str | Path, obj: Any) -> None:
         yaml.safe_dump(obj, handle, sort_keys=False)
 
 
+class _RepeatedYamlKey(ValueError):
+    def __init__(self, key: str, line: int):
+        super().__init__(key)
+        self.key, self.line = key, line
+
+
+def _unique_keys_loader():
+    """``yaml.SafeLoader`` whose mappings refuse a repeated key (1-based line of the second one)."""
+    import yaml
+
+    class UniqueKeysLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, (str, int, float, bool)) or key is None:
+                    continue  # a complex key: SafeLoader's own checks apply
+                if key in seen:
+                    raise _RepeatedYamlKey(str(key), key_node.start_mark.line + 1)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeysLoader
+
+
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file (an empty file reads as ``{}``).
 
     Raises:
-        DataFormatError: the file cannot be read or is not valid YAML (naming file and line).
+        DataFormatError: the file cannot be read, is not valid YAML (naming file and line), or repeats
+            a key within one mapping (YAML 1.2 §3.2.1.1: keys are unique; PyYAML keeps the last in silence).
     """
     import yaml
 
@@ -278,7 +304,10 @@ def read_yaml(path: str | Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise DataFormatError(path, f"cannot read ({exc})") from exc
     try:
-        return yaml.safe_load(text) or {}
+        return yaml.load(text, Loader=_unique_keys_loader()) or {}
+    except _RepeatedYamlKey as exc:
+        raise DataFormatError(path, "the key appears more than once in one mapping (which value is meant?)",
+                              line=exc.line, field=exc.key) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise DataFormatError(path, f"not valid YAML ({getattr(exc, 'problem', None) or exc})",
