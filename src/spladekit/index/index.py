@@ -495,7 +495,7 @@ class Index:
         if self._encoder is None or model is not None:
             from spladekit.index.search import query_encoder
 
-            self._encoder = query_encoder(self.metadata, model, batch_size=batch_size)
+            self._encoder = query_encoder(self.metadata, model, batch_size=batch_size, path=self.folder / "index.json")
         return self._encoder
 
     def search(
