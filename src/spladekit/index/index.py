@@ -111,8 +111,9 @@ class LatencyStats:
     In batch mode, exact search times each long-list query on its own and gives each query of a
     short-list block (:func:`spladekit.index.exact.search_postings`) the block's time divided by
     its size; the Seismic backend's batch call (query preparation included) is timed as a whole and
-    divided likewise; the ids of each query's hits are decoded and timed per query. With
-    ``one_at_a_time`` every query is a call of its own, timed alone from its vector to its named hits.
+    divided likewise; the ids of all queries' hits are decoded in one gather, whose time is shared
+    equally. With ``one_at_a_time`` every query is a call of its own, timed alone from its vector to
+    its named hits.
     """
 
     mode: str
@@ -595,11 +596,13 @@ class Index:
                 hits.extend(named(*found) for found in rows_of(vectors[i : i + 1], None))
                 seconds.append(time.perf_counter() - began)
             return hits, seconds
-        for found, spent in zip(rows_of(vectors, seconds), range(vectors.shape[0])):
-            began = time.perf_counter()
-            hits.append(named(*found))
-            seconds[spent] += time.perf_counter() - began
-        return hits, seconds
+        found = rows_of(vectors, seconds)
+        began = time.perf_counter()  # every query's ids in one gather (one call, not one per query)
+        cuts = np.cumsum([0] + [len(rows) for rows, _ in found]).tolist()
+        names = take_ids(self.doc_ids, np.concatenate([np.asarray(rows, np.int64) for rows, _ in found]) if found else [])
+        hits = [list(zip(names[a:b], scores)) for a, b, (_, scores) in zip(cuts[:-1], cuts[1:], found)]
+        share = (time.perf_counter() - began) / max(1, len(found))
+        return hits, [spent + share for spent in seconds]
 
     def __len__(self) -> int:
         return self.docs.shape[0]
