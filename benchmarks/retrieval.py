@@ -336,6 +336,52 @@ def phase_seismic_direct(corpus: str, work: Path) -> dict:
     return out
 
 
+def phase_seismic_interleaved(corpus: str, work: Path, rounds: int = 3) -> dict:
+    """The wrapper's cost, in one process on one loaded index: pyseismic's own ``search`` /
+    ``batch_search`` on the very ``SeismicIndex`` object that spladekit's searcher holds (query arrays
+    made beforehand, results untouched) against ``Index.search(backend="seismic")`` (named hits,
+    the tie rule, the settings record), interleaved query by query (one per call) or call by call
+    (batch), ``rounds`` rounds; medians of per-call CPU times (``process_time``) and their ratio."""
+    from spladekit.index.index import Index
+    from spladekit.index.seismic import SeismicSearchParams
+
+    q, _ = queries()
+    index = Index.open(work / corpus / "spladekit")
+    engine = index.seismic().index
+    string = index.seismic().component_names().dtype
+    at = SeismicSearchParams(num_threads=1, **SEISMIC_AT)
+    comps = [np.array([str(j) for j in q[i].indices], dtype=string) for i in range(q.shape[0])]
+    vals = [q[i].data.astype(np.float32) for i in range(q.shape[0])]
+    qids = np.array([str(i) for i in range(q.shape[0])], dtype=string)
+    rows = [q[i : i + 1] for i in range(q.shape[0])]
+    out = {"rounds": rounds, "queries": q.shape[0]}
+    for k in (10, 1000):
+        opts = dict(k=k, query_cut=at.query_cut, heap_factor=at.heap_factor, n_knn=0, sorted=True)
+        calls = {"direct_one": lambda i: engine.search(str(i), comps[i], vals[i], **opts),
+                 "spladekit_one": lambda i: index.search(rows[i], k=k, backend="seismic", seismic=at),
+                 "direct_batch": lambda i: engine.batch_search(qids, comps, vals, num_threads=1, **opts),
+                 "spladekit_batch": lambda i: index.search(q, k=k, backend="seismic", seismic=at)}
+        spent = {name: [] for name in calls}
+        for i in range(20):  # warm-up
+            calls["direct_one"](i), calls["spladekit_one"](i)
+        for _ in range(rounds):
+            for i in range(q.shape[0]):
+                for name in ("direct_one", "spladekit_one"):
+                    began = time.process_time()
+                    calls[name](i)
+                    spent[name].append(time.process_time() - began)
+            for name in ("direct_batch", "spladekit_batch"):
+                began = time.process_time()
+                calls[name](0)
+                spent[name].append((time.process_time() - began) / q.shape[0])
+        for name, values in spent.items():
+            out[f"{name}_cpu_ms_k{k}"] = 1000 * float(np.median(values))
+        for mode in ("one", "batch"):
+            out[f"ratio_{mode}_k{k}"] = out[f"spladekit_{mode}_cpu_ms_k{k}"] / out[f"direct_{mode}_cpu_ms_k{k}"]
+    out["rss"] = peak_rss()
+    return out
+
+
 def phase_seismic_index(corpus: str, work: Path) -> dict:
     """spladekit's stored approximate index: first search builds and stores it (default parameters)."""
     from spladekit.index.index import Index
@@ -428,7 +474,7 @@ def phase_bmp_search(corpus: str, work: Path) -> dict:
 
 
 PHASES = {f.__name__[6:]: f for f in (phase_build, phase_search, phase_shards, phase_pisa_build, phase_pisa_search,
-                                       phase_seismic_direct, phase_seismic_index, phase_seismic_reopen, phase_bmp_build, phase_bmp_search)}
+                                       phase_seismic_direct, phase_seismic_interleaved, phase_seismic_index, phase_seismic_reopen, phase_bmp_build, phase_bmp_search)}
 
 
 def run_phase(name: str, corpus: str, work: Path, extra: list[str] | None = None, timeout: int = 7200) -> dict:
@@ -498,6 +544,11 @@ def table(corpus: str, r: dict) -> str:
             f"{mode} k={k} {sx[f'{mode}_cpu_ms_k{k}'] / sd[f'{mode}_cpu_ms_k{k}']:.2f}" for mode in ("batch", "one") for k in (10, 1000)))
         ratios.append(f"reopen: spladekit (Index.open + stored Seismic) {sx['reopen_s']:.2f} s vs pyseismic's SeismicIndex.load {sd['open_s']:.2f} s")
         ratios.append(f"Seismic at the setting ÷ exact (batch CPU, k=10): {sx['batch_cpu_ms_k10'] / exact_ms:.3f}")
+    si2 = r.get("seismic_interleaved", {})
+    if "ratio_one_k10" in si2:
+        ratios.append(f"spladekit Seismic ÷ pyseismic, same process and index, interleaved, medians of {si2['rounds']} rounds (CPU): " + ", ".join(
+            f"{mode} k={k} {si2[f'ratio_{mode}_k{k}']:.2f} ({si2[f'spladekit_{mode}_cpu_ms_k{k}']:.2f} vs {si2[f'direct_{mode}_cpu_ms_k{k}']:.2f} ms)"
+            for mode in ("one", "batch") for k in (10, 1000)))
     if "build_rss" in s:
         ratios.append(f"build: peak RSS {gb(s['build_rss'])} (process before the write {gb(s['build_base_rss'])}; writer budget "
                       f"{gb(s['budget'])}) for {gb(s['array_bytes'])} of arrays; open {s.get('open_s', float('nan')):.3f} s")
@@ -515,7 +566,7 @@ def table(corpus: str, r: dict) -> str:
     return "\n".join(lines)
 
 
-ORDER = ("build", "search", "shards", "pisa_build", "pisa_search", "bmp_build", "bmp_search", "seismic_index", "seismic_reopen", "seismic_direct")
+ORDER = ("build", "search", "shards", "pisa_build", "pisa_search", "bmp_build", "bmp_search", "seismic_index", "seismic_reopen", "seismic_direct", "seismic_interleaved")
 
 
 def main():

@@ -221,3 +221,53 @@ def test_an_index_built_with_a_relative_model_path_searches_from_anywhere(tiny, 
     r = CliRunner().invoke(app, ["search", "--index", "i", "--data", str(beir), "--out", "run.trec", "--k", "3"])
     assert r.exit_code == 0, r.output
     assert read_run(tmp_path / "run.trec")
+
+
+def test_memory_budget_option(tiny, built, tmp_path):
+    """`--memory-budget` with units: an import under the smallest budget writes the same folder, byte
+    for byte, as under the default; a bad size is refused naming the option before anything is
+    read or written (index: before the model loads)."""
+    model, beir = tiny
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", "--index", str(built), "--format", "ciff", "--out", str(tmp_path / "x.ciff")]).exit_code == 0
+    folders = []
+    for budget in ([], ["--memory-budget", "16MiB"]):
+        out = tmp_path / f"back{len(folders)}"
+        r = runner.invoke(app, ["import", "--input", str(tmp_path / "x.ciff"), "--format", "ciff", "--like", str(built), "--out", str(out), *budget])
+        assert r.exit_code == 0, r.output
+        folders.append({p.name: p.read_bytes() for p in out.iterdir()})
+    assert folders[0] == folders[1]  # the writer's output does not depend on its budget (by construction, tests/test_index_writer.py)
+    for cmd in (["index", "--model", str(model), "--data", str(beir), "--out", str(tmp_path / "never")],
+                ["import", "--input", str(tmp_path / "x.ciff"), "--format", "ciff", "--like", str(built), "--out", str(tmp_path / "never")]):
+        r = runner.invoke(app, [*cmd, "--memory-budget", "3 bananas"])
+        assert r.exit_code == 2 and "--memory-budget" in r.output and "is not a size" in r.output, r.output
+        r = runner.invoke(app, [*cmd, "--memory-budget", "2000TiB"])
+        assert r.exit_code == 2 and "--memory-budget" in r.output and "1 PiB" in r.output, r.output
+        assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("query_max_length", -3, "must be an integer ≥ 2 or null, got -3"),
+    ("query_top_k", 0, "must be an integer ≥ 1 or null, got 0"),
+    ("pooling", "mean", "'mean' is not a SPLADE pooling spladekit computes (max, sum)"),
+    ("activation", "gelu", "'gelu' is not a SPLADE activation"),
+    ("pooling", "sum", "'sum', but the model"),  # a pooling spladekit has, but not the recorded model's (max)
+])
+def test_index_json_query_settings_are_checked(built, tmp_path, field, value, message):
+    """index.json's query settings out of range, or a pooling the queries would not be encoded with,
+    are refused naming the file and the field (query_max_length -3 did not name the file; pooling
+    "mean" was ignored: queries were max-pooled in silence)."""
+    import shutil
+
+    folder = tmp_path / "index"
+    shutil.copytree(built, folder)
+    meta = json.loads((folder / "index.json").read_text())
+    assert meta["pooling"] == "max"  # what the tiny model computes (the last case depends on it)
+    meta[field] = value
+    (folder / "index.json").write_text(json.dumps(meta))
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\tprotein\n")
+    r = CliRunner().invoke(app, ["search", "--index", str(folder), "--queries", str(queries), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 2, r.output
+    assert f"{folder / 'index.json'}: field '{field}': {message}" in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "run").exists()

@@ -62,6 +62,22 @@ def test_seismic_merges_repeated_query_terms():
     assert SeismicSearcher(docs).search(query, k=5) == [[(0, 1.0)]]
 
 
+def test_seismic_queries_in_any_sparse_form_are_searched_as_their_canonical_vector():
+    """The fast path (a canonical float32 CSR query used as it is) and the normalising one give the
+    same hits: unsorted columns, an explicit zero, a negative weight (dropped, as exact search's
+    score > 0 rule never credits it), float64, a csr_array; a row with only a negative weight is empty."""
+    docs = sp.csr_matrix(np.array([[1.0, 0, 3.0], [0, 2.0, 1.0], [4.0, 0, 0]], dtype=np.float32))
+    searcher = SeismicSearcher(docs)
+    canonical = sp.csr_matrix(np.array([[0.5, 0, 2.0]], dtype=np.float32))
+    want = searcher.search(canonical, k=5)
+    assert want == [[(0, 6.5), (1, 2.0), (2, 2.0)]]  # 0.5·1 + 2·3; 2·1; 0.5·4 (hand-computed, exact in float32)
+    messy = sp.csr_matrix((np.array([2.0, 0.0, -1.0, 0.5]), np.array([2, 1, 1, 0]), np.array([0, 4])), shape=(1, 3))
+    assert not messy.has_canonical_format
+    assert searcher.search(messy, k=5) == want
+    assert searcher.search(sp.csr_array(canonical), k=5) == want
+    assert searcher.search(sp.csr_matrix(np.array([[0, -1.0, 0]], np.float32)), k=5) == [[]]
+
+
 def test_seismic_parameters_are_passed():
     docs = zipf_matrix(300, 200, 30, seed=3)
     queries = zipf_matrix(10, 200, 30, seed=4)

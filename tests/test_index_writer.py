@@ -188,3 +188,20 @@ def test_hit_ids_decode_at_once_like_one_by_one(tmp_path):
     assert index.doc_ids.take([]) == []
     with pytest.raises(IndexError):
         index.doc_ids.take([500])
+
+
+def test_budget_out_of_range_and_sizes_in_units():
+    """A budget beyond 1 PiB is a ValueError naming the parameter and the range (it was an
+    OverflowError deep in the merge); sizes parse by their unit's definition (SI: 1000^n, IEC: 1024^n)."""
+    from spladekit.index.writer import MAX_BUDGET, parse_size
+
+    m = sp.csr_matrix(np.ones((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"memory_budget .*\[16777216 \(16 MiB\), 1125899906842624 \(1 PiB\)\], got 1180591620717411303424"):
+        Index.from_vectors("/nonexistent/never-written", m, ["a", "b", "c"], memory_budget=2**70)
+    assert MAX_BUDGET == 1024**5
+    assert parse_size("512MiB") == 512 * 1024**2 and parse_size("2GiB") == 2 * 1024**3 and parse_size("1.5GB") == 1_500_000_000
+    assert parse_size("67108864") == 64 * 1024**2 and parse_size(" 1 tib ") == 1024**4 and parse_size("20MB") == 20_000_000
+    for bad, why in (("12XB", "is not a size"), ("-5MiB", "is not a size"), ("1KiB", "16 MiB"), ("2PiB", "is not a size"), ("2000TiB", "1 PiB")):
+        with pytest.raises(ValueError, match="--memory-budget") as info:
+            parse_size(bad)
+        assert why in str(info.value)

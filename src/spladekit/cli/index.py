@@ -11,6 +11,10 @@ import typer
 from spladekit.cli.app import app, fail
 from spladekit.data.resolve import DEFAULT_MODEL
 
+BUDGET_HELP = ("working memory of writing the index folder (both layouts, sorted runs on disk), e.g. 512MiB, 2GiB, 1.5GB "
+               "(B, KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024; 16MiB to 1PiB); default 1GiB. "
+               "The folder is the same at any budget")
+
 
 @app.command("index")
 def index_command(
@@ -22,16 +26,20 @@ def index_command(
     doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
     head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
     chunk_size: int = typer.Option(10_000, help="documents per chunk (memory bound; a killed run resumes at the first unfinished chunk)"),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
 ):
     """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
     from spladekit.errors import SpladekitError
     from spladekit.index.index import Index
     from spladekit.index.shard import IndexConfig, build_index
 
+    from spladekit.index.writer import parse_size
+
     config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k,
                          head_impl=head_impl, chunk_size=chunk_size)
     try:
-        written = build_index(config, show_progress=True)
+        budget = None if memory_budget is None else parse_size(memory_budget)
+        written = build_index(config, show_progress=True, memory_budget=budget)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     if written is not None:
@@ -63,7 +71,7 @@ def encode_command(
 ):
     """Old name of `index`."""
     index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None,
-                  chunk_size=10_000)
+                  chunk_size=10_000, memory_budget=None)
 
 
 @app.command()
@@ -169,7 +177,7 @@ def export_command(
                 raise typer.BadParameter("--queries goes with --format anserini-queries")
             meta = load_metadata(index)
             topics = read_tsv(queries)
-            encoder = query_encoder(meta)
+            encoder = query_encoder(meta, path=Path(index) / "index.json")
             q = encoder.encode_queries(list(topics.values()))
             manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"), query_top_k=query_top_k,
                                       keys=keys, field_type=field_type, hnsw=hnsw, table=table)  # refused there: not for this format
@@ -188,6 +196,7 @@ def import_command(
     model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens"),
     like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
     scale: Optional[float] = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
 ):
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
     from spladekit.errors import SpladekitError
@@ -207,7 +216,10 @@ def import_command(
             vocabulary, meta = model_vocabulary(model), {"model": model}
         else:
             raise typer.BadParameter("give --model or --like")
-        written = import_to_index(format, input, vocabulary, out, scale=scale, metadata=meta)
+        from spladekit.index.writer import parse_size
+
+        budget = None if memory_budget is None else parse_size(memory_budget)
+        written = import_to_index(format, input, vocabulary, out, scale=scale, metadata=meta, memory_budget=budget)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}")

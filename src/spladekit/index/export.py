@@ -261,12 +261,18 @@ def import_vectors(
     return matrix, ids
 
 
-def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: str | Path, scale: float | None = None, metadata: dict | None = None) -> Path:
-    """:func:`import_vectors` then :func:`spladekit.index.io.save_index` into ``out``."""
+def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: str | Path, scale: float | None = None, metadata: dict | None = None,
+                    memory_budget: int | None = None) -> Path:
+    """:func:`import_vectors` then :func:`spladekit.index.io.save_index` into ``out`` (the folder's
+    write within ``memory_budget`` bytes, :mod:`spladekit.index.writer`; None: its default)."""
+    if memory_budget is not None:
+        from spladekit.index.writer import check_budget
+
+        check_budget(memory_budget)  # before reading the input
     matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
     meta = dict(metadata or {})
     meta.update(imported_from=str(path), imported_format=fmt)
-    return save_index(out, matrix, ids, meta, vocabulary=vocabulary)
+    return save_index(out, matrix, ids, meta, vocabulary=vocabulary, **({} if memory_budget is None else {"memory_budget": memory_budget}))
 
 
 def model_vocabulary(model: str | Path) -> list[str]:

@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Sequence
 
@@ -26,7 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.index.exact import tie_ranks
-from spladekit.index.formats import iter_rows
+
+_SCORE, _DOC = itemgetter(1), itemgetter(2)  # a pyseismic hit is (query id, score, document id)
 
 
 @dataclass
@@ -232,7 +234,14 @@ class SeismicSearcher:
         """
         if queries.shape[1] != self.vocab_size:
             raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}")
-        return SeismicQueries(queries, self._string)
+        return SeismicQueries(queries, self.component_names())
+
+    def component_names(self) -> np.ndarray:
+        """``[V]`` Seismic's name of each column (``"0"``, ``"1"``, ... in its string type), made on
+        first use: a query's components are then one gather, not a string conversion per term."""
+        if getattr(self, "_components", None) is None:
+            self._components = np.array([str(j) for j in range(self.vocab_size)], dtype=self._string)
+        return self._components
 
     def search_arrays(self, queries: "SeismicQueries", k: int, params: SeismicSearchParams | None = None,
                       tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -246,25 +255,29 @@ class SeismicSearcher:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer ≥ 1, got {k!r}")
         p = params or SeismicSearchParams()
+        tie_rank = None if tie_rank is None else np.asarray(tie_rank)
         empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
         results = [empty] * queries.count
         if self.empty or not queries.todo.size:
             return results
         options = dict(k=int(k), query_cut=p.query_cut, heap_factor=p.heap_factor, n_knn=p.n_knn, sorted=p.sorted)
         if queries.todo.size == 1:  # one query: pyseismic's single search (its batch call costs ≈ 0.5 ms more)
-            hits = [self.index.search(str(queries.ids[0]), queries.components[0], queries.values[0], **options)]
+            hits = [self.index.search(str(queries.todo[0]), queries.components[0], queries.values[0], **options)]
         else:
             hits = self.index.batch_search(queries.ids, queries.components, queries.values, num_threads=p.num_threads, **options)
         for hit_list in hits:
             if not hit_list:
                 continue
             n = len(hit_list)
-            rows = np.fromiter(map(int, [h[2] for h in hit_list]), np.int64, count=n)  # Seismic's ids: row numbers as strings
-            scores = np.fromiter([h[1] for h in hit_list], np.float32, count=n)
+            rows = np.fromiter(map(int, map(_DOC, hit_list)), np.int64, count=n)  # Seismic's ids: row numbers as strings
+            scores = np.fromiter(map(_SCORE, hit_list), np.float32, count=n)
             keep = scores > 0
-            rows, scores = rows[keep], scores[keep]
-            order = np.lexsort((rows if tie_rank is None else np.asarray(tie_rank)[rows], -scores))[:k]
-            results[int(hit_list[0][0])] = (rows[order], scores[order])
+            if not keep.all():
+                rows, scores = rows[keep], scores[keep]
+            if n > 1 and not (scores[1:] < scores[:-1]).all():  # strictly descending: already in rank order, no tie to break
+                order = np.lexsort((rows if tie_rank is None else tie_rank[rows], -scores))[:k]
+                rows, scores = rows[order], scores[order]
+            results[int(hit_list[0][0])] = (rows, scores)
         return results
 
 
@@ -274,13 +287,22 @@ class SeismicQueries:
     its components (column numbers as Seismic strings) and float32 values; queries with no active
     term are left out (their result is empty)."""
 
-    def __init__(self, queries: sp.spmatrix, string_type):
-        rows = list(iter_rows(queries))
-        self.count = len(rows)
-        self.todo = np.array([i for i, (idx, _) in enumerate(rows) if idx.size], dtype=np.int64)
-        self.ids = np.array([str(i) for i in self.todo.tolist()], dtype=string_type)
-        self.components = [np.array(rows[i][0].astype(str), dtype=string_type) for i in self.todo.tolist()]
-        self.values = [rows[i][1].astype(np.float32) for i in self.todo.tolist()]
+    def __init__(self, queries: sp.spmatrix, component_names: np.ndarray):
+        """``component_names``: ``[V]`` Seismic's string of each column
+        (:meth:`SeismicSearcher.component_names`)."""
+        matrix = queries
+        if not (isinstance(matrix, sp.csr_matrix | sp.csr_array) and matrix.dtype == np.float32 and matrix.has_canonical_format
+                and not (matrix.data <= 0).any()):
+            matrix = sp.csr_matrix(queries, dtype=np.float32, copy=True)  # normalised: sorted, repeats summed, > 0 only
+            matrix.sum_duplicates()
+            matrix.data[matrix.data < 0] = 0
+            matrix.eliminate_zeros()
+        indptr = matrix.indptr
+        self.count = matrix.shape[0]
+        self.todo = np.flatnonzero(np.diff(indptr)).astype(np.int64)
+        self.ids = np.array([str(i) for i in self.todo.tolist()], dtype=component_names.dtype)
+        self.components = [component_names[matrix.indices[indptr[i] : indptr[i + 1]]] for i in self.todo.tolist()]
+        self.values = [np.ascontiguousarray(matrix.data[indptr[i] : indptr[i + 1]]) for i in self.todo.tolist()]
 
 
 def recall_at_k(approx: Sequence[Sequence[tuple[int, float]]], exact: Sequence[Sequence[tuple[int, float]]], k: int = 10) -> float:

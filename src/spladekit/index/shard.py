@@ -59,14 +59,16 @@ def model_revision(location: str | Path) -> str | None:
     return None
 
 
-def build_index(config: IndexConfig, show_progress: bool = False) -> Path | None:
+def build_index(config: IndexConfig, show_progress: bool = False, memory_budget: int | None = None) -> Path | None:
     """Encode ``config.data``'s corpus with ``config.model`` into the index folder ``config.out``.
 
     Runs as one process, or as every rank of a ``torchrun`` job (see the module docstring); a killed
     run started again with the same configuration resumes (finished chunks are not encoded again).
     ``index.json`` records the model id and revision, the max lengths and pruning the model's
     metadata gave (``spladekit.json``), the number of truncated documents, and ``config``;
-    ``vocab.json`` the model's vocabulary.
+    ``vocab.json`` the model's vocabulary. ``memory_budget``: bytes of working memory of the folder's
+    write (:mod:`spladekit.index.writer`; None: its default); not recorded, since the folder is the
+    same byte for byte at any budget (a resumed build may use another).
 
     Returns:
         The index folder on rank 0; None on other ranks.
@@ -83,6 +85,10 @@ def build_index(config: IndexConfig, show_progress: bool = False) -> Path | None
     from spladekit.index.index import Index
     from spladekit.model.encoder import SpladeEncoder
 
+    if memory_budget is not None:
+        from spladekit.index.writer import check_budget
+
+        check_budget(memory_budget)  # before the model loads
     for name in ("batch_size", "chunk_size"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be ≥ 1, got {getattr(config, name)}")
@@ -106,7 +112,8 @@ def build_index(config: IndexConfig, show_progress: bool = False) -> Path | None
         # a local folder is recorded absolute, so the index finds its query encoder from any working directory
         model = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
         metadata = dict(model=model, model_revision=model_revision(location), data=str(folder), config=asdict(config))
-        index = Index.build(encoder, corpus, config.out, chunk_size=config.chunk_size, metadata=metadata, show_progress=show_progress)
+        budget = {} if memory_budget is None else {"memory_budget": memory_budget}
+        index = Index.build(encoder, corpus, config.out, chunk_size=config.chunk_size, metadata=metadata, show_progress=show_progress, **budget)
         return None if index is None else index.folder
     finally:
         dist.close()

@@ -52,19 +52,46 @@ MIN_BUDGET = 1 << 24
 """The smallest accepted budget (16 MiB): below it the fixed ``[V]`` counters dominate."""
 
 RUN_BYTES = 26  # per posting in the run buffer: key (≤ 4) + row (≤ 8) + impact 4 + argsort 8 + one gathered copy
+MAX_BUDGET = 1 << 50  # 1 PiB: far above any machine; keeps every size derived from it inside int64
 MERGE_BYTES = 40  # per posting of a merge step: output row + impact, input row + impact, int64 destinations
 PIECE_BYTES = 48  # per entry of a document piece: int64 rows and keys, casts, the caller-side canonical copy
 HASH_BYTES = 16  # per entry of a hashing piece: the read values and their int64 cast
+
+
+SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+              "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+"""Units of :func:`parse_size`: SI (powers of 1000) and IEC (powers of 1024), case-insensitive."""
+
+
+def parse_size(text: str, name: str = "--memory-budget") -> int:
+    """Bytes of a size written ``512MiB``, ``2GiB``, ``1.5GB`` or ``67108864`` (units:
+    :data:`SIZE_UNITS`), checked by :func:`check_budget`.
+
+    Raises:
+        ValueError: naming ``name``: not a number with a known unit, or outside the budget's range.
+    """
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in SIZE_UNITS:
+        raise ValueError(f"{name}: {text!r} is not a size (a number with B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. 512MiB)")
+    value = int(float(match.group(1)) * SIZE_UNITS[match.group(2).lower()])
+    try:
+        return check_budget(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {text!r} = {value} bytes; {exc}") from None
 
 
 def check_budget(memory_budget) -> int:
     """``memory_budget`` as an int of bytes.
 
     Raises:
-        ValueError: not an integer ≥ :data:`MIN_BUDGET`.
+        ValueError: not an integer in [:data:`MIN_BUDGET`, :data:`MAX_BUDGET`].
     """
-    if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer)) or memory_budget < MIN_BUDGET:
-        raise ValueError(f"memory_budget must be an integer number of bytes ≥ {MIN_BUDGET} (16 MiB), got {memory_budget!r}")
+    if (isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer))
+            or not MIN_BUDGET <= memory_budget <= MAX_BUDGET):
+        raise ValueError(f"memory_budget must be an integer number of bytes in [{MIN_BUDGET} (16 MiB), {MAX_BUDGET} (1 PiB)], "
+                         f"got {memory_budget!r}")
     return int(memory_budget)
 
 
