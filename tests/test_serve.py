@@ -460,6 +460,28 @@ def test_api_key_refused_and_accepted(guarded):
     assert httpx.get(guarded.url + "/health").status_code == 200  # liveness needs no key
 
 
+def test_workers_each_accept_their_own_connections(guarded):
+    """16 keep-alive connections opened at once reach both workers (each worker listens on its own
+    SO_REUSEPORT socket, spladekit.serve.workers; with one shared socket the first awake worker took
+    nearly all). The kernel spreads them by a hash of the client's port: all 16 on one worker has
+    probability 2 / 2**16."""
+    async def pids():
+        clients = [httpx.AsyncClient(base_url=guarded.url, timeout=30) for _ in range(16)]
+        try:
+            return [r.json()["pid"] for r in await asyncio.gather(*(c.get("/health") for c in clients))]
+        finally:
+            await asyncio.gather(*(c.aclose() for c in clients))
+
+    assert len(set(asyncio.run(pids()))) == 2
+
+
+def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index):
+    index, _ = scifact_index
+    command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--port", str(guarded.port), "--workers", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"cannot bind 127.0.0.1:{guarded.port}" in done.stderr, done.stderr[-2000:]
+
+
 def test_503_with_retry_after_past_a_queue_of_one(guarded, scifact_index):
     _, queries = scifact_index
     right = {"Authorization": f"Bearer {guarded.key}"}

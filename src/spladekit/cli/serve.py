@@ -74,10 +74,19 @@ def serve(
         del service
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    uvicorn.run("spladekit.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers,
-                http="spladekit.serve.app:NoDelayHTTPProtocol",
-                limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
+    settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.app:NoDelayHTTPProtocol",
+                    limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
+    if workers == 1:
+        uvicorn.run("spladekit.serve.app:app_from_environment", **settings)
+        return
+    from spladekit.serve.workers import run_workers
 
+    # each worker on its own SO_REUSEPORT socket: with uvicorn's one shared socket, the worker that
+    # woke first took the connections then waiting (spladekit.serve.workers)
+    try:
+        run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings))
+    except OSError as exc:
+        fail(exc)
 
 def _loopback(host: str) -> bool:
     if host == "localhost":
