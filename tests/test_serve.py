@@ -186,9 +186,20 @@ def guarded(scifact_index, tmp_path_factory):
                      "--queue-size", "1", "--max-batch", "1", "--max-wait-ms", "0")
     running.key = "s3cret-key"
     try:
+        _wait_for_workers(running, 2)
         yield running
     finally:
         running.stop()
+
+
+def _wait_for_workers(running: Server, workers: int) -> None:
+    """Until ``/health`` on fresh connections has answered from ``workers`` processes (each loads its own
+    index and encoder; one not yet listening gets no connections)."""
+    seen, deadline = set(), time.monotonic() + 90
+    while len(seen) < workers:
+        assert time.monotonic() < deadline, f"{len(seen)} of {workers} workers answered within 90 s"
+        seen.add(httpx.get(running.url + "/health").json()["pid"])
+        time.sleep(0.05)
 
 
 def _vector(row) -> dict:
@@ -363,10 +374,10 @@ def test_inference_free_query_side_through_the_server_equals_index_search(infere
 
 @pytest.fixture(scope="module")
 def impatient(scifact_index, tmp_path_factory):
-    """A server whose requests time out after 0.5 s, batches of at most 40 queries."""
+    """A server whose requests time out after 0.5 s, bodies after 1 s, batches of at most 40 queries."""
     index, _ = scifact_index
     running = Server(index.folder, tmp_path_factory.mktemp("timeout") / "server.log", "--threads", "1",
-                     "--request-timeout", "0.5", "--max-batch", "40")
+                     "--request-timeout", "0.5", "--body-timeout", "1", "--max-batch", "40")
     try:
         yield running
     finally:
@@ -391,6 +402,25 @@ def test_request_timeout_through_the_server_then_the_next_request_served(impatie
     after = httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K})
     assert after.status_code == 200, after.text
     assert _hits(after.json()) == _hits(httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K}).json())
+
+
+def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(impatient):
+    """A client that sends 10 of the 200 bytes it announced and waits: other clients are served
+    meanwhile; after the body timeout (1 s) it gets 408 naming the body and the connection is closed
+    (before, uvicorn waited for the rest as long as the client stayed)."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as slow:
+        began = time.monotonic()
+        slow.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"query\": ")
+        assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
+        answer = b""
+        while chunk := slow.recv(65536):  # to the end: the server closes the connection
+            answer += chunk
+        waited = time.monotonic() - began
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
+    assert json.loads(body)["error"].startswith("body: the request body was not received within 1 s (10 bytes came of 200)")
+    assert 1.0 <= waited < 15, waited
+    assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
 
 
 # ----------------------------------------------------------------------------------- bad requests
@@ -478,8 +508,13 @@ def test_workers_each_accept_their_own_connections(guarded):
 def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index):
     index, _ = scifact_index
     command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--port", str(guarded.port), "--workers", "2"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and f"cannot bind 127.0.0.1:{guarded.port}" in done.stderr, done.stderr[-2000:]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent)
+    _RUNNING[process.pid] = process
+    try:
+        _, stderr = process.communicate(timeout=120)  # bounded: one that bound the port would serve on
+    finally:
+        _stop(process)  # and its workers, by its process group
+    assert process.returncode == 2 and f"cannot bind 127.0.0.1:{guarded.port}" in stderr, stderr[-2000:]
 
 
 def test_503_with_retry_after_past_a_queue_of_one(guarded, scifact_index):
