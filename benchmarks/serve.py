@@ -15,7 +15,8 @@ request when the previous answer arrived, until ``--requests`` answers or ``--se
 passed (after ``--warmup`` requests not counted). Reported: answers/s, p50/p95/p99 latency (ms,
 at the client), errors (anything but 200; 503s counted apart), and the hits' agreement with
 ``Index.search`` in this process on the same queries (vectors: identical lists; texts: same top-10
-ids). The anchor, measured in the same run: the same queries through ``Index.search`` in process,
+ids), and the CPU seconds per request of the server (all its processes, /proc/PID/stat) and of this
+load generator, apart (they share the machine's cores). The anchor, measured in the same run: the same queries through ``Index.search`` in process,
 one query per call (text: encoding included), and all in one call.
 
 Overload: a server with ``--overload-queue`` waiting requests per worker, fed by an open loop at
@@ -155,6 +156,18 @@ class Server:
         self.log.close()
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (``/proc/PID/stat``; 0 for one that is gone)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def pss_kib(pid: int) -> int:
     """PSS of a process, KiB (``/proc/PID/smaps_rollup``; 0 when it is gone)."""
     try:
@@ -286,7 +299,7 @@ async def closed_loop(url: str, bodies: list[bytes], clients: int, requests: int
     ok = codes.get(200, 0)
     return {"clients": clients, "answers": ok, "seconds": elapsed, "throughput": ok / elapsed, **percentiles(latencies),
             "errors": sum(n for c, n in codes.items() if c not in (200, 503)), "refused_503": codes.get(503, 0),
-            "client_cpu_ms_per_request": 1000 * cpu / max(1, sum(codes.values())), "hits": answers}
+            "client_cpu_ms_per_request": 1000 * cpu / max(1, sum(codes.values())), "hits": answers}  # warm-up not in the client's
 
 
 async def open_loop(url: str, bodies: list[bytes], rate: float, seconds: float, sample) -> dict:
@@ -398,7 +411,11 @@ def main() -> None:
         try:
             for kind in ("text", "vector"):
                 for clients in clients_list:
+                    pids = server.processes()
+                    before = cpu_seconds(pids)
                     run = asyncio.run(closed_loop(server.url, bodies[kind], clients, args.requests, args.seconds, args.warmup))
+                    served = max(1, run["answers"] + run["refused_503"] + run["errors"] + args.warmup)
+                    run["server_cpu_ms_per_request"] = 1000 * (cpu_seconds(pids) - before) / served
                     run["agreement"] = agreement(run.pop("hits"), anchor[kind]["hits"])
                     run.update(workers=workers, kind=kind, vs_in_process_one_per_call=run["throughput"] / anchor[kind]["one_per_call_qps"])
                     report["runs"].append(run)
@@ -434,14 +451,15 @@ def markdown(r: dict) -> str:
              "In process (`Index.search`, same queries): " + "; ".join(
                  f"{kind}: {a['one_per_call_qps']:.0f} q/s one per call, {a['one_call_qps']:.0f} q/s all in one call"
                  for kind, a in r["in_process"].items()), "",
-             "| workers | queries | clients | answers/s | × 1 client | ÷ in-process one per call | p50 ms | p95 ms | p99 ms | p99 ÷ p50 | errors | 503 | same hits |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| workers | queries | clients | answers/s | × 1 client | ÷ in-process one per call | p50 ms | p95 ms | p99 ms | p99 ÷ p50 | errors | 503 | same hits | CPU ms per request: server / client |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in r["runs"]:
         one = next(x["throughput"] for x in r["runs"] if x["workers"] == run["workers"] and x["kind"] == run["kind"] and x["clients"] == min(
             y["clients"] for y in r["runs"]))
         lines.append(f"| {run['workers']} | {run['kind']} | {run['clients']} | {run['throughput']:.0f} | {run['throughput'] / one:.2f} | "
                      f"{run['vs_in_process_one_per_call']:.2f} | {run['p50_ms']:.1f} | {run['p95_ms']:.1f} | {run['p99_ms']:.1f} | "
-                     f"{run['p99_ms'] / run['p50_ms']:.2f} | {run['errors']} | {run['refused_503']} | {run['agreement']:.3f} |")
+                     f"{run['p99_ms'] / run['p50_ms']:.2f} | {run['errors']} | {run['refused_503']} | {run['agreement']:.3f} | "
+                     f"{run['server_cpu_ms_per_request']:.2f} / {run['client_cpu_ms_per_request']:.2f} |")
     lines += ["", "| workers | processes | PSS sum MiB | index files: PSS sum MiB | index files: RSS per process MiB |", "|---|---|---|---|---|"]
     for workers, m in r["memory"].items():
         lines.append(f"| {workers} | {m['processes']} | {m['pss_sum_mib']:.0f} | {m['index_pss_sum_mib']:.1f} | "

@@ -9,12 +9,14 @@ defaults (1 worker), one with 2 workers, an API key and a queue of 1 request per
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +73,62 @@ def _snapshot(folder: Path) -> dict:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
 
 
+_RUNNING: dict[int, subprocess.Popen] = {}
+"""Servers started by this module and not yet stopped, by PID: stopped by the fixtures' finalisers,
+and also at interpreter exit (atexit) and on SIGTERM / SIGHUP to pytest (whose default action would end
+pytest without either), so that no test run leaves a ``spladekit serve`` behind. Each server is
+started with ``PR_SET_PDEATHSIG`` (Linux): it gets SIGTERM when pytest dies even by SIGKILL."""
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the server (uvicorn's supervisor stops its workers), then SIGKILL to its process group
+    (its own session: the workers it started) if it has not exited within 20 s."""
+    _RUNNING.pop(process.pid, None)
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # workers left behind by a supervisor that died
+    except (ProcessLookupError, PermissionError):
+        pass
+    if process.poll() is None:
+        process.wait(timeout=10)
+
+
+def _stop_all(*_args) -> None:
+    for process in list(_RUNNING.values()):
+        _stop(process)
+
+
+def _on_signal(signum, frame):
+    _stop_all()
+    previous = _PREVIOUS.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+    else:  # the default action (end the process) after the servers are stopped
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+atexit.register(_stop_all)
+_PREVIOUS = {}
+if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+    for _signum in (signal.SIGTERM, signal.SIGHUP):
+        _PREVIOUS[_signum] = signal.getsignal(_signum)
+        signal.signal(_signum, _on_signal)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent (pytest) dies (Linux ``prctl``; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 class Server:
     """``python -m spladekit serve`` in a subprocess (own session), stopped by its PID."""
 
@@ -80,28 +138,30 @@ class Server:
         self.log = log
         command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", str(self.port), *options]
         with open(log, "wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
+        _RUNNING[self.process.pid] = self.process
+        try:
+            self._wait_healthy()
+        except BaseException:  # not answering, or pytest interrupted meanwhile: stopped here
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.process.returncode}:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(f"the server exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"the server did not answer /health within 90 s:\n{log.read_text()[-3000:]}")
+        raise RuntimeError(f"the server did not answer /health within 90 s:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)  # uvicorn's supervisor stops its workers on SIGTERM
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)  # its own session: the workers it started
-                self.process.wait(timeout=10)
+        _stop(self.process)
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +186,20 @@ def guarded(scifact_index, tmp_path_factory):
                      "--queue-size", "1", "--max-batch", "1", "--max-wait-ms", "0")
     running.key = "s3cret-key"
     try:
+        _wait_for_workers(running, 2)
         yield running
     finally:
         running.stop()
+
+
+def _wait_for_workers(running: Server, workers: int) -> None:
+    """Until ``/health`` on fresh connections has answered from ``workers`` processes (each loads its own
+    index and encoder; one not yet listening gets no connections)."""
+    seen, deadline = set(), time.monotonic() + 90
+    while len(seen) < workers:
+        assert time.monotonic() < deadline, f"{len(seen)} of {workers} workers answered within 90 s"
+        seen.add(httpx.get(running.url + "/health").json()["pid"])
+        time.sleep(0.05)
 
 
 def _vector(row) -> dict:
@@ -220,6 +291,138 @@ def test_health_info_and_openapi(server, scifact_index):
     assert httpx.get(server.url + "/docs").status_code == 200
 
 
+# ----------------------------------------------------------------------------------- other query encoders
+def _index_with_query_model(index, folder: Path, model: Path):
+    """The module's document vectors as a new index whose recorded query model is ``model``."""
+    from spladekit.index.index import Index
+
+    metadata = {"model": str(model), "query_max_length": index.metadata["query_max_length"]}
+    return Index.from_vectors(folder, index.docs, index.doc_ids, metadata=metadata)
+
+
+@pytest.fixture(scope="module")
+def onnx_served(scifact_index, tmp_path_factory):
+    """splade-tiny exported by ``spladekit export-model`` (ONNX), recorded as an index's query model, served."""
+    index, _ = scifact_index
+    root = tmp_path_factory.mktemp("onnx")
+    command = [sys.executable, "-m", "spladekit", "export-model", "--model", index.metadata["model"], "--out", str(root / "model")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    served = _index_with_query_model(index, root / "index", root / "model")
+    running = Server(served.folder, root / "server.log", "--threads", "1")
+    try:
+        yield served, running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def inference_free_served(scifact_index, tmp_path_factory):
+    """splade-tiny with spladekit's inference-free query side (IDF term weights of the 120 documents,
+    saved by ``save_pretrained``: ``query_weights.safetensors`` and the sentence-transformers Router
+    files), recorded as an index's query model, served."""
+    from spladekit.data.beir import load_beir  # noqa: F401  (the shared data are there: scifact_index found them)
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.inference_free import make_inference_free
+
+    index, queries = scifact_index
+    root = tmp_path_factory.mktemp("inference_free")
+    encoder = SpladeEncoder.from_pretrained(index.metadata["model"])
+    make_inference_free(encoder, queries + [" ".join(queries)])  # any texts: the weights only need to be a table
+    encoder.save_pretrained(root / "model")
+    served = _index_with_query_model(index, root / "index", root / "model")
+    running = Server(served.folder, root / "server.log", "--threads", "1")
+    try:
+        yield served, running, encoder
+    finally:
+        running.stop()
+
+
+def test_onnx_query_model_through_the_server_equals_index_search(onnx_served, scifact_index):
+    served, running = onnx_served
+    _, queries = scifact_index
+    info = httpx.get(running.url + "/info").json()
+    assert info["query_encoder"]["kind"] == "onnx"
+    want = served.search(queries, k=K).hits  # Index.search encodes them in onnxruntime too (index/search.query_encoder)
+    one = httpx.post(running.url + "/search", json={"query": queries, "k": K}, timeout=60)
+    assert one.status_code == 200, one.text
+    _assert_close_ranking(_hits(one.json()), want)
+    alone = asyncio.run(_concurrent(running.url, [{"query": q, "k": K} for q in queries]))
+    assert all(r.status_code == 200 for r in alone)
+    _assert_close_ranking([_hits(r.json())[0] for r in alone], want)
+
+
+def test_inference_free_query_side_through_the_server_equals_index_search(inference_free_served, scifact_index):
+    served, running, encoder = inference_free_served
+    _, queries = scifact_index
+    info = httpx.get(running.url + "/info").json()
+    assert info["query_encoder"]["kind"].startswith("inference-free")
+    want = served.search(queries, k=K).hits
+    alone = asyncio.run(_concurrent(running.url, [{"query": q, "k": K} for q in queries]))
+    assert all(r.status_code == 200 for r in alone)
+    # exactly equal: an inference-free query is a table look-up per token (no float arithmetic that
+    # depends on the batch), then the same Index.search on the same float32 vector
+    assert [_hits(r.json())[0] for r in alone] == want
+    # the query's terms, computed here from the tokenizer and the weight table alone
+    terms = httpx.post(running.url + "/search", json={"query": queries[0], "k": 1, "fields": "terms", "top_terms": 1000}).json()
+    ids = encoder.tokenizer(queries[0], add_special_tokens=False, truncation=True,
+                            max_length=served.metadata["query_max_length"])["input_ids"]
+    weights = encoder.query_weights.numpy()
+    expected = {encoder.tokenizer.convert_ids_to_tokens(j): float(weights[j]) for j in set(ids) if weights[j] > 0}
+    assert {t["term"]: t["weight"] for t in terms["results"][0]["terms"]} == expected
+
+
+@pytest.fixture(scope="module")
+def impatient(scifact_index, tmp_path_factory):
+    """A server whose requests time out after 0.5 s, bodies after 1 s, batches of at most 40 queries."""
+    index, _ = scifact_index
+    running = Server(index.folder, tmp_path_factory.mktemp("timeout") / "server.log", "--threads", "1",
+                     "--request-timeout", "0.5", "--body-timeout", "1", "--max-batch", "40")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_request_timeout_through_the_server_then_the_next_request_served(impatient, scifact_index):
+    """Eight requests of 40 long texts each (one batch each; ≥ 0.1 s of encoding apiece on splade-tiny,
+    so at least the later ones wait past 0.5 s in the queue): they are answered 503 with Retry-After and a
+    message naming the timeout; the server then answers the next request as usual."""
+    _, queries = scifact_index
+    long = [((q + " ") * 20)[:1900] for q in queries]  # under max_query_chars; the tokenizer truncates to the query max length
+    responses = asyncio.run(_concurrent(impatient.url, [{"query": long, "k": K}] * 8))
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 503} and 503 in codes, codes
+    for r in responses:
+        if r.status_code == 503:
+            assert "request timeout (0.5 s)" in r.json()["error"] and int(r.headers["retry-after"]) >= 1
+    deadline = time.monotonic() + 30  # the batch that was running when they timed out finishes (its answer dropped)
+    while httpx.get(impatient.url + "/health").json()["waiting"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K})
+    assert after.status_code == 200, after.text
+    assert _hits(after.json()) == _hits(httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K}).json())
+
+
+def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(impatient):
+    """A client that sends 10 of the 200 bytes it announced and waits: other clients are served
+    meanwhile; after the body timeout (1 s) it gets 408 naming the body and the connection is closed
+    (before, uvicorn waited for the rest as long as the client stayed)."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as slow:
+        began = time.monotonic()
+        slow.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"query\": ")
+        assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
+        answer = b""
+        while chunk := slow.recv(65536):  # to the end: the server closes the connection
+            answer += chunk
+        waited = time.monotonic() - began
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
+    assert json.loads(body)["error"].startswith("body: the request body was not received within 1 s (10 bytes came of 200)")
+    assert 1.0 <= waited < 15, waited
+    assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
+
+
 # ----------------------------------------------------------------------------------- bad requests
 def _vec(indices, values):
     return {"vector": {"indices": indices, "values": values}}
@@ -285,6 +488,33 @@ def test_api_key_refused_and_accepted(guarded):
     assert httpx.post(guarded.url + "/search", json=body, headers=right).status_code == 200
     assert httpx.get(guarded.url + "/info", headers=right).json()["server"]["settings"]["workers"] == 2
     assert httpx.get(guarded.url + "/health").status_code == 200  # liveness needs no key
+
+
+def test_workers_each_accept_their_own_connections(guarded):
+    """16 keep-alive connections opened at once reach both workers (each worker listens on its own
+    SO_REUSEPORT socket, spladekit.serve.workers; with one shared socket the first awake worker took
+    nearly all). The kernel spreads them by a hash of the client's port: all 16 on one worker has
+    probability 2 / 2**16."""
+    async def pids():
+        clients = [httpx.AsyncClient(base_url=guarded.url, timeout=30) for _ in range(16)]
+        try:
+            return [r.json()["pid"] for r in await asyncio.gather(*(c.get("/health") for c in clients))]
+        finally:
+            await asyncio.gather(*(c.aclose() for c in clients))
+
+    assert len(set(asyncio.run(pids()))) == 2
+
+
+def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index):
+    index, _ = scifact_index
+    command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--port", str(guarded.port), "--workers", "2"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent)
+    _RUNNING[process.pid] = process
+    try:
+        _, stderr = process.communicate(timeout=120)  # bounded: one that bound the port would serve on
+    finally:
+        _stop(process)  # and its workers, by its process group
+    assert process.returncode == 2 and f"cannot bind 127.0.0.1:{guarded.port}" in stderr, stderr[-2000:]
 
 
 def test_503_with_retry_after_past_a_queue_of_one(guarded, scifact_index):

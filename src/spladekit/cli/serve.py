@@ -25,6 +25,7 @@ def serve(
     max_wait_ms: float = typer.Option(2.0, help="longest wait for more requests once a batch has its first"),
     queue_size: int = typer.Option(256, help="requests waiting per worker; past it 503 with Retry-After"),
     request_timeout_s: float = typer.Option(10.0, "--request-timeout", help="seconds before a waiting request gets 503"),
+    body_timeout_s: float = typer.Option(10.0, "--body-timeout", help="seconds to receive a request's body; then 408, connection closed"),
     max_body_bytes: int = typer.Option(1 << 20, help="larger request bodies get 413"),
     max_k: int = typer.Option(1000, help="largest k a request may ask"),
     max_query_chars: int = typer.Option(2000, help="longest query text, characters"),
@@ -47,11 +48,12 @@ def serve(
     try:
         config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
                              max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size, request_timeout_s=request_timeout_s,
-                             max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars, max_queries=max_queries,
+                             body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars,
+                             max_queries=max_queries,
                              max_connections=max_connections, api_key_file=str(api_key_file.resolve()) if api_key_file else None,
                              access_log=access_log)
     except ValidationError as exc:
-        fail(options_error(exc, {"request_timeout_s": "--request-timeout"}))
+        fail(options_error(exc, {"request_timeout_s": "--request-timeout", "body_timeout_s": "--body-timeout"}))
     try:
         if config.api_key_file:
             read_api_key(config.api_key_file)  # refused here, before any worker starts
@@ -74,10 +76,19 @@ def serve(
         del service
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    uvicorn.run("spladekit.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers,
-                http="spladekit.serve.app:NoDelayHTTPProtocol",
-                limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
+    settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.app:NoDelayHTTPProtocol",
+                    limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
+    if workers == 1:
+        uvicorn.run("spladekit.serve.app:app_from_environment", **settings)
+        return
+    from spladekit.serve.workers import run_workers
 
+    # each worker on its own SO_REUSEPORT socket: with uvicorn's one shared socket, the worker that
+    # woke first took the connections then waiting (spladekit.serve.workers)
+    try:
+        run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings))
+    except OSError as exc:
+        fail(exc)
 
 def _loopback(host: str) -> bool:
     if host == "localhost":

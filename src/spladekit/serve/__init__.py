@@ -2,6 +2,7 @@
 
 :mod:`spladekit.serve.app` (endpoints, status codes, the service of one worker),
 :mod:`spladekit.serve.batching` (micro-batching, the bounded queue),
-:mod:`spladekit.serve.schemas` (request and response models, the rules a request must follow).
+:mod:`spladekit.serve.schemas` (request and response models, the rules a request must follow),
+:mod:`spladekit.serve.workers` (several worker processes, each on its own ``SO_REUSEPORT`` socket).
 Needs the ``serve`` extra: ``pip install 'spladekit[serve]'``.
 """

@@ -13,8 +13,8 @@ Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
   hash, ...), the query encoder, the backends, the server's settings and version.
 
 Status codes: 200; 400 malformed JSON (naming line and column); 401 missing or wrong API key;
-413 body over ``max_body_bytes``; 422 a field refused (each named in ``problems``); 503 queue
-full or request timed out (``Retry-After`` in seconds); 500 an unexpected failure of one batch
+408 body not received within ``body_timeout_s``; 413 body over ``max_body_bytes``; 422 a field
+refused (each named in ``problems``); 503 queue full or request timed out (``Retry-After`` in seconds); 500 an unexpected failure of one batch
 (logged; the server goes on). Every error body is :class:`~spladekit.serve.schemas.ErrorResponse`.
 
 What a request cannot do: write anything (the index folder is only read: the Seismic index is
@@ -28,6 +28,7 @@ Several worker processes (``workers``) each run this application: each maps the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import json
 import logging
@@ -67,7 +68,8 @@ class ServeConfig(BaseModel):
         threads: torch/Seismic threads per worker (None: CPU cores // workers, at least 1).
         max_batch: queries per micro-batch; max_wait_ms: longest wait for more requests.
         queue_size: requests waiting per worker; one more is answered 503.
-        request_timeout_s: a request not answered by then gets 503.
+        request_timeout_s: a request not answered by then (from when its body is read) gets 503.
+        body_timeout_s: a request body not received whole by then gets 408 (connection closed).
         max_body_bytes: larger request bodies get 413.
         max_k, max_query_chars, max_queries: request limits (422 past them).
         max_connections: open connections per worker (uvicorn's ``limit_concurrency``; 503 past it).
@@ -86,6 +88,7 @@ class ServeConfig(BaseModel):
     max_wait_ms: float = Field(2.0, ge=0, allow_inf_nan=False)
     queue_size: int = Field(256, ge=1)
     request_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+    body_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     max_body_bytes: int = Field(1 << 20, ge=64)
     max_k: int = Field(1000, ge=1)
     max_query_chars: int = Field(2000, ge=1)
@@ -301,11 +304,19 @@ def _error(status: int, message: str, problems: list | None = None, headers: dic
 
 class BodyLimit:
     """ASGI middleware: request bodies over ``max_bytes`` get 413 (by ``Content-Length`` before
-    reading, else while reading a chunked body); the body read is handed on whole."""
+    reading, else while reading a chunked body), bodies not received whole within ``timeout_s`` get
+    408 and the connection is closed; the body read is handed on whole.
 
-    def __init__(self, app, max_bytes: int):
+    The time bound is for a client that sends less than its ``Content-Length`` (or stops inside a
+    chunked body) and waits: uvicorn has no timeout of its own while a body is read (its
+    ``timeout_keep_alive`` runs only between requests), so each such client held its connection
+    (one of ``max_connections``) until it went away. The request never reached the queue, so it held
+    no place there."""
+
+    def __init__(self, app, max_bytes: int, timeout_s: float):
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -314,8 +325,15 @@ class BodyLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             return await self._refuse(scope, receive, send)
         chunks, received, more = [], 0, True
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except asyncio.TimeoutError:
+                response = _error(408, f"body: the request body was not received within {self.timeout_s:g} s "
+                                       f"({received} bytes came{f' of {int(declared)}' if declared else ''})",
+                                  headers={"Connection": "close"})
+                return await response(scope, receive, send)
             if message["type"] != "http.request":  # the client left
                 return
             chunk = message.get("body", b"")
@@ -356,13 +374,19 @@ def create_app(config: ServeConfig, service: Service | None = None):
 
     @asynccontextmanager
     async def lifespan(_app):
+        # the ~425,000 objects of torch, transformers and the model, loaded once, out of the garbage
+        # collector's sight (gc.freeze): a full collection walked them all, 300 ms on the SciFact
+        # server, stalling every request in flight (the p99 of 330 ms against a p50 of 39 ms in
+        # benchmarks/serve.py); after the freeze a full collection takes microseconds
+        gc.collect()
+        gc.freeze()
         batcher.start()
         yield
         await batcher.stop()
 
     app = FastAPI(title="spladekit", version=spladekit.__version__, lifespan=lifespan,
                   description=f"SPLADE retrieval over {service.num_docs} documents (index {Path(config.index).name}).")
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
     app.state.service, app.state.batcher = service, batcher
     SearchRequest = service.request_model
 

@@ -1,0 +1,83 @@
+"""Several worker processes on one port, each with its own accept queue (``SO_REUSEPORT``).
+
+uvicorn's ``--workers N`` binds one listening socket in the supervisor and hands it to every
+worker: they all accept from one queue, and whichever worker wakes first takes every connection
+then waiting (asyncio accepts up to the backlog per wake-up). Keep-alive clients stay on the
+worker that accepted them, so 8 clients opened at once were measured landing 8/0, 7/1, 5/3, 7/1
+on 2 workers (``/health``'s ``pid`` on 8 fresh connections, 5 trials): one worker computed while
+the other idled. Here every worker binds its own socket to the address with ``SO_REUSEPORT``
+(Linux ≥ 3.9): the kernel spreads new connections over the workers' sockets by a hash of the
+connection's addresses and ports. The supervisor holds one more socket bound to the address
+(reserving it, after checking that nothing else holds it: a second server on the port fails at
+once, naming the address) that never listens, so it is given no connections.
+
+Limits: the spread is by hash, not by load (a few connections may still split unevenly); the
+connections waiting in a worker's queue when that worker dies are reset; only processes of the
+same user can bind the port alongside (the kernel's rule for ``SO_REUSEPORT``).
+"""
+
+from __future__ import annotations
+
+import socket
+
+
+def _reuse_port_socket(family: int, address: tuple) -> socket.socket:
+    """A socket bound to ``address`` with ``SO_REUSEPORT`` (asyncio makes it listen)."""
+    sock = socket.socket(family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    return sock
+
+
+class ReservedAddress(socket.socket):
+    """The supervisor's socket: bound with ``SO_REUSEPORT``, never listening. Handed to a worker
+    process (pickled by multiprocessing's spawn), it becomes a new socket of the worker's own bound
+    to the same address, not a copy of this one."""
+
+    def __reduce__(self):
+        return _reuse_port_socket, (self.family, self.getsockname()[:2])
+
+
+def reserve(host: str, port: int) -> ReservedAddress:
+    """Bind ``host:port`` (port 0: a free one) for worker processes that bind it too.
+
+    The address is first bound by a plain socket (no ``SO_REUSEPORT``), which fails while any
+    socket holds it — another ``spladekit serve`` of the same user included, whose ``SO_REUSEPORT``
+    sockets would otherwise let this one bind alongside and take a share of its connections (two
+    servers, perhaps of two indexes, on one port). Between that probe and the reservation the
+    address is free for an instant (a server started in that instant is not detected).
+
+    Raises:
+        OSError: the address cannot be bound (in use, not local, ...), naming it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    probe, sock = socket.socket(family), ReservedAddress(family)
+    try:
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
+        probe.close()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from None
+    finally:
+        probe.close()
+    return sock
+
+
+def run_workers(config) -> None:
+    """Run ``config`` (a ``uvicorn.Config`` with ``workers`` > 1) under uvicorn's supervisor, each
+    worker on its own ``SO_REUSEPORT`` socket (:class:`ReservedAddress`). Returns when the
+    supervisor stops (SIGINT / SIGTERM).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    from uvicorn.supervisors import Multiprocess
+
+    sock = reserve(config.host, config.port)
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
