@@ -319,3 +319,23 @@ def test_search_top_k_cut_among_ties_follows_the_same_rule():
     assert [d for d, _ in sorted_ranking(run["q"])] == ["w", "v", "x"]
     with pytest.raises(ValueError, match="document ids"):
         exact_search(query, docs, k=3, doc_ids=doc_ids[:2])
+
+
+def test_grades_beyond_what_trec_eval_can_hold_are_refused(tmp_path):
+    """trec_eval holds one entry per grade value up to the largest; a grade of 3e9 gave nDCG@10 = 0.0 for
+    every query. The largest accepted grade still evaluates by the formula: ideal order d1 (gain G) then
+    d2 (gain 1); the run puts d2 first, so nDCG@10 = (1 + G/log2 3) / (G + 1/log2 3)."""
+    from spladekit.data.trec import GRADE_MAX, read_qrels
+    from spladekit.errors import DataFormatError
+
+    run = {"q": {"d1": 1.0, "d2": 2.0}}
+    got = evaluate(run, {"q": {"d1": GRADE_MAX, "d2": 1}}, ["nDCG@10"])["nDCG@10"]
+    G = GRADE_MAX
+    assert got == pytest.approx((1 + G / math.log2(3)) / (G + 1 / math.log2(3)), rel=1e-12)
+    with pytest.raises(ValueError, match="above"):
+        evaluate(run, {"q": {"d1": GRADE_MAX + 1, "d2": 1}}, ["nDCG@10"])
+    path = tmp_path / "qrels.tsv"
+    path.write_text(f"query-id\tcorpus-id\tscore\nq\td1\t1\nq\td2\t3000000000\n")
+    with pytest.raises(DataFormatError, match="outside") as info:
+        read_qrels(path)
+    assert (info.value.line, info.value.field) == (3, "grade")

@@ -19,6 +19,11 @@ from spladekit.io import atomic_write, iter_lines
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 
+# trec_eval (through pytrec_eval / ir_measures) holds one entry per grade value up to the largest
+# grade: measured here +0.8 GB of memory for one grade of 1e8, and a grade of 3e9 gave nDCG@10 = 0.0
+# for every query (or the process killed for memory). Real qrels grade 0-4; 2**20 costs 8 MB.
+GRADE_MIN, GRADE_MAX = -(2**31), 2**20
+
 
 def _grade(path: Path, number: int, token: str) -> int:
     try:
@@ -27,6 +32,10 @@ def _grade(path: Path, number: int, token: str) -> int:
         raise DataFormatError(path, f"grade {token!r} is not a number", line=number, field="grade") from exc
     if not math.isfinite(value) or value != int(value):
         raise DataFormatError(path, f"grade {token!r} is not an integer", line=number, field="grade")
+    if not GRADE_MIN <= value <= GRADE_MAX:  # see GRADE_MAX
+        raise DataFormatError(path, f"grade {token!r} is outside [{GRADE_MIN}, {GRADE_MAX}]: trec_eval (pytrec_eval, "
+                              "ir_measures) allocates memory for every grade value up to the largest", line=number,
+                              field="grade")
     return int(value)
 
 
@@ -37,7 +46,7 @@ def read_qrels(path: str | Path) -> Qrels:
         ``{query_id: {doc_id: grade}}``. Grade 0 means judged non-relevant and is kept.
 
     Raises:
-        DataFormatError: wrong column count, a non-integer grade, a repeated (query, doc) pair with a
+        DataFormatError: wrong column count, a non-integer grade or one outside [-2**31, 2**20] (GRADE_MAX), a repeated (query, doc) pair with a
             different grade, or an empty file.
     """
     path = Path(path)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from spladekit.data.trec import Qrels, Run, sorted_ranking
+from spladekit.data.trec import GRADE_MAX, Qrels, Run, sorted_ranking
 
 ALIASES = {"MRR": "RR", "MAP": "AP"}
 DEFAULT_MEASURES = ("nDCG@10", "MRR@10", "R@100", "R@1000")
@@ -238,12 +238,17 @@ def evaluate(
         ``removed_query_id_docs`` and ``conventions`` (:meth:`EvalConventions.to_dict`).
 
     Raises:
-        ValueError: unknown measure or empty qrels.
+        ValueError: unknown measure, empty qrels, or a grade above :data:`spladekit.data.trec.GRADE_MAX`
+            (trec_eval allocates memory per grade value: a grade of 3e9 gave 0.0 everywhere).
     """
     measures = list(measures)
     conventions = as_conventions(conventions)
     if not qrels:
         raise ValueError("qrels are empty: nothing to evaluate")
+    top = max((grade for docs in qrels.values() for grade in docs.values()), default=0)
+    if top > GRADE_MAX:
+        raise ValueError(f"qrels grade {top} is above {GRADE_MAX}: trec_eval allocates memory for every grade "
+                         "value up to the largest (see spladekit.data.trec.GRADE_MAX)")
     ranked, removed = prepare_run(run, conventions)
     values = _per_query(ranked, qrels, measures, conventions)
     if per_query is not None:
