@@ -647,3 +647,18 @@ def test_read_yaml_refuses_repeated_keys_naming_the_line(tmp_path):
     with pytest.raises(DataFormatError, match="more than once") as info:
         read_yaml(path)
     assert (info.value.line, info.value.field) == (4, "lr")
+
+
+@pytest.mark.parametrize("line, field, words", [
+    ('{"_id": "31715818 X", "text": "t"}', "_id", "white space"),  # would fail only when the run is written
+    ('{"_id": "d2", "_id": "zz", "text": "t"}', "_id", "more than once"),  # json kept "zz" in silence
+])
+def test_corpus_ids_a_run_cannot_hold_and_repeated_keys_are_refused_when_read(tmp_path, line, field, words):
+    from spladekit.data.beir import read_corpus
+    from spladekit.errors import DataFormatError
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": "d1", "text": "first"}\n' + line + "\n")
+    with pytest.raises(DataFormatError, match=words) as info:
+        read_corpus(path)
+    assert (info.value.path, info.value.line, info.value.field) == (path, 2, field)

@@ -234,12 +234,13 @@ def read_json(path: str | Path) -> Any:
         raise DataFormatError(path, f"cannot read ({exc})") from exc
 
 
-def read_jsonl(path: str | Path, skip_blank: bool = True, object_pairs_hook=None) -> Iterator[tuple[int, Any]]:
+def read_jsonl(path: str | Path, skip_blank: bool = True, object_pairs_hook=_refuse_repeated_keys) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, record)`` for each line of a JSON Lines file (``.gz`` read transparently).
 
     Raises:
-        DataFormatError: a line is not valid JSON (naming file and line), or the file cannot be read
-            (see :func:`iter_lines`).
+        DataFormatError: a line is not valid JSON (naming file and line), repeats a key within one
+            object (the default ``object_pairs_hook``, as :func:`read_json`; naming line and key), or the
+            file cannot be read (see :func:`iter_lines`).
     """
     from spladekit.errors import DataFormatError
 
@@ -249,6 +250,9 @@ def read_jsonl(path: str | Path, skip_blank: bool = True, object_pairs_hook=None
             continue
         try:
             yield number, json.loads(line, object_pairs_hook=object_pairs_hook)
+        except _RepeatedKey as exc:
+            raise DataFormatError(path, "the key appears more than once in one object (which value is meant?)",
+                                  line=number, field=exc.key) from exc
         except json.JSONDecodeError as exc:
             raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=number) from exc
 

@@ -62,7 +62,7 @@ def read_records(path: str | Path, required: tuple[str, ...]):
 
     Raises:
         DataFormatError: a line is not a JSON object, lacks or mistypes a ``required`` field, has an
-            empty ``_id``; or the file holds no record.
+            empty ``_id`` or one with white space inside; or the file holds no record.
     """
     from spladekit.io import read_jsonl
 
@@ -79,6 +79,11 @@ def read_records(path: str | Path, required: tuple[str, ...]):
                 raise DataFormatError(path, f"expected a string, got {type(record[key]).__name__}", line=number, field=key)
         if "_id" in required and not str(record["_id"]).strip():
             raise DataFormatError(path, "empty id", line=number, field="_id")
+        if "_id" in required and any(c.isspace() for c in str(record["_id"]).strip()):
+            # refused here, not when the run is written after hours of encoding (TREC runs and
+            # qrels are white-space separated: such an id cannot be one of their columns)
+            raise DataFormatError(path, f"id {str(record['_id']).strip()!r} contains white space, which a TREC run "
+                                  "file cannot hold (rename the id)", line=number, field="_id")
         yield number, record
     if empty:
         raise DataFormatError(path, "file is empty")
