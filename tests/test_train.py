@@ -359,3 +359,23 @@ def test_fused_and_plain_heads_train_alike(tiny, tmp_path):
     # exact: counts of weights > 0, and every max logit of this tiny model sits ≥ 0.8 above 0 (its
     # bias is +1), far beyond the float32 rounding (~1e-6) by which the two heads' logits differ
     assert [r["active_d"] for r in fused] == [r["active_d"] for r in plain]
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("lr", float("inf"), "finite"),  # passed gt=0; the run stopped at step 2 with a non-finite loss
+    ("steps", True, "boolean"),  # pydantic's lax mode read it as 1 step
+    ("regularizer.lambda_d", True, "boolean"),
+    ("seed", 10**23, "less than or equal"),  # was accepted, then torch.manual_seed overflowed
+])
+def test_settings_refuse_non_finite_boolean_and_out_of_range_numbers(tmp_path, field, value, words):
+    import yaml
+
+    from spladekit.errors import DataFormatError
+    from spladekit.train.config import load_config
+
+    *section, key = field.split(".")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({section[0]: {key: value}} if section else {key: value}))
+    with pytest.raises(DataFormatError, match=words) as info:
+        load_config(path)
+    assert info.value.field == field and info.value.path == path

@@ -18,18 +18,16 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
 from spladekit.model.calibrate.spec import RescaleSpec  # noqa: F401  (the one rescale specification)
 from spladekit.overrides import apply_overrides
+from spladekit.settings import Settings
+
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _check_name(value: str) -> str:
@@ -38,7 +36,7 @@ def _check_name(value: str) -> str:
     return value
 
 
-class EmulationSpec(_Strict):
+class EmulationSpec(Settings):
     """Arguments of :func:`spladekit.model.calibrate.emulate.emulate_large_head`: how the backbone's
     MLM head is inflated to emulate a large-norm backbone (formulas in that module's docstring).
 
@@ -58,7 +56,7 @@ class EmulationSpec(_Strict):
     seed: int = 0
 
 
-class BackboneSpec(_Strict):
+class BackboneSpec(Settings):
     """One backbone of the grid.
 
     Attributes:
@@ -105,7 +103,7 @@ class BackboneSpec(_Strict):
                 "ln_gain": f"head LayerNorm gain ×{e.factor:g}"}[e.kind]
 
 
-class TreatmentSpec(_Strict):
+class TreatmentSpec(Settings):
     """A head treatment: ``rescale: null`` leaves the head as it is; otherwise a
     :class:`~spladekit.model.calibrate.spec.RescaleSpec` (the grid turns ``force`` on for a backbone
     with ``inflate``, which is rescaled again on purpose; a ``force: true`` given here is kept)."""
@@ -123,7 +121,7 @@ def scale_label(value: float) -> str:
     return f"{value:g}"
 
 
-class SweepSpec(_Strict):
+class SweepSpec(Settings):
     """A factor sweep on one backbone: constant-factor treatments chosen so that the head's *net*
     scale at initialisation (emulation factor ``c`` × treatment factor ``F``, relative to the original
     head) takes each value of ``net_scales``, i.e. ``F = s / c``.
@@ -152,7 +150,7 @@ class SweepSpec(_Strict):
         return values
 
 
-class DiagnosisSpec(_Strict):
+class DiagnosisSpec(Settings):
     """Sample text for :func:`diagnose_mlm_head` and for calibrated rescaling: the first
     ``num_texts`` documents of ``dataset``'s corpus (BEIR folder or name)."""
 
@@ -162,7 +160,7 @@ class DiagnosisSpec(_Strict):
     max_tokens: int = Field(1024, ge=1)
 
 
-class EvalDatasetSpec(_Strict):
+class EvalDatasetSpec(Settings):
     """One evaluation set.
 
     Attributes:
@@ -200,7 +198,7 @@ class EvalDatasetSpec(_Strict):
         return self
 
 
-class EvaluationSpec(_Strict):
+class EvaluationSpec(Settings):
     """Evaluation of every trained model: encoding settings and the sets.
 
     ``query_max_length`` / ``doc_max_length`` / ``doc_top_k`` left as None use the trained model's
@@ -222,7 +220,7 @@ class EvaluationSpec(_Strict):
         return [("in_domain", d) for d in self.in_domain] + [("out_of_domain", d) for d in self.out_of_domain]
 
 
-class ReportSpec(_Strict):
+class ReportSpec(Settings):
     """Options of the report (:mod:`spladekit.reproduce.report`).
 
     Attributes:
@@ -239,7 +237,7 @@ class ReportSpec(_Strict):
     permutations: int = Field(10_000, ge=1)
 
 
-class ReproduceConfig(_Strict):
+class ReproduceConfig(Settings):
     """A whole reproduction grid; see the module docstring."""
 
     name: str

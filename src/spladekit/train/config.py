@@ -10,19 +10,16 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
 from spladekit.model.calibrate.spec import RescaleSpec
 from spladekit.overrides import apply_overrides
+from spladekit.settings import Settings
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class ModelConfig(_Strict):
+class ModelConfig(Settings):
     """The backbone: a masked-LM folder or hub id, the SPLADE head, and the max lengths (tokens)."""
 
     path: str = "rasyosef/splade-tiny"
@@ -51,7 +48,7 @@ class RescaleConfig(RescaleSpec):
     sample_texts: int = Field(256, ge=1)
 
 
-class ColumnsConfig(_Strict):
+class ColumnsConfig(Settings):
     """Which dataset columns are the query, the positive, the hard negatives and the teacher scores
     (``data.format: hf``). A field left None follows the sentence-transformers conventions
     (:mod:`spladekit.train.hf`): score column ``score``/``label``, ``*_id`` columns are ids, the other
@@ -64,7 +61,7 @@ class ColumnsConfig(_Strict):
     query_id: str | None = None
 
 
-class DataConfig(_Strict):
+class DataConfig(Settings):
     """Training data.
 
     Formats:
@@ -98,7 +95,7 @@ class DataConfig(_Strict):
     cache_dir: str | None = Field(None, description="hf: the datasets cache folder (default: datasets' own)")
 
 
-class LossConfig(_Strict):
+class LossConfig(Settings):
     """Ranking loss: ``infonce`` (contrastive), ``margin_mse`` or ``kl`` (distillation).
 
     For distillation the first step compares the teacher's score scale with the student's and warns
@@ -112,7 +109,7 @@ class LossConfig(_Strict):
                                       "(None: no check)")
 
 
-class RegularizerConfig(_Strict):
+class RegularizerConfig(Settings):
     """Sparsity regulariser ``flops`` or ``l1`` with weights λ_q, λ_d and quadratic warm-up over
     ``warmup_steps`` (λ_t = λ·min(1, t/T)²)."""
 
@@ -122,7 +119,7 @@ class RegularizerConfig(_Strict):
     warmup_steps: int = Field(0, ge=0)
 
 
-class MonitorConfig(_Strict):
+class MonitorConfig(Settings):
     """Stability alarms: dense collapse when the mean active terms exceed ``dense_fraction``·V after
     the regulariser warm-up; zero collapse when every vector of a side is all-zero."""
 
@@ -131,7 +128,7 @@ class MonitorConfig(_Strict):
     logit_sample: int = Field(2, ge=0, description="documents whose token logits are summarised per step")
 
 
-class DevConfig(_Strict):
+class DevConfig(Settings):
     """Retrieval evaluation on a dev set every ``eval_every`` steps (:mod:`spladekit.train.dev`).
 
     ``data`` is a BEIR folder or name read with ``split`` (a test split is refused); without it the
@@ -161,7 +158,7 @@ class DevConfig(_Strict):
         return self
 
 
-class TrainConfig(_Strict):
+class TrainConfig(Settings):
     """A SPLADE training run.
 
     ``batch_size`` is the *global* batch (queries per optimiser step, over all processes and
@@ -182,7 +179,8 @@ class TrainConfig(_Strict):
     warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, then linear decay to 0")
     max_grad_norm: float | None = Field(1.0, gt=0.0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1 - 1024, description="random seed (rank r of a distributed run uses seed + r; "
+                      "numpy and torch take seeds below 2**32)")
     log_every: int = Field(1, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0: only the final model")
     keep_checkpoints: int = Field(2, ge=1)

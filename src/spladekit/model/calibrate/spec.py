@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from spladekit.settings import Settings
 
 
-class RescaleSpec(BaseModel):
+class RescaleSpec(Settings):
     """How to rescale the MLM head.
 
     ``mode=None`` leaves the head unchanged; ``factor`` alone means ``mode="factor"``.
@@ -26,8 +28,6 @@ class RescaleSpec(BaseModel):
     Raises (at validation):
         ValueError: a mode without the value it needs.
     """
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     mode: Literal["factor", "match_norm", "target_logit"] | None = None
     factor: float | None = Field(None, gt=0.0)
