@@ -96,8 +96,10 @@ def run_units(work: Callable[[Unit], None], units: Iterable[Unit], threads: int)
     # grad mode and inference mode are thread-local in torch: the workers take the caller's, so
     # that writing into outputs the caller made under torch.inference_mode() is allowed there too
     inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+    caller = torch.get_num_threads()
 
     def drain() -> None:
+        torch.set_num_threads(1)  # again: the caller's set_num_threads since the last call reached the workers too
         with torch.inference_mode(inference), torch.set_grad_enabled(grad):
             _drain()
 
@@ -120,5 +122,6 @@ def run_units(work: Callable[[Unit], None], units: Iterable[Unit], threads: int)
         futures.append(future)
     for future in futures:  # wait for all before raising: no worker may still write into the outputs
         future.exception()
+    torch.set_num_threads(caller)  # the workers' setting reached the caller's thread too: put its own back
     for future in futures:
         future.result()
