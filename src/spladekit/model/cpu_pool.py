@@ -14,7 +14,13 @@ other workers take the rest. There is one wait per call (for the last unit), not
 
 torch keeps a process-wide default that threads created later start from; setting the workers to
 one thread would change it, so the calling thread sets it back to its own value right after the
-workers have started (:func:`_pool`).
+workers have started (:func:`_pool`). That reset (and any ``torch.set_num_threads`` of the caller
+later) reaches the workers too: measured on the project's 2-vCPU Xeon, two workers doing 2 × the
+vocabulary products of one took 0.90 s against 0.34 s for one worker after the caller's
+``set_num_threads(2)`` (0.75× scaling), and 0.47 s against 0.39 s (1.65×) when each worker set its
+count to 1 again before working; ``mkl_set_num_threads_local(1)`` alone did not help (0.62×). So
+every call's workers set their count to 1 at the start and the caller puts its own back at the end
+(:func:`run_units`).
 """
 
 from __future__ import annotations
