@@ -170,3 +170,95 @@ def test_workers_leave_torch_thread_default_alone():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert "COUNTS 2 2" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _tiny_splade(seed=0):
+    from conftest import make_tiny_bert
+
+    from spladekit.model.splade import SpladeModel
+
+    return SpladeModel(make_tiny_bert(301, seed), head_impl="fused")
+
+
+def _batch(B, L, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 301, (B, L), generator=gen)
+    lengths = torch.randint(1, L + 1, (B,), generator=gen)
+    lengths[0] = L // 2  # no row is full length in the first slice: its trailing columns are dropped
+    mask = (torch.arange(L)[None, :] < lengths[:, None]).long()  # right padding
+    return ids * mask, mask
+
+
+def test_slices_at_two_threads_equal_each_slice_alone(monkeypatch):
+    """CPU inference at 2 threads runs the whole forward on slices of SLICE_ROWS rows in the workers.
+    Each slice's rows equal the same slice (trimmed to its last real column) run at one thread on the
+    calling thread: the same operations on the same shapes, single-threaded both times, so equal bit
+    for bit (torch.equal is exact by construction here)."""
+    import spladekit.model.splade as splade
+
+    model = _tiny_splade()
+    ids, mask = _batch(11, 40)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        calls = []
+        real_slices = splade.SpladeModel._forward_slices
+        monkeypatch.setattr(splade.SpladeModel, "_forward_slices",
+                            lambda self, *a: calls.append(1) or real_slices(self, *a))
+        with torch.no_grad():
+            got = model(ids, mask)
+        assert calls  # the sliced path ran
+        torch.set_num_threads(1)
+        rows = max(1, min(splade.SLICE_ROWS, -(-11 // 4)))
+        with torch.no_grad():
+            for lo in range(0, 11, rows):
+                m = mask[lo:lo + rows]
+                length = int(m.sum(dim=1).max())
+                want = model._forward(ids[lo:lo + rows, :length], m[:, :length])
+                assert torch.equal(got[lo:lo + rows], want), lo
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_sliced_batch_equals_whole_batch_within_float32_rounding():
+    """Against the whole padded batch at one thread (other product shapes, hence other float32
+    rounding in the backbone): weights agree to 1e-4 relative to the largest (the backbone's two
+    layers of 32-wide float32 dot products move each value by a few ulps; 1e-4 is far above that
+    and far below any real difference, e.g. a padding column that leaked into attention)."""
+    model = _tiny_splade(seed=3)
+    ids, mask = _batch(9, 33, seed=1)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.no_grad():
+            whole = model(ids, mask)
+        torch.set_num_threads(2)
+        with torch.no_grad():
+            sliced = model(ids, mask)
+    finally:
+        torch.set_num_threads(before)
+    assert float((whole - sliced).abs().max()) <= 1e-4 * float(whole.abs().max())
+
+
+def test_training_and_short_inputs_do_not_slice(monkeypatch):
+    """With autograd on (training), and for inputs of at most SHORT_TOKENS positions (a query), the
+    forward is the ordinary one; a short input runs at one torch thread and the caller's count is back after."""
+    import spladekit.model.splade as splade
+
+    model = _tiny_splade()
+    monkeypatch.setattr(splade.SpladeModel, "_forward_slices", lambda *a: pytest.fail("sliced"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ids, mask = _batch(6, 20)
+        out = model(ids, mask)  # grad enabled: training path
+        assert out.requires_grad
+        seen = []
+        real = splade.SpladeModel._forward
+        monkeypatch.setattr(splade.SpladeModel, "_forward",
+                            lambda self, *a: seen.append(torch.get_num_threads()) or real(self, *a))
+        with torch.no_grad():
+            model(*_batch(1, splade.SHORT_TOKENS))
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

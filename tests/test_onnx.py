@@ -161,6 +161,16 @@ def test_export_model_cli(tiny_bert_dir, tmp_path):
     for args, word in ((["--quantize", "int4"], "int4"), (["--quantize-head"], "quantize"), (["--pooling", "mean"], "mean")):
         bad = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--out", str(tmp_path / "bad"), *args])
         assert bad.exit_code == 2 and word in bad.output, bad.output
+    # beyond the tiny model's 128 position embeddings (conftest.make_tiny_bert), and an opset torch.onnx
+    # cannot export attention at: one line naming the option or the supported range, no IR dump
+    from spladekit.model.onnx_export import MIN_OPSET, max_opset
+
+    for args, line in ((["--doc-max-length", "129"], "--doc-max-length 129 exceeds the model's 128 positions"),
+                       (["--query-max-length", "100000"], "--query-max-length 100000 exceeds the model's 128 positions"),
+                       (["--opset", "3"], f"opset 3 is not supported: choose {MIN_OPSET} to {max_opset()}")):
+        bad = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--out", str(tmp_path / "bad"), *args])
+        errors = [text for text in bad.output.splitlines() if text.startswith("error:")]
+        assert bad.exit_code == 2 and len(errors) == 1 and line in errors[0] and "graph(" not in bad.output, bad.output
     assert not (tmp_path / "bad").exists()
 
 

@@ -18,7 +18,7 @@ def export_model(
     model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
     format: str = typer.Option("onnx", "--format", help="onnx: one graph input_ids + attention_mask -> [B, V] SPLADE vector"),
     out: Path = typer.Option(..., help="folder to write (model.onnx, tokenizer files, spladekit.json)"),
-    opset: int = typer.Option(17, help="ONNX opset version"),
+    opset: int = typer.Option(17, help="ONNX opset version (from 14, where attention exports, to torch.onnx's newest)"),
     query_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 64"),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 256"),
     quantize: Optional[str] = typer.Option(None, help="int8: onnxruntime dynamic quantisation of the encoder's matrix products"),
@@ -42,11 +42,17 @@ def export_model(
 
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
                                                 head_impl="plain", device="cpu")
+        limit = encoder.max_positions
+        for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
+            if value is not None and limit is not None and value > limit:
+                raise ValueError(f"{name} {value} exceeds the model's {limit} positions (its position embeddings); "
+                                 f"choose at most {limit}")
         try:
             written = export_onnx(encoder, out, opset=opset, pooling=pooling, activation=activation, vocab_tile=vocab_tile,
                                   quantize=quantize, quantize_head=quantize_head)  # a failed export leaves no folder (atomic)
         except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
-            raise ValueError(f"ONNX export failed (--opset {opset}): {exc}") from exc
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}]"

@@ -63,6 +63,19 @@ ONNX_FILE = "model.onnx"
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "weights"
 DEFAULT_OPSET = 17
+#: Opsets :func:`export_onnx` accepts: from 14 (``scaled_dot_product_attention``, the attention of every
+#: supported family in transformers 5, exports from opset 14 on; 9–13 fail in torch.onnx) to the
+#: newest opset torch.onnx knows.
+MIN_OPSET = 14
+
+
+def max_opset() -> int:
+    """The newest ONNX opset torch.onnx can write (``torch.onnx._constants.ONNX_MAX_OPSET``; 20 if unknown)."""
+    try:
+        from torch.onnx._constants import ONNX_MAX_OPSET
+    except ImportError:
+        return 20
+    return int(ONNX_MAX_OPSET)
 #: Vocabulary columns per in-graph tile: 32 × 256 tokens × 512 columns × 4 bytes = 16 MiB of logits
 #: (splade-tiny, onnxruntime 1.32, one thread: peak RSS growth 100 MiB at 32 × 256 tokens; 132 MiB with
 #: 1024 columns, 3 GiB with the whole vocabulary in one product).
@@ -195,9 +208,11 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
     Raises:
         ImportError: the ``onnx`` package is missing (``pip install 'spladekit[onnx]'``).
         OutputPathError: ``out`` is an existing file.
-        ValueError: unknown pooling, activation or quantisation, a tile < 1, or ``quantize_head``
-            without ``quantize``.
+        ValueError: unknown pooling, activation or quantisation, a tile < 1, ``quantize_head``
+            without ``quantize``, or an opset outside :data:`MIN_OPSET` … :func:`max_opset`.
     """
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= max_opset():
+        raise ValueError(f"opset {opset!r} is not supported: choose {MIN_OPSET} to {max_opset()}")
     import copy
 
     from spladekit.io import atomic_folder, ensure_folder

@@ -20,6 +20,15 @@ from spladekit.model.pooling import check_pooling, plain_splade_head
 #: ``head(hidden [B, L, H], attention_mask [B, L], weight [V, H], bias [V] | None, *, activation) → [B, V]``
 HeadFn = Callable[..., torch.Tensor]
 
+#: Rows per slice of :meth:`SpladeModel._forward_slices` (CPU inference at more than one thread).
+SLICE_ROWS = 4
+#: CPU inference inputs of at most this many positions (batch × length: a query or two) run on the
+#: calling thread at one torch thread. Their products are too small to gain from a second thread, and
+#: waking one costs more than they do: on the project's 2-vCPU KVM machine a 64×128 by 128×128
+#: product took 24 µs at one thread and 4–8 ms at two (torch's OpenMP team, default wait policy),
+#: and a batch-1 SciFact query 5.0 ms at one thread against 9.2 ms handed to a worker (issue 22).
+SHORT_TOKENS = 64
+
 
 def get_head_fn(name: str, pooling: str = "max") -> HeadFn:
     """Return the SPLADE head implementation called ``name`` for ``pooling``.
@@ -112,6 +121,53 @@ class SpladeModel(nn.Module):
         return head.transform(out.last_hidden_state)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        if (self.head_impl == "fused" and threads > 1 and input_ids.shape[0] and input_ids.device.type == "cpu"
+                and not torch.is_grad_enabled() and not torch.jit.is_tracing() and not torch.compiler.is_compiling()):
+            if input_ids.numel() > SHORT_TOKENS:
+                return self._forward_slices(input_ids, attention_mask, threads)
+            torch.set_num_threads(1)  # a query: see SHORT_TOKENS
+            try:
+                return self._forward(input_ids, attention_mask)
+            finally:
+                torch.set_num_threads(threads)
+        return self._forward(input_ids, attention_mask)
+
+    def _forward_slices(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, threads: int) -> torch.Tensor:
+        """Inference on the CPU with ``threads`` > 1: data parallelism over slices of the batch.
+
+        The batch is cut into slices of :data:`SLICE_ROWS` rows (at least ``2 × threads`` slices when
+        the batch allows, so that a worker the operating system deschedules on a busy machine leaves
+        its remaining slices to the others), and single-threaded worker threads
+        (:func:`spladekit.model.cpu_pool.run_units`) each run the whole forward (backbone, transform,
+        fused head) on one slice at a time: one wait per batch instead of one barrier per operation
+        of torch's intra-op parallelism (issue 22: measured faster at 2 threads than the intra-op
+        body plus a head split over threads). Each slice drops the trailing columns where all of its
+        rows are padding (their keys are masked out of attention; real tokens keep their positions),
+        so short texts are not computed at the batch's longest length.
+
+        Same values as :meth:`_forward` on each slice alone at one thread (the same operations on the
+        same shapes); against the whole batch at once, equal up to float32 rounding of the backbone's
+        products (other matrix shapes). Returns ``[B, V]`` float32.
+        """
+        from spladekit.model.cpu_pool import run_units
+
+        batch = input_ids.shape[0]
+        rows = max(1, min(SLICE_ROWS, -(-batch // (2 * threads))))
+        slices = [(lo, min(batch, lo + rows)) for lo in range(0, batch, rows)]
+        out: list[torch.Tensor | None] = [None] * len(slices)
+
+        def work(index: int) -> None:
+            lo, hi = slices[index]
+            mask = attention_mask[lo:hi]
+            used = torch.nonzero(mask.any(dim=0))
+            length = int(used[-1]) + 1 if len(used) else 1
+            out[index] = self._forward(input_ids[lo:hi, :length], mask[:, :length])
+
+        run_units(work, range(len(slices)), threads)
+        return torch.cat(out, dim=0)
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         head = self.head
         hidden = head.transform(
             head.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
