@@ -127,6 +127,19 @@ def test_export_folder_layout(tiny_pair, tmp_path):
     assert [o.name for o in graph.output] == ["weights"]
 
 
+def test_a_truncated_graph_is_refused_naming_the_file(tiny_pair, tmp_path):
+    """An interrupted copy of model.onnx: one DataFormatError naming it, not onnxruntime's traceback."""
+    from spladekit.errors import DataFormatError
+
+    encoder, _ = tiny_pair
+    folder = export_onnx(encoder, tmp_path / "x")
+    graph = folder / "model.onnx"
+    graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
+    with pytest.raises(DataFormatError, match="onnxruntime cannot load the graph") as info:
+        OnnxSpladeEncoder(folder)
+    assert info.value.path == graph
+
+
 @pytest.mark.slow
 def test_splade_tiny_matches_torch(splade_tiny, tmp_path):
     encoder = SpladeEncoder.from_pretrained(splade_tiny, head_impl="plain", device="cpu")

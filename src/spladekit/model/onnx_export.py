@@ -308,7 +308,15 @@ class OnnxSpladeEncoder(SpladeEncoder):
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(folder / record["file"]), options, providers=list(providers))
+        graph = folder / record["file"]
+        try:
+            self.session = ort.InferenceSession(str(graph), options, providers=list(providers))
+        except Exception as exc:  # onnxruntime's own error types (InvalidProtobuf, NoSuchFile, Fail, ...)
+            from spladekit.errors import DataFormatError
+
+            raise DataFormatError(graph, f"onnxruntime cannot load the graph ({type(exc).__name__}: "
+                                  f"{(str(exc).splitlines() or [''])[0][:300]}); the file is missing, damaged or "
+                                  "truncated (export it again)") from exc
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.record = record
         self.device = torch.device("cpu")
