@@ -267,8 +267,11 @@ def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: b
     from transformers import AutoTokenizer
 
     from spladekit.errors import DataFormatError, ResolutionError
+    from spladekit.model.folders import check_tokenizer_files
 
     mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head)
+    if Path(folder.tokenizer_dir).is_dir():  # (a hub id: transformers resolves it)
+        check_tokenizer_files(Path(folder.tokenizer_dir))
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir)
     except OSError as exc:

@@ -43,8 +43,27 @@ Layouts read (checked in this order):
 
 A spladekit folder that also carries sentence-transformers files (spladekit writes both): the
 lengths, top-k and query side of ``spladekit.json`` are used, and its ``pooling``/``activation``
-must agree with ``SpladePooling``'s (else it is refused: the two libraries would compute different
-vectors).
+must agree with ``SpladePooling``'s, and its ``doc_max_length`` with a ``max_seq_length`` stated in
+``sentence_bert_config.json`` (spladekit writes the one as the other; else it is refused: the two
+libraries would compute different vectors).
+
+Every layout, also refused (``DataFormatError`` / ``UnsupportedModelError`` naming file and field):
+a ``spladekit.json`` key that is not an :class:`~spladekit.model.encoder.EncoderMetadata` field (its
+writer writes exactly those; free-form data goes into ``extra``) or a field of the wrong type; a
+``SpladePooling`` ``config.json`` key sentence-transformers' ``SpladePooling`` does not take; a
+module folder (or a static query side's ``path``) that does not exist; ``idf.json`` beside
+``spladekit.json`` (two query sides: spladekit never writes ``idf.json``, so which is meant is
+unclear); an ``idf.json`` weight outside float32's finite range; an object field of another type.
+
+Tokenizer (checked when it loads, after the weights, so a folder without either names the weights
+first): the tokenizer folder must hold one of :data:`TOKENIZER_FILES` (transformers builds a
+tokenizer of its special tokens alone from ``config.json`` otherwise: ``ResolutionError``), and
+fit the MLM head (:func:`spladekit.model.encoder.check_vocabulary_sizes`: no more ids
+than head rows, fewer only by vocabulary padding, under 1024 rows, and at least half of them).
+
+Max lengths above the model's position embeddings (``max_seq_length``, ``spladekit.json`` or an
+argument) are lowered to them when the encoder loads, with a warning
+(:meth:`~spladekit.model.encoder.SpladeEncoder.check_max_length`), so the recorded settings are those used.
 """
 
 from __future__ import annotations
@@ -541,7 +560,6 @@ def read_model_folder(location: str | Path) -> ModelFolder:
         raise ResolutionError(f"model folder {root} has neither config.json (a masked LM) nor modules.json "
                               "(sentence-transformers)")
     folder.spladekit_json = spladekit_json
-    check_tokenizer_files(Path(folder.tokenizer_dir))
     if spladekit_json is not None and spladekit_json.get("query_encoder") == "inference-free":
         from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
 
