@@ -517,3 +517,159 @@ def test_repeated_keys_in_idf_json_are_refused(bases, tmp_path):
     with pytest.raises(DataFormatError, match="more than once") as info:
         SpladeEncoder.from_pretrained(folder, device="cpu")
     assert (info.value.path, info.value.field) == (folder / "idf.json", "protein")
+
+
+# ------------------------------------------------------------- damaged, contradictory or incomplete folders
+def _raises(folder: Path, error, file: str, field: str | None, *words: str):
+    """Loading ``folder`` raises ``error`` naming ``file`` (its name), ``field`` and ``words``."""
+    with pytest.raises(error) as info:
+        SpladeEncoder.from_pretrained(folder, device="cpu")
+    message = str(info.value)
+    if hasattr(info.value, "path"):
+        assert info.value.path.name == file and info.value.field == field, message
+    else:
+        assert file in message, message
+    for word in words:
+        assert word in message, message
+    return info.value
+
+
+def test_a_folder_without_tokenizer_files_is_refused(splade_tiny, tmp_path):
+    """transformers builds a 5-token BertTokenizer from config.json alone (every word [UNK]): refused."""
+    from spladekit.errors import ResolutionError
+
+    folder = tmp_path / "no-tokenizer"
+    shutil.copytree(splade_tiny, folder)
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer_config.json").unlink()
+    error = _raises(folder, ResolutionError, str(folder), None, "no tokenizer files", "tokenizer.json", "vocab.txt")
+    assert not hasattr(error, "path")
+
+
+def test_a_tokenizer_that_does_not_fit_the_head_is_refused(bases, tmp_path):
+    from transformers import AutoTokenizer
+
+    from spladekit.errors import DataFormatError
+    from spladekit.model.encoder import VOCAB_PADDING, check_vocabulary_sizes
+
+    # the rule of check_vocabulary_sizes, at its edges (ModernBERT pads 50280 tokens to 50368 rows)
+    for tokens, rows in ((30522, 30522), (50280, 50368), (30522 - VOCAB_PADDING + 1, 30522), (60, 64), (32, 64)):
+        check_vocabulary_sizes(tokens, rows, tmp_path)
+    for tokens, rows in ((30523, 30522), (30522 - VOCAB_PADDING, 30522), (5, 30522), (31, 64)):
+        with pytest.raises(DataFormatError, match=f"{tokens} tokens but the MLM head {rows} rows"):
+            check_vocabulary_sizes(tokens, rows, tmp_path)
+    # a real folder whose tokenizer has 2 ids more than the head has rows
+    folder = tmp_path / "more-tokens"
+    shutil.copytree(bases["bert"], folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    rows = len(tokenizer)
+    tokenizer.add_tokens(["newword1", "newword2"])
+    tokenizer.save_pretrained(folder)
+    _raises(folder, DataFormatError, folder.name, None, f"{rows + 2} tokens but the MLM head {rows} rows")
+
+
+def _spladekit_folder(base: Path, out: Path, **fields) -> Path:
+    shutil.copytree(base, out)
+    (out / "spladekit.json").write_text(json.dumps(fields))
+    return out
+
+
+def test_contradictory_or_wrongly_typed_settings_are_refused(bases, tmp_path):
+    from spladekit.errors import DataFormatError
+
+    folder = _st_folder(bases["bert"], tmp_path / "lengths")
+    _edit(folder / "sentence_bert_config.json", lambda c: c.update(max_seq_length=32))
+    (folder / "spladekit.json").write_text(json.dumps({"doc_max_length": 48}))
+    _refused(folder, "spladekit.json", "doc_max_length", "doc_max_length 48", "sentence_bert_config.json", "32")
+
+    for name, fields, field, words in [
+        ("string-bool", {"zero_special_tokens": "false"}, "zero_special_tokens", ("JSON boolean", "'false'")),
+        ("string-int", {"doc_max_length": "256"}, "doc_max_length", ("integer >= 2",)),
+        ("extra-not-object", {"extra": "abc"}, "extra", ("JSON object",)),
+        ("unknown-key", {"extras": "abc"}, "extras", ("unknown key 'extras'",)),
+    ]:
+        _raises(_spladekit_folder(bases["bert"], tmp_path / name, **fields), DataFormatError, "spladekit.json", field, *words)
+
+    folder = _st_folder(bases["bert"], tmp_path / "pooling-key")
+    (folder / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling": "sum"}))
+    _raises(folder, DataFormatError, "config.json", "pooling", "unknown key 'pooling'", "pooling_strategy")
+
+    folder = _st_folder(bases["bert"], tmp_path / "missing-module")
+    _edit(folder / "modules.json", lambda m: m[1].update(path="1_Missing"))
+    _raises(folder, DataFormatError, "modules.json", "path", "'1_Missing' does not exist")
+
+    folder = _spladekit_folder(bases["bert"], tmp_path / "two-query-sides")
+    (folder / "idf.json").write_text(json.dumps({"protein": 1.0}))
+    _raises(folder, UnsupportedModelError, "idf.json", None, "spladekit.json")
+
+
+def _router_folder(bases, out: Path) -> Path:
+    tokenizer = tiny_tokenizer()
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=tokenizer, weight=torch.ones(len(tokenizer.get_vocab())))],
+        document_modules=[Transformer(str(bases["bert"]), transformer_task="fill-mask"), SpladePooling()],
+    )
+    SparseEncoder(modules=[router], device="cpu").save(str(out))
+    return out
+
+
+def test_damaged_fields_name_the_file_and_field(bases, tmp_path):
+    from spladekit.errors import DataFormatError
+
+    for name, change, field in [
+        ("modality-list", lambda c: c.update(modality_config=[1]), "modality_config"),
+        ("modality-text", lambda c: c.update(modality_config={"text": "x"}), "modality_config.text"),
+        ("processor-list", lambda c: (c.pop("max_seq_length", None), c.update(processor_kwargs=[1])), "processor_kwargs"),
+    ]:
+        folder = _st_folder(bases["bert"], tmp_path / name)
+        _edit(folder / "sentence_bert_config.json", change)
+        _raises(folder, DataFormatError, "sentence_bert_config.json", field)
+
+    folder = _router_folder(bases, tmp_path / "router-parameters")
+    _edit(folder / "router_config.json", lambda c: c.update(parameters=[1]))
+    _raises(folder, DataFormatError, "router_config.json", "parameters")
+
+    folder = tmp_path / "overflow"
+    shutil.copytree(bases["bert"], folder)
+    (folder / "idf.json").write_text('{"mouse": 1e300}')  # finite in float64, inf in float32
+    _raises(folder, DataFormatError, "idf.json", "mouse", "float32")
+
+    folder = _router_folder(bases, tmp_path / "truncated-query")
+    (weights,) = [p for p in folder.rglob("model.safetensors") if "SparseStatic" in str(p)]
+    weights.write_bytes(weights.read_bytes()[:20])
+    assert _raises(folder, DataFormatError, "model.safetensors", None, "damaged or truncated").path == weights
+
+    folder = _st_folder(bases["bert"], tmp_path / "tokenizer-length")
+    _edit(folder / "sentence_bert_config.json", lambda c: c.pop("max_seq_length", None))
+    _edit(folder / "tokenizer_config.json", lambda c: c.update(model_max_length="8"))
+    _raises(folder, DataFormatError, "tokenizer_config.json", "model_max_length", "'8'")
+
+    for name, change in [("vocab-size", lambda c: c.update(vocab_size=c["vocab_size"] + 8)),
+                         ("layers", lambda c: c.update(num_hidden_layers="2"))]:
+        folder = tmp_path / name
+        shutil.copytree(bases["bert"], folder)
+        _edit(folder / "config.json", change)
+        _raises(folder, DataFormatError, "config.json", None, "transformers cannot load the masked LM")
+
+
+def test_a_static_query_side_path_outside_the_module_names_its_config(bases, tmp_path):
+    from spladekit.errors import DataFormatError
+
+    folder = _router_folder(bases, tmp_path / "router")
+    (module,) = [p for p in folder.iterdir() if p.name.startswith("query_0_")]
+    _edit(module / "config.json", lambda c: c.update(path="missing_idf.json"))
+    _raises(folder, DataFormatError, "config.json", "path", "'missing_idf.json' does not exist")
+    _edit(module / "config.json", lambda c: c.update(path="../../idf.json"))
+    _raises(folder, DataFormatError, "config.json", "path", "leaves the model folder")
+
+
+def test_a_max_length_above_the_positions_is_lowered_with_a_warning(bases, tmp_path):
+    folder = _st_folder(bases["bert"], tmp_path / "long")
+    _edit(folder / "sentence_bert_config.json", lambda c: c.update(max_seq_length=100000))
+    with pytest.warns(UserWarning, match="max_length 100000 exceeds the model's 64 positions"):
+        encoder = SpladeEncoder.from_pretrained(folder, device="cpu")
+    assert encoder.metadata.query_max_length == encoder.metadata.doc_max_length == 64  # tiny_config's positions
+    folder = _spladekit_folder(bases["bert"], tmp_path / "long-spladekit", doc_max_length=100000)
+    with pytest.warns(UserWarning, match="max_length 100000"):
+        encoder = SpladeEncoder.from_pretrained(folder, device="cpu")
+    assert (encoder.metadata.query_max_length, encoder.metadata.doc_max_length) == (64, 64)

@@ -78,25 +78,53 @@ class EncoderMetadata:
 
     @classmethod
     def load(cls, folder: str | Path) -> "EncoderMetadata":
-        """Read ``folder/spladekit.json``; defaults when it does not exist."""
+        """Read ``folder/spladekit.json``; defaults when it does not exist.
+
+        Raises:
+            DataFormatError: not a JSON object, a key that is not a field (:meth:`save` writes exactly
+                the fields; anything else belongs in ``extra``), or a field of the wrong type (lengths
+                integers ≥ 2, top-k null or integers ≥ 1, ``zero_special_tokens`` a boolean, ``extra``
+                an object, the others strings); names the file and the field.
+        """
         path = Path(folder) / METADATA_FILE
         if not path.exists():
             return cls()
+        from spladekit.errors import DataFormatError
         from spladekit.io import read_json
 
         data = read_json(path)  # a damaged file is a DataFormatError naming it
         if not isinstance(data, dict):
-            from spladekit.errors import DataFormatError
-
             raise DataFormatError(path, "expected a JSON object")
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**known)
+        for key, value in data.items():
+            if key not in cls.__dataclass_fields__:
+                raise DataFormatError(path, f"unknown key {key!r}; spladekit.json has {', '.join(cls.__dataclass_fields__)} "
+                                      "(anything else goes into 'extra')", field=key)
+            problem = _field_problem(key, value)
+            if problem:
+                raise DataFormatError(path, f"must be {problem}, got {value!r}", field=key)
+        return cls(**data)
 
     def save(self, folder: str | Path) -> None:
         """Write ``folder/spladekit.json`` atomically."""
         from spladekit.io import write_json
 
         write_json(Path(folder) / METADATA_FILE, asdict(self))
+
+
+def _field_problem(key: str, value) -> str | None:
+    """What ``value`` of :class:`EncoderMetadata` field ``key`` must be, or None when it is that."""
+    def integer(minimum):
+        return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+
+    if key in ("query_max_length", "doc_max_length"):
+        return None if integer(2) else "an integer >= 2 (special tokens included)"
+    if key in ("query_top_k", "doc_top_k"):
+        return None if value is None or integer(1) else "null or an integer >= 1"
+    if key == "zero_special_tokens":
+        return None if isinstance(value, bool) else "true or false (a JSON boolean)"
+    if key == "extra":
+        return None if isinstance(value, dict) else "a JSON object"
+    return None if isinstance(value, str) else "a string"
 
 
 def _check_int(value, name: str, minimum: int, note: str = "") -> None:
@@ -161,14 +189,17 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     try:
         mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, **kwargs)
     except Exception as exc:
+        if isinstance(exc, MemoryError):
+            raise
         damaged = _unreadable_weights(location)  # a weights file exists but safetensors / torch.load fail on it
         if damaged is not None:
-            raise DataFormatError(damaged, f"cannot read the model's weights ({type(exc).__name__}: "
-                                  f"{(str(exc).splitlines() or [''])[0]}); the file is damaged or truncated "
-                                  "(download or save it again)") from exc
+            raise damaged_weights_error(damaged, exc) from exc
         if isinstance(exc, OSError):  # e.g. "no file named model.safetensors ... found in directory"
-            raise ResolutionError(f"model {location}: cannot load its weights ({str(exc).splitlines()[0]})") from exc
-        raise
+            raise ResolutionError(f"model {location}: cannot load its weights ({_first_line(exc)})") from exc
+        # transformers' own errors on a config.json it cannot build the model from (a vocab_size that
+        # the weights contradict, "num_hidden_layers": "2", ...)
+        raise DataFormatError(Path(location) / "config.json", f"transformers cannot load the masked LM of {location} "
+                              f"({type(exc).__name__}: {_first_line(exc)})") from exc
     prefix = getattr(mlm, "base_model_prefix", "") + "."
     head_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
     if head_missing:
@@ -179,6 +210,18 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
                                     "model.allow_random_head: true")
         warnings.warn(message + "; starting from a random MLM head (model.allow_random_head)", RuntimeWarning, stacklevel=2)
     return mlm
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0]
+
+
+def damaged_weights_error(path: Path, exc: BaseException):
+    """The ``DataFormatError`` for a weights file that safetensors / torch cannot read (``exc``)."""
+    from spladekit.errors import DataFormatError
+
+    return DataFormatError(path, f"cannot read the model's weights ({type(exc).__name__}: {_first_line(exc)}); the "
+                           "file is damaged or truncated (download or save it again)")
 
 
 def _unreadable_weights(location: str) -> Path | None:
@@ -223,14 +266,50 @@ def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: b
     """``(mlm, tokenizer)`` from where a :class:`~spladekit.model.folders.ModelFolder` says they are."""
     from transformers import AutoTokenizer
 
-    from spladekit.errors import ResolutionError
+    from spladekit.errors import DataFormatError, ResolutionError
+    from spladekit.model.folders import check_tokenizer_files
 
     mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head)
+    if Path(folder.tokenizer_dir).is_dir():  # (a hub id: transformers resolves it)
+        check_tokenizer_files(Path(folder.tokenizer_dir))
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir)
-    except (OSError, ValueError) as exc:
-        raise ResolutionError(f"model {folder.root}: cannot load its tokenizer ({exc})") from exc
+    except OSError as exc:
+        raise ResolutionError(f"model {folder.root}: cannot load its tokenizer ({_first_line(exc)})") from exc
+    except MemoryError:
+        raise
+    except Exception as exc:  # transformers' errors on a tokenizer file it cannot build from
+        raise DataFormatError(folder.tokenizer_dir, f"transformers cannot load the tokenizer of {folder.root} "
+                              f"({type(exc).__name__}: {_first_line(exc)})") from exc
+    check_vocabulary_sizes(len(tokenizer), int(mlm.config.vocab_size), folder.tokenizer_dir)
     return mlm, tokenizer
+
+
+#: the most rows a vocabulary is padded by: padding to a multiple of m adds at most m - 1 rows, and the
+#: largest multiple in use is Megatron-LM's 128 × tensor-parallel degree 8 = 1024 (ModernBERT pads
+#: 50280 → 50368 (64), T5 32100 → 32128, phi-2 50295 → 51200)
+VOCAB_PADDING = 1024
+
+
+def check_vocabulary_sizes(tokens: int, head_rows: int, tokenizer_dir) -> None:
+    """Refuse a tokenizer that does not fit the MLM head.
+
+    Rule: ``head_rows - VOCAB_PADDING < tokens <= head_rows`` and ``tokens >= head_rows / 2``, with
+    ``tokens`` = ``len(tokenizer)`` (its vocabulary plus added tokens) and ``head_rows`` = the MLM head's
+    vocabulary (``config.vocab_size``). More ids than rows: some tokens have no logit (an index error or
+    wrong columns). Fewer: models pad the embedding matrix (and so the decoder) to a multiple of 8/64/128
+    for speed, leaving rows no token reaches, fewer than :data:`VOCAB_PADDING`; a larger gap, or a
+    tokenizer under half the head, is another model's tokenizer (or transformers' 5 special tokens).
+
+    Raises:
+        DataFormatError: naming the tokenizer folder and both sizes.
+    """
+    from spladekit.errors import DataFormatError
+
+    if tokens > head_rows or head_rows - tokens >= VOCAB_PADDING or 2 * tokens < head_rows:
+        raise DataFormatError(tokenizer_dir, f"the tokenizer has {tokens} tokens but the MLM head {head_rows} rows "
+                              f"(config.json vocab_size); a tokenizer fits when it has at most as many and fewer than "
+                              f"{VOCAB_PADDING} less (vocabulary padding), and at least half: is it the model's tokenizer?")
 
 
 def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
@@ -326,7 +405,12 @@ class SpladeEncoder:
 
             raise DataFormatError(Path(location) / METADATA_FILE, f"unknown query_encoder {meta.query_encoder!r}; "
                                   f"expected 'splade' or {INFERENCE_FREE!r}", field="query_encoder")
-        return cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
+        encoder = cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
+        # a length above the model's positions (max_seq_length, spladekit.json, an argument) is lowered
+        # to them here, with a warning, so that the metadata recorded (index, run config) is what runs
+        meta.query_max_length = encoder.check_max_length(meta.query_max_length)
+        meta.doc_max_length = encoder.check_max_length(meta.doc_max_length)
+        return encoder
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Save model, tokenizer, ``spladekit.json`` and the sentence-transformers module files into ``folder``.

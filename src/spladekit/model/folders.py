@@ -43,8 +43,27 @@ Layouts read (checked in this order):
 
 A spladekit folder that also carries sentence-transformers files (spladekit writes both): the
 lengths, top-k and query side of ``spladekit.json`` are used, and its ``pooling``/``activation``
-must agree with ``SpladePooling``'s (else it is refused: the two libraries would compute different
-vectors).
+must agree with ``SpladePooling``'s, and its ``doc_max_length`` with a ``max_seq_length`` stated in
+``sentence_bert_config.json`` (spladekit writes the one as the other; else it is refused: the two
+libraries would compute different vectors).
+
+Every layout, also refused (``DataFormatError`` / ``UnsupportedModelError`` naming file and field):
+a ``spladekit.json`` key that is not an :class:`~spladekit.model.encoder.EncoderMetadata` field (its
+writer writes exactly those; free-form data goes into ``extra``) or a field of the wrong type; a
+``SpladePooling`` ``config.json`` key sentence-transformers' ``SpladePooling`` does not take; a
+module folder (or a static query side's ``path``) that does not exist; ``idf.json`` beside
+``spladekit.json`` (two query sides: spladekit never writes ``idf.json``, so which is meant is
+unclear); an ``idf.json`` weight outside float32's finite range; an object field of another type.
+
+Tokenizer (checked when it loads, after the weights, so a folder without either names the weights
+first): the tokenizer folder must hold one of :data:`TOKENIZER_FILES` (transformers builds a
+tokenizer of its special tokens alone from ``config.json`` otherwise: ``ResolutionError``), and
+fit the MLM head (:func:`spladekit.model.encoder.check_vocabulary_sizes`: no more ids
+than head rows, fewer only by vocabulary padding, under 1024 rows, and at least half of them).
+
+Max lengths above the model's position embeddings (``max_seq_length``, ``spladekit.json`` or an
+argument) are lowered to them when the encoder loads, with a warning
+(:meth:`~spladekit.model.encoder.SpladeEncoder.check_max_length`), so the recorded settings are those used.
 """
 
 from __future__ import annotations
@@ -64,6 +83,14 @@ IDF_FILE = "idf.json"
 _UNBOUNDED = 10**12
 _TRANSFORMERS = ("Transformer", "MLMTransformer")
 _STATIC = ("SparseStaticEmbedding", "IDF")
+#: the largest finite float32 (query weights are float32)
+_FLOAT32_MAX = 3.4028234663852886e38
+#: the keys sentence-transformers' SpladePooling takes (``config_keys``, the 5.x name
+#: ``word_embedding_dimension``, ``chunk_size``); it would refuse any other (an unknown keyword argument)
+_POOLING_KEYS = ("pooling_strategy", "activation_function", "embedding_dimension", "word_embedding_dimension", "chunk_size")
+#: files one of which a tokenizer folder needs to have a vocabulary (without any, transformers builds a
+#: tokenizer of the 5 special tokens its class names, and every word becomes [UNK])
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model")
 
 
 @dataclass
@@ -97,6 +124,8 @@ class ModelFolder:
         query_side: the inference-free query side, or None (queries through the model).
         zero_special_tokens: document vectors get 0 in special-token columns (OpenSearch doc-only).
         spladekit_json: ``spladekit.json``'s content, or None when the folder has none.
+        max_length_file: the file that states :attr:`max_length` (``sentence_bert_config.json``'s
+            ``max_seq_length``), None when it comes from the tokenizer or is unknown.
     """
 
     root: str
@@ -111,6 +140,7 @@ class ModelFolder:
     query_side: QuerySide | None = None
     zero_special_tokens: bool = False
     spladekit_json: dict | None = field(default=None, repr=False)
+    max_length_file: Path | None = None
 
     def metadata(self):
         """The :class:`~spladekit.model.encoder.EncoderMetadata` of the model: ``spladekit.json``
@@ -138,6 +168,13 @@ class ModelFolder:
                         raise UnsupportedModelError(path, f"says {name} {written!r} but the sentence-transformers "
                                                     f"SpladePooling module says {getattr(self, name)!r}; the two "
                                                     "libraries would compute different vectors", field=name)
+                # spladekit writes max_seq_length = doc_max_length (train.export); sentence-transformers
+                # truncates both sides there, spladekit documents at doc_max_length
+                if self.max_length_file is not None and meta.doc_max_length != self.max_length:
+                    raise UnsupportedModelError(path, f"says doc_max_length {meta.doc_max_length} but "
+                                                f"{self.max_length_file} says max_seq_length {self.max_length}; the "
+                                                "two libraries would truncate documents differently",
+                                                field="doc_max_length")
             return meta
         meta.pooling, meta.activation = self.pooling, self.activation
         meta.zero_special_tokens = self.zero_special_tokens
@@ -199,6 +236,9 @@ def _read_idf_json(path: Path, tokenizer, vocab_size: int):
             raise DataFormatError(path, "token not in the tokenizer's vocabulary", field=token)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise DataFormatError(path, f"weight must be a finite number, got {value!r}", field=token)
+        if abs(value) > _FLOAT32_MAX:  # float32 weights: it would become inf (torch raises an overflow)
+            raise DataFormatError(path, f"weight {value!r} is not finite in float32 (|w| <= {_FLOAT32_MAX:.4g})",
+                                  field=token)
         weights[vocab[token]] = float(value)
     return weights
 
@@ -239,11 +279,17 @@ def _refuse_modules(path: Path, where: str, modules: list[tuple[str, str]]) -> N
     raise UnsupportedModelError(path, f"{where}: {said}; refused", field="type")
 
 
-def _module_dir(root: Path, relative) -> Path:
+def _module_dir(root: Path, relative, named_in: Path | None = None, field: str = "path", kind: str | None = None) -> Path:
+    """``root / relative``, which must stay inside ``root`` (and exist, as a ``kind`` ``"folder"`` or
+    ``"file"``, unless ``kind`` is None); errors name ``named_in`` (the file that says the path; default
+    ``root/modules.json``) and ``field``."""
+    named_in = named_in if named_in is not None else root / MODULES_FILE
     relative = "" if relative in (None, ".", "") else str(relative)
     folder = (root / relative).resolve()
     if root.resolve() not in (folder, *folder.parents):
-        raise DataFormatError(root / MODULES_FILE, f"module path {relative!r} leaves the model folder", field="path")
+        raise DataFormatError(named_in, f"module path {relative!r} leaves the model folder", field=field)
+    if kind is not None and not (folder.is_dir() if kind == "folder" else folder.is_file()):
+        raise DataFormatError(named_in, f"{kind} {relative!r} does not exist in {root}", field=field)
     return folder
 
 
@@ -253,9 +299,11 @@ def _json_int(path: Path, key: str) -> int | None:
     if not path.exists():
         return None
     value = _json_object(path).get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value >= _UNBOUNDED:
+    if value is None:
         return None
-    return value
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise DataFormatError(path, f"must be a positive integer, got {value!r}", field=key)
+    return None if value >= _UNBOUNDED else value
 
 
 def _tokenizer_length(folder: Path) -> int | None:
@@ -270,15 +318,21 @@ def _capped_length(folder: Path) -> int | None:
     return min(lengths) if lengths else None
 
 
-def _read_transformer(folder: Path, name: str, where: str) -> int | None:
-    """Check a Transformer/MLMTransformer module; return its stated max length (None: unstated)."""
+def _read_transformer(folder: Path, name: str, where: str) -> tuple[int | None, Path | None]:
+    """Check a Transformer/MLMTransformer module; return its max length (None: unknown) and the file
+    that states it (``sentence_bert_config.json``; None when it comes from the tokenizer)."""
     config_path = folder / TRANSFORMER_CONFIG_FILE
     config = _json_object(config_path) if config_path.exists() else {}
     task = config.get("transformer_task", "fill-mask" if name == "MLMTransformer" else "feature-extraction")
     if task != "fill-mask":
         raise UnsupportedModelError(config_path, f"{where} ({name}) has transformer_task {task!r}: it "
                                     "gives hidden states, not MLM logits; SPLADE needs 'fill-mask'", field="transformer_task")
-    output = (config.get("modality_config") or {}).get("text", {}).get("method_output_name", "logits")
+    modality = config.get("modality_config") or {}
+    text = modality.get("text", {}) if isinstance(modality, dict) else None
+    if not isinstance(text, dict):
+        raise DataFormatError(config_path, "expected an object {modality: {method_output_name: ...}}",
+                              field="modality_config" if text is None else "modality_config.text")
+    output = text.get("method_output_name", "logits")
     if output != "logits":
         raise UnsupportedModelError(config_path, f"{where} ({name}) reads {output!r}, not the MLM logits",
                                     field="modality_config")
@@ -289,11 +343,14 @@ def _read_transformer(folder: Path, name: str, where: str) -> int | None:
         raise DataFormatError(folder / "config.json", f"{where} ({name}) has no masked-LM config.json")
     stated = config.get("max_seq_length")
     if stated is None:
-        kwargs = config.get("processor_kwargs") or config.get("tokenizer_args") or {}
+        key = "processor_kwargs" if config.get("processor_kwargs") else "tokenizer_args"
+        kwargs = config.get(key) or {}
+        if not isinstance(kwargs, dict):
+            raise DataFormatError(config_path, "expected an object of tokenizer arguments", field=key)
         stated = kwargs.get("model_max_length")
     if stated is not None and (isinstance(stated, bool) or not isinstance(stated, int) or stated < 2):
         raise DataFormatError(config_path, f"max_seq_length must be an integer >= 2, got {stated!r}", field="max_seq_length")
-    return stated if stated is not None else _capped_length(folder)
+    return (stated, config_path) if stated is not None else (_capped_length(folder), None)
 
 
 def _read_pooling(folder: Path, where: str) -> tuple[str, str]:
@@ -301,6 +358,10 @@ def _read_pooling(folder: Path, where: str) -> tuple[str, str]:
 
     path = folder / "config.json"
     config = _json_object(path) if path.exists() else {}
+    unknown = sorted(set(config) - set(_POOLING_KEYS))
+    if unknown:
+        raise DataFormatError(path, f"{where}: SpladePooling takes {', '.join(_POOLING_KEYS)}; unknown key "
+                              f"{unknown[0]!r} (sentence-transformers would refuse it)", field=unknown[0])
     pooling = config.get("pooling_strategy", "max")
     activation = config.get("activation_function", "relu")
     if pooling not in POOLINGS:
@@ -313,13 +374,18 @@ def _read_pooling(folder: Path, where: str) -> tuple[str, str]:
 
 
 def _read_encoder_route(entries: list[tuple[str, str, Path]], path: Path, where: str):
-    """``[(name, class, folder)]`` of a document encoder → ``(mlm folder, max length, pooling, activation)``."""
+    """``[(name, class, folder)]`` of a document encoder → ``(mlm folder, (max length, file stating it), pooling, activation)``."""
     names = [name for _, name, _ in entries]
     if len(entries) != 2 or names[0] not in _TRANSFORMERS or names[1] != "SpladePooling":
         _refuse_modules(path, where, [(i, n) for i, n, _ in entries if n not in _TRANSFORMERS + ("SpladePooling",)])
         raise UnsupportedModelError(path, f"{where}: modules {names}; spladekit reads a SPLADE encoder as "
                                     "[Transformer (fill-mask), SpladePooling]", field="modules")
     (mlm_id, name, mlm_dir), (pool_id, _, pool_dir) = entries
+    field = "path" if path.name == MODULES_FILE else "structure"
+    for module_dir in (mlm_dir, pool_dir):  # a missing folder would read as defaults
+        if not module_dir.is_dir():
+            raise DataFormatError(path, f"{where}: module folder {str(module_dir.relative_to(path.parent.resolve()))!r} "
+                                  f"does not exist in {path.parent}", field=field)
     length = _read_transformer(mlm_dir, name, f"{where}, module {mlm_id!r}")
     pooling, activation = _read_pooling(pool_dir, f"{where}, module {pool_id!r}")
     return mlm_dir, length, pooling, activation
@@ -352,9 +418,25 @@ def _read_st_config(root: Path) -> int | None:
     return top_k
 
 
+def check_tokenizer_files(folder: Path) -> None:
+    """Raise ``ResolutionError`` unless ``folder`` holds one of :data:`TOKENIZER_FILES`.
+
+    transformers' ``AutoTokenizer`` does not refuse a folder without them: it builds the class that
+    ``config.json`` names with only its special tokens (5 for BERT), and every word encodes as
+    ``[UNK]``, so SPLADE vectors would be garbage without any error.
+    """
+    from spladekit.errors import ResolutionError
+
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ResolutionError(f"model folder {folder} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}; "
+                              "tokenizer_config.json alone has no vocabulary); copy the tokenizer that the model was "
+                              "trained with into it")
+
+
 def _same_vocabulary(query_dir: Path, document_dir: Path, path: Path) -> None:
     from transformers import AutoTokenizer
 
+    check_tokenizer_files(query_dir)
     try:
         query = AutoTokenizer.from_pretrained(str(query_dir)).get_vocab()
         document = AutoTokenizer.from_pretrained(str(document_dir)).get_vocab()
@@ -374,6 +456,8 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
     if not isinstance(types, dict) or not isinstance(structure, dict):
         raise DataFormatError(path, "expected objects 'types' and 'structure'", field="structure")
     parameters = config.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise DataFormatError(path, "expected an object", field="parameters")
     if parameters.get("route_mappings"):
         raise UnsupportedModelError(path, "route_mappings send inputs to routes by task and modality; spladekit reads "
                                     "exactly a 'query' and a 'document' route", field="parameters.route_mappings")
@@ -390,14 +474,15 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
             if module_id not in types:
                 raise DataFormatError(path, f"module {module_id!r} has no type", field="types")
             out.append((module_id, _class_name(types[module_id], path, f"route {route!r}, module {module_id!r}"),
-                        _module_dir(router_dir, module_id)))
+                        _module_dir(router_dir, module_id, path, f"structure.{route}")))
         return out
 
     document = entries("document")
     mlm_dir, length, pooling, activation = _read_encoder_route(document, path, "route 'document'")
     query = entries("query")
     folder = ModelFolder(root=str(root), layout="sentence-transformers-router", mlm_dir=str(mlm_dir),
-                         tokenizer_dir=str(mlm_dir), pooling=pooling, activation=activation, max_length=length, top_k=top_k)
+                         tokenizer_dir=str(mlm_dir), pooling=pooling, activation=activation, max_length=length[0],
+                         max_length_file=length[1], top_k=top_k)
     if [q[0] for q in query] == [d[0] for d in document]:
         return folder  # one encoder for both sides
     if len(query) == 1 and query[0][1] in _STATIC:
@@ -406,7 +491,7 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
         static_config = _json_object(static_config_path) if static_config_path.exists() else {}
         json_path = static_config.get("path")
         if isinstance(json_path, str) and json_path.endswith(".json"):
-            side = QuerySide("idf.json", _module_dir(query_dir, json_path), query_dir)
+            side = QuerySide("idf.json", _module_dir(query_dir, json_path, static_config_path, kind="file"), query_dir)
         else:
             weights = [query_dir / n for n in ("model.safetensors", "pytorch_model.bin") if (query_dir / n).exists()]
             if not weights:
@@ -437,7 +522,7 @@ def _read_sentence_transformers(root: Path) -> ModelFolder:
         return _read_router(root, entries[0][2], top_k)
     mlm_dir, length, pooling, activation = _read_encoder_route(entries, path, "modules.json")
     return ModelFolder(root=str(root), layout="sentence-transformers", mlm_dir=str(mlm_dir), tokenizer_dir=str(mlm_dir),
-                       pooling=pooling, activation=activation, max_length=length, top_k=top_k)
+                       pooling=pooling, activation=activation, max_length=length[0], max_length_file=length[1], top_k=top_k)
 
 
 def read_model_folder(location: str | Path) -> ModelFolder:
@@ -458,6 +543,10 @@ def read_model_folder(location: str | Path) -> ModelFolder:
         return ModelFolder(root=str(location), layout="masked-lm", mlm_dir=str(location), tokenizer_dir=str(location))
     own = root / METADATA_FILE
     spladekit_json = _json_object(own) if own.exists() else None
+    if spladekit_json is not None and (root / IDF_FILE).exists():
+        raise UnsupportedModelError(root / IDF_FILE, f"the folder has both {IDF_FILE} (an OpenSearch doc-only query "
+                                    f"side) and {METADATA_FILE} (a spladekit model, which never writes {IDF_FILE}); "
+                                    "which query side is meant is unclear: remove one of them")
     if (root / MODULES_FILE).exists():
         folder = _read_sentence_transformers(root)
     elif (root / "config.json").exists() and (root / IDF_FILE).exists() and spladekit_json is None:

@@ -196,17 +196,25 @@ def read_weight_file(path: str | Path, vocab_size: int) -> torch.Tensor:
     ``weights_only=True``), as spladekit and sentence-transformers' ``SparseStaticEmbedding`` save it.
 
     Raises:
-        DataFormatError: no ``weight`` tensor, a shape other than ``[V]``, NaN or infinite values.
+        DataFormatError: no ``weight`` tensor, a shape other than ``[V]``, NaN or infinite values, a
+            file that cannot be read (damaged or truncated).
     """
     from spladekit.errors import DataFormatError
 
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    from spladekit.model.encoder import damaged_weights_error
 
-        tensors = load_file(str(path))
-    else:
-        tensors = torch.load(str(path), map_location="cpu", weights_only=True)
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            tensors = load_file(str(path))
+        else:
+            tensors = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (MemoryError, FileNotFoundError):
+        raise
+    except Exception as exc:  # safetensors' / torch's errors on a damaged or truncated file
+        raise damaged_weights_error(path, exc) from exc
     weight = tensors.get("weight") if isinstance(tensors, dict) else None
     if weight is None or tuple(weight.shape) != (vocab_size,):
         shape = None if weight is None else tuple(weight.shape)
