@@ -419,7 +419,9 @@ def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(i
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
     assert json.loads(body)["error"].startswith("body: the request body was not received within 1 s (10 bytes came of 200)")
-    assert 1.0 <= waited < 15, waited
+    # the server's timer runs on its event loop, whose timers may fire a little early (0.99992 s was seen);
+    # 0.95 s still tells 'held for the body timeout' from 'answered at once'
+    assert 0.95 <= waited < 15, waited
     assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
 
 
