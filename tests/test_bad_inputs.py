@@ -362,8 +362,9 @@ def test_search_and_query_export_warn_about_empty_queries(encoder, tiny_bert_dir
 
 def test_index_cli_with_top_k_zero_is_a_clear_error(tiny_bert_dir, tiny_beir, tmp_path):
     result = cli("index", "--model", tiny_bert_dir, "--data", tiny_beir, "--out", tmp_path / "idx", "--doc-top-k", "0", "--head-impl", "plain")
-    assert_clean_failure(result, "top_k must be an integer ≥ 1")
+    assert_clean_failure(result, "--doc-top-k must be an integer ≥ 1")
     assert not (tmp_path / "idx").exists()
+    assert not (tmp_path / ".idx.build").exists()  # refused before the build folder is made
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -616,8 +617,13 @@ def test_an_export_that_fails_on_the_data_leaves_no_folder(tmp_path):
     (tmp_path / "kept" / "notes.txt").write_text("mine")
     assert cli("export", "--index", tmp_path / "q", "--format", "anserini-queries", "--out", tmp_path / "kept").exit_code != 0
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt"]
-    assert cli("export", "--index", tmp_path / "q", "--format", "seismic", "--out", tmp_path / "kept").exit_code == 0
-    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["docs.jsonl", "export.json", "notes.txt"]
+    # a folder that is not an export is refused (spladekit.io.check_output_folder); an export folder keeps its other files
+    assert cli("export", "--index", tmp_path / "q", "--format", "seismic", "--out", tmp_path / "kept").exit_code == 2
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt"]
+    assert cli("export", "--index", tmp_path / "q", "--format", "seismic", "--out", tmp_path / "ex").exit_code == 0
+    (tmp_path / "ex" / "notes.txt").write_text("mine")
+    assert cli("export", "--index", tmp_path / "q", "--format", "seismic", "--out", tmp_path / "ex").exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "ex").iterdir()) == ["docs.jsonl", "export.json", "notes.txt"]
 
 
 def test_read_json_refuses_repeated_keys_at_any_depth(tmp_path):

@@ -92,6 +92,66 @@ def ensure_folder(path: str | Path) -> Path:
     return path
 
 
+def check_output_folder(out: str | Path, kind: str, markers: tuple[str, ...], inputs: dict[str, Any] | None = None,
+                        option: str = "--out") -> Path:
+    """Refuse an output folder a command would replace or write into wrongly, before any work.
+
+    The one rule of every command writing a folder (index, import, export, inference-free, rescale,
+    export-model, train): ``out`` may be a new path, an empty folder, or a folder already holding
+    this kind of output (one of ``markers`` in it, e.g. ``index.json`` for an index), which the
+    command then replaces or adds to as it documents. Anything else is left untouched.
+
+    Args:
+        out: the output folder.
+        kind: what the command writes, for the messages ("spladekit index").
+        markers: file or folder names of which one marks ``out`` as this kind of output.
+        inputs: option name → path the command reads (``{"--model": ..., "--data": ...}``); values
+            that are not existing local paths (hub ids, dataset names, None) are skipped.
+        option: the option naming ``out``, for the messages.
+
+    Raises:
+        OutputPathError: ``out`` (resolved) is, contains or lies inside an input; a parent of ``out``
+            is a file; ``out`` is a file; or ``out`` is a non-empty folder holding none of ``markers``.
+    """
+    from spladekit.errors import OutputPathError
+
+    out = Path(out)
+    target = out.resolve()
+    for name, value in (inputs or {}).items():
+        if value is None or not Path(value).exists():
+            continue
+        source = Path(value).resolve()
+        if target == source or source in target.parents or target in source.parents:
+            relation = ("is" if target == source else "lies inside" if source in target.parents else "contains")
+            raise OutputPathError(f"{option} {out} {relation} the input {name} {value}; writing there would destroy the input "
+                                  "(choose another output folder)")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputPathError(f"{out}: its parent {parent} is a file, not a folder")
+            break
+    if out.exists():
+        if not out.is_dir():
+            raise OutputPathError(f"{out}: is a file; this output ({kind}) is a folder (the file is left as it is)")
+        if any(out.iterdir()) and not any((out / name).exists() for name in markers):
+            raise OutputPathError(f"{out}: an existing folder that is not a {kind} (no {' or '.join(markers)} in it); "
+                                  "it is left as it is: choose a new or empty folder, or remove it first")
+    return out
+
+
+def _give_default_modes(folder: Path) -> None:
+    """Give every file and folder under ``folder`` the usual umask mode (:func:`default_mode`):
+    libraries writing through ``tempfile.mkstemp`` (e.g. a model's weights) leave 0600 files."""
+    files, folders = default_mode(), default_mode(directory=True)
+    for root, dirs, names in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), folders)
+        for name in names:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, files | (os.stat(path).st_mode & 0o111 & folders))  # keep execute bits
+
+
 def _backup_of(path: Path) -> Path:
     return path.with_name(f".{path.name}.old")
 
@@ -162,6 +222,7 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
     recover_folder(path)
     try:
         yield tmp
+        _give_default_modes(tmp)
         replace_folder(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -172,7 +233,8 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
 def staged_files(path: str | Path) -> Iterator[Path]:
     """Write files into the folder ``path`` all or nothing: yields a temporary sibling folder; on
     success each file written there is renamed into ``path`` (made if needed; other files already in
-    it are left alone, unlike :func:`atomic_folder`, which replaces the whole folder).
+    it are left alone, unlike :func:`atomic_folder`, which replaces the whole folder; a sub-folder
+    replaces its namesake whole). Written files get the usual umask mode (:func:`default_mode`).
 
     Raises:
         OutputPathError: ``path`` is an existing file (left untouched) or the parent cannot be made.
@@ -182,9 +244,13 @@ def staged_files(path: str | Path) -> Iterator[Path]:
     tmp = _sibling_folder(path)
     try:
         yield tmp
+        _give_default_modes(tmp)
         ensure_folder(path)
         for item in sorted(tmp.iterdir()):
-            os.replace(item, path / item.name)
+            if item.is_dir() and (path / item.name).is_dir():
+                replace_folder(item, path / item.name)  # a sub-folder (e.g. 1_SpladePooling) replaces its old version
+            else:
+                os.replace(item, path / item.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -54,13 +54,14 @@ def diagnose(
 @app.command()
 def rescale(
     model: str = typer.Argument(..., help="model folder or hub id"),
-    out: Path = typer.Option(..., help="folder for the rescaled model"),
+    out: Path = typer.Option(..., help="folder for the rescaled model: new, empty or a model folder (its other files "
+                             "stay); MODEL itself only with --force"),
     factor: Optional[float] = typer.Option(None, help="multiply the head projection by F (< 1 shrinks)"),
     match_norm: Optional[str] = typer.Option(None, help="match the mean decoder-row norm of a model (folder or id) or a number"),
     target_logit: Optional[float] = typer.Option(None, help="calibrate F on sample text so that --statistic of the logits hits this value"),
     statistic: str = typer.Option("p99", help="logit statistic for --target-logit: mean, std, max or a percentile (p99, p99.9)"),
     scale_bias: bool = typer.Option(False, "--scale-bias/--no-scale-bias", help="scale the decoder bias by F too"),
-    force: bool = typer.Option(False, help="rescale an already rescaled model (factors compound)"),
+    force: bool = typer.Option(False, help="rescale an already rescaled model (factors compound); allow --out = MODEL (in place)"),
     texts: Optional[Path] = typer.Option(None, help="sample text for --target-logit: one text per line"),
     data: Optional[str] = typer.Option(None, help="sample text for --target-logit: a BEIR folder"),
     n_queries: int = typer.Option(64),
@@ -88,8 +89,18 @@ def rescale(
         max_tokens=max_tokens,
         batch_size=batch_size,
     )
+    from spladekit.cli.inference_free import MODEL_MARKERS
+    from spladekit.errors import OutputPathError
+    from spladekit.io import check_output_folder, staged_files
+
     try:
-        applied = run_rescale(config, out)
+        in_place = Path(model).exists() and Path(model).resolve() == out.resolve()
+        if in_place and not force:
+            raise OutputPathError(f"--out {out} is the input model folder {model}: its weights would be overwritten; "
+                                  "give another --out, or --force to rescale it in place")
+        check_output_folder(out, "model folder", MODEL_MARKERS, None if in_place else {"MODEL": model})
+        with staged_files(out) as staging:  # all files or none; other files in OUT stay
+            applied = run_rescale(config, staging)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"rescaled the MLM head of {model} by F = {applied:.6g} ({config.mode()}); wrote {out}")

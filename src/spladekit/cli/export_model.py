@@ -32,7 +32,10 @@ def export_model(
     from spladekit.errors import SpladekitError
     from spladekit.model.encoder import SpladeEncoder
 
+    from spladekit.io import check_output_folder
+
     try:
+        check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
         if format not in FORMATS:
             raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS)}")
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):

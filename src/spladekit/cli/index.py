@@ -11,6 +11,19 @@ import typer
 from spladekit.cli.app import app, fail
 from spladekit.data.resolve import DEFAULT_MODEL
 
+INDEX_MARKERS = ("index.json",)  # what marks a folder as an index (spladekit.index.io)
+EXPORT_MARKERS = ("export.json",)  # what marks a folder as an export (spladekit.index.export)
+
+
+def check_index_options(doc_max_length: Optional[int], doc_top_k: Optional[int]) -> None:
+    """Raise ``ValueError`` for a max length or top-k the encoder would refuse, before anything is
+    created (bounds of :class:`spladekit.model.encoder.SpladeEncoder`: a length holds the 2 special tokens)."""
+    if doc_max_length is not None and doc_max_length < 2:
+        raise ValueError(f"--doc-max-length must be an integer ≥ 2 (special tokens included), got {doc_max_length}")
+    if doc_top_k is not None and doc_top_k < 1:
+        raise ValueError(f"--doc-top-k must be an integer ≥ 1 (or left out: every weight kept), got {doc_top_k}")
+
+
 BUDGET_HELP = ("working memory of writing the index folder (both layouts, sorted runs on disk), e.g. 512MiB, 2GiB, 1.5GB "
                "(B, KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024; 16MiB to 1PiB); default 1GiB. "
                "The folder is the same at any budget")
@@ -20,7 +33,8 @@ BUDGET_HELP = ("working memory of writing the index folder (both layouts, sorted
 def index_command(
     model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
     data: str = typer.Option(..., help="BEIR folder or dataset name"),
-    out: Path = typer.Option(..., help="index folder to write"),
+    out: Path = typer.Option(..., help="index folder to write: a new or empty folder, or an index (replaced); "
+                             "never the --model or --data folder"),
     batch_size: int = typer.Option(32),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's saved value (spladekit.json) or 256"),
     doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
@@ -35,9 +49,13 @@ def index_command(
 
     from spladekit.index.writer import parse_size
 
+    from spladekit.io import check_output_folder
+
     config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k,
                          head_impl=head_impl, chunk_size=chunk_size)
     try:
+        check_index_options(doc_max_length, doc_top_k)  # before the model loads and .OUT.build is made
+        check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--model": model, "--data": data})
         budget = None if memory_budget is None else parse_size(memory_budget)
         written = build_index(config, show_progress=True, memory_budget=budget)
     except (SpladekitError, ValueError) as exc:
@@ -168,8 +186,10 @@ def export_command(
     from spladekit.index.export import export_index, export_vectors
     from spladekit.index.io import load_metadata, load_vocabulary
     from spladekit.index.search import query_encoder
+    from spladekit.io import check_output_folder
 
     try:
+        check_output_folder(out, "spladekit export", EXPORT_MARKERS, {"--index": index, "--queries": queries})
         if queries is not None:
             from spladekit.data.tsv import read_tsv
 
@@ -202,8 +222,10 @@ def import_command(
     from spladekit.errors import SpladekitError
     from spladekit.index.export import import_to_index, model_vocabulary
     from spladekit.index.io import load_metadata, load_vocabulary
+    from spladekit.io import check_output_folder
 
     try:
+        check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--input": input, "--like": like, "--model": model})
         if like is not None and model is not None:
             raise typer.BadParameter("give --model or --like, not both")
         if like is not None:

@@ -9,12 +9,15 @@ import typer
 from spladekit.cli.app import app, fail
 from spladekit.data.resolve import DEFAULT_MODEL
 
+MODEL_MARKERS = ("spladekit.json", "config.json")  # what marks a model folder (spladekit's or transformers')
+
 
 @app.command("inference-free")
 def inference_free(
     model: str = typer.Option(DEFAULT_MODEL, help="SPLADE model folder or hub id (its document encoder is kept)"),
     data: str = typer.Option(..., help="BEIR folder or dataset name whose corpus gives the IDF query weights"),
-    out: Path = typer.Option(..., help="model folder to write (loads in spladekit and sentence-transformers)"),
+    out: Path = typer.Option(..., help="model folder to write (loads in spladekit and sentence-transformers): a new or empty folder, "
+                             "or a model folder (replaced whole)"),
 ):
     """Write an inference-free model: documents through MODEL, queries a bag of tokens weighted by the corpus IDF.
 
@@ -24,7 +27,10 @@ def inference_free(
     from spladekit.errors import SpladekitError
     from spladekit.pipeline import build_inference_free
 
+    from spladekit.io import check_output_folder
+
     try:
+        check_output_folder(out, "model folder", MODEL_MARKERS, {"--model": model, "--data": data})
         encoder = build_inference_free(model, data, out)
     except (SpladekitError, ValueError) as exc:
         fail(exc)

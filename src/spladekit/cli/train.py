@@ -10,6 +10,8 @@ import typer
 
 from spladekit.cli.app import app, fail
 
+TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.loop)
+
 
 @app.command()
 def train(
@@ -23,8 +25,13 @@ def train(
     from spladekit.train import load_config
     from spladekit.train import train as run_training
 
+    from spladekit.io import check_output_folder
+
     try:
         cfg = load_config(config, set_)
+        inputs = {"model.path": cfg.model.path, "data.path": cfg.data.path, "data.negatives_model": cfg.data.negatives_model,
+                  "data.teacher_scores": cfg.data.teacher_scores, "data.queries": cfg.data.queries}
+        check_output_folder(out, "training output folder", TRAIN_MARKERS, inputs)  # resumable: its own folder is fine
         result = run_training(cfg, out, show_progress=not no_progress)
     except SpladekitError as exc:
         fail(exc)
