@@ -573,7 +573,7 @@ def test_evaluate_warns_when_no_run_query_is_judged():
 def test_index_cli_batch_size_zero_and_out_file_fail_before_encoding(tmp_path, tiny_beir, run_file):
     missing = tmp_path / "no-model"
     result = cli("index", "--model", missing, "--data", tiny_beir, "--out", tmp_path / "idx", "--batch-size", "0")
-    assert_clean_failure(result, "batch_size must be ≥ 1")
+    assert_clean_failure(result, "--batch-size must be an integer ≥ 1")
     result = cli("index", "--model", missing, "--data", tiny_beir, "--out", run_file)
     assert_clean_failure(result, "is a file")
     assert run_file.read_text(encoding="utf-8") == RUN
@@ -668,3 +668,15 @@ def test_corpus_ids_a_run_cannot_hold_and_repeated_keys_are_refused_when_read(tm
     with pytest.raises(DataFormatError, match=words) as info:
         read_corpus(path)
     assert (info.value.path, info.value.line, info.value.field) == (path, 2, field)
+
+
+@pytest.mark.parametrize("field, value", [("doc_max_length", 1), ("doc_top_k", 0), ("batch_size", 0), ("chunk_size", -5),
+                                          ("doc_top_k", True)])
+def test_index_config_refuses_bad_values_before_anything_is_made(tmp_path, field, value):
+    """The library's IndexConfig refuses what the encoder would, at construction (the CLI gets the same
+    message): no model is loaded and no temporary .OUT.build folder is left."""
+    from spladekit.index.shard import IndexConfig
+
+    with pytest.raises(ValueError, match="--" + field.replace("_", "-") + " must be an integer"):
+        IndexConfig(model="m", data="d", out=str(tmp_path / "ix"), **{field: value})
+    assert list(tmp_path.iterdir()) == []

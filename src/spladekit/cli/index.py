@@ -15,15 +15,6 @@ INDEX_MARKERS = ("index.json",)  # what marks a folder as an index (spladekit.in
 EXPORT_MARKERS = ("export.json",)  # what marks a folder as an export (spladekit.index.export)
 
 
-def check_index_options(doc_max_length: Optional[int], doc_top_k: Optional[int]) -> None:
-    """Raise ``ValueError`` for a max length or top-k the encoder would refuse, before anything is
-    created (bounds of :class:`spladekit.model.encoder.SpladeEncoder`: a length holds the 2 special tokens)."""
-    if doc_max_length is not None and doc_max_length < 2:
-        raise ValueError(f"--doc-max-length must be an integer ≥ 2 (special tokens included), got {doc_max_length}")
-    if doc_top_k is not None and doc_top_k < 1:
-        raise ValueError(f"--doc-top-k must be an integer ≥ 1 (or left out: every weight kept), got {doc_top_k}")
-
-
 BUDGET_HELP = ("working memory of writing the index folder (both layouts, sorted runs on disk), e.g. 512MiB, 2GiB, 1.5GB "
                "(B, KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024; 16MiB to 1PiB); default 1GiB. "
                "The folder is the same at any budget")
@@ -46,15 +37,12 @@ def index_command(
     from spladekit.errors import SpladekitError
     from spladekit.index.index import Index
     from spladekit.index.shard import IndexConfig, build_index
-
     from spladekit.index.writer import parse_size
-
     from spladekit.io import check_output_folder
 
-    config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k,
-                         head_impl=head_impl, chunk_size=chunk_size)
     try:
-        check_index_options(doc_max_length, doc_top_k)  # before the model loads and .OUT.build is made
+        config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
+                             doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size)  # options checked here
         check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--model": model, "--data": data})
         budget = None if memory_budget is None else parse_size(memory_budget)
         written = build_index(config, show_progress=True, memory_budget=budget)

@@ -44,6 +44,20 @@ class IndexConfig:
     head_impl: str | None = None
     chunk_size: int = 10_000
 
+    def __post_init__(self) -> None:
+        """Refuse values the encoder would refuse, at construction: before a model loads or the
+        temporary ``.OUT.build`` folder is made (a length holds the 2 special tokens).
+
+        Raises:
+            ValueError: naming the option (``--doc-max-length``, ``--doc-top-k``, ...) and the bound.
+        """
+        for name, value, least, note in (("doc_max_length", self.doc_max_length, 2, "special tokens included"),
+                                         ("doc_top_k", self.doc_top_k, 1, "or left out: every weight kept"),
+                                         ("batch_size", self.batch_size, 1, None), ("chunk_size", self.chunk_size, 1, None)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                option = "--" + name.replace("_", "-")
+                raise ValueError(f"{option} must be an integer ≥ {least}{f' ({note})' if note else ''}, got {value!r}")
+
 
 def model_revision(location: str | Path) -> str | None:
     """A revision string for a resolved model: the hub snapshot's commit for hub-cache folders,
