@@ -76,6 +76,21 @@ def test_truncation_is_counted(tiny):
     assert tiny.last_truncated == 0
 
 
+def test_truncation_boundary_and_slow_tokenizer_path(tiny):
+    """A text of exactly ``max_length`` tokens is not truncated, one token more is; the count read
+    from the fast tokenizer's encodings equals the count of a second, untruncated tokenization."""
+    words = ["protein"] * 40
+    sized = {len(tiny.tokenizer(" ".join(words[:n]))["input_ids"]): " ".join(words[:n]) for n in range(1, 40)}
+    exact, longer = sized[16], sized[17]  # "protein" is one token: n words give n + 2 ids
+    tiny.encode_documents([exact])
+    assert tiny.last_truncated == 0
+    tiny.encode_documents([exact, longer, "x"])
+    assert tiny.last_truncated == 1
+    batch = tiny.tokenize(EDGE, 16)
+    assert tiny._count_truncated(EDGE, 16, batch) == tiny._count_truncated(EDGE, 16) == sum(
+        len(tiny.tokenizer(t)["input_ids"]) > 16 for t in EDGE)
+
+
 def _constant_encoder(folder, active: list[int]):
     """A model whose logits are the decoder bias at every position: bias +1 on ``active``, −3 elsewhere."""
     tokenizer = make_tokenizer(folder)

@@ -63,6 +63,22 @@ def test_query_and_document_max_lengths_differ(tiny_bert_dir):
     assert enc.last_truncated == 1
 
 
+def test_weights_to_csr_equals_scipy_from_dense():
+    """The CSR built from torch.nonzero equals scipy's own conversion of the dense array (a second
+    tool), empty rows and a row with every column active included; exact: same float32 values copied."""
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((6, 37)).astype(np.float32)
+    dense[1] = -1.0  # no active term
+    dense[4] = np.abs(dense[4]) + 0.1  # all active
+    got = weights_to_csr(torch.from_numpy(dense))
+    expected = sp.csr_matrix(np.where(dense > 0, dense, 0))
+    assert got.shape == expected.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got.indptr, expected.indptr)
+    np.testing.assert_array_equal(got.indices, expected.indices)
+    np.testing.assert_array_equal(got.data, expected.data)
+    assert weights_to_csr(torch.zeros(0, 5)).shape == (0, 5)
+
+
 def test_top_k_pruning_keeps_largest():
     w = torch.tensor([[0.0, 3.0, 1.0, 2.0, 2.0], [0.5, 0.0, 0.0, 0.0, 0.0]])
     m = weights_to_csr(w, top_k=2).toarray()

@@ -155,9 +155,13 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
         kept = torch.zeros_like(weights)
         kept.scatter_(1, order, weights.gather(1, order))
         weights = kept
-    rows, cols = torch.nonzero(weights > 0, as_tuple=True)
-    values = weights[rows, cols].numpy().astype(np.float32)
-    return sp.csr_matrix((values, (rows.numpy(), cols.numpy())), shape=tuple(weights.shape), dtype=np.float32)
+    rows, cols = torch.nonzero(weights > 0, as_tuple=True)  # row-major order: already CSR's order
+    values = weights[rows, cols].numpy()
+    indptr = np.zeros(weights.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows.numpy(), minlength=weights.shape[0]), out=indptr[1:])
+    index_dtype = np.int32 if max(weights.shape[1], len(values)) < 2**31 else np.int64
+    return sp.csr_matrix((values, cols.numpy().astype(index_dtype), indptr.astype(index_dtype)),
+                         shape=tuple(weights.shape), copy=False)
 
 
 def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
@@ -456,10 +460,13 @@ class SpladeEncoder:
             list(texts), max_length=max_length, truncation=True, padding=True, return_tensors="pt"
         )
 
-    @torch.no_grad()
     def encode_dense(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
         """One forward pass: ``[len(texts), V]`` float32 weights on the CPU, ``[PAD]`` column zeroed."""
-        batch = self.tokenize(texts, max_length)
+        return self._weights(self.tokenize(texts, max_length))
+
+    @torch.no_grad()
+    def _weights(self, batch) -> torch.Tensor:
+        """``[B, V]`` float32 weights on the CPU of one tokenized batch (:meth:`tokenize`'s output)."""
         weights = self.model(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
         weights = weights.float().cpu()
         pad_id = getattr(self.tokenizer, "pad_token_id", None)
@@ -502,7 +509,17 @@ class SpladeEncoder:
             return limit
         return max_length
 
-    def _count_truncated(self, texts: Sequence[str], max_length: int) -> int:
+    def _count_truncated(self, texts: Sequence[str], max_length: int, batch=None) -> int:
+        """Texts of ``texts`` longer than ``max_length`` tokens (special tokens included).
+
+        From ``batch`` (their :meth:`tokenize` output) when a fast tokenizer made it: its Rust
+        encodings keep what truncation cut off in ``overflowing`` (non-empty exactly when the text
+        had more than ``max_length`` tokens), so no second tokenization is needed; otherwise the
+        texts are tokenized again without truncation.
+        """
+        encodings = getattr(batch, "encodings", None) if batch is not None else None
+        if encodings is not None and len(encodings) == len(texts):
+            return sum(bool(e.overflowing) for e in encodings)
         lengths = self.tokenizer(list(texts), truncation=False, add_special_tokens=True, verbose=False)["input_ids"]
         return sum(len(ids) > max_length for ids in lengths)
 
@@ -539,13 +556,16 @@ class SpladeEncoder:
         blocks, truncated = [], 0
         for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not show_progress, unit="batch"):
             chunk = [texts[i] for i in order[start : start + batch_size]]
-            truncated += self._count_truncated(chunk, max_length)
-            blocks.append(weights_to_csr(self.encode_dense(chunk, max_length), top_k))
+            batch = self.tokenize(chunk, max_length)
+            truncated += self._count_truncated(chunk, max_length, batch)
+            blocks.append(weights_to_csr(self._weights(batch), top_k))
             if on_batch is not None:
                 on_batch(len(chunk))
         self.last_truncated = truncated
         if not blocks:
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
+        if len(texts) == 1:  # one block, one row: already in input order (a query per call)
+            return blocks[0]
         stacked = sp.vstack(blocks, format="csr")
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))

@@ -336,9 +336,8 @@ class OnnxSpladeEncoder(SpladeEncoder):
     def max_positions(self) -> int | None:
         return self.record.get("max_positions")
 
-    def encode_dense(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
-        """One session run: ``[len(texts), V]`` float32 (``[PAD]`` column zeroed inside the graph)."""
-        batch = self.tokenize(texts, max_length)
+    def _weights(self, batch) -> torch.Tensor:
+        """One session run on a tokenized batch: ``[B, V]`` float32 (``[PAD]`` column zeroed inside the graph)."""
         feeds = {name: batch[name].numpy().astype(np.int64) for name in self.record["inputs"]}
         (weights,) = self.session.run([self.record["output"]], feeds)
         return torch.from_numpy(weights)
