@@ -44,6 +44,9 @@ Usage::
 
     PYTHONPATH=src python benchmarks/encode_cpu.py --setup          # once: the competitors' envs
     PYTHONPATH=src python benchmarks/encode_cpu.py --reps 3 --out benchmarks/.cache/encode_cpu.json
+    # or one repetition per invocation (e.g. between other jobs), then the table of all of them:
+    PYTHONPATH=src python benchmarks/encode_cpu.py --reps 1 --first-rep 1   # ... --first-rep 2
+    PYTHONPATH=src python benchmarks/encode_cpu.py --report
 
 Not a test: no assertion on speed. Prints a markdown table, then the ratios to sk-fused at one thread.
 """
@@ -365,7 +368,13 @@ def report_existing(args) -> None:
     header = json.loads((runs / "started.json").read_text())
     ref = np.load(runs / "reference.npy")
     results: dict[tuple, list] = {}
+    for path in sorted(runs.glob("segment-*.json")):
+        seg = json.loads(path.read_text())
+        print(f"# repetitions {seg['reps'][0]}–{seg['reps'][1]}: {seg['started']} to {seg['ended']}, load average "
+              f"{'/'.join(f'{x:.2f}' for x in seg['load_start'])} → {'/'.join(f'{x:.2f}' for x in seg['load_end'])}")
     for path in sorted(runs.glob("*-*-*-*.json")):
+        if path.stem.startswith("segment-"):
+            continue
         case, threads, load, _ = path.stem.rsplit("-", 3)
         if not path.with_suffix(".npy").exists():
             continue
@@ -383,6 +392,9 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=64)
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--first-rep", type=int, default=0,
+                        help="number of the first repetition (to run repetitions as separate invocations "
+                             "into the same --work, then --report all of them)")
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--loads", nargs="*", default=["idle", "busy"], choices=["idle", "busy"])
     parser.add_argument("--cases", nargs="*", default=list(CASES))
@@ -411,14 +423,15 @@ def main() -> None:
     runs = args.work / "runs"
     runs.mkdir(exist_ok=True)
     load_start, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    (runs / "started.json").write_text(json.dumps({"load_start": load_start, "started": started}))
+    if args.first_rep == 0 or not (runs / "started.json").exists():
+        (runs / "started.json").write_text(json.dumps({"load_start": load_start, "started": started}))
     print(f"# load average at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
     results: dict[tuple, list] = {}
     errors: dict[tuple, str] = {}
     reference = runs / "reference.json"
     run_config("sk-plain", None, 1, "idle", args, reference)  # the vectors every case is compared with
     ref = np.load(reference.with_suffix(".npy"))
-    for rep in range(args.reps):
+    for rep in range(args.first_rep, args.first_rep + args.reps):
         for load in args.loads:
             for threads in args.threads:
                 for case in args.cases:
@@ -436,6 +449,9 @@ def main() -> None:
                     print(f"  rep {rep} {key}: {r['docs_per_s']:.1f} docs/s, {r['query_ms']:.1f} ms/query, "
                           f"{r['peak_rss_mib']:.0f} MiB (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
     load_end = os.getloadavg()
+    (runs / f"segment-{args.first_rep}.json").write_text(json.dumps({
+        "reps": [args.first_rep, args.first_rep + args.reps - 1], "started": started,
+        "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": load_start, "load_end": load_end}))
     report(results, errors, args, load_start, load_end, started)
     if args.out:
         args.out.write_text(json.dumps({"results": {"|".join(map(str, k)): v for k, v in results.items()},
