@@ -103,7 +103,12 @@ def prepare(model: Path, work: Path, data: Path, n_docs: int, n_queries: int) ->
     from spladekit.model.onnx_export import export_onnx
 
     work.mkdir(parents=True, exist_ok=True)
-    if not (work / "texts.json").exists():
+    texts = work / "texts.json"
+    if texts.exists():  # made by an earlier run: reused only for the same --docs / --queries
+        held = json.loads(texts.read_text())
+        if len(held["docs"]) != n_docs or len(held["queries"]) != n_queries:
+            texts.unlink()
+    if not texts.exists():
         docs = []
         with gzip.open(data / "corpus.jsonl.gz", "rt") as fh:
             for line in fh:
