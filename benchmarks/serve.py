@@ -114,7 +114,11 @@ def free_port() -> int:
 
 
 class Server:
-    """``python -m spladekit serve`` on a free loopback port; stopped by its PID."""
+    """``python -m spladekit serve`` on a free loopback port; stopped by its PID (and its workers' PIDs).
+
+    It stays in this process's process group, so that what pauses or stops a benchmark run by its
+    group (``/work/notes/exclusive.sh`` pauses every other group's Python processes while a timing
+    run holds the machine) treats the server with its load generator."""
 
     def __init__(self, folder: Path, workers: int, log: Path, *options: str):
         import httpx
@@ -123,7 +127,7 @@ class Server:
         command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", self.url.rsplit(":", 1)[1],
                    "--workers", str(workers), "--threads", "1", *options]
         self.log = open(log, "wb")
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline, seen = time.monotonic() + 180, set()
         while len(seen) < workers:  # every worker loaded: /health on fresh connections answered by each pid
             if self.process.poll() is not None:
@@ -154,12 +158,19 @@ class Server:
         return out
 
     def stop(self) -> None:
+        """SIGTERM to the server (uvicorn's supervisor stops its workers); after 30 s, SIGKILL to it and
+        to each of its descendants seen before, by PID."""
         if self.process.poll() is None:
+            pids = self.processes()
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
                 self.process.wait(timeout=10)
         self.log.close()
 
