@@ -20,10 +20,17 @@ load generator, apart (they share the machine's cores). The anchor, measured in 
 one query per call (text: encoding included), and all in one call.
 
 Overload: a server with ``--overload-queue`` waiting requests per worker, fed by an open loop at
-2x the capacity measured for it (the best closed-loop answers/s of that worker count and kind) for
-``--overload-seconds``: counts of 200 and 503, latency of the answered requests in the first and
-second half of the run (no growth past the bound when the queue holds), and the workers' memory
-(sum of PSS from ``/proc/PID/smaps_rollup``) sampled through the run.
+2x the capacity measured for it (the best closed-loop answers/s of that worker count, text queries)
+for ``--overload-seconds``: counts of 200 and 503 (by cause, from the 503's message), latency of the
+answered requests in the first and second half of the run, and the workers' memory (sum of PSS from
+``/proc/PID/smaps_rollup``) sampled through the run. Run twice per worker count, one after the other:
+with the queue-wait deadline ``--max-queue-wait-ms`` set to the queue's drain time at that capacity
+(queue × workers ÷ capacity), and without it (the queue bound alone) as the anchor. The bound of an
+answered request's latency is that deadline plus one full batch at capacity (max batch × workers ÷
+capacity), i.e. (queue + max batch) × workers ÷ capacity; reported against it: max and p99 of the
+latency at the client, and of the server's own ``took_ms`` (from the request's body read to its
+answer: the part the deadline bounds, without the wait for the event loop before it and the
+response's writing after it).
 
 Memory: after each worker count's runs, the sum over the server's processes of PSS
 (``smaps_rollup``), and the PSS and RSS of the mappings of the index's files (``/proc/PID/smaps``):
@@ -53,6 +60,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SPLADEKIT_BENCH_CACHE", HERE / ".cache")) / "serve"
 K = 10
+MAX_BATCH = 32  # the server's default --max-batch, which the runs use
 
 
 def shared() -> Path:
@@ -106,7 +114,11 @@ def free_port() -> int:
 
 
 class Server:
-    """``python -m spladekit serve`` on a free loopback port; stopped by its PID."""
+    """``python -m spladekit serve`` on a free loopback port; stopped by its PID (and its workers' PIDs).
+
+    It stays in this process's process group, so that what pauses or stops a benchmark run by its
+    group (``/work/notes/exclusive.sh`` pauses every other group's Python processes while a timing
+    run holds the machine) treats the server with its load generator."""
 
     def __init__(self, folder: Path, workers: int, log: Path, *options: str):
         import httpx
@@ -115,7 +127,7 @@ class Server:
         command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", self.url.rsplit(":", 1)[1],
                    "--workers", str(workers), "--threads", "1", *options]
         self.log = open(log, "wb")
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline, seen = time.monotonic() + 180, set()
         while len(seen) < workers:  # every worker loaded: /health on fresh connections answered by each pid
             if self.process.poll() is not None:
@@ -146,12 +158,19 @@ class Server:
         return out
 
     def stop(self) -> None:
+        """SIGTERM to the server (uvicorn's supervisor stops its workers); after 30 s, SIGKILL to it and
+        to each of its descendants seen before, by PID."""
         if self.process.poll() is None:
+            pids = self.processes()
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
                 self.process.wait(timeout=10)
         self.log.close()
 
@@ -302,20 +321,37 @@ async def closed_loop(url: str, bodies: list[bytes], clients: int, requests: int
             "client_cpu_ms_per_request": 1000 * cpu / max(1, sum(codes.values())), "hits": answers}  # warm-up not in the client's
 
 
+def refusal_cause(body: bytes) -> str:
+    """The cause of a 503 from its message (``spladekit.serve.batching.Overloaded``; the request timeout's own)."""
+    message = json.loads(body).get("error", "") if body else ""
+    for cause, words in (("queue_full", "queue is full"), ("queue_wait", "in the queue, over the queue-wait limit"),
+                         ("expected_wait", "ms of work, over the queue-wait limit"), ("timeout", "request timeout")):
+        if words in message:
+            return cause
+    return "other"
+
+
 async def open_loop(url: str, bodies: list[bytes], rate: float, seconds: float, sample) -> dict:
     """Requests started at ``rate`` per second for ``seconds`` whatever the answers (at most
     ``rate * seconds`` of them; a request takes an idle connection or opens one); ``sample()``
     called every 0.5 s (memory)."""
     total = int(rate * seconds)
     records: list[tuple[float, float, int]] = []  # (start offset s, latency ms, status)
+    took: list[float] = []  # the server's took_ms of the answered requests
+    causes: dict[str, int] = {}
     samples = []
     http = RawHTTP(url)
     began = time.perf_counter()
 
     async def one(i):
         t = time.perf_counter()
-        status, _ = await http.post("/search", bodies[i % len(bodies)])
+        status, data = await http.post("/search", bodies[i % len(bodies)])
         records.append((t - began, (time.perf_counter() - t) * 1000, status))
+        if status == 200:
+            took.append(json.loads(data)["took_ms"])
+        elif status == 503:
+            cause = refusal_cause(data)
+            causes[cause] = causes.get(cause, 0) + 1
 
     async def sampler():
         while time.perf_counter() - began < seconds + 1:
@@ -339,8 +375,10 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, seconds: float, 
         codes[status] = codes.get(status, 0) + 1
     return {"rate": rate, "sent": total, "answered_200": codes.get(200, 0), "refused_503": codes.get(503, 0),
             "errors": sum(n for c, n in codes.items() if c not in (200, 503)),
-            "first_half": percentiles(first), "second_half": percentiles(second), "max_ms": max((ms for _, ms in served), default=None),
-            "pss_sum_mib": [m for _, m in samples]}
+            "refused_by_cause": causes, "answered_per_s": codes.get(200, 0) / seconds,
+            "first_half": percentiles(first), "second_half": percentiles(second), "all": percentiles([ms for _, ms in served]),
+            "max_ms": max((ms for _, ms in served), default=None),
+            "server_took": {**percentiles(took), "max_ms": max(took, default=None)}, "pss_sum_mib": [m for _, m in samples]}
 
 
 # ----------------------------------------------------------------------------------- anchor
@@ -425,19 +463,24 @@ def main() -> None:
         finally:
             server.stop()
 
-    for workers in workers_list:  # overload: 2x the capacity measured for text queries
+    for workers in workers_list:  # overload: 2x the capacity measured for text queries, with and without the deadline
         capacity = max(r["throughput"] for r in report["runs"] if r["workers"] == workers and r["kind"] == "text")
-        server = Server(index.folder, workers, logs / f"overload-{workers}.log", "--queue-size", str(args.overload_queue))
-        try:
-            pids = server.processes()
-            run = asyncio.run(open_loop(server.url, bodies["text"], 2 * capacity, args.overload_seconds,
-                                        lambda: sum(pss_kib(p) for p in pids) / 1024))
-            run.update(workers=workers, capacity=capacity, queue_size=args.overload_queue,
-                       bound_ms=1000 * (args.overload_queue * workers + 32 * workers) / capacity)
-            report["overload"][workers] = run
-            print(json.dumps(run), flush=True)
-        finally:
-            server.stop()
+        deadline_ms = 1000 * args.overload_queue * workers / capacity  # the per-worker queue's drain time at capacity / workers
+        batch_ms = 1000 * MAX_BATCH * workers / capacity  # one full batch of one worker at capacity / workers
+        for deadline in (deadline_ms, None):
+            options = ["--queue-size", str(args.overload_queue)] + ([] if deadline is None else ["--max-queue-wait-ms", f"{deadline:.1f}"])
+            name = f"overload-{workers}{'-deadline' if deadline else ''}"
+            server = Server(index.folder, workers, logs / f"{name}.log", *options)
+            try:
+                pids = server.processes()
+                run = asyncio.run(open_loop(server.url, bodies["text"], 2 * capacity, args.overload_seconds,
+                                            lambda: sum(pss_kib(p) for p in pids) / 1024))
+                run.update(workers=workers, capacity=capacity, queue_size=args.overload_queue, max_queue_wait_ms=deadline,
+                           bound_ms=float(f"{deadline_ms:.1f}") + batch_ms)  # = (queue + max batch) x workers / capacity
+                report["overload"][name] = run
+                print(json.dumps(run), flush=True)
+            finally:
+                server.stop()
     report["load_average_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
@@ -464,12 +507,18 @@ def markdown(r: dict) -> str:
     for workers, m in r["memory"].items():
         lines.append(f"| {workers} | {m['processes']} | {m['pss_sum_mib']:.0f} | {m['index_pss_sum_mib']:.1f} | "
                      f"{', '.join(f'{x:.1f}' for x in m['index_rss_per_process_mib'])} |")
-    lines += ["", "| workers | capacity answers/s | offered /s | sent | 200 | 503 | errors | p50 / p99 ms first half | p50 / p99 ms second half | max ms | bound ms | PSS sum MiB first → max → last |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for workers, o in r["overload"].items():
-        f, s, mem = o["first_half"], o["second_half"], o["pss_sum_mib"]
-        lines.append(f"| {workers} | {o['capacity']:.0f} | {o['rate']:.0f} | {o['sent']} | {o['answered_200']} | {o['refused_503']} | {o['errors']} | "
-                     f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | {o['max_ms']:.0f} | {o['bound_ms']:.0f} | "
+    lines += ["", "| workers | deadline ms | capacity answers/s | offered /s | answered /s | sent | 200 | 503: queue full / waited past deadline / expected wait / timeout | errors "
+              "| p50 / p99 ms first half | p50 / p99 ms second half | client p99 / max ms | server took_ms p99 / max | bound ms | max ÷ bound: client / server "
+              "| PSS sum MiB first → max → last |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for o in r["overload"].values():
+        f, s, a, t, mem, c = o["first_half"], o["second_half"], o["all"], o["server_took"], o["pss_sum_mib"], o["refused_by_cause"]
+        deadline = "off" if o["max_queue_wait_ms"] is None else f"{o['max_queue_wait_ms']:.0f}"
+        other = f" (+{c['other']} other)" if c.get("other") else ""
+        lines.append(f"| {o['workers']} | {deadline} | {o['capacity']:.0f} | {o['rate']:.0f} | {o['answered_per_s']:.0f} | {o['sent']} | {o['answered_200']} | "
+                     f"{c.get('queue_full', 0)} / {c.get('queue_wait', 0)} / {c.get('expected_wait', 0)} / {c.get('timeout', 0)}"
+                     f"{other} | {o['errors']} | "
+                     f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | {a['p99_ms']:.0f} / {o['max_ms']:.0f} | "
+                     f"{t['p99_ms']:.0f} / {t['max_ms']:.0f} | {o['bound_ms']:.0f} | {o['max_ms'] / o['bound_ms']:.2f} / {t['max_ms'] / o['bound_ms']:.2f} | "
                      f"{mem[0]:.0f} → {max(mem):.0f} → {mem[-1]:.0f} |")
     return "\n".join(lines)
 

@@ -24,6 +24,10 @@ def serve(
     max_batch: int = typer.Option(32, help="queries per micro-batch"),
     max_wait_ms: float = typer.Option(2.0, help="longest wait for more requests once a batch has its first"),
     queue_size: int = typer.Option(256, help="requests waiting per worker; past it 503 with Retry-After"),
+    max_queue_wait_ms: Optional[float] = typer.Option(
+        None, help="queue-wait deadline (default: none): a request that waited longer in the queue is answered 503 with "
+                   "Retry-After, not computed, so an answered one waits at most this plus one batch; set it from the "
+                   "queue's drain time at the measured capacity (queue size x workers / answers per second)"),
     request_timeout_s: float = typer.Option(10.0, "--request-timeout", help="seconds before a waiting request gets 503"),
     body_timeout_s: float = typer.Option(10.0, "--body-timeout", help="seconds to receive a request's body; then 408, connection closed"),
     max_body_bytes: int = typer.Option(1 << 20, help="larger request bodies get 413"),
@@ -47,7 +51,8 @@ def serve(
         fail(ImportError(f"serving needs FastAPI and uvicorn: pip install 'spladekit[serve]' ({exc})"))
     try:
         config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
-                             max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size, request_timeout_s=request_timeout_s,
+                             max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
+                             max_queue_wait_ms=max_queue_wait_ms, request_timeout_s=request_timeout_s,
                              body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars,
                              max_queries=max_queries,
                              max_connections=max_connections, api_key_file=str(api_key_file.resolve()) if api_key_file else None,

@@ -14,8 +14,9 @@ Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
 
 Status codes: 200; 400 malformed JSON (naming line and column); 401 missing or wrong API key;
 408 body not received within ``body_timeout_s``; 413 body over ``max_body_bytes``; 422 a field
-refused (each named in ``problems``); 503 queue full or request timed out (``Retry-After`` in seconds); 500 an unexpected failure of one batch
-(logged; the server goes on). Every error body is :class:`~spladekit.serve.schemas.ErrorResponse`.
+refused (each named in ``problems``); 503 queue full, queue-wait deadline passed or expected to pass
+(``max_queue_wait_ms``: :mod:`spladekit.serve.batching`), or request timed out (``Retry-After`` in
+seconds); 500 an unexpected failure of one batch (logged; the server goes on). Every error body is :class:`~spladekit.serve.schemas.ErrorResponse`.
 
 What a request cannot do: write anything (the index folder is only read: the Seismic index is
 served only when it is already stored there, never built by a request), name a file to read
@@ -45,7 +46,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
@@ -68,6 +69,11 @@ class ServeConfig(BaseModel):
         threads: torch/Seismic threads per worker (None: CPU cores // workers, at least 1).
         max_batch: queries per micro-batch; max_wait_ms: longest wait for more requests.
         queue_size: requests waiting per worker; one more is answered 503.
+        max_queue_wait_ms: queue-wait deadline (None: none): a request that has waited longer in a
+            worker's queue when its batch is formed is answered 503 and not computed, and one whose
+            expected wait already exceeds it is refused on arrival (:mod:`spladekit.serve.batching`);
+            an answered request then spends at most this plus one batch's time in the batcher. Must
+            exceed ``max_wait_ms``.
         request_timeout_s: a request not answered by then (from when its body is read) gets 503.
         body_timeout_s: a request body not received whole by then gets 408 (connection closed).
         max_body_bytes: larger request bodies get 413.
@@ -87,6 +93,7 @@ class ServeConfig(BaseModel):
     max_batch: int = Field(32, ge=1)
     max_wait_ms: float = Field(2.0, ge=0, allow_inf_nan=False)
     queue_size: int = Field(256, ge=1)
+    max_queue_wait_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
     request_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     body_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     max_body_bytes: int = Field(1 << 20, ge=64)
@@ -96,6 +103,14 @@ class ServeConfig(BaseModel):
     max_connections: int = Field(1024, ge=1)
     api_key_file: str | None = None
     access_log: bool = False
+
+    @field_validator("max_queue_wait_ms")
+    @classmethod
+    def _deadline_exceeds_batch_wait(cls, value, info):
+        wait = info.data.get("max_wait_ms")
+        if value is not None and wait is not None and value <= wait:
+            raise ValueError(f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for company before its batch is formed")
+        return value
 
     def worker_threads(self) -> int:
         return self.threads or max(1, (os.cpu_count() or 1) // self.workers)
@@ -369,7 +384,8 @@ def create_app(config: ServeConfig, service: Service | None = None):
 
     key = read_api_key(config.api_key_file) if config.api_key_file else None
     service = service or Service(config)
-    batcher = MicroBatcher(service.run_batch, config.max_batch, config.max_wait_ms / 1000.0, config.queue_size)
+    batcher = MicroBatcher(service.run_batch, config.max_batch, config.max_wait_ms / 1000.0, config.queue_size,
+                           None if config.max_queue_wait_ms is None else config.max_queue_wait_ms / 1000.0)
     bearer = HTTPBearer(auto_error=False, description="the key of --api-key-file, as `Authorization: Bearer KEY`")
 
     @asynccontextmanager
@@ -445,7 +461,8 @@ def create_app(config: ServeConfig, service: Service | None = None):
     async def health():
         """Liveness: the index and the encoder are loaded (no API key needed)."""
         return {"status": "ok", "pid": os.getpid(), "waiting": batcher.waiting, "queue_size": config.queue_size,
-                "batches": batcher.batches, "queries": batcher.queries, "refused": batcher.refused}
+                "batches": batcher.batches, "queries": batcher.queries, "refused": batcher.refused,
+                "refused_by_cause": dict(batcher.refused_by_cause), "seconds_per_query": batcher.seconds_per_query}
 
     @app.get("/info", dependencies=[Depends(authorised)], responses={401: {"model": ErrorResponse}})
     async def info():

@@ -12,6 +12,25 @@ waiting.
 
 A request whose caller stopped waiting (its timeout passed, its client left) is skipped when its
 batch is formed; one whose batch is already running is computed and its answer dropped.
+
+Queue-wait deadline (``max_queue_wait_s``, optional). The bounded queue bounds how many requests
+wait, but their wait only as ``queue_size`` × the time per query, and that time grows when the
+server slows down: under overload, refusing requests (HTTP parsing, validation, a JSON 503) takes
+CPU from the batches, and ``benchmarks/serve.py`` measured answers/s at 80 % of the capacity and
+the answered requests' latency up to 2× the queue's drain time at capacity. With a deadline, a
+request that has waited in the queue (from :meth:`MicroBatcher.submit` to the moment its batch is
+handed to ``run_batch``) longer than ``max_queue_wait_s`` is not computed but answered
+:class:`Overloaded`; so an answered request spends at most ``max_queue_wait_s`` plus the time of the
+one batch it is computed in inside the batcher, whatever the rate at which the queue drains. The
+idea is deadline-based load shedding: CoDel bounds a packet's sojourn time in a queue rather than
+the queue's length (Nichols & Jacobson, "Controlling Queue Delay", ACM Queue 10(5), 2012); gRPC
+drops a call whose deadline has passed instead of computing it; Envoy's overload manager and
+adaptive-concurrency filter shed requests that would wait too long. Requests are also refused at
+admission when the work ahead of them already exceeds the deadline (the queries waiting × the moving
+estimate of seconds per query): such a request would be refused when its batch is formed anyway,
+and this way it neither waits for that nor holds a place in the queue. That estimate leaves out the
+batch running at the time (it errs towards admitting); the check when a batch is formed is what
+guarantees the bound.
 """
 
 from __future__ import annotations
@@ -23,13 +42,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+CAUSES = ("queue_full", "expected_wait", "queue_wait")
+"""Why a request was refused for load (:attr:`Overloaded.cause`)."""
+
+QUEUE_FULL = "the server's queue is full"
+
 
 class Overloaded(Exception):
-    """The queue is full. Attributes: ``retry_after`` (whole seconds, ≥ 1), the expected time to drain it."""
+    """A request refused for load (answered 503 with ``Retry-After``).
 
-    def __init__(self, retry_after: int):
-        super().__init__(f"the server's queue is full; retry after {retry_after} s")
+    Attributes:
+        retry_after: whole seconds (≥ 1), the expected time to drain the queue.
+        cause: one of :data:`CAUSES`: ``queue_full`` (``queue_size`` requests were waiting),
+            ``expected_wait`` (refused at admission: the work ahead of it exceeded
+            ``max_queue_wait_s``), ``queue_wait`` (it had waited longer than ``max_queue_wait_s``
+            when its batch was formed; not computed).
+    """
+
+    def __init__(self, retry_after: int, cause: str = "queue_full", message: str | None = None):
+        if cause not in CAUSES:
+            raise ValueError(f"cause ({cause!r}) must be one of {CAUSES}")
+        super().__init__(f"{message or QUEUE_FULL}; retry after {retry_after} s")
         self.retry_after = retry_after
+        self.cause = cause
 
 
 @dataclass
@@ -40,11 +75,13 @@ class Job:
         payload: what ``run_batch`` needs of the request.
         size: its number of queries.
         future: resolved with ``run_batch``'s answer for it (or its exception).
+        queued: when it was queued (the event loop's clock, seconds).
     """
 
     payload: Any
     size: int
     future: asyncio.Future = field(repr=False)
+    queued: float = 0.0
 
 
 class MicroBatcher:
@@ -56,25 +93,35 @@ class MicroBatcher:
         max_batch: queries per batch (≥ 1).
         max_wait_s: longest wait for more requests once the first is taken (≥ 0).
         queue_size: requests that may wait (≥ 1); one more is refused.
+        max_queue_wait_s: queue-wait deadline, seconds (None: none). A request that has waited
+            longer when its batch is formed is answered :class:`Overloaded` (``queue_wait``) and not
+            computed; one whose expected wait at admission already exceeds it is refused then
+            (``expected_wait``). Must exceed ``max_wait_s`` (else a lone request, waiting
+            ``max_wait_s`` for company, would miss it).
 
     Raises:
-        ValueError: a knob outside its range.
+        ValueError: a knob outside its range (named).
     """
 
-    def __init__(self, run_batch: Callable[[Sequence[Any]], list], max_batch: int = 32, max_wait_s: float = 0.002, queue_size: int = 256):
+    def __init__(self, run_batch: Callable[[Sequence[Any]], list], max_batch: int = 32, max_wait_s: float = 0.002, queue_size: int = 256,
+                 max_queue_wait_s: float | None = None):
         if max_batch < 1 or queue_size < 1 or not (max_wait_s >= 0 and math.isfinite(max_wait_s)):
             raise ValueError(f"max_batch ({max_batch}) and queue_size ({queue_size}) must be ≥ 1, max_wait_s ({max_wait_s}) ≥ 0")
+        if max_queue_wait_s is not None and not (math.isfinite(max_queue_wait_s) and max_queue_wait_s > max_wait_s):
+            raise ValueError(f"max_queue_wait_s ({max_queue_wait_s}) must be finite and exceed max_wait_s ({max_wait_s})")
         self.run_batch = run_batch
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
+        self.max_queue_wait_s = max_queue_wait_s
         self._queue: asyncio.Queue[Job] | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spladekit-batch")
-        self._seconds_per_query = 0.0  # moving average of compute time per query, for Retry-After
+        self._seconds_per_query = 0.0  # moving average of compute time per query, for Retry-After and the admission check
+        self._waiting_queries = 0  # queries of the requests in the queue
         self.batches = 0
         self.queries = 0
-        self.refused = 0
+        self.refused_by_cause = dict.fromkeys(CAUSES, 0)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -101,31 +148,76 @@ class MicroBatcher:
         """Requests in the queue now."""
         return self._queue.qsize() if self._queue is not None else 0
 
+    @property
+    def refused(self) -> int:
+        """Requests refused for load so far, all causes."""
+        return sum(self.refused_by_cause.values())
+
+    @property
+    def seconds_per_query(self) -> float:
+        """The moving average of a batch's compute time per query (seconds; 0 before the first batch)."""
+        return self._seconds_per_query
+
+    def _retry_after(self) -> int:
+        """Whole seconds (≥ 1) to drain the queue and one more batch at the measured rate."""
+        return max(1, math.ceil((self._waiting_queries + self.max_batch) * self._seconds_per_query))
+
     # ------------------------------------------------------------------ requests
     async def submit(self, payload: Any, size: int, timeout_s: float | None) -> Any:
         """Queue one request and wait for its answer.
 
         Raises:
-            Overloaded: the queue holds ``queue_size`` requests.
+            Overloaded: the queue holds ``queue_size`` requests; or (with ``max_queue_wait_s``) the
+                work ahead of it exceeds the deadline, or it waited past the deadline (not computed).
             asyncio.TimeoutError: no answer within ``timeout_s`` (the request is then dropped).
             Whatever ``run_batch`` gave for this payload.
         """
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self.max_queue_wait_s is not None:
+            expected = self._waiting_queries * self._seconds_per_query
+            if expected > self.max_queue_wait_s:
+                self.refused_by_cause["expected_wait"] += 1
+                raise Overloaded(self._retry_after(), "expected_wait",
+                                 f"the server is overloaded: {self._waiting_queries} queries wait, about {1000 * expected:.0f} ms of work, "
+                                 f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms")
+        future = loop.create_future()
         try:
-            self._queue.put_nowait(Job(payload, size, future))
+            self._queue.put_nowait(Job(payload, size, future, loop.time()))
         except asyncio.QueueFull:
-            self.refused += 1
-            drain = (self.waiting + self.max_batch) * self._seconds_per_query
-            raise Overloaded(max(1, math.ceil(drain))) from None
+            self.refused_by_cause["queue_full"] += 1
+            raise Overloaded(self._retry_after()) from None
+        self._waiting_queries += size
         return await asyncio.wait_for(future, timeout_s)  # on timeout the future is cancelled: its batch skips it
 
     # ------------------------------------------------------------------ the loop
+    def _take(self, job: Job, now: float) -> bool:
+        """Account for a job taken off the queue; False (and the job answered) when it is not to be
+        computed: its caller left, or it waited past the deadline."""
+        self._waiting_queries -= job.size
+        if job.future.done():
+            return False
+        return not self._expired(job, now)
+
+    def _expired(self, job: Job, now: float) -> bool:
+        """Whether the job waited past the deadline; if so it is answered Overloaded (``queue_wait``)."""
+        if self.max_queue_wait_s is None or now - job.queued <= self.max_queue_wait_s:
+            return False
+        self.refused_by_cause["queue_wait"] += 1
+        job.future.set_exception(Overloaded(self._retry_after(), "queue_wait",
+                                            f"the server is overloaded: the request waited {1000 * (now - job.queued):.0f} ms in the queue, "
+                                            f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms (not computed)"))
+        return True
+
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
-            size = batch[0].size
+            first = await self._queue.get()
+            if not self._take(first, loop.time()):
+                continue
+            batch, size = [first], first.size
             deadline = loop.time() + self.max_wait_s
+            if self.max_queue_wait_s is not None:  # waiting for company must not make the first miss its deadline
+                deadline = min(deadline, first.queued + self.max_queue_wait_s)
             while size < self.max_batch:
                 try:
                     job = self._queue.get_nowait()
@@ -137,9 +229,11 @@ class MicroBatcher:
                         job = await asyncio.wait_for(self._queue.get(), left)
                     except asyncio.TimeoutError:
                         break
-                batch.append(job)
-                size += job.size
-            batch = [job for job in batch if not job.future.done()]  # timed out while waiting
+                if self._take(job, loop.time()):
+                    batch.append(job)
+                    size += job.size
+            now = loop.time()  # the batch is formed: what timed out or waited past the deadline meanwhile is not computed
+            batch = [job for job in batch if not job.future.done() and not self._expired(job, now)]
             if not batch:
                 continue
             began = time.perf_counter()

@@ -1,0 +1,170 @@
+"""The queue-wait deadline of :class:`spladekit.serve.batching.MicroBatcher` (``max_queue_wait_s``):
+a request that has waited past it when its batch is formed is answered ``Overloaded`` and not
+computed; one whose expected wait already exceeds it is refused on arrival; the answered requests'
+latency stays within the deadline plus one batch.
+
+The batch function is real code that sleeps a known time (0.1 s per batch of 2), so the queue drains
+at a known rate and the times can be checked against the deadline. The clock is ``time.monotonic``,
+the event loop's own (``asyncio`` loops' ``time()`` is ``time.monotonic()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spladekit.serve.batching import MicroBatcher, Overloaded
+
+BATCH_S = 0.1  # each batch sleeps this long
+MAX_BATCH = 2
+MAX_WAIT_S = 0.005
+DEADLINE_S = 0.35  # about 3.5 batches: some jobs of a burst of 20 are computed, the later ones are not
+HANDOFF_S = 0.1
+"""Slack for one hand-off between the event loop and the batch thread. The batcher checks a job's
+wait when it forms the batch, on the loop; ``run_batch`` then starts in the executor's thread, and
+its answer reaches the waiting coroutine through ``call_soon_threadsafe``: each a thread wake-up,
+microseconds on an idle machine, up to tens of ms on a loaded 2-core one (the scheduler's time
+slices). 0.1 s covers that several times over and is still far below what the checks tell apart:
+without the deadline the 20th job of the burst starts about 0.9 s after it was queued (10 batches of
+0.1 s), over 0.5 s past ``DEADLINE_S + HANDOFF_S`` (the control run asserts it)."""
+
+
+def _sleeping_batch(record: list):
+    def run_batch(payloads):
+        began = time.monotonic()
+        time.sleep(BATCH_S)
+        record.append((began, time.monotonic(), list(payloads)))
+        return [p * 10 for p in payloads]
+
+    return run_batch
+
+
+async def _burst(batcher: MicroBatcher, n: int, first: int = 0) -> list[tuple[int, float, float, object]]:
+    """``n`` one-query jobs submitted at once: ``(payload, submitted, done, answer or exception)`` each,
+    ``submitted`` read before :meth:`submit` (so at or before the batcher's own queueing time) and
+    ``done`` when its answer or refusal arrived."""
+
+    async def one(i):
+        submitted = time.monotonic()
+        try:
+            answer = await batcher.submit(i, 1, 30)
+        except Overloaded as exc:
+            answer = exc
+        return i, submitted, time.monotonic(), answer
+
+    return await asyncio.gather(*(one(i) for i in range(first, first + n)))
+
+
+def _check_deadline_held(jobs, record):
+    """The relations the deadline guarantees, for jobs submitted while no refusal on arrival could
+    happen: each job is computed (answer = 10 × payload) or refused with cause ``queue_wait``; no
+    refused job was computed; refused jobs had waited past the deadline; computed ones started
+    within it and were answered within the deadline plus one batch."""
+    computed = {p: (began, ended) for began, ended, payloads in record for p in payloads}
+    answered = [(i, s, d) for i, s, d, a in jobs if not isinstance(a, Overloaded)]
+    refused = [(i, s, d, a) for i, s, d, a in jobs if isinstance(a, Overloaded)]
+    assert all(a == 10 * i for i, s, d, a in jobs if not isinstance(a, Overloaded))
+    ids = {j[0] for j in jobs}
+    assert {i for i, _, _ in answered} == {p for p in computed if p in ids}  # what was computed was answered, nothing else
+    longest_batch = max(ended - began for began, ended, _ in record)
+    for i, submitted, done in answered:
+        began, _ = computed[i]
+        # its batch was formed when it had waited ≤ DEADLINE_S (checked by the batcher on the loop's clock,
+        # queued at or after `submitted`); the batch thread started one hand-off later
+        assert began - submitted <= DEADLINE_S + HANDOFF_S, (i, began - submitted)
+        # ≤ the deadline (which includes any MAX_WAIT_S for company: the check comes after collecting)
+        # + its batch + the two hand-offs (to the thread, back to the loop)
+        assert done - submitted <= DEADLINE_S + longest_batch + 2 * HANDOFF_S, (i, done - submitted)
+    for i, submitted, done, exc in refused:
+        assert exc.cause == "queue_wait" and exc.retry_after >= 1, exc
+        assert f"over the queue-wait limit of {1000 * DEADLINE_S:g} ms (not computed)" in str(exc)
+        # exact by construction: refused when (now − queued) > DEADLINE_S, with queued ≥ submitted and done ≥ now
+        assert done - submitted > DEADLINE_S, (i, done - submitted)
+    return [i for i, _, _ in answered], [i for i, _, _, _ in refused]
+
+
+def test_jobs_past_the_queue_wait_deadline_are_refused_not_computed():
+    async def main(deadline):
+        record: list = []
+        batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=100, max_queue_wait_s=deadline)
+        batcher.start()
+        try:
+            jobs = await _burst(batcher, 20)
+        finally:
+            await batcher.stop()
+        return jobs, record, batcher
+
+    # control: without a deadline every job is computed, the last ones long after DEADLINE_S + HANDOFF_S
+    jobs, record, _ = asyncio.run(main(None))
+    assert not any(isinstance(a, Overloaded) for *_, a in jobs)
+    starts = {p: began for began, _, payloads in record for p in payloads}
+    assert max(starts[i] - s for i, s, _, _ in jobs) > DEADLINE_S + HANDOFF_S + 0.3
+
+    jobs, record, batcher = asyncio.run(main(DEADLINE_S))
+    answered, refused = _check_deadline_held(jobs, record)
+    assert answered and refused, (answered, refused)
+    # batches are formed first come first served: the answered jobs are the first ones of the burst
+    assert answered == list(range(len(answered))) and refused == list(range(len(answered), 20))
+    # all 20 were queued before the first batch ended, when no seconds-per-query estimate existed yet:
+    # none could be refused on arrival; every refusal is the deadline's, and counted
+    assert batcher.refused_by_cause == {"queue_full": 0, "expected_wait": 0, "queue_wait": len(refused)}
+    assert batcher.queries == len(answered)
+
+
+def test_jobs_refused_on_arrival_when_the_queued_work_exceeds_the_deadline():
+    """After a first batch the batcher knows its seconds per query ``s``; of a burst submitted at once
+    (no batch runs meanwhile: the submissions all run before the batching loop's next turn), job
+    ``m`` is refused on arrival when the ``m`` queries queued before it × ``s`` exceed the deadline.
+    The admitted ones then obey the deadline as in the test above."""
+
+    async def main():
+        record: list = []
+        batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=100, max_queue_wait_s=DEADLINE_S)
+        batcher.start()
+        try:
+            assert await batcher.submit(-1, 1, 30) == -10  # one batch: the estimate exists
+            s = batcher.seconds_per_query
+            jobs = await _burst(batcher, 20)
+        finally:
+            await batcher.stop()
+        return s, jobs, record, batcher
+
+    s, jobs, record, batcher = asyncio.run(main())
+    assert BATCH_S <= s < 10 * BATCH_S  # one query per batch, the sleep and a little more
+    # the batcher's own test, the same float arithmetic: `queued queries * s > max_queue_wait_s`
+    admitted = next(m for m in itertools.count() if m * s > DEADLINE_S)
+    on_arrival = [(i, submitted, done, a) for i, submitted, done, a in jobs if isinstance(a, Overloaded) and a.cause == "expected_wait"]
+    assert [i for i, *_ in on_arrival] == list(range(admitted, 20))
+    for i, submitted, done, exc in on_arrival:
+        assert done - submitted < BATCH_S, (i, done - submitted)  # at once: no batch ran meanwhile
+        assert exc.retry_after >= 1 and f"over the queue-wait limit of {1000 * DEADLINE_S:g} ms" in str(exc)
+    _check_deadline_held([j for j in jobs if j[0] < admitted], record)
+    assert batcher.refused_by_cause["expected_wait"] == 20 - admitted
+
+
+@pytest.mark.parametrize("deadline, wait, problem", [(0.002, 0.002, "must be finite and exceed max_wait_s"),
+                                                     (float("nan"), 0.002, "must be finite"),
+                                                     (float("inf"), 0.002, "must be finite")])
+def test_a_deadline_not_above_the_batch_wait_is_refused(deadline, wait, problem):
+    with pytest.raises(ValueError, match=f"max_queue_wait_s .*{problem}"):
+        MicroBatcher(lambda p: p, max_wait_s=wait, max_queue_wait_s=deadline)
+
+
+def test_the_serve_option_is_checked_naming_it(tmp_path):
+    from pydantic import ValidationError
+
+    from spladekit.serve.app import ServeConfig
+
+    assert ServeConfig(index="x").max_queue_wait_ms is None  # off unless asked
+    with pytest.raises(ValidationError, match="max_queue_wait_ms"):
+        ServeConfig(index="x", max_queue_wait_ms=0)
+    # refused before any index or model is read (the folder does not exist)
+    done = subprocess.run([sys.executable, "-m", "spladekit", "serve", "--index", str(tmp_path / "none"), "--max-wait-ms", "5",
+                           "--max-queue-wait-ms", "5"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "--max-queue-wait-ms: " in done.stderr and "must exceed max_wait_ms (5)" in done.stderr, done.stderr[-2000:]
