@@ -4,7 +4,8 @@ What it is compared with, computed another way: the folder :func:`spladekit.inde
 writes from the matrix :func:`spladekit.index.export.import_vectors` reads whole (the in-memory
 import, the path every format took before), file by file and byte by byte; the blocks the import
 hands the writer are checked against that matrix's rows (scipy slices). Peak memory is the
-``VmHWM`` of a fresh subprocess minus its ``VmRSS`` just before the import (Linux ``/proc``), as in
+``VmHWM`` of a fresh subprocess minus its ``VmRSS`` just before the import (Linux ``/proc``; the peak is
+reset through ``/proc/self/clear_refs`` before each of its two imports), as in
 ``tests/test_index_writer.py``.
 """
 
