@@ -206,6 +206,21 @@ def _sibling_folder(path: Path) -> Path:
 
 
 @contextlib.contextmanager
+def scratch_folder(path: str | Path) -> Iterator[Path]:
+    """A new empty temporary folder beside ``path`` (its file system: scratch files of a large
+    output, e.g. the rows of an import), removed with all it holds when the block ends, however it ends.
+
+    Raises:
+        OutputPathError: ``path`` is an existing file (left untouched) or the parent cannot be made.
+    """
+    tmp = _sibling_folder(Path(path))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
     """Write a folder atomically: yields a temporary sibling folder; on success it becomes ``path``.
 

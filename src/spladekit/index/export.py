@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
+import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
 from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, seismic_jsonl
-from spladekit.index.io import load_index, load_vocabulary, save_index
-from spladekit.io import atomic_write, staged_files, write_json
+from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary, save_index
+from spladekit.io import atomic_write, scratch_folder, staged_files, write_json
 
 FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic", "ciff")
 FILES = {
@@ -205,23 +206,9 @@ def export_index(index: str | Path, fmt: str, out: str | Path, **kwargs) -> Expo
     return export_vectors(fmt, out, matrix, ids, vocabulary, model=meta.get("model"), model_revision=meta.get("model_revision"), **kwargs)
 
 
-def import_vectors(
-    fmt: str, path: str | Path, vocabulary: Sequence[str], scale: float | None = None, **options
-) -> tuple[sp.csr_matrix, list[str]]:
-    """Read vectors written in format ``fmt`` (a file, or an export folder with ``export.json``).
-
-    ``scale`` defaults to the manifest's (quantised formats), or 100 without a manifest; key mode
-    and field of Elasticsearch files likewise come from the manifest unless given. A ``scale`` other
-    than 100 for a float format is an error (:func:`check_options`), not ignored.
-
-    Returns:
-        ``([N, V] float32, ids)``, rows normalised (sorted columns, repeats summed).
-
-    Raises:
-        DataFormatError: malformed input (naming file and line), or no vector at all.
-        ValueError: unknown format, ``scale`` given for a float format, the manifest names another
-            format, or ``scale`` (given or from the manifest) is not a finite number > 0.
-    """
+def resolve_import(fmt: str, path: str | Path, scale: float | None, options: dict) -> tuple[Path, float, dict]:
+    """The file to read, the scale and the options of an import (module :func:`import_vectors`):
+    an export folder's ``export.json`` gives its file, its scale and its options unless given."""
     _check_format(fmt)
     if fmt not in QUANTISED:
         check_options(fmt, scale=scale)
@@ -240,6 +227,53 @@ def import_vectors(
     except ValueError as exc:
         where = f" (from {path.parent / 'export.json'})" if manifest is not None and manifest.scale == scale else ""
         raise ValueError(f"{exc}{where}") from None
+    return path, scale, options
+
+
+def import_rows(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, options: dict) -> Iterator[tuple[str, tuple]]:
+    """The rows of a row-major format's file, one at a time: ``(doc id, (column ids int64 [n],
+    weights float32 [n]))`` in file order, entries normalised (the ``*_rows`` generator of the
+    format's module; ``path``, ``scale`` and ``options`` as :func:`resolve_import` resolves them).
+
+    Raises:
+        ValueError: ``fmt`` is ``ciff`` (term-major: :func:`spladekit.index.formats.ciff.read_ciff`).
+        DataFormatError: as the format's reader, while iterating (naming the file and line).
+    """
+    if fmt in ("anserini", "anserini-queries"):
+        reader = anserini.collection_rows if fmt == "anserini" else anserini.query_rows
+        return reader(path, vocabulary, scale=scale)
+    if fmt == "seismic":
+        return seismic_jsonl.seismic_rows(path, vocabulary)
+    if fmt == "qdrant":
+        return qdrant.point_rows(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME))
+    if fmt == "milvus":
+        return milvus.field_rows(path, len(vocabulary), field=options.get("field", milvus.DEFAULT_FIELD))
+    if fmt == "pgvector":
+        return pgvector.copy_rows(path, len(vocabulary))
+    if fmt == "elastic":
+        return elastic.bulk_rows(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
+    raise ValueError(f"format {fmt!r} is not read row by row")
+
+
+def import_vectors(
+    fmt: str, path: str | Path, vocabulary: Sequence[str], scale: float | None = None, **options
+) -> tuple[sp.csr_matrix, list[str]]:
+    """Read vectors written in format ``fmt`` (a file, or an export folder with ``export.json``)
+    into memory (to write an index folder, :func:`import_to_index` streams the file instead).
+
+    ``scale`` defaults to the manifest's (quantised formats), or 100 without a manifest; key mode
+    and field of Elasticsearch files likewise come from the manifest unless given. A ``scale`` other
+    than 100 for a float format is an error (:func:`check_options`), not ignored.
+
+    Returns:
+        ``([N, V] float32, ids)``, rows normalised (sorted columns, repeats summed).
+
+    Raises:
+        DataFormatError: malformed input (naming file and line), or no vector at all.
+        ValueError: unknown format, ``scale`` given for a float format, the manifest names another
+            format, or ``scale`` (given or from the manifest) is not a finite number > 0.
+    """
+    path, scale, options = resolve_import(fmt, path, scale, options)
     if fmt == "anserini":
         matrix, ids, _ = anserini.read_json_vector_collection(path, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
@@ -261,18 +295,107 @@ def import_vectors(
     return matrix, ids
 
 
+def packed_ids(ids: Iterable[str], source: Path) -> DocIds:
+    """Ids read one at a time, kept as their UTF-8 bytes end to end plus ``[N + 1]`` int64 offsets
+    (:class:`spladekit.index.io.DocIds`, ≈ ``N × (L + 16)`` bytes for ids of ``L`` bytes while
+    growing) instead of N Python strings (≈ ``N × (L + 57)``). ``source`` is named by errors.
+
+    Raises:
+        ValueError: an id cannot be encoded as UTF-8 (a lone surrogate), naming its row and the id.
+    """
+    from array import array
+
+    utf8, lengths = bytearray(), array("q")
+    for row, doc_id in enumerate(ids):
+        try:
+            encoded = doc_id.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"document id {row} ({doc_id!r}) cannot be written as UTF-8: {exc}") from None
+        utf8 += encoded
+        lengths.append(len(encoded))
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(np.frombuffer(lengths, dtype=np.int64) if lengths else np.zeros(0, np.int64), out=offsets[1:])
+    return DocIds(offsets, np.frombuffer(utf8, dtype=np.uint8), source)  # a view: the bytearray is not copied
+
+
+def streamed_import(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, options: dict, spill: str | Path,
+                    memory_budget: int = DEFAULT_BUDGET) -> tuple[DocIds, Callable[[], Iterator[sp.csr_matrix]]]:
+    """A row-major format's file as the writer's input, without holding its vectors: one pass reads
+    every record (so every error naming a file and line is raised here, before the index folder is
+    begun), keeps the ids (:func:`packed_ids`) and appends the rows to a
+    :class:`spladekit.index.writer.RowSpill` in the empty folder ``spill`` (8 bytes per row and per
+    entry on disk; the caller removes it); ``blocks()`` reads them back in canonical CSR blocks of at
+    most ``memory_budget / 8 / 48`` entries.
+
+    Args:
+        path, scale, options: the file, scale and options as :func:`resolve_import` resolves them.
+
+    Returns:
+        ``(the N ids, blocks)``.
+
+    Raises:
+        DataFormatError: malformed input (naming file and line), or no vector at all.
+        ValueError: ``fmt`` is ``ciff``.
+    """
+    from spladekit.index.writer import RowSpill
+
+    if fmt == "ciff":
+        raise ValueError("format 'ciff' is term-major: it is read whole (import_vectors)")
+    rows = RowSpill(Path(spill), len(vocabulary))
+
+    def ids():
+        for doc_id, (columns, weights) in import_rows(fmt, path, vocabulary, scale, options):
+            rows.add(columns, weights)
+            yield doc_id
+
+    try:
+        doc_ids = packed_ids(ids(), path)
+    finally:
+        rows.close()
+    if len(doc_ids) == 0:
+        raise DataFormatError(path, "no vectors: the file is empty")
+    return doc_ids, rows.blocks(memory_budget)
+
+
 def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: str | Path, scale: float | None = None, metadata: dict | None = None,
                     memory_budget: int | None = None) -> Path:
-    """:func:`import_vectors` then :func:`spladekit.index.io.save_index` into ``out`` (the folder's
-    write within ``memory_budget`` bytes, :mod:`spladekit.index.writer`; None: its default)."""
-    if memory_budget is not None:
-        from spladekit.index.writer import check_budget
+    """Import a file of format ``fmt`` (a file, or an export folder; ``scale`` and options as
+    :func:`import_vectors`) into the index folder ``out`` within ``memory_budget`` bytes of working
+    memory (:mod:`spladekit.index.writer`; None: its default, 1 GiB), whatever the file's size.
 
-        check_budget(memory_budget)  # before reading the input
-    matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
+    Row-major formats (all but ``ciff``) are streamed (:func:`streamed_import`): the file is parsed
+    once, its rows go to scratch files beside ``out`` (8 bytes per row and per entry, removed at the
+    end), and the writer reads them back block by block. Held in memory: the ids (``N × (L + 16)``
+    bytes for ids of ``L`` UTF-8 bytes; ``anserini-queries`` also keeps a set of the ids to refuse a
+    repeat, as :func:`spladekit.data.tsv.iter_tsv` does), one record, one block, and the writer's
+    budget. The folder is the one :func:`spladekit.index.io.save_index` writes from
+    :func:`import_vectors`'s matrix, byte for byte (``tests/test_import_streamed.py``).
+
+    ``ciff`` (postings lists, term-major) is still read whole by :func:`import_vectors` first: its
+    import holds the ``[N, V]`` CSR (and, while it is assembled, int64 rows, columns and impacts of
+    every posting and their concatenation) and the protobuf objects of one posting list besides the
+    budget. (A bounded CIFF import needs an external transpose: postings bucketed by document range
+    on disk in one pass, then each bucket sorted by row; not done.)
+
+    Raises:
+        DataFormatError: malformed input (naming file and line; nothing is left beside ``out``), or no
+            vector at all.
+        ValueError: as :func:`import_vectors`; a bad ``memory_budget`` (before the input is read),
+            ids that repeat (naming one), a weight that is not finite (naming its row).
+        OutputPathError: ``out`` is an existing file (before the input is read).
+    """
+    from spladekit.index.writer import check_budget, write_index
+
+    budget = DEFAULT_BUDGET if memory_budget is None else check_budget(memory_budget)  # before reading the input
     meta = dict(metadata or {})
     meta.update(imported_from=str(path), imported_format=fmt)
-    return save_index(out, matrix, ids, meta, vocabulary=vocabulary, **({} if memory_budget is None else {"memory_budget": memory_budget}))
+    if fmt == "ciff":
+        matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
+        return save_index(out, matrix, ids, meta, vocabulary=vocabulary, memory_budget=budget)
+    source, scale, options = resolve_import(fmt, path, scale, {})
+    with scratch_folder(out) as spill:  # beside the index folder (its file system); refuses an ``out`` that is a file
+        ids, blocks = streamed_import(fmt, source, vocabulary, scale, options, spill, budget)
+        return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
 
 
 def model_vocabulary(model: str | Path) -> list[str]:

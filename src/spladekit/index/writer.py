@@ -1,8 +1,9 @@
 """Writing an index under a memory budget: both layouts of a folder, block by block, at any N.
 
 Every way into an index folder (:meth:`Index.build`, :meth:`Index.from_vectors`,
-:func:`spladekit.index.io.save_index` and so the importers of :mod:`spladekit.index.export`, and
-:func:`merge_shards`) goes through :func:`write_index`, which writes the folder of
+:func:`spladekit.index.io.save_index`, the importers of :mod:`spladekit.index.export` (row-major
+files parsed once into a :class:`RowSpill` on disk, then read back block by block; CIFF read whole
+into a CSR first), and :func:`merge_shards`) goes through :func:`write_index`, which writes the folder of
 :mod:`spladekit.index.io` (the same files, the same bytes as an in-memory build) while holding at
 most ``memory_budget`` bytes of working memory for the vectors, whatever the number of documents:
 
@@ -29,7 +30,8 @@ Memory: the budget covers the vector work (run buffer ≈ 26 bytes per posting h
 per posting of a step, document pieces, hashing pieces); it does not cover the caller's blocks, and
 the document ids, which are kept in memory once: ``N × (L + 16)`` bytes for ``N`` ids of at most
 ``L`` UTF-8 bytes (sorted for the tie ranks and the repeated-id check), e.g. 0.2 GB for MS MARCO's
-8.8M ids of ≤ 7 bytes. Disk: the folder plus the runs (the size of ``postings.*``) at the peak.
+8.8M ids of ≤ 7 bytes. Disk: the folder plus the runs (the size of ``postings.*``) at the peak, and
+for an import its :class:`RowSpill` (8 bytes per entry and per row with int32 columns).
 """
 
 from __future__ import annotations
@@ -454,6 +456,75 @@ def matrix_blocks(matrix: sp.csr_matrix, memory_budget: int = DEFAULT_BUDGET, as
             start = end
 
     return blocks
+
+
+class RowSpill:
+    """Rows read one at a time (a file being imported: :func:`spladekit.index.export.import_to_index`)
+    written to a folder as a row-major CSR on disk, so that the writer's two passes over the blocks
+    read these binary files instead of parsing the input again: ``lengths.bin`` (int64 per row),
+    ``columns.bin`` (int32, or int64 for ``V`` ≥ 2^31) and ``weights.bin`` (float32), 8 bytes per
+    row and 8 per entry (int32 columns). Writes go through 1 MiB buffers.
+
+    Args:
+        folder: an existing empty folder (the caller's to remove).
+        vocab_size: V (the columns' type).
+    """
+
+    BUFFER = 1 << 20
+
+    def __init__(self, folder: Path, vocab_size: int):
+        self.folder, self.vocab_size, self.rows, self.entries = Path(folder), int(vocab_size), 0, 0
+        self.col_type = np.dtype(np.int32 if vocab_size <= np.iinfo(np.int32).max else np.int64)
+        self.files = [open(self.folder / name, "wb", buffering=self.BUFFER) for name in ("lengths.bin", "columns.bin", "weights.bin")]
+
+    def add(self, columns: np.ndarray, weights: np.ndarray) -> None:
+        """Append one row: ``[n]`` column ids in ``[0, V)``, ``[n]`` weights (stored as float32)."""
+        columns, weights = np.asarray(columns, self.col_type), np.asarray(weights, np.float32)
+        self.files[0].write(np.int64(columns.size).tobytes())
+        self.files[1].write(memoryview(np.ascontiguousarray(columns)).cast("B"))
+        self.files[2].write(memoryview(np.ascontiguousarray(weights)).cast("B"))
+        self.rows, self.entries = self.rows + 1, self.entries + columns.size
+
+    def close(self) -> None:
+        for file in self.files:
+            file.close()
+
+    def blocks(self, memory_budget: int = DEFAULT_BUDGET) -> Callable[[], Iterator[sp.csr_matrix]]:
+        """Blocks of consecutive rows of the spilled CSR (after :meth:`close`), each holding at most
+        ``memory_budget / 8 / 48`` entries (as :func:`matrix_blocks`; a longer single row is a block
+        of its own), made canonical; read with plain sequential reads (no memory map), so only one
+        block and ``memory_budget / 8 / 48`` row lengths are in this process's memory at a time.
+
+        Raises:
+            ValueError: (from the blocks) the files are shorter than the rows written (changed on disk).
+        """
+        limit = max(1, check_budget(memory_budget) // 8 // PIECE_BYTES)
+        names = [self.folder / name for name in ("lengths.bin", "columns.bin", "weights.bin")]
+
+        def blocks():
+            with open(names[0], "rb") as lengths_file, open(names[1], "rb") as columns_file, open(names[2], "rb") as weights_file:
+                left = self.rows
+                while left > 0:
+                    lengths = np.fromfile(lengths_file, np.int64, count=min(limit, left))
+                    if lengths.size == 0:
+                        raise ValueError(f"{names[0]}: {left} rows missing: the spilled rows changed on disk")
+                    left -= lengths.size
+                    ptr = np.zeros(lengths.size + 1, np.int64)
+                    np.cumsum(lengths, out=ptr[1:])
+                    start = 0
+                    while start < lengths.size:
+                        end = int(np.searchsorted(ptr, ptr[start] + limit, side="right")) - 1
+                        end = min(lengths.size, max(end, start + 1))
+                        count = int(ptr[end] - ptr[start])
+                        columns = np.fromfile(columns_file, self.col_type, count=count)
+                        weights = np.fromfile(weights_file, np.float32, count=count)
+                        if columns.size != count or weights.size != count:
+                            raise ValueError(f"{self.folder}: entries missing: the spilled rows changed on disk")
+                        part = sp.csr_matrix((weights, columns, ptr[start : end + 1] - ptr[start]), shape=(end - start, self.vocab_size))
+                        yield canonical(part)
+                        start = end
+
+        return blocks
 
 
 class _ChainedIds:

@@ -95,6 +95,20 @@ def rows_to_csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], vocab_size: int) 
     return sp.csr_matrix((data.astype(np.float32), indices, indptr), shape=(len(rows), vocab_size))
 
 
+def collect_rows(rows: Iterable[tuple[str, tuple[np.ndarray, np.ndarray]]], vocab_size: int) -> tuple[sp.csr_matrix, list[str]]:
+    """Read a format's rows ``(doc id, (column ids, weights))`` (the ``*_rows`` generators of the
+    format modules) whole: ``([N, vocab_size] float32 CSR, N ids)`` by :func:`rows_to_csr`.
+
+    Raises:
+        whatever the generator raises (:class:`~spladekit.errors.DataFormatError` naming the file and line).
+    """
+    ids, vectors = [], []
+    for doc_id, row in rows:
+        ids.append(doc_id)
+        vectors.append(row)
+    return rows_to_csr(vectors, vocab_size), ids
+
+
 def iter_rows(matrix: sp.spmatrix) -> Iterable[tuple[np.ndarray, np.ndarray]]:
     """Yield each row of ``matrix`` as normalised ``(indices, values)`` (duplicates summed, sorted)."""
     matrix = sp.csr_matrix(matrix, dtype=np.float32)
@@ -293,3 +307,14 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
             raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
         cols = lookup_tokens(vector.keys(), index, path, number)
         yield record, normalise_entries(cols, np.asarray(list(vector.values()), dtype=np.float64) / scale)
+
+
+def token_vector_rows(path: str | Path, vocabulary: Sequence[str], scale: float = 1.0):
+    """:func:`read_token_vectors` as rows: yields ``(str(record["id"]), (column ids, weights / scale))``
+    per record, one at a time (the streamed import of :mod:`spladekit.index.export`).
+
+    Raises:
+        DataFormatError: as :func:`read_token_vectors`.
+    """
+    for record, row in read_token_vectors(path, vocabulary, scale):
+        yield str(record["id"]), row

@@ -48,6 +48,7 @@ import scipy.sparse as sp
 from spladekit.data.tsv import iter_tsv
 from spladekit.errors import SpladekitError
 from spladekit.index.formats import (
+    collect_rows,
     iter_rows,
     lookup_tokens,
     normalise_entries,
@@ -55,6 +56,7 @@ from spladekit.index.formats import (
     read_token_vectors,
     rows_to_csr,
     token_index,
+    token_vector_rows,
     write_token_vectors,
 )
 from spladekit.io import atomic_write
@@ -141,6 +143,16 @@ def read_json_vector_collection(
     return rows_to_csr(rows, len(vocabulary)), ids, texts
 
 
+def collection_rows(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0):
+    """The documents of a ``JsonVectorCollection`` file one at a time (``contents`` not kept):
+    yields ``(doc id, (column ids int64, weights impact / scale float32))``, entries normalised.
+
+    Raises:
+        DataFormatError: as :func:`read_json_vector_collection` (naming the file and line).
+    """
+    return token_vector_rows(path, vocabulary, scale)
+
+
 def check_query_top_k(query_top_k: int | None) -> int | None:
     """``query_top_k`` if it is None or an integer in 1 … :data:`MAX_CLAUSES` (Lucene's clause
     limit), else ValueError."""
@@ -222,13 +234,20 @@ def read_preencoded_queries(
             (:func:`spladekit.data.tsv.iter_tsv`), or a token outside the vocabulary (naming the
             file and line).
     """
+    return collect_rows(query_rows(path, vocabulary, scale), len(vocabulary))
+
+
+def query_rows(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0):
+    """The queries of a pre-encoded query file one at a time: yields ``(query id, (column ids
+    int64, weights count / scale float32))``. The ids seen are kept (a set) to refuse a repeat.
+
+    Raises:
+        DataFormatError: as :func:`read_preencoded_queries` (naming the file and line).
+    """
     index = token_index(vocabulary)
-    rows, ids = [], []
     for number, qid, text in iter_tsv(path):
         cols = lookup_tokens(text.split(), index, path, number)
-        rows.append(normalise_entries(cols, np.full(len(cols), 1.0 / scale)))
-        ids.append(qid)
-    return rows_to_csr(rows, len(vocabulary)), ids
+        yield qid, normalise_entries(cols, np.full(len(cols), 1.0 / scale))
 
 
 ERROR_MARKERS = ("Exception", "Error:", "ERROR")

@@ -198,7 +198,9 @@ def _read_delimited(file: BinaryIO, path: Path, what: str) -> bytes:
 
 
 def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0) -> tuple[sp.csr_matrix, list[str]]:
-    """Read a CIFF file: ``([D, V] float32 weights tf / scale, D collection doc ids)`` (in memory).
+    """Read a CIFF file: ``([D, V] float32 weights tf / scale, D collection doc ids)``, whole, in
+    memory (the lists come term by term; ``spladekit import --format ciff`` therefore holds this CSR,
+    while the row-major formats are streamed: :func:`spladekit.index.export.import_to_index`).
 
     Raises:
         DataFormatError: a truncated or malformed message, bytes after the last document record, a term outside ``vocabulary`` or given

@@ -40,7 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import iter_json_records, iter_rows, normalise_entries, rows_to_csr, token_index
+from spladekit.index.formats import collect_rows, iter_json_records, iter_rows, normalise_entries, token_index
 from spladekit.io import atomic_write
 
 FIELD_TYPES = ("rank_features", "sparse_vector")
@@ -150,8 +150,18 @@ def read_bulk(
     Raises:
         DataFormatError: invalid JSON, a source line without ``field``, or an unknown key.
     """
+    return collect_rows(bulk_rows(path, vocabulary, field, keys), len(vocabulary))
+
+
+def bulk_rows(path: str | Path, vocabulary: Sequence[str], field: str = "splade", keys: str = "token"):
+    """The documents of a bulk NDJSON file one at a time (an action line, then its source line):
+    yields ``(doc id, (column ids int64, weights float32))``, entries normalised.
+
+    Raises:
+        DataFormatError: as :func:`read_bulk` (naming the file and line).
+    """
     index = token_index(vocabulary)
-    rows, ids, action = [], [], None
+    action = None
     for number, record in iter_json_records(path):
         if action is None:
             if "index" not in record:
@@ -171,10 +181,10 @@ def read_bulk(
                 if token not in index:
                     raise DataFormatError(path, f"token {token!r} is not in the vocabulary", line=number, field=field)
                 cols.append(index[token])
-        rows.append(normalise_entries(cols, list(record[field].values())))
-        ids.append(str(record.get("doc_id", action.get("_id"))))
+        row = normalise_entries(cols, list(record[field].values()))
+        doc_id = str(record.get("doc_id", action.get("_id")))
         action = None
-    return rows_to_csr(rows, len(vocabulary)), ids
+        yield doc_id, row
 
 
 def query_body(

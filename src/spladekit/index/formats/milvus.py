@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Sequence
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import from_sparse_vector, iter_json_records, rank_hits, rows_to_csr, to_sparse_vectors
+from spladekit.index.formats import collect_rows, from_sparse_vector, iter_json_records, rank_hits, to_sparse_vectors
 from spladekit.io import atomic_write
 
 DEFAULT_FIELD = "splade"
@@ -53,17 +53,25 @@ def read_rows(path: str | Path, vocab_size: int, field: str = DEFAULT_FIELD) -> 
     Raises:
         DataFormatError: invalid JSON, a missing field, mismatched lengths, or an index ≥ V.
     """
-    rows, ids = [], []
+    return collect_rows(field_rows(path, vocab_size, field), vocab_size)
+
+
+def field_rows(path: str | Path, vocab_size: int, field: str = DEFAULT_FIELD):
+    """The rows of ``rows.jsonl`` one at a time: yields ``(doc id, (column ids int64, weights
+    float32))`` in file order, entries normalised.
+
+    Raises:
+        DataFormatError: as :func:`read_rows` (naming the file and line).
+    """
     for number, record in iter_json_records(path):
         try:
             idx, val = from_sparse_vector(record[field]["indices"], record[field]["values"])
-            ids.append(str(record["doc_id"]))
+            doc_id = str(record["doc_id"])
         except (KeyError, TypeError, ValueError) as exc:
             raise DataFormatError(path, f"bad row ({exc})", line=number, field=field) from exc
         if idx.size and idx[-1] >= vocab_size:
             raise DataFormatError(path, f"index {idx[-1]} ≥ vocabulary size {vocab_size}", line=number, field=field)
-        rows.append((idx, val))
-    return rows_to_csr(rows, vocab_size), ids
+        yield doc_id, (idx, val)
 
 
 def create_collection(client, collection: str, field: str = DEFAULT_FIELD, doc_id_max_length: int = 512) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import iter_rows, normalise_entries, rank_hits, rows_to_csr
+from spladekit.index.formats import collect_rows, iter_rows, normalise_entries, rank_hits
 from spladekit.io import atomic_write, iter_lines
 
 MAX_NNZ = 16_000  # pgvector SPARSEVEC_MAX_NNZ
@@ -133,7 +133,16 @@ def read_copy(path: str | Path, vocab_size: int) -> tuple[sp.csr_matrix, list[st
     Raises:
         DataFormatError: a line without three fields, a malformed sparsevec, or a dimension ≠ V.
     """
-    rows, ids = [], []
+    return collect_rows(copy_rows(path, vocab_size), vocab_size)
+
+
+def copy_rows(path: str | Path, vocab_size: int):
+    """The lines of ``docs.tsv`` one at a time: yields ``(doc id, (column ids int64, weights
+    float32))`` in file order, entries normalised.
+
+    Raises:
+        DataFormatError: as :func:`read_copy` (naming the file and line).
+    """
     for number, line in iter_lines(path):
         if not line.strip():
             continue
@@ -146,9 +155,7 @@ def read_copy(path: str | Path, vocab_size: int) -> tuple[sp.csr_matrix, list[st
             raise DataFormatError(path, str(exc), line=number, field="v") from exc
         if dim != vocab_size:
             raise DataFormatError(path, f"dimension {dim} ≠ vocabulary size {vocab_size}", line=number, field="v")
-        rows.append((idx, val))
-        ids.append(copy_unescape(parts[1]))
-    return rows_to_csr(rows, vocab_size), ids
+        yield copy_unescape(parts[1]), (idx, val)
 
 
 def upload(conn, matrix: sp.spmatrix, doc_ids: Sequence[str], table: str = DEFAULT_TABLE, hnsw: bool = False) -> int:

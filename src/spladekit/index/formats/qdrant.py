@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Sequence
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import from_sparse_vector, iter_json_records, rank_hits, rows_to_csr, to_sparse_vectors
+from spladekit.index.formats import collect_rows, from_sparse_vector, iter_json_records, rank_hits, to_sparse_vectors
 from spladekit.io import atomic_write
 
 DEFAULT_VECTOR_NAME = "splade"
@@ -45,7 +45,16 @@ def read_points(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VE
     Raises:
         DataFormatError: invalid JSON, missing fields, mismatched lengths, or an index ≥ V.
     """
-    rows, ids = [], []
+    return collect_rows(point_rows(path, vocab_size, vector_name), vocab_size)
+
+
+def point_rows(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VECTOR_NAME):
+    """The points of ``points.jsonl`` one at a time: yields ``(doc id, (column ids int64, weights
+    float32))`` in file order, entries normalised.
+
+    Raises:
+        DataFormatError: as :func:`read_points` (naming the file and line).
+    """
     for number, record in iter_json_records(path):
         try:
             vec = record["vector"][vector_name]
@@ -55,9 +64,7 @@ def read_points(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VE
             raise DataFormatError(path, f"bad point ({exc})", line=number, field="vector") from exc
         if idx.size and idx[-1] >= vocab_size:
             raise DataFormatError(path, f"index {idx[-1]} ≥ vocabulary size {vocab_size}", line=number, field="indices")
-        rows.append((idx, val))
-        ids.append(doc_id)
-    return rows_to_csr(rows, vocab_size), ids
+        yield doc_id, (idx, val)
 
 
 def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME, batch: int = 256) -> None:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import scipy.sparse as sp
 
-from spladekit.index.formats import read_token_vectors, rows_to_csr, write_token_vectors
+from spladekit.index.formats import collect_rows, token_vector_rows, write_token_vectors
 
 
 def write_seismic_jsonl(
@@ -38,8 +38,14 @@ def read_seismic_jsonl(path: str | Path, vocabulary: Sequence[str]) -> tuple[sp.
     Raises:
         DataFormatError: invalid JSON, a missing field, a non-numeric weight, or an unknown token.
     """
-    rows, ids = [], []
-    for record, row in read_token_vectors(path, vocabulary):
-        rows.append(row)
-        ids.append(str(record["id"]))
-    return rows_to_csr(rows, len(vocabulary)), ids
+    return collect_rows(seismic_rows(path, vocabulary), len(vocabulary))
+
+
+def seismic_rows(path: str | Path, vocabulary: Sequence[str]):
+    """The records of a Seismic JSONL file one at a time: yields ``(doc id, (column ids int64,
+    weights float32))``, entries normalised (:func:`spladekit.index.formats.normalise_entries`).
+
+    Raises:
+        DataFormatError: as :func:`read_seismic_jsonl` (naming the file and line).
+    """
+    return token_vector_rows(path, vocabulary)
