@@ -4,7 +4,8 @@ Cases, same splade-tiny weights, same texts (corpus title + text, max length 256
 
     torch           spladekit SpladeEncoder (fused head), float32: the reference
     onnx            export_onnx, float32 (vocabulary tiles in the graph)
-    onnx-int8       export_onnx(quantize="int8"): encoder products int8 (dynamic, per column), head float32
+    onnx-int8       export_onnx(quantize="int8"): encoder products int8 (dynamic, per column) except the
+                    transform's and the first/last layer's feed-forward down-projection, head float32
     onnx-int8-head  export_onnx(quantize="int8", quantize_head=True): the head's products int8 too
 
 Documents and queries are encoded by the same case; scores are exact dot products (scipy sparse

@@ -21,7 +21,10 @@ def export_model(
     opset: int = typer.Option(17, help="ONNX opset version (from 14, where attention exports, to torch.onnx's newest)"),
     query_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 64"),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 256"),
-    quantize: Optional[str] = typer.Option(None, help="int8: onnxruntime dynamic quantisation of the encoder's matrix products"),
+    quantize: Optional[str] = typer.Option(None, help="int8: onnxruntime dynamic quantisation of the encoder's matrix "
+                                           "products (int8 weights per output column, activations per tensor), except "
+                                           "the MLM-head transform's and the first and last layer's feed-forward output, "
+                                           "kept float32; quality and speed: benchmarks/RESULTS.md, 'int8'"),
     quantize_head: bool = typer.Option(False, help="with --quantize, quantise the head's products too (one scale per "
                                        "vocabulary column; default: kept float32)"),
     vocab_tile: int = typer.Option(512, help="vocabulary columns per in-graph tile (memory O(batch x length x tile))"),

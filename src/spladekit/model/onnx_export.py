@@ -28,9 +28,15 @@ weights exceed ONNX's 2 GiB protobuf limit are not supported by this writer.
 
 Quantisation (``quantize="int8"``): onnxruntime's dynamic quantisation
 (``onnxruntime.quantization.quantize_dynamic``: int8 weights with one scale per output column,
-activations quantised per tensor at run time) of the encoder's matrix products; the head's
-products are quantised the same way (``quantize_head=True``, one scale per vocabulary column) or
-kept float32 (the default). Its effect on retrieval quality is measured in benchmarks/RESULTS.md.
+uint8 activations with one scale and zero point per tensor computed at run time) of the encoder's
+matrix products with a constant weight, except three kept float32 (:func:`float32_products`): the
+MLM-head transform's dense layer and the feed-forward down-projection of the first and the last
+transformer layer, where quantising moves the vectors most. The head's products are quantised the
+same way (``quantize_head=True``, one scale per vocabulary column) or kept float32 (the default).
+Attention's activation products (``Q Kᵀ``, ``P V``) stay float32 (onnxruntime's dynamic mode
+quantises only products with a constant weight). Because the activation scales are per tensor, an
+int8 vector depends slightly on the other texts of its batch (their range and padding).
+Measured effect on retrieval quality and speed (splade-tiny, SciFact): benchmarks/RESULTS.md, "int8".
 
 The folder written by :func:`export_onnx`::
 
@@ -171,8 +177,72 @@ def _head_matmuls(model_path: Path, n_tiles: int) -> list[str]:
     return names
 
 
+def _weight_width(node, weights: dict) -> tuple[int, int] | None:
+    """``(K, N)`` of a MatMul/Gemm node's constant weight (``x [.., K] @ W → [.., N]``), None when its
+    second input is not a constant (an activation product such as attention's ``Q Kᵀ``)."""
+    if len(node.input) < 2 or node.input[1] not in weights:
+        return None
+    dims = list(weights[node.input[1]].dims)
+    if len(dims) != 2:
+        return None
+    trans_b = any(a.name == "transB" and a.i for a in node.attribute) if node.op_type == "Gemm" else False
+    return (dims[1], dims[0]) if trans_b else (dims[0], dims[1])
+
+
+def float32_products(model_path: Path, n_tiles: int) -> list[str]:
+    """The encoder products that ``quantize="int8"`` keeps float32 (the rest of the encoder is int8):
+
+    - the **MLM-head transform's** products: the weight products reached by walking back from the
+      head's input (the tensor the vocabulary tiles multiply) through non-product nodes (its
+      activation, LayerNorm), i.e. the dense layer right before the decoder;
+    - the **feed-forward down-projection of the first and of the last transformer layer**: the
+      products with a constant weight of shape ``[K, N]`` with ``K > N`` (intermediate → hidden; BERT's
+      ``output.dense``, DistilBERT's ``lin2``, ModernBERT's ``Wo``), the first and last in graph order.
+
+    Why these: quantising one product at a time (splade-tiny, 300 SciFact documents, onnxruntime 1.32)
+    moves the vectors most at the transform (1 − mean cosine to float32 3.5e-4), then the first and
+    last layer's down-projections (1.6e-4, 7.8e-5), whose inputs (after GELU, after the last LayerNorm)
+    have the widest ranges for one per-tensor activation scale; every other product ≤ 5.8e-5
+    (benchmarks/RESULTS.md, "int8"). They are 1 + 2 of a model's products: the rest of the body and the
+    head (with ``quantize_head``) are int8.
+
+    Raises:
+        RuntimeError: the head's products or the transform cannot be found (an exporter that names or
+            wires nodes otherwise).
+    """
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    weights = {t.name: t for t in graph.initializer}
+    head = set(_head_matmuls(model_path, n_tiles))
+    producer = {out: node for node in graph.node for out in node.output}
+    products = [n for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.name not in head]
+    transform: list[str] = []
+    seen: set[str] = set()
+    stack = [n.input[0] for n in graph.node if n.name in head]
+    while stack:
+        tensor = stack.pop()
+        node = producer.get(tensor)
+        if node is None or tensor in seen:
+            continue
+        seen.add(tensor)
+        if node.op_type in ("MatMul", "Gemm") and _weight_width(node, weights) is not None:
+            transform.append(node.name)
+        else:
+            stack.extend(i for i in node.input if i not in weights)
+    if not transform:
+        raise RuntimeError("no weight product found before the head's products in the exported graph")
+    down = [n.name for n in products if n.name not in transform
+            and (kn := _weight_width(n, weights)) is not None and kn[0] > kn[1]]
+    keep = sorted(set(transform) | set(down[:1] + down[-1:]))
+    return keep
+
+
 def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool) -> None:
-    """onnxruntime dynamic int8 quantisation of ``source`` into ``target`` (module docstring).
+    """onnxruntime dynamic int8 quantisation of ``source`` into ``target`` (module docstring): every
+    MatMul/Gemm with a constant weight, int8 weights with one scale per output column (``per_channel``),
+    uint8 activations with one scale and zero point per tensor computed at run time, except the
+    products of :func:`float32_products` and, unless ``quantize_head``, the head's.
 
     Raises:
         ImportError: onnxruntime (with its quantization tools) is missing.
@@ -181,7 +251,7 @@ def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
         raise ImportError("int8 quantisation needs onnxruntime: pip install 'spladekit[onnx]'") from exc
-    exclude = [] if quantize_head else _head_matmuls(source, n_tiles)
+    exclude = float32_products(source, n_tiles) + ([] if quantize_head else _head_matmuls(source, n_tiles))
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
                      op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=exclude)
 
