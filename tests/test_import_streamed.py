@@ -117,7 +117,7 @@ def test_an_empty_file_repeated_ids_and_a_non_finite_weight_are_refused(tmp_path
     with pytest.raises(ValueError, match="'a' is given twice"):
         import_to_index("seismic", tmp_path / "twice.jsonl", VOCAB, tmp_path / "out")
     (tmp_path / "inf.jsonl").write_text('{"id": "a", "vector": {"t1": 1.0}}\n{"id": "b", "vector": {"t2": Infinity}}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="document row 1 holds a weight that is not finite"):  # the writer's check
+    with pytest.raises(DataFormatError, match=r"inf\.jsonl, line 2.*not finite \(inf\)"):  # refused as it is read
         import_to_index("seismic", tmp_path / "inf.jsonl", VOCAB, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "inf.jsonl", "twice.jsonl"]
     (tmp_path / "file").write_text("x")

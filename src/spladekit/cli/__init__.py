@@ -16,8 +16,21 @@ from spladekit.cli import inference_free  # noqa: F401  (registers inference-fre
 from spladekit.cli import serve  # noqa: F401  (registers serve)
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    SIGTERM (``kill``, a job scheduler's stop) is turned into ``SystemExit(143)`` so that ``finally``
+    blocks and context managers run: the temporary folders of atomic writes and an import's scratch
+    rows beside ``--out`` are removed instead of left behind (Python's default SIGTERM action ends the
+    process without unwinding). ``serve`` installs uvicorn's own handlers over it.
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     app()
 
 

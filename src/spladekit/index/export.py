@@ -230,6 +230,32 @@ def resolve_import(fmt: str, path: str | Path, scale: float | None, options: dic
     return path, scale, options
 
 
+def check_manifest(source: str | Path, vocab_size: int, count: int | None = None) -> None:
+    """Refuse an export folder whose ``export.json`` contradicts what is imported (a file cut at a
+    line boundary parses cleanly, so the record count is the only witness of the lost vectors).
+
+    Args:
+        source: what the import was given (a file: nothing to check; an export folder: its manifest).
+        vocab_size: V of the vocabulary the vectors are read with.
+        count: vectors read (None: only ``vocab_size`` is checked). A manifest ``count`` of 0 (not
+            recorded) is not checked.
+
+    Raises:
+        DataFormatError: ``vocab_size`` or ``count`` differ from the manifest's (naming export.json and the field).
+    """
+    source = Path(source)
+    if not source.is_dir():
+        return
+    manifest = ExportManifest.load(source)
+    where = source / "export.json"
+    if manifest.vocab_size is not None and int(manifest.vocab_size) != int(vocab_size):
+        raise DataFormatError(where, f"the export has {manifest.vocab_size} columns, the vocabulary given has {vocab_size}",
+                              field="vocab_size")
+    if count is not None and manifest.count and int(manifest.count) != int(count):
+        raise DataFormatError(where, f"announces {manifest.count} vectors, but {count} were read from "
+                              f"{source / FILES[manifest.format]} (a file cut short or added to?)", field="count")
+
+
 def import_rows(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, options: dict) -> Iterator[tuple[str, tuple]]:
     """The rows of a row-major format's file, one at a time: ``(doc id, (column ids int64 [n],
     weights float32 [n]))`` in file order, entries normalised (the ``*_rows`` generator of the
@@ -273,7 +299,9 @@ def import_vectors(
         ValueError: unknown format, ``scale`` given for a float format, the manifest names another
             format, or ``scale`` (given or from the manifest) is not a finite number > 0.
     """
+    given = path
     path, scale, options = resolve_import(fmt, path, scale, options)
+    check_manifest(given, len(vocabulary))
     if fmt == "anserini":
         matrix, ids, _ = anserini.read_json_vector_collection(path, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
@@ -292,6 +320,7 @@ def import_vectors(
         matrix, ids = elastic.read_bulk(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
     if matrix.shape[0] == 0:
         raise DataFormatError(path, "no vectors: the file is empty")
+    check_manifest(given, len(vocabulary), matrix.shape[0])
     return matrix, ids
 
 
@@ -393,8 +422,10 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
         matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
         return save_index(out, matrix, ids, meta, vocabulary=vocabulary, memory_budget=budget)
     source, scale, options = resolve_import(fmt, path, scale, {})
+    check_manifest(path, len(vocabulary))
     with scratch_folder(out) as spill:  # beside the index folder (its file system); refuses an ``out`` that is a file
         ids, blocks = streamed_import(fmt, source, vocabulary, scale, options, spill, budget)
+        check_manifest(path, len(vocabulary), len(ids))  # before the folder is begun
         return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
 
 

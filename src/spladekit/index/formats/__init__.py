@@ -14,7 +14,11 @@ Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
   a repeated term scores the same as the merged one; this is also what Anserini's pre-encoded
   format means: a token repeated ``n`` times has weight ``n``). Zero and negative weights are
   dropped after merging (SPLADE weights are ``log(1 + ReLU(·)) ≥ 0``; an exported 0 carries no
-  score). JSON objects with a key given twice are merged the same way, not "last key wins".
+  score). JSON objects with a key given twice are merged the same way, not "last key wins". A weight
+  that is not finite (NaN, ±Infinity) is an error naming the file and line, never dropped.
+* **Export manifests.** Importing an export folder checks its ``export.json``: the vocabulary size must
+  be the model's and the number of vectors read must be its ``count`` (a copy cut at a line boundary
+  parses cleanly otherwise; :func:`spladekit.index.export.check_manifest`).
 * **Engine results** (:func:`rank_hits`): hits with score ≤ 0 are dropped and the rest ordered
   by score descending, then by row (by document id when ``doc_ids`` are given), the rule of
   :func:`spladekit.index.exact.exact_search`. Which of several documents tied at the k-th score
@@ -45,9 +49,16 @@ def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[
 
     Returns:
         ``(indices int64 [n], values float32 [n])`` with strictly increasing indices.
+
+    Raises:
+        ValueError: a value is not finite (NaN would otherwise fail ``> 0`` and vanish unseen; the
+            readers turn this into a DataFormatError naming the file and line).
     """
     idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices, dtype=np.int64)
     val = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+    if val.size and not np.isfinite(val).all():
+        bad = val[~np.isfinite(val)][0]
+        raise ValueError(f"a weight is not finite ({bad})")
     if idx.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     unique, inverse = np.unique(idx, return_inverse=True)
@@ -306,7 +317,11 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
         if not isinstance(vector, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector.values()):
             raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
         cols = lookup_tokens(vector.keys(), index, path, number)
-        yield record, normalise_entries(cols, np.asarray(list(vector.values()), dtype=np.float64) / scale)
+        try:
+            row = normalise_entries(cols, np.asarray(list(vector.values()), dtype=np.float64) / scale)
+        except ValueError as exc:
+            raise DataFormatError(path, str(exc), line=number, field="vector") from exc
+        yield record, row
 
 
 def token_vector_rows(path: str | Path, vocabulary: Sequence[str], scale: float = 1.0):

@@ -28,6 +28,8 @@ to keep); the posting lists, the bulk of a file, are encoded with numpy in proto
 
 from __future__ import annotations
 
+import os
+
 import functools
 from pathlib import Path
 from typing import BinaryIO, Sequence
@@ -191,6 +193,15 @@ def _read_delimited(file: BinaryIO, path: Path, what: str) -> bytes:
         shift += 7
         if not byte[0] & 0x80:
             break
+        if shift >= 64:  # a protobuf varint has at most 10 bytes
+            raise DataFormatError(path, f"the length of its {what} is not a varint: damaged CIFF file")
+    try:
+        left = os.fstat(file.fileno()).st_size - file.tell()
+    except (AttributeError, OSError, ValueError):  # not a real file: read() below checks the length
+        left = size
+    if size > left:
+        raise DataFormatError(path, f"its {what} declares {size} bytes, more than the {left} left in the file: "
+                              "damaged or truncated CIFF file")
     payload = file.read(size)
     if len(payload) != size:
         raise DataFormatError(path, f"ends inside its {what}: truncated CIFF file")

@@ -166,7 +166,7 @@ def bulk_rows(path: str | Path, vocabulary: Sequence[str], field: str = "splade"
         if action is None:
             if "index" not in record:
                 raise DataFormatError(path, "expected an 'index' action line", line=number)
-            action = record["index"]
+            action, action_line = record["index"], number
             continue
         if field not in record or not isinstance(record[field], dict):
             raise DataFormatError(path, "missing sparse field", line=number, field=field)
@@ -181,10 +181,19 @@ def bulk_rows(path: str | Path, vocabulary: Sequence[str], field: str = "splade"
                 if token not in index:
                     raise DataFormatError(path, f"token {token!r} is not in the vocabulary", line=number, field=field)
                 cols.append(index[token])
-        row = normalise_entries(cols, list(record[field].values()))
+        weights = list(record[field].values())
+        if not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights):
+            raise DataFormatError(path, "expected an object {key: number}", line=number, field=field)
+        try:
+            row = normalise_entries(cols, weights)
+        except ValueError as exc:
+            raise DataFormatError(path, str(exc), line=number, field=field) from exc
         doc_id = str(record.get("doc_id", action.get("_id")))
         action = None
         yield doc_id, row
+    if action is not None:  # the file ends after an action line: its document was cut off
+        raise DataFormatError(path, "the last action line has no document line after it (the file ends early)",
+                              line=action_line)
 
 
 def query_body(

@@ -1,0 +1,124 @@
+"""Inputs an import used to accept silently (found by a bad-input tester, 2 Dec 2026), each refused
+with an error naming the file and the line or field; and SIGTERM unwinding the CLI's temporary folders.
+
+The vectors come from :func:`spladekit.index.export.export_vectors` (the project's own exports), edited
+the way a cut copy or a hand edit would; what is expected is read off the edit (the line changed,
+the count removed), not computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spladekit.errors import DataFormatError
+from spladekit.index.export import FILES, export_vectors, import_to_index, import_vectors
+from spladekit.index.formats import normalise_entries
+
+V = 12
+VOCAB = [f"t{j}" for j in range(V)]
+
+
+def _export(tmp_path: Path, fmt: str, rows: int = 5) -> Path:
+    rng = np.random.default_rng(1)
+    dense = rng.uniform(0.1, 2.0, (rows, V)).astype(np.float32) * (rng.random((rows, V)) < 0.5)
+    dense[:, 0] = 0.5  # every row has a term
+    folder = tmp_path / f"exp-{fmt}"
+    export_vectors(fmt, folder, sp.csr_matrix(dense), [f"d{i}" for i in range(rows)], VOCAB)
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["seismic", "qdrant", "pgvector", "elastic", "anserini"])
+def test_a_file_cut_at_a_line_boundary_is_refused_by_the_manifest_count(tmp_path, fmt):
+    folder = _export(tmp_path, fmt)
+    data = folder / FILES[fmt]
+    lines = data.read_text().splitlines(keepends=True)
+    cut = 2 if fmt == "elastic" else 1  # elastic: an action line and its document
+    data.write_text("".join(lines[:-cut]))  # every remaining line is whole: it parses cleanly
+    for attempt in (lambda: import_vectors(fmt, folder, VOCAB),
+                    lambda: import_to_index(fmt, folder, VOCAB, tmp_path / "out", memory_budget=1 << 24)):
+        with pytest.raises(DataFormatError, match=r"export\.json.*count.*announces 5 vectors, but 4 were read"):
+            attempt()
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no scratch rows left
+
+
+def test_a_manifest_for_another_vocabulary_size_is_refused(tmp_path):
+    folder = _export(tmp_path, "seismic")
+    manifest = json.loads((folder / "export.json").read_text())
+    manifest["vocab_size"] = V + 88
+    (folder / "export.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataFormatError, match=r"vocab_size.*100 columns, the vocabulary given has 12"):
+        import_to_index("seismic", folder, VOCAB, tmp_path / "out")
+
+
+def test_nan_weights_are_refused_naming_the_line(tmp_path):
+    folder = _export(tmp_path, "seismic")
+    data = folder / FILES["seismic"]
+    lines = data.read_text().splitlines()
+    record = json.loads(lines[2])
+    record["vector"][next(iter(record["vector"]))] = float("nan")
+    lines[2] = json.dumps(record)  # json writes NaN, which json.loads reads back as nan
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"line 3.*not finite \(nan\)"):
+        import_to_index("seismic", data, VOCAB, tmp_path / "out")
+    with pytest.raises(ValueError, match="not finite"):
+        normalise_entries([1, 2], [0.5, float("nan")])
+    assert normalise_entries([2, 1, 2], [0.5, 1.0, -0.25])[1].tolist() == [1.0, 0.25]  # the stated rule: summed, ≤ 0 dropped
+
+
+def test_elastic_bulk_ending_on_an_action_line_and_string_weights_are_refused(tmp_path):
+    folder = _export(tmp_path, "elastic")
+    data = folder / FILES["elastic"]
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join(lines[:-1]) + "\n")  # the last document line gone, its action line kept
+    with pytest.raises(DataFormatError, match=rf"line {len(lines) - 1}.*no document line after it"):
+        import_vectors("elastic", data, VOCAB)
+    source = json.loads(lines[1])
+    field = next(k for k, v in source.items() if isinstance(v, dict))
+    key = next(iter(source[field]))
+    source[field][key] = "5"
+    lines[1] = json.dumps(source)
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"line 2.*expected an object \{key: number\}"):
+        import_vectors("elastic", data, VOCAB)
+
+
+def test_damaged_ciff_lengths_are_a_data_format_error(tmp_path):
+    folder = _export(tmp_path, "ciff")
+    data = folder / FILES["ciff"]
+    raw = bytearray(data.read_bytes())
+    raw[-20:] = b"\xff" * 20  # a varint that never ends / a length beyond the file
+    data.write_bytes(bytes(raw))
+    with pytest.raises(DataFormatError, match=r"CIFF"):
+        import_vectors("ciff", data, VOCAB)
+
+
+def test_sigterm_unwinds_the_cli_so_temporary_folders_are_removed(tmp_path):
+    """The CLI's SIGTERM handler (spladekit.cli.main) turns the signal into SystemExit: a process
+    killed inside an atomic folder write leaves no temporary folder (without it, Python ends at once)."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        from pathlib import Path
+        from spladekit.cli import _exit_on_sigterm
+        from spladekit.io import atomic_folder
+        if sys.argv[1] == "handled":
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        with atomic_folder(Path({str(tmp_path)!r}) / sys.argv[1]) as tmp:
+            (tmp / "part").write_text("x")
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pause()
+    """)
+    for mode, code in (("handled", 143), ("default", -15)):
+        proc = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == code, proc.stderr
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert not any("handled" in name for name in left), left  # unwound: removed
+    assert any("default" in name for name in left), left  # the control: without the handler it stays
