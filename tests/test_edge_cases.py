@@ -155,3 +155,10 @@ def test_real_checkpoint_edge_cases(splade_tiny):
     unk = enc.tokenizer.unk_token_id
     assert together[2, unk] > 0  # documented: emoji-only text weights the [UNK] column
     assert together[5, enc.tokenizer.convert_tokens_to_ids("vitamin")] > 0
+
+
+@pytest.mark.parametrize("bad", [None, b"bytes"])
+def test_none_or_bytes_is_refused_not_encoded_as_its_repr(tiny, bad):
+    """str(None) would be encoded as the text "None" (a vector of the wrong text)."""
+    with pytest.raises(TypeError, match=r"texts\[1\] is .*not a string"):
+        tiny.encode_documents(["fine", bad])

@@ -122,3 +122,29 @@ def test_sigterm_unwinds_the_cli_so_temporary_folders_are_removed(tmp_path):
     left = sorted(p.name for p in tmp_path.iterdir())
     assert not any("handled" in name for name in left), left  # unwound: removed
     assert any("default" in name for name in left), left  # the control: without the handler it stays
+
+
+def test_ids_a_run_cannot_hold_are_refused_on_import(tmp_path):
+    data = tmp_path / "ids.jsonl"
+    data.write_text('{"id": "a", "vector": {"t1": 1.0}}\n{"id": "b c", "vector": {"t2": 0.5}}\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"ids\.jsonl.*vector 2.*'b c' is empty or contains white space"):
+        import_to_index("seismic", data, VOCAB, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.jsonl"]
+
+
+def test_petabyte_units_parse_up_to_the_stated_limit():
+    from spladekit.index.writer import MAX_BUDGET, parse_size
+
+    assert parse_size("1PiB") == MAX_BUDGET == 2**50  # the limit the help and the error state
+    with pytest.raises(ValueError, match="1.5PiB"):
+        parse_size("1.5PiB")
+
+
+def test_a_queue_wait_deadline_not_below_the_request_timeout_is_refused():
+    from pydantic import ValidationError
+
+    from spladekit.serve.app import ServeConfig
+
+    with pytest.raises(ValidationError, match=r"must be below the request timeout \(1000 ms\)"):
+        ServeConfig(index="x", max_queue_wait_ms=1000, request_timeout_s=1.0)
+    assert ServeConfig(index="x", max_queue_wait_ms=999, request_timeout_s=1.0).max_queue_wait_ms == 999

@@ -49,8 +49,11 @@ def index_command(
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     if written is not None:
-        docs = Index.open(written).docs
-        typer.echo(f"wrote {written} ({docs.shape[0]} documents, {docs.nnz / max(1, docs.shape[0]):.1f} active terms/doc)")
+        opened = Index.open(written)
+        docs = opened.docs
+        truncated, length = opened.metadata.get("truncated_docs"), opened.metadata.get("doc_max_length")
+        cut = f"; {truncated} truncated to {length} tokens" if truncated else ""
+        typer.echo(f"wrote {written} ({docs.shape[0]} documents, {docs.nnz / max(1, docs.shape[0]):.1f} active terms/doc{cut})")
 
 
 @app.command("index-upgrade")

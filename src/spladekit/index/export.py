@@ -331,11 +331,16 @@ def packed_ids(ids: Iterable[str], source: Path) -> DocIds:
 
     Raises:
         ValueError: an id cannot be encoded as UTF-8 (a lone surrogate), naming its row and the id.
+        DataFormatError: an id is empty or holds white space (a TREC run could not name it; the corpus
+            reader refuses the same), naming ``source`` and the vector.
     """
     from array import array
 
+    from spladekit.data.trec import check_trec_id
+
     utf8, lengths = bytearray(), array("q")
     for row, doc_id in enumerate(ids):
+        check_trec_id(doc_id, source, f"document id of vector {row + 1}")  # a run could not name it
         try:
             encoded = doc_id.encode("utf-8")
         except UnicodeEncodeError as exc:

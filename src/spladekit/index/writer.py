@@ -61,7 +61,7 @@ HASH_BYTES = 16  # per entry of a hashing piece: the read values and their int64
 
 
 SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-              "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+              "pb": 10**15, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50}
 """Units of :func:`parse_size`: SI (powers of 1000) and IEC (powers of 1024), case-insensitive."""
 
 
@@ -76,7 +76,7 @@ def parse_size(text: str, name: str = "--memory-budget") -> int:
 
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in SIZE_UNITS:
-        raise ValueError(f"{name}: {text!r} is not a size (a number with B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. 512MiB)")
+        raise ValueError(f"{name}: {text!r} is not a size (a number with B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB, e.g. 512MiB)")
     value = int(float(match.group(1)) * SIZE_UNITS[match.group(2).lower()])
     try:
         return check_budget(value)

@@ -540,7 +540,7 @@ class SpladeEncoder:
         The number of texts longer than ``max_length`` tokens is stored in ``self.last_truncated``.
 
         Raises:
-            TypeError: ``texts`` is a single string.
+            TypeError: ``texts`` is a single string, or one of them is None or bytes (numbers are encoded as their text).
             ValueError: ``max_length`` < 2, ``top_k`` or ``batch_size`` < 1 (see
                 :meth:`check_max_length`; a ``max_length`` above the model's positions is lowered to
                 them with a warning).
@@ -551,7 +551,11 @@ class SpladeEncoder:
         max_length = self.check_max_length(max_length)
         batch_size = batch_size or self.batch_size
         _check_int(batch_size, "batch_size", 1)
-        texts = [t if isinstance(t, str) else str(t) for t in texts]
+        texts = list(texts)
+        bad = next((i for i, t in enumerate(texts) if t is None or isinstance(t, (bytes, bytearray))), None)
+        if bad is not None:  # str() would encode the text "None" / "b'...'": a vector of the wrong text
+            raise TypeError(f"texts[{bad}] is {type(texts[bad]).__name__} ({texts[bad]!r:.60}), not a string")
+        texts = [t if isinstance(t, str) else str(t) for t in texts]  # numbers: their decimal text
         order = np.argsort([-len(t) for t in texts], kind="stable")
         blocks, truncated = [], 0
         for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not show_progress, unit="batch"):

@@ -46,7 +46,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
@@ -111,6 +111,13 @@ class ServeConfig(BaseModel):
         if value is not None and wait is not None and value <= wait:
             raise ValueError(f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for company before its batch is formed")
         return value
+
+    @model_validator(mode="after")
+    def _deadline_below_request_timeout(self):
+        if self.max_queue_wait_ms is not None and self.max_queue_wait_ms >= 1000 * self.request_timeout_s:
+            raise ValueError(f"max_queue_wait_ms ({self.max_queue_wait_ms:g}) must be below the request timeout "
+                             f"({1000 * self.request_timeout_s:g} ms): a longer deadline never fires before the timeout answers 503")
+        return self
 
     def worker_threads(self) -> int:
         return self.threads or max(1, (os.cpu_count() or 1) // self.workers)
