@@ -148,3 +148,15 @@ def test_a_queue_wait_deadline_not_below_the_request_timeout_is_refused():
     with pytest.raises(ValidationError, match=r"must be below the request timeout \(1000 ms\)"):
         ServeConfig(index="x", max_queue_wait_ms=1000, request_timeout_s=1.0)
     assert ServeConfig(index="x", max_queue_wait_ms=999, request_timeout_s=1.0).max_queue_wait_ms == 999
+
+
+@pytest.mark.parametrize("fmt", ["qdrant", "milvus"])
+def test_sparse_indices_that_are_not_integers_are_refused(tmp_path, fmt):
+    folder = _export(tmp_path, fmt)
+    data = folder / FILES[fmt]
+    lines = data.read_text().splitlines()
+    lines[1] = lines[1].replace('"indices": [0', '"indices": [0.5', 1)
+    assert "0.5" in lines[1]  # the edit took
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"line 2.*sparse index 0\.5 is not an integer"):
+        import_vectors(fmt, folder, VOCAB)

@@ -77,10 +77,14 @@ def from_sparse_vector(indices: Sequence[int], values: Sequence[float]) -> tuple
     """Normalise one ``{"indices", "values"}`` vector (sort, sum repeats, drop ≤ 0).
 
     Raises:
-        ValueError: ``indices`` and ``values`` differ in length, or an index is negative.
+        ValueError: ``indices`` and ``values`` differ in length, an index is not a whole number
+            (1016.5 would otherwise be read as 1016), or is negative.
     """
     if len(indices) != len(values):
         raise ValueError(f"{len(indices)} indices for {len(values)} values")
+    bad = next((i for i in indices if isinstance(i, bool) or not isinstance(i, (int, np.integer))), None)
+    if bad is not None:
+        raise ValueError(f"sparse index {bad!r} is not an integer")
     if any(int(i) < 0 for i in indices):
         raise ValueError("negative sparse index")
     return normalise_entries(indices, values)
