@@ -432,6 +432,13 @@ def write_index(
 
 
 # ----------------------------------------------------------------------------------- sources
+def _block_end(indptr, start: int, rows: int, limit: int) -> int:
+    """The row after the last of a block starting at ``start`` that holds at most ``limit`` entries
+    by the row pointers ``indptr`` (at least one row: a longer row is a block of its own), ≤ ``rows``."""
+    end = int(np.searchsorted(indptr, int(indptr[start]) + limit, side="right")) - 1
+    return min(rows, max(end, start + 1))
+
+
 def matrix_blocks(matrix: sp.csr_matrix, memory_budget: int = DEFAULT_BUDGET, assume_canonical: bool = False
                   ) -> Callable[[], Iterator[sp.csr_matrix]]:
     """Blocks of consecutive rows of a CSR matrix (in memory or memory-mapped), each holding at most
@@ -447,8 +454,7 @@ def matrix_blocks(matrix: sp.csr_matrix, memory_budget: int = DEFAULT_BUDGET, as
             yield sp.csr_matrix((0, matrix.shape[1]), dtype=np.float32)
         start = 0
         while start < matrix.shape[0]:
-            end = int(np.searchsorted(indptr, int(indptr[start]) + limit, side="right")) - 1
-            end = min(matrix.shape[0], max(end, start + 1))
+            end = _block_end(indptr, start, matrix.shape[0], limit)
             a, b = int(indptr[start]), int(indptr[end])
             part = sp.csr_matrix((np.array(matrix.data[a:b]), np.array(matrix.indices[a:b]), np.asarray(indptr[start : end + 1], dtype=np.int64) - a),
                                  shape=(end - start, matrix.shape[1]))
@@ -513,8 +519,7 @@ class RowSpill:
                     np.cumsum(lengths, out=ptr[1:])
                     start = 0
                     while start < lengths.size:
-                        end = int(np.searchsorted(ptr, ptr[start] + limit, side="right")) - 1
-                        end = min(lengths.size, max(end, start + 1))
+                        end = _block_end(ptr, start, lengths.size, limit)
                         count = int(ptr[end] - ptr[start])
                         columns = np.fromfile(columns_file, self.col_type, count=count)
                         weights = np.fromfile(weights_file, np.float32, count=count)
