@@ -27,8 +27,9 @@ Batch size and sequence length are dynamic axes. Export uses torch's TorchScript
 weights exceed ONNX's 2 GiB protobuf limit are not supported by this writer.
 
 Quantisation (``quantize="int8"``): onnxruntime's dynamic quantisation
-(``onnxruntime.quantization.quantize_dynamic``: int8 weights with one scale per output column,
-uint8 activations with one scale and zero point per tensor computed at run time) of the encoder's
+(``onnxruntime.quantization.quantize_dynamic``: int8 weights with one scale per output column on a
+7-bit range (``reduce_range``, below), uint8 activations with one scale and zero point per tensor
+computed at run time) of the encoder's
 matrix products with a constant weight, except three kept float32 (:func:`float32_products`): the
 MLM-head transform's dense layer and the feed-forward down-projection of the first and the last
 transformer layer, where quantising moves the vectors most. The head's products are quantised the
@@ -36,6 +37,16 @@ same way (``quantize_head=True``, one scale per vocabulary column) or kept float
 Attention's activation products (``Q Kᵀ``, ``P V``) stay float32 (onnxruntime's dynamic mode
 quantises only products with a constant weight). Because the activation scales are per tensor, an
 int8 vector depends slightly on the other texts of its batch (their range and padding).
+
+Why 7-bit weights (``reduce_range=True``): on x86 CPUs without AVX-512 VNNI (AVX2 and plain AVX-512),
+onnxruntime's uint8 × int8 product uses ``VPMADDUBSW``, which adds two products ``u8 · s8`` into a
+signed 16-bit lane; 255 · 127 · 2 = 64,770 > 32,767, so full-range weights saturate there and the
+vectors depend on the CPU (onnxruntime's quantisation documentation: "Reduce-range will quantize the
+weights to 7-bits. It is designed for the U8S8 format on AVX2 and AVX512 (non-VNNI) machines to
+mitigate saturation issues"). With 7-bit weights 255 · 63 · 2 = 32,130 fits, so the same graph gives
+the same vectors on every x86 CPU (VNNI's ``VPDPBUSD`` accumulates in 32 bits and never saturated).
+Measured on an AVX2-only AMD EPYC (splade-tiny, 500 SciFact documents): 1 − mean cosine to float32
+1.0e-2 with full-range weights, 2.9e-4 with 7-bit, at the same speed (benchmarks/RESULTS.md, "int8").
 Measured effect on retrieval quality and speed (splade-tiny, SciFact): benchmarks/RESULTS.md, "int8".
 
 The folder written by :func:`export_onnx`::
@@ -240,7 +251,8 @@ def float32_products(model_path: Path, n_tiles: int) -> list[str]:
 
 def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool) -> None:
     """onnxruntime dynamic int8 quantisation of ``source`` into ``target`` (module docstring): every
-    MatMul/Gemm with a constant weight, int8 weights with one scale per output column (``per_channel``),
+    MatMul/Gemm with a constant weight, int8 weights with one scale per output column (``per_channel``)
+    on a 7-bit range (``reduce_range``: no ``VPMADDUBSW`` saturation on CPUs without VNNI, module docstring),
     uint8 activations with one scale and zero point per tensor computed at run time, except the
     products of :func:`float32_products` and, unless ``quantize_head``, the head's.
 
@@ -253,7 +265,7 @@ def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool
         raise ImportError("int8 quantisation needs onnxruntime: pip install 'spladekit[onnx]'") from exc
     exclude = float32_products(source, n_tiles) + ([] if quantize_head else _head_matmuls(source, n_tiles))
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=exclude)
+                     reduce_range=True, op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=exclude)
 
 
 def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OPSET, *, pooling: str | None = None,
@@ -330,6 +342,7 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
             "vocab_size": encoder.vocab_size, "max_positions": encoder.max_positions,
             "pooling": pooling, "activation": activation, "vocab_tile": vocab_tile,
             "quantize": quantize, "quantize_head": bool(quantize and quantize_head),
+            "weight_bits": 7 if quantize else None,  # reduce_range (module docstring)
             "graph": f"{pooling} over non-padding positions of {activation} activation of the logits, "
                      f"{n_tiles} vocabulary tiles; " + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed"),
         })
