@@ -43,11 +43,10 @@ onnxruntime's uint8 × int8 product uses ``VPMADDUBSW``, which adds two products
 signed 16-bit lane; 255 · 127 · 2 = 64,770 > 32,767, so full-range weights saturate there and the
 vectors depend on the CPU (onnxruntime's quantisation documentation: "Reduce-range will quantize the
 weights to 7-bits. It is designed for the U8S8 format on AVX2 and AVX512 (non-VNNI) machines to
-mitigate saturation issues"). With 7-bit weights (|q| ≤ 64) 255 · 64 · 2 = 32,640 fits, so the same graph gives
-the same vectors on every x86 CPU (VNNI's ``VPDPBUSD`` accumulates in 32 bits and never saturated).
-Measured on an AVX2-only AMD EPYC (splade-tiny, 500 SciFact documents): 1 − mean cosine to float32
-1.0e-2 with full-range weights, 2.9e-4 with 7-bit, at the same speed (benchmarks/RESULTS.md, "int8").
-Measured effect on retrieval quality and speed (splade-tiny, SciFact): benchmarks/RESULTS.md, "int8".
+mitigate saturation issues"). With 7-bit weights (|q| ≤ 64) 255 · 64 · 2 = 32,640 fits, so the
+integer products are exact on every x86 CPU, VNNI or not (VNNI's ``VPDPBUSD`` accumulates in 32 bits).
+Measured effect on retrieval quality and speed (splade-tiny, SciFact; on an AVX2-only EPYC 1 − mean
+cosine to float32 1.0e-2 with full-range weights, 2.9e-4 with 7-bit, same speed): benchmarks/RESULTS.md, "int8".
 
 The folder written by :func:`export_onnx`::
 
