@@ -4,14 +4,19 @@ Cases, all on the same model and the same query texts (SciFact test queries by d
 
     ``torch (<head>)``   :meth:`SpladeEncoder.encode_queries` (the default head; ``--plain`` adds the plain one);
                          the anchor of the ratios is the first torch case;
+    ``torch (fused, row by row)``  the fused head with ``GROUP_TOKENS = 1`` (each query its own
+                         products, as before row groups; ``spladekit.model.fused._row_groups``): the
+                         anchor of the CPU head's batch gain;
     ``onnxruntime``      :class:`spladekit.model.onnx_export.OnnxSpladeEncoder` on the folder written by
                          ``export_onnx`` (the SPLADE pooling inside the graph), CPU execution provider;
     ``inference-free``   the bag-of-tokens query side (IDF of the corpus; no forward pass at all).
 
-Every case does the whole user-facing work (tokenisation, forward, sparse conversion). Batches of 1
-and of 32 queries; for each batch, every case runs in turn (interleaved), so load from other jobs on
+Every case does the whole user-facing work (tokenisation, forward, sparse conversion). Batches of 1,
+8 and 32 queries; for each batch, every case runs in turn (interleaved), so load from other jobs on
 a shared machine falls on all cases alike. Reported: median wall milliseconds per batch and per
-query, the median process CPU milliseconds per batch, and the ratio of each median to the anchor's.
+query, the median process CPU milliseconds per batch, the ratio of each median to the anchor's, and
+each case's batch gain (its ms per query at batch 1 ÷ at this batch: what micro-batching can give a
+server, ``spladekit serve``).
 torch and onnxruntime get the same number of threads (``--threads``).
 
 Usage::
@@ -40,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from spladekit.data.beir import load_beir  # noqa: E402
 from spladekit.data.resolve import shared_roots  # noqa: E402
+import spladekit.model.fused as fused  # noqa: E402
 from spladekit.model.encoder import SpladeEncoder  # noqa: E402
 from spladekit.model.inference_free import make_inference_free  # noqa: E402
 from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx  # noqa: E402
@@ -50,6 +56,20 @@ def _default(relative: str) -> str:
         if (root / relative).exists():
             return str(root / relative)
     return relative
+
+
+class RowByRow:
+    """An encoder whose fused CPU head multiplies each query's tokens alone (``GROUP_TOKENS = 1`` during its calls)."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+
+    def encode_queries(self, queries, **kwargs):
+        before, fused.GROUP_TOKENS = fused.GROUP_TOKENS, 1
+        try:
+            return self.encoder.encode_queries(queries, **kwargs)
+        finally:
+            fused.GROUP_TOKENS = before
 
 
 def measure(cases: dict, queries: list[str], batch_size: int, rounds: int) -> dict[str, dict[str, list[float]]]:
@@ -83,6 +103,8 @@ def main() -> None:
     queries = list(dataset.queries.values())[: args.queries]
     torch_default = SpladeEncoder.from_pretrained(args.model, device="cpu")
     cases = {f"torch ({torch_default.model.head_impl})": torch_default}
+    if torch_default.model.head_impl == "fused":
+        cases["torch (fused, row by row)"] = RowByRow(torch_default)
     if args.plain and torch_default.model.head_impl != "plain":
         cases["torch (plain)"] = SpladeEncoder.from_pretrained(args.model, device="cpu", head_impl="plain")
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +113,7 @@ def main() -> None:
         free = make_inference_free(SpladeEncoder.from_pretrained(args.model, device="cpu"), list(dataset.corpus.values()))
         cases["inference-free"] = free
         results = {}
-        for batch_size in (1, 32):
+        for batch_size in (1, 8, 32):
             times = measure(cases, queries, batch_size, args.rounds)
             results[batch_size] = {name: {k: statistics.median(v) for k, v in t.items()} | {"batches": len(t["wall"])}
                                    for name, t in times.items()}
@@ -104,13 +126,13 @@ def main() -> None:
           f"transformers {transformers.__version__})")
     print(f"model {args.model}; {len(queries)} queries of {args.data} (test), query max length "
           f"{torch_default.metadata.query_max_length}; {args.rounds} rounds; medians; ratio = anchor ({anchor}) ÷ case\n")
-    print("| batch | case | ms / batch (wall) | ms / query (wall) | ms / batch (CPU) | speed-up vs anchor (wall) | (CPU) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| batch | case | ms / batch (wall) | ms / query (wall) | ms / batch (CPU) | speed-up vs anchor (wall) | (CPU) | batch gain (wall) |")
+    print("|---|---|---|---|---|---|---|---|")
     for batch_size, row in results.items():
         for name, r in row.items():
-            a = row[anchor]
+            a, single = row[anchor], results[1][name]["wall"]
             print(f"| {batch_size} | {name} | {r['wall']:.3f} | {r['wall'] / batch_size:.3f} | {r['cpu']:.3f} | "
-                  f"{a['wall'] / r['wall']:.2f}× | {a['cpu'] / max(r['cpu'], 1e-9):.2f}× |")
+                  f"{a['wall'] / r['wall']:.2f}× | {a['cpu'] / max(r['cpu'], 1e-9):.2f}× | {single * batch_size / r['wall']:.2f}× |")
     if args.out:
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
 

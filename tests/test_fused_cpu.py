@@ -140,6 +140,47 @@ def test_fused_head_gradients_through_workers(monkeypatch):
         _check_gradients([h.grad, w.grad, b.grad], hand, f"{threads} threads")
 
 
+def test_row_groups_by_hand():
+    """Consecutive rows up to the token limit; a row over it alone; the order kept (worked by hand:
+    5 + 10 = 15 ≤ 20, + 300 > 20; 300 alone; 3 + 3 + 14 = 20 ≤ 20; 7 starts a new group)."""
+    counts = [5, 10, 0, 300, 3, 3, 14, 7]
+    rows = [r for r, n in enumerate(counts) if n]  # row 2 has no real token: not in any group
+    assert fused._row_groups(rows, counts, limit=20) == [[0, 1], [3], [4, 5, 6], [7]]
+    assert fused._row_groups(rows, counts, limit=1) == [[r] for r in rows]  # row by row
+    assert fused._row_groups([], counts) == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_grouped_rows_equal_row_by_row_within_the_bound(monkeypatch, threads):
+    """Many short rows of different lengths (queries), with rows without tokens between them: the
+    grouped products (several rows' tokens in one product) against each row alone (GROUP_TOKENS = 1)
+    and against the plain head, within the derived float32 bound (other product shapes round
+    differently); the argmax of the grouped path is a real position of its own row holding the max."""
+    B, L, H, V = 14, 12, 16, 1001
+    hidden, _, weight, bias = _inputs(B, L, H, V, seed=9)
+    lengths = torch.randint(1, L + 1, (B,), generator=torch.Generator().manual_seed(3))
+    lengths[[4, 9]] = 0  # rows without real tokens inside groups
+    mask = (torch.arange(L)[None, :] < lengths[:, None]).long()
+    assert len(fused._row_groups([r for r in range(B) if lengths[r]], lengths.tolist(), fused.GROUP_TOKENS)) < B - 2  # grouped
+    bound = _bound(hidden, mask, weight, bias)
+    with torch.no_grad():
+        plain = plain_splade_head(hidden, mask, weight, bias)
+        grouped, grouped_arg = fused._packed_masked_max(hidden, mask, weight, bias, True, threads=threads)
+        grouped_only, _ = fused._packed_masked_max(hidden, mask, weight, bias, False, threads=threads)
+        monkeypatch.setattr(fused, "GROUP_TOKENS", 1)
+        alone, _ = fused._packed_masked_max(hidden, mask, weight, bias, False, threads=threads)
+    for got in (grouped, grouped_only):
+        assert bool(((got - alone).abs().nan_to_num(0.0).double() <= bound).all())
+        assert bool(((torch.log1p(got.clamp_min(0.0)) - plain).abs().double() <= bound).all())
+    empty = lengths == 0
+    assert torch.all(torch.isneginf(grouped[empty])) and torch.all(torch.isneginf(grouped_only[empty]))
+    real = ~empty
+    assert bool(mask[real].gather(1, grouped_arg[real].long()).bool().all())  # a real token of its own row
+    at = torch.einsum("bvh,vh->bv", hidden[real].double().gather(1, grouped_arg[real].long()[..., None].expand(-1, -1, H)),
+                      weight.double()) + bias.double()
+    assert bool(((at - grouped[real].double()).abs() <= bound[real]).all())
+
+
 def test_errors_in_a_worker_reach_the_caller():
     seen = []
 

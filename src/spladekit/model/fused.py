@@ -128,7 +128,7 @@ def _torch_masked_max(
 
 
 def _cpu_chunk(tokens: int, vocab: int, element_bytes: int) -> int:
-    """Vocabulary columns per CPU product ``[n, H] @ [H, Vc]`` (``n`` real tokens of one row).
+    """Vocabulary columns per CPU product ``[n, H] @ [H, Vc]`` (``n`` real tokens of one row or group of rows).
 
     The ``[n, Vc]`` logits of one product are read again at once by the max; keeping them within
     :data:`CHUNK_BUDGET_BYTES` (1 MiB, half of this Xeon's 2 MiB L2 per core) keeps that read in
@@ -143,27 +143,63 @@ def _cpu_chunk(tokens: int, vocab: int, element_bytes: int) -> int:
     return int(min(vocab, cols))
 
 
-@torch.no_grad()  # grad mode is per thread: workers start with it on; the backward is FusedSpladeHead's own
-def _row_span_max(tokens, positions, weight, bias, lo, hi, chunk, maxval_row, argmax_row) -> None:
-    """Masked max of one row over the vocabulary columns ``[lo, hi)``, into ``maxval_row``/``argmax_row``.
+GROUP_TOKENS = 256
+"""Real tokens at most per CPU product when rows are short (see :func:`_row_groups`)."""
 
-    ``tokens`` ``[n, H]`` are the row's real tokens only (no mask needed) and ``positions`` ``[n]``
-    their positions in the padded row (for the argmax). Products of ``chunk`` columns; the max of
-    each is written straight into the ``[V]`` output rows (views, so threads working on other rows or
-    spans never share an element).
+
+def _row_groups(rows: list[int], counts: list[int], limit: int = GROUP_TOKENS) -> list[list[int]]:
+    """Consecutive ``rows`` in groups of at most ``limit`` real tokens (a longer row alone).
+
+    A group's tokens, contiguous in the packed ``[N, H]`` matrix, share one product per vocabulary
+    chunk, so short rows (queries) do not each read the whole ``[V, H]`` decoder weight. Measured
+    with splade-tiny (H = 128, V = 30,522), the 300 SciFact test queries, one thread, AMD EPYC with
+    AVX2, 2 December 2026 (``benchmarks/query_encoding.py``, whose "row by row" case sets
+    :data:`GROUP_TOKENS` to 1): whole ``encode_queries`` calls took 3.87 ms per query in batches of
+    8 and 3.77 in batches of 32, against 7.32 and 7.09 row by row (10.4 ms for a query alone). Past
+    ~256 tokens a product is already large enough (head alone, same machine: 2.1 ms per query in a
+    product of 16 queries, ~255 tokens, 2.2 ms in one of 32, ~517), so longer rows stay alone, as
+    before. The grouping depends on the rows' token counts only (never on the thread count), so each row's products are the same
+    whatever ``threads``.
     """
-    direct = maxval_row.dtype == tokens.dtype
+    groups: list[list[int]] = []
+    tokens = 0
+    for row in rows:
+        n = counts[row]
+        if groups and tokens + n <= limit:
+            groups[-1].append(row)
+            tokens += n
+        else:
+            groups.append([row])
+            tokens = n
+    return groups
+
+
+@torch.no_grad()  # grad mode is per thread: workers start with it on; the backward is FusedSpladeHead's own
+def _group_span_max(tokens, positions, bounds, weight, bias, lo, hi, chunk, maxval_rows, argmax_rows) -> None:
+    """Masked max of a group of rows over the vocabulary columns ``[lo, hi)``, into their output rows.
+
+    ``tokens`` ``[N, H]`` are the group's real tokens only (its rows one after the other, no mask
+    needed), ``positions`` ``[N]`` their positions in the padded rows (for the argmax) and
+    ``bounds`` the ``len(rows) + 1`` offsets of each row's tokens in ``tokens``. One product of
+    ``chunk`` columns for the whole group, ``[N, H] @ [H, chunk]``, then each row's max over its
+    own ``[n_b, chunk]`` slice, written straight into its ``[V]`` output row (views, so threads
+    working on other groups or spans never share an element).
+    """
+    direct = maxval_rows[0].dtype == tokens.dtype
+    spans = list(zip(bounds[:-1], bounds[1:]))
     for c0 in range(lo, hi, chunk):
         c1 = min(hi, c0 + chunk)
         logits = torch.nn.functional.linear(tokens, weight[c0:c1], None if bias is None else bias[c0:c1])
-        if argmax_row is not None:
-            values, index = logits.max(dim=0)  # first maximal position, as torch.max documents
-            maxval_row[c0:c1] = values
-            argmax_row[c0:c1] = positions[index]
-        elif direct:
-            torch.amax(logits, dim=0, out=maxval_row[c0:c1])
-        else:
-            maxval_row[c0:c1] = logits.amax(dim=0)
+        for r, (a, b) in enumerate(spans):
+            part = logits[a:b]
+            if argmax_rows is not None:
+                values, index = part.max(dim=0)  # first maximal position, as torch.max documents
+                maxval_rows[r][c0:c1] = values
+                argmax_rows[r][c0:c1] = positions[a:b][index]
+            elif direct:
+                torch.amax(part, dim=0, out=maxval_rows[r][c0:c1])
+            else:
+                maxval_rows[r][c0:c1] = part.amax(dim=0)
 
 
 def _packed_masked_max(
@@ -175,21 +211,26 @@ def _packed_masked_max(
     chunk: int | None = None,
     threads: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The CPU path: the masked max computed row by row on real tokens only, in work units shared by threads.
+    """The CPU path: the masked max computed on real tokens only, in work units shared by threads.
 
-    Each row's real tokens are gathered into ``[n_b, H]`` (padding costs nothing) and multiplied
-    with cache-sized vocabulary chunks (:func:`_cpu_chunk`). The work is cut into units (a row, or a
-    span of a row's vocabulary when there are fewer rows than ``4 × threads``) that ``threads``
-    worker threads take one at a time from a shared queue, each unit computed with single-threaded
-    torch products (:mod:`spladekit.model.cpu_pool`). So there is one parallel region per call, not
-    one per product: a worker that the operating system deschedules (a busy machine) delays only the
-    unit it holds while the others take the remaining units, instead of stalling every product of
-    an intra-op parallel region. ``threads`` None: ``torch.get_num_threads()`` of the caller; 1 runs
-    inline.
+    The rows' real tokens are packed into ``[N, H]`` (padding costs nothing); consecutive short rows
+    form groups of at most :data:`GROUP_TOKENS` tokens (:func:`_row_groups`) whose tokens are
+    multiplied together with cache-sized vocabulary chunks (:func:`_cpu_chunk` of the group's
+    tokens), each row then taking the max over its own tokens. The work is cut into units (a group,
+    or a span of a group's vocabulary when there are fewer groups than ``4 × threads``) that
+    ``threads`` worker threads take one at a time from a shared queue, each unit computed with
+    single-threaded torch products (:mod:`spladekit.model.cpu_pool`). So there is one parallel
+    region per call, not one per product: a worker that the operating system deschedules (a busy
+    machine) delays only the unit it holds while the others take the remaining units, instead of
+    stalling every product of an intra-op parallel region. ``threads`` None:
+    ``torch.get_num_threads()`` of the caller; 1 runs inline.
 
     Same returns and tie rule (first position) as :func:`_torch_masked_max`: ``m`` ``[B, V]``
     float32 (``-inf`` for a row without real tokens) and, when asked, ``t*`` ``[B, V]`` int32.
-    Exactly the same values whatever ``threads`` (each unit is the same sequence of products).
+    Whatever ``threads``, each unit is the same sequence of products (groups and chunk boundaries do
+    not depend on it). A row's values may differ in the last bits with the other rows of its batch
+    (its group's product has another shape: float32 rounding of another kernel, within the bound of
+    ``tests/test_fused_cpu.py``).
     """
     from spladekit.model.cpu_pool import run_units
 
@@ -208,21 +249,22 @@ def _packed_masked_max(
     offsets = [0]
     for n in counts:
         offsets.append(offsets[-1] + n)
-    spans = max(1, -(-4 * threads // len(rows))) if threads > 1 else 1
+    groups = _row_groups(rows, counts, GROUP_TOKENS)  # read at call time (benchmarks set it to 1: row by row)
+    spans = max(1, -(-4 * threads // len(groups))) if threads > 1 else 1
     units = []
-    for row in rows:
-        n = counts[row]
-        cols = chunk or _cpu_chunk(n, vocab, hidden.element_size())
+    for group in groups:
+        cols = chunk or _cpu_chunk(sum(counts[row] for row in group), vocab, hidden.element_size())
         step = -(-vocab // spans)
         step = -(-step // cols) * cols  # whole chunks per span
         for lo in range(0, vocab, step):
-            units.append((row, lo, min(vocab, lo + step), cols))
+            units.append((group, lo, min(vocab, lo + step), cols))
 
     def work(unit):
-        row, lo, hi, cols = unit
-        a, b = offsets[row], offsets[row + 1]
-        _row_span_max(packed[a:b], positions[a:b], weight, bias, lo, hi, cols, maxval[row],
-                      None if argmax is None else argmax[row])
+        group, lo, hi, cols = unit
+        a, b = offsets[group[0]], offsets[group[-1] + 1]  # the group's rows are consecutive among the real ones
+        bounds = [offsets[row] - a for row in group] + [b - a]
+        _group_span_max(packed[a:b], positions[a:b], bounds, weight, bias, lo, hi, cols,
+                        [maxval[row] for row in group], None if argmax is None else [argmax[row] for row in group])
 
     run_units(work, units, threads)
     return maxval, argmax
