@@ -25,7 +25,8 @@ for ``--overload-seconds``: counts of 200 and 503 (by cause, from the 503's mess
 answered requests in the first and second half of the run, and the workers' memory (sum of PSS from
 ``/proc/PID/smaps_rollup``) sampled through the run. Run twice per worker count, one after the other:
 with the queue-wait deadline ``--max-queue-wait-ms`` set to the queue's drain time at that capacity
-(queue × workers ÷ capacity), and without it (the queue bound alone) as the anchor. The bound of an
+(queue × workers ÷ capacity) and the latency limit ``--max-latency-ms`` set to the bound below; with
+the deadline alone; and with neither (the queue bound alone) as the anchor. The bound of an
 answered request's latency is that deadline plus one full batch at capacity (max batch × workers ÷
 capacity), i.e. (queue + max batch) × workers ÷ capacity; reported against it: max and p99 of the
 latency at the client, and of the server's own ``took_ms`` (from the request's body read to its
@@ -37,7 +38,12 @@ Memory: after each worker count's runs, the sum over the server's processes of P
 the page cache holds the index once, so with 2 workers the index's PSS sum stays what it is with 1
 while each worker's RSS of it is the whole.
 
+Load: ``--busy`` keeps one competing process on the machine for the whole run (a pure-Python busy
+loop, its own lifetime bounded to 30 minutes, killed at the end), the anchor and every server run
+included, as ``benchmarks/encode_cpu.py``'s "busy" load: a server sharing its cores with other work.
+
     PYTHONPATH=src python benchmarks/serve.py --out benchmarks/.cache/serve/results.json
+    PYTHONPATH=src python benchmarks/serve.py --busy --out benchmarks/.cache/serve/results-busy.json
 """
 
 from __future__ import annotations
@@ -325,7 +331,8 @@ def refusal_cause(body: bytes) -> str:
     """The cause of a 503 from its message (``spladekit.serve.batching.Overloaded``; the request timeout's own)."""
     message = json.loads(body).get("error", "") if body else ""
     for cause, words in (("queue_full", "queue is full"), ("queue_wait", "in the queue, over the queue-wait limit"),
-                         ("expected_wait", "ms of work, over the queue-wait limit"), ("timeout", "request timeout")):
+                         ("expected_wait", "ms of work, over the queue-wait limit"), ("expected_wait", "ms of work, over the latency limit"),
+                         ("latency", "more, over the latency limit"), ("timeout", "request timeout")):
         if words in message:
             return cause
     return "other"
@@ -420,8 +427,22 @@ def main() -> None:
     parser.add_argument("--overload-queue", type=int, default=32, help="queue size of the overload run's server")
     parser.add_argument("--synthetic", type=int, help="serve benchmarks/retrieval.py's synthetic-N corpus instead of SciFact (e.g. 1000000)")
     parser.add_argument("--anchor-queries", type=int, default=300, help="queries of the in-process anchor (all 300 at SciFact; fewer at 1M)")
+    parser.add_argument("--busy", action="store_true", help="one competing busy-loop process beside the whole run")
     parser.add_argument("--out", type=Path, default=CACHE / "results.json")
     args = parser.parse_args()
+    busy = subprocess.Popen([sys.executable, "-c", BUSY]) if args.busy else None
+    try:
+        run_all(args)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
+BUSY = "import time\nend = time.time() + 1800\nwhile time.time() < end:\n    pass\n"
+
+
+def run_all(args) -> None:
     clients_list, workers_list = args.clients or [1, 8, 32], args.workers or [1, 2]
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -438,6 +459,7 @@ def main() -> None:
               "vector": encoded([{"vector": {"indices": [int(j) for j in vectors[i].indices], "values": [float(w) for w in vectors[i].data]},
                                   "k": K} for i in range(len(texts))])}
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "load": "busy (one competing busy-loop process)" if args.busy else "idle",
               "load_average_start": os.getloadavg(), "num_docs": len(index), "index_arrays_mib": arrays_mib,
               "requests": args.requests, "seconds": args.seconds, "runs": [], "memory": {}, "overload": {}}
     anchor = in_process(index, texts[: args.anchor_queries], vectors[: args.anchor_queries])
@@ -467,16 +489,18 @@ def main() -> None:
         capacity = max(r["throughput"] for r in report["runs"] if r["workers"] == workers and r["kind"] == "text")
         deadline_ms = 1000 * args.overload_queue * workers / capacity  # the per-worker queue's drain time at capacity / workers
         batch_ms = 1000 * MAX_BATCH * workers / capacity  # one full batch of one worker at capacity / workers
-        for deadline in (deadline_ms, None):
+        bound = float(f"{deadline_ms:.1f}") + batch_ms  # = (queue + max batch) x workers / capacity
+        for deadline, limit in ((deadline_ms, bound), (deadline_ms, None), (None, None)):
             options = ["--queue-size", str(args.overload_queue)] + ([] if deadline is None else ["--max-queue-wait-ms", f"{deadline:.1f}"])
-            name = f"overload-{workers}{'-deadline' if deadline else ''}"
+            options += [] if limit is None else ["--max-latency-ms", f"{limit:.1f}"]
+            name = f"overload-{workers}{'-deadline' if deadline else ''}{'-latency' if limit else ''}"
             server = Server(index.folder, workers, logs / f"{name}.log", *options)
             try:
                 pids = server.processes()
                 run = asyncio.run(open_loop(server.url, bodies["text"], 2 * capacity, args.overload_seconds,
                                             lambda: sum(pss_kib(p) for p in pids) / 1024))
                 run.update(workers=workers, capacity=capacity, queue_size=args.overload_queue, max_queue_wait_ms=deadline,
-                           bound_ms=float(f"{deadline_ms:.1f}") + batch_ms)  # = (queue + max batch) x workers / capacity
+                           max_latency_ms=None if limit is None else float(f"{limit:.1f}"), bound_ms=bound)
                 report["overload"][name] = run
                 print(json.dumps(run), flush=True)
             finally:
@@ -488,7 +512,7 @@ def main() -> None:
 
 
 def markdown(r: dict) -> str:
-    lines = [f"Date {r['date']}; {r['machine']}; load average at start {r['load_average_start'][0]:.1f}, at end "
+    lines = [f"Date {r['date']}; {r['machine']}; {r.get('load', 'idle')}; load average at start {r['load_average_start'][0]:.1f}, at end "
              f"{r['load_average_end'][0]:.1f}; {r['num_docs']} documents, index arrays {r['index_arrays_mib']:.1f} MiB; "
              f"k = {K}; runs bounded by {r['requests']} answers / {r['seconds']:g} s.", "",
              "In process (`Index.search`, same queries): " + "; ".join(
@@ -507,15 +531,16 @@ def markdown(r: dict) -> str:
     for workers, m in r["memory"].items():
         lines.append(f"| {workers} | {m['processes']} | {m['pss_sum_mib']:.0f} | {m['index_pss_sum_mib']:.1f} | "
                      f"{', '.join(f'{x:.1f}' for x in m['index_rss_per_process_mib'])} |")
-    lines += ["", "| workers | deadline ms | capacity answers/s | offered /s | answered /s | sent | 200 | 503: queue full / waited past deadline / expected wait / timeout | errors "
+    lines += ["", "| workers | deadline ms | latency limit ms | capacity answers/s | offered /s | answered /s | sent | 200 | 503: queue full / waited past deadline / expected wait / latency / timeout | errors "
               "| p50 / p99 ms first half | p50 / p99 ms second half | client p99 / max ms | server took_ms p99 / max | bound ms | max ÷ bound: client / server "
-              "| PSS sum MiB first → max → last |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| PSS sum MiB first → max → last |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in r["overload"].values():
         f, s, a, t, mem, c = o["first_half"], o["second_half"], o["all"], o["server_took"], o["pss_sum_mib"], o["refused_by_cause"]
         deadline = "off" if o["max_queue_wait_ms"] is None else f"{o['max_queue_wait_ms']:.0f}"
         other = f" (+{c['other']} other)" if c.get("other") else ""
-        lines.append(f"| {o['workers']} | {deadline} | {o['capacity']:.0f} | {o['rate']:.0f} | {o['answered_per_s']:.0f} | {o['sent']} | {o['answered_200']} | "
-                     f"{c.get('queue_full', 0)} / {c.get('queue_wait', 0)} / {c.get('expected_wait', 0)} / {c.get('timeout', 0)}"
+        limit = "off" if o.get("max_latency_ms") is None else f"{o['max_latency_ms']:.0f}"
+        lines.append(f"| {o['workers']} | {deadline} | {limit} | {o['capacity']:.0f} | {o['rate']:.0f} | {o['answered_per_s']:.0f} | {o['sent']} | {o['answered_200']} | "
+                     f"{c.get('queue_full', 0)} / {c.get('queue_wait', 0)} / {c.get('expected_wait', 0)} / {c.get('latency', 0)} / {c.get('timeout', 0)}"
                      f"{other} | {o['errors']} | "
                      f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | {a['p99_ms']:.0f} / {o['max_ms']:.0f} | "
                      f"{t['p99_ms']:.0f} / {t['max_ms']:.0f} | {o['bound_ms']:.0f} | {o['max_ms'] / o['bound_ms']:.2f} / {t['max_ms'] / o['bound_ms']:.2f} | "

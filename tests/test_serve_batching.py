@@ -112,7 +112,7 @@ def test_jobs_past_the_queue_wait_deadline_are_refused_not_computed():
     assert answered == list(range(len(answered))) and refused == list(range(len(answered), 20))
     # all 20 were queued before the first batch ended, when no seconds-per-query estimate existed yet:
     # none could be refused on arrival; every refusal is the deadline's, and counted
-    assert batcher.refused_by_cause == {"queue_full": 0, "expected_wait": 0, "queue_wait": len(refused)}
+    assert batcher.refused_by_cause == {"queue_full": 0, "expected_wait": 0, "queue_wait": len(refused), "latency": 0}
     assert batcher.queries == len(answered)
 
 
@@ -168,3 +168,122 @@ def test_the_serve_option_is_checked_naming_it(tmp_path):
                            "--max-queue-wait-ms", "5"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "--max-queue-wait-ms: " in done.stderr and "must exceed max_wait_ms (5)" in done.stderr, done.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------------- latency limit
+def test_expected_seconds_per_query_follow_rfc_6298():
+    """S and D by hand (RFC 6298 §2.2–2.3, α = 1/8, β = 1/4; values exact in binary): first sample
+    R = 0.125: S = 0.125, D = 0.0625, S + 4D = 0.375; then R = 0.25: D = 0.75·0.0625 + 0.25·0.125 =
+    0.078125, S = 0.875·0.125 + 0.125·0.25 = 0.140625, S + 4D = 0.453125."""
+    batcher = MicroBatcher(lambda p: p, max_latency_s=1.0)
+    assert batcher.expected_seconds_per_query is None
+    batcher._observe(0.125)
+    assert batcher.expected_seconds_per_query == 0.375  # exact: binary fractions
+    batcher._observe(0.25)
+    assert batcher.expected_seconds_per_query == 0.453125
+
+
+def test_oldest_jobs_that_would_exceed_the_latency_limit_are_refused_not_computed():
+    """With S + 4D = 0.375 s per query and a limit of 1 s, three one-query jobs queued at 0, 0.125 and
+    0.25 s, the batch formed at 0.5 s (by hand): all three: 0.5 + 3·0.375 = 1.625 > 1, the oldest
+    refused; two: 0.375 + 0.75 = 1.125 > 1, the next refused; one: 0.25 + 0.375 = 0.625 ≤ 1, kept."""
+    from spladekit.serve.batching import Job
+
+    async def main():
+        batcher = MicroBatcher(lambda p: p, max_latency_s=1.0)
+        batcher._observe(0.125)
+        loop = asyncio.get_running_loop()
+        jobs = [Job(i, 1, loop.create_future(), queued) for i, queued in enumerate((0.0, 0.125, 0.25))]
+        kept = batcher._fit_latency(list(jobs), 0.5)
+        return jobs, kept, batcher
+
+    jobs, kept, batcher = asyncio.run(main())
+    assert kept == [jobs[2]] and not jobs[2].future.done()
+    for job, waited, expected in ((jobs[0], 500, 1125), (jobs[1], 375, 750)):
+        exc = job.future.exception()
+        assert isinstance(exc, Overloaded) and exc.cause == "latency"
+        assert f"waited {waited} ms and its batch would take about {expected} ms more, over the latency limit of 1000 ms (not computed)" in str(exc)
+    assert batcher.refused_by_cause["latency"] == 2
+
+
+LATENCY_S = 0.5
+
+
+def test_answered_jobs_stay_within_the_latency_limit():
+    """Four warm-up batches of 2 (the estimate from them: about 0.05 s per query plus four mean
+    deviations), then a burst of 20 one-query jobs: every answered job was answered within the limit
+    plus the two hand-offs (the sleeping batches take their expected time; the estimate is above
+    it), every refused one was refused on arrival or at its batch's forming and never computed. The
+    control without the limit answers the last of the burst long after it."""
+
+    async def main(limit):
+        record: list = []
+        batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=100, max_latency_s=limit)
+        batcher.start()
+        try:
+            for w in range(4):
+                assert await asyncio.gather(batcher.submit(-2 * w - 1, 1, 30), batcher.submit(-2 * w - 2, 1, 30)) == [
+                    -20 * w - 10, -20 * w - 20]
+            record.clear()
+            jobs = await _burst(batcher, 20)
+        finally:
+            await batcher.stop()
+        return jobs, record, batcher
+
+    jobs, record, _ = asyncio.run(main(None))
+    assert not any(isinstance(a, Overloaded) for *_, a in jobs)
+    assert max(done - submitted for _, submitted, done, _ in jobs) > LATENCY_S + 2 * HANDOFF_S + 0.3
+
+    jobs, record, batcher = asyncio.run(main(LATENCY_S))
+    computed = {p for _, _, payloads in record for p in payloads}
+    answered = [(i, s, d) for i, s, d, a in jobs if not isinstance(a, Overloaded)]
+    refused = [(i, a) for i, s, d, a in jobs if isinstance(a, Overloaded)]
+    assert answered and refused, (answered, refused)
+    assert {i for i, _, _ in answered} == computed and all(a == 10 * i for i, _, _, a in jobs if not isinstance(a, Overloaded))
+    for i, submitted, done in answered:
+        assert done - submitted <= LATENCY_S + 2 * HANDOFF_S, (i, done - submitted)
+    for i, exc in refused:
+        assert exc.cause in ("expected_wait", "latency") and f"over the latency limit of {1000 * LATENCY_S:g} ms" in str(exc), exc
+    assert sum(batcher.refused_by_cause.values()) == len(refused)
+
+
+def test_a_latency_limit_not_above_the_batch_wait_is_refused():
+    from pydantic import ValidationError
+
+    from spladekit.serve.app import ServeConfig
+
+    with pytest.raises(ValueError, match="max_latency_s .*must be finite and exceed max_wait_s"):
+        MicroBatcher(lambda p: p, max_wait_s=0.002, max_latency_s=0.002)
+    with pytest.raises(ValidationError, match="max_latency_ms"):
+        ServeConfig(index="x", max_wait_ms=5, max_latency_ms=5)
+    with pytest.raises(ValidationError, match="max_latency_ms .*must be below the request timeout"):
+        ServeConfig(index="x", max_latency_ms=20_000, request_timeout_s=10)
+
+
+# ----------------------------------------------------------------------------------- waiting for company
+def test_a_batch_holding_every_open_connections_request_is_not_held_back():
+    """With ``max_wait_s`` = 1 s: one open connection and its request in the batch: computed at once
+    (well under the wait); three open connections: the batch waits for company, and a request
+    submitted 0.2 s later joins the same batch; an unknown count (0) waits as before."""
+
+    async def main(connections, second_after):
+        record: list = []
+        batcher = MicroBatcher(_sleeping_batch(record), max_batch=8, max_wait_s=1.0, queue_size=10, company=lambda: connections)
+        batcher.start()
+        try:
+            began = time.monotonic()
+            first = asyncio.ensure_future(batcher.submit(1, 1, 30))
+            if second_after is not None:
+                await asyncio.sleep(second_after)
+                await batcher.submit(2, 1, 30)
+            assert await first == 10
+            return time.monotonic() - began, [payloads for _, _, payloads in record]
+        finally:
+            await batcher.stop()
+
+    took, batches = asyncio.run(main(1, None))
+    assert batches == [[1]] and took < BATCH_S + 0.5, took  # no 1 s wait for company
+    took, batches = asyncio.run(main(3, 0.2))
+    assert batches == [[1, 2]], batches  # the later request joined: the batch waited
+    took, batches = asyncio.run(main(0, None))
+    assert batches == [[1]] and took >= 0.99, took  # unknown: waited out max_wait_s (asyncio may fire a timer up to its clock resolution early)

@@ -22,12 +22,15 @@ def serve(
     workers: int = typer.Option(1, help="worker processes (each maps the same index files)"),
     threads: Optional[int] = typer.Option(None, help="torch/Seismic threads per worker (default: CPU cores / workers)"),
     max_batch: int = typer.Option(32, help="queries per micro-batch"),
-    max_wait_ms: float = typer.Option(2.0, help="longest wait for more requests once a batch has its first"),
+    max_wait_ms: float = typer.Option(5.0, help="longest wait for more requests once a batch has its first (not waited when every open connection already has its request in the batch)"),
     queue_size: int = typer.Option(256, help="requests waiting per worker; past it 503 with Retry-After"),
     max_queue_wait_ms: Optional[float] = typer.Option(
         None, help="queue-wait deadline (default: none): a request that waited longer in the queue is answered 503 with "
                    "Retry-After, not computed, so an answered one waits at most this plus one batch; set it from the "
                    "queue's drain time at the measured capacity (queue size x workers / answers per second)"),
+    max_latency_ms: Optional[float] = typer.Option(
+        None, help="latency limit (default: none): a request is computed only if its wait plus its batch's expected compute "
+                   "time (estimated from the batches before) fits within it; else 503 with Retry-After, not computed"),
     request_timeout_s: float = typer.Option(10.0, "--request-timeout", help="seconds before a waiting request gets 503"),
     body_timeout_s: float = typer.Option(10.0, "--body-timeout", help="seconds to receive a request's body; then 408, connection closed"),
     max_body_bytes: int = typer.Option(1 << 20, help="larger request bodies get 413"),
@@ -52,7 +55,7 @@ def serve(
     try:
         config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
                              max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
-                             max_queue_wait_ms=max_queue_wait_ms, request_timeout_s=request_timeout_s,
+                             max_queue_wait_ms=max_queue_wait_ms, max_latency_ms=max_latency_ms, request_timeout_s=request_timeout_s,
                              body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars,
                              max_queries=max_queries,
                              max_connections=max_connections, api_key_file=str(api_key_file.resolve()) if api_key_file else None,

@@ -15,7 +15,7 @@ Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
 Status codes: 200; 400 malformed JSON (naming line and column); 401 missing or wrong API key;
 408 body not received within ``body_timeout_s``; 413 body over ``max_body_bytes``; 422 a field
 refused (each named in ``problems``); 503 queue full, queue-wait deadline passed or expected to pass
-(``max_queue_wait_ms``: :mod:`spladekit.serve.batching`), or request timed out (``Retry-After`` in
+(``max_queue_wait_ms``, ``max_latency_ms``: :mod:`spladekit.serve.batching`), or request timed out (``Retry-After`` in
 seconds); 500 an unexpected failure of one batch (logged; the server goes on). Every error body is :class:`~spladekit.serve.schemas.ErrorResponse`.
 
 What a request cannot do: write anything (the index folder is only read: the Seismic index is
@@ -67,13 +67,18 @@ class ServeConfig(BaseModel):
         model: query model overriding the one recorded in the index (None: the index's).
         host, port, workers: where to listen and how many worker processes.
         threads: torch/Seismic threads per worker (None: CPU cores // workers, at least 1).
-        max_batch: queries per micro-batch; max_wait_ms: longest wait for more requests.
+        max_batch: queries per micro-batch; max_wait_ms: longest wait for more requests (none when
+            every open connection already has its request in the batch).
         queue_size: requests waiting per worker; one more is answered 503.
         max_queue_wait_ms: queue-wait deadline (None: none): a request that has waited longer in a
             worker's queue when its batch is formed is answered 503 and not computed, and one whose
             expected wait already exceeds it is refused on arrival (:mod:`spladekit.serve.batching`);
             an answered request then spends at most this plus one batch's time in the batcher. Must
             exceed ``max_wait_ms``.
+        max_latency_ms: latency limit (None: none): a request is computed only if its wait plus its
+            batch's expected compute time (a conservative estimate from the batches before) fits
+            within it; else 503, not computed (:mod:`spladekit.serve.batching`, "Latency limit").
+            Must exceed ``max_wait_ms``.
         request_timeout_s: a request not answered by then (from when its body is read) gets 503.
         body_timeout_s: a request body not received whole by then gets 408 (connection closed).
         max_body_bytes: larger request bodies get 413.
@@ -91,9 +96,10 @@ class ServeConfig(BaseModel):
     workers: int = Field(1, ge=1)
     threads: int | None = Field(None, ge=1)
     max_batch: int = Field(32, ge=1)
-    max_wait_ms: float = Field(2.0, ge=0, allow_inf_nan=False)
+    max_wait_ms: float = Field(5.0, ge=0, allow_inf_nan=False)
     queue_size: int = Field(256, ge=1)
     max_queue_wait_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
+    max_latency_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
     request_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     body_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     max_body_bytes: int = Field(1 << 20, ge=64)
@@ -104,7 +110,7 @@ class ServeConfig(BaseModel):
     api_key_file: str | None = None
     access_log: bool = False
 
-    @field_validator("max_queue_wait_ms")
+    @field_validator("max_queue_wait_ms", "max_latency_ms")
     @classmethod
     def _deadline_exceeds_batch_wait(cls, value, info):
         wait = info.data.get("max_wait_ms")
@@ -114,9 +120,11 @@ class ServeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _deadline_below_request_timeout(self):
-        if self.max_queue_wait_ms is not None and self.max_queue_wait_ms >= 1000 * self.request_timeout_s:
-            raise ValueError(f"max_queue_wait_ms ({self.max_queue_wait_ms:g}) must be below the request timeout "
-                             f"({1000 * self.request_timeout_s:g} ms): a longer deadline never fires before the timeout answers 503")
+        for name in ("max_queue_wait_ms", "max_latency_ms"):
+            value = getattr(self, name)
+            if value is not None and value >= 1000 * self.request_timeout_s:
+                raise ValueError(f"{name} ({value:g}) must be below the request timeout "
+                                 f"({1000 * self.request_timeout_s:g} ms): a longer deadline never fires before the timeout answers 503")
         return self
 
     def worker_threads(self) -> int:
@@ -392,7 +400,9 @@ def create_app(config: ServeConfig, service: Service | None = None):
     key = read_api_key(config.api_key_file) if config.api_key_file else None
     service = service or Service(config)
     batcher = MicroBatcher(service.run_batch, config.max_batch, config.max_wait_ms / 1000.0, config.queue_size,
-                           None if config.max_queue_wait_ms is None else config.max_queue_wait_ms / 1000.0)
+                           None if config.max_queue_wait_ms is None else config.max_queue_wait_ms / 1000.0,
+                           None if config.max_latency_ms is None else config.max_latency_ms / 1000.0,
+                           company=_open_connections)
     bearer = HTTPBearer(auto_error=False, description="the key of --api-key-file, as `Authorization: Bearer KEY`")
 
     @asynccontextmanager
@@ -469,7 +479,8 @@ def create_app(config: ServeConfig, service: Service | None = None):
         """Liveness: the index and the encoder are loaded (no API key needed)."""
         return {"status": "ok", "pid": os.getpid(), "waiting": batcher.waiting, "queue_size": config.queue_size,
                 "batches": batcher.batches, "queries": batcher.queries, "refused": batcher.refused,
-                "refused_by_cause": dict(batcher.refused_by_cause), "seconds_per_query": batcher.seconds_per_query}
+                "refused_by_cause": dict(batcher.refused_by_cause), "seconds_per_query": batcher.seconds_per_query,
+                "expected_seconds_per_query": batcher.expected_seconds_per_query}
 
     @app.get("/info", dependencies=[Depends(authorised)], responses={401: {"model": ErrorResponse}})
     async def info():
@@ -508,11 +519,25 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
     written in two parts (head, body) waited for the client's delayed ACK: measured 52 ms instead of
     8 ms per request on loopback (Nagle's algorithm against Linux's 40 ms delayed ACK)."""
 
+    open_connections = 0
+    """Client connections open in this process (one worker per process): the batcher's ``company``."""
+
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        NoDelayHTTPProtocol.open_connections += 1
         super().connection_made(transport)
+
+    def connection_lost(self, exc) -> None:
+        NoDelayHTTPProtocol.open_connections -= 1
+        super().connection_lost(exc)
+
+
+def _open_connections() -> int:
+    """Open client connections of this worker (:class:`NoDelayHTTPProtocol`'s count; the protocol
+    every ``spladekit serve`` worker runs)."""
+    return NoDelayHTTPProtocol.open_connections
 
 
 _PRELOADED: list[Service] = []

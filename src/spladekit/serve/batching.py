@@ -10,6 +10,16 @@ a batch is computed). A batch may exceed ``max_batch`` by the last request's que
 never split). While a batch runs the next one collects, so under load batches fill up without
 waiting.
 
+Waiting for company only when company can come (``company``, optional: the number of open client
+connections of this worker). With HTTP/1.1 a connection holds at most one request at a time, so
+once the batch holds a request of every open connection no other request can join it before it is
+answered: the batch is handed on at once instead of waiting out ``max_wait_s``. A lone client then
+pays no wait at all, and a wait is only spent where other clients exist. Measured with
+``benchmarks/serve.py``'s shapes (1 worker, 8 closed-loop text clients, 2 December 2026): with
+``max_wait_s`` 2 ms the batches held 4.4 queries on average, 3.8 at 0.5 ms, 7.3 at 5 ms: the
+answers of one batch go out one by one and their clients' next requests come back spread over a
+few milliseconds.
+
 A request whose caller stopped waiting (its timeout passed, its client left) is skipped when its
 batch is formed; one whose batch is already running is computed and its answer dropped.
 
@@ -31,6 +41,20 @@ estimate of seconds per query): such a request would be refused when its batch i
 and this way it neither waits for that nor holds a place in the queue. That estimate leaves out the
 batch running at the time (it errs towards admitting); the check when a batch is formed is what
 guarantees the bound.
+
+Latency limit (``max_latency_s``, optional). The deadline above bounds the wait, not the batch's own
+compute time, and under overload that time grows too (the refusals' parsing and the clients take
+CPU from the batches: ``benchmarks/serve.py`` measured batches up to 2.3× slower than at capacity).
+With a latency limit, a request is computed only if its wait so far plus its batch's expected compute
+time fits within ``max_latency_s``: when a batch is formed, its oldest requests are answered
+:class:`Overloaded` (``latency``) until the oldest one left fits (the others waited less), and a
+request is refused on arrival when the queries ahead of it and its own, at the expected time per
+query, would not fit. The expected time per query is a conservative estimate from the batches
+already computed, as TCP's retransmission timer estimates a round trip (RFC 6298, §2: smoothed mean
+``S ← (1 − α)·S + α·R`` and mean deviation ``D ← (1 − β)·D + β·|S − R|``, α = 1/8, β = 1/4, the
+estimate ``S + 4·D``; first sample ``S = R``, ``D = R/2``), here with ``R`` a batch's seconds per
+query. An estimate can still be exceeded by a batch slower than all before it; before the first
+batch only requests that already waited past the limit are refused.
 """
 
 from __future__ import annotations
@@ -42,7 +66,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-CAUSES = ("queue_full", "expected_wait", "queue_wait")
+CAUSES = ("queue_full", "expected_wait", "queue_wait", "latency")
 """Why a request was refused for load (:attr:`Overloaded.cause`)."""
 
 QUEUE_FULL = "the server's queue is full"
@@ -98,22 +122,34 @@ class MicroBatcher:
             computed; one whose expected wait at admission already exceeds it is refused then
             (``expected_wait``). Must exceed ``max_wait_s`` (else a lone request, waiting
             ``max_wait_s`` for company, would miss it).
+        max_latency_s: latency limit, seconds (None: none): wait plus the batch's expected compute
+            time (module docstring, "Latency limit"). Must exceed ``max_wait_s``.
+        company: returns the number of open client connections (None, or a count of 0: unknown,
+            e.g. the app under another server than ``spladekit serve``'s protocol; always wait up to
+            ``max_wait_s``); a batch holding as many requests as that is not held back for more.
 
     Raises:
         ValueError: a knob outside its range (named).
     """
 
     def __init__(self, run_batch: Callable[[Sequence[Any]], list], max_batch: int = 32, max_wait_s: float = 0.002, queue_size: int = 256,
-                 max_queue_wait_s: float | None = None):
+                 max_queue_wait_s: float | None = None, max_latency_s: float | None = None,
+                 company: Callable[[], int] | None = None):
         if max_batch < 1 or queue_size < 1 or not (max_wait_s >= 0 and math.isfinite(max_wait_s)):
             raise ValueError(f"max_batch ({max_batch}) and queue_size ({queue_size}) must be ≥ 1, max_wait_s ({max_wait_s}) ≥ 0")
         if max_queue_wait_s is not None and not (math.isfinite(max_queue_wait_s) and max_queue_wait_s > max_wait_s):
             raise ValueError(f"max_queue_wait_s ({max_queue_wait_s}) must be finite and exceed max_wait_s ({max_wait_s})")
+        if max_latency_s is not None and not (math.isfinite(max_latency_s) and max_latency_s > max_wait_s):
+            raise ValueError(f"max_latency_s ({max_latency_s}) must be finite and exceed max_wait_s ({max_wait_s})")
         self.run_batch = run_batch
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
         self.max_queue_wait_s = max_queue_wait_s
+        self.max_latency_s = max_latency_s
+        self.company = company
+        self._mean_per_query: float | None = None  # RFC 6298's S and D over batches' seconds per query
+        self._deviation_per_query = 0.0
         self._queue: asyncio.Queue[Job] | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spladekit-batch")
@@ -158,6 +194,21 @@ class MicroBatcher:
         """The moving average of a batch's compute time per query (seconds; 0 before the first batch)."""
         return self._seconds_per_query
 
+    @property
+    def expected_seconds_per_query(self) -> float | None:
+        """The conservative estimate of a batch's seconds per query, ``S + 4·D`` (RFC 6298, §2); None before the first batch."""
+        if self._mean_per_query is None:
+            return None
+        return self._mean_per_query + 4.0 * self._deviation_per_query
+
+    def _observe(self, per_query: float) -> None:
+        """Update ``S`` and ``D`` with one batch's seconds per query (RFC 6298, §2.2–2.3: α = 1/8, β = 1/4)."""
+        if self._mean_per_query is None:
+            self._mean_per_query, self._deviation_per_query = per_query, per_query / 2.0
+        else:
+            self._deviation_per_query = 0.75 * self._deviation_per_query + 0.25 * abs(self._mean_per_query - per_query)
+            self._mean_per_query = 0.875 * self._mean_per_query + 0.125 * per_query
+
     def _retry_after(self) -> int:
         """Whole seconds (≥ 1) to drain the queue and one more batch at the measured rate."""
         return max(1, math.ceil((self._waiting_queries + self.max_batch) * self._seconds_per_query))
@@ -180,6 +231,12 @@ class MicroBatcher:
                 raise Overloaded(self._retry_after(), "expected_wait",
                                  f"the server is overloaded: {self._waiting_queries} queries wait, about {1000 * expected:.0f} ms of work, "
                                  f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms")
+        per = self.expected_seconds_per_query
+        if self.max_latency_s is not None and per is not None and (self._waiting_queries + size) * per > self.max_latency_s:
+            self.refused_by_cause["expected_wait"] += 1
+            raise Overloaded(self._retry_after(), "expected_wait",
+                             f"the server is overloaded: {self._waiting_queries} queries wait; with this request's about "
+                             f"{1000 * (self._waiting_queries + size) * per:.0f} ms of work, over the latency limit of {1000 * self.max_latency_s:g} ms")
         future = loop.create_future()
         try:
             self._queue.put_nowait(Job(payload, size, future, loop.time()))
@@ -208,6 +265,25 @@ class MicroBatcher:
                                             f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms (not computed)"))
         return True
 
+    def _fit_latency(self, batch: list[Job], now: float) -> list[Job]:
+        """The batch (oldest first) without its oldest requests whose wait plus the batch's expected
+        compute time exceeds ``max_latency_s``; those are answered Overloaded (``latency``)."""
+        per = self.expected_seconds_per_query
+        size = sum(job.size for job in batch)
+        while batch:
+            expected = 0.0 if per is None else size * per
+            waited = now - batch[0].queued
+            if waited + expected <= self.max_latency_s:
+                break
+            job = batch.pop(0)
+            size -= job.size
+            self.refused_by_cause["latency"] += 1
+            job.future.set_exception(Overloaded(self._retry_after(), "latency",
+                                                f"the server is overloaded: the request waited {1000 * waited:.0f} ms and its batch would take "
+                                                f"about {1000 * expected:.0f} ms more, over the latency limit of {1000 * self.max_latency_s:g} ms "
+                                                f"(not computed)"))
+        return batch
+
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -222,6 +298,9 @@ class MicroBatcher:
                 try:
                     job = self._queue.get_nowait()
                 except asyncio.QueueEmpty:
+                    open_connections = self.company() if self.company is not None else 0
+                    if 0 < open_connections <= len(batch):
+                        break  # every open connection has its request in this batch: none can join it
                     left = deadline - loop.time()
                     if left <= 0:
                         break
@@ -234,6 +313,8 @@ class MicroBatcher:
                     size += job.size
             now = loop.time()  # the batch is formed: what timed out or waited past the deadline meanwhile is not computed
             batch = [job for job in batch if not job.future.done() and not self._expired(job, now)]
+            if self.max_latency_s is not None:
+                batch = self._fit_latency(batch, now)
             if not batch:
                 continue
             began = time.perf_counter()
@@ -244,6 +325,7 @@ class MicroBatcher:
             queries = sum(job.size for job in batch)
             per_query = (time.perf_counter() - began) / max(1, queries)
             self._seconds_per_query = per_query if self.batches == 0 else 0.8 * self._seconds_per_query + 0.2 * per_query
+            self._observe(per_query)
             self.batches += 1
             self.queries += queries
             for job, answer in zip(batch, answers):
