@@ -22,7 +22,7 @@ def serve(
     workers: int = typer.Option(1, help="worker processes (each maps the same index files)"),
     threads: Optional[int] = typer.Option(None, help="torch/Seismic threads per worker (default: CPU cores / workers)"),
     max_batch: int = typer.Option(32, help="queries per micro-batch"),
-    max_wait_ms: float = typer.Option(5.0, help="longest wait for more requests once a batch has its first (not waited when every open connection already has its request in the batch)"),
+    max_wait_ms: float = typer.Option(2.0, help="longest wait for more requests once a batch has its first (not waited when every open connection already has its request in the batch)"),
     queue_size: int = typer.Option(256, help="requests waiting per worker; past it 503 with Retry-After"),
     max_queue_wait_ms: Optional[float] = typer.Option(
         None, help="queue-wait deadline (default: none): a request that waited longer in the queue is answered 503 with "

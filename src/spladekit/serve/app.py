@@ -96,7 +96,7 @@ class ServeConfig(BaseModel):
     workers: int = Field(1, ge=1)
     threads: int | None = Field(None, ge=1)
     max_batch: int = Field(32, ge=1)
-    max_wait_ms: float = Field(5.0, ge=0, allow_inf_nan=False)
+    max_wait_ms: float = Field(2.0, ge=0, allow_inf_nan=False)
     queue_size: int = Field(256, ge=1)
     max_queue_wait_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
     max_latency_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
