@@ -60,6 +60,23 @@ async def _burst(batcher: MicroBatcher, n: int, first: int = 0) -> list[tuple[in
     return await asyncio.gather(*(one(i) for i in range(first, first + n)))
 
 
+async def _burst_after_warmup(pairs: int, **knobs):
+    """A batcher of sleeping batches (``knobs``: its deadline or latency limit), ``pairs`` warm-up
+    batches of two one-query jobs (so the per-query estimate exists), then a burst of 20 jobs:
+    ``(jobs, record of the burst's batches, batcher)``."""
+    record: list = []
+    batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=100, **knobs)
+    batcher.start()
+    try:
+        for w in range(pairs):
+            assert await asyncio.gather(batcher.submit(-2 * w - 1, 1, 30), batcher.submit(-2 * w - 2, 1, 30)) == [-20 * w - 10, -20 * w - 20]
+        record.clear()
+        jobs = await _burst(batcher, 20)
+    finally:
+        await batcher.stop()
+    return jobs, record, batcher
+
+
 def _check_deadline_held(jobs, record):
     """The relations the deadline guarantees, for jobs submitted while no refusal on arrival could
     happen: each job is computed (answer = 10 × payload) or refused with cause ``queue_wait``; no
@@ -89,23 +106,13 @@ def _check_deadline_held(jobs, record):
 
 
 def test_jobs_past_the_queue_wait_deadline_are_refused_not_computed():
-    async def main(deadline):
-        record: list = []
-        batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=100, max_queue_wait_s=deadline)
-        batcher.start()
-        try:
-            jobs = await _burst(batcher, 20)
-        finally:
-            await batcher.stop()
-        return jobs, record, batcher
-
     # control: without a deadline every job is computed, the last ones long after DEADLINE_S + HANDOFF_S
-    jobs, record, _ = asyncio.run(main(None))
+    jobs, record, _ = asyncio.run(_burst_after_warmup(0, max_queue_wait_s=None))
     assert not any(isinstance(a, Overloaded) for *_, a in jobs)
     starts = {p: began for began, _, payloads in record for p in payloads}
     assert max(starts[i] - s for i, s, _, _ in jobs) > DEADLINE_S + HANDOFF_S + 0.3
 
-    jobs, record, batcher = asyncio.run(main(DEADLINE_S))
+    jobs, record, batcher = asyncio.run(_burst_after_warmup(0, max_queue_wait_s=DEADLINE_S))
     answered, refused = _check_deadline_held(jobs, record)
     assert answered and refused, (answered, refused)
     # batches are formed first come first served: the answered jobs are the first ones of the burst
@@ -216,25 +223,11 @@ def test_answered_jobs_stay_within_the_latency_limit():
     it), every refused one was refused on arrival or at its batch's forming and never computed. The
     control without the limit answers the last of the burst long after it."""
 
-    async def main(limit):
-        record: list = []
-        batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=100, max_latency_s=limit)
-        batcher.start()
-        try:
-            for w in range(4):
-                assert await asyncio.gather(batcher.submit(-2 * w - 1, 1, 30), batcher.submit(-2 * w - 2, 1, 30)) == [
-                    -20 * w - 10, -20 * w - 20]
-            record.clear()
-            jobs = await _burst(batcher, 20)
-        finally:
-            await batcher.stop()
-        return jobs, record, batcher
-
-    jobs, record, _ = asyncio.run(main(None))
+    jobs, record, _ = asyncio.run(_burst_after_warmup(4, max_latency_s=None))
     assert not any(isinstance(a, Overloaded) for *_, a in jobs)
     assert max(done - submitted for _, submitted, done, _ in jobs) > LATENCY_S + 2 * HANDOFF_S + 0.3
 
-    jobs, record, batcher = asyncio.run(main(LATENCY_S))
+    jobs, record, batcher = asyncio.run(_burst_after_warmup(4, max_latency_s=LATENCY_S))
     computed = {p for _, _, payloads in record for p in payloads}
     answered = [(i, s, d) for i, s, d, a in jobs if not isinstance(a, Overloaded)]
     refused = [(i, a) for i, s, d, a in jobs if isinstance(a, Overloaded)]

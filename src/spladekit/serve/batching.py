@@ -39,8 +39,8 @@ idea is deadline-based load shedding: CoDel bounds a packet's sojourn time in a 
 the queue's length (Nichols & Jacobson, "Controlling Queue Delay", ACM Queue 10(5), 2012); gRPC
 drops a call whose deadline has passed instead of computing it; Envoy's overload manager and
 adaptive-concurrency filter shed requests that would wait too long. Requests are also refused at
-admission when the work ahead of them already exceeds the deadline (the queries waiting × the moving
-estimate of seconds per query): such a request would be refused when its batch is formed anyway,
+admission when the work ahead of them already exceeds the deadline (the queries waiting × the smoothed
+seconds per query ``S`` of "Latency limit" below): such a request would be refused when its batch is formed anyway,
 and this way it neither waits for that nor holds a place in the queue. That estimate leaves out the
 batch running at the time (it errs towards admitting); the check when a batch is formed is what
 guarantees the bound.
@@ -151,12 +151,11 @@ class MicroBatcher:
         self.max_queue_wait_s = max_queue_wait_s
         self.max_latency_s = max_latency_s
         self.company = company
-        self._mean_per_query: float | None = None  # RFC 6298's S and D over batches' seconds per query
+        self._mean_per_query: float | None = None  # RFC 6298's S and D over batches' seconds per query (None: no batch yet)
         self._deviation_per_query = 0.0
         self._queue: asyncio.Queue[Job] | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spladekit-batch")
-        self._seconds_per_query = 0.0  # moving average of compute time per query, for Retry-After and the admission check
         self._waiting_queries = 0  # queries of the requests in the queue
         self.batches = 0
         self.queries = 0
@@ -194,8 +193,9 @@ class MicroBatcher:
 
     @property
     def seconds_per_query(self) -> float:
-        """The moving average of a batch's compute time per query (seconds; 0 before the first batch)."""
-        return self._seconds_per_query
+        """The smoothed mean ``S`` of a batch's compute time per query (seconds; RFC 6298, §2, see
+        :meth:`_observe`; 0 before the first batch)."""
+        return self._mean_per_query or 0.0
 
     @property
     def expected_seconds_per_query(self) -> float | None:
@@ -214,7 +214,7 @@ class MicroBatcher:
 
     def _retry_after(self) -> int:
         """Whole seconds (≥ 1) to drain the queue and one more batch at the measured rate."""
-        return max(1, math.ceil((self._waiting_queries + self.max_batch) * self._seconds_per_query))
+        return max(1, math.ceil((self._waiting_queries + self.max_batch) * self.seconds_per_query))
 
     # ------------------------------------------------------------------ requests
     async def submit(self, payload: Any, size: int, timeout_s: float | None) -> Any:
@@ -228,7 +228,7 @@ class MicroBatcher:
         """
         loop = asyncio.get_running_loop()
         if self.max_queue_wait_s is not None:
-            expected = self._waiting_queries * self._seconds_per_query
+            expected = self._waiting_queries * self.seconds_per_query
             if expected > self.max_queue_wait_s:
                 self.refused_by_cause["expected_wait"] += 1
                 raise Overloaded(self._retry_after(), "expected_wait",
@@ -327,7 +327,6 @@ class MicroBatcher:
                 answers = [exc] * len(batch)
             queries = sum(job.size for job in batch)
             per_query = (time.perf_counter() - began) / max(1, queries)
-            self._seconds_per_query = per_query if self.batches == 0 else 0.8 * self._seconds_per_query + 0.2 * per_query
             self._observe(per_query)
             self.batches += 1
             self.queries += queries
