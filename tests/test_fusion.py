@@ -6,6 +6,8 @@ import math
 import pytest
 
 from spladekit.index.fusion import FusionConfig, fuse, normalize, ranks, reciprocal_rank_fusion, score_fusion
+from spladekit.index.index import Index
+from spladekit.model.encoder import SpladeEncoder
 
 # run A ranks a, b, c; run B ranks c, d, a (scores on very different scales, as SPLADE vs BM25)
 A = {"q1": {"a": 30.0, "b": 20.0, "c": 10.0}}
@@ -165,6 +167,13 @@ def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     assert minmax.run == score_fusion([splade.run, bm25.run], "min-max")
     assert rrf.metrics["nDCG@10"] == evaluate(rrf.run, load_qrels(tiny_beir))["nDCG@10"]
     assert free.index_folder == splade.index_folder  # the same index folder: documents encoded once
+    kept = Index.open(tmp_path / "demo" / "index")  # it outlives the demo, for `spladekit search|serve --index`
+    assert splade.index_folder == kept.folder and kept.docs.shape[0] == len(json_lines(tiny_beir / "corpus.jsonl"))
+    recorded = json.loads((tmp_path / "demo" / splade.name / "config.json").read_text())["search"]["index"]
+    assert recorded == [str(kept.folder)]  # the settings record names a folder that exists
+    assert kept.metadata["model"] == str(tiny_bert_dir.resolve())  # what `spladekit serve --index` loads for texts
+    again = kept.search(["a query"], k=3).run  # by the recorded model, without naming it
+    assert again == Index.open(kept.folder).search(["a query"], k=3, encoder=SpladeEncoder.from_pretrained(tiny_bert_dir)).run
     assert splade.metrics["query_ms"] > 0 and free.metrics["query_ms"] > 0
     assert free.metrics["nDCG@10"] == evaluate(free.run, load_qrels(tiny_beir))["nDCG@10"]  # the printed number is its run's
     printed = capsys.readouterr().out
@@ -172,6 +181,10 @@ def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary[rrf.name]["fusion"]["rrf_k"] == 60
     assert (tmp_path / "demo" / "fused_rrf" / "run.trec").exists()
+
+
+def json_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def load_qrels(folder):

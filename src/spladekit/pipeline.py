@@ -65,7 +65,8 @@ def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000,
                     show_progress: bool = True, name: str = "splade",
                     conventions: EvalConventions | str | None = None, backend: str = "exact",
                     index: str | Path | Index | None = None, seismic: SeismicSearchParams | None = None,
-                    seismic_build: SeismicBuildParams | None = None, chunk_size: int = 10_000) -> SystemResult:
+                    seismic_build: SeismicBuildParams | None = None, chunk_size: int = 10_000,
+                    index_metadata: dict | None = None) -> SystemResult:
     """Evaluate an encoder on a dataset through an :class:`~spladekit.index.index.Index`: the corpus is
     indexed (in the folder ``index``, or a temporary one removed afterwards; an open ``Index`` is
     searched as it is), the judged queries are searched with ``backend``, the run is evaluated.
@@ -76,7 +77,8 @@ def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000,
     An open ``Index`` built by another encoder (e.g. the documents of the full model, searched with an
     inference-free query side, :mod:`spladekit.model.inference_free`) is searched as it is: its
     documents are not re-encoded. ``index_folder`` of the result names the folder when it outlives
-    the call (a folder given, or an open ``Index``).
+    the call (a folder given, or an open ``Index``). ``index_metadata`` goes into a built index's
+    ``index.json`` (e.g. ``model``: what ``spladekit search|serve`` load to encode its queries).
 
     Returns metrics with the keys of ``measures`` plus ``num_queries``, ``num_skipped``,
     ``avg_query_terms``, ``avg_doc_terms``, ``flops``, ``truncated_docs``, ``truncated_queries``,
@@ -90,7 +92,8 @@ def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000,
             searched = index
         else:
             folder = Path(index) if index is not None else Path(scratch) / "index"
-            searched = Index.build(encoder, dataset.corpus, folder, chunk_size=chunk_size, show_progress=show_progress, distributed=False)
+            searched = Index.build(encoder, dataset.corpus, folder, chunk_size=chunk_size, metadata=index_metadata,
+                                   show_progress=show_progress, distributed=False)
         result = searched.search(dataset.queries, k=k, backend=backend, encoder=encoder, seismic=seismic, seismic_build=seismic_build)
         truncated_queries = encoder.last_truncated
         per_query: dict = {}
