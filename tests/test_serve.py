@@ -174,6 +174,15 @@ def server(scifact_index, tmp_path_factory):
     finally:
         running.stop()
     assert _snapshot(index.folder) == before, "the server changed the index folder"
+    _assert_quiet_stop(running)
+
+
+def _assert_quiet_stop(running: Server) -> None:
+    """A stopped server's log ends with uvicorn's own lines: no interpreter-teardown noise (triton's
+    "nanobind: leaked ..." lines, multiprocessing's "leaked semaphore objects" with workers > 1)."""
+    log = running.log.read_text()
+    assert "Finished server process" in log, log[-2000:]  # it did stop by SIGTERM, gracefully
+    assert "leaked" not in log, log[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +199,7 @@ def guarded(scifact_index, tmp_path_factory):
         yield running
     finally:
         running.stop()
+    _assert_quiet_stop(running)
 
 
 def _wait_for_workers(running: Server, workers: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -86,17 +87,36 @@ def serve(
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.app:NoDelayHTTPProtocol",
                     limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
-    if workers == 1:
-        uvicorn.run("spladekit.serve.app:app_from_environment", **settings)
-        return
-    from spladekit.serve.workers import run_workers
-
-    # each worker on its own SO_REUSEPORT socket: with uvicorn's one shared socket, the worker that
-    # woke first took the connections then waiting (spladekit.serve.workers)
+    code = 0
     try:
-        run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings))
+        if workers == 1:
+            uvicorn.run("spladekit.serve.app:app_from_environment", **settings)
+        else:
+            from spladekit.serve.workers import run_workers
+
+            # each worker on its own SO_REUSEPORT socket: with uvicorn's one shared socket, the worker
+            # that woke first took the connections then waiting (spladekit.serve.workers)
+            run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings))
     except OSError as exc:
         fail(exc)
+    except SystemExit as exc:  # uvicorn re-raises the stopping signal once shut down: SIGTERM -> 143 (spladekit.cli)
+        code = exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:  # SIGINT, re-raised the same way
+        code = 130
+    _exit_after_shutdown(code)
+
+
+def _exit_after_shutdown(code: int) -> None:
+    """Exit with ``code`` at once, uvicorn having shut the server down (connections closed, log
+    written): the interpreter's teardown adds nothing a read-only server needs, and during it
+    triton's extension (imported by torch._dynamo, which transformers imports) printed ~30 lines of
+    "nanobind: leaked instances/types/functions" at every stop."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 def _loopback(host: str) -> bool:
     if host == "localhost":

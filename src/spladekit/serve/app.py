@@ -158,10 +158,18 @@ class Service:
     """
 
     def __init__(self, config: ServeConfig):
+        import threading
+
         import torch
+        from tqdm import tqdm
 
         from spladekit.index.index import Index
 
+        # transformers' "Loading weights" bar would give tqdm its default lock, a multiprocessing
+        # semaphore that is never released in a worker process: at every stop of a server with
+        # workers > 1, multiprocessing's resource tracker warned of "2 leaked semaphore objects";
+        # a thread lock is all one process's bars need
+        tqdm.set_lock(threading.RLock())
         self.config = config
         self.threads = config.worker_threads()
         torch.set_num_threads(self.threads)
