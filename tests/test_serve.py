@@ -190,10 +190,10 @@ def guarded(scifact_index, tmp_path_factory):
     """2 workers, an API key, a queue of 1 request per worker, batches of 1 query."""
     index, _ = scifact_index
     key_file = tmp_path_factory.mktemp("key") / "key.txt"
-    key_file.write_text("s3cret-key\n")
+    key_file.write_text("s3cret-clé\n", encoding="utf-8")  # not ASCII: its UTF-8 bytes are the key
     running = Server(index.folder, key_file.parent / "server.log", "--workers", "2", "--threads", "1", "--api-key-file", str(key_file),
                      "--queue-size", "1", "--max-batch", "1", "--max-wait-ms", "0")
-    running.key = "s3cret-key"
+    running.key = "s3cret-clé"
     try:
         _wait_for_workers(running, 2)
         yield running
@@ -451,6 +451,8 @@ BAD = [  # (what, raw body or JSON object, status, field named in the message)
     ("k a boolean", {"query": "protein", "k": True}, 422, "k"),
     ("empty query", {"query": ""}, 422, "query"),
     ("blank query", {"query": "  \t "}, 422, "query"),
+    ("zero-width space only", {"query": "\u200b\u3000"}, 422, "query"),  # the tokenizer gives no token of either
+    ("NUL only", {"query": ["protein", "\u0000"]}, 422, "query"),
     ("empty list", {"query": []}, 422, "query"),
     ("query a number", {"query": 42}, 422, "query.0"),
     ("over-long query", {"query": "protein " * 300}, 422, "query"),
@@ -496,7 +498,9 @@ def test_api_key_refused_and_accepted(guarded):
     wrong = httpx.post(guarded.url + "/search", json=body, headers={"Authorization": "Bearer s3cret-kez"})
     assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
     assert httpx.get(guarded.url + "/info").status_code == 401
-    right = {"Authorization": f"Bearer {guarded.key}"}
+    right = {"Authorization": b"Bearer " + guarded.key.encode("utf-8")}  # as curl sends a UTF-8 terminal's key
+    latin = {"Authorization": b"Bearer " + guarded.key.encode("latin-1")}  # other bytes: another key
+    assert httpx.post(guarded.url + "/search", json=body, headers=latin).status_code == 401
     assert httpx.post(guarded.url + "/search", json=body, headers=right).status_code == 200
     assert httpx.get(guarded.url + "/info", headers=right).json()["server"]["settings"]["workers"] == 2
     assert httpx.get(guarded.url + "/health").status_code == 200  # liveness needs no key
@@ -517,9 +521,12 @@ def test_workers_each_accept_their_own_connections(guarded):
     assert len(set(asyncio.run(pids()))) == 2
 
 
-def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index, workers):
+    """Refused before the index and model load (no "Loading weights"), as one line and exit 2, with one
+    worker too (there uvicorn itself used to find it, after the model loaded, and exit 3)."""
     index, _ = scifact_index
-    command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--port", str(guarded.port), "--workers", "2"]
+    command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--port", str(guarded.port), "--workers", str(workers)]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent)
     _RUNNING[process.pid] = process
     try:
@@ -527,11 +534,12 @@ def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index):
     finally:
         _stop(process)  # and its workers, by its process group
     assert process.returncode == 2 and f"cannot bind 127.0.0.1:{guarded.port}" in stderr, stderr[-2000:]
+    assert "Loading weights" not in stderr and "leaked" not in stderr, stderr[-2000:]
 
 
 def test_503_with_retry_after_past_a_queue_of_one(guarded, scifact_index):
     _, queries = scifact_index
-    right = {"Authorization": f"Bearer {guarded.key}"}
+    right = {"Authorization": b"Bearer " + guarded.key.encode("utf-8")}
     bodies = [{"query": queries, "k": K}] * 24  # 40 texts each: a batch takes long enough for the others to pile up
     responses = asyncio.run(_concurrent(guarded.url, bodies, right))
     codes = [r.status_code for r in responses]

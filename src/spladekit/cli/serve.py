@@ -69,6 +69,9 @@ def serve(
         elif not _loopback(host):
             typer.secho(f"warning: serving on {host} without --api-key-file: anyone who reaches it may search", fg=typer.colors.YELLOW, err=True)
         from spladekit.serve.app import Service, preload
+        from spladekit.serve.workers import probe
+
+        probe(host, port)  # a port in use or a bad host: refused now, before the model loads
 
         # the index and its query encoder are loaded once here, before uvicorn starts: a bad folder or
         # model is one clear error (exit 2), not a traceback in every worker, nor uvicorn restarting
@@ -85,8 +88,12 @@ def serve(
         del service
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # timeout_worker_healthcheck (uvicorn ≥ 0.37): uvicorn's supervisor kills a worker that has not answered its ping
+    # within it, and its default of 5 s was shorter than a spawned worker's start on a busy 2-core
+    # machine (importing torch alone takes 2 s idle): the workers were killed and restarted in turn
     settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.app:NoDelayHTTPProtocol",
-                    limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5)
+                    limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5,
+                    timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
     code = 0
     try:
         if workers == 1:
@@ -104,6 +111,10 @@ def serve(
     except KeyboardInterrupt:  # SIGINT, re-raised the same way
         code = 130
     _exit_after_shutdown(code)
+
+
+WORKER_HEALTHCHECK_S = 120
+"""Seconds uvicorn's supervisor waits for a worker's answer to its health ping before killing it."""
 
 
 def _exit_after_shutdown(code: int) -> None:

@@ -366,8 +366,9 @@ class BodyLimit:
         deadline = asyncio.get_running_loop().time() + self.timeout_s
         while more:
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
                 response = _error(408, f"body: the request body was not received within {self.timeout_s:g} s "
                                        f"({received} bytes came{f' of {int(declared)}' if declared else ''})",
                                   headers={"Connection": "close"})
@@ -434,10 +435,12 @@ def create_app(config: ServeConfig, service: Service | None = None):
     class Unauthorized(Exception):
         pass
 
-    def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    async def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if key is None:
             return
-        given = credentials.credentials.encode("utf-8") if credentials is not None else b""
+        # the header's own bytes: Starlette decodes headers as Latin-1, so encoding back to Latin-1 is
+        # exact, and a key sent as UTF-8 (curl, httpx) meets the key file's UTF-8 bytes
+        given = credentials.credentials.encode("latin-1") if credentials is not None else b""
         if not hmac.compare_digest(given, key):  # constant time in the key's length
             raise Unauthorized()
 

@@ -247,7 +247,10 @@ class MicroBatcher:
             self.refused_by_cause["queue_full"] += 1
             raise Overloaded(self._retry_after()) from None
         self._waiting_queries += size
-        return await asyncio.wait_for(future, timeout_s)  # on timeout the future is cancelled: its batch skips it
+        # on timeout the future is cancelled: its batch skips it (asyncio.timeout, not wait_for: Python
+        # 3.11's wait_for wrapped each await in a task of its own, ~2 % of a vector request's CPU here)
+        async with asyncio.timeout(timeout_s):
+            return await future
 
     # ------------------------------------------------------------------ the loop
     def _take(self, job: Job, now: float) -> bool:
@@ -308,8 +311,9 @@ class MicroBatcher:
                     if left <= 0:
                         break
                     try:
-                        job = await asyncio.wait_for(self._queue.get(), left)
-                    except asyncio.TimeoutError:
+                        async with asyncio.timeout(left):
+                            job = await self._queue.get()  # on timeout get() is cancelled; no job is lost
+                    except TimeoutError:
                         break
                 if self._take(job, loop.time()):
                     batch.append(job)

@@ -7,7 +7,9 @@ silent correction:
 
 - exactly one of ``query`` (a text or a list of texts) and ``vector`` (one sparse vector or a list);
   1 to ``max_queries`` queries;
-- a text: a JSON string, not empty or whitespace only, at most ``max_query_chars`` characters
+- a text: a JSON string with a character other than whitespace and Unicode control or format
+  characters (``"\\u200b"`` or ``"\\u0000"`` alone tokenise to nothing, and the query vector of the
+  special tokens alone would be answered with hits that mean nothing), at most ``max_query_chars`` characters
   (the tokenizer then truncates it to the model's query max length, as in :meth:`Index.search`);
 - a vector: ``indices`` integers in ``[0, V)``, none repeated (a repeated column would be summed by
   the exact kernel and not by Seismic, see :mod:`spladekit.index.seismic`); ``values`` as many,
@@ -28,6 +30,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
 MAX_WEIGHT = 1e6
+
+
+def _visible(text: str) -> bool:
+    """Whether ``text`` has a character that is neither whitespace nor of Unicode category Cc
+    (control: NUL, ...) or Cf (format: zero-width space U+200B, BOM, ...)."""
+    import unicodedata
+
+    return any(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in text)
 """Largest query weight accepted (float32 holds 3.4e38; 1e6 × an impact × V terms stays far below)."""
 
 FIELDS = ("ids", "scores", "terms")
@@ -117,8 +127,9 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         @classmethod
         def _texts(cls, texts: list[str] | None) -> list[str] | None:
             for i, text in enumerate(texts or ()):
-                if not text.strip():
-                    raise ValueError(f"text {i} is empty")
+                if not _visible(text):
+                    raise ValueError(f"text {i} is empty (nothing but whitespace, control or format characters: "
+                                     "the tokenizer would give no token of it)")
                 if len(text) > max_query_chars:
                     raise ValueError(f"text {i} has {len(text)} characters; at most {max_query_chars}")
             return texts

@@ -38,6 +38,26 @@ class ReservedAddress(socket.socket):
         return _reuse_port_socket, (self.family, self.getsockname()[:2])
 
 
+def probe(host: str, port: int) -> int:
+    """Check that ``host:port`` can be bound now (a plain socket, no ``SO_REUSEPORT``, closed at once):
+    ``spladekit serve`` asks before loading its index and model, so that a port in use or a bad host
+    is one clear error at once, not uvicorn's after the model loaded. Returns the port (a free one
+    for 0).
+
+    Raises:
+        OSError: the address cannot be bound (in use, not local, not a host name), naming it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family)
+    try:
+        sock.bind((host, port))
+        return sock.getsockname()[1]
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from None
+    finally:
+        sock.close()
+
+
 def reserve(host: str, port: int) -> ReservedAddress:
     """Bind ``host:port`` (port 0: a free one) for worker processes that bind it too.
 
@@ -50,19 +70,14 @@ def reserve(host: str, port: int) -> ReservedAddress:
     Raises:
         OSError: the address cannot be bound (in use, not local, ...), naming it.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    probe, sock = socket.socket(family), ReservedAddress(family)
+    port = probe(host, port)
+    sock = ReservedAddress(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:
-        probe.bind((host, port))
-        port = probe.getsockname()[1]
-        probe.close()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
         raise OSError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from None
-    finally:
-        probe.close()
     return sock
 
 
