@@ -491,6 +491,35 @@ def test_bad_requests_refused_and_the_next_request_served(server):
         assert after.json()["results"] == first.json()["results"], what  # same answer: the server is unharmed
 
 
+def test_requests_of_clients_that_left_are_not_computed(server, scifact_index):
+    """12 clients each send 40 texts (one batch each: 80 > the default 64 queries per batch) and hang up
+    at once: the requests still queued when their client left are dropped, not computed. Every
+    request is either taken into a batch (its 40 queries counted in ``queries``) or dropped
+    (``abandoned``), so the two counts add up exactly; the first batch starts before anyone leaves."""
+    _, queries = scifact_index
+    payload = json.dumps({"query": queries, "k": K}).encode()
+    request = (f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+    before = httpx.get(server.url + "/health").json()
+    sockets = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(12)]
+    for s in sockets:
+        s.sendall(request)
+    time.sleep(0.05)
+    for s in sockets:
+        s.close()
+    deadline = time.monotonic() + 60
+    while True:
+        health = httpx.get(server.url + "/health").json()
+        taken = (health["queries"] - before["queries"]) // len(queries)
+        dropped = health["abandoned"] - before["abandoned"]
+        if taken + dropped == 12 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert taken + dropped == 12 and health["queries"] - before["queries"] == taken * len(queries), health
+    assert dropped >= 6, (taken, dropped)  # at most a few batches of 40 texts run in the 50 ms before they left
+    assert httpx.post(server.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
+
+
 # ----------------------------------------------------------------------------------- who may ask, load
 def test_api_key_refused_and_accepted(guarded):
     body = {"query": "protein", "k": 3}

@@ -23,8 +23,9 @@ come back spread over a few milliseconds; 5 ms gave text queries 202 answers/s a
 answers/s at 8 clients with 5 ms in a later run against 649–722 in two earlier runs with 2 ms, not
 side by side).
 
-A request whose caller stopped waiting (its timeout passed, its client left) is skipped when its
-batch is formed; one whose batch is already running is computed and its answer dropped.
+A request whose caller stopped waiting (its timeout passed, its client left: the caller cancels
+the awaited submit, which cancels its future) is skipped when its batch is formed and counted in
+``abandoned``; one whose batch is already running is computed and its answer dropped.
 
 Queue-wait deadline (``max_queue_wait_s``, optional). The bounded queue bounds how many requests
 wait, but their wait only as ``queue_size`` × the time per query, and that time grows when the
@@ -159,6 +160,7 @@ class MicroBatcher:
         self._waiting_queries = 0  # queries of the requests in the queue
         self.batches = 0
         self.queries = 0
+        self.abandoned = 0  # requests not computed because their caller stopped waiting
         self.refused_by_cause = dict.fromkeys(CAUSES, 0)
 
     # ------------------------------------------------------------------ lifecycle
@@ -218,13 +220,28 @@ class MicroBatcher:
 
     # ------------------------------------------------------------------ requests
     async def submit(self, payload: Any, size: int, timeout_s: float | None) -> Any:
-        """Queue one request and wait for its answer.
+        """Queue one request (:meth:`enqueue`) and wait for its answer.
 
         Raises:
-            Overloaded: the queue holds ``queue_size`` requests; or (with ``max_queue_wait_s``) the
-                work ahead of it exceeds the deadline, or it waited past the deadline (not computed).
+            Overloaded: refused on arrival (see :meth:`enqueue`), or it waited past the deadline or
+                would have passed the latency limit (not computed).
             asyncio.TimeoutError: no answer within ``timeout_s`` (the request is then dropped).
             Whatever ``run_batch`` gave for this payload.
+        """
+        future = self.enqueue(payload, size)
+        # on timeout the future is cancelled: its batch skips it (asyncio.timeout, not wait_for: Python
+        # 3.11's wait_for wrapped each await in a task of its own, ~2 % of a vector request's CPU here)
+        async with asyncio.timeout(timeout_s):
+            return await future
+
+    def enqueue(self, payload: Any, size: int) -> asyncio.Future:
+        """Queue one request of ``size`` queries; its answer (or exception) comes in the future
+        returned. Cancelling the future before its batch is formed drops the request (``abandoned``).
+
+        Raises:
+            Overloaded: the queue holds ``queue_size`` requests; or the work ahead of it exceeds the
+                queue-wait deadline (``max_queue_wait_s``) or, with this request's, the latency limit
+                (``max_latency_s``).
         """
         loop = asyncio.get_running_loop()
         if self.max_queue_wait_s is not None:
@@ -247,17 +264,15 @@ class MicroBatcher:
             self.refused_by_cause["queue_full"] += 1
             raise Overloaded(self._retry_after()) from None
         self._waiting_queries += size
-        # on timeout the future is cancelled: its batch skips it (asyncio.timeout, not wait_for: Python
-        # 3.11's wait_for wrapped each await in a task of its own, ~2 % of a vector request's CPU here)
-        async with asyncio.timeout(timeout_s):
-            return await future
+        return future
 
     # ------------------------------------------------------------------ the loop
     def _take(self, job: Job, now: float) -> bool:
         """Account for a job taken off the queue; False (and the job answered) when it is not to be
         computed: its caller left, or it waited past the deadline."""
         self._waiting_queries -= job.size
-        if job.future.done():
+        if job.future.done():  # cancelled: its request timed out or its client left
+            self.abandoned += 1
             return False
         return not self._expired(job, now)
 
