@@ -80,12 +80,16 @@ pytest without either), so that no test run leaves a ``spladekit serve`` behind.
 started with ``PR_SET_PDEATHSIG`` (Linux): it gets SIGTERM when pytest dies even by SIGKILL."""
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the server (uvicorn's supervisor stops its workers), then SIGKILL to its process group
-    (its own session: the workers it started) if it has not exited within 20 s."""
+def _stop(process: subprocess.Popen, ctrl_c: bool = False) -> None:
+    """SIGTERM to the server (uvicorn's supervisor stops its workers), or with ``ctrl_c`` SIGINT to its
+    whole process group (what Ctrl-C in a terminal sends: the workers get it too), then SIGKILL to
+    its process group (its own session: the workers it started) if it has not exited within 20 s."""
     _RUNNING.pop(process.pid, None)
     if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+        if ctrl_c:
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -160,8 +164,8 @@ class Server:
             time.sleep(0.3)
         raise RuntimeError(f"the server did not answer /health within 90 s:\n{self.log.read_text()[-3000:]}")
 
-    def stop(self) -> None:
-        _stop(self.process)
+    def stop(self, ctrl_c: bool = False) -> None:
+        _stop(self.process, ctrl_c)
 
 
 @pytest.fixture(scope="module")
@@ -175,13 +179,14 @@ def server(scifact_index, tmp_path_factory):
         running.stop()
     assert _snapshot(index.folder) == before, "the server changed the index folder"
     _assert_quiet_stop(running)
+    assert running.process.returncode == 0  # SIGTERM: a graceful stop
 
 
 def _assert_quiet_stop(running: Server) -> None:
     """A stopped server's log ends with uvicorn's own lines: no interpreter-teardown noise (triton's
     "nanobind: leaked ..." lines, multiprocessing's "leaked semaphore objects" with workers > 1)."""
     log = running.log.read_text()
-    assert "Finished server process" in log, log[-2000:]  # it did stop by SIGTERM, gracefully
+    assert "Finished server process" in log, log[-2000:]  # it did stop gracefully
     assert "leaked" not in log, log[-2000:]
 
 
@@ -198,8 +203,9 @@ def guarded(scifact_index, tmp_path_factory):
         _wait_for_workers(running, 2)
         yield running
     finally:
-        running.stop()
+        running.stop(ctrl_c=True)
     _assert_quiet_stop(running)
+    assert running.process.returncode == 0
 
 
 def _wait_for_workers(running: Server, workers: int) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -50,7 +49,7 @@ def serve(
     try:
         import uvicorn
 
-        from spladekit.serve.app import CONFIG_ENV, ServeConfig, read_api_key
+        from spladekit.serve.app import CONFIG_ENV, ServeConfig, exit_quietly, read_api_key
     except ImportError as exc:
         fail(ImportError(f"serving needs FastAPI and uvicorn: pip install 'spladekit[serve]' ({exc})"))
     try:
@@ -94,7 +93,6 @@ def serve(
     settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.app:NoDelayHTTPProtocol",
                     limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5,
                     timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
-    code = 0
     try:
         if workers == 1:
             uvicorn.run("spladekit.serve.app:app_from_environment", **settings)
@@ -106,28 +104,14 @@ def serve(
             run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings))
     except OSError as exc:
         fail(exc)
-    except SystemExit as exc:  # uvicorn re-raises the stopping signal once shut down: SIGTERM -> 143 (spladekit.cli)
-        code = exc.code if isinstance(exc.code, int) else 1
-    except KeyboardInterrupt:  # SIGINT, re-raised the same way
-        code = 130
-    _exit_after_shutdown(code)
+    except (SystemExit, KeyboardInterrupt):  # uvicorn re-raises the stopping signal once it has shut down
+        pass  # a graceful stop: exit 0, as with workers > 1 (whose supervisor does not re-raise it)
+    exit_quietly(0)
 
 
 WORKER_HEALTHCHECK_S = 120
 """Seconds uvicorn's supervisor waits for a worker's answer to its health ping before killing it."""
 
-
-def _exit_after_shutdown(code: int) -> None:
-    """Exit with ``code`` at once, uvicorn having shut the server down (connections closed, log
-    written): the interpreter's teardown adds nothing a read-only server needs, and during it
-    triton's extension (imported by torch._dynamo, which transformers imports) printed ~30 lines of
-    "nanobind: leaked instances/types/functions" at every stop."""
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 def _loopback(host: str) -> bool:
     if host == "localhost":

@@ -33,8 +33,10 @@ import gc
 import hmac
 import json
 import logging
+import multiprocessing
 import os
 import socket
+import sys
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -425,6 +427,11 @@ def create_app(config: ServeConfig, service: Service | None = None):
         batcher.start()
         yield
         await batcher.stop()
+        if multiprocessing.parent_process() is not None:  # a worker of uvicorn's supervisor, shut down
+            uvicorn_log = logging.getLogger("uvicorn.error")  # the lines uvicorn would print after this
+            uvicorn_log.info("Application shutdown complete.")
+            uvicorn_log.info("Finished server process [%d]", os.getpid())
+            exit_quietly(0)
 
     app = FastAPI(title="spladekit", version=spladekit.__version__, lifespan=lifespan,
                   description=f"SPLADE retrieval over {service.num_docs} documents (index {Path(config.index).name}).")
@@ -578,6 +585,17 @@ def _open_connections() -> int:
     """Open client connections of this worker (:class:`NoDelayHTTPProtocol`'s count; the protocol
     every ``spladekit serve`` worker runs)."""
     return NoDelayHTTPProtocol.open_connections
+
+
+def exit_quietly(code: int) -> None:
+    """Exit with ``code`` at once, the server having shut down (connections closed, lifespan ended,
+    log written): the interpreter's teardown adds nothing a read-only server needs, and during it
+    triton's extension (imported by torch._dynamo, which transformers imports) printed ~30 lines of
+    "nanobind: leaked instances/types/functions" per process at every stop."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 _PRELOADED: list[Service] = []

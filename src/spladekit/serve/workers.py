@@ -18,6 +18,7 @@ same user can bind the port alongside (the kernel's rule for ``SO_REUSEPORT``).
 
 from __future__ import annotations
 
+import logging
 import socket
 
 
@@ -92,6 +93,10 @@ def run_workers(config) -> None:
     from uvicorn.supervisors import Multiprocess
 
     sock = reserve(config.host, config.port)
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    # uvicorn prints its address only when it runs one process itself
+    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d with %d workers (Press CTRL+C to quit)",
+                                            host, sock.getsockname()[1], config.workers)
     try:
         Multiprocess(config, sockets=[sock]).run()
     finally:
