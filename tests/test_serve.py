@@ -526,6 +526,68 @@ def test_requests_of_clients_that_left_are_not_computed(server, scifact_index):
     assert httpx.post(server.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
 
 
+def _raw_exchange(port: int, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
+    """Send one request as raw bytes (the head in 8 KiB pieces); the status and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        for i in range(0, len(head), 8192):
+            try:
+                s.sendall(head[i : i + 8192])
+            except (BrokenPipeError, ConnectionResetError):  # answered and closed while we were sending
+                break
+        if len(head) <= 8192 or body:
+            s.sendall(body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+            if b"\r\n\r\n" in data:
+                status_line, _, rest = data.partition(b"\r\n")
+                headers, _, payload = rest.partition(b"\r\n\r\n")
+                length = next((int(h.split(b":")[1]) for h in headers.split(b"\r\n") if h.lower().startswith(b"content-length")), 0)
+                if len(payload) >= length:
+                    return int(status_line.split()[1]), payload[:length]
+    raise AssertionError(f"no complete answer: {data[:200]!r}")
+
+
+def test_an_over_long_head_gets_431_and_a_long_one_is_served(server):
+    """A request head over MAX_HEAD_BYTES (64 KiB) is answered 431 and its connection closed, not
+    buffered without end (a 64 MiB header was, before); a 32 KiB header is served as usual."""
+    from spladekit.serve.app import MAX_HEAD_BYTES
+
+    body = json.dumps({"query": "protein folding", "k": 3}).encode()
+
+    def head(header_bytes: int) -> bytes:
+        return (f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                f"X-Pad: {'a' * header_bytes}\r\n\r\n").encode()
+
+    status, payload = _raw_exchange(server.port, head(2 * MAX_HEAD_BYTES), body)
+    assert status == 431 and json.loads(payload)["problems"][0]["field"] == "headers", payload
+    status, payload = _raw_exchange(server.port, head(MAX_HEAD_BYTES // 2), body)
+    assert status == 200 and len(json.loads(payload)["results"][0]["hits"]) == 3, payload
+
+
+def test_past_max_connections_503_with_retry_after(scifact_index, tmp_path):
+    """--max-connections 2: a request on a third open connection gets the JSON 503 with Retry-After
+    (uvicorn's own limit answered plain text without it); once connections close, requests are served."""
+    index, _ = scifact_index
+    running = Server(index.folder, tmp_path / "server.log", "--threads", "1", "--max-connections", "2")
+    try:
+        async def three():
+            clients = [httpx.AsyncClient(base_url=running.url, timeout=30) for _ in range(3)]
+            try:
+                for c in clients[:2]:
+                    assert (await c.get("/health")).status_code == 200  # two connections held open (keep-alive)
+                return await clients[2].post("/search", json={"query": "protein", "k": 3})
+            finally:
+                await asyncio.gather(*(c.aclose() for c in clients))
+
+        refused = asyncio.run(three())
+        assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1, refused.text
+        assert "2 open connections" in refused.json()["error"]
+        assert httpx.post(running.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
+    finally:
+        running.stop()
+
+
 # ----------------------------------------------------------------------------------- who may ask, load
 def test_api_key_refused_and_accepted(guarded):
     body = {"query": "protein", "k": 3}

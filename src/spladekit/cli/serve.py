@@ -91,7 +91,7 @@ def serve(
     # within it, and its default of 5 s was shorter than a spawned worker's start on a busy 2-core
     # machine (importing torch alone takes 2 s idle): the workers were killed and restarted in turn
     settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.app:NoDelayHTTPProtocol",
-                    limit_concurrency=max_connections, access_log=access_log, log_level="info", timeout_graceful_shutdown=5,
+                    access_log=access_log, log_level="info", timeout_graceful_shutdown=5,
                     timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
     try:
         if workers == 1:

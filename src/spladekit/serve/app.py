@@ -40,7 +40,7 @@ import sys
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,6 +51,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools missing: uvicorn parses with h11, which bounds a head itself
+    HttpToolsProtocol = None
 
 from spladekit.serve.batching import MicroBatcher, Overloaded
 from spladekit.serve.schemas import ErrorResponse, SearchResponse, request_model
@@ -85,7 +90,7 @@ class ServeConfig(BaseModel):
         body_timeout_s: a request body not received whole by then gets 408 (connection closed).
         max_body_bytes: larger request bodies get 413.
         max_k, max_query_chars, max_queries: request limits (422 past them).
-        max_connections: open connections per worker (uvicorn's ``limit_concurrency``; 503 past it).
+        max_connections: open connections (and requests in flight) per worker; 503 past it (:class:`ConnectionLimit`).
         api_key_file: file holding the key (first line); None: no key asked.
     """
 
@@ -342,6 +347,33 @@ def _error(status: int, message: str, problems: list | None = None, headers: dic
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+class ConnectionLimit:
+    """ASGI middleware: a request arriving while this worker has more than ``max_connections`` open
+    connections, or ``max_connections`` requests in flight, gets 503 with ``Retry-After`` and the
+    connection is closed (the JSON error body of every refusal here). uvicorn's own
+    ``limit_concurrency``, which this replaces with the same rule, answered plain text without
+    ``Retry-After``."""
+
+    def __init__(self, app, max_connections: int, connections: Callable[[], int]):
+        self.app = app
+        self.max_connections = max_connections
+        self.connections = connections
+        self.in_flight = 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.connections() > self.max_connections or self.in_flight >= self.max_connections:
+            response = _error(503, f"the server is at its limit of {self.max_connections} open connections per worker; "
+                                   "retry later", headers={"Retry-After": "1", "Connection": "close"})
+            return await response(scope, receive, send)
+        self.in_flight += 1
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
 class BodyLimit:
     """ASGI middleware: request bodies over ``max_bytes`` get 413 (by ``Content-Length`` before
     reading, else while reading a chunked body), bodies not received whole within ``timeout_s`` get
@@ -436,6 +468,7 @@ def create_app(config: ServeConfig, service: Service | None = None):
     app = FastAPI(title="spladekit", version=spladekit.__version__, lifespan=lifespan,
                   description=f"SPLADE retrieval over {service.num_docs} documents (index {Path(config.index).name}).")
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
+    app.add_middleware(ConnectionLimit, max_connections=config.max_connections, connections=_open_connections)  # outermost
     app.state.service, app.state.batcher = service, batcher
     SearchRequest = service.request_model
 
@@ -558,6 +591,11 @@ def _refusal(exc: ValidationError):
     return _error(422, "; ".join(f"{p['field']}: {p['message']}" for p in problems), problems)
 
 
+MAX_HEAD_BYTES = 64 * 1024
+"""Bytes of a request's head (request line and headers) a worker reads before answering 431
+(nginx's default bound is 4 × 8 KiB buffers; Node.js's 16 KiB)."""
+
+
 class NoDelayHTTPProtocol(AutoHTTPProtocol):
     """uvicorn's HTTP protocol with ``TCP_NODELAY`` set on every connection.
 
@@ -569,12 +607,40 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
     open_connections = 0
     """Client connections open in this process (one worker per process): the batcher's ``company``."""
 
+    _head_bytes = 0  # bytes received since the request began, while its head is not complete
+    _in_head = True
+
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         NoDelayHTTPProtocol.open_connections += 1
         super().connection_made(transport)
+
+    # A bound on a request's head (request line + headers). httptools, uvicorn's parser here, has none:
+    # a client sending one 64 MiB header had all of it buffered (+74 MB of RSS) and answered; so the
+    # bytes received while a head is incomplete are counted, and past MAX_HEAD_BYTES the request gets
+    # 431 and the connection is closed (h11, uvicorn's other parser, bounds it itself at 16 KiB).
+    if HttpToolsProtocol is not None and issubclass(AutoHTTPProtocol, HttpToolsProtocol):
+
+        def on_message_begin(self) -> None:
+            self._in_head, self._head_bytes = True, 0
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._in_head:
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                    body = json.dumps({"error": f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
+                                       "problems": [{"field": "headers", "message": f"over {MAX_HEAD_BYTES} bytes"}]}).encode()
+                    self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                                         b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+                    self.transport.close()
 
     def connection_lost(self, exc) -> None:
         NoDelayHTTPProtocol.open_connections -= 1
