@@ -213,6 +213,33 @@ def test_oldest_jobs_that_would_exceed_the_latency_limit_are_refused_not_compute
     assert batcher.refused_by_cause["latency"] == 2
 
 
+def test_time_already_spent_in_the_server_counts_as_waiting():
+    """``enqueue(..., waited_s)``: a job's clock starts when the server had its head (the wait for the
+    event loop and its body before the handler). With S + 4D = 0.375 s per query (as above) and a 1 s
+    limit, by hand: a one-query job that spent 0.5 s is admitted (0.5 + 0.375 = 0.875 ≤ 1) and its
+    queued time is 0.5 s in the past; a second one that spent 0.325 s, with that query ahead of it, is
+    refused on arrival (0.325 + 2 × 0.375 = 1.075 > 1; with no time spent it would be admitted: 0.75)."""
+
+    async def main():
+        batcher = MicroBatcher(lambda p: p, max_latency_s=1.0)
+        batcher.start()
+        try:
+            batcher._observe(0.125)
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            batcher.enqueue("a", 1, waited_s=0.5)
+            queued = batcher._queue._queue[0].queued  # peeked, not taken: the loop has not run yet
+            with pytest.raises(Overloaded) as refused:
+                batcher.enqueue("b", 1, waited_s=0.7 - 0.375)  # one query (0.375 s) waits ahead of it
+            return now, queued, refused.value
+        finally:
+            await batcher.stop()
+
+    now, queued, refused = asyncio.run(main())
+    assert abs((now - queued) - 0.5) < 0.01  # loop.time() read twice, microseconds apart
+    assert refused.cause == "expected_wait" and "over the latency limit of 1000 ms" in str(refused)
+
+
 LATENCY_S = 0.5
 
 

@@ -505,14 +505,14 @@ def create_app(config: ServeConfig, service: Service | None = None):
                   ref_template="#/components/schemas/{model}")}}}})
     async def search(request: Request):
         """Top-k documents of each query (texts are encoded with the index's query model)."""
-        arrived = time.perf_counter()
+        arrived = request.scope.get(ARRIVED, time.perf_counter())  # its head parsed (NoDelayHTTPProtocol)
         try:
             body = SearchRequest.model_validate_json(await request.body())
         except ValidationError as exc:
             return _refusal(exc)
         watcher = None
         try:
-            future = batcher.enqueue(body, body.size)
+            future = batcher.enqueue(body, body.size, time.perf_counter() - arrived)
             watcher = _cancel_when_client_leaves(request, future)
             async with asyncio.timeout(config.request_timeout_s):  # on timeout the future is cancelled: not computed
                 answer = await future
@@ -591,9 +591,15 @@ def _refusal(exc: ValidationError):
     return _error(422, "; ".join(f"{p['field']}: {p['message']}" for p in problems), problems)
 
 
+ARRIVED = "spladekit.arrived"
+"""ASGI scope key: ``time.perf_counter()`` when the request's head was parsed (httptools protocol)."""
+
 MAX_HEAD_BYTES = 64 * 1024
 """Bytes of a request's head (request line and headers) a worker reads before answering 431
 (nginx's default bound is 4 × 8 KiB buffers; Node.js's 16 KiB)."""
+
+LINGER_S = 2.0
+"""Seconds a connection refused for its head is still read (and dropped) before it is closed."""
 
 
 class NoDelayHTTPProtocol(AutoHTTPProtocol):
@@ -629,18 +635,36 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
 
         def on_headers_complete(self) -> None:
             self._in_head = False
+            # when the server had the request: the handler counts its time from here, so the
+            # latency limit covers the wait for the event loop before it (under overload, the loop
+            # is busy refusing others) and took_ms is the time in this process
+            self.scope[ARRIVED] = time.perf_counter()
             super().on_headers_complete()
 
+        _refused_head = False
+
         def data_received(self, data: bytes) -> None:
+            if self._refused_head:
+                return  # read and dropped until the client closes (or LINGER_S): see below
             super().data_received(data)
             if self._in_head:
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-                    body = json.dumps({"error": f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
-                                       "problems": [{"field": "headers", "message": f"over {MAX_HEAD_BYTES} bytes"}]}).encode()
-                    self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-                                         b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
-                    self.transport.close()
+                    self._refuse_head()
+
+        def _refuse_head(self) -> None:
+            """431, then a lingering close (as nginx's): the write side is shut (FIN after the answer)
+            and what the client still sends is read and dropped for up to LINGER_S before the
+            connection is closed; closing at once with unread data made the kernel send a reset,
+            which could destroy the 431 before the client read it."""
+            self._refused_head = True
+            body = json.dumps({"error": f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
+                               "problems": [{"field": "headers", "message": f"over {MAX_HEAD_BYTES} bytes"}]}).encode()
+            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                                 b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
 
     def connection_lost(self, exc) -> None:
         NoDelayHTTPProtocol.open_connections -= 1

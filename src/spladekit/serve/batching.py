@@ -103,7 +103,8 @@ class Job:
         payload: what ``run_batch`` needs of the request.
         size: its number of queries.
         future: resolved with ``run_batch``'s answer for it (or its exception).
-        queued: when it was queued (the event loop's clock, seconds).
+        queued: when it arrived (the event loop's clock, seconds): when it was queued, less the time
+            it had already spent in the server (``enqueue``'s ``waited_s``).
     """
 
     payload: Any
@@ -234,9 +235,12 @@ class MicroBatcher:
         async with asyncio.timeout(timeout_s):
             return await future
 
-    def enqueue(self, payload: Any, size: int) -> asyncio.Future:
+    def enqueue(self, payload: Any, size: int, waited_s: float = 0.0) -> asyncio.Future:
         """Queue one request of ``size`` queries; its answer (or exception) comes in the future
         returned. Cancelling the future before its batch is formed drops the request (``abandoned``).
+        ``waited_s``: seconds the request already spent in the server before it came here (its head
+        parsed, waiting for the event loop, its body read, validated); the deadline and the latency
+        limit count it as waiting.
 
         Raises:
             Overloaded: the queue holds ``queue_size`` requests; or the work ahead of it exceeds the
@@ -245,21 +249,21 @@ class MicroBatcher:
         """
         loop = asyncio.get_running_loop()
         if self.max_queue_wait_s is not None:
-            expected = self._waiting_queries * self.seconds_per_query
+            expected = max(0.0, waited_s) + self._waiting_queries * self.seconds_per_query
             if expected > self.max_queue_wait_s:
                 self.refused_by_cause["expected_wait"] += 1
                 raise Overloaded(self._retry_after(), "expected_wait",
                                  f"the server is overloaded: {self._waiting_queries} queries wait, about {1000 * expected:.0f} ms of work, "
                                  f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms")
         per = self.expected_seconds_per_query
-        if self.max_latency_s is not None and per is not None and (self._waiting_queries + size) * per > self.max_latency_s:
+        if self.max_latency_s is not None and per is not None and max(0.0, waited_s) + (self._waiting_queries + size) * per > self.max_latency_s:
             self.refused_by_cause["expected_wait"] += 1
             raise Overloaded(self._retry_after(), "expected_wait",
                              f"the server is overloaded: {self._waiting_queries} queries wait; with this request's about "
                              f"{1000 * (self._waiting_queries + size) * per:.0f} ms of work, over the latency limit of {1000 * self.max_latency_s:g} ms")
         future = loop.create_future()
         try:
-            self._queue.put_nowait(Job(payload, size, future, loop.time()))
+            self._queue.put_nowait(Job(payload, size, future, loop.time() - max(0.0, waited_s)))
         except asyncio.QueueFull:
             self.refused_by_cause["queue_full"] += 1
             raise Overloaded(self._retry_after()) from None
