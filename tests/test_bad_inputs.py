@@ -144,6 +144,17 @@ def test_tampered_index_files_name_the_file(tmp_path, name, content, message):
     assert message in str(info.value)
 
 
+def test_a_missing_index_folder_and_a_folder_without_index_json_are_told_apart(tmp_path):
+    from spladekit.errors import DataFormatError
+    from spladekit.index.index import Index
+
+    with pytest.raises(DataFormatError, match="nothere: no such folder"):
+        Index.open(tmp_path / "nothere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataFormatError, match=r"index\.json: missing: not a spladekit index folder"):
+        Index.open(tmp_path / "empty")
+
+
 def test_index_without_hash_and_with_too_few_ids_is_an_error(tmp_path):
     from spladekit.errors import DataFormatError
     from spladekit.index.io import load_index

@@ -297,6 +297,8 @@ def load_metadata(folder: str | Path) -> dict:
         DataFormatError: the file is missing, not valid JSON, or not a JSON object.
     """
     path = Path(folder) / "index.json"
+    if not Path(folder).exists():
+        raise DataFormatError(folder, "no such folder (an index folder is written by `spladekit index` or `import`)")
     if not path.exists():
         raise DataFormatError(path, "missing: not a spladekit index folder")
     meta = read_json(path)
