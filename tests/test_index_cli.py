@@ -88,8 +88,11 @@ def test_search_exact_and_seismic(tiny, built, tmp_path):
     for backend in ("exact", "seismic"):
         out = tmp_path / f"{backend}.trec"
         args = ["search", "--index", str(built), "--queries", str(beir / "queries.tsv"), "--k", "5", "--out", str(out), "--backend", backend]
+        stored_before = (built / "seismic" / "params.json").exists()  # another test of this module may have built it
         r = runner.invoke(app, args + (["--recall-k", "3"] if backend == "seismic" else []))
         assert r.exit_code == 0, r.output
+        # said when (and only when) this search built and stored the Seismic index
+        assert ("built the Seismic index and stored it in" in r.output) == (backend == "seismic" and not stored_before), r.output
         run = read_run(out)
         for qid, hits in zip(QUERIES, want):
             got = sorted(run[qid].items(), key=lambda kv: -kv[1])
@@ -98,6 +101,8 @@ def test_search_exact_and_seismic(tiny, built, tmp_path):
     assert json.loads((tmp_path / "seismic.trec.recall.json").read_text())["recall@3"] == 1.0
     settings = json.loads((tmp_path / "seismic.trec.config.json").read_text())
     assert settings["backend"] == "seismic" and settings["query_max_length"] == 16 and settings["seismic_search"]["query_cut"] == 20
+    again = runner.invoke(app, args)  # the stored index reused: nothing built, nothing said
+    assert again.exit_code == 0 and "built the Seismic index" not in again.output, again.output
 
 
 def test_export_queries_then_import_then_reexport(tiny, built, tmp_path):

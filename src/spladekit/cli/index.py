@@ -141,7 +141,12 @@ def search(
         q = searched.query_encoder(model)
         vectors = q.encode_queries(list(topics.values()), show_progress=True)
         kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params, seismic_build=build)
+        stored = {folder: _seismic_stamp(folder) for folder in index}
         result = searched.search(vectors, k=k, **kwargs)
+        for folder, before in stored.items():
+            if backend == "seismic" and _seismic_stamp(folder) != before:
+                typer.echo(f"built the Seismic index and stored it in {Path(folder) / 'seismic'} "
+                           "(searches and `spladekit serve` reuse it)")
         write_run(result.run, out)
         settings = result.settings.record()
         settings.update(queries=str(queries or f"{data}:{split}"), num_queries=len(topics), model=model or searched.metadata.get("model"),
@@ -236,3 +241,9 @@ def import_command(
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}")
+
+
+def _seismic_stamp(folder) -> tuple | None:
+    """When the Seismic index stored in an index folder was last written (None: none stored)."""
+    params = Path(folder) / "seismic" / "params.json"
+    return (params.stat().st_mtime_ns, params.stat().st_size) if params.exists() else None
