@@ -25,22 +25,21 @@ silent correction:
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
 MAX_WEIGHT = 1e6
+"""Largest query weight accepted (float32 holds 3.4e38; 1e6 × an impact × V terms stays far below)."""
+
+FIELDS = ("ids", "scores", "terms")
 
 
 def _visible(text: str) -> bool:
     """Whether ``text`` has a character that is neither whitespace nor of Unicode category Cc
     (control: NUL, ...) or Cf (format: zero-width space U+200B, BOM, ...)."""
-    import unicodedata
-
     return any(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in text)
-"""Largest query weight accepted (float32 holds 3.4e38; 1e6 × an impact × V terms stays far below)."""
-
-FIELDS = ("ids", "scores", "terms")
 
 
 def _listify(value):
