@@ -240,6 +240,32 @@ def test_time_already_spent_in_the_server_counts_as_waiting():
     assert refused.cause == "expected_wait" and "over the latency limit of 1000 ms" in str(refused)
 
 
+def test_a_job_whose_caller_left_is_dropped_and_the_others_answered():
+    """Three one-query jobs behind a batch of two that sleeps BATCH_S: the caller of job 2 leaves
+    (its ``gone`` returns) while the first batch runs; it gets Abandoned, is counted in ``abandoned``
+    and never computed; jobs 0, 1 and 3 are answered (10 × payload), and a ``gone`` that never returns
+    changes nothing."""
+    from spladekit.serve.batching import Abandoned
+
+    async def main():
+        record: list = []
+        batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S)
+        batcher.start()
+        left, never = asyncio.Event(), asyncio.Event()
+        try:
+            jobs = [asyncio.ensure_future(batcher.submit(i, 1, 30, gone=(left if i == 2 else never).wait)) for i in range(4)]
+            await asyncio.sleep(BATCH_S / 2)  # jobs 0 and 1 are computing, 2 and 3 wait
+            left.set()
+            answers = await asyncio.gather(*jobs, return_exceptions=True)
+            return answers, record, batcher.abandoned
+        finally:
+            await batcher.stop()
+
+    answers, record, abandoned = asyncio.run(main())
+    assert isinstance(answers[2], Abandoned) and [answers[i] for i in (0, 1, 3)] == [0, 10, 30]
+    assert abandoned == 1 and sorted(p for _, _, payloads in record for p in payloads) == [0, 1, 3]
+
+
 LATENCY_S = 0.5
 
 

@@ -57,7 +57,7 @@ try:
 except ImportError:  # httptools missing: uvicorn parses with h11, which bounds a head itself
     HttpToolsProtocol = None
 
-from spladekit.serve.batching import MicroBatcher, Overloaded
+from spladekit.serve.batching import Abandoned, MicroBatcher, Overloaded
 from spladekit.serve.schemas import ErrorResponse, SearchResponse, request_model
 
 log = logging.getLogger("spladekit.serve")
@@ -510,15 +510,10 @@ def create_app(config: ServeConfig, service: Service | None = None):
             body = SearchRequest.model_validate_json(await request.body())
         except ValidationError as exc:
             return _refusal(exc)
-        watcher = None
         try:
-            future = batcher.enqueue(body, body.size, time.perf_counter() - arrived)
-            watcher = _cancel_when_client_leaves(request, future)
-            async with asyncio.timeout(config.request_timeout_s):  # on timeout the future is cancelled: not computed
-                answer = await future
-        except asyncio.CancelledError:
-            if watcher is None or not watcher.done() or watcher.cancelled():
-                raise  # the server is stopping, not the client leaving
+            answer = await batcher.submit(body, body.size, config.request_timeout_s, time.perf_counter() - arrived,
+                                          gone=lambda: _disconnected(request))
+        except Abandoned:
             return Response(status_code=499)  # nobody reads it (nginx's code for "client closed request")
         except Overloaded as exc:
             return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
@@ -530,9 +525,6 @@ def create_app(config: ServeConfig, service: Service | None = None):
         except Exception:  # noqa: BLE001
             log.exception("a search failed")
             return _error(500, "the search failed (see the server's log); the server goes on")
-        finally:
-            if watcher is not None:
-                watcher.cancel()
         answer["took_ms"] = (time.perf_counter() - arrived) * 1000.0
         return JSONResponse(answer)
 
@@ -563,22 +555,14 @@ def create_app(config: ServeConfig, service: Service | None = None):
     return app
 
 
-def _cancel_when_client_leaves(request, future: asyncio.Future) -> asyncio.Task:
-    """A task that cancels ``future`` (a queued request's answer) when the request's client
-    disconnects, so that a request nobody waits for any more is not computed (the batcher skips a
-    cancelled future); without it, clients that sent requests and hung up at once had them all
-    computed (1,280 of 1,280 queries in a bad-input review), a way to take the CPU for free. After
-    the request body, the ASGI ``receive`` returns only ``http.disconnect`` (uvicorn: when the
-    client leaves or the response is complete); the handler cancels this task before it answers.
-    Cancelling the future, not the handler's task, leaves no cancellation pending in the handler
-    (a future already answered is not changed by ``cancel``)."""
-
-    async def watch() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        future.cancel()
-
-    return asyncio.get_running_loop().create_task(watch())
+async def _disconnected(request) -> None:
+    """Return when the request's client has disconnected. After the request body, the ASGI
+    ``receive`` returns only ``http.disconnect`` (uvicorn: when the client leaves or the response is
+    complete). Without this watch (``MicroBatcher.submit``'s ``gone``), clients that sent requests and
+    hung up at once had them all computed (1,280 of 1,280 queries in a bad-input review), a way to
+    take the CPU for free."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _refusal(exc: ValidationError):

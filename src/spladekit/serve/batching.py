@@ -23,8 +23,8 @@ come back spread over a few milliseconds; 5 ms gave text queries 202 answers/s a
 answers/s at 8 clients with 5 ms in a later run against 649–722 in two earlier runs with 2 ms, not
 side by side).
 
-A request whose caller stopped waiting (its timeout passed, its client left: the caller cancels
-the awaited submit, which cancels its future) is skipped when its batch is formed and counted in
+A request whose caller stopped waiting (its timeout passed, or its client left: ``submit``'s
+``gone``; either cancels its future) is skipped when its batch is formed and counted in
 ``abandoned``; one whose batch is already running is computed and its answer dropped.
 
 Queue-wait deadline (``max_queue_wait_s``, optional). The bounded queue bounds how many requests
@@ -68,7 +68,7 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 CAUSES = ("queue_full", "expected_wait", "queue_wait", "latency")
 """Why a request was refused for load (:attr:`Overloaded.cause`)."""
@@ -93,6 +93,10 @@ class Overloaded(Exception):
         super().__init__(f"{message or QUEUE_FULL}; retry after {retry_after} s")
         self.retry_after = retry_after
         self.cause = cause
+
+
+class Abandoned(Exception):
+    """A request whose caller left before its answer (``submit``'s ``gone``): nobody to answer."""
 
 
 @dataclass
@@ -220,20 +224,40 @@ class MicroBatcher:
         return max(1, math.ceil((self._waiting_queries + self.max_batch) * self.seconds_per_query))
 
     # ------------------------------------------------------------------ requests
-    async def submit(self, payload: Any, size: int, timeout_s: float | None) -> Any:
-        """Queue one request (:meth:`enqueue`) and wait for its answer.
+    async def submit(self, payload: Any, size: int, timeout_s: float | None, waited_s: float = 0.0,
+                     gone: Callable[[], Awaitable[Any]] | None = None) -> Any:
+        """Queue one request (:meth:`enqueue`, with ``waited_s``) and wait for its answer.
+
+        ``gone``: a coroutine function whose coroutine returns when the request's caller has left
+        (its client disconnected); the request is then dropped (not computed if its batch has not
+        been formed) and :class:`Abandoned` raised. The watch cancels the request's future, not the
+        caller's task, so no cancellation is left pending in the caller.
 
         Raises:
             Overloaded: refused on arrival (see :meth:`enqueue`), or it waited past the deadline or
                 would have passed the latency limit (not computed).
             asyncio.TimeoutError: no answer within ``timeout_s`` (the request is then dropped).
+            Abandoned: ``gone`` returned first.
             Whatever ``run_batch`` gave for this payload.
         """
-        future = self.enqueue(payload, size)
-        # on timeout the future is cancelled: its batch skips it (asyncio.timeout, not wait_for: Python
-        # 3.11's wait_for wrapped each await in a task of its own, ~2 % of a vector request's CPU here)
-        async with asyncio.timeout(timeout_s):
-            return await future
+        future = self.enqueue(payload, size, waited_s)
+        watch = None
+        if gone is not None:
+            async def cancel_when_gone() -> None:
+                await gone()
+                future.cancel()
+
+            watch = asyncio.get_running_loop().create_task(cancel_when_gone())
+        try:
+            async with asyncio.timeout(timeout_s):  # on timeout the future is cancelled: its batch skips it
+                return await future
+        except asyncio.CancelledError:
+            if watch is not None and watch.done() and not watch.cancelled():
+                raise Abandoned() from None
+            raise  # this task itself was cancelled (the server is stopping)
+        finally:
+            if watch is not None:
+                watch.cancel()
 
     def enqueue(self, payload: Any, size: int, waited_s: float = 0.0) -> asyncio.Future:
         """Queue one request of ``size`` queries; its answer (or exception) comes in the future
@@ -248,22 +272,24 @@ class MicroBatcher:
                 (``max_latency_s``).
         """
         loop = asyncio.get_running_loop()
+        waited_s = max(0.0, waited_s)
+        spent = f" after {1000 * waited_s:.0f} ms in the server" if waited_s >= 0.0005 else ""
         if self.max_queue_wait_s is not None:
-            expected = max(0.0, waited_s) + self._waiting_queries * self.seconds_per_query
-            if expected > self.max_queue_wait_s:
+            ahead = self._waiting_queries * self.seconds_per_query
+            if waited_s + ahead > self.max_queue_wait_s:
                 self.refused_by_cause["expected_wait"] += 1
                 raise Overloaded(self._retry_after(), "expected_wait",
-                                 f"the server is overloaded: {self._waiting_queries} queries wait, about {1000 * expected:.0f} ms of work, "
+                                 f"the server is overloaded: {self._waiting_queries} queries wait, about {1000 * ahead:.0f} ms of work{spent}, "
                                  f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms")
         per = self.expected_seconds_per_query
-        if self.max_latency_s is not None and per is not None and max(0.0, waited_s) + (self._waiting_queries + size) * per > self.max_latency_s:
+        if self.max_latency_s is not None and per is not None and waited_s + (self._waiting_queries + size) * per > self.max_latency_s:
             self.refused_by_cause["expected_wait"] += 1
             raise Overloaded(self._retry_after(), "expected_wait",
                              f"the server is overloaded: {self._waiting_queries} queries wait; with this request's about "
-                             f"{1000 * (self._waiting_queries + size) * per:.0f} ms of work, over the latency limit of {1000 * self.max_latency_s:g} ms")
+                             f"{1000 * (self._waiting_queries + size) * per:.0f} ms of work{spent}, over the latency limit of {1000 * self.max_latency_s:g} ms")
         future = loop.create_future()
         try:
-            self._queue.put_nowait(Job(payload, size, future, loop.time() - max(0.0, waited_s)))
+            self._queue.put_nowait(Job(payload, size, future, loop.time() - waited_s))
         except asyncio.QueueFull:
             self.refused_by_cause["queue_full"] += 1
             raise Overloaded(self._retry_after()) from None
