@@ -172,7 +172,13 @@ def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     recorded = json.loads((tmp_path / "demo" / splade.name / "config.json").read_text())["search"]["index"]
     assert recorded == [str(kept.folder)]  # the settings record names a folder that exists
     assert kept.metadata["model"] == str(tiny_bert_dir.resolve())  # what `spladekit serve --index` loads for texts
-    again = kept.search(["a query"], k=3).run  # by the recorded model, without naming it
+    import hashlib  # the weights' hash: part of the build's fingerprint, so other weights never resume these chunks
+
+    weights = next(p for p in (tiny_bert_dir / "model.safetensors", tiny_bert_dir / "pytorch_model.bin") if p.exists())
+    assert kept.metadata["model_revision"] == "sha256:" + hashlib.sha256(weights.read_bytes()).hexdigest()
+    # by the recorded model, without naming it; == holds by construction: the same weights through the
+    # same encoder code on the same machine ("a query" is far below either max length)
+    again = kept.search(["a query"], k=3).run
     assert again == Index.open(kept.folder).search(["a query"], k=3, encoder=SpladeEncoder.from_pretrained(tiny_bert_dir)).run
     assert splade.metrics["query_ms"] > 0 and free.metrics["query_ms"] > 0
     assert free.metrics["nDCG@10"] == evaluate(free.run, load_qrels(tiny_beir))["nDCG@10"]  # the printed number is its run's

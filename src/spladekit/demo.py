@@ -10,12 +10,11 @@ queries during training (``eval_every``) and the demo scores the best checkpoint
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
 from spladekit.data.beir import load_beir
-from spladekit.index.index import Index, build_folder
+from spladekit.index.index import Index
 from spladekit.io import atomic_write, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.pipeline import SystemResult, evaluate_bm25, evaluate_splade, write_system
@@ -151,25 +150,12 @@ def _report(results: list[SystemResult], folders: list[str], dataset, out: Path,
                   "longer than the document max length and truncated")
 
 
-def _index_folder(out: Path) -> Path:
-    """``out/index``: the selected model's index of the test corpus, which the query-side rows share and
-    which outlives the demo (``spladekit search|serve --index out/index``). A build folder left by an
-    interrupted earlier demo is removed first: its chunks may come from other weights under the same
-    model path (the demo retrains ``train/model``), so they are not resumed."""
-    ensure_folder(out)
-    shutil.rmtree(build_folder(out / "index"), ignore_errors=True)
-    return out / "index"
-
-
 def _model_record(model: str | Path) -> dict:
-    """``index.json``'s ``model`` and ``model_revision`` for the demo's index, as ``spladekit index``
-    records them (a local folder absolute, so the index finds its query model from anywhere)."""
+    """``index.json``'s model record for the demo's index, as ``spladekit index`` writes it."""
     from spladekit.data.resolve import resolve_model
-    from spladekit.index.shard import model_revision
+    from spladekit.index.shard import model_record
 
-    local = Path(model).exists()
-    return {"model": str(Path(model).resolve()) if local else str(model),
-            "model_revision": model_revision(resolve_model(str(model)))}
+    return model_record(model, resolve_model(str(model)))
 
 
 def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool = True, full: bool = False,
@@ -184,7 +170,7 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
     if train:
         return _run_train_demo(model, data, out, batch_size, full, overrides)
     dataset, encoder = _load(model, data, batch_size)
-    splade = evaluate_splade(encoder, dataset, name=Path(model).name or model, index=_index_folder(out),
+    splade = evaluate_splade(encoder, dataset, name=Path(model).name or model, index=out / "index",
                              index_metadata=_model_record(model))
     bm25 = evaluate_bm25(dataset)
     extra = query_side_rows(encoder, splade, bm25, dataset)
@@ -214,7 +200,7 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     best = result.best
     label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
     after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
-    after = evaluate_splade(after_encoder, dataset, name=label, index=_index_folder(out),
+    after = evaluate_splade(after_encoder, dataset, name=label, index=out / "index",
                             index_metadata=_model_record(result.model_dir))
     extra = query_side_rows(after_encoder, after, bm25, dataset)
     systems, folders = [before, after], ["before", "after"]

@@ -380,7 +380,7 @@ class Index:
             raise OutputPathError(f"{out}: is a file; an index is a folder (the file is left as it is)")
         dist = init_distributed() if distributed else DistInfo()
         sync = barrier if distributed else (lambda: None)
-        work = build_folder(out)
+        work = out.with_name(f".{out.name}.build")
         encoder_meta = asdict(encoder.metadata) if getattr(encoder, "metadata", None) is not None else {}
         fingerprint = {"format": FORMAT, "chunk_size": chunk_size, "vocab_size": int(encoder.vocab_size), "encoder": encoder_meta,
                        "corpus": str(corpus) if isinstance(corpus, (str, Path)) else None,
@@ -609,13 +609,6 @@ class Index:
 
     def __repr__(self) -> str:
         return f"Index({str(self.folder)!r}, {self.docs.shape[0]} documents, {self.docs.nnz} entries{', format 1' if self.legacy else ''})"
-
-
-def build_folder(out: str | Path) -> Path:
-    """The work folder :meth:`Index.build` keeps its encoded chunks in while building ``out`` (resumed
-    from when a build with the same settings was interrupted; renamed into ``out`` at the end)."""
-    out = Path(out)
-    return out.with_name(f".{out.name}.build")
 
 
 def check_compatible(shards: Sequence[Index]) -> None:

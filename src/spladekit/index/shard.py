@@ -59,6 +59,14 @@ class IndexConfig:
                 raise ValueError(f"{option} must be an integer ≥ {least}{f' ({note})' if note else ''}, got {value!r}")
 
 
+def model_record(model: str | Path, location: str | Path) -> dict:
+    """``index.json``'s ``model`` and ``model_revision`` for an index built with ``model`` (a hub id
+    or a folder) resolved to ``location``: a local folder is recorded absolute, so the index finds
+    its query encoder from any working directory."""
+    name = str(Path(model).resolve()) if Path(model).exists() else str(model)
+    return {"model": name, "model_revision": model_revision(location)}
+
+
 def model_revision(location: str | Path) -> str | None:
     """A revision string for a resolved model: the hub snapshot's commit for hub-cache folders,
     else ``sha256:<hex>`` of its weights file for local folders, else None."""
@@ -123,9 +131,7 @@ def build_index(config: IndexConfig, show_progress: bool = False, memory_budget:
             head_impl=config.head_impl,
             device=dist.device(),  # one GPU per rank under torchrun; else SpladeEncoder's default
         )
-        # a local folder is recorded absolute, so the index finds its query encoder from any working directory
-        model = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
-        metadata = dict(model=model, model_revision=model_revision(location), data=str(folder), config=asdict(config))
+        metadata = dict(model_record(config.model, location), data=str(folder), config=asdict(config))
         budget = {} if memory_budget is None else {"memory_budget": memory_budget}
         index = Index.build(encoder, corpus, config.out, chunk_size=config.chunk_size, metadata=metadata, show_progress=show_progress, **budget)
         return None if index is None else index.folder
