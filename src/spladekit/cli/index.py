@@ -245,5 +245,8 @@ def import_command(
 
 def _seismic_stamp(folder) -> tuple | None:
     """When the Seismic index stored in an index folder was last written (None: none stored)."""
-    params = Path(folder) / "seismic" / "params.json"
-    return (params.stat().st_mtime_ns, params.stat().st_size) if params.exists() else None
+    try:
+        stat = (Path(folder) / "seismic" / "params.json").stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
