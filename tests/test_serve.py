@@ -498,7 +498,7 @@ def test_bad_requests_refused_and_the_next_request_served(server):
 
 
 def test_requests_of_clients_that_left_are_not_computed(server, scifact_index):
-    """12 clients each send 40 texts (one batch each: 80 > the default 64 queries per batch) and hang up
+    """12 clients each send 40 texts (one batch each: 40 > the default 32 queries per batch) and hang up
     at once: the requests still queued when their client left are dropped, not computed. Every
     request is either taken into a batch (its 40 queries counted in ``queries``) or dropped
     (``abandoned``), so the two counts add up exactly; the first batch starts before anyone leaves."""

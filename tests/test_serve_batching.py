@@ -230,7 +230,7 @@ def test_time_already_spent_in_the_server_counts_as_waiting():
             batcher.enqueue("a", 1, waited_s=0.5)
             queued = batcher._queue._queue[0].queued  # peeked, not taken: the loop has not run yet
             with pytest.raises(Overloaded) as refused:
-                batcher.enqueue("b", 1, waited_s=0.7 - 0.375)  # one query (0.375 s) waits ahead of it
+                batcher.enqueue("b", 1, waited_s=0.325)  # one query (0.375 s) waits ahead of it
             return now, queued, refused.value
         finally:
             await batcher.stop()
