@@ -455,13 +455,13 @@ BAD = [  # (what, raw body or JSON object, status, field named in the message)
     ("k over max_k", {"query": "protein", "k": 1001}, 422, "k"),
     ("k a string", {"query": "protein", "k": "10"}, 422, "k"),
     ("k a boolean", {"query": "protein", "k": True}, 422, "k"),
-    ("empty query", {"query": ""}, 422, "query"),
-    ("blank query", {"query": "  \t "}, 422, "query"),
-    ("zero-width space only", {"query": "\u200b\u3000"}, 422, "query"),  # the tokenizer gives no token of either
-    ("NUL only", {"query": ["protein", "\u0000"]}, 422, "query"),
+    ("empty query", {"query": ""}, 422, "query.0"),
+    ("blank query", {"query": "  \t "}, 422, "query.0"),
+    ("zero-width space only", {"query": "\u200b\u3000"}, 422, "query.0"),  # the tokenizer gives no token of either
+    ("NUL only", {"query": ["protein", "\u0000"]}, 422, "query.1"),
     ("empty list", {"query": []}, 422, "query"),
     ("query a number", {"query": 42}, 422, "query.0"),
-    ("over-long query", {"query": "protein " * 300}, 422, "query"),
+    ("over-long query", {"query": ["protein", "protein " * 300]}, 422, "query.1"),
     ("too many queries", {"query": ["protein"] * 65}, 422, "query"),
     ("query and vector", {"query": "protein", **_vec([1], [1.0])}, 422, "vector"),
     ("neither", {"k": 3}, 422, "query"),

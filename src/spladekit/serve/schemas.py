@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
 MAX_WEIGHT = 1e6
 """Largest query weight accepted (float32 holds 3.4e38; 1e6 × an impact × V terms stays far below)."""
@@ -55,6 +55,14 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         a pydantic model class ``SearchRequest``; its validated instances have ``query`` (list of
         texts) or ``vector`` (list of ``SparseVector``) set, never both.
     """
+
+    def _text(text: str) -> str:
+        """One query text's rules (pydantic names the failing one ``query.N``)."""
+        if not _visible(text):
+            raise ValueError("empty text (nothing but whitespace, control or format characters: the tokenizer would give no token of it)")
+        if len(text) > max_query_chars:
+            raise ValueError(f"the text has {len(text)} characters; at most {max_query_chars}")
+        return text
 
     class SparseVector(BaseModel):
         """A sparse query vector: weight ``values[i]`` at vocabulary column ``indices[i]``."""
@@ -106,7 +114,7 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
 
         model_config = ConfigDict(extra="forbid")
 
-        query: list[StrictStr] | None = Field(None, min_length=1, max_length=max_queries,
+        query: list[Annotated[StrictStr, AfterValidator(_text)]] | None = Field(None, min_length=1, max_length=max_queries,
                                               description=f"a text or a list of 1-{max_queries} texts")
         vector: list[SparseVector] | None = Field(None, min_length=1, max_length=max_queries,
                                                   description=f"a sparse vector or a list of 1-{max_queries}")
@@ -121,17 +129,6 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         @classmethod
         def _one_or_list(cls, value):
             return _listify(value)
-
-        @field_validator("query")
-        @classmethod
-        def _texts(cls, texts: list[str] | None) -> list[str] | None:
-            for i, text in enumerate(texts or ()):
-                if not _visible(text):
-                    raise ValueError(f"text {i} is empty (nothing but whitespace, control or format characters: "
-                                     "the tokenizer would give no token of it)")
-                if len(text) > max_query_chars:
-                    raise ValueError(f"text {i} has {len(text)} characters; at most {max_query_chars}")
-            return texts
 
         @field_validator("backend")
         @classmethod
