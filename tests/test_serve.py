@@ -390,10 +390,10 @@ def test_inference_free_query_side_through_the_server_equals_index_search(infere
 
 @pytest.fixture(scope="module")
 def impatient(scifact_index, tmp_path_factory):
-    """A server whose requests time out after 0.5 s, bodies after 1 s, batches of at most 40 queries."""
+    """A server whose requests time out after 0.5 s, heads and bodies after 1 s, batches of at most 40 queries."""
     index, _ = scifact_index
     running = Server(index.folder, tmp_path_factory.mktemp("timeout") / "server.log", "--threads", "1",
-                     "--request-timeout", "0.5", "--body-timeout", "1", "--max-batch", "40")
+                     "--request-timeout", "0.5", "--head-timeout", "1", "--body-timeout", "1", "--max-batch", "40")
     try:
         yield running
     finally:
@@ -438,6 +438,44 @@ def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(i
     # the server's timer runs on its event loop, whose timers may fire a little early (0.99992 s was seen);
     # 0.95 s still tells 'held for the body timeout' from 'answered at once'
     assert 0.95 <= waited < 15, waited
+    assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
+
+
+def _read_to_close(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):  # to the end: the server closes the connection
+        data += chunk
+    return data
+
+
+def test_a_head_not_received_in_time_gets_408_and_a_silent_connection_is_closed(impatient):
+    """Slow or absent heads (a "slowloris" client holds connections by sending a head a byte at a
+    time, or nothing): a head not whole within the head timeout (1 s) gets 408 naming the headers and
+    the connection is closed, both for a connection's first request and for a later one on a
+    kept-alive connection; a connection that sends nothing is closed without an answer. Other clients
+    are served meanwhile. (Before, uvicorn timed nothing before a head was complete: each such
+    connection stayed open for as long as its client wished.)"""
+    good = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as slow, \
+            socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as silent, \
+            socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as kept:
+        began = time.monotonic()
+        slow.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\n")  # the head's blank line never comes
+        kept.sendall(good)
+        first = kept.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        kept.sendall(b"GET /health HTTP/1.1\r\n")  # a second request whose head stops half way
+        assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
+        answers = {name: _read_to_close(sock) for name, sock in (("slow", slow), ("kept", kept))}
+        waited = time.monotonic() - began
+        assert _read_to_close(silent) == b""  # closed, nothing said
+        silent_waited = time.monotonic() - began
+    for name, answer in answers.items():
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), (name, head)
+        assert json.loads(body)["error"].startswith("headers: the request's head was not received within 1 s"), (name, body)
+    # the timers run on the server's event loop, which may fire them a little early (see the 408 of a body)
+    assert 0.95 <= waited < 15 and 0.95 <= silent_waited < 15, (waited, silent_waited)
     assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
 
 
@@ -495,6 +533,30 @@ def test_bad_requests_refused_and_the_next_request_served(server):
         after = httpx.post(server.url + "/search", json=good)
         assert after.status_code == 200, (what, after.text)
         assert after.json()["results"] == first.json()["results"], what  # same answer: the server is unharmed
+
+
+@pytest.mark.parametrize("content_type, status", [
+    (None, 415),  # no Content-Type: what a browser sends cross-origin for a Blob body, unasked
+    ("text/plain;charset=UTF-8", 415),  # what a browser sends cross-origin for a string body, unasked
+    ("application/x-www-form-urlencoded", 415),  # curl -d without -H; an HTML form
+    ("multipart/form-data; boundary=x", 415),
+    ("application/jsonp", 415),
+    ("application/json", 200),
+    ("Application/JSON; charset=utf-8", 200),  # media types are case-insensitive (RFC 9110 §8.3.1)
+    ("application/vnd.api+json", 200),  # a structured +json type (RFC 6839 §3.1)
+])
+def test_search_bodies_must_be_sent_as_json(server, content_type, status):
+    """/search reads its body only when the request says it is JSON: the types a web page can make a
+    browser send without the server's leave (CORS "simple" requests) are refused with 415 naming the
+    header, and the next request is served."""
+    headers = {} if content_type is None else {"content-type": content_type}
+    response = httpx.post(server.url + "/search", content=json.dumps({"query": "protein", "k": 3}).encode(), headers=headers)
+    assert response.request.headers.get("content-type") == content_type  # httpx added none of its own
+    assert response.status_code == status, response.text
+    if status == 415:
+        assert response.json()["error"].startswith("content-type: the body must be sent as application/json"), response.text
+        assert response.json()["problems"] == [{"field": "content-type", "message": "not JSON"}]
+    assert httpx.post(server.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
 
 
 def test_requests_of_clients_that_left_are_not_computed(server, scifact_index):

@@ -32,6 +32,7 @@ def serve(
         None, help="latency limit (default: none): a request is computed only if its wait plus its batch's expected compute "
                    "time (estimated from the batches before) fits within it; else 503 with Retry-After, not computed"),
     request_timeout_s: float = typer.Option(10.0, "--request-timeout", help="seconds before a waiting request gets 503"),
+    head_timeout_s: float = typer.Option(10.0, "--head-timeout", help="seconds to receive a request's head (request line and headers); then 408, connection closed"),
     body_timeout_s: float = typer.Option(10.0, "--body-timeout", help="seconds to receive a request's body; then 408, connection closed"),
     max_body_bytes: int = typer.Option(1 << 20, help="larger request bodies get 413"),
     max_k: int = typer.Option(1000, help="largest k a request may ask"),
@@ -56,12 +57,13 @@ def serve(
         config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
                              max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
                              max_queue_wait_ms=max_queue_wait_ms, max_latency_ms=max_latency_ms, request_timeout_s=request_timeout_s,
-                             body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars,
+                             head_timeout_s=head_timeout_s, body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars,
                              max_queries=max_queries,
                              max_connections=max_connections, api_key_file=str(api_key_file.resolve()) if api_key_file else None,
                              access_log=access_log)
     except ValidationError as exc:
-        fail(options_error(exc, {"request_timeout_s": "--request-timeout", "body_timeout_s": "--body-timeout"}))
+        fail(options_error(exc, {"request_timeout_s": "--request-timeout", "head_timeout_s": "--head-timeout",
+                                    "body_timeout_s": "--body-timeout"}))
     try:
         if config.api_key_file:
             read_api_key(config.api_key_file)  # refused here, before any worker starts

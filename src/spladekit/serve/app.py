@@ -13,7 +13,8 @@ Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
   hash, ...), the query encoder, the backends, the server's settings and version.
 
 Status codes: 200; 400 malformed JSON (naming line and column); 401 missing or wrong API key;
-408 body not received within ``body_timeout_s``; 413 body over ``max_body_bytes``; 422 a field
+408 head not received within ``head_timeout_s`` or body within ``body_timeout_s``; 413 body over
+``max_body_bytes``; 415 a ``/search`` body not sent as JSON (``Content-Type``); 422 a field
 refused (each named in ``problems``); 503 queue full, queue-wait deadline passed or expected to pass
 (``max_queue_wait_ms``, ``max_latency_ms``: :mod:`spladekit.serve.batching`), or request timed out (``Retry-After`` in
 seconds); 500 an unexpected failure of one batch (logged; the server goes on). Every error body is :class:`~spladekit.serve.schemas.ErrorResponse`.
@@ -87,6 +88,9 @@ class ServeConfig(BaseModel):
             within it; else 503, not computed (:mod:`spladekit.serve.batching`, "Latency limit").
             Must exceed ``max_wait_ms``.
         request_timeout_s: a request not answered by then (from when its body is read) gets 503.
+        head_timeout_s: a request head (request line and headers) not received whole by then, from
+            the connection's opening or the head's first byte, gets 408 (connection closed; a
+            connection that sent nothing is closed without an answer): :class:`NoDelayHTTPProtocol`.
         body_timeout_s: a request body not received whole by then gets 408 (connection closed).
         max_body_bytes: larger request bodies get 413.
         max_k, max_query_chars, max_queries: request limits (422 past them).
@@ -108,6 +112,7 @@ class ServeConfig(BaseModel):
     max_queue_wait_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
     max_latency_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
     request_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+    head_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     body_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     max_body_bytes: int = Field(1 << 20, ge=64)
     max_k: int = Field(1000, ge=1)
@@ -442,6 +447,7 @@ def create_app(config: ServeConfig, service: Service | None = None):
 
     key = read_api_key(config.api_key_file) if config.api_key_file else None
     service = service or Service(config)
+    NoDelayHTTPProtocol.head_timeout_s = config.head_timeout_s  # one application per worker process
     batcher = MicroBatcher(service.run_batch, config.max_batch, config.max_wait_ms / 1000.0, config.queue_size,
                            None if config.max_queue_wait_ms is None else config.max_queue_wait_ms / 1000.0,
                            None if config.max_latency_ms is None else config.max_latency_ms / 1000.0,
@@ -498,7 +504,7 @@ def create_app(config: ServeConfig, service: Service | None = None):
         return _error(422, "; ".join(f"{p['field']}: {p['message']}" for p in problems), problems)
 
     errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
-              422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
+              415: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
 
     @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(authorised)],
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": SearchRequest.model_json_schema(
@@ -506,6 +512,10 @@ def create_app(config: ServeConfig, service: Service | None = None):
     async def search(request: Request):
         """Top-k documents of each query (texts are encoded with the index's query model)."""
         arrived = request.scope.get(ARRIVED, time.perf_counter())  # its head parsed (NoDelayHTTPProtocol)
+        content_type = request.headers.get("content-type")
+        if not _is_json(content_type):
+            return _error(415, f"content-type: the body must be sent as application/json (got {content_type or 'no Content-Type'}; "
+                               "curl: -H 'Content-Type: application/json')", [{"field": "content-type", "message": "not JSON"}])
         try:
             body = SearchRequest.model_validate_json(await request.body())
         except ValidationError as exc:
@@ -555,6 +565,23 @@ def create_app(config: ServeConfig, service: Service | None = None):
     return app
 
 
+def _is_json(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` header value names JSON: ``application/json`` or a structured
+    ``application/*+json`` type (RFC 6839 §3.1), parameters such as ``charset`` allowed, case ignored.
+
+    A missing or other type is refused (415) before the body is read: a web page can make a browser
+    send a cross-origin POST without asking the server first only as ``text/plain``, a form type or
+    with no type at all (the Fetch standard's CORS-safelisted request headers), so without this any
+    page a user of a keyless server on loopback opens could make it compute. Elasticsearch checks
+    Content-Type strictly since 6.0 for this reason; FastAPI parses a declared JSON body only from a
+    JSON type (since 0.65.2), which this handler, reading the body itself, would otherwise bypass."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
 async def _disconnected(request) -> None:
     """Return when the request's client has disconnected. After the request body, the ASGI
     ``receive`` returns only ``http.disconnect`` (uvicorn: when the client leaves or the response is
@@ -582,6 +609,10 @@ MAX_HEAD_BYTES = 64 * 1024
 """Bytes of a request's head (request line and headers) a worker reads before answering 431
 (nginx's default bound is 4 × 8 KiB buffers; Node.js's 16 KiB)."""
 
+BOUNDS_HEAD = HttpToolsProtocol is not None and issubclass(AutoHTTPProtocol, HttpToolsProtocol)
+"""Whether :class:`NoDelayHTTPProtocol` bounds a request head's size and time: with httptools, the
+parser ``spladekit[serve]`` installs (its callbacks mark a head's start and end)."""
+
 LINGER_S = 2.0
 """Seconds a connection refused for its head is still read (and dropped) before it is closed."""
 
@@ -600,25 +631,61 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
     _head_bytes = 0  # bytes received since the request began, while its head is not complete
     _in_head = True
 
+    head_timeout_s = 10.0
+    """Seconds a request's head may take (:attr:`ServeConfig.head_timeout_s`; :func:`create_app` sets it)."""
+
+    _head_timer = None
+
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         NoDelayHTTPProtocol.open_connections += 1
         super().connection_made(transport)
+        if BOUNDS_HEAD:
+            self._arm_head_timer()
 
-    # A bound on a request's head (request line + headers). httptools, uvicorn's parser here, has none:
-    # a client sending one 64 MiB header had all of it buffered (+74 MB of RSS) and answered; so the
-    # bytes received while a head is incomplete are counted, and past MAX_HEAD_BYTES the request gets
-    # 431 and the connection is closed (h11, uvicorn's other parser, bounds it itself at 16 KiB).
-    if HttpToolsProtocol is not None and issubclass(AutoHTTPProtocol, HttpToolsProtocol):
+    # Bounds on a request's head (request line + headers), in size and in time. httptools, uvicorn's
+    # parser here, has neither: a client sending one 64 MiB header had all of it buffered (+74 MB of
+    # RSS) and answered; so the bytes received while a head is incomplete are counted, and past
+    # MAX_HEAD_BYTES the request gets 431 and the connection is closed (h11, uvicorn's other parser,
+    # bounds the size itself at 16 KiB). And uvicorn times nothing before a head is complete (its
+    # timeout_keep_alive runs between requests and stops at any byte received): a connection opened
+    # with nothing sent, or a head sent a byte at a time, stayed open as long as its client wished,
+    # holding one of max_connections ("slowloris"). A head must now be whole within head_timeout_s of
+    # the connection's opening (first request) or of its first byte (later requests on the
+    # connection, after uvicorn's keep-alive wait): else 408 and the connection closed, as nginx's
+    # client_header_timeout; a connection that sent nothing is closed without an answer (an
+    # unasked 408 would be read as the answer to a request the client sends later).
+    if BOUNDS_HEAD:
+
+        def _arm_head_timer(self) -> None:
+            self._head_timer = asyncio.get_running_loop().call_later(self.head_timeout_s, self._head_timed_out)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing() or self._refused_head or not self._in_head:
+                return
+            if self._head_bytes == 0:  # an idle connection: nothing to answer
+                self.transport.close()
+                return
+            self._refuse(b"408 Request Timeout", f"headers: the request's head was not received within {self.head_timeout_s:g} s "
+                                                 f"({self._head_bytes} bytes came)", "not received in time")
 
         def on_message_begin(self) -> None:
             self._in_head, self._head_bytes = True, 0
+            if self._head_timer is None:  # a later request on a kept-alive connection: its clock starts now
+                self._arm_head_timer()
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
             self._in_head = False
+            self._cancel_head_timer()
             # when the server had the request: the handler counts its time from here, so the
             # latency limit covers the wait for the event loop before it (under overload, the loop
             # is busy refusing others) and took_ms is the time in this process
@@ -634,17 +701,19 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             if self._in_head:
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-                    self._refuse_head()
+                    self._refuse(b"431 Request Header Fields Too Large", f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
+                                 f"over {MAX_HEAD_BYTES} bytes")
 
-        def _refuse_head(self) -> None:
-            """431, then a lingering close (as nginx's): the write side is shut (FIN after the answer)
-            and what the client still sends is read and dropped for up to LINGER_S before the
-            connection is closed; closing at once with unread data made the kernel send a reset,
-            which could destroy the 431 before the client read it."""
+        def _refuse(self, status: bytes, error: str, problem: str) -> None:
+            """Answer ``status`` (431 or 408) for an incomplete head, then a lingering close (as
+            nginx's): the write side is shut (FIN after the answer) and what the client still sends
+            is read and dropped for up to LINGER_S before the connection is closed; closing at once
+            with unread data made the kernel send a reset, which could destroy the answer before the
+            client read it."""
             self._refused_head = True
-            body = json.dumps({"error": f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
-                               "problems": [{"field": "headers", "message": f"over {MAX_HEAD_BYTES} bytes"}]}).encode()
-            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+            self._cancel_head_timer()
+            body = json.dumps({"error": error, "problems": [{"field": "headers", "message": problem}]}).encode()
+            self.transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
                                  b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
             if self.transport.can_write_eof():
                 self.transport.write_eof()
@@ -652,6 +721,8 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
 
     def connection_lost(self, exc) -> None:
         NoDelayHTTPProtocol.open_connections -= 1
+        if BOUNDS_HEAD:
+            self._cancel_head_timer()
         super().connection_lost(exc)
 
 
