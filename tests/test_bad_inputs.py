@@ -652,6 +652,16 @@ def test_read_json_refuses_repeated_keys_at_any_depth(tmp_path):
     assert (info.value.path, info.value.field) == (path, "k")
 
 
+def test_repeated_key_finds_the_first_key_given_twice_in_one_object():
+    """read_json's rule for JSON text from elsewhere (a request body): the key, at any depth, or None."""
+    from spladekit.io import repeated_key
+
+    assert repeated_key('{"a": {"k": 1}, "b": [{"k": 2}, {"k": 3}]}') is None  # the same key in different objects
+    assert repeated_key(b'{"k": 5, "q": "x", "k": 500}') == "k"
+    assert repeated_key('[{"v": {"i": [1], "w": [1.0], "w": [2.0]}}]') == "w"
+    assert repeated_key('{"a": 1, "\\u0061": 2}') == "a"  # an escape is the character it stands for
+
+
 def test_read_yaml_refuses_repeated_keys_naming_the_line(tmp_path):
     """A training config saying ``lr`` twice is refused at the second one (PyYAML kept the last)."""
     from spladekit.errors import DataFormatError

@@ -489,6 +489,8 @@ BAD = [  # (what, raw body or JSON object, status, field named in the message)
     ("not an object", b"[1, 2]", 422, "body"),
     ("nested too deep", b"[" * 5000, 400, "body"),
     ("unknown field", {"query": "protein", "kk": 3}, 422, "kk"),
+    ("repeated key", b'{"query": "protein", "k": 5, "k": 500}', 422, "k"),  # Python's json and pydantic keep the last
+    ("repeated nested key", b'{"vector": {"indices": [5], "values": [1.0], "values": [2.0]}}', 422, "values"),
     ("k = 0", {"query": "protein", "k": 0}, 422, "k"),
     ("k over max_k", {"query": "protein", "k": 1001}, 422, "k"),
     ("k a string", {"query": "protein", "k": "10"}, 422, "k"),

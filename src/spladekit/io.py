@@ -297,6 +297,22 @@ def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
     return table
 
 
+def repeated_key(text: str | bytes) -> str | None:
+    """The first key that appears twice within one object of the JSON document ``text`` (at any
+    depth), or None when every object's keys are unique: the rule of :func:`read_json` for JSON that
+    does not come from a file (a request body already validated by another parser, which kept the last
+    value in silence).
+
+    Raises:
+        json.JSONDecodeError: ``text`` is not JSON.
+    """
+    try:
+        json.loads(text, object_pairs_hook=_refuse_repeated_keys)
+    except _RepeatedKey as exc:
+        return exc.key
+    return None
+
+
 def read_json(path: str | Path) -> Any:
     """Read a JSON file (the counterpart of :func:`write_json`).
 

@@ -15,7 +15,8 @@ Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
 Status codes: 200; 400 malformed JSON (naming line and column); 401 missing or wrong API key;
 408 head not received within ``head_timeout_s`` or body within ``body_timeout_s``; 413 body over
 ``max_body_bytes``; 415 a ``/search`` body not sent as JSON (``Content-Type``); 422 a field
-refused (each named in ``problems``); 503 queue full, queue-wait deadline passed or expected to pass
+refused (each named in ``problems``; a key given twice in one object too, as Elasticsearch refuses
+it); 503 queue full, queue-wait deadline passed or expected to pass
 (``max_queue_wait_ms``, ``max_latency_ms``: :mod:`spladekit.serve.batching`), or request timed out (``Retry-After`` in
 seconds); 500 an unexpected failure of one batch (logged; the server goes on). Every error body is :class:`~spladekit.serve.schemas.ErrorResponse`.
 
@@ -58,6 +59,7 @@ try:
 except ImportError:  # httptools missing: uvicorn parses with h11, which bounds a head itself
     HttpToolsProtocol = None
 
+from spladekit.io import repeated_key
 from spladekit.serve.batching import Abandoned, MicroBatcher, Overloaded
 from spladekit.serve.schemas import ErrorResponse, SearchResponse, request_model
 
@@ -516,10 +518,17 @@ def create_app(config: ServeConfig, service: Service | None = None):
         if not _is_json(content_type):
             return _error(415, f"content-type: the body must be sent as application/json (got {content_type or 'no Content-Type'}; "
                                "curl: -H 'Content-Type: application/json')", [{"field": "content-type", "message": "not JSON"}])
+        raw = await request.body()
         try:
-            body = SearchRequest.model_validate_json(await request.body())
+            body = SearchRequest.model_validate_json(raw)
         except ValidationError as exc:
             return _refusal(exc)
+        # pydantic's parser keeps the last of repeated keys ({"k": 5, "k": 500} asked for 500): refused, as
+        # read_json does and as Elasticsearch does since 6.0 ("Breaking changes in 6.0": duplicate keys)
+        repeated = repeated_key(raw)
+        if repeated is not None:
+            message = f"'{repeated}' appears more than once in one object (which value is meant?)"
+            return _error(422, f"{repeated}: {message}", [{"field": repeated, "message": message}])
         try:
             answer = await batcher.submit(body, body.size, config.request_timeout_s, time.perf_counter() - arrived,
                                           gone=lambda: _disconnected(request))
@@ -572,8 +581,9 @@ def _is_json(content_type: str | None) -> bool:
     A missing or other type is refused (415) before the body is read: a web page can make a browser
     send a cross-origin POST without asking the server first only as ``text/plain``, a form type or
     with no type at all (the Fetch standard's CORS-safelisted request headers), so without this any
-    page a user of a keyless server on loopback opens could make it compute. Elasticsearch checks
-    Content-Type strictly since 6.0 for this reason; FastAPI parses a declared JSON body only from a
+    page a user of a keyless server on loopback opens could make it compute. Elasticsearch requires a
+    supported Content-Type on every request with a body since 6.0 ("Breaking changes in 6.0", REST
+    changes: Content-Type auto-detection); FastAPI parses a declared JSON body only from a
     JSON type (since 0.65.2), which this handler, reading the body itself, would otherwise bypass."""
     if not content_type:
         return False
