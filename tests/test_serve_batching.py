@@ -177,6 +177,33 @@ def test_the_serve_option_is_checked_naming_it(tmp_path):
     assert "--max-queue-wait-ms: " in done.stderr and "must exceed max_wait_ms (5)" in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.parametrize("knob", ["max_queue_wait_s", "max_latency_s"])
+@pytest.mark.parametrize("spent", [0.0, 0.15, 0.25])
+def test_a_lone_request_is_not_refused_for_the_batchers_own_wait_for_company(knob, spent):
+    """One request at a time, having spent ``spent`` s in the server before it was queued, a limit of
+    0.3 s and a wait for company of 0.2 s: nothing is ahead of it and no other comes, so it is computed.
+    The batcher used to wait the whole 0.2 s for company and then refuse the request for having waited
+    0.3 s or more ("waited 300 ms ..., over the queue-wait limit of 300 ms") whenever it had spent over
+    0.1 s in the server: on a loaded 2-core machine the server test's first request spent over 15 ms of
+    a 20 ms deadline and every request of it was refused. Each one waits at most ``0.3 − spent`` for
+    company: its answer comes before ``max_wait_s`` has passed, and well before when ``spent`` is near
+    the limit (bounds with HANDOFF_S of slack for the thread hand-offs)."""
+
+    async def main():
+        batcher = MicroBatcher(lambda payloads: [p * 10 for p in payloads], max_batch=2, max_wait_s=0.2, queue_size=10, **{knob: 0.3})
+        batcher.start()
+        try:
+            began = time.monotonic()
+            answer = await batcher.submit(7, 1, 5, waited_s=spent)
+            return answer, time.monotonic() - began, batcher
+        finally:
+            await batcher.stop()
+
+    answer, took, batcher = asyncio.run(main())
+    assert answer == 70 and batcher.refused == 0 and batcher.queries == 1
+    assert took <= min(0.2, 0.3 - spent) + HANDOFF_S, took  # the wait for company was cut to what the limit left
+
+
 # ----------------------------------------------------------------------------------- latency limit
 def test_expected_seconds_per_query_follow_rfc_6298():
     """S and D by hand (RFC 6298 §2.2–2.3, α = 1/8, β = 1/4; values exact in binary): first sample

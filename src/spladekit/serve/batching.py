@@ -36,6 +36,12 @@ request that has waited in the queue (from :meth:`MicroBatcher.submit` to the mo
 handed to ``run_batch``) longer than ``max_queue_wait_s`` is not computed but answered
 :class:`Overloaded`; so an answered request spends at most ``max_queue_wait_s`` plus the time of the
 one batch it is computed in inside the batcher, whatever the rate at which the queue drains. The
+wait for company (``max_wait_s``) ends early enough that no member of the batch passes its deadline
+(or the latency limit below) by it; the batch is then handed on without a second check, so a lone
+request that spent most of its deadline in the server before it was queued is computed, not refused
+for the batcher's own wait (``tests/test_serve_batching.py``, the lone-request test); that hand-off
+can still be late by the event loop's timer lateness (microseconds idle; up to tens of ms when the
+process is descheduled on a loaded machine). The
 idea is deadline-based load shedding: CoDel bounds a packet's sojourn time in a queue rather than
 the queue's length (Nichols & Jacobson, "Controlling Queue Delay", ACM Queue 10(5), 2012); gRPC
 drops a call whose deadline has passed instead of computing it; Envoy's overload manager and
@@ -129,8 +135,8 @@ class MicroBatcher:
         max_queue_wait_s: queue-wait deadline, seconds (None: none). A request that has waited
             longer when its batch is formed is answered :class:`Overloaded` (``queue_wait``) and not
             computed; one whose expected wait at admission already exceeds it is refused then
-            (``expected_wait``). Must exceed ``max_wait_s`` (else a lone request, waiting
-            ``max_wait_s`` for company, would miss it).
+            (``expected_wait``). Must exceed ``max_wait_s`` (else every wait for company would be
+            cut short by it).
         max_latency_s: latency limit, seconds (None: none): wait plus the batch's expected compute
             time (module docstring, "Latency limit"). Must exceed ``max_wait_s``.
         company: returns the number of open client connections (None, or a count of 0: unknown,
@@ -335,6 +341,18 @@ class MicroBatcher:
                                                 f"(not computed)"))
         return batch
 
+    def _company_until(self, batch: list[Job], size: int, until: float) -> float:
+        """When to stop waiting for more requests to join ``batch`` (``size`` queries): ``until``, or
+        earlier so that waiting for company never makes a member miss the queue-wait deadline (the
+        earliest member's queueing time + ``max_queue_wait_s``) or the latency limit (+ ``max_latency_s``
+        − ``size`` × the expected seconds per query). Loop clock, seconds."""
+        oldest = min(job.queued for job in batch)
+        if self.max_queue_wait_s is not None:
+            until = min(until, oldest + self.max_queue_wait_s)
+        if self.max_latency_s is not None:
+            until = min(until, oldest + self.max_latency_s - size * (self.expected_seconds_per_query or 0.0))
+        return until
+
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -342,9 +360,8 @@ class MicroBatcher:
             if not self._take(first, loop.time()):
                 continue
             batch, size = [first], first.size
-            deadline = loop.time() + self.max_wait_s
-            if self.max_queue_wait_s is not None:  # waiting for company must not make the first miss its deadline
-                deadline = min(deadline, first.queued + self.max_queue_wait_s)
+            deadline = self._company_until(batch, size, loop.time() + self.max_wait_s)
+            ended_by_timer = False
             while size < self.max_batch:
                 try:
                     job = self._queue.get_nowait()
@@ -359,14 +376,21 @@ class MicroBatcher:
                         async with asyncio.timeout(left):
                             job = await self._queue.get()  # on timeout get() is cancelled; no job is lost
                     except TimeoutError:
+                        ended_by_timer = True
                         break
                 if self._take(job, loop.time()):
                     batch.append(job)
                     size += job.size
-            now = loop.time()  # the batch is formed: what timed out or waited past the deadline meanwhile is not computed
-            batch = [job for job in batch if not job.future.done() and not self._expired(job, now)]
-            if self.max_latency_s is not None:
-                batch = self._fit_latency(batch, now)
+                    deadline = self._company_until(batch, size, deadline)
+            # the batch is formed: what timed out meanwhile is not computed; what waited past the deadline
+            # or the latency limit meanwhile too, unless the wait was the batcher's own for company, which
+            # ends by then (_company_until): its timer's lateness is the event loop's, not the request's
+            batch = [job for job in batch if not job.future.done()]
+            if not ended_by_timer:
+                now = loop.time()
+                batch = [job for job in batch if not self._expired(job, now)]
+                if self.max_latency_s is not None:
+                    batch = self._fit_latency(batch, now)
             if not batch:
                 continue
             began = time.perf_counter()
