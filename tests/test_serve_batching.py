@@ -228,7 +228,9 @@ def test_oldest_jobs_that_would_exceed_the_latency_limit_are_refused_not_compute
         batcher._observe(0.125)
         loop = asyncio.get_running_loop()
         jobs = [Job(i, 1, loop.create_future(), queued) for i, queued in enumerate((0.0, 0.125, 0.25))]
-        kept = batcher._fit_latency(list(jobs), 0.5)
+        # taken youngest first: a request's queueing time counts its time in the server before the queue,
+        # so the order taken is not its age; the oldest are refused whatever the order
+        kept = batcher._fit_latency(jobs[::-1], 0.5)
         return jobs, kept, batcher
 
     jobs, kept, batcher = asyncio.run(main())

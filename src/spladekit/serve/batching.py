@@ -323,8 +323,11 @@ class MicroBatcher:
         return True
 
     def _fit_latency(self, batch: list[Job], now: float) -> list[Job]:
-        """The batch (oldest first) without its oldest requests whose wait plus the batch's expected
-        compute time exceeds ``max_latency_s``; those are answered Overloaded (``latency``)."""
+        """The batch, oldest first (by queueing time, which counts the time spent in the server before
+        the queue, so it can differ from the order taken), without its oldest requests whose wait plus
+        the batch's expected compute time exceeds ``max_latency_s``; those are answered Overloaded
+        (``latency``)."""
+        batch = sorted(batch, key=lambda job: job.queued)
         per = self.expected_seconds_per_query
         size = sum(job.size for job in batch)
         while batch:
