@@ -486,6 +486,87 @@ def test_a_head_not_received_in_time_gets_408_and_a_silent_connection_is_closed(
     assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
 
 
+def _answers(data: bytes) -> list[tuple[int, bytes]]:
+    """The (status, body) of each whole answer in ``data``, in order (bodies by Content-Length)."""
+    out = []
+    while b"\r\n\r\n" in data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = _content_length(head + b"\r\n\r\n")
+        if len(rest) < length:
+            break
+        out.append((int(head.split(b" ", 2)[1]), rest[:length]))
+        data = rest[length:]
+    return out
+
+
+def _search_head(body: bytes) -> bytes:
+    return (f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+
+
+def test_a_pipelined_request_after_a_large_body_is_answered_in_order(impatient):
+    """One send holding a search whose body is 70 KB (spaces inside the JSON), then the start of a
+    second request's head: the first is answered 200 with its hits, and once the second head is
+    finished it is answered too. The body's bytes used to be counted as the second head's: 431
+    (over 64 KiB), written before the first request's answer, whose own write then failed."""
+    body = b'{"query": "protein folding", "k": 3' + b" " * 70_000 + b"}"
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as s:
+        s.sendall(_search_head(body) + body + b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        data = b""
+        while len(_answers(data)) < 1:
+            data += s.recv(65536)
+        s.sendall(b"Connection: close\r\n\r\n")
+        data += _read_to_close(s)
+    answers = _answers(data)
+    assert [status for status, _ in answers] == [200, 200], data[:300]
+    assert len(json.loads(answers[0][1])["results"][0]["hits"]) == 3 and json.loads(answers[1][1])["status"] == "ok"
+
+
+def test_a_pipelined_head_is_refused_after_the_answer_before_it(impatient, scifact_index):
+    """The answer owed to a request goes out before the refusal of the next head on its connection: a
+    search of 40 long texts (computed for up to the 0.5 s request timeout) followed at once by the
+    start of a head, which 0.1 s later grows past 64 KiB in later reads: the search is answered
+    first (200, or 503 if it timed out), then 431 naming the headers, then the connection is closed.
+    (The 431 used to be written at once, before the search's answer, whose own write then failed.)"""
+    from spladekit.serve.app import MAX_HEAD_BYTES
+
+    _, queries = scifact_index
+    body = json.dumps({"query": [((q + " ") * 20)[:1900] for q in queries], "k": K}).encode()
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as s:
+        s.sendall(_search_head(body) + body + b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+        time.sleep(0.1)  # the padding comes in reads of its own, while the search is computed
+        for _ in range(2 * MAX_HEAD_BYTES // 8192):
+            s.sendall(b"a" * 8192)
+        data = _read_to_close(s)
+    answers = _answers(data)
+    assert [status for status, _ in answers] in ([200, 431], [503, 431]), data[:300]
+    assert json.loads(answers[1][1])["problems"][0]["field"] == "headers"
+
+
+def test_a_pipelined_heads_clock_starts_when_the_answer_before_it_is_written(impatient, scifact_index):
+    """A search of 40 long texts (its answer takes a while: up to the 0.5 s request timeout, then 503)
+    followed at once by a head that stops half way: the search is answered first (200, or 503 if it
+    timed out), and the half head gets its 408 a whole head timeout (1 s) after that answer, its turn
+    having come only then (nginx reads a pipelined request when the one before is answered). Before,
+    its clock ran from its first byte: the 408 was written over the pending answer whenever that took
+    longer than 1 s, and at most 1 s − the answer's time after it otherwise."""
+    _, queries = scifact_index
+    body = json.dumps({"query": [((q + " ") * 20)[:1900] for q in queries], "k": K}).encode()
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as s:
+        s.sendall(_search_head(body) + body + b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        data = b""
+        while len(_answers(data)) < 1:
+            data += s.recv(65536)
+        answered = time.monotonic()
+        data += _read_to_close(s)
+        refused = time.monotonic()
+    answers = _answers(data)
+    assert [status for status, _ in answers] in ([200, 408], [503, 408]), data[:300]
+    assert json.loads(answers[1][1])["error"].startswith("headers: the request's head was not received within 1 s")
+    # the server's timer may fire a little early (see the 408 of a body); the old clock came ≥ 0.1 s sooner
+    assert refused - answered >= 0.95, refused - answered
+
+
 # ----------------------------------------------------------------------------------- bad requests
 def _vec(indices, values):
     return {"vector": {"indices": indices, "values": values}}

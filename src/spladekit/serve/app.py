@@ -666,7 +666,11 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
     # the connection's opening (first request) or of its first byte (later requests on the
     # connection, after uvicorn's keep-alive wait): else 408 and the connection closed, as nginx's
     # client_header_timeout; a connection that sent nothing is closed without an answer (an
-    # unasked 408 would be read as the answer to a request the client sends later).
+    # unasked 408 would be read as the answer to a request the client sends later). Pipelined
+    # requests (the next head sent before the answer to the one before): answers go out in the
+    # requests' order, so a 431 for the next head waits for the pending answer, and the next head's
+    # clock starts when that answer is written; a head that begins inside a read after the previous
+    # request's body counts only what the parser has taken of it in that read (see data_received).
     if BOUNDS_HEAD:
 
         def _arm_head_timer(self) -> None:
@@ -681,17 +685,37 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             self._head_timer = None
             if self.transport.is_closing() or self._refused_head or not self._in_head:
                 return
-            if self._head_bytes == 0:  # an idle connection: nothing to answer
+            if self._message_done:  # an idle connection (no byte of a request came): nothing to answer
                 self.transport.close()
                 return
             self._refuse(b"408 Request Timeout", f"headers: the request's head was not received within {self.head_timeout_s:g} s "
                                                  f"({self._head_bytes} bytes came)", "not received in time")
 
+        def _answer_owed(self) -> bool:
+            """Whether an earlier request on this connection is still to be answered (pipelining)."""
+            return (self.cycle is not None and not self.cycle.response_complete) or bool(self.pipeline)
+
         def on_message_begin(self) -> None:
-            self._in_head, self._head_bytes = True, 0
-            if self._head_timer is None:  # a later request on a kept-alive connection: its clock starts now
+            self._in_head, self._head_bytes, self._message_done = True, 0, False
+            self._begins_in_read += 1
+            # a later request on a kept-alive connection: its clock starts now, or, pipelined behind a
+            # request still to be answered, when that answer is written (on_response_complete)
+            if self._head_timer is None and not self._answer_owed():
                 self._arm_head_timer()
             super().on_message_begin()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.transport.is_closing():
+                return
+            if self._pending_refusal is not None:  # a refusal of the next head, held back for this answer
+                self._write_refusal(self._pending_refusal)
+            elif self._in_head and not self._message_done and self._head_timer is None:
+                self._arm_head_timer()  # the pipelined request's head: its turn has come
+
+        def on_message_complete(self) -> None:
+            self._message_done = True
+            super().on_message_complete()
 
         def on_headers_complete(self) -> None:
             self._in_head = False
@@ -703,13 +727,26 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             super().on_headers_complete()
 
         _refused_head = False
+        _pending_refusal: bytes | None = None
+        _begins_in_read = 0  # requests begun in the read being parsed
+        _message_done = True  # the last request is whole (or none came yet): a read now starts with a new head
 
         def data_received(self, data: bytes) -> None:
             if self._refused_head:
                 return  # read and dropped until the client closes (or LINGER_S): see below
+            started_between = self._message_done
+            self._begins_in_read = 0
             super().data_received(data)
             if self._in_head:
-                self._head_bytes += len(data)
+                if self._begins_in_read > int(started_between):
+                    # the head began inside this read, after the previous request's bytes (pipelining): only
+                    # what the parser has passed on of it counts (its target and its whole header lines), so
+                    # the previous body is not taken for head bytes; a header line still open at the end of
+                    # the read counts from the next read on (a head can so reach MAX_HEAD_BYTES + one read,
+                    # 256 KiB, asyncio's recv size, before its 431)
+                    self._head_bytes = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+                else:
+                    self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
                     self._refuse(b"431 Request Header Fields Too Large", f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
                                  f"over {MAX_HEAD_BYTES} bytes")
@@ -723,8 +760,16 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             self._refused_head = True
             self._cancel_head_timer()
             body = json.dumps({"error": error, "problems": [{"field": "headers", "message": problem}]}).encode()
-            self.transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
-                                 b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+            answer = (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+                      b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+            if self._answer_owed():  # answers go out in the requests' order: this one after the pending one
+                self._pending_refusal = answer
+            else:
+                self._write_refusal(answer)
+
+        def _write_refusal(self, answer: bytes) -> None:
+            self._pending_refusal = None
+            self.transport.write(answer)
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
