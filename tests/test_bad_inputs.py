@@ -653,12 +653,15 @@ def test_read_json_refuses_repeated_keys_at_any_depth(tmp_path):
 
 
 def test_repeated_key_finds_the_first_key_given_twice_in_one_object():
-    """read_json's rule for JSON text from elsewhere (a request body): the key, at any depth, or None."""
+    """read_json's rule for JSON text from elsewhere (a request body): where the key is, at any depth
+    (keys and list positions, dotted), or None."""
     from spladekit.io import repeated_key
 
     assert repeated_key('{"a": {"k": 1}, "b": [{"k": 2}, {"k": 3}]}') is None  # the same key in different objects
     assert repeated_key(b'{"k": 5, "q": "x", "k": 500}') == "k"
-    assert repeated_key('[{"v": {"i": [1], "w": [1.0], "w": [2.0]}}]') == "w"
+    assert repeated_key('[{"v": {"i": [1], "w": [1.0], "w": [2.0]}}]') == "0.v.w"
+    assert repeated_key('{"a": [1, {"b": 1}, {"c": {"d": 1, "d": 2}}], "e": {"f": 1, "f": 2}}') == "a.2.c.d"  # document order
+    assert repeated_key('{"x": {"y": 1, "y": 2}, "x": 3}') == "x"  # the outer object first
     assert repeated_key('{"a": 1, "\\u0061": 2}') == "a"  # an escape is the character it stands for
 
 

@@ -578,7 +578,7 @@ BAD = [  # (what, raw body or JSON object, status, field named in the message)
     ("nested too deep", b"[" * 5000, 400, "body"),
     ("unknown field", {"query": "protein", "kk": 3}, 422, "kk"),
     ("repeated key", b'{"query": "protein", "k": 5, "k": 500}', 422, "k"),  # Python's json and pydantic keep the last
-    ("repeated nested key", b'{"vector": {"indices": [5], "values": [1.0], "values": [2.0]}}', 422, "values"),
+    ("repeated nested key", b'{"vector": {"indices": [5], "values": [1.0], "values": [2.0]}}', 422, "vector.values"),
     ("k = 0", {"query": "protein", "k": 0}, 422, "k"),
     ("k over max_k", {"query": "protein", "k": 1001}, 422, "k"),
     ("k a string", {"query": "protein", "k": "10"}, 422, "k"),
@@ -623,6 +623,21 @@ def test_bad_requests_refused_and_the_next_request_served(server):
         after = httpx.post(server.url + "/search", json=good)
         assert after.status_code == 200, (what, after.text)
         assert after.json()["results"] == first.json()["results"], what  # same answer: the server is unharmed
+
+
+@pytest.mark.parametrize("body, field", [
+    (b'{"query": "protein", "k": 5, "k": 500}', "k"),
+    (b'{"vector": [{"indices": [1000], "values": [1.0]}, {"indices": [2000], "values": [1.0], "values": [2.0]}], "k": 3}',
+     "vector.1.values"),  # named by its place, as pydantic names fields
+    (b'{"vector": {"indices": [1000], "values": [1.0], "indices": [2000]}}', "vector.indices"),
+    (b'{"query": "protein", "query": 5}', "query"),  # found before validation, which judged only the last value (query.0)
+])
+def test_a_repeated_key_is_named_by_its_path(server, body, field):
+    response = httpx.post(server.url + "/search", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["problems"] == [{"field": field, "message": f"'{field.rpartition('.')[2]}' appears more than once in one "
+                                                                        "object (which value is meant?)"}], response.text
+    assert response.json()["error"].startswith(f"{field}: ")
 
 
 @pytest.mark.parametrize("content_type, status", [

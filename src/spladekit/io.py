@@ -297,19 +297,50 @@ def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
     return table
 
 
+class _Repeated(dict):
+    """An object of the document that repeats ``key`` (what :func:`repeated_key`'s parse returns for it)."""
+
+    key = ""
+
+
+def _mark_repeated_keys(pairs: list[tuple[str, Any]], found: list) -> dict:
+    table = dict(pairs)
+    if len(table) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                table = _Repeated(table)
+                table.key = key
+                found.append(table)
+                break
+            seen.add(key)
+    return table
+
+
 def repeated_key(text: str | bytes) -> str | None:
-    """The first key that appears twice within one object of the JSON document ``text`` (at any
-    depth), or None when every object's keys are unique: the rule of :func:`read_json` for JSON that
-    does not come from a file (a request body already validated by another parser, which kept the last
-    value in silence).
+    """Where a key first appears twice within one object of the JSON document ``text`` (at any depth;
+    objects in document order, outer before inner), as a dotted path of the keys and list positions
+    leading to it (``"k"``, ``"vector.1.values"``, as pydantic names fields), or None when every
+    object's keys are unique: the rule of :func:`read_json` for JSON that does not come from a file
+    (a request body another parser reads keeping the last value in silence).
 
     Raises:
-        json.JSONDecodeError: ``text`` is not JSON.
+        json.JSONDecodeError: ``text`` is not JSON. RecursionError: nested deeper than Python's
+            ``json`` parses.
     """
-    try:
-        json.loads(text, object_pairs_hook=_refuse_repeated_keys)
-    except _RepeatedKey as exc:
-        return exc.key
+    found: list = []
+    document = json.loads(text, object_pairs_hook=lambda pairs: _mark_repeated_keys(pairs, found))
+    if not found:
+        return None  # the usual case: no walk
+    stack: list[tuple[Any, tuple]] = [(document, ())]
+    while stack:  # depth first, in document order (children pushed in reverse)
+        node, path = stack.pop()
+        if isinstance(node, _Repeated):
+            return ".".join(str(part) for part in (*path, node.key))
+        if isinstance(node, dict):
+            stack.extend((value, (*path, key)) for key, value in reversed(list(node.items())))
+        elif isinstance(node, list):
+            stack.extend((value, (*path, i)) for i, value in reversed(list(enumerate(node))))
     return None
 
 

@@ -519,16 +519,21 @@ def create_app(config: ServeConfig, service: Service | None = None):
             return _error(415, f"content-type: the body must be sent as application/json (got {content_type or 'no Content-Type'}; "
                                "curl: -H 'Content-Type: application/json')", [{"field": "content-type", "message": "not JSON"}])
         raw = await request.body()
+        # pydantic's parser keeps the last of repeated keys ({"k": 5, "k": 500} asked for 500): refused, as
+        # read_json does and as Elasticsearch does since 6.0 ("Breaking changes in 6.0": duplicate keys),
+        # before validation, which would judge only the last value; a body Python's json cannot read
+        # (malformed, nested too deep) is left to pydantic's parser, whose 400 names line and column
+        try:
+            repeated = repeated_key(raw)
+        except (ValueError, RecursionError):
+            repeated = None
+        if repeated is not None:
+            message = f"'{repeated.rpartition('.')[2]}' appears more than once in one object (which value is meant?)"
+            return _error(422, f"{repeated}: {message}", [{"field": repeated, "message": message}])
         try:
             body = SearchRequest.model_validate_json(raw)
         except ValidationError as exc:
             return _refusal(exc)
-        # pydantic's parser keeps the last of repeated keys ({"k": 5, "k": 500} asked for 500): refused, as
-        # read_json does and as Elasticsearch does since 6.0 ("Breaking changes in 6.0": duplicate keys)
-        repeated = repeated_key(raw)
-        if repeated is not None:
-            message = f"'{repeated}' appears more than once in one object (which value is meant?)"
-            return _error(422, f"{repeated}: {message}", [{"field": repeated, "message": message}])
         try:
             answer = await batcher.submit(body, body.size, config.request_timeout_s, time.perf_counter() - arrived,
                                           gone=lambda: _disconnected(request))
