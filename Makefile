@@ -13,14 +13,16 @@ STAMP := $(VENV)/.spladekit-installed
 
 .PHONY: setup setup-demo demo test test-engines test-matrix clean
 
+# --no-compile: no bytecode for the thousands of modules the demo never imports (torch's and
+# transformers' own tests, other model families); Python writes it for those it imports, at first use.
 $(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e .
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --no-compile torch==2.13.0
+	$(PY) -m pip install -q --no-compile -e .
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh
+	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
 	sh scripts/setup-engines.sh $(PY)
 	touch $(STAMP)
