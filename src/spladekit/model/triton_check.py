@@ -44,8 +44,8 @@ eq. 3.5 and §3.1), so with ``S = max_t S_t``:
 
 The bound is the sum of the two paths' errors, doubled (:data:`SAFETY`) for the float32 rounding of
 ``S`` itself and of the comparison, plus the smallest normal float32 (``S = 0``). A wrong kernel (a
-tile edge, a stride, a mask) errs by a sizeable fraction of ``S``, far above it: float32 ~ ``5·10⁻⁶ S``
-at H = 768, bf16 ~ ``0.03 S``. The same bound holds for the logit at the kernel's ``t*``, recomputed
+tile edge, a stride, a mask) errs by a sizeable fraction of ``S``, far above it: at H = 768 the bound
+is ``4 γ_769(2⁻²⁴) S ≈ 1.8·10⁻⁴ S`` in float32 and ``≈ 0.031 S`` in bf16. The same bound holds for the logit at the kernel's ``t*``, recomputed
 here in float32 (one more ``γ_{H+1}(2⁻²⁴) · S``).
 """
 
