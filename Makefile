@@ -13,12 +13,12 @@ STAMP := $(VENV)/.spladekit-installed
 
 .PHONY: setup setup-demo demo test test-engines test-matrix clean
 
-# --no-compile: no bytecode for the thousands of modules the demo never imports (torch's and
-# transformers' own tests, other model families); Python writes it for those it imports, at first use.
+# One pip call (CPU torch pinned in it when no torch is there). --no-compile: no bytecode for the
+# thousands of modules the demo never imports (torch's and transformers' own tests, other model
+# families); Python writes it for those it imports, at first use.
 $(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --no-compile torch==2.13.0
-	$(PY) -m pip install -q --no-compile -e .
+	$(PY) -m pip install -q --no-compile $$($(PY) -c "import torch" 2>/dev/null || echo torch==2.13.0) -e .
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh

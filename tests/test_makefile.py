@@ -28,7 +28,7 @@ def _plan(target: str, tmp_path: Path) -> list[str]:
 def test_demo_installs_the_core_package_only(tmp_path):
     plan = _plan("demo", tmp_path)
     installs = [line for line in plan if " pip install " in line]
-    assert any(line.endswith("install -q --no-compile -e .") for line in installs), installs
+    assert any(line.endswith(" -e .") and "--no-compile" in line and "torch==2.13.0" in line for line in installs), installs
     assert not any("[test]" in line for line in plan) and not any("setup-engines" in line for line in plan), plan
     assert plan[-1].endswith("bin/spladekit demo")
 
