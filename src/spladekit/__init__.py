@@ -19,7 +19,7 @@ import importlib
 # subpackage's first load, as the eager imports of this module always did.
 from spladekit.evaluate.metrics import EvalConventions, evaluate  # noqa: E402
 
-__version__ = "0.1.0"
+from spladekit.version import __version__  # noqa: E402,F401
 
 # public name -> the module that defines it (imported when the name is first read)
 _EXPORTS = {

@@ -80,7 +80,7 @@ def create_app(config: ServeConfig, service: Service | None = None):
         ValueError: the API key file is unreadable or empty.
         DataFormatError, ResolutionError, HeadNotFoundError: see :class:`Service`.
     """
-    import spladekit
+    from spladekit.version import __version__
 
     key = read_api_key(config.api_key_file) if config.api_key_file else None
     service = service or Service(config)
@@ -108,7 +108,7 @@ def create_app(config: ServeConfig, service: Service | None = None):
             uvicorn_log.info("Finished server process [%d]", os.getpid())
             exit_quietly(0)
 
-    app = FastAPI(title="spladekit", version=spladekit.__version__, lifespan=lifespan,
+    app = FastAPI(title="spladekit", version=__version__, lifespan=lifespan,
                   description=f"SPLADE retrieval over {service.num_docs} documents (index {Path(config.index).name}).")
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
     app.add_middleware(ConnectionLimit, max_connections=config.max_connections, connections=_open_connections)  # outermost

@@ -57,7 +57,7 @@ class Service:
         self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
 
     def info(self) -> dict:
-        import spladekit
+        from spladekit.version import __version__
 
         meta = self.index.metadata
         settings = self.config.model_dump(exclude={"api_key_file"})
@@ -67,7 +67,7 @@ class Service:
             m = self.encoder.metadata
             encoder = {"kind": self.encoder_kind, "model": self.config.model or meta.get("model"),
                        "query_max_length": m.query_max_length, "query_top_k": m.query_top_k}
-        return {"server": {"name": "spladekit", "version": spladekit.__version__, "settings": settings},
+        return {"server": {"name": "spladekit", "version": __version__, "settings": settings},
                 "index": {"num_docs": self.num_docs, "vocab_size": self.vocab_size, "model": meta.get("model"),
                           "query_max_length": meta.get("query_max_length"), "doc_max_length": meta.get("doc_max_length"),
                           "content_hash": meta.get("content_hash"), "metadata": meta},
