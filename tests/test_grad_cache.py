@@ -26,7 +26,7 @@ from train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E
 from spladekit.train import distributed as D  # noqa: E402
 from spladekit.train.cached import mini_batch_bounds  # noqa: E402
 from spladekit.train.data import global_batch  # noqa: E402
-from spladekit.train.loop import _Encoder, compute_loss, load_model, train_step  # noqa: E402
+from spladekit.train.loop import _Encoder, attach_query_weights, compute_loss, load_model, train_step  # noqa: E402
 
 U = 2.0**-24  # float32 unit roundoff
 LAMBDA_Q, LAMBDA_D = 0.05, 0.08  # large enough that the FLOPS terms weigh in the gradient
@@ -45,10 +45,13 @@ def dropout_model(tmp_path_factory) -> Path:
 def _setup(model_dir: Path, batch_size: int = 8, **overrides):
     config = tiny_config(model_dir, batch_size=batch_size, **overrides)
     model, tokenizer, _ = load_model(config)
+    examples = make_examples()
+    if config.model.query_encoder == "inference-free":
+        attach_query_weights(model, tokenizer, examples, config)
     model.train()
     encoder = _Encoder(model, tokenizer, config, torch.device("cpu"))
     need_teacher = config.loss.kind != "infonce"
-    batch = global_batch(make_examples(), 0, batch_size, config.data.num_negatives, config.seed, need_teacher)
+    batch = global_batch(examples, 0, batch_size, config.data.num_negatives, config.seed, need_teacher)
     return config, model, encoder, batch
 
 
@@ -81,14 +84,19 @@ def reference_gradients(model_dir: Path, seed: int = 1, scale: float = 1.0, **ov
     teacher = torch.tensor(batch.teacher, dtype=torch.float32) if batch.teacher is not None else None
     total, parts = compute_loss(q, d, teacher, g, config, LAMBDA_Q, LAMBDA_D)
     params = _params(model)
-    grad_q, grad_d = torch.autograd.grad(total * scale, [q, d], retain_graph=True)
-    contributions = []  # one per (mini-batch, side): 2K terms reach each parameter
+    if q.requires_grad:
+        grad_q, grad_d = torch.autograd.grad(total * scale, [q, d], retain_graph=True)
+    else:  # a frozen inference-free query side
+        grad_q, (grad_d,) = torch.zeros_like(q), torch.autograd.grad(total * scale, [d], retain_graph=True)
+    contributions = []  # one per (mini-batch, side): 2K terms reach each parameter (K when queries are frozen)
     q_at = d_at = 0
     for k, v in enumerate(vectors):
         if k % 2 == 0:
             gv, q_at = grad_q[q_at : q_at + len(v)], q_at + len(v)
         else:
             gv, d_at = grad_d[d_at : d_at + len(v)], d_at + len(v)
+        if not v.requires_grad:  # a frozen inference-free query side: no term
+            continue
         grads = torch.autograd.grad(v, [p for _, p in params], gv, retain_graph=True, allow_unused=True)
         contributions.append([torch.zeros_like(p) if gr is None else gr for (_, p), gr in zip(params, grads)])
     (total * scale).backward()
@@ -167,6 +175,19 @@ def test_cached_with_accumulation_margin_mse_and_fp16_scaler(dropout_model):
     assert_same_vectors(tensors, ref)
     assert ref["terms"] == 8
     assert parts["loss"] == ref["parts"]["loss"]  # exact: the same vectors into the same loss code
+    assert_within_bound(cached, ref)
+
+
+@pytest.mark.parametrize("trained", [True, False])
+def test_cached_inference_free_query_side(dropout_model, trained):
+    # the bag-of-tokens query side: trained jointly (its θ gets a gradient) or frozen (no graph on
+    # the query side: only the documents are re-encoded and back-propagated)
+    settings = dict(model__query_encoder="inference-free", model__train_query_weights=trained,
+                    cached={"mini_batch_size": 3})
+    parts, tensors, cached = cached_gradients(dropout_model, **settings)
+    ref = reference_gradients(dropout_model, **settings)
+    assert_same_vectors(tensors, ref)
+    assert any("query_weights" in name for name in cached) == trained
     assert_within_bound(cached, ref)
 
 

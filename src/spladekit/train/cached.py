@@ -20,7 +20,7 @@ One step, per process:
    the parameter gradients; the graph of one mini-batch is freed before the next.
 
 Peak memory: one mini-batch's graph plus the batch's vectors and their gradient (O(B·G·V), not
-O(B·G·L·H·layers)); time: one extra forward (≈ 4/3 of an uncached step). Mixed precision: the
+O(B·G·L·H·layers)); time: one extra forward of every mini-batch. Mixed precision: the
 encoder runs under autocast in both passes and the vectors are float32; with a ``GradScaler`` the
 scaled loss is back-propagated, so ``g`` and all parameter gradients carry the scale, which the
 loop unscales once. Gradient accumulation (``grad_accum``) and caching combine: the per-process

@@ -163,7 +163,7 @@ class CachedConfig(Settings):
     of the batch ``mini_batch_size`` queries (with their documents) at a time, first without a graph,
     then again per mini-batch to back-propagate the loss gradient cached at the SPLADE vectors. The
     loss, in-batch negatives and FLOPS term stay those of the whole ``batch_size``; memory is that of
-    one mini-batch plus the batch's vectors, time about 4/3 of an uncached step."""
+    one mini-batch plus the batch's vectors, time one extra forward."""
 
     mini_batch_size: int = Field(ge=1, description="queries per encoding pass and process (their documents come with them)")
 
