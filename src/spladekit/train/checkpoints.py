@@ -11,19 +11,11 @@ import torch
 
 import spladekit.train.distributed as D
 from spladekit.io import replace_folder, write_yaml
+from spladekit.train.cached import rng_state as _rng_state
+from spladekit.train.cached import set_rng_state as _set_rng_state
 from spladekit.train.config import TrainConfig
 
 CHECKPOINTS = "checkpoints"
-
-
-def _rng_state(device: torch.device):
-    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
-
-
-def _set_rng_state(state, device: torch.device) -> None:
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state(state[1], device)
 
 
 # ------------------------------------------------------------------------------------ checkpoints

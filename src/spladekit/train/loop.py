@@ -4,7 +4,7 @@ One optimiser step on a global batch of ``B`` queries (each with a positive and 
 negatives, see :mod:`spladekit.train.data`):
 
 1. every process encodes its ``B / world`` queries and their documents, in ``grad_accum``
-   micro-batches;
+   micro-batches, each cut every ``cached.mini_batch_size`` examples when set;
 2. the vectors are gathered over processes with their gradient and the loss is computed on the
    global batch (:mod:`spladekit.train.distributed`):
 
@@ -12,12 +12,11 @@ negatives, see :mod:`spladekit.train.data`):
 
    with ``L_rank`` InfoNCE / MarginMSE / KL (:mod:`spladekit.train.losses`), ``R`` the FLOPS or L1
    regulariser and ``λ(t)`` its quadratic warm-up (:mod:`spladekit.train.regularizers`);
-3. with ``grad_accum > 1`` the micro-batches are first encoded without gradient, the loss gradient
-   with respect to the vectors is computed once on the whole batch, and each micro-batch is then
-   re-encoded (same dropout, RNG replayed) and back-propagated with that gradient (the "gradient
-   cache" of Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited
-   Setup"). So the loss, the in-batch negatives and the FLOPS term are those of the global batch,
-   whatever the number of processes and of accumulation steps;
+3. with more than one micro-batch, the gradient cache of Gao et al. 2021 (:mod:`spladekit.train.cached`):
+   encode without a graph, the loss gradient at the vectors once on the whole batch, then re-encode
+   each micro-batch (RNG replayed: same dropout) and back-propagate it. So the loss, the in-batch
+   negatives and the FLOPS term are those of the global batch, whatever the number of processes,
+   accumulation steps and mini-batches;
 4. gradients are averaged over processes, clipped, and AdamW with linear warm-up/decay steps.
 
 The SPLADE activation runs in float32 under bf16/fp16 autocast (:mod:`spladekit.model.pooling`).
@@ -37,6 +36,7 @@ import torch
 
 from spladekit.io import atomic_folder, write_json, write_yaml
 import spladekit.train.distributed as D
+from spladekit.train.cached import cached_step, mini_batch_bounds
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
 from spladekit.train.dev import BestTracker, evaluate_dev, load_dev_set
@@ -240,11 +240,11 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         raise ValueError(f"batch_size {len(batch.queries)} must divide by world_size × grad_accum "
                          f"= {info.world_size} × {config.grad_accum}")
     local = batch.slice(info.rank * per_process, (info.rank + 1) * per_process)
-    micro = per_process // config.grad_accum
-    m = config.model
-    tokens = [(encoder.query_tokens(local.queries[i : i + micro], m.query_max_length),
-               encoder.tokens(local.docs[i * local.group : (i + micro) * local.group], m.doc_max_length))
-              for i in range(0, per_process, micro)]
+    m, g = config.model, local.group
+    mini = config.cached.mini_batch_size if config.cached is not None else None
+    tokens = [(encoder.query_tokens(local.queries[lo:hi], m.query_max_length),
+               encoder.tokens(local.docs[lo * g : hi * g], m.doc_max_length))
+              for lo, hi in mini_batch_bounds(per_process, mini, config.grad_accum)]
     teacher = (torch.tensor(batch.teacher, dtype=torch.float32, device=encoder.device)
                if batch.teacher is not None else None)
 
@@ -259,28 +259,10 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         (scaler.scale(total) if scaler is not None else total).backward()
 
     if len(tokens) == 1:
-        q, d = encoder.query(tokens[0][0]), encoder(tokens[0][1])
-        total, parts, q_all, d_all = loss_of(q, d)
+        total, parts, q_all, d_all = loss_of(encoder.query(tokens[0][0]), encoder(tokens[0][1]))
         backward(total)
-    else:  # gradient cache: encode without graph, loss gradient on the vectors, re-encode and back-propagate
-        states, qs, ds = [], [], []
-        with torch.no_grad():
-            for tq, td in tokens:
-                states.append(_rng_state(encoder.device))
-                qs.append(encoder.query(tq))
-                ds.append(encoder(td))
-        end_state = _rng_state(encoder.device)
-        q_cat = torch.cat(qs).requires_grad_(True)
-        d_cat = torch.cat(ds).requires_grad_(True)
-        total, parts, q_all, d_all = loss_of(q_cat, d_cat)
-        backward(total)
-        for k, (tq, td) in enumerate(tokens):
-            _set_rng_state(states[k], encoder.device)
-            q, d = encoder.query(tq), encoder(td)
-            gq = q_cat.grad[k * micro : (k + 1) * micro]
-            gd = d_cat.grad[k * micro * batch.group : (k + 1) * micro * batch.group]
-            torch.autograd.backward([q, d], [gq, gd])
-        _set_rng_state(end_state, encoder.device)
+    else:  # gradient cache (spladekit.train.cached): the loss of the whole batch, one mini-batch graph at a time
+        total, parts, q_all, d_all = cached_step(encoder.query, encoder, tokens, loss_of, backward, encoder.device)
     parts = {"loss": float(total.detach()), **parts}
     return parts, {"q": q_all, "d": d_all, "doc_tokens": tokens[0][1]}
 
