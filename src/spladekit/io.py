@@ -145,25 +145,6 @@ def ensure_folder(path: str | Path) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def removing_new_parents(path: str | Path) -> Iterator[None]:
-    """Undo the parent folders of ``path`` that the block creates, if it fails: the folders above
-    ``path`` missing when the block starts are removed again, deepest first, when it raises and they
-    are still empty (so a failed run leaves no empty folder behind; a folder something else wrote
-    into is kept). ``path`` itself is left to the atomic writers, which create it only on success."""
-    path = Path(path).absolute()
-    missing = [parent for parent in path.parents if not parent.exists()]  # deepest first
-    try:
-        yield
-    except BaseException:
-        for parent in missing:
-            try:
-                parent.rmdir()  # only an empty folder goes
-            except OSError:
-                break
-        raise
-
-
 def check_output_folder(out: str | Path, kind: str, markers: tuple[str, ...], inputs: dict[str, Any] | None = None,
                         option: str = "--out") -> Path:
     """Refuse an output folder a command would replace or write into wrongly, before any work.

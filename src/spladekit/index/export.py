@@ -28,6 +28,7 @@ ciff                ``index.ciff``         CIFF postings, integer impacts (PISA 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -38,7 +39,7 @@ import scipy.sparse as sp
 from spladekit.errors import DataFormatError, RepeatedIdError
 from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, seismic_jsonl
 from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary, save_index
-from spladekit.io import atomic_write, removing_new_parents, scratch_folder, staged_files, write_json
+from spladekit.io import atomic_write, scratch_folder, staged_files, write_json
 
 FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic", "ciff")
 FILES = {
@@ -391,6 +392,25 @@ def streamed_import(fmt: str, path: Path, vocabulary: Sequence[str], scale: floa
     return doc_ids, rows.blocks(memory_budget)
 
 
+@contextlib.contextmanager
+def _removing_new_parents(path: str | Path) -> Iterator[None]:
+    """Undo the parent folders of ``path`` that the block creates, if it fails: the folders above
+    ``path`` missing when the block starts are removed again, deepest first, when it raises and they
+    are still empty (so a failed run leaves no empty folder behind; a folder something else wrote
+    into is kept). ``path`` itself is left to the atomic writers, which create it only on success."""
+    path = Path(path).absolute()
+    missing = [parent for parent in path.parents if not parent.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for parent in missing:
+            try:
+                parent.rmdir()  # only an empty folder goes
+            except OSError:
+                break
+        raise
+
+
 def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: str | Path, scale: float | None = None, metadata: dict | None = None,
                     memory_budget: int | None = None) -> Path:
     """Import a file of format ``fmt`` (a file, or an export folder; ``scale`` and options as
@@ -426,11 +446,11 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     meta.update(imported_from=str(path), imported_format=fmt)
     if fmt == "ciff":
         matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
-        with removing_new_parents(out):
+        with _removing_new_parents(out):
             return save_index(out, matrix, ids, meta, vocabulary=vocabulary, memory_budget=budget)
     source, scale, options = resolve_import(fmt, path, scale, {})
     check_manifest(path, len(vocabulary))
-    with removing_new_parents(out), scratch_folder(out) as spill:  # beside the index folder (its file system)
+    with _removing_new_parents(out), scratch_folder(out) as spill:  # beside the index folder (its file system)
         ids, blocks = streamed_import(fmt, source, vocabulary, scale, options, spill, budget)
         check_manifest(path, len(vocabulary), len(ids))  # before the folder is begun
         try:
