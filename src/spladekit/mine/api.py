@@ -117,8 +117,11 @@ def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> Min
                          "scores": [positive_scores[q].get(p, 0.0)] + [s for _, s in selection.negatives]})
     stats = {"queries": len(qids), "num_negatives": config.num_negatives, "range_max": range_max, "depth": depth,
              "teachers": list(config.teachers), "removed": totals, "rows": len(rows), "short_queries": short}
+    if not rows:
+        raise ValueError(f"no query kept {config.num_negatives} negatives, nothing to write ({stats_line(stats)}); "
+                         "loosen the filters (range_max, margins, max_score) or lower num_negatives")
     with staged_files(out) as tmp:
-        write_dataset(tmp / "dataset", rows, config.num_negatives, teacher)
+        write_dataset(tmp / "dataset", rows, config.num_negatives, teacher, show_progress)
         write_naver(tmp / "naver", data.queries, data.positives, negatives, data.corpus, naver_scores if teacher else None)
         write_json(tmp / "stats.json", stats)
         write_yaml(tmp / "mine.yaml", config.model_dump(mode="json"))

@@ -28,7 +28,7 @@ def _tsv(text: str) -> str:
     return _TSV_BREAKS.sub(" ", text)
 
 
-def write_dataset(folder: Path, rows: list[dict], num_negatives: int, with_scores: bool) -> None:
+def write_dataset(folder: Path, rows: list[dict], num_negatives: int, with_scores: bool, show_progress: bool = True) -> None:
     """``rows``: ``{query_id, query, positive_id, positive, negatives: [(id, text)], scores}``; written to ``folder``."""
     import datasets
 
@@ -54,7 +54,16 @@ def write_dataset(folder: Path, rows: list[dict], num_negatives: int, with_score
     if with_scores:
         features["scores"] = datasets.Sequence(datasets.Value("float64"))
     dataset = datasets.Dataset.from_dict(columns, features=datasets.Features({n: features[n] for n in columns}))
-    dataset.save_to_disk(str(folder))
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    quiet = not show_progress and not are_progress_bars_disabled()
+    if quiet:
+        disable_progress_bars()
+    try:
+        dataset.save_to_disk(str(folder))
+    finally:
+        if quiet:
+            enable_progress_bars()
 
 
 def write_naver(folder: Path, queries: dict[str, str], positives: dict[str, list[str]], negatives: dict[str, list[str]],
