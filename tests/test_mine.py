@@ -234,3 +234,46 @@ def test_cli_mine_bm25_and_errors(tmp_path, shared):
         assert [row["negative_1_id"], row["negative_2_id"]] == expect
     bad = CliRunner().invoke(app, ["mine", "--data", str(scifact), "--out", str(tmp_path / "x"), "--candidates", "run"])
     assert bad.exit_code == 2 and "run" in bad.output
+
+
+def test_model_candidates_are_the_dot_product_top_k(texts, tmp_path):
+    """candidates=model: an index built on the fly (and a given index) ranks by the SPLADE dot product:
+    the negatives equal the best non-positive documents of q·d computed here from the encoder's vectors."""
+    from spladekit.index.index import Index
+    from spladekit.mine.inputs import read_mining_input
+    from spladekit.model.encoder import SpladeEncoder
+
+    folder, _, _ = texts
+    model = make_tiny_model(tmp_path / "splade")
+    base = dict(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"), candidates="model",
+                model=str(model), num_negatives=2)
+    data = read_mining_input(MineConfig(**base))
+    encoder = SpladeEncoder.from_pretrained(str(model))
+    doc_ids = list(data.corpus)
+    scores = (encoder.encode_queries(list(data.queries.values())) @ encoder.encode_documents(list(data.corpus.values())).T).toarray()
+    expect = {}
+    for qid, row in zip(data.queries, scores):
+        order = sorted(range(len(doc_ids)), key=lambda j: (-row[j], doc_ids[j]))  # ties by id: spladekit's search rule
+        expect[qid] = [doc_ids[j] for j in order if doc_ids[j] not in data.positives[qid]][:2]
+    mine(MineConfig(**base), tmp_path / "fly", show_progress=False)
+    Index.build(encoder, data.corpus, tmp_path / "index", distributed=False)
+    mine(MineConfig(**{**base, "index": str(tmp_path / "index")}), tmp_path / "given", show_progress=False)
+    for out in ("fly", "given"):
+        rows = datasets.load_from_disk(str(tmp_path / out / "dataset"))
+        got = {r["query_id"]: [r["negative_1_id"], r["negative_2_id"]] for r in rows}
+        assert got == expect
+
+
+def test_teachers_are_averaged(ce, texts, tmp_path):
+    from sentence_transformers import CrossEncoder
+
+    folder, _, _ = texts
+    second = make_cross_encoder(tmp_path / "second", seed=9)
+    out = tmp_path / "two"
+    mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"), teachers=[str(ce), str(second)],
+                    num_negatives=2, max_queries=3), out, show_progress=False)
+    models = [CrossEncoder(str(ce), device="cpu"), CrossEncoder(str(second), device="cpu")]
+    for row in datasets.load_from_disk(str(out / "dataset")):
+        for doc, score in zip([row["positive"], row["negative_1"], row["negative_2"]], row["scores"]):
+            each = [float(m.predict([(row["query"], doc)], show_progress_bar=False)[0]) for m in models]
+            assert close(score, (each[0] + each[1]) / 2)
