@@ -118,7 +118,10 @@ def _from_pairs(pairs: list[tuple[str, str]], corpus: dict[str, str], source: st
             queries[query_ids[query]] = query
         qid = query_ids[query]
         if positive not in by_text:
-            doc_id = f"pos-{len(by_text)}"
+            doc_id, k = f"pos-{len(by_text)}", len(by_text)
+            while doc_id in corpus:  # never reuse an id of the given corpus
+                k += 1
+                doc_id = f"pos-{k}"
             by_text[positive] = doc_id
             corpus[doc_id] = positive
         docs = positives.setdefault(qid, [])
