@@ -277,3 +277,17 @@ def test_teachers_are_averaged(ce, texts, tmp_path):
         for doc, score in zip([row["positive"], row["negative_1"], row["negative_2"]], row["scores"]):
             each = [float(m.predict([(row["query"], doc)], show_progress_bar=False)[0]) for m in models]
             assert close(score, (each[0] + each[1]) / 2)
+
+
+def test_hf_pairs_equal_tsv_pairs(texts, tmp_path):
+    """The same (query, positive) pairs as a Hugging Face dataset file and as a TSV mine the same rows (BM25)."""
+    folder, pairs, _ = texts
+    datasets.Dataset.from_dict({"anchor": [q for q, _ in pairs], "positive": [p for _, p in pairs]}).to_parquet(str(tmp_path / "p.parquet"))
+    common = dict(corpus=str(folder / "corpus.tsv"), num_negatives=2)
+    mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", **common), tmp_path / "tsv", show_progress=False)
+    mine(MineConfig(data=str(tmp_path / "p.parquet"), format="hf", **common), tmp_path / "hf", show_progress=False)
+    a, b = (datasets.load_from_disk(str(tmp_path / x / "dataset")).to_list() for x in ("tsv", "hf"))
+    assert a == b and len(a) == len(pairs)
+    with pytest.raises(Exception, match="line 1"):
+        (tmp_path / "bad.tsv").write_text("only one field\n")
+        mine(MineConfig(data=str(tmp_path / "bad.tsv"), format="tsv", **common), tmp_path / "bad", show_progress=False)

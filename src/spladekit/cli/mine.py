@@ -26,6 +26,7 @@ def mine(
     teacher: List[str] = typer.Option([], "--teacher", help="cross-encoder (folder or hub id); repeat to average several"),
     activation: str = typer.Option("identity", help="identity (raw logits) | sigmoid | model"),
     teacher_batch_size: int = typer.Option(32, help="pairs per cross-encoder batch"),
+    teacher_max_length: Optional[int] = typer.Option(None, help="cross-encoder max tokens per pair (default: its own)"),
     chunk_queries: int = typer.Option(256, help="queries per resumable scoring chunk"),
     num_negatives: int = typer.Option(3, help="negatives per query"),
     range_min: int = typer.Option(0, help="skip the first N surviving candidates"),
@@ -53,7 +54,8 @@ def mine(
     try:
         config = MineConfig(data=data, format=format, split=split, corpus=corpus, max_queries=max_queries,
                             candidates=candidates, model=model, index=index, run=run, depth=depth, teachers=teacher,
-                            activation=activation, teacher_batch_size=teacher_batch_size, chunk_queries=chunk_queries,
+                            activation=activation, teacher_batch_size=teacher_batch_size,
+                            teacher_max_length=teacher_max_length, chunk_queries=chunk_queries,
                             num_negatives=num_negatives, range_min=range_min, range_max=range_max, max_score=max_score,
                             min_score=min_score, absolute_margin=absolute_margin, relative_margin=relative_margin,
                             sampling=sampling, seed=seed, device=device)
