@@ -103,3 +103,41 @@ def test_stale_irds_version_is_refused_before_ir_datasets_deletes(env):
 def test_unknown_id(env):
     tmp, scifact = env
     assert "does not know" in run_irds(tmp, scifact, "irds:no-such/dataset")["error"]
+
+
+TRIPLES_SCRIPT = """
+import json, sys
+from spladekit.train.config import DataConfig
+from spladekit.train.data import load_training_examples
+examples = load_training_examples(DataConfig(format="triples", path=sys.argv[1], max_queries=int(sys.argv[2])))
+print(json.dumps([[e.qid, e.query, e.positives, e.negatives] for e in examples]))
+"""
+
+
+def test_irds_training_triples_equal_the_text_triples(tmp_path):
+    """``irds:msmarco-passage/train/triples-small`` (docpairs qid, pid+, pid-) from a cache in ir_datasets'
+    layout (``collection.tsv``, ``train/queries.tsv``, ``train/small.triples.qidpid.tsv``: its Cache files,
+    and ``irds_version.txt`` v2) reads to the examples of the same triples as a text TSV."""
+    from spladekit.train.data import iter_triples
+
+    base = tmp_path / "irds-home" / "msmarco-passage"
+    (base / "train").mkdir(parents=True)
+    passages = {str(p): f"passage {p} about w{p} and w{p + 1}" for p in range(10)}
+    queries = {"100": "what is w1", "200": "where is w5", "300": "who is w7"}
+    triples = [("100", "1", "4"), ("200", "5", "0"), ("300", "7", "2"), ("100", "2", "9")]
+    (base / "collection.tsv").write_text("".join(f"{p}\t{t}\n" for p, t in passages.items()))
+    (base / "train" / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in queries.items()))
+    (base / "train" / "small.triples.qidpid.tsv").write_text("".join("\t".join(t) + "\n" for t in triples))
+    (base / "irds_version.txt").write_text("v2")
+    env = dict(os.environ, IR_DATASETS_HOME=str(tmp_path / "irds-home"), SPLADEKIT_OFFLINE="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    proc = subprocess.run([sys.executable, "-c", TRIPLES_SCRIPT, "irds:msmarco-passage/train/triples-small", "3"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    tsv = tmp_path / "triples.tsv"
+    tsv.write_text("".join(f"{queries[q]}\t{passages[p]}\t{passages[n]}\n" for q, p, n in triples))
+    want = list(iter_triples(tsv))[:3]
+    assert [(g[1], [d[1] for d in g[2]], [d[1] for d in g[3]]) for g in got] == \
+        [(e.query, [t for _, t in e.positives], [t for _, t in e.negatives]) for e in want]
+    assert [[g[0], g[2][0][0], g[3][0][0]] for g in got] == [list(t) for t in triples[:3]]  # ids kept; max_queries=3

@@ -9,7 +9,8 @@ the split: ``--split small`` for ``msmarco-passage/dev/small``), and ``irds.json
 ir_datasets version), written atomically (a folder without ``irds.json`` is not used).
 
 Offline: ir_datasets reads a populated ``IR_DATASETS_HOME`` (``~/.ir_datasets`` by default) without
-the network. Before reading, the files the dataset needs are found by walking its components: a
+the network. Training triples ids (``irds:msmarco-passage/train/triples-small``: its docpairs) are
+read by :func:`spladekit.train.published.read_irds_docpairs` (``data.format: triples``). Before reading, the files the dataset needs are found by walking its components: a
 ``Cache`` whose file exists, or a ``Migrator`` whose ``irds_version.txt`` holds its version and whose
 files exist, needs nothing below it; otherwise each ``Download`` below it needs its file. ir_datasets'
 rule for ``irds_version.txt``: when the file is missing or holds another version, the built files
@@ -47,6 +48,8 @@ def _walk(obj, found: dict, seen: set, depth: int = 0) -> None:
 
     if depth > 30 or id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, Path)):
         return
+    if type(obj).__name__ in ("Dataset", "Registry"):  # another dataset (or all of them): not a part of this one
+        return
     seen.add(id(obj))
     if isinstance(obj, Download):
         found["downloads"].append(obj)
@@ -82,12 +85,22 @@ def _walk(obj, found: dict, seen: set, depth: int = 0) -> None:
             _walk(item, found, seen, depth + 1)
 
 
-def missing_files(dataset) -> tuple[list[tuple[Path, str]], list[tuple]]:
-    """``(missing, stale)``: ``[(file, source url)]`` that ``dataset`` needs and lacks, and the stale
-    ``irds_version.txt`` files ``[(version file, found, expected, built files)]`` (module docstring)."""
+def _provider(dataset, kind: str):
+    """The component that gives ``kind`` as ir_datasets' ``Dataset.__getattr__`` picks it (the first
+    constituent with ``<kind>_handler``, looked into when it is itself a Dataset), found without calling it."""
+    for part in vars(dataset).get("_constituents", []):
+        if hasattr(part, f"{kind}_handler"):
+            return _provider(part, kind) if type(part).__name__ == "Dataset" else part
+    return None
+
+
+def missing_files(dataset, kinds=("docs", "queries", "qrels")) -> tuple[list[tuple[Path, str]], list[tuple]]:
+    """``(missing, stale)``: ``[(file, source url)]`` that the ``kinds`` of ``dataset`` need and lack,
+    and the stale ``irds_version.txt`` files ``[(version file, found, expected, built files)]`` (module docstring)."""
     found = {"downloads": [], "stale": []}
-    # the components as stored: calling dataset.docs_handler() would run a Migrator (and its deletions)
-    _walk(vars(dataset).get("_constituents", []), found, set())
+    # the components as stored (calling dataset.docs_handler() would run a Migrator and its deletions);
+    # hasattr only looks the method up
+    _walk([_provider(dataset, k) for k in kinds], found, set())
     missing = []
     for download in found["downloads"]:
         state = vars(download)
@@ -104,8 +117,8 @@ def _home() -> Path:
     return Path(os.environ.get("IR_DATASETS_HOME", Path.home() / ".ir_datasets"))
 
 
-def load_irds(dataset_id: str):
-    """``ir_datasets.load(dataset_id)``, checked for what it needs (module docstring).
+def load_irds(dataset_id: str, kinds=("docs", "queries", "qrels")):
+    """``ir_datasets.load(dataset_id)``, checked for what its ``kinds`` need (module docstring).
 
     Raises:
         ResolutionError: ir_datasets is not installed, the id is unknown, or (offline, or when the
@@ -119,10 +132,10 @@ def load_irds(dataset_id: str):
         dataset = ir_datasets.load(dataset_id)
     except KeyError as exc:
         raise ResolutionError(f"{PREFIX}{dataset_id}: ir_datasets does not know this id") from exc
-    if not (dataset.has_docs() and dataset.has_queries() and dataset.has_qrels()):
-        raise ResolutionError(f"{PREFIX}{dataset_id}: needs documents, queries and qrels; ir_datasets gives "
+    if not all(getattr(dataset, f"has_{k}")() for k in kinds):
+        raise ResolutionError(f"{PREFIX}{dataset_id}: needs {', '.join(kinds)}; ir_datasets gives "
                               f"{[k for k in ('docs', 'queries', 'qrels', 'docpairs', 'scoreddocs') if getattr(dataset, f'has_{k}')()]}")
-    missing, stale = missing_files(dataset)
+    missing, stale = missing_files(dataset, kinds)
     where = f"IR_DATASETS_HOME={_home()}"
     if stale and missing:
         version_file, found, expected, built = stale[0]

@@ -260,6 +260,10 @@ def load_training_examples(config) -> list[TrainingExample]:
         from spladekit.train.published import load_published
 
         examples = load_published(config)
+    elif config.format == "triples" and str(config.path).startswith("irds:"):  # ir_datasets docpairs
+        from spladekit.train.published import read_irds_docpairs
+
+        return read_irds_docpairs(str(config.path)[len("irds:"):], config.max_queries)
     elif config.format == "triples":
         examples = list(iter_triples(config.path))
     else:

@@ -15,7 +15,9 @@
   negative_id, score`` with ``score = s(q, d⁺) − s(q, d⁻)``; texts in its ``corpus`` (``passage_id,
   passage``) and ``queries`` (``query_id, query``) subsets): ``data.format: st-margin-mse``
   (:func:`read_st_margin_mse`); a margin is stored as teacher scores ``0`` (positive) and
-  ``−score`` (negative), as :mod:`spladekit.train.hf` stores margins.
+  ``−score`` (negative), as :mod:`spladekit.train.hf` stores margins;
+- ir_datasets training triples (``data.format: triples``, ``data.path: irds:msmarco-passage/train/triples-small``):
+  :func:`read_irds_docpairs`.
 
 Ids are compared as strings (the pickles hold ``int`` keys, the TSV files strings). A bad line, an
 id missing from the corpus or queries, or a pair without a teacher score raises
@@ -212,6 +214,39 @@ def read_st_margin_mse(path: str | Path, corpus: str | Path, queries: str | Path
                                         {pos: 0.0, neg: -float(value)}))
     if not examples:
         raise DataFormatError(path, "no rows")
+    return examples
+
+
+def read_irds_docpairs(dataset_id: str, max_queries: int | None = None) -> list[TrainingExample]:
+    """Training triples of an ir_datasets id with docpairs (``msmarco-passage/train/triples-small``:
+    ``query_id, doc_id_a`` (positive), ``doc_id_b`` (negative)), texts from its queries and its docstore;
+    one example per pair (ids kept), the first ``max_queries`` pairs when given.
+
+    Raises:
+        ResolutionError: see :func:`spladekit.data.irds.load_irds`.
+        DataFormatError: a pair naming a query or document the dataset lacks (naming pair k, 1-based, as the line).
+    """
+    from itertools import islice
+
+    from spladekit.data.irds import PREFIX, load_irds
+
+    dataset, _ = load_irds(dataset_id, ("docs", "queries", "docpairs"))
+    source = f"{PREFIX}{dataset_id}"
+    queries = {q.query_id: q.text for q in dataset.queries_iter()}
+    pairs = list(islice(dataset.docpairs_iter(), max_queries))
+    store = dataset.docs_store()
+    docs = store.get_many({d for p in pairs for d in (p.doc_id_a, p.doc_id_b)})
+    examples = []
+    for number, pair in enumerate(pairs, 1):
+        if pair.query_id not in queries:
+            raise DataFormatError(source, f"query id {pair.query_id!r} of docpair {number} is not in its queries", line=number)
+        for field, doc_id in (("doc_id_a", pair.doc_id_a), ("doc_id_b", pair.doc_id_b)):
+            if doc_id not in docs:
+                raise DataFormatError(source, f"document {doc_id!r} of docpair {number} is not in its documents", line=number, field=field)
+        examples.append(TrainingExample(pair.query_id, queries[pair.query_id], [(pair.doc_id_a, docs[pair.doc_id_a].text)],
+                                        [(pair.doc_id_b, docs[pair.doc_id_b].text)]))
+    if not examples:
+        raise DataFormatError(source, "no docpairs")
     return examples
 
 
