@@ -44,6 +44,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("index", ("spladekit.index",)),  # sparse vectors → index → run
     ("evaluate", ("spladekit.evaluate",)),  # run → metrics
     ("train", ("spladekit.train",)),  # a model from data, judged by the stages above (dev evaluation)
+    ("mine", ("spladekit.mine",)),  # training data from an index's candidates and teachers (reads train's dataset opener)
     ("pipeline", ("spladekit.pipeline",)),  # the stages strung together: one evaluation run
     ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
     ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)

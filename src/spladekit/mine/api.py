@@ -31,13 +31,13 @@ class MineResult:
 
 
 def _candidates(config: MineConfig, queries, corpus, depth: int, show_progress: bool):
-    from spladekit.mine import candidates
+    from spladekit.mine.candidates import bm25_candidates, model_candidates, run_candidates
 
     if config.candidates == "bm25":
-        return candidates.bm25_candidates(queries, corpus, depth)
+        return bm25_candidates(queries, corpus, depth)
     if config.candidates == "model":
-        return candidates.model_candidates(queries, corpus, depth, config.model, config.index, show_progress)
-    return candidates.run_candidates(config.run, queries, corpus, depth)
+        return model_candidates(queries, corpus, depth, config.model, config.index, show_progress)
+    return run_candidates(config.run, queries, corpus, depth)
 
 
 def stats_line(stats: dict) -> str:

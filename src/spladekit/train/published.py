@@ -32,7 +32,7 @@ import pickle
 from pathlib import Path
 
 from spladekit.errors import DataFormatError
-from spladekit.train.data import TrainingExample
+from spladekit.train.examples import TrainingExample
 
 
 def _number(value, path, field: str) -> float:
