@@ -12,7 +12,7 @@ from spladekit.cli.app import app, fail
 
 @app.command()
 def card(
-    folder: Path = typer.Argument(..., help="a saved model folder (train's model/, rescale, inference-free, export-model)"),
+    folder: Path = typer.Argument(..., metavar="FOLDER", help="a saved model folder (train's model/, rescale, inference-free, export-model)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing README.md (default: keep it)"),
     eval_: Optional[List[Path]] = typer.Option(None, "--eval", help="an `spladekit evaluate --out` folder (metrics.json + "
                                                "config.json) for the model-index; repeatable"),
@@ -44,8 +44,8 @@ def card(
 
 @app.command()
 def push(
-    folder: Path = typer.Argument(..., help="a saved model folder with its README.md"),
-    repo_id: str = typer.Argument(..., help="hub repository id, namespace/name"),
+    folder: Path = typer.Argument(..., metavar="FOLDER", help="a saved model folder with its README.md"),
+    repo_id: str = typer.Argument(..., metavar="REPO_ID", help="hub repository id, namespace/name"),
     private: bool = typer.Option(False, "--private", help="create the repository private"),
     revision: Optional[str] = typer.Option(None, help="branch to push to (created when missing)"),
     create_pr: bool = typer.Option(False, "--create-pr", help="open a pull request instead of committing to the branch"),
@@ -60,13 +60,17 @@ def push(
 
     try:
         plan = plan_push(folder, repo_id, private=private, revision=revision, create_pr=create_pr)
+        local = str(folder.resolve()) in plan.card
+        note = (f"note: the card's snippets load the local path; `spladekit card {folder} --repo-id {repo_id} "
+                f"--overwrite` makes them load {repo_id}")
         if dry_run:
             typer.echo(plan.describe())
-            if str(folder.resolve()) in plan.card:
-                typer.secho(f"note: the card's snippets load the local path; `spladekit card {folder} --repo-id "
-                            f"{repo_id} --overwrite` makes them load {repo_id}", fg=typer.colors.YELLOW, err=True)
+            if local:
+                typer.secho(note, fg=typer.colors.YELLOW, err=True)
             return
         url = push_folder(plan)
     except (SpladekitError, ValueError, OSError) as exc:
         fail(exc)
     typer.echo(f"pushed {len(plan.files)} files of {folder} to {plan.endpoint}/{repo_id}: {url}")
+    if local:
+        typer.secho(note, fg=typer.colors.YELLOW, err=True)

@@ -277,6 +277,9 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
 
     from spladekit.publish import card_text
 
+    markers = ("config.json", "modules.json", "model.onnx", "spladekit.json")
+    if Path(folder).is_dir() and not any((Path(folder) / name).is_file() for name in markers):
+        raise DataFormatError(folder, f"not a model folder (no {' or '.join(markers)})")
     records = read_records(folder, run_dir, diagnosis)
     evals = [ev if isinstance(ev, Evaluation) else read_evaluation(ev) for ev in evaluations]
     dev = dev_evaluation(records)

@@ -73,7 +73,7 @@ def _what(records, name: str, base_model: str | None) -> str:
     pooling, activation = sk.get("pooling", "max"), sk.get("activation", "relu")
     vocab = config.get("vocab_size") or (records.onnx or {}).get("vocab_size")
     lines = [f"# {name}", "",
-             f"A SPLADE learned sparse retriever made with [spladekit](https://pypi.org/project/spladekit/): every text "
+             f"A SPLADE learned sparse retriever made with spladekit: every text "
              f"becomes a vector over the {vocab or 'model'}-token vocabulary, w_j = {pooling} over positions of "
              f"{ACTIVATION_FORMULA.get(activation, activation)} applied to the MLM-head logits z, and a query scores a "
              "document by the dot product of their vectors (no normalisation)."]
