@@ -161,6 +161,23 @@ def test_an_evaluation_without_its_dataset_is_refused(trained, tmp_path):
     assert "tinybeir" in (trained["model"] / "README.md").read_text()  # the card in place is untouched
 
 
+def test_front_matter_from_a_hub_base_model_and_named_training_data(tmp_path):
+    from spladekit.io import write_json, write_yaml
+    from spladekit.publish.card import build_model_card
+
+    write_json(tmp_path / "config.json", {"architectures": ["BertForMaskedLM"], "vocab_size": 30522})
+    write_json(tmp_path / "spladekit.json", {"source": "rasyosef/splade-tiny", "extra": {}})
+    write_yaml(tmp_path / "config.yaml", {"data": {"format": "beir", "path": "../shared/data/beir/scifact"},
+                                          "regularizer": {"kind": "l1"}, "steps": 3})
+    data = build_model_card(tmp_path).data
+    assert data.base_model == "rasyosef/splade-tiny" and data.datasets == ["BeIR/scifact"]
+    assert data.library_name is None and data.eval_results is None  # no modules.json: not a sentence-transformers folder
+    write_yaml(tmp_path / "config.yaml", {"data": {"format": "hf", "path": "sentence-transformers/msmarco-bm25"}})
+    assert build_model_card(tmp_path).data.datasets == ["sentence-transformers/msmarco-bm25"]
+    write_yaml(tmp_path / "config.yaml", {"data": {"format": "triples", "path": str(tmp_path)}})
+    assert build_model_card(tmp_path).data.datasets is None  # a local file: no dataset id to name
+
+
 # ------------------------------------------------------------------------- loading, snippets
 def test_sentence_transformers_loads_the_folder_with_its_card(trained):
     import numpy as np

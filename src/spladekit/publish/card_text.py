@@ -58,7 +58,7 @@ def _number(value) -> str:
         return str(value)
     if not math.isfinite(value):
         return str(value)
-    return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+    return f"{value:.4f}" if abs(value) < 10 else f"{value:.6g}"
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -78,10 +78,18 @@ def _what(records, name: str, base_model: str | None) -> str:
              f"{ACTIVATION_FORMULA.get(activation, activation)} applied to the MLM-head logits z, and a query scores a "
              "document by the dot product of their vectors (no normalisation)."]
     if records.inference_free:
-        lines.append("Queries are **inference-free**: a query's vector is the bag of its tokens, each weighted by a "
-                     "learned or IDF weight (`query_weights.safetensors`); only documents go through the model.")
+        record = (sk.get("extra") or {}).get("inference_free") or {}
+        how = ""
+        if record.get("idf_documents"):
+            how = f" The weights are the IDF of {record['idf_documents']} documents"
+            how += (f", {record['formula']}" if record.get("formula") else "") + "."
+        elif record.get("init"):
+            how = f" The weights start from the {record['init']}" + (", trained jointly with the documents." if record.get("trained") else ".")
+        lines += ["", "Queries are **inference-free**: a query's vector is the bag of its tokens, each weighted by its "
+                  "entry in a table (`query_weights.safetensors`); only documents go through the model." + how]
     if records.onnx is not None:
         onnx = records.onnx
+        lines += [""]
         lines.append(f"This folder is an **ONNX export** (`{onnx.get('file', 'model.onnx')}`, opset {onnx.get('opset')}): "
                      f"inputs {', '.join(onnx.get('inputs') or [])}, output `{onnx.get('output')}` = the pooled "
                      "vectors `[batch, vocabulary]`" + (f", {onnx['quantize']} quantised" if onnx.get("quantize") else "") + ".")
