@@ -178,6 +178,22 @@ def test_front_matter_from_a_hub_base_model_and_named_training_data(tmp_path):
     assert build_model_card(tmp_path).data.datasets is None  # a local file: no dataset id to name
 
 
+def test_an_engine_export_card_points_to_its_own_calls(trained, tmp_path):
+    from spladekit.publish.card import write_model_card
+
+    folder = tmp_path / "es"  # the files an engine's export holds: no config.json spladekit could load
+    folder.mkdir()
+    (folder / "spladekit.json").write_bytes((trained["model"] / "spladekit.json").read_bytes())
+    (folder / "HOW_TO_LOAD.md").write_text("eland_import_hub_model ...\n")
+    write_model_card(folder, engine="elasticsearch")
+    card = _load(folder)
+    assert card.data.tags[-1] == "elasticsearch" and card.data.library_name is None
+    assert "[HOW_TO_LOAD.md](HOW_TO_LOAD.md)" in card.text and "```python" not in card.text
+    write_model_card(folder, overwrite=True, usage="```bash\ncurl -X PUT ...\n```", library_name="transformers")
+    card = _load(folder)
+    assert card.data.library_name == "transformers" and "## Usage\n\n```bash\ncurl -X PUT" in card.text
+
+
 # ------------------------------------------------------------------------- loading, snippets
 def test_sentence_transformers_loads_the_folder_with_its_card(trained):
     from sentence_transformers import SparseEncoder

@@ -257,7 +257,8 @@ def versions() -> dict[str, str]:
 def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evaluation] = (), run_dir=None,
                      diagnosis=None, reference: str | None = None, base_model: str | None = None,
                      datasets: list[str] | None = None, language: str | list[str] | None = None,
-                     license: str | None = None, model_name: str | None = None):
+                     license: str | None = None, model_name: str | None = None, engine: str | None = None,
+                     library_name: str | None = None, usage: str | None = None):
     """The :class:`~huggingface_hub.ModelCard` of ``folder`` (not written).
 
     Args:
@@ -269,6 +270,11 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
             is a temporary folder about to replace it; default: ``folder``'s absolute path).
         base_model, datasets, language, license: front-matter values that the records do not hold.
         model_name: the card's title and ``model-index`` name (default: the folder's name, or ``reference``).
+        engine, library_name, usage: for an engine's export (``export-model --format ...``): a tag naming the
+            engine (``elasticsearch``...), the front matter's ``library_name`` (default: ``sentence-transformers``
+            with ``modules.json``, ``onnx`` for spladekit's ONNX export, else none) and the Markdown of the usage
+            section (default: the snippets for sentence-transformers and spladekit, or a pointer to the
+            folder's ``HOW_TO_LOAD.md`` where spladekit cannot load the folder).
 
     Raises:
         DataFormatError: a record or evaluation file is malformed or incomplete (names file and field).
@@ -294,14 +300,18 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
     tags = ["sparse-encoder", "inference-free" if records.inference_free else "splade", "spladekit"]
     if records.onnx is not None:
         tags.append("onnx")
-    library = "sentence-transformers" if records.sentence_transformers else ("onnx" if records.onnx is not None else None)
+    if engine:
+        tags.append(engine)
+    library = library_name or ("sentence-transformers" if records.sentence_transformers
+                               else "onnx" if records.onnx is not None else None)
     data = ModelCardData(
         library_name=library, pipeline_tag="feature-extraction", tags=tags, base_model=base_model,
         datasets=datasets or training_datasets(records.train_config) or None,
         language=language or inherited.get("language"), license=license or inherited.get("license"),
         model_name=name, eval_results=eval_results(evals) or None,
     )
-    body = card_text.body(records, evals, name=name, reference=reference, base_model=base_model, versions=versions())
+    body = card_text.body(records, evals, name=name, reference=reference, base_model=base_model, versions=versions(),
+                          usage=usage)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")  # ModelCard parses it back (a check of the YAML)
 
 

@@ -105,6 +105,12 @@ def _what(records, name: str, base_model: str | None) -> str:
 
 def _usage(records, reference: str) -> str:
     lines = ["## Usage", ""]
+    loadable = records.sentence_transformers or records.onnx is not None or bool(records.config)
+    if not loadable:  # an engine's export (no config.json): its own calls are in HOW_TO_LOAD.md
+        if (records.folder / "HOW_TO_LOAD.md").is_file():
+            return "\n".join(lines + ["The engine's own register/import calls, the index mapping and the query body: "
+                                       "[HOW_TO_LOAD.md](HOW_TO_LOAD.md)."])
+        return "\n".join(lines + ["This folder is an export for a serving engine; spladekit does not load it."])
     if records.sentence_transformers:
         lines += ["With [sentence-transformers](https://www.sbert.net) (`pip install sentence-transformers`):", "",
                   "```python", "from sentence_transformers import SparseEncoder", "",
@@ -243,9 +249,12 @@ def _evaluation(evals) -> str | None:
     return "\n".join(lines)
 
 
-def body(records, evals, *, name: str, reference: str, base_model: str | None, versions: dict[str, str]) -> str:
-    """The card's Markdown body (see the module docstring of :mod:`spladekit.publish.card`)."""
-    sections = [_what(records, name, base_model), _usage(records, reference), _head(records), _training(records),
+def body(records, evals, *, name: str, reference: str, base_model: str | None, versions: dict[str, str],
+         usage: str | None = None) -> str:
+    """The card's Markdown body (see the module docstring of :mod:`spladekit.publish.card`); ``usage``
+    replaces the usage section's text (under its heading)."""
+    usage_section = f"## Usage\n\n{usage.strip()}" if usage else _usage(records, reference)
+    sections = [_what(records, name, base_model), usage_section, _head(records), _training(records),
                 _evaluation(evals)]
     sections.append("## Framework versions\n\n" + "\n".join(f"- {k}: {v}" for k, v in versions.items()))
     keys = ["splade", "splade-v2", "rescaling"]
