@@ -291,6 +291,29 @@ def test_rescale_writes_its_record_and_keeps_a_card(trained, tmp_path):
     assert (out / "README.md").read_text() == "# kept\n"
 
 
+def test_a_diagnosis_goes_into_the_card(trained, tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.io import read_json
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w1 w2 w3\nw4 w5 w6 w7\nw8 w9\n")
+    done = CliRunner().invoke(app, ["diagnose", str(trained["base"]), "--out", str(tmp_path / "diag"), "--texts", str(texts)])
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "rescaled"
+    done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(out), "--factor", "2"])
+    assert done.exit_code == 0, done.output
+    done = CliRunner().invoke(app, ["card", str(out), "--overwrite", "--diagnosis", str(tmp_path / "diag")])
+    assert done.exit_code == 0, done.output
+    diagnosis = read_json(tmp_path / "diag" / "diagnosis.json")
+    text = (out / "README.md").read_text()
+    assert f"Verdict: {diagnosis['verdict']}" in text
+    assert f"| mean decoder-row norm | {diagnosis['head']['row_norm']['mean']:.4f} |" in text
+    done = CliRunner().invoke(app, ["card", str(out), "--overwrite", "--diagnosis", str(tmp_path / "nothing")])
+    assert done.exit_code == 2 and "nothing" in done.stderr
+
+
 def test_inference_free_card_and_a_replaced_folder_keeps_its_card(trained, tmp_path, monkeypatch):
     from sentence_transformers import SparseEncoder
 

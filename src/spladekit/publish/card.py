@@ -29,6 +29,7 @@ any other dataset is named by its folder name (what the evaluation read), never 
 
 from __future__ import annotations
 
+import math
 import platform
 import re
 import warnings
@@ -99,6 +100,8 @@ def read_evaluation(path: str | Path) -> Evaluation:
             raise DataFormatError(config_path, "the evaluated dataset and split are needed for the model card "
                                   "(`spladekit evaluate --model --data --split --out` writes them)", field=key)
     measures = [m for m in config.get("measures") or [] if m in metrics]
+    if not config.get("measures"):  # an older record: the measures are the keys named like one (nDCG@10, MAP)
+        measures = [k for k in metrics if "@" in k or k in ("MAP", "AP", "MRR", "RR")]
     for name in measures:
         if not isinstance(metrics[name], (int, float)) or isinstance(metrics[name], bool):
             raise DataFormatError(metrics_path, f"measure {name} is not a number", field=name)
@@ -120,6 +123,7 @@ def eval_results(evaluations: list[Evaluation]):
     for ev in evaluations:
         names = [(m, _metric_type(m)) for m in ev.measures]
         names += [(key, kind) for key, (kind, _) in SPARSITY.items() if isinstance(ev.metrics.get(key), (int, float))]
+        names = [(key, kind) for key, kind in names if math.isfinite(ev.metrics[key])]  # the hub takes no NaN
         conventions = ev.metrics.get("conventions") or {}
         args = {"conventions": conventions.get("name")} if conventions.get("name") else None
         for key, kind in names:
@@ -179,8 +183,11 @@ def read_records(folder: str | Path, run_dir: str | Path | None = None, diagnosi
     records.onnx = extra.get("onnx") if (folder / "model.onnx").is_file() else None
     records.rescale = records.config.get("spladekit_rescale") or extra.get("rescale")
     records.rescale_config = _optional_json(folder / "rescale_config.json")
-    records.diagnosis = _optional_json(Path(diagnosis) / "diagnosis.json" if diagnosis and Path(diagnosis).is_dir()
-                                       else Path(diagnosis) if diagnosis else folder / "diagnosis.json")
+    if diagnosis is not None:
+        diagnosis = Path(diagnosis) / "diagnosis.json" if Path(diagnosis).is_dir() else Path(diagnosis)
+        if not diagnosis.is_file():
+            raise FileNotFoundError(f"{diagnosis}: no such file (give a `spladekit diagnose --out` folder or its diagnosis.json)")
+    records.diagnosis = _optional_json(diagnosis or folder / "diagnosis.json")
     records.training = extra.get("training")
     if (folder / "config.yaml").is_file():
         records.train_config = read_yaml(folder / "config.yaml")
