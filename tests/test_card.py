@@ -265,7 +265,8 @@ def test_an_existing_card_is_never_overwritten_without_the_flag(trained, tmp_pat
     done = CliRunner().invoke(app, ["card", str(folder), "--overwrite", "--repo-id", "someone/tiny-splade"])
     assert done.exit_code == 0, done.output
     card = _load(folder)
-    assert card.data.model_name == "someone/tiny-splade" and "SparseEncoder" not in card.text  # no modules.json here
+    assert card.text.startswith("\n# someone/tiny-splade\n") or "# someone/tiny-splade\n" in card.text
+    assert "SparseEncoder" not in card.text and card.data.library_name is None  # no modules.json here
     assert "from_pretrained('someone/tiny-splade')" in card.text
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # atomic: no temporary file left
 
