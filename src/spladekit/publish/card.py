@@ -311,14 +311,14 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
         tags.append(engine)
     library = library_name or ("sentence-transformers" if records.sentence_transformers
                                else "onnx" if records.onnx is not None else None)
+    results = eval_results(evals) or None
     data = ModelCardData(
         library_name=library, pipeline_tag="feature-extraction", tags=tags, base_model=base_model,
         datasets=datasets or training_datasets(records.train_config) or None,
         language=language or inherited.get("language"), license=license or inherited.get("license"),
-        eval_results=eval_results(evals) or None,
+        eval_results=results,
+        model_name=name if results else None,  # the model-index's name (without results it would be a bare key)
     )
-    if data.eval_results:
-        data.model_name = name  # the model-index's name (without results ModelCardData would write it as a bare key)
     body = card_text.body(records, evals, name=name, reference=reference, base_model=base_model, versions=versions(),
                           usage=usage)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")  # ModelCard parses it back (a check of the YAML)
