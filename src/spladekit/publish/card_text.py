@@ -94,7 +94,9 @@ def _what(records, name: str, base_model: str | None) -> str:
                      f"inputs {', '.join(onnx.get('inputs') or [])}, output `{onnx.get('output')}` = the pooled "
                      "vectors `[batch, vocabulary]`" + (f", {onnx['quantize']} quantised" if onnx.get("quantize") else "") + ".")
     rows = [["backbone", arch], ["pooling", pooling], ["activation", activation],
-            ["max length (tokens): queries / documents", f"{sk.get('query_max_length', '?')} / {sk.get('doc_max_length', '?')}"]]
+            ["max length (tokens): queries / documents",
+             f"{sk['query_max_length']} / {sk['doc_max_length']}" if "query_max_length" in sk and "doc_max_length" in sk
+             else "64 / 256 in spladekit (its defaults: the folder states none)"]]
     if sk.get("query_top_k") or sk.get("doc_top_k"):
         rows.append(["top-k kept: queries / documents", f"{sk.get('query_top_k')} / {sk.get('doc_top_k')}"])
     if base_model or records.source:
