@@ -313,7 +313,7 @@ out = []
 for query in json.loads(sys.argv[3]):
     weights = encoder.getTokenWeightMap(query)
     encoded = encoder.encode(query)
-    out.append([{k: weights.get(k).floatValue() for k in weights.keySet().toArray()}, encoded])
+    out.append([{k: float(weights.get(k)) for k in weights.keySet().toArray()}, encoded])
 print(json.dumps(out))
 """
 

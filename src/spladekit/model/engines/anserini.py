@@ -46,14 +46,42 @@ SKIPPED_IDS = {0: "[PAD]", 101: "[CLS]", 102: "[SEP]"}
 WEIGHT_RANGE, QUANT_RANGE = 5, 256
 
 
+class _WithTokenTypes(nn.Module):
+    """The model as :class:`SpladeGraph` reads it, with the token types of the current call passed to
+    a backbone that takes them (Anserini feeds them; an unused graph input would be dropped by the
+    exporter, and onnxruntime then refuses Anserini's feed)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+        self.token_type_ids = None
+
+    @property
+    def head(self):
+        return self.inner.head
+
+    @property
+    def vocab_size(self) -> int:
+        return self.inner.vocab_size
+
+    def hidden_states(self, input_ids, attention_mask):
+        return common.hidden_states(self.inner, input_ids, attention_mask, self.token_type_ids)
+
+
 class AnseriniGraph(nn.Module):
     """``(input_ids, token_type_ids, attention_mask) [1, L] → (output_idx [n] int64, output_weights [n])``."""
 
-    def __init__(self, graph: SpladeGraph):
+    def __init__(self, model, pad_token_id, pooling: str, activation: str, zero_ids):
         super().__init__()
-        self.graph = graph
+        self.typed = _WithTokenTypes(model)
+        self.takes_types = common.backbone_accepts(model, "token_type_ids")
+        self.graph = SpladeGraph(self.typed, pad_token_id, pooling, activation, zero_ids=zero_ids)
 
     def forward(self, input_ids, token_type_ids, attention_mask):
+        if self.takes_types:
+            self.typed.token_type_ids = token_type_ids
+        else:  # DistilBERT: no token types; kept as a graph input (× 0: Anserini feeds zeros)
+            attention_mask = attention_mask + token_type_ids * 0
         weights = self.graph(input_ids, attention_mask)[0]  # [V]
         idx = torch.nonzero(weights > 0).reshape(-1)
         return idx, weights[idx]
@@ -107,8 +135,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
         raise ValueError(f"opset {opset}: Anserini 0.25's onnxruntime reads at most opset 20")
     tokens = check_vocabulary(encoder, v)
     model = common.cpu_model(encoder)
-    graph = AnseriniGraph(SpladeGraph(model, encoder.tokenizer.pad_token_id, v.pooling, v.activation,
-                                      zero_ids=v.zero_ids)).eval()
+    graph = AnseriniGraph(model, encoder.tokenizer.pad_token_id, v.pooling, v.activation, v.zero_ids).eval()
     ids = encoder.tokenize(["spladekit anserini export"], max_length=16)["input_ids"].long()
     args = (ids, torch.zeros_like(ids), torch.ones_like(ids))
     axes = {name: {1: "sequence"} for name in INPUTS} | {name: {0: "terms"} for name in OUTPUTS}
