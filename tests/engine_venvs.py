@@ -21,7 +21,7 @@ CACHE = Path(__file__).resolve().parents[1] / "benchmarks" / ".cache"
 TRACER = ["torch==2.13.0", "transformers>=4.50,<5", "sentence-transformers>=4,<5.2"]
 ENVS = {  # name → pip requirements
     "fastembed": ["fastembed==0.9.1"],
-    "opensearch-py-ml": TRACER + ["opensearch-py-ml==1.3.0", "mdutils"],
+    "opensearch-py-ml": TRACER + ["opensearch-py-ml==1.3.0", "mdutils", "accelerate"],
     "eland": TRACER + ["eland==9.2.0"],
 }
 

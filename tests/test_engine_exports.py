@@ -42,7 +42,9 @@ def make_encoder(tmp_path: Path, family: str = "bert", **meta) -> SpladeEncoder:
     """A tiny random model of ``family`` saved as a spladekit folder and loaded back (fast tokenizer)."""
     from transformers import AutoTokenizer
 
-    tiny_tokenizer().save_pretrained(tmp_path / "tok")
+    tok = tiny_tokenizer()
+    tok.model_max_length = 64  # as a real model's tokenizer says (opensearch-py-ml truncates at it)
+    tok.save_pretrained(tmp_path / "tok")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
     folder = tmp_path / f"model-{family}-{'-'.join(f'{k}{v}' for k, v in meta.items())}"
     SpladeEncoder(tiny_mlm(family), tokenizer, EncoderMetadata(doc_max_length=LENGTH, **meta), device="cpu").save_pretrained(folder)
