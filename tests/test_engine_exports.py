@@ -177,6 +177,9 @@ def test_eland_tracer_gives_the_raw_logits_trap(tmp_path):
     from engine_venvs import run_in
 
     encoder = make_encoder(tmp_path, "bert")
+    # eland loads the slow BertTokenizer (use_fast=False), which reads vocab.txt; transformers 5 writes
+    # only tokenizer.json, so the folder gets the vocabulary file a hub BERT folder has
+    Path(encoder.metadata.source, "vocab.txt").write_text("".join(t + "\n" for t in encoder.vocabulary))
     script = """
 import sys, torch
 from eland.ml.pytorch.transformers import TransformerModel
