@@ -381,3 +381,46 @@ def test_cli_export_model_engine_formats(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "spladekit", "export-model", "--model", encoder.metadata.source,
                           "--format", "nope", "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "elasticsearch" in bad.stderr + bad.stdout
+
+
+# ----------------------------------------------------------------- libtorch 2.7.1 signatures
+def _declarations(path: Path) -> str:
+    """``RegistrationDeclarations.h`` from a file or from inside a torch wheel."""
+    if path.suffix == ".whl":
+        with zipfile.ZipFile(path) as wheel:
+            return wheel.read("torch/include/ATen/RegistrationDeclarations.h").decode()
+    return path.read_text()
+
+
+def test_schema_check_flags_a_signature_the_runtime_lacks(tmp_path):
+    """Against this torch's own declarations nothing is missing; with one op's line removed it is named."""
+    own = Path(torch.__file__).parent / "include" / "ATen" / "RegistrationDeclarations.h"
+    if not own.is_file():
+        pytest.skip(f"{own} not in this torch build")
+    out = export_for_engine("elasticsearch", make_encoder(tmp_path, "bert"), tmp_path / "es")
+    module = torch.jit.load(str(out / "model.pt"))
+    text = own.read_text()
+    assert set(ts.schema_mismatches(module, text)) <= {"jit builtins"}
+    cut = "\n".join(line for line in text.splitlines() if '"schema": "aten::scaled_dot_product_attention(' not in line)
+    assert "aten::scaled_dot_product_attention" in ts.schema_mismatches(module, cut)
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("SPLADEKIT_LIBTORCH_DECLARATIONS"),
+                    reason="opt-in: SPLADEKIT_LIBTORCH_DECLARATIONS=torch-2.7.1-*.whl (pip download --no-deps "
+                           "torch==2.7.1, 821 MB) or its torch/include/ATen/RegistrationDeclarations.h")
+@pytest.mark.parametrize("family", ["bert", "distilbert", "roberta"])
+def test_torchscript_signatures_exist_in_libtorch_2_7_1(tmp_path, family):
+    """Every ATen call in the Elasticsearch and OpenSearch .pt files has its signature in torch 2.7.1's
+    declarations (what ES 9.2+ and DJL 0.36 run); the rest are TorchScript built-ins."""
+    import os
+
+    declarations = _declarations(Path(os.environ["SPLADEKIT_LIBTORCH_DECLARATIONS"]))
+    encoder = make_encoder(tmp_path, family)
+    es = export_for_engine("elasticsearch", encoder, tmp_path / "es", pooling="sum", activation="log1p_relu")
+    osd = export_for_engine("opensearch", encoder, tmp_path / "os")
+    with zipfile.ZipFile(osd / "model.zip") as archive:
+        archive.extract("model.pt", tmp_path / "os-pt")
+    for path in (es / "model.pt", tmp_path / "os-pt" / "model.pt"):
+        missing = ts.schema_mismatches(torch.jit.load(str(path)), declarations)
+        builtins = set(missing.pop("jit builtins", "").split(", ")) - {""}
+        assert missing == {} and builtins <= {"aten::Int", "aten::__getitem__"}, (path, missing, builtins)
