@@ -391,6 +391,20 @@ def test_cli_export_model_engine_formats(tmp_path):
                                "--format", engine, "--out", str(out)], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert (out / marker).is_file() and (out / "HOW_TO_LOAD.md").is_file()
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.index.formats.elastic import mapping
+
+    for engine, field_type in (("elasticsearch", "sparse_vector"), ("opensearch", "rank_features")):
+        out = tmp_path / f"cli-{engine}"
+        result = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, "--format", engine,
+                                          "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert json.dumps(mapping("splade", field_type), indent=2) in (out / "HOW_TO_LOAD.md").read_text()
+    refused = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, "--format", "elasticsearch",
+                                       "--quantize", "int8", "--out", str(tmp_path / "q")])
+    assert refused.exit_code != 0 and "--format onnx only" in refused.output and not (tmp_path / "q").exists()
     bad = subprocess.run([sys.executable, "-m", "spladekit", "export-model", "--model", encoder.metadata.source,
                           "--format", "nope", "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "elasticsearch" in bad.stderr + bad.stdout

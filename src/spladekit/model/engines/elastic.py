@@ -118,9 +118,8 @@ def trained_model_config(encoder, kind: str, max_length: int) -> dict:
     """The body of ``PUT _ml/trained_models/<id>`` (Elastic docs, "Create trained models API")."""
     settings = {"with_special_tokens": True, "max_sequence_length": max_length, "truncate": "first", "span": -1}
     if kind == "bert":
-        settings["do_lower_case"] = bool(getattr(encoder.tokenizer, "do_lower_case", False)) or bool(
-            tokenizer_json(encoder.tokenizer).get("normalizer", {}) and
-            tokenizer_json(encoder.tokenizer)["normalizer"].get("lowercase", False))
+        normalizer = tokenizer_json(encoder.tokenizer).get("normalizer") or {}
+        settings["do_lower_case"] = bool(getattr(encoder.tokenizer, "do_lower_case", False) or normalizer.get("lowercase"))
     if kind == "roberta":
         settings["add_prefix_space"] = False
     return {
@@ -144,11 +143,14 @@ def build_module(encoder, v: common.Variant, kind: str) -> tuple[nn.Module, tupl
 
 
 def export(encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None,
-           max_length: int | None = None, **_ignored) -> Path:
+           max_length: int | None = None, index_mapping: dict | None = None, **_ignored) -> Path:
     """Write the Elasticsearch folder (module docstring) atomically; returns ``out``.
 
     Args:
         max_length: ``max_sequence_length`` of the tokenization (default: the model's doc max length).
+        index_mapping: the index mapping shown in ``HOW_TO_LOAD.md`` (the CLI passes
+            ``spladekit.index.formats.elastic.mapping("splade", "sparse_vector")``; the model stage
+            does not import the index stage).
 
     Raises:
         UnsupportedModelError: a refusal of the module docstring.
@@ -173,14 +175,13 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
         record.update(file=MODEL_FILE, arguments=list(ARGUMENTS[kind]), tokenization=kind, output="[B, 1, V]",
                       pooling=v.pooling, activation=v.activation, zeroed_columns=v.zero_ids, attention="sdpa")
         common.write_metadata(encoder, tmp, ENGINE, record)
-        common.write_how_to(tmp, how_to(kind))
+        common.write_how_to(tmp, how_to(kind, index_mapping))
     return Path(out)
 
 
-def how_to(kind: str) -> str:
-    from spladekit.index.formats.elastic import mapping
-
-    body = json.dumps(mapping("splade", "sparse_vector"), indent=2)
+def how_to(kind: str, index_mapping: dict | None = None) -> str:
+    body = (json.dumps(index_mapping, indent=2) if index_mapping is not None else
+            '(the body of spladekit.index.formats.elastic.mapping("splade", "sparse_vector"))')
     return f"""
 # Loading this model into Elasticsearch (9.2+; text_expansion)
 

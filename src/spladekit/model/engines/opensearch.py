@@ -84,8 +84,15 @@ def tokenizer_json(encoder, max_length: int) -> str:
 
 
 def export(encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None,
-           max_length: int | None = None, name: str | None = None, **_ignored) -> Path:
+           max_length: int | None = None, name: str | None = None, index_mapping: dict | None = None,
+           **_ignored) -> Path:
     """Write the OpenSearch folder (module docstring) atomically; returns ``out``.
+
+    Args:
+        max_length: DJL's truncation (default: the model's doc max length).
+        name: the registered model name (default: the model folder's name).
+        index_mapping: the index mapping shown in ``HOW_TO_LOAD.md`` (the CLI passes
+            ``spladekit.index.formats.elastic.mapping("splade", "rank_features")``).
 
     Raises:
         UnsupportedModelError: a slow tokenizer (no ``tokenizer.json``).
@@ -126,14 +133,13 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
                                                            "query side of a doc-only SPLADE model (idf.json weights)"))
             record["query_side"] = QUERY_ZIP
         common.write_metadata(encoder, tmp, ENGINE, record)
-        common.write_how_to(tmp, how_to(v.inference_free))
+        common.write_how_to(tmp, how_to(v.inference_free, index_mapping))
     return Path(out)
 
 
-def how_to(doc_only: bool) -> str:
-    from spladekit.index.formats.elastic import mapping
-
-    body = json.dumps(mapping("splade", "rank_features"), indent=2)
+def how_to(doc_only: bool, index_mapping: dict | None = None) -> str:
+    body = (json.dumps(index_mapping, indent=2) if index_mapping is not None else
+            '(the body of spladekit.index.formats.elastic.mapping("splade", "rank_features"))')
     query_side = """
 The query side of this doc-only model is `query_tokenizer.zip` (`idf.json`): register it the same way with
 `query_tokenizer_config.json` (`"function_name": "SPARSE_TOKENIZE"`) and use its model id in the query.
