@@ -451,3 +451,39 @@ def test_torchscript_signatures_exist_in_libtorch_2_7_1(tmp_path, family):
         missing = ts.schema_mismatches(torch.jit.load(str(path)), declarations)
         builtins = set(missing.pop("jit builtins", "").split(", ")) - {""}
         assert missing == {} and builtins <= {"aten::Int", "aten::__getitem__"}, (path, missing, builtins)
+
+
+def bpe_roberta_encoder() -> SpladeEncoder:
+    """A tiny RoBERTa with a byte-level BPE tokenizer trained in code (Elasticsearch's ``roberta``
+    tokenization: 2 arguments, vocabulary.json with merges)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaTokenizerFast
+
+    from mlm_families import WORDS
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TEXTS + [" ".join(WORDS)], vocab_size=300, min_frequency=1,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tokenizer = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                     cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+                                     model_max_length=62)
+    mlm = tiny_mlm("roberta", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    return SpladeEncoder(mlm, tokenizer, EncoderMetadata(doc_max_length=LENGTH, source="bpe-roberta"), device="cpu")
+
+
+def test_elasticsearch_roberta_bpe_has_two_arguments(tmp_path):
+    encoder = bpe_roberta_encoder()
+    out = export_for_engine("elasticsearch", encoder, tmp_path / "es")
+    record = json.loads((out / "spladekit.json").read_text())["extra"]["elasticsearch"]
+    assert record["arguments"] == ["input_ids", "attention_mask"] and record["tokenization"] == "roberta"
+    vocabulary = json.loads((out / "vocabulary.json").read_text())
+    merges = json.loads(encoder.tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    assert vocabulary["merges"] == [m if isinstance(m, str) else " ".join(m) for m in merges] and vocabulary["merges"]
+    loaded = torch.jit.load(str(out / "model.pt"))
+    ts.check_allowlisted(loaded)
+    tol = tolerance(encoder, TEXTS)
+    for text in TEXTS:
+        got = es_call(loaded, encoder, text, record["arguments"])[0][0].numpy()
+        assert_vectors(got, encoder.encode_dense([text], LENGTH)[0].numpy(), tol)
+    with pytest.raises(UnsupportedModelError, match="not WordPiece"):  # Anserini's tokenizer is WordPiece
+        export_for_engine("anserini", encoder, tmp_path / "ans")
