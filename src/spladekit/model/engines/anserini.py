@@ -123,6 +123,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     """Write the Anserini folder (module docstring) atomically; returns ``out``.
 
     Raises:
+        ImportError: the onnx package is missing.
         UnsupportedModelError: a refusal of the module docstring.
         ValueError: an opset above 20.
     """
@@ -134,6 +135,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     if opset > 20:
         raise ValueError(f"opset {opset}: Anserini 0.25's onnxruntime reads at most opset 20")
     tokens = check_vocabulary(encoder, v)
+    common.require_onnx(ENGINE)
     model = common.cpu_model(encoder)
     graph = AnseriniGraph(model, encoder.tokenizer.pad_token_id, v.pooling, v.activation, v.zero_ids).eval()
     ids = encoder.tokenize(["spladekit anserini export"], max_length=16)["input_ids"].long()

@@ -120,3 +120,11 @@ def write_how_to(folder: Path, text: str) -> None:
 def sample_batch(encoder, texts=("spladekit engine export", "a")) -> dict:
     """A padded tokenized batch (two texts of different lengths) to trace with."""
     return encoder.tokenize(list(texts), max_length=16)
+
+
+def require_onnx(engine: str) -> None:
+    """Raise ``ImportError`` with the install line when the ``onnx`` package (torch.onnx's writer) is missing."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"the {engine} export writes ONNX and needs the onnx package: pip install 'spladekit[onnx]'") from exc

@@ -66,6 +66,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     """Write the fastembed folder (module docstring) atomically; returns ``out``.
 
     Raises:
+        ImportError: the onnx package is missing.
         UnsupportedModelError: sum pooling, an inference-free model, a slow tokenizer.
     """
     from spladekit.io import atomic_folder, read_json, write_json
@@ -78,6 +79,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     if getattr(encoder.tokenizer, "backend_tokenizer", None) is None:
         common.refuse(v, "a slow tokenizer: fastembed needs tokenizer.json")
     max_length = max_length or encoder.metadata.doc_max_length
+    common.require_onnx(ENGINE)
     model = common.cpu_model(encoder)
     module = FastembedLogits(model, v.activation, v.keep()).eval()
     sample = common.sample_batch(encoder)
