@@ -29,7 +29,6 @@ Folder: ``model.onnx``, ``config.json``, ``tokenizer.json``, ``tokenizer_config.
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
