@@ -387,6 +387,8 @@ def test_cli_export_model_engine_formats(tmp_path):
     """The command itself (the writers' outputs are checked above): the real entry point once, then in process."""
     from typer.testing import CliRunner
 
+    from huggingface_hub import ModelCard
+
     from spladekit.cli import app
     from spladekit.index.formats.elastic import mapping
 
@@ -402,6 +404,16 @@ def test_cli_export_model_engine_formats(tmp_path):
                                           "--out", str(out)])
         assert result.exit_code == 0, result.output
         assert json.dumps(mapping("splade", field_type), indent=2) in (out / "HOW_TO_LOAD.md").read_text()
+        # the model card beside the export (issue 33): parsed by huggingface_hub, tagged with the engine, and its
+        # usage points at HOW_TO_LOAD.md (spladekit does not load an engine's folder)
+        card = ModelCard.load(out / "README.md")
+        assert {"sparse-encoder", "splade", "spladekit", engine} <= set(card.data.tags)
+        assert "(HOW_TO_LOAD.md)" in card.text and "SpladeEncoder.from_pretrained" not in card.text
+        (out / "README.md").write_text("my own card")  # a second export keeps a card the user wrote
+        again = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, "--format", engine,
+                                         "--out", str(out)])
+        assert again.exit_code == 0, again.output
+        assert (out / "README.md").read_text() == "my own card"
     for args, words in ((["--format", "elasticsearch", "--quantize", "int8"], "--format onnx only"),
                         (["--format", "nope"], "elasticsearch, opensearch, fastembed, anserini")):
         refused = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, *args,

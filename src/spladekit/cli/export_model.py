@@ -92,9 +92,14 @@ def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max
     encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
                                             head_impl="plain", device="cpu")
     from spladekit.index.formats.elastic import mapping
+    from spladekit.publish.card import existing_card, write_model_card
 
+    card = existing_card(out)  # the folder is replaced whole: a README.md it has is put back
     extra = {"elasticsearch": {"index_mapping": mapping("splade", "sparse_vector")},
              "opensearch": {"index_mapping": mapping("splade", "rank_features")}}.get(engine, {})
     written = export_for_engine(engine, encoder, out, pooling=pooling, activation=activation, **extra)
+    write_model_card(written, keep=card, engine=engine,  # README.md beside the export; spladekit does not load it
+                     usage=f"This folder is {engine}'s form of the model: the engine runs it itself. Its own "
+                           f"register/import calls, the index mapping and the query body: [{HOW_TO_LOAD}]({HOW_TO_LOAD}).")
     typer.echo(f"wrote {written}/ for {engine}: " + ", ".join(sorted(p.name for p in Path(written).iterdir())))
     typer.echo(f"how to load it: {Path(written) / HOW_TO_LOAD}")
