@@ -237,3 +237,28 @@ def test_the_build_peak_follows_the_shard_size_not_the_corpus(tmp_path):
     bound = one + 8 * (docs.nnz - rows * nnz) + (16 << 20)
     assert sharded <= bound, (one, sharded, whole)
     assert whole > bound, (one, sharded, whole)  # the measurement tells a corpus-sized build from a shard-sized one
+
+
+def test_search_memory_budget_sets_the_shard_size(tmp_path):
+    """`spladekit search --backend seismic --memory-budget` builds shards of budget // 96 entries
+    (recorded in params.json); the option is refused for exact search and below the writer's least budget."""
+    from typer.testing import CliRunner
+
+    from index_helpers import make_beir, make_model
+    from spladekit.cli import app
+    from spladekit.index.seismic_shards import SEISMIC_BUILD_BYTES
+
+    model, beir = make_model(tmp_path / "model"), make_beir(tmp_path / "beir")
+    out = tmp_path / "index"
+    runner = CliRunner()
+    assert runner.invoke(app, ["index", "--model", str(model), "--data", str(beir), "--out", str(out), "--batch-size", "4", "--head-impl", "plain"]).exit_code == 0
+    args = ["search", "--index", str(out), "--queries", str(beir / "queries.tsv"), "--k", "5", "--out", str(tmp_path / "run.trec")]
+    r = runner.invoke(app, args + ["--backend", "seismic", "--memory-budget", "16MiB"])
+    assert r.exit_code == 0, r.output
+    stored = json.loads((out / "seismic" / "params.json").read_text())
+    assert stored["memory_budget"] == 16 << 20 and stored["max_entries"] == (16 << 20) // SEISMIC_BUILD_BYTES
+    assert stored["shards"] == [[0, Index.open(out).docs.shape[0], False]]
+    r = runner.invoke(app, args + ["--backend", "exact", "--memory-budget", "16MiB"])
+    assert r.exit_code != 0 and "--memory-budget" in r.output and "seismic only" in r.output
+    r = runner.invoke(app, args + ["--backend", "seismic", "--memory-budget", "1MiB"])
+    assert r.exit_code != 0 and "--memory-budget" in r.output
