@@ -125,6 +125,7 @@ class ShardedSeismic:
         self.num_docs, self.vocab_size = shape
         self.max_entries = max_entries
         self.empty = all(s.empty for _, s in self.shards)
+        self._pool: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -184,8 +185,9 @@ class ShardedSeismic:
             part = searcher.search_arrays(queries, k, params, None if tie_rank is None else tie_rank[start:stop])
             return [(rows + start, scores) for rows, scores in part]
 
-        with ThreadPoolExecutor(max_workers=len(self.shards)) as pool:
-            per_shard = list(pool.map(one, zip(self.shards, self.ranges)))
+        if self._pool is None:  # made once: a pool per call costs more than a one-query search
+            self._pool = ThreadPoolExecutor(max_workers=len(self.shards), thread_name_prefix="seismic-shard")
+        per_shard = list(self._pool.map(one, zip(self.shards, self.ranges)))
         return [merge_hits([found[q] for found in per_shard], k, tie_rank) for q in range(queries.count)]
 
 
@@ -270,20 +272,16 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
     """
     from tqdm.auto import tqdm
 
-    from spladekit.errors import OutputPathError
     from spladekit.io import atomic_folder, read_json, replace_folder, write_json
 
     work = folder / WORK
     fingerprint = dict(record, shards=[list(r) for r in ranges])
-    try:
-        if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
-            log.warning("%s: left by a Seismic build with other settings; starting over", work)
-            shutil.rmtree(work)
-        work.mkdir(exist_ok=True)
-        if not (work / "build.json").exists():
-            write_json(work / "build.json", fingerprint)
-    except OutputPathError as exc:
-        raise OSError(str(exc)) from exc
+    if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
+        log.warning("%s: left by a Seismic build with other settings; starting over", work)
+        shutil.rmtree(work)
+    work.mkdir(exist_ok=True)
+    if not (work / "build.json").exists():
+        write_json(work / "build.json", fingerprint)
     empties = []
     for number, (start, stop) in enumerate(tqdm(ranges, desc="seismic shards", unit="shard", disable=not show_progress)):
         shard = work / SHARD.format(number)
