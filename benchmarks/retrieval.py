@@ -710,6 +710,8 @@ def main():
                     os.environ["SPLADEKIT_BENCH_SHARD_COUNT"] = str(count)
                     for step in ("build", "search"):
                         r[f"seismic_shards_{step}_{count}"] = run_phase(f"seismic_shards_{step}", corpus, args.work)
+                        if args.json:
+                            args.json.write_text(json.dumps(dict(results, **{corpus: r}), indent=1, default=float))
             elif name not in args.skip:
                 r[name] = run_phase(name, corpus, args.work)
                 if args.json:  # partial results survive an interrupted run

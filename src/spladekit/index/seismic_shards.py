@@ -2,9 +2,8 @@
 that its build stays within a memory budget, built one after the other, stored in the index folder,
 searched together and merged by the tie rule of :mod:`spladekit.index.exact`.
 
-pyseismic's builder holds its whole input and every posting in memory (≈ 8.7 GB at 1M MS MARCO
-passages), so one index over 8.8M passages cannot be built on a 24 GB machine; a built index is
-small. Here the rows ``[0, D)`` are cut into ranges of at most ``max_entries`` stored entries
+pyseismic's builder holds its whole input and every posting in memory, so one index over 8.8M
+passages cannot be built on a 24 GB machine; a built index is small. Here the rows ``[0, D)`` are cut into ranges of at most ``max_entries`` stored entries
 (:func:`shard_ranges`; ``max_entries = memory_budget // SEISMIC_BUILD_BYTES``, the writer's rule of
 :mod:`spladekit.index.writer`: bytes per entry held × entries ≤ the budget), and each range is built
 alone (its CSR slice is read in place from the memory-mapped folder, copied once into pyseismic's
@@ -52,17 +51,15 @@ from spladekit.index.seismic import SeismicBuildParams, SeismicQueries, SeismicS
 log = logging.getLogger(__name__)
 
 SEISMIC_BUILD_BYTES = 96
-"""Bytes of pyseismic build memory per stored entry of its input (the rule's constant). Measured
-growth beyond the import: ≈ 55 B/entry (V = 30,522, 120 entries a document) and ≈ 67 B/entry
-(V = 3,000, 50 a document) with the default parameters; 8.7 GB at 1M MS MARCO passages (≈ 170M
-entries: ≈ 51 B/entry); 80 leaves a margin. Not covered: the fixed cost of the library once loaded
-(≈ 0.2 GB), the ``[V]`` component names and the caller's query sets."""
+"""Bytes of pyseismic build memory per stored entry of its input, this module's copies of the input
+(int64 components, float32 values) included: the rule's constant, above every growth per entry
+measured (``benchmarks/RESULTS.md``, "Seismic by shards"). Not covered: the library's fixed cost
+once loaded, the ``[V]`` component names and the caller's query sets."""
 
-DEFAULT_SEISMIC_BUDGET = 8 << 30
-"""Build memory of one shard when none is given (8 GiB: 107M entries, ≈ 0.6M MS MARCO passages a
-shard, 14 shards at 8.8M; within the 12 GB build-peak target with the library's fixed cost). Fewer,
-larger shards are chosen over many small ones because each shard adds its own query time (the
-measurement is in ``benchmarks/RESULTS.md``)."""
+DEFAULT_SEISMIC_BUDGET = 10 << 30
+"""Build memory of one shard when none is given (10 GiB: 112M entries a shard): the largest shard
+under the issue's 12 GB build-peak target with the fixed cost and a margin. The largest, because
+each shard adds its own query time (the measurement: ``benchmarks/RESULTS.md``, "Seismic by shards")."""
 
 WORK = ".seismic.build"
 SHARD = "shard-{:06d}"
