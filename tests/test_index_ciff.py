@@ -195,7 +195,6 @@ def test_bounded_ciff_import_peak_stays_within_the_budget(tmp_path):
 
     budget = 1 << 24
     bounded, whole = peak("bounded"), peak("whole")
-    print("peak growth: bounded", bounded, "whole", whole)
     bound = budget + budget // 8 + rows * 30 + rows * 50 + (16 << 20)
     assert bounded <= bound, (bounded, whole, bound)
     assert whole > bound, (bounded, whole, bound)

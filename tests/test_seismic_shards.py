@@ -234,7 +234,6 @@ def test_the_build_peak_follows_the_shard_size_not_the_corpus(tmp_path):
         return int(out.stdout.split()[-1])
 
     one, sharded, whole = peak("range"), peak("sharded"), peak("whole")
-    print("peak growth: range", one, "sharded", sharded, "whole", whole)
     bound = one + 8 * (docs.nnz - rows * nnz) + (16 << 20)
     assert sharded <= bound, (one, sharded, whole)
     assert whole > bound, (one, sharded, whole)  # the measurement tells a corpus-sized build from a shard-sized one
