@@ -25,7 +25,8 @@ from spladekit.index import writer
 from spladekit.index.exact import tie_ranks
 from spladekit.index.index import Index
 from spladekit.index.io import hash_arrays
-from spladekit.index.writer import matrix_blocks, merge_shards, write_index
+from spladekit.index.merge import merge_shards
+from spladekit.index.writer import matrix_blocks, write_index
 
 FILES = ("docs.indptr.npy", "docs.indices.npy", "docs.data.npy", "postings.indptr.npy", "postings.indices.npy", "postings.data.npy",
          "doc_ids.offsets.npy", "doc_ids.utf8.npy", "tie_rank.npy", "index.json")

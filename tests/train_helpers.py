@@ -76,8 +76,10 @@ def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str) -> No
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         step_result = one_step(Path(model_dir), grad_accum=2)
+        cached_result = one_step(Path(model_dir), cached={"mini_batch_size": 1})  # gradient cache over gathered vectors
         if rank == 0:
             torch.save(step_result, Path(out) / "step.pt")
+            torch.save(cached_result, Path(out) / "step-cached.pt")
         from spladekit.train import train
 
         train(tiny_config(Path(model_dir), steps=1, checkpoint_every=1), Path(out) / "run", examples=make_examples(),
@@ -86,7 +88,7 @@ def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str) -> No
         dist.destroy_process_group()
 
 
-def one_step(model_dir: Path, grad_accum: int = 1) -> dict:
+def one_step(model_dir: Path, grad_accum: int = 1, **overrides) -> dict:
     """Loss parts and parameter gradients of one global-batch step (after averaging over processes)."""
     import torch
 
@@ -94,7 +96,7 @@ def one_step(model_dir: Path, grad_accum: int = 1) -> dict:
     from spladekit.train.data import global_batch
     from spladekit.train.loop import _Encoder, load_model, train_step
 
-    config = tiny_config(model_dir, grad_accum=grad_accum)
+    config = tiny_config(model_dir, grad_accum=grad_accum, **overrides)
     info = D.init_distributed()
     model, tokenizer, _ = load_model(config)
     model.train()

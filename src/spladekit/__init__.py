@@ -4,65 +4,72 @@ Data flow (one module per stage)::
 
     data (readers, resolve) → model (heads, pooling, encoder) → index (exact search, BM25)
     → evaluate (metrics, efficiency) ;  pipeline strings them together ; cli calls pipeline.
+
+The names below are imported on first use (PEP 562 ``__getattr__``), so that ``import spladekit``
+(and with it the command line's ``--help``) does not wait for torch and transformers.
 """
 
-from spladekit.data.beir import load_beir
-from spladekit.data.trec import read_qrels, read_run, write_run
-from spladekit.evaluate.efficiency import efficiency_stats, flops
-from spladekit.evaluate.compare import compare_runs
-from spladekit.evaluate.metrics import EvalConventions, evaluate
-from spladekit.index.exact import exact_search
-from spladekit.index.index import Index, ShardedIndex, open_index
-from spladekit.index.export import export_index, import_vectors
-from spladekit.index.io import load_index, save_index
-from spladekit.index.shard import IndexConfig, build_index
-from spladekit.model.calibrate import calibrated_factor, diagnose_mlm_head, rescale_mlm_head
-from spladekit.model.encoder import SpladeEncoder
-from spladekit.model.heads import find_mlm_head
-from spladekit.model.splade import SpladeModel
-from spladekit.train.regularizers import flops_regularizer, l1_regularizer
-from spladekit.reproduce import describe_plan, load_reproduce_config, run_grid, write_report
-from spladekit.index.fusion import FusionConfig, fuse
-from spladekit.model.inference_free import make_inference_free
-from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
 
-__all__ = [
-    "SpladeEncoder",
-    "SpladeModel",
-    "find_mlm_head",
-    "diagnose_mlm_head",
-    "rescale_mlm_head",
-    "calibrated_factor",
-    "load_beir",
-    "read_qrels",
-    "read_run",
-    "write_run",
-    "exact_search",
-    "Index",
-    "ShardedIndex",
-    "open_index",
-    "IndexConfig",
-    "build_index",
-    "save_index",
-    "load_index",
-    "export_index",
-    "import_vectors",
-    "evaluate",
-    "EvalConventions",
-    "compare_runs",
-    "efficiency_stats",
-    "flops",
-    "flops_regularizer",
-    "l1_regularizer",
-    "load_reproduce_config",
-    "run_grid",
-    "write_report",
-    "describe_plan",
-    "fuse",
-    "FusionConfig",
-    "make_inference_free",
-    "export_onnx",
-    "OnnxSpladeEncoder",
-]
+# ``evaluate`` is both a subpackage and the function exported here: once any module imports the
+# subpackage, the import system binds ``spladekit.evaluate`` to it and ``__getattr__`` is never asked.
+# Importing the function now (spladekit.evaluate.metrics: no numpy, no torch) rebinds the name after the
+# subpackage's first load, as the eager imports of this module always did.
+from spladekit.evaluate.metrics import EvalConventions, evaluate  # noqa: E402
+
+from spladekit.version import __version__  # noqa: E402,F401
+
+# public name -> the module that defines it (imported when the name is first read)
+_EXPORTS = {
+    "load_beir": "spladekit.data.beir",
+    "read_qrels": "spladekit.data.trec",
+    "read_run": "spladekit.data.trec",
+    "write_run": "spladekit.data.trec",
+    "efficiency_stats": "spladekit.evaluate.efficiency",
+    "flops": "spladekit.evaluate.efficiency",
+    "compare_runs": "spladekit.evaluate.compare",
+    "exact_search": "spladekit.index.exact",
+    "Index": "spladekit.index.index",
+    "ShardedIndex": "spladekit.index.index",
+    "open_index": "spladekit.index.index",
+    "export_index": "spladekit.index.export",
+    "import_vectors": "spladekit.index.export",
+    "load_index": "spladekit.index.io",
+    "save_index": "spladekit.index.io",
+    "IndexConfig": "spladekit.index.shard",
+    "build_index": "spladekit.index.shard",
+    "calibrated_factor": "spladekit.model.calibrate",
+    "diagnose_mlm_head": "spladekit.model.calibrate",
+    "rescale_mlm_head": "spladekit.model.calibrate",
+    "SpladeEncoder": "spladekit.model.encoder",
+    "find_mlm_head": "spladekit.model.heads",
+    "SpladeModel": "spladekit.model.splade",
+    "flops_regularizer": "spladekit.train.regularizers",
+    "l1_regularizer": "spladekit.train.regularizers",
+    "describe_plan": "spladekit.reproduce",
+    "load_reproduce_config": "spladekit.reproduce",
+    "run_grid": "spladekit.reproduce",
+    "write_report": "spladekit.reproduce",
+    "FusionConfig": "spladekit.index.fusion",
+    "fuse": "spladekit.index.fusion",
+    "make_inference_free": "spladekit.model.inference_free",
+    "OnnxSpladeEncoder": "spladekit.model.onnx_export",
+    "export_onnx": "spladekit.model.onnx_export",
+}
+
+__all__ = ["EvalConventions", "evaluate", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spladekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later reads skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -53,12 +53,16 @@ def export_model(
             if value is not None and limit is not None and value > limit:
                 raise ValueError(f"{name} {value} exceeds the model's {limit} positions (its position embeddings); "
                                  f"choose at most {limit}")
+        from spladekit.publish.card import existing_card, write_model_card
+
+        card = existing_card(out)  # the folder is replaced whole: a README.md it has is put back
         try:
             written = export_onnx(encoder, out, opset=opset, pooling=pooling, activation=activation, vocab_tile=vocab_tile,
                                   quantize=quantize, quantize_head=quantize_head)  # a failed export leaves no folder (atomic)
         except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
+        write_model_card(written, keep=card)  # README.md beside the export (an existing one kept)
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}]"

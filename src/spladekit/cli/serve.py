@@ -50,7 +50,8 @@ def serve(
     try:
         import uvicorn
 
-        from spladekit.serve.app import CONFIG_ENV, ServeConfig, exit_quietly, read_api_key
+        from spladekit.serve.app import exit_quietly
+        from spladekit.serve.config import CONFIG_ENV, ServeConfig, read_api_key
     except ImportError as exc:
         fail(ImportError(f"serving needs FastAPI and uvicorn: pip install 'spladekit[serve]' ({exc})"))
     try:
@@ -69,7 +70,8 @@ def serve(
             read_api_key(config.api_key_file)  # refused here, before any worker starts
         elif not _loopback(host):
             typer.secho(f"warning: serving on {host} without --api-key-file: anyone who reaches it may search", fg=typer.colors.YELLOW, err=True)
-        from spladekit.serve.app import Service, preload
+        from spladekit.serve.app import preload
+        from spladekit.serve.service import Service
         from spladekit.serve.workers import probe
 
         probe(host, port)  # a port in use or a bad host: refused now, before the model loads
@@ -92,7 +94,7 @@ def serve(
     # timeout_worker_healthcheck (uvicorn ≥ 0.37): uvicorn's supervisor kills a worker that has not answered its ping
     # within it, and its default of 5 s was shorter than a spawned worker's start on a busy 2-core
     # machine (importing torch alone takes 2 s idle): the workers were killed and restarted in turn
-    settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.app:NoDelayHTTPProtocol",
+    settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.connection:NoDelayHTTPProtocol",
                     access_log=access_log, log_level="info", timeout_graceful_shutdown=5,
                     timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
     try:

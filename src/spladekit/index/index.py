@@ -45,132 +45,29 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Sized
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from pydantic import BaseModel, ConfigDict, Field
 
 from spladekit.errors import DataFormatError
-from spladekit.index.exact import TIE_RULE, check_k, search_postings, tie_ranks
-from spladekit.index.io import (DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
-                                take_ids)
+from spladekit.index.exact import check_k, search_postings, tie_ranks
+from spladekit.index.layout import (DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
+                                    take_ids)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
-from spladekit.io import atomic_folder, atomic_write, read_json, recover_folder, write_json
+from spladekit.io import atomic_folder, read_json, recover_folder, write_json
+
+# moved to rooms of their own (mechanically; their old import path stays): the records of a search,
+# and the chunk files of a resumable build
+from spladekit.index.results import LatencyStats, SearchResult, SearchSettings, recall_at_k  # noqa: F401
+from spladekit.index.build_chunks import (_ChunkIds, _chunk_digest, _chunks, _corpus_size, _documents,  # noqa: F401
+                                          _load_chunk, _reports_batches, _save_chunk, _stored_digest)
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("exact", "seismic")
-
-
-# ----------------------------------------------------------------------------------- search
-class SearchSettings(BaseModel):
-    """The settings record of a retrieval run (saved next to every run as ``*.config.json``/``config.json``).
-
-    Attributes:
-        backend: ``exact`` (dot product over all documents) or ``seismic`` (approximate).
-        k: results per query.
-        one_at_a_time: each query searched in its own call (latency per call) instead of in batches.
-        seismic_build: parameters the Seismic index was built with (seismic only).
-        seismic_search: Seismic's search parameters (seismic only).
-        tie_rule: :data:`TIE_RULE`.
-        index, index_hash, num_docs: the index searched (filled by :meth:`Index.search`).
-        model, query_max_length, query_top_k: how queries were encoded (text queries).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    backend: str = "exact"
-    k: int = Field(1000, ge=1)
-    one_at_a_time: bool = False
-    seismic_build: dict | None = None
-    seismic_search: dict | None = None
-    tie_rule: str = TIE_RULE
-    index: list[str] = Field(default_factory=list)
-    index_hash: list[str | None] = Field(default_factory=list)
-    num_docs: int | None = None
-    model: str | None = None
-    query_max_length: int | None = None
-    query_top_k: int | None = None
-
-    def record(self) -> dict:
-        """The settings as a JSON-ready dict."""
-        return self.model_dump()
-
-
-@dataclass
-class LatencyStats:
-    """Retrieval time per query, milliseconds: from the query vectors to the ranked ``(doc_id,
-    score)`` lists the caller receives (posting-list scoring or the Seismic call, top-k, tie rule,
-    decoding the document ids). Left out: encoding text queries, checking the arguments and making
-    the settings record (before the clock starts; ≈ 0.1 ms per call), building the Seismic index on
-    its first use, and assembling :class:`SearchResult` (one object per call).
-
-    In batch mode, exact search times each long-list query on its own and gives each query of a
-    short-list block (:func:`spladekit.index.exact.search_postings`) the block's time divided by
-    its size; the Seismic backend's batch call (query preparation included) is timed as a whole and
-    divided likewise; the ids of all queries' hits are decoded in one gather, whose time is shared
-    equally. With ``one_at_a_time`` every query is a call of its own, timed alone from its vector to
-    its named hits.
-    """
-
-    mode: str
-    num_queries: int
-    total_s: float
-    mean_ms: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-
-    @classmethod
-    def of(cls, seconds: Sequence[float], mode: str) -> "LatencyStats":
-        ms = np.asarray(seconds, dtype=np.float64) * 1000.0
-        if ms.size == 0:
-            return cls(mode, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        p50, p95, p99 = (ms[0],) * 3 if ms.size == 1 else np.percentile(ms, [50, 95, 99])  # one call: skip the quantile machinery
-        return cls(mode, int(ms.size), float(ms.sum() / 1000.0), float(ms.mean()), float(p50), float(p95), float(p99), float(ms.max()))
-
-
-@dataclass
-class SearchResult:
-    """What :meth:`Index.search` returns.
-
-    Attributes:
-        query_ids: Q query ids, input order.
-        hits: per query ``(doc_id, score)`` in rank order (the tie rule of the module).
-        latency: :class:`LatencyStats`.
-        settings: :class:`SearchSettings` of the search.
-        queries: the ``[Q, V]`` query vectors searched.
-        seconds: ``[Q]`` retrieval seconds of each query (what :attr:`latency` summarises).
-    """
-
-    query_ids: list[str]
-    hits: list[list[tuple[str, float]]]
-    latency: LatencyStats
-    settings: SearchSettings
-    queries: sp.csr_matrix | None = field(default=None, repr=False)
-    seconds: np.ndarray | None = field(default=None, repr=False)
-
-    @property
-    def run(self) -> dict[str, dict[str, float]]:
-        """The run ``{qid: {doc_id: score}}``."""
-        return {qid: dict(hits) for qid, hits in zip(self.query_ids, self.hits)}
-
-
-def recall_at_k(approx: Sequence[Sequence[tuple]], exact: Sequence[Sequence[tuple]], k: int = 10) -> float:
-    """Mean over queries of ``|approx top-k ∩ exact top-k| / |exact top-k|`` (queries whose exact list
-    is empty are skipped; 1.0 when all are). Entries are ``(doc, score)`` with any hashable doc.
-
-    Raises:
-        ValueError: the two lists differ in length.
-    """
-    from spladekit.index.seismic import recall_at_k as recall
-
-    return recall(approx, exact, k=k)
 
 
 # ----------------------------------------------------------------------------------- the index
@@ -251,7 +148,7 @@ class Index:
 
     @classmethod
     def _open_legacy(cls, folder: Path, meta: dict) -> "Index":
-        from spladekit.index.io import load_legacy
+        from spladekit.index.layout import load_legacy
 
         matrix, doc_ids, meta = load_legacy(folder)
         log.warning("%s: index format 1 (vectors.npz) is read into memory; `spladekit index-upgrade %s` rewrites it "
@@ -679,89 +576,3 @@ def open_index(folders: str | Path | Sequence[str | Path], verify: bool = False)
     if len(folders) == 1:
         return Index.open(folders[0], verify=verify)
     return ShardedIndex([Index.open(f, verify=verify) for f in folders])
-
-
-# ----------------------------------------------------------------------------------- helpers
-def _corpus_size(corpus) -> int | None:
-    """Number of documents, for the progress bar: ``len`` of a sized corpus, the record count of a
-    corpus file (one pass over its bytes); None for other iterables."""
-    if isinstance(corpus, (str, Path)):
-        from spladekit.data.beir import count_corpus
-
-        return count_corpus(corpus)
-    return len(corpus) if isinstance(corpus, Sized) else None
-
-
-def _documents(corpus) -> Iterator[tuple[str, str]]:
-    if isinstance(corpus, (str, Path)):
-        from spladekit.data.beir import iter_corpus
-
-        yield from iter_corpus(corpus)
-    elif isinstance(corpus, Mapping):
-        yield from corpus.items()
-    else:
-        for doc_id, text in corpus:
-            yield str(doc_id), text
-
-
-def _reports_batches(encoder) -> bool:
-    """Whether ``encoder.encode`` takes ``on_batch`` (a :class:`SpladeEncoder` does; stand-ins need not)."""
-    import inspect
-
-    try:
-        return "on_batch" in inspect.signature(encoder.encode).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
-def _chunks(items: Iterator, size: int) -> Iterator[list]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _chunk_digest(chunk: list[tuple[str, str]]) -> str:
-    """SHA-256 of a chunk's ids and texts: a finished chunk is reused only for the same documents."""
-    import hashlib
-
-    return hashlib.sha256(json.dumps(chunk, ensure_ascii=False).encode("utf-8")).hexdigest()
-
-
-def _stored_digest(path: Path) -> str | None:
-    try:
-        with np.load(path) as f:
-            return str(f["digest"]) if "digest" in f.files else None
-    except (OSError, ValueError):  # a damaged chunk file: encoded again
-        return None
-
-
-def _save_chunk(path: Path, vectors: sp.csr_matrix, ids: list[str], truncated: int, digest: str) -> None:
-    with atomic_write(path, "wb", encoding=None) as handle:
-        np.savez(handle, data=vectors.data, indices=vectors.indices, indptr=vectors.indptr, shape=np.array(vectors.shape),
-                 ids=np.array(ids, dtype=str), truncated=np.array(truncated), digest=np.array(digest))
-
-
-class _ChunkIds:
-    """The document ids of a build's chunk files, in order, read one chunk at a time (sized and
-    iterable, for :func:`spladekit.index.writer.write_index`)."""
-
-    def __init__(self, paths: list[Path], count: int):
-        self.paths, self.count = paths, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[str]:
-        for path in self.paths:
-            with np.load(path) as f:
-                yield from (str(d) for d in f["ids"])
-
-
-def _load_chunk(path: Path) -> sp.csr_matrix:
-    with np.load(path) as f:
-        return sp.csr_matrix((f["data"], f["indices"], f["indptr"]), shape=tuple(int(n) for n in f["shape"]))

@@ -3,7 +3,7 @@
 Every way into an index folder (:meth:`Index.build`, :meth:`Index.from_vectors`,
 :func:`spladekit.index.io.save_index`, the importers of :mod:`spladekit.index.export` (row-major
 files parsed once into a :class:`RowSpill` on disk, then read back block by block; CIFF read whole
-into a CSR first), and :func:`merge_shards`) goes through :func:`write_index`, which writes the folder of
+into a CSR first), and :func:`spladekit.index.merge.merge_shards`) goes through :func:`write_index`, which writes the folder of
 :mod:`spladekit.index.io` (the same files, the same bytes as an in-memory build) while holding at
 most ``memory_budget`` bytes of working memory for the vectors, whatever the number of documents:
 
@@ -47,7 +47,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import OutputPathError
 from spladekit.index.exact import TIE_RULE, check_finite
-from spladekit.index.io import DEFAULT_BUDGET, DOC_ID_FILES, FORMAT, PARTS, canonical, index_dtype
+from spladekit.index.layout import DEFAULT_BUDGET, DOC_ID_FILES, FORMAT, PARTS, canonical, index_dtype
 from spladekit.io import atomic_folder, write_json
 
 MIN_BUDGET = 1 << 24
@@ -530,60 +530,3 @@ class RowSpill:
                         start = end
 
         return blocks
-
-
-class _ChainedIds:
-    """The ids of several folders end to end (sized, iterable; for :func:`write_index`)."""
-
-    def __init__(self, parts: Sequence[Sequence[str]]):
-        self.parts = parts
-
-    def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
-
-    def __iter__(self) -> Iterator[str]:
-        for part in self.parts:
-            yield from part
-
-    def __getitem__(self, i: int) -> str:
-        for part in self.parts:
-            if i < len(part):
-                return part[i]
-            i -= len(part)
-        raise IndexError(i)
-
-
-def merge_shards(folders: Sequence[str | Path], out: str | Path, memory_budget: int = DEFAULT_BUDGET, metadata: dict | None = None):
-    """Write the index folders ``folders`` (shards of one corpus: same model and vocabulary) as one
-    folder ``out``: documents in shard order, within ``memory_budget`` (module docstring). Searching
-    ``out`` gives the run of searching the shards together (:class:`ShardedIndex`).
-
-    Args:
-        metadata: ``index.json`` entries added to the first shard's (counts and hashes are recomputed;
-            ``merged_from`` lists the shard folders).
-
-    Returns:
-        The open :class:`spladekit.index.index.Index` of ``out``.
-
-    Raises:
-        ValueError: no folder, shards of different models or vocabularies, or a document id in two
-            shards (naming it).
-        DataFormatError: a shard folder cannot be read.
-    """
-    from spladekit.index.index import Index, check_compatible
-    from spladekit.index.io import load_vocabulary
-
-    shards = [Index.open(f) for f in folders]
-    check_compatible(shards)
-    budget = check_budget(memory_budget)
-
-    def blocks():
-        for shard in shards:
-            yield from matrix_blocks(shard.docs, budget, assume_canonical=True)()
-
-    first = shards[0]
-    meta = {k: v for k, v in first.metadata.items() if k not in ("content_hash", "postings_hash", "nnz", "num_docs", "vocab_size")}
-    meta.update(metadata or {})
-    meta["merged_from"] = [str(s.folder) for s in shards]
-    write_index(out, blocks, _ChainedIds([s.doc_ids for s in shards]), first.docs.shape[1], meta, load_vocabulary(first.folder), budget)
-    return Index.open(out)

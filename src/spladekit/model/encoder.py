@@ -28,7 +28,6 @@ Pooling and activation (max/sum, relu/log1p_relu) are the model's (``EncoderMeta
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -38,106 +37,9 @@ import torch
 from tqdm.auto import tqdm
 
 from spladekit.model.inference_free import INFERENCE_FREE, encode_bag, save_query_weights
+# the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
+from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
 from spladekit.model.splade import SpladeModel
-
-METADATA_FILE = "spladekit.json"
-
-
-@dataclass
-class EncoderMetadata:
-    """What spladekit stores next to a model (``spladekit.json``).
-
-    Attributes:
-        query_max_length: max tokens per query (special tokens included).
-        doc_max_length: max tokens per document.
-        query_top_k: keep only the k largest weights per query vector (None: keep all).
-        doc_top_k: the same for documents.
-        source: model id or path it was loaded from.
-        extra: anything else (rescaling record, training config hash...).
-        query_encoder: ``"splade"`` (queries through the model, like documents) or
-            ``"inference-free"`` (queries are a bag of their tokens weighted by
-            ``query_weights.safetensors``, see :mod:`spladekit.model.inference_free`).
-        pooling: SPLADE pooling over positions, ``"max"`` (SPLADE v2) or ``"sum"`` (SPLADE v1).
-        activation: ``"relu"`` (``log(1 + ReLU(x))``) or ``"log1p_relu"`` (``log(1 + log(1 + ReLU(x)))``),
-            sentence-transformers' ``SpladePooling`` names (see :mod:`spladekit.model.pooling`).
-        zero_special_tokens: document (and model-encoded query) vectors get 0 in every special-token
-            column (``tokenizer.all_special_ids``), as OpenSearch's doc-only models are used; the
-            ``[PAD]`` column is 0 in any case.
-    """
-
-    query_max_length: int = 64
-    doc_max_length: int = 256
-    query_top_k: int | None = None
-    doc_top_k: int | None = None
-    source: str = ""
-    extra: dict = field(default_factory=dict)
-    query_encoder: str = "splade"
-    pooling: str = "max"
-    activation: str = "relu"
-    zero_special_tokens: bool = False
-
-    @classmethod
-    def load(cls, folder: str | Path) -> "EncoderMetadata":
-        """Read ``folder/spladekit.json``; defaults when it does not exist.
-
-        Raises:
-            DataFormatError: not a JSON object, a key that is not a field (:meth:`save` writes exactly
-                the fields; anything else belongs in ``extra``), or a field of the wrong type (lengths
-                integers ≥ 2, top-k null or integers ≥ 1, ``zero_special_tokens`` a boolean, ``extra``
-                an object, the others strings); names the file and the field.
-        """
-        path = Path(folder) / METADATA_FILE
-        if not path.exists():
-            return cls()
-        from spladekit.errors import DataFormatError
-        from spladekit.io import read_json
-
-        data = read_json(path)  # a damaged file is a DataFormatError naming it
-        if not isinstance(data, dict):
-            raise DataFormatError(path, "expected a JSON object")
-        for key, value in data.items():
-            if key not in cls.__dataclass_fields__:
-                raise DataFormatError(path, f"unknown key {key!r}; spladekit.json has {', '.join(cls.__dataclass_fields__)} "
-                                      "(anything else goes into 'extra')", field=key)
-            problem = _field_problem(key, value)
-            if problem:
-                raise DataFormatError(path, f"must be {problem}, got {value!r}", field=key)
-        return cls(**data)
-
-    def save(self, folder: str | Path) -> None:
-        """Write ``folder/spladekit.json`` atomically."""
-        from spladekit.io import write_json
-
-        write_json(Path(folder) / METADATA_FILE, asdict(self))
-
-
-def _field_problem(key: str, value) -> str | None:
-    """What ``value`` of :class:`EncoderMetadata` field ``key`` must be, or None when it is that."""
-    def integer(minimum):
-        return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
-
-    if key in ("query_max_length", "doc_max_length"):
-        return None if integer(2) else "an integer >= 2 (special tokens included)"
-    if key in ("query_top_k", "doc_top_k"):
-        return None if value is None or integer(1) else "null or an integer >= 1"
-    if key == "zero_special_tokens":
-        return None if isinstance(value, bool) else "true or false (a JSON boolean)"
-    if key == "extra":
-        return None if isinstance(value, dict) else "a JSON object"
-    return None if isinstance(value, str) else "a string"
-
-
-def _check_int(value, name: str, minimum: int, note: str = "") -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer (not a bool) ≥ ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer ≥ {minimum}{note}, got {value!r}")
-
-
-def check_top_k(top_k, name: str = "top_k") -> None:
-    """Raise ``ValueError`` unless ``top_k`` is None or an integer ≥ 1 (0 would empty every vector,
-    a negative value would cut from the wrong end)."""
-    if top_k is not None:
-        _check_int(top_k, name, 1, " or None (keep every term)")
 
 
 def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_matrix:
@@ -214,18 +116,6 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
                                     "model.allow_random_head: true")
         warnings.warn(message + "; starting from a random MLM head (model.allow_random_head)", RuntimeWarning, stacklevel=2)
     return mlm
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [""])[0]
-
-
-def damaged_weights_error(path: Path, exc: BaseException):
-    """The ``DataFormatError`` for a weights file that safetensors / torch cannot read (``exc``)."""
-    from spladekit.errors import DataFormatError
-
-    return DataFormatError(path, f"cannot read the model's weights ({type(exc).__name__}: {_first_line(exc)}); the "
-                           "file is damaged or truncated (download or save it again)")
 
 
 def _unreadable_weights(location: str) -> Path | None:
@@ -421,13 +311,13 @@ class SpladeEncoder:
 
         A rescaling record of the MLM head (``config.spladekit_rescale``, see
         :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
-        The sentence-transformers files (:mod:`spladekit.train.export`: ``SpladePooling`` with this
+        The sentence-transformers files (:mod:`spladekit.model.st_modules`: ``SpladePooling`` with this
         model's pooling and activation; the ``Router`` layout for an inference-free query side) are
         not written where that library would compute other vectors (special-token columns zeroed,
         a query side whose size differs from the tokenizer's vocabulary); ``metadata.extra
         ["sentence_transformers"]`` then says why.
         """
-        from spladekit.train.export import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+        from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
 
         folder = Path(folder)
         record = getattr(self.model.mlm.config, "spladekit_rescale", None)

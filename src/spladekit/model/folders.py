@@ -150,7 +150,7 @@ class ModelFolder:
             DataFormatError: ``spladekit.json`` is not a JSON object or its pooling/activation are unknown.
             UnsupportedModelError: ``spladekit.json`` and the sentence-transformers files disagree.
         """
-        from spladekit.model.encoder import METADATA_FILE, EncoderMetadata
+        from spladekit.model.metadata import METADATA_FILE, EncoderMetadata
         from spladekit.model.inference_free import INFERENCE_FREE
         from spladekit.model.pooling import ACTIVATIONS, POOLINGS
 
@@ -536,7 +536,7 @@ def read_model_folder(location: str | Path) -> ModelFolder:
         DataFormatError: a damaged file (naming it and the field).
     """
     from spladekit.errors import ResolutionError
-    from spladekit.model.encoder import METADATA_FILE
+    from spladekit.model.metadata import METADATA_FILE
 
     root = Path(location)
     if not root.is_dir():  # a hub id resolved by transformers: a plain masked LM

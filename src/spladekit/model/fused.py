@@ -298,7 +298,7 @@ def _triton_ok() -> bool:
     if _TRITON_FAILED or os.environ.get("SPLADEKIT_NO_TRITON", "") not in ("", "0"):
         return False
     try:
-        from spladekit.model import triton_head  # noqa: F401
+        import spladekit.model.triton_head  # noqa: F401
     except ImportError:
         return False
     return True

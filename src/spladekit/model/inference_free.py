@@ -141,7 +141,7 @@ def encode_bag(tokenizer, texts: Sequence[str], weights: torch.Tensor | np.ndarr
     Returns:
         ``(matrix, number of texts longer than max_length tokens)``.
     """
-    from spladekit.model.encoder import check_top_k
+    from spladekit.model.metadata import check_top_k
 
     check_top_k(top_k)
     w = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
@@ -201,7 +201,7 @@ def read_weight_file(path: str | Path, vocab_size: int) -> torch.Tensor:
     """
     from spladekit.errors import DataFormatError
 
-    from spladekit.model.encoder import damaged_weights_error
+    from spladekit.model.metadata import damaged_weights_error
 
     path = Path(path)
     try:

@@ -122,8 +122,11 @@ class SpladeModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         threads = torch.get_num_threads()
+        # not with the masked LM in training mode: its dropout in worker threads would draw in a
+        # thread-dependent order (and trimmed shapes), so a gradient cache's no-grad pass
+        # (spladekit.train.cached) could not be replayed with the same masks
         if (self.head_impl == "fused" and threads > 1 and input_ids.shape[0] and input_ids.device.type == "cpu"
-                and not torch.is_grad_enabled() and not torch.jit.is_tracing() and not torch.compiler.is_compiling()):
+                and not self.mlm.training and not torch.is_grad_enabled() and not torch.jit.is_tracing() and not torch.compiler.is_compiling()):
             if input_ids.numel() > SHORT_TOKENS:
                 return self._forward_slices(input_ids, attention_mask, threads)
             torch.set_num_threads(1)  # a query: see SHORT_TOKENS

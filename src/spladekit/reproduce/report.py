@@ -188,7 +188,7 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
     ``docs/results.md``) the same page is also written there, its plots beside it in ``img/``
     (:func:`publish_report`).
     """
-    from spladekit import plots
+    import spladekit.plots as plots
 
     out = Path(out)
     results = load_cell_results(config, out)
@@ -268,8 +268,8 @@ def analysis_sections(config: ReproduceConfig, out: Path, results: list[dict], w
     """Markdown of the factor sweep (with its plot), the matched-FLOPS comparison and the paired
     tests (:mod:`spladekit.reproduce.analysis`); also writes ``sweep.csv``, ``matched_flops.csv``
     and ``paired_tests.csv`` into ``out``."""
-    from spladekit import plots
-    from spladekit.reproduce import analysis
+    import spladekit.plots as plots
+    import spladekit.reproduce.analysis as analysis
 
     text: list[str] = []
     dataset = analysis.headline_set(config)

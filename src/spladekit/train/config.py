@@ -158,11 +158,23 @@ class DevConfig(Settings):
         return self
 
 
+class CachedConfig(Settings):
+    """Gradient caching (Gao et al. 2021; :mod:`spladekit.train.cached`): each process encodes its share
+    of the batch ``mini_batch_size`` queries (with their documents) at a time, first without a graph,
+    then again per mini-batch to back-propagate the loss gradient cached at the SPLADE vectors. The
+    loss, in-batch negatives and FLOPS term stay those of the whole ``batch_size``; memory is that of
+    one mini-batch plus the batch's vectors, time one extra forward."""
+
+    mini_batch_size: int = Field(ge=1, description="queries per encoding pass and process (their documents come with them)")
+
+
 class TrainConfig(Settings):
     """A SPLADE training run.
 
     ``batch_size`` is the *global* batch (queries per optimiser step, over all processes and
-    accumulation steps); it must divide by ``world_size × grad_accum``.
+    accumulation steps); it must divide by ``world_size × grad_accum``. ``grad_accum`` micro-batches
+    and ``cached.mini_batch_size`` both bound what is encoded at once; either way the loss is that of
+    the whole batch (a gradient cache, :mod:`spladekit.train.cached`).
     """
 
     model: ModelConfig = ModelConfig()
@@ -174,6 +186,7 @@ class TrainConfig(Settings):
     steps: int = Field(600, ge=1)
     batch_size: int = Field(32, ge=1)
     grad_accum: int = Field(1, ge=1)
+    cached: CachedConfig | None = Field(None, description="gradient caching: {mini_batch_size: N} (None: off)")
     lr: float = Field(5e-5, gt=0.0)
     weight_decay: float = Field(0.01, ge=0.0)
     warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, then linear decay to 0")

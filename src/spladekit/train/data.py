@@ -24,31 +24,13 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from spladekit.errors import DataFormatError
 from spladekit.io import iter_lines, read_json
-
-
-@dataclass
-class TrainingExample:
-    """One training query.
-
-    Attributes:
-        qid: query id.
-        query: query text.
-        positives: ``[(doc_id, text)]`` relevant documents (at least one).
-        negatives: ``[(doc_id, text)]`` hard negatives (may be empty).
-        teacher: ``{doc_id: teacher score}`` for distillation, or None.
-    """
-
-    qid: str
-    query: str
-    positives: list[tuple[str, str]]
-    negatives: list[tuple[str, str]] = field(default_factory=list)
-    teacher: dict[str, float] | None = None
+from spladekit.train.examples import TrainingExample  # its own room: train.hf reads it too (old path kept)
 
 
 # ------------------------------------------------------------------------------------ triples

@@ -141,7 +141,7 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
         "flops", "dev_queries", "dev_docs", "dev_seconds"}``.
     """
     from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
-    from spladekit.pipeline import evaluate_splade
+    from spladekit.evaluate.retrieval import evaluate_splade
 
     dev = config.dev
     was_training = model.training

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Sequence
 
 from spladekit.errors import DataFormatError, ResolutionError
-from spladekit.train.data import TrainingExample
+from spladekit.train.examples import TrainingExample
 
 SCORE_COLUMNS = ("score", "scores", "label", "labels")
 BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}

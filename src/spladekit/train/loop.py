@@ -4,7 +4,7 @@ One optimiser step on a global batch of ``B`` queries (each with a positive and 
 negatives, see :mod:`spladekit.train.data`):
 
 1. every process encodes its ``B / world`` queries and their documents, in ``grad_accum``
-   micro-batches;
+   micro-batches, each cut every ``cached.mini_batch_size`` examples when set;
 2. the vectors are gathered over processes with their gradient and the loss is computed on the
    global batch (:mod:`spladekit.train.distributed`):
 
@@ -12,12 +12,11 @@ negatives, see :mod:`spladekit.train.data`):
 
    with ``L_rank`` InfoNCE / MarginMSE / KL (:mod:`spladekit.train.losses`), ``R`` the FLOPS or L1
    regulariser and ``λ(t)`` its quadratic warm-up (:mod:`spladekit.train.regularizers`);
-3. with ``grad_accum > 1`` the micro-batches are first encoded without gradient, the loss gradient
-   with respect to the vectors is computed once on the whole batch, and each micro-batch is then
-   re-encoded (same dropout, RNG replayed) and back-propagated with that gradient (the "gradient
-   cache" of Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited
-   Setup"). So the loss, the in-batch negatives and the FLOPS term are those of the global batch,
-   whatever the number of processes and of accumulation steps;
+3. with more than one micro-batch, the gradient cache of Gao et al. 2021 (:mod:`spladekit.train.cached`):
+   encode without a graph, the loss gradient at the vectors once on the whole batch, then re-encode
+   each micro-batch (RNG replayed: same dropout) and back-propagate it. So the loss, the in-batch
+   negatives and the FLOPS term are those of the global batch, whatever the number of processes,
+   accumulation steps and mini-batches;
 4. gradients are averaged over processes, clipped, and AdamW with linear warm-up/decay steps.
 
 The SPLADE activation runs in float32 under bf16/fp16 autocast (:mod:`spladekit.model.pooling`).
@@ -26,7 +25,6 @@ The SPLADE activation runs in float32 under bf16/fp16 autocast (:mod:`spladekit.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import shutil
 import time
@@ -36,8 +34,9 @@ from pathlib import Path
 
 import torch
 
-from spladekit.io import atomic_folder, atomic_write, read_jsonl, replace_folder, write_json, write_yaml
-from spladekit.train import distributed as D
+from spladekit.io import atomic_folder, write_json, write_yaml
+import spladekit.train.distributed as D
+from spladekit.train.cached import cached_step, mini_batch_bounds
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
 from spladekit.train.dev import BestTracker, evaluate_dev, load_dev_set
@@ -53,8 +52,13 @@ from spladekit.train.monitor import (
 )
 from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
 
-CHECKPOINTS = "checkpoints"
-METRICS_FILE = "metrics.jsonl"
+# moved to rooms of their own (whole functions and classes; their old import path stays): the MLM
+# head's set-up, the checkpoints (with the RNG state they hold), the metrics log
+from spladekit.train.head_setup import PAD_BIAS, apply_rescale, suppress_pad_column  # noqa: F401
+from spladekit.train.checkpoints import (CHECKPOINTS, _checkpoints, _rng_state, _set_rng_state,  # noqa: F401
+                                         latest_checkpoint, load_checkpoint, save_checkpoint)
+from spladekit.train.metrics_log import METRICS_FILE, _Log  # noqa: F401
+
 MODEL_DIR = "model"
 LAST_DIR = "last"
 BEST_FILE = "best.json"
@@ -95,46 +99,6 @@ class TrainResult:
 
 
 # ------------------------------------------------------------------------------------ model
-def apply_rescale(mlm, rescale, tokenizer=None, texts=None) -> dict | None:
-    """Rescale the MLM head at initialisation (:meth:`RescaleSpec.apply
-    <spladekit.model.calibrate.spec.RescaleSpec.apply>`, arXiv 2606.18811, §3).
-
-    Returns:
-        ``{"mode": ..., "factor": F}`` or None when ``rescale.mode`` is None.
-
-    Raises:
-        ValueError, AlreadyRescaledError, CalibrationError: from ``rescale_mlm_head``.
-    """
-    factor = rescale.apply(mlm, tokenizer, texts)
-    return None if factor is None else {"mode": rescale.mode, "factor": factor}
-
-
-PAD_BIAS = -1.0e4
-
-
-def suppress_pad_column(mlm, tokenizer) -> bool:
-    """Set the MLM decoder bias of the ``[PAD]`` token to ``PAD_BIAS`` (-1e4), in place.
-
-    spladekit's encoder always outputs 0 in the ``[PAD]`` column (README, "What the vectors are").
-    With this bias the ``[PAD]`` logit is hugely negative, so ReLU gives 0 there in every library
-    (spladekit, plain ``AutoModelForMaskedLM`` + max pooling, sentence-transformers), training scores
-    equal the encoder's, and the exported model gives the same vectors everywhere. ``[PAD]`` is never
-    an MLM prediction target, so nothing else changes.
-
-    Returns:
-        False (nothing done) when the tokenizer has no pad token or the decoder has no bias.
-    """
-    from spladekit.model.heads import find_mlm_head
-
-    head = find_mlm_head(mlm)
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    if pad_id is None or head.bias is None or not 0 <= pad_id < head.bias.shape[0]:
-        return False
-    with torch.no_grad():
-        head.bias[pad_id] = min(float(head.bias[pad_id]), PAD_BIAS)
-    return True
-
-
 def load_model(config: TrainConfig, texts=None):
     """The masked-LM of ``config.model.path`` (resolved, read by :func:`spladekit.model.encoder.load_model_folder`),
     rescaled if configured, as a SpladeModel with ``config.model.pooling``/``activation`` (None: the
@@ -260,16 +224,6 @@ class _Encoder:
         return self.model.query_weights(tokens["input_ids"], tokens["attention_mask"])
 
 
-def _rng_state(device: torch.device):
-    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
-
-
-def _set_rng_state(state, device: torch.device) -> None:
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state(state[1], device)
-
-
 def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.DistInfo, lambda_q: float, lambda_d: float,
                scaler=None) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """Forward and backward of one global batch (gradients accumulate in the parameters).
@@ -286,11 +240,11 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         raise ValueError(f"batch_size {len(batch.queries)} must divide by world_size × grad_accum "
                          f"= {info.world_size} × {config.grad_accum}")
     local = batch.slice(info.rank * per_process, (info.rank + 1) * per_process)
-    micro = per_process // config.grad_accum
-    m = config.model
-    tokens = [(encoder.query_tokens(local.queries[i : i + micro], m.query_max_length),
-               encoder.tokens(local.docs[i * local.group : (i + micro) * local.group], m.doc_max_length))
-              for i in range(0, per_process, micro)]
+    m, g = config.model, local.group
+    mini = config.cached.mini_batch_size if config.cached is not None else None
+    tokens = [(encoder.query_tokens(local.queries[lo:hi], m.query_max_length),
+               encoder.tokens(local.docs[lo * g : hi * g], m.doc_max_length))
+              for lo, hi in mini_batch_bounds(per_process, mini, config.grad_accum)]
     teacher = (torch.tensor(batch.teacher, dtype=torch.float32, device=encoder.device)
                if batch.teacher is not None else None)
 
@@ -305,136 +259,12 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
         (scaler.scale(total) if scaler is not None else total).backward()
 
     if len(tokens) == 1:
-        q, d = encoder.query(tokens[0][0]), encoder(tokens[0][1])
-        total, parts, q_all, d_all = loss_of(q, d)
+        total, parts, q_all, d_all = loss_of(encoder.query(tokens[0][0]), encoder(tokens[0][1]))
         backward(total)
-    else:  # gradient cache: encode without graph, loss gradient on the vectors, re-encode and back-propagate
-        states, qs, ds = [], [], []
-        with torch.no_grad():
-            for tq, td in tokens:
-                states.append(_rng_state(encoder.device))
-                qs.append(encoder.query(tq))
-                ds.append(encoder(td))
-        end_state = _rng_state(encoder.device)
-        q_cat = torch.cat(qs).requires_grad_(True)
-        d_cat = torch.cat(ds).requires_grad_(True)
-        total, parts, q_all, d_all = loss_of(q_cat, d_cat)
-        backward(total)
-        for k, (tq, td) in enumerate(tokens):
-            _set_rng_state(states[k], encoder.device)
-            q, d = encoder.query(tq), encoder(td)
-            gq = q_cat.grad[k * micro : (k + 1) * micro]
-            gd = d_cat.grad[k * micro * batch.group : (k + 1) * micro * batch.group]
-            torch.autograd.backward([q, d], [gq, gd])
-        _set_rng_state(end_state, encoder.device)
+    else:  # gradient cache (spladekit.train.cached): the loss of the whole batch, one mini-batch graph at a time
+        total, parts, q_all, d_all = cached_step(encoder.query, encoder, tokens, loss_of, backward, encoder.device)
     parts = {"loss": float(total.detach()), **parts}
     return parts, {"q": q_all, "d": d_all, "doc_tokens": tokens[0][1]}
-
-
-# ------------------------------------------------------------------------------------ checkpoints
-def _checkpoints(out: Path) -> list[Path]:
-    folder = out / CHECKPOINTS
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / "trainer.pt").exists()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
-
-
-def latest_checkpoint(out: str | Path) -> Path | None:
-    """The newest complete checkpoint folder under ``out/checkpoints`` (None when there is none)."""
-    found = _checkpoints(Path(out))
-    return found[-1] if found else None
-
-
-def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler, scaler, config: TrainConfig,
-                    info: D.DistInfo, device: torch.device) -> Path:
-    """Write ``out/checkpoints/step-NNNNNNN`` atomically (temporary folder renamed into place).
-
-    Holds: ``trainer.pt`` (model, optimizer, scheduler, scaler state, step), ``rng-<rank>.pt`` for
-    every process, ``model/`` (a loadable model folder) and ``config.yaml``. Keeps the newest
-    ``config.keep_checkpoints`` checkpoints.
-    """
-    folder = out / CHECKPOINTS
-    final = folder / f"step-{step:07d}"
-    tmp = folder / f".tmp-step-{step:07d}"
-    if info.is_main:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-    D.barrier()
-    torch.save({"torch": _rng_state(device)}, tmp / f"rng-{info.rank}.pt")
-    D.barrier()
-    if info.is_main:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict() if scaler is not None else None, "step": step}, tmp / "trainer.pt")
-        model.mlm.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
-        replace_folder(tmp, final)
-        for old in _checkpoints(out)[: -config.keep_checkpoints]:
-            shutil.rmtree(old)
-    D.barrier()
-    return final
-
-
-def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.DistInfo, device: torch.device) -> int:
-    """Restore a checkpoint written by :func:`save_checkpoint`; returns its step."""
-    state = torch.load(path / "trainer.pt", map_location=device, weights_only=False)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    if scaler is not None and state.get("scaler"):
-        scaler.load_state_dict(state["scaler"])
-    rng_file = path / f"rng-{info.rank}.pt"
-    if rng_file.exists():
-        rng = torch.load(rng_file, weights_only=False)["torch"]
-        if rng[1] is not None and device.type != "cuda":
-            rng = (rng[0], None)
-        _set_rng_state(rng, device)
-    return int(state["step"])
-
-
-# ------------------------------------------------------------------------------------ logging
-class _Log:
-    """JSONL metrics (main process), TensorBoard when installed."""
-
-    def __init__(self, out: Path, resumed_step: int, enabled: bool):
-        self.path = out / METRICS_FILE
-        self.enabled = enabled
-        self.records: list[dict] = []
-        self.tb = None
-        if not enabled:
-            return
-        if self.path.exists():  # keep the history up to the resumed step, drop anything after it
-            kept = [record for _, record in read_jsonl(self.path)]  # DataFormatError names a damaged line
-            # resumed_step 0 = no checkpoint: a fresh start logs its step-0 records again, so keep none
-            kept = [r for r in kept if r.get("step", 0) <= resumed_step] if resumed_step > 0 else []
-            with atomic_write(self.path) as handle:
-                for record in kept:
-                    handle.write(json.dumps(record) + "\n")
-            self.records = kept
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(out / "tensorboard"))
-        except Exception:  # tensorboard not installed
-            self.tb = None
-
-    def write(self, record: dict) -> None:
-        if not self.enabled:
-            return
-        self.records.append(record)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-        if self.tb is not None:
-            prefix = record.get("split", "train") + "/"
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step" and math.isfinite(value):
-                    self.tb.add_scalar(prefix + key, value, record["step"])
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -708,6 +538,9 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
                 write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms,
                                                  "dev": dev, "best": tracker.summary() if tracker else None,
                                                  "early_stopped": early_stopped})
+                from spladekit.publish.card import write_model_cards
+
+                write_model_cards([model_dir, last_dir])  # README.md beside each saved model (an existing one kept)
             D.barrier()
         log.close()
         return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves,

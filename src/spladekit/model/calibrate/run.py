@@ -157,7 +157,7 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
     Raises:
         ResolutionError, HeadNotFoundError, DataFormatError, ValueError: see the functions called.
     """
-    from spladekit import plots
+    import spladekit.plots as plots
     from spladekit.io import atomic_write, ensure_folder, write_json
 
     out = Path(out)

@@ -1,0 +1,205 @@
+"""The service of one ``spladekit serve`` worker: the index, its query encoder and the batch function.
+
+:class:`Service` loads the index (:meth:`spladekit.index.index.Index.open`, only read) and the query
+encoder once per worker process, and answers one micro-batch of validated requests at a time
+(:meth:`Service.run_batch`, called by :class:`spladekit.serve.batching.MicroBatcher`). The HTTP side
+is :mod:`spladekit.serve.app`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.serve.config import ServeConfig
+from spladekit.serve.schemas import request_model
+
+log = logging.getLogger("spladekit.serve")
+
+
+class Service:
+    """The index, its query encoder and the batch function of one worker.
+
+    Raises (at construction):
+        DataFormatError: the index folder cannot be opened.
+        ResolutionError / HeadNotFoundError: the query model cannot be loaded.
+    """
+
+    def __init__(self, config: ServeConfig):
+        import threading
+
+        import torch
+        from tqdm import tqdm
+
+        from spladekit.index.index import Index
+
+        # transformers' "Loading weights" bar would give tqdm its default lock, a multiprocessing
+        # semaphore that is never released in a worker process: at every stop of a server with
+        # workers > 1, multiprocessing's resource tracker warned of "2 leaked semaphore objects";
+        # a thread lock is all one process's bars need
+        tqdm.set_lock(threading.RLock())
+        self.config = config
+        self.threads = config.worker_threads()
+        torch.set_num_threads(self.threads)
+        self.index = Index.open(config.index)
+        self.num_docs, self.vocab_size = self.index.docs.shape
+        self.encoder, self.encoder_kind = _query_encoder(self.index, config.model, config.max_batch)
+        self.backends = ("exact", "seismic") if _seismic_stored(self.index) else ("exact",)
+        if "seismic" in self.backends:
+            self.index.seismic()  # the stored index, loaded once here (never built by a request)
+        self.vocabulary = _vocabulary(self.index, self.encoder)
+        self.request_model = request_model(self.vocab_size, self.backends, config.max_k, config.max_query_chars, config.max_queries)
+        if self.encoder is not None:  # the first forward pass is slow (allocations, kernels): not a request's
+            self.encoder.encode_queries(["warm up"])
+        self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
+
+    def info(self) -> dict:
+        from spladekit.version import __version__
+
+        meta = self.index.metadata
+        settings = self.config.model_dump(exclude={"api_key_file"})
+        settings.update(api_key=self.config.api_key_file is not None, threads_per_worker=self.threads)
+        encoder = None
+        if self.encoder is not None:
+            m = self.encoder.metadata
+            encoder = {"kind": self.encoder_kind, "model": self.config.model or meta.get("model"),
+                       "query_max_length": m.query_max_length, "query_top_k": m.query_top_k}
+        return {"server": {"name": "spladekit", "version": __version__, "settings": settings},
+                "index": {"num_docs": self.num_docs, "vocab_size": self.vocab_size, "model": meta.get("model"),
+                          "query_max_length": meta.get("query_max_length"), "doc_max_length": meta.get("doc_max_length"),
+                          "content_hash": meta.get("content_hash"), "metadata": meta},
+                "query_encoder": encoder, "backends": list(self.backends)}
+
+    # ------------------------------------------------------------------ one micro-batch
+    def run_batch(self, requests: Sequence) -> list:
+        """Answer a batch of validated requests: the texts of all of them encoded in one call, then
+        one :meth:`Index.search` per group of requests with the same backend, ``k`` and parameters.
+        A group that fails gets its exception (the other groups are answered)."""
+        from spladekit.index.seismic import SeismicSearchParams
+
+        answers: list = [None] * len(requests)
+        vectors: list[sp.csr_matrix | None] = [None] * len(requests)
+        texts = [(i, r.query) for i, r in enumerate(requests) if r.query is not None]
+        if texts:
+            try:
+                if self.encoder is None:
+                    raise NoQueryModel()
+                encoded = self.encoder.encode_queries([t for _, ts in texts for t in ts], batch_size=max(1, self.config.max_batch))
+            except Exception as exc:  # noqa: BLE001  (given to the text requests; vector requests go on)
+                encoded = exc
+            start = 0
+            for i, ts in texts:
+                if isinstance(encoded, Exception):
+                    answers[i] = encoded
+                else:
+                    vectors[i] = encoded[start : start + len(ts)]
+                start += len(ts)
+        for i, r in enumerate(requests):
+            if r.vector is not None:
+                vectors[i] = _csr(r.vector, self.vocab_size)
+        groups: dict[tuple, list[int]] = {}
+        for i, r in enumerate(requests):
+            if answers[i] is None:
+                params = (r.seismic.query_cut, r.seismic.heap_factor) if r.seismic is not None else None
+                groups.setdefault((r.backend, r.k, params), []).append(i)
+        batch_queries = sum(r.size for r in requests)
+        for (backend, k, params), members in groups.items():
+            try:
+                seismic = None
+                if backend == "seismic":
+                    cut, factor = params or (SeismicSearchParams.query_cut, SeismicSearchParams.heap_factor)
+                    seismic = SeismicSearchParams(query_cut=cut, heap_factor=factor, num_threads=self.threads)
+                stacked = sp.vstack([vectors[i] for i in members], format="csr")
+                result = self.index.search(stacked, k=k, backend=backend, seismic=seismic)
+                start = 0
+                for i in members:
+                    size = vectors[i].shape[0]
+                    answers[i] = self._answer(requests[i], result.hits[start : start + size], vectors[i], batch_queries)
+                    start += size
+            except Exception as exc:  # noqa: BLE001
+                log.exception("search of %d requests failed", len(members))
+                for i in members:
+                    answers[i] = exc
+        return answers
+
+    def _answer(self, request, hits: list[list[tuple[str, float]]], vectors: sp.csr_matrix, batch_queries: int) -> dict:
+        results = []
+        for row, row_hits in enumerate(hits):
+            if request.fields == "ids":
+                result = {"hits": [doc for doc, _ in row_hits]}
+            else:
+                result = {"hits": [{"id": doc, "score": score} for doc, score in row_hits]}
+            if request.fields == "terms":
+                result["terms"] = self._terms(vectors[row], request.top_terms or 10)
+            results.append(result)
+        return {"results": results, "k": request.k, "backend": request.backend, "batch_queries": batch_queries}
+
+    def _terms(self, row: sp.csr_matrix, top: int) -> list[dict]:
+        """The ``top`` heaviest terms of a 1-row vector (ties: lower column first)."""
+        order = np.lexsort((row.indices, -row.data))[:top]
+        return [{"term": self.vocabulary[int(row.indices[i])] if self.vocabulary else f"[{int(row.indices[i])}]",
+                 "weight": float(row.data[i])} for i in order]
+
+
+class NoQueryModel(RuntimeError):
+    """Text queries on a server without a query model."""
+
+    def __init__(self):
+        super().__init__("this server has no query model (the index records none); send vectors, or start it with --model")
+
+
+def _csr(vectors, vocab_size: int) -> sp.csr_matrix:
+    """Validated sparse vectors → ``[n, V]`` float32 CSR, columns sorted (unique by validation)."""
+    indptr = np.cumsum([0] + [len(v.indices) for v in vectors])
+    indices = np.fromiter((j for v in vectors for j in v.indices), dtype=np.int64, count=int(indptr[-1]))
+    data = np.fromiter((w for v in vectors for w in v.values), dtype=np.float32, count=int(indptr[-1]))
+    matrix = sp.csr_matrix((data, indices, indptr), shape=(len(vectors), vocab_size))
+    matrix.sort_indices()
+    return matrix
+
+
+def _query_encoder(index, model: str | None, batch_size: int):
+    """``(encoder, kind)`` of the index's queries (:meth:`Index.query_encoder`: an exported ONNX folder
+    runs in onnxruntime, any other model in torch); ``kind`` says which, and ``inference-free`` when the
+    query side is a term-weight table. ``(None, None)`` when neither the index nor ``model`` names one."""
+    from spladekit.model.onnx_export import OnnxSpladeEncoder
+
+    if not (model or index.metadata.get("model")):
+        return None, None
+    encoder = index.query_encoder(model, batch_size=batch_size)
+    kind = "onnx" if isinstance(encoder, OnnxSpladeEncoder) else f"torch ({getattr(encoder.model, 'head_impl', 'plain')} head)"
+    if encoder.query_weights is not None:
+        kind = f"inference-free (term weights; {kind} for documents)"
+    return encoder, kind
+
+
+def _seismic_stored(index) -> bool:
+    """Whether the folder holds a Seismic index built over these vectors (and pyseismic-lsr is installed)."""
+    params = index.folder / "seismic" / "params.json"
+    if not params.exists():
+        return False
+    try:
+        import seismic  # noqa: F401
+
+        from spladekit.io import read_json
+
+        stored = read_json(params)
+    except ImportError:
+        log.warning("%s: a Seismic index is stored but pyseismic-lsr is not installed; serving exact search only", index.folder)
+        return False
+    if stored.get("content_hash") != index.metadata.get("content_hash"):
+        log.warning("%s: the stored Seismic index was built over other vectors; serving exact search only", params)
+        return False
+    return True
+
+
+def _vocabulary(index, encoder) -> list[str] | None:
+    from spladekit.index.io import load_vocabulary
+
+    vocab = load_vocabulary(index.folder)
+    if vocab is None and encoder is not None:
+        vocab = encoder.vocabulary
+    return vocab

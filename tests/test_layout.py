@@ -1,0 +1,276 @@
+"""The layout of ``src/spladekit``: no import circle, no stage importing a later stage, no module past ~600 lines.
+
+The brief's rules (``Design and style``): data flows one way, text → tokens → hidden states → head
+logits → sparse vectors → index → run → metrics; one module per stage, no module importing a later
+stage, no import circles (also through imports inside functions). The imports are read from the
+sources (``ast``), not by importing them, so an import inside a function counts as much as one at
+the top of a module; ``importlib.import_module("spladekit....")`` with a literal name counts too.
+
+How an import becomes an edge of the graph (nodes: modules; a package is its ``__init__``):
+
+- ``import a.b.c`` → ``a.b.c``;
+- ``from a.b import x`` → ``a.b`` (the names of ``a.b``'s ``__init__`` are read, its re-exports
+  included), and also ``a.b.x`` when that is a module: ``from spladekit.model import triton_head``
+  depends on ``spladekit.model``'s ``__init__`` and what it imports; ``import spladekit.model.triton_head``
+  only on the module;
+- a package's lazy re-exports (the ``_EXPORTS`` table its ``__getattr__`` imports from, PEP 562)
+  are edges of that package: they are imports, run on first use;
+- the parent packages that Python runs before any submodule (``import a.b.c`` runs ``a`` and
+  ``a.b`` first) are *not* edges: counted, every package would be in a circle with each of its
+  submodules that imports a sibling. That is why a package ``__init__`` here stays light: it
+  re-exports lazily (``spladekit``, ``spladekit.evaluate``) or only its own stage's modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "spladekit"
+
+# Stages in the order the data flows (the brief: text → tokens → hidden states → head logits → sparse
+# vectors → index → run → metrics), then what consumes them. A module may import its own stage and
+# earlier ones, never a later one. The longest matching prefix names a module's stage.
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    # cross-cutting helpers every stage shares (errors, atomic folders and JSON, settings records,
+    # the distributed set-up, PNG plots, the version): no stage of their own, below all
+    ("foundation", ("spladekit.errors", "spladekit.io", "spladekit.settings", "spladekit.overrides",
+                    "spladekit.distributed", "spladekit.plots", "spladekit.version")),
+    ("data", ("spladekit.data",)),  # text in: corpora, queries, qrels, runs on disk
+    ("model", ("spladekit.model",)),  # tokens → hidden states → head logits → sparse vectors
+    ("index", ("spladekit.index",)),  # sparse vectors → index → run
+    ("evaluate", ("spladekit.evaluate",)),  # run → metrics
+    # a saved model's card and its upload: read the folder's and the run's records (files only); every
+    # stage that saves a model (train, pipeline's inference-free, the CLI's rescale/export-model) calls it
+    ("publish", ("spladekit.publish",)),
+    ("train", ("spladekit.train",)),  # a model from data, judged by the stages above (dev evaluation)
+    ("pipeline", ("spladekit.pipeline",)),  # the stages strung together: one evaluation run
+    ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
+    ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)
+    # the command line and the package's facade (``spladekit/__init__`` re-exports from every stage)
+    ("cli", ("spladekit.cli", "spladekit.__main__", "spladekit")),
+]
+MAX_LINES = 600  # the brief's "no module past ~600 lines"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """``{dotted name: (file, is a package)}`` of every module under ``src/spladekit``."""
+    found = {}
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _imports(name: str, path: Path, is_package: bool, modules: dict) -> dict[str, int]:
+    """``{imported spladekit module: line}`` of one module (edges as in this file's docstring)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if is_package else name.rpartition(".")[0]
+    found: dict[str, int] = {}
+
+    def add(target: str, line: int) -> None:
+        while target and target not in modules:  # ``import a.b.C`` of a name: its module
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.setdefault(target, line)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == PACKAGE:
+                    add(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != PACKAGE:
+                continue
+            add(source, node.lineno)
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules:
+                    add(f"{source}.{alias.name}", node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and node.args[0].value.split(".")[0] == PACKAGE):
+            add(node.args[0].value, node.lineno)
+    if is_package:  # lazy re-exports: ``_EXPORTS = {"name": "spladekit.module", ...}``
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
+                    and isinstance(node.value, ast.Dict)):
+                for value in node.value.values:
+                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                        add(value.value, value.lineno)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    modules = _modules()
+    return {name: _imports(name, path, is_package, modules) for name, (path, is_package) in modules.items()}
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for successor in successors:
+                if successor not in graph:
+                    continue
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(graph[successor])))
+                    advanced = True
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def stage(module: str) -> int:
+    """Position of ``module``'s stage in :data:`STAGES` (the longest prefix that matches; ``spladekit``
+    alone matches only the package itself).
+
+    Raises:
+        KeyError: no stage names the module (a new top-level room must be given its place).
+    """
+    best, rank = -1, None
+    for position, (_name, prefixes) in enumerate(STAGES):
+        for prefix in prefixes:
+            # ``spladekit`` itself names only the package's __init__, not everything below it
+            below = module.startswith(prefix + ".") and prefix != PACKAGE
+            if (module == prefix or below) and len(prefix) > best:
+                best, rank = len(prefix), position
+    if rank is None:
+        raise KeyError(f"{module}: no stage in tests/test_layout.py STAGES names it")
+    return rank
+
+
+def _where(graph, a: str, b: str) -> str:
+    return f"{a} → {b} (line {graph[a][b]})"
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    found = cycles(graph)
+    described = []
+    for component in found:
+        members = set(component)
+        edges = [_where(graph, a, b) for a in component for b in graph[a] if b in members]
+        described.append(f"{component}: " + "; ".join(edges))
+    assert not found, "import circles:\n" + "\n".join(described)
+
+
+def test_no_stage_imports_a_later_stage():
+    graph = import_graph()
+    upward = [f"{_where(graph, a, b)}: stage {STAGES[stage(a)][0]} imports the later stage {STAGES[stage(b)][0]}"
+              for a in graph for b in graph[a] if stage(b) > stage(a)]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_module_past_the_line_limit():
+    too_long = {name: n for name, (path, _) in _modules().items()
+                if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
+
+
+# ---------------------------------------------------------------- the checker itself can fail
+
+
+def _graph_of(tmp_path: Path, files: dict[str, str]) -> dict[str, dict[str, int]]:
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    global SRC
+    saved, SRC = SRC, tmp_path
+    try:
+        return import_graph()
+    finally:
+        SRC = saved
+
+
+def test_checker_finds_a_circle_through_a_function_and_a_package_reexport(tmp_path):
+    graph = _graph_of(tmp_path, {
+        "spladekit/__init__.py": "",
+        "spladekit/model/__init__.py": "from spladekit.model.a import f\n",
+        "spladekit/model/a.py": "def f():\n    from spladekit.model.b import g\n",
+        "spladekit/model/b.py": "from spladekit.model import c\n",  # reads the package: its re-export of a
+        "spladekit/model/c.py": "",
+        "spladekit/model/d.py": "import spladekit.model.c\n",  # the module only: no edge to the package
+        "spladekit/lazy/__init__.py": '_EXPORTS = {"x": "spladekit.model.d"}\n',
+    })
+    assert graph["spladekit.model.b"] == {"spladekit.model": 1, "spladekit.model.c": 1}
+    assert graph["spladekit.model.d"] == {"spladekit.model.c": 1}
+    assert graph["spladekit.lazy"] == {"spladekit.model.d": 1}
+    assert cycles(graph) == [["spladekit.model", "spladekit.model.a", "spladekit.model.b"]]
+
+
+def test_checker_finds_an_upward_import():
+    assert stage("spladekit.train.dev") > stage("spladekit.evaluate.metrics") > stage("spladekit.index.io")
+    assert stage("spladekit.pipeline") > stage("spladekit.train.dev")  # dev → pipeline is upward
+    assert stage("spladekit.model.calibrate.run") == stage("spladekit.model")
+    assert stage("spladekit") == stage("spladekit.cli.app")  # the facade, not the foundation
+    with pytest.raises(KeyError, match="spladekit.newroom"):
+        stage("spladekit.newroom")  # a new room must be given its place
+
+
+# the moves that removed the circles kept the old import paths (re-exports from modules that close no circle)
+MOVED = {
+    "spladekit.index.io": ("spladekit.index.layout", ["FORMAT", "DEFAULT_BUDGET", "DocIds", "canonical", "hash_arrays",
+                                                      "load_legacy", "load_metadata", "load_vocabulary", "read_doc_ids"]),
+    "spladekit.index.index": ("spladekit.index.results", ["SearchSettings", "SearchResult", "LatencyStats", "recall_at_k"]),
+    "spladekit.model.encoder": ("spladekit.model.metadata", ["METADATA_FILE", "EncoderMetadata", "check_top_k",
+                                                             "damaged_weights_error"]),
+    "spladekit.train.export": ("spladekit.model.st_modules", ["write_sentence_transformers_files",
+                                                              "write_inference_free_sentence_transformers_files"]),
+    "spladekit.train.data": ("spladekit.train.examples", ["TrainingExample"]),
+    "spladekit.train.loop": ("spladekit.train.checkpoints", ["latest_checkpoint", "save_checkpoint", "load_checkpoint"]),
+    "spladekit.pipeline": ("spladekit.evaluate.retrieval", ["evaluate_splade", "SystemResult", "conventions_for"]),
+    "spladekit.serve.app": ("spladekit.serve.connection", ["NoDelayHTTPProtocol", "MAX_HEAD_BYTES"]),
+    "spladekit.index": ("spladekit.index.merge", ["merge_shards"]),
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_import_paths_give_the_moved_objects(old):
+    import importlib
+
+    new, names = MOVED[old]
+    before, after = importlib.import_module(old), importlib.import_module(new)
+    for name in names:
+        assert getattr(before, name) is getattr(after, name), f"{old}.{name}"
