@@ -47,6 +47,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     # stage that saves a model (train, pipeline's inference-free, the CLI's rescale/export-model) calls it
     ("publish", ("spladekit.publish",)),
     ("train", ("spladekit.train",)),  # a model from data, judged by the stages above (dev evaluation)
+    ("mine", ("spladekit.mine",)),  # training data from an index's candidates and teachers (reads train's dataset opener)
     ("pipeline", ("spladekit.pipeline",)),  # the stages strung together: one evaluation run
     ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
     ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)
