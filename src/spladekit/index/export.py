@@ -38,7 +38,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, RepeatedIdError
 from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, seismic_jsonl
-from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary, save_index
+from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary
 from spladekit.io import atomic_write, scratch_folder, staged_files, write_json
 
 FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic", "ciff")
@@ -425,11 +425,11 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     budget. The folder is the one :func:`spladekit.index.io.save_index` writes from
     :func:`import_vectors`'s matrix, byte for byte (``tests/test_import_streamed.py``).
 
-    ``ciff`` (postings lists, term-major) is still read whole by :func:`import_vectors` first: its
-    import holds the ``[N, V]`` CSR (and, while it is assembled, int64 rows, columns and impacts of
-    every posting and their concatenation) and the protobuf objects of one posting list besides the
-    budget. (A bounded CIFF import needs an external transpose: postings bucketed by document range
-    on disk in one pass, then each bucket sorted by row; not done.)
+    ``ciff`` (postings lists, term-major) is transposed on disk
+    (:func:`spladekit.index.formats.ciff.transposed_blocks`: sorted runs of postings, 12 bytes each
+    beside ``out``, merged row range by row range); held besides the budget: the ids, ``[N]`` int64
+    row counts and the protobuf message of one posting list. The folder equals the one written from
+    :func:`import_vectors`'s matrix, byte for byte (``tests/test_index_ciff.py``).
 
     Raises:
         DataFormatError: malformed input (naming file and line; nothing is left beside ``out``), or no
@@ -444,12 +444,15 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     budget = DEFAULT_BUDGET if memory_budget is None else check_budget(memory_budget)  # before reading the input
     meta = dict(metadata or {})
     meta.update(imported_from=str(path), imported_format=fmt)
-    if fmt == "ciff":
-        matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
-        with _removing_new_parents(out):
-            return save_index(out, matrix, ids, meta, vocabulary=vocabulary, memory_budget=budget)
     source, scale, options = resolve_import(fmt, path, scale, {})
     check_manifest(path, len(vocabulary))
+    if fmt == "ciff":  # term-major: transposed on disk (sorted runs, merged) within the budget
+        with _removing_new_parents(out), scratch_folder(out) as spill:
+            ids, count, blocks = ciff.transposed_blocks(source, vocabulary, spill, scale=scale, memory_budget=budget)
+            if count == 0:
+                raise DataFormatError(source, "no vectors: the file is empty")
+            check_manifest(path, len(vocabulary), count)
+            return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
     with _removing_new_parents(out), scratch_folder(out) as spill:  # beside the index folder (its file system)
         ids, blocks = streamed_import(fmt, source, vocabulary, scale, options, spill, budget)
         check_manifest(path, len(vocabulary), len(ids))  # before the folder is begun
