@@ -155,3 +155,32 @@ def test_first_use_check_can_be_turned_off(tmp_path):
     assert report["warnings"] == []  # unchecked: the wrong kernel is used, as asked
     assert [s["kernel_calls"] for s in report["steps"]] == [[6]] * 5
     assert all(s["equals_kernel"] and not s["equals_torch"] for s in report["steps"])
+
+
+def test_first_use_check_on_cuda_passes_the_real_kernel_in_silence():
+    """On a GPU (the GPU machine; skipped here): the shipped kernel passes its check for float32 and
+    bf16, forward and gradients, without a word, and is then the path used (verdicts recorded)."""
+    import warnings
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (run on the GPU machine)")
+    pytest.importorskip("triton", reason="triton is not installed")
+    import spladekit.model.triton_check as tc
+    from spladekit.model.fused import fused_splade_head
+
+    tc.reset()
+    gen = torch.Generator().manual_seed(0)
+    h, w, b = torch.randn(6, 70, 96, generator=gen), torch.randn(1000, 96, generator=gen), torch.randn(1000, generator=gen)
+    m = torch.ones(6, 70, dtype=torch.long)
+    m[1, 40:] = 0; m[2, :] = 0; m[3, :9] = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for dtype in (torch.float32, torch.bfloat16):
+            hh, ww, bb = (t.to("cuda", dtype).requires_grad_(True) for t in (h, w, b))
+            with torch.no_grad():
+                fused_splade_head(hh, m.cuda(), ww, bb)
+            fused_splade_head(hh, m.cuda(), ww, bb).sum().backward()
+    key = tc.device_key(torch.device("cuda"))
+    assert {(key, torch.float32, True), (key, torch.bfloat16, True)} <= tc._PASSED and key not in tc._FAILED
