@@ -220,14 +220,14 @@ def import_command(
     input: Path = typer.Option(..., "--input", help="exported file, or export folder with export.json"),
     format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="index folder to write (vectors, ids, vocabulary)"),
-    model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens"),
+    model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens (default: the one export.json names)"),
     like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
     scale: Optional[float] = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
 ):
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
     from spladekit.errors import SpladekitError
-    from spladekit.index.export import import_to_index, model_vocabulary
+    from spladekit.index.export import import_to_index, model_vocabulary, recorded_model
     from spladekit.index.io import load_metadata, load_vocabulary
     from spladekit.io import check_output_folder
 
@@ -243,8 +243,17 @@ def import_command(
             meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k") if k in meta}
         elif model is not None:
             vocabulary, meta = model_vocabulary(model), {"model": model}
-        else:
-            raise typer.BadParameter("give --model or --like")
+        else:  # the model export.json names, when it names one
+            recorded = recorded_model(input)
+            if recorded is None:
+                raise ValueError("give --model or --like (" + (f"{input / 'export.json'} names no model)" if input.is_dir()
+                                                               else f"{input} is a file: no export.json names its model)"))
+            meta = {"model": recorded[0], **({"model_revision": recorded[1]} if recorded[1] else {})}
+            typer.echo(f"model: {recorded[0]} (from {input / 'export.json'})", err=True)
+            try:
+                vocabulary = model_vocabulary(recorded[0])
+            except SpladekitError as exc:
+                raise ValueError(f"{exc} (the model {input / 'export.json'} names; give --model or --like)") from exc
         from spladekit.index.writer import parse_size
 
         budget = None if memory_budget is None else parse_size(memory_budget)
