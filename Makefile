@@ -1,8 +1,10 @@
 # Two entry points: `make demo` (main job on the embedded default) and `make test` (the suite).
 # Both create .venv on a fresh machine. `make demo` installs only what the demo runs: the package and
 # its core dependencies (stamp $(DEMO_STAMP)); `make test` adds the `test` extra (sentence-transformers,
-# triton, the engines' Python packages, ...) and scripts/setup-engines.sh (Java 17 via apt when
-# missing, Anserini's fat jar from the pyserini wheel) on top (stamp $(STAMP)); `make test-engines`
+# triton, the engines' Python packages, ...), scripts/setup-engines.sh (Java 17 via apt when
+# missing, Anserini's fat jar from the pyserini wheel, torch 2.7.1's ATen declarations) and the venvs of
+# the engine libraries whose pins clash with ours (fastembed, opensearch-py-ml, eland: tests/engine_venvs.py,
+# under benchmarks/.cache) on top (stamp $(STAMP)); `make test-engines`
 # runs only the engines tests. The CPU torch wheel is installed first when no torch is present, so
 # that the package's own range never pulls a CUDA build.
 PYTHON ?= python3
@@ -21,10 +23,11 @@ $(DEMO_STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-compile $$($(PY) -c "import torch" 2>/dev/null || echo torch==2.13.0) -e .
 	touch $(DEMO_STAMP)
 
-$(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh
+$(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh tests/engine_venvs.py
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
 	sh scripts/setup-engines.sh $(PY)
+	$(PY) tests/engine_venvs.py
 	touch $(STAMP)
 
 setup-demo: $(DEMO_STAMP)

@@ -12,8 +12,8 @@ Active terms must agree except for entries within that tolerance of 0.
 
 Engines that need a venv of their own (pins clash: fastembed wants huggingface_hub < 2,
 opensearch-py-ml and eland pandas < 3 and transformers < 5) build it once under
-``benchmarks/.cache`` (``tests/engine_venvs.py``) when ``SPLADEKIT_ENGINE_VENVS=1`` (opt-in: minutes
-on first use) and reuse it afterwards; without it and without a built venv they skip, saying so.
+``benchmarks/.cache`` (``tests/engine_venvs.py``, run by ``make test``'s set-up; or by the test itself when
+``SPLADEKIT_ENGINE_VENVS=1``) and reuse it afterwards; without a built venv they skip, saying so.
 Those tests carry the ``engines`` marker. Anserini's test runs by default where the jar and Java are
 installed (``make setup``), as the other Anserini tests do.
 """
@@ -443,16 +443,27 @@ def test_schema_check_flags_a_signature_the_runtime_lacks(tmp_path):
     assert "aten::scaled_dot_product_attention" in ts.schema_mismatches(module, cut)
 
 
-@pytest.mark.skipif(not __import__("os").environ.get("SPLADEKIT_LIBTORCH_DECLARATIONS"),
-                    reason="opt-in: SPLADEKIT_LIBTORCH_DECLARATIONS=torch-2.7.1-*.whl (pip download --no-deps "
-                           "torch==2.7.1, 821 MB) or its torch/include/ATen/RegistrationDeclarations.h")
+def _libtorch_declarations() -> Path | None:
+    """torch 2.7.1's RegistrationDeclarations.h: ``$SPLADEKIT_LIBTORCH_DECLARATIONS`` (the header or a
+    torch-2.7.1 wheel), else the one scripts/setup-engines.sh extracted beside the Anserini jar."""
+    import os
+
+    given = os.environ.get("SPLADEKIT_LIBTORCH_DECLARATIONS")
+    if given:
+        return Path(given)
+    cache = Path(os.environ.get("SPLADEKIT_ENGINES", Path(sys.prefix) / "share" / "spladekit-engines"))
+    header = cache / "libtorch-2.7.1" / "RegistrationDeclarations.h"
+    return header if header.is_file() else None
+
+
+@pytest.mark.skipif(_libtorch_declarations() is None,
+                    reason="torch 2.7.1's RegistrationDeclarations.h not found: `make test` (scripts/setup-engines.sh) "
+                           "extracts it, or SPLADEKIT_LIBTORCH_DECLARATIONS=torch-2.7.1-*.whl or the header")
 @pytest.mark.parametrize("family", ["bert", "distilbert", "roberta"])
 def test_torchscript_signatures_exist_in_libtorch_2_7_1(tmp_path, family):
     """Every ATen call in the Elasticsearch and OpenSearch .pt files has its signature in torch 2.7.1's
     declarations (what ES 9.2+ and DJL 0.36 run); the rest are TorchScript built-ins."""
-    import os
-
-    declarations = _declarations(Path(os.environ["SPLADEKIT_LIBTORCH_DECLARATIONS"]))
+    declarations = _declarations(_libtorch_declarations())
     encoder = make_encoder(tmp_path, family)
     es = export_for_engine("elasticsearch", encoder, tmp_path / "es", pooling="sum", activation="log1p_relu")
     osd = export_for_engine("opensearch", encoder, tmp_path / "os")
