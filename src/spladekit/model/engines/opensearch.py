@@ -26,7 +26,6 @@ Folder::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zipfile
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Dict
 import torch
 from torch import nn
 
+from spladekit.data.resolve import sha256_file
 from spladekit.model.engines import common
 from spladekit.model.engines import torchscript as ts
 
@@ -58,19 +58,11 @@ class OpenSearchSplade(nn.Module):
         return {OUTPUT_KEY: self.pooling(logits, mask).squeeze(1)}
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def register_config(name: str, zip_path: Path, function_name: str, description: str) -> dict:
     """The ML Commons register body (opensearch-py-ml's ``make_model_config_json`` fields)."""
     return {"name": name, "version": "1.0.0", "model_format": "TORCH_SCRIPT", "function_name": function_name,
             "description": description, "model_content_size_in_bytes": zip_path.stat().st_size,
-            "model_content_hash_value": sha256(zip_path)}
+            "model_content_hash_value": sha256_file(zip_path)}
 
 
 def tokenizer_json(encoder, max_length: int) -> str:
