@@ -50,14 +50,21 @@ def test_infonce_pads_short_groups_as_before(tmp_path):
     assert batch.group == 4 and len(batch.docs) == 16
 
 
-def test_doc_max_length_above_the_model_positions_is_refused(tmp_path):
-    """The tiny model has 64 positions (make_tiny_model); doc_max_length 256 made transformers fail at the
-    first step with a tensor-size error; now the field and the limit are named."""
+def test_doc_max_length_above_the_model_positions_is_lowered_to_them(tmp_path):
+    """The tiny model has 64 positions (make_tiny_model); doc_max_length 65 with a text of over 64 tokens
+    made transformers fail at the first step with a tensor-size error. Now the length is lowered to the
+    positions with a warning naming the field (as encoding does), and config.yaml and the saved model
+    record the length used."""
     import json
+
+    import yaml
 
     model = make_tiny_model(tmp_path / "m")
     limit = json.loads((model / "config.json").read_text())["max_position_embeddings"]
-    config = tiny_config(model, model__doc_max_length=limit + 1)
-    with pytest.raises(DataFormatError, match=rf"config\.json: field 'max_position_embeddings': model.doc_max_length "
-                                              rf"{limit + 1} exceeds the model's {limit} positions"):
-        train(config, tmp_path / "out", examples=make_examples(n=8), show_progress=False)
+    examples = make_examples(n=8)
+    examples[0].positives[0] = ("p0", " ".join([examples[0].positives[0][1]] * 20))  # > 64 tokens
+    config = tiny_config(model, model__doc_max_length=limit + 1, steps=1)
+    with pytest.warns(UserWarning, match=rf"model.doc_max_length {limit + 1} exceeds the model's {limit} positions"):
+        result = train(config, tmp_path / "out", examples=examples, show_progress=False)
+    assert yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())["model"]["doc_max_length"] == limit
+    assert json.loads((result.model_dir / "spladekit.json").read_text())["doc_max_length"] == limit

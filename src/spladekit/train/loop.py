@@ -99,22 +99,22 @@ class TrainResult:
 
 
 # ------------------------------------------------------------------------------------ model
-def check_max_lengths(config: TrainConfig, hf_config, source: Path) -> None:
-    """Refuse ``model.query_max_length``/``model.doc_max_length`` above the model's positions.
+def check_max_lengths(config: TrainConfig, hf_config) -> None:
+    """Lower ``model.query_max_length``/``model.doc_max_length`` above the model's positions to them
+    (a ``UserWarning`` naming the field; the saved model records the lowered value), as
+    :meth:`spladekit.model.encoder.SpladeEncoder.check_max_length` does when encoding: a text longer
+    than the positions would otherwise fail in transformers with a tensor-size error at some step."""
+    import warnings
 
-    Raises:
-        DataFormatError: naming the field, its value and the model's limit (transformers would fail
-            at the first step with a tensor-size error).
-    """
-    from spladekit.errors import DataFormatError
     from spladekit.model.metadata import max_positions
 
     limit = max_positions(hf_config)
     for name in ("query_max_length", "doc_max_length"):
         value = getattr(config.model, name)
         if limit is not None and value > limit:
-            raise DataFormatError(source, f"model.{name} {value} exceeds the model's {limit} positions (its position "
-                                  f"embeddings); set model.{name} to at most {limit}", field="max_position_embeddings")
+            warnings.warn(f"model.{name} {value} exceeds the model's {limit} positions (its position embeddings); "
+                          f"texts are truncated to {limit} tokens", UserWarning, stacklevel=3)
+            setattr(config.model, name, limit)
 
 
 def load_model(config: TrainConfig, texts=None):
@@ -139,7 +139,7 @@ def load_model(config: TrainConfig, texts=None):
 
     location = resolve_model(config.model.path)
     mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head)
-    check_max_lengths(config, mlm.config, Path(location) / "config.json")
+    check_max_lengths(config, mlm.config)
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
     record = apply_rescale(mlm, config.rescale, tokenizer, texts)
@@ -421,7 +421,10 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
             write_yaml(out / "config.yaml", config.model_dump(mode="json"))
         torch.manual_seed(config.seed)
         rescale_texts = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
+        requested = config.model_dump(mode="json")
         model, tokenizer, rescale_record = load_model(config, rescale_texts)
+        if info.is_main and config.model_dump(mode="json") != requested:  # max lengths lowered to the positions
+            write_yaml(out / "config.yaml", config.model_dump(mode="json"))
         if config.model.query_encoder == "inference-free":
             attach_query_weights(model, tokenizer, train_examples, config)
         model.to(device).train()
