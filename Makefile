@@ -1,26 +1,40 @@
 # Two entry points: `make demo` (main job on the embedded default) and `make test` (the suite).
-# Both create .venv and install everything on a fresh machine. The CPU torch wheel is installed
-# first when no torch is present, so that the package's own range never pulls a CUDA build.
-# scripts/setup-engines.sh adds the real serving engines of the `engines` tests (Java 17 via apt
-# when missing, Anserini's fat jar from the pyserini wheel); `make test-engines` runs only those.
+# Both create .venv on a fresh machine. `make demo` installs only what the demo runs: the package and
+# its core dependencies (stamp $(DEMO_STAMP)); `make test` adds the `test` extra (sentence-transformers,
+# triton, the engines' Python packages, ...), scripts/setup-engines.sh (Java 17 via apt when
+# missing, Anserini's fat jar from the pyserini wheel, torch 2.7.1's ATen declarations) and the venvs of
+# the engine libraries whose pins clash with ours (fastembed, opensearch-py-ml, eland: tests/engine_venvs.py,
+# under benchmarks/.cache) on top (stamp $(STAMP)); `make test-engines`
+# runs only the engines tests. The CPU torch wheel is installed first when no torch is present, so
+# that the package's own range never pulls a CUDA build.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+DEMO_STAMP := $(VENV)/.spladekit-demo
 STAMP := $(VENV)/.spladekit-installed
 
-.PHONY: setup demo test test-engines test-matrix clean
+.PHONY: setup setup-demo demo test test-engines test-matrix clean
 
-$(STAMP): pyproject.toml scripts/setup-engines.sh
+# One pip call (CPU torch pinned in it when no torch is there). --no-compile: no bytecode for the
+# thousands of modules the demo never imports (torch's and transformers' own tests, other model
+# families); Python writes it for those it imports, at first use.
+$(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --no-compile $$($(PY) -c "import torch" 2>/dev/null || echo torch==2.13.0) -e .
+	touch $(DEMO_STAMP)
+
+$(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh tests/engine_venvs.py
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test]"
 	sh scripts/setup-engines.sh $(PY)
+	$(PY) tests/engine_venvs.py
 	touch $(STAMP)
+
+setup-demo: $(DEMO_STAMP)
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/spladekit demo
 
 test: $(STAMP)

@@ -4,7 +4,9 @@ Corpora (seeded, deterministic):
 - ``synthetic-N``: document ``i`` is real SciFact document ``i mod 5,183`` (splade-tiny vectors),
   each term kept with probability 0.8 and its weight multiplied by U(0.8, 1.2) (≈ 199 terms per
   document as in the issue); generated block by block (seed ``[0, block]``), never whole in memory;
-- ``scifact``: the real 5,183 SciFact documents (a real distribution).
+- ``scifact``: the real 5,183 SciFact documents (a real distribution);
+- ``zipf-N``: Zipf-drawn terms and integer impacts (:func:`zipf_rows`; ≈ 120 terms a document,
+  300 queries of ≈ 20 terms), for runs without the model (no encoding at all).
 Queries: the SciFact test queries (splade-tiny; the first ``$SPLADEKIT_BENCH_QUERIES``, default all
 300). Every weight is quantised to an integer impact ``round(100·w)`` (queries too), so spladekit,
 PISA and Seismic see the very same vectors and exact dot products (integer sums below 2^24 are
@@ -16,7 +18,10 @@ Phases, each in a fresh process (peak RSS = that process's ``ru_maxrss``): ``bui
 written by ``spladekit.index.writer`` under ``$SPLADEKIT_BENCH_BUDGET`` bytes, default 1 GiB),
 ``search`` (open, exact ms/query for k = 10 and 1000, batch and one query per call), ``shards``,
 ``pisa_build``/``pisa_search``, ``bmp_build`` (CIFF export + ``ciff2bmp``)/``bmp_search``,
-``seismic_index`` (``Index.seismic()``: built and stored), ``seismic_reopen`` (a new process:
+``seismic_index`` (``Index.seismic()``: built and stored), ``seismic_shards`` (Seismic by shards,
+:mod:`spladekit.index.seismic_shards`: for each count of ``$SPLADEKIT_BENCH_SHARDS``, default
+1,2,4, a build process (peak RSS, time, size) and a search process (loaded RSS; three settings along
+the recall/latency curve, the documented one in the middle; k = 10 and 1000; recall against exact)), ``seismic_reopen`` (a new process:
 ``Index.open`` + the stored index, then ``Index.search(backend="seismic")`` at query_cut 20 /
 heap_factor 0.5, the setting of docs/serving.md, and a sweep), ``seismic_direct`` (pyseismic alone
 on the same stored file: ``SeismicIndex.load`` and its own ``batch_search``/``search`` calls with
@@ -98,13 +103,39 @@ def quantise(m: sp.csr_matrix) -> sp.csr_matrix:
 QUERIES = int(os.environ.get("SPLADEKIT_BENCH_QUERIES", 300))  # the first N SciFact test queries (fewer for the largest corpora)
 
 
-def queries() -> tuple[sp.csr_matrix, list[str]]:
+def queries(corpus: str | None = None) -> tuple[sp.csr_matrix, list[str]]:
+    if corpus is not None and corpus.startswith("zipf-"):
+        return zipf_rows(QUERIES, ZIPF_QUERY_TERMS, seed=[1, 0]), [f"q{i}" for i in range(QUERIES)]
     _, q, _, qids = scifact_vectors()
     return quantise(q)[:QUERIES], qids[:QUERIES]
 
 
+ZIPF_VOCAB, ZIPF_DOC_TERMS, ZIPF_QUERY_TERMS = 30_522, 120, 20  # a BERT vocabulary; mean active terms of a document, of a query
+
+
+def zipf_rows(n: int, mean_terms: int, seed) -> sp.csr_matrix:
+    """``zipf-N`` rows: a Poisson(``mean_terms``) number of term draws, term ``j`` with probability
+    ∝ (j + 1)^-0.8 (Zipf-like, as SPLADE's frequent terms; a term drawn twice is one entry, its
+    impacts summed), integer impacts 1..300 (Gamma-shaped): integer weights like the other corpora."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, ZIPF_VOCAB + 1) ** 0.8
+    p /= p.sum()
+    counts = np.clip(rng.poisson(mean_terms, n), 1, None)
+    cols = rng.choice(ZIPF_VOCAB, size=int(counts.sum()), p=p).astype(np.int32)
+    rows = np.repeat(np.arange(n), counts)
+    m = sp.csr_matrix((np.minimum(300, 1 + rng.gamma(1.5, 30, rows.size)).astype(np.int32).astype(np.float32), (rows, cols)), shape=(n, ZIPF_VOCAB))
+    m.sum_duplicates()
+    m.data = np.minimum(m.data, 300).astype(np.float32)
+    m.sort_indices()
+    return m
+
+
 def corpus_blocks(name: str, seed: int = 0):
     """``(blocks() factory, doc_ids, vocab_size)`` of a corpus; blocks are canonical quantised CSR."""
+    if name.startswith("zipf-"):  # no model needed: zipf_rows, block by block (seed [2, block])
+        n = int(name.split("-")[1])
+        return (lambda: (zipf_rows(min(BLOCK, n - start), ZIPF_DOC_TERMS, seed=[2, b]) for b, start in enumerate(range(0, n, BLOCK))),
+                [f"doc{i}" for i in range(n)], ZIPF_VOCAB)
     base, _, base_ids, _ = scifact_vectors()
     if name == "scifact":
         return (lambda: iter([quantise(base)])), list(base_ids), base.shape[1]
@@ -188,7 +219,7 @@ def phase_build(corpus: str, work: Path) -> dict:
 def phase_search(corpus: str, work: Path) -> dict:
     from spladekit.index.index import Index
 
-    q, qids = queries()
+    q, qids = queries(corpus)
     with Clock() as c:
         index = Index.open(work / corpus / "spladekit")
     out = {"open_s": c.wall, "open_rss": peak_rss()}
@@ -216,7 +247,7 @@ def phase_shards(corpus: str, work: Path) -> dict:
                 yield block[rows[(rows + start) % 2 == part]]
                 start += block.shape[0]
         write_index(work / corpus / f"shard{part}", half, ids[part::2], vocab, {"corpus": corpus, "shard": part})
-    q, _ = queries()
+    q, _ = queries(corpus)
     one = Index.open(work / corpus / "spladekit").search(q, k=1000)
     two = ShardedIndex([Index.open(work / corpus / f"shard{p}") for p in (0, 1)]).search(q, k=1000)
     for p in (0, 1):
@@ -248,7 +279,7 @@ def phase_pisa_search(corpus: str, work: Path) -> dict:
     import pandas as pd
     from pyterrier_pisa import PisaIndex
 
-    q, qids = queries()
+    q, qids = queries(corpus)
     frames = [{"qid": qid, "query_toks": {str(j): float(v) for j, v in zip(q[i].indices, q[i].data)}} for i, qid in enumerate(qids)]
     with Clock() as c:
         index = PisaIndex(str(work / corpus / "pisa"), stemmer="none", threads=1)
@@ -291,7 +322,7 @@ def phase_seismic_direct(corpus: str, work: Path) -> dict:
     (untimed) and nothing done with the results inside the clock: the anchor of spladekit's wrapper."""
     import seismic
 
-    q, _ = queries()
+    q, _ = queries(corpus)
     string = seismic.get_seismic_string()
     with Clock() as c:
         index = seismic.SeismicIndex.load(str(seismic_file(corpus, work)))
@@ -345,7 +376,7 @@ def phase_seismic_interleaved(corpus: str, work: Path, rounds: int = 3) -> dict:
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicSearchParams
 
-    q, _ = queries()
+    q, _ = queries(corpus)
     index = Index.open(work / corpus / "spladekit")
     engine = index.seismic().index
     string = index.seismic().component_names().dtype
@@ -399,7 +430,7 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicSearchParams
 
-    q, _ = queries()
+    q, _ = queries(corpus)
     with Clock() as c:
         index = Index.open(work / corpus / "spladekit")
         index.seismic()
@@ -425,6 +456,86 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
     return out
 
 
+SHARD_COUNTS = tuple(int(n) for n in os.environ.get("SPLADEKIT_BENCH_SHARDS", "1,2,4").split(","))  # Seismic shard counts compared
+SHARD_SETTINGS = ({"query_cut": 10, "heap_factor": 0.7}, SEISMIC_AT, {"query_cut": 40, "heap_factor": 0.3})  # along the recall/latency curve
+
+
+def _shard_count() -> int:
+    return int(os.environ.get("SPLADEKIT_BENCH_SHARD_COUNT", 1))
+
+
+def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
+    """Seismic by shards (``spladekit.index.seismic_shards.build_shards``, default parameters) in
+    ``$SPLADEKIT_BENCH_SHARD_COUNT`` shards of at most ⌈nnz / count⌉ + the longest row entries (so
+    the greedy ranges number ``count``); this process's peak RSS is the build's (the folder is
+    memory-mapped; nothing is loaded back)."""
+    from dataclasses import asdict
+
+    from spladekit.index.index import Index
+    from spladekit.index.seismic import SeismicBuildParams
+    from spladekit.index.seismic_shards import SEISMIC_BUILD_BYTES, build_shards, shard_ranges
+
+    index = Index.open(work / corpus / "spladekit")
+    count = _shard_count()
+    entries = -(-index.docs.nnz // count) + int(np.diff(index.docs.indptr).max())
+    ranges = shard_ranges(np.asarray(index.docs.indptr), entries)
+    params = SeismicBuildParams()
+    base = peak_rss()
+    record = {"build": asdict(params), "content_hash": index.metadata.get("content_hash"), "memory_budget": entries * SEISMIC_BUILD_BYTES,
+              "max_entries": entries}
+    with Clock() as c:
+        build_shards(index.folder, index.docs, params, ranges, record)
+    return {"shards": len(ranges), "max_entries": entries, "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss(), "base_rss": base,
+            "bytes": folder_bytes(index.folder / "seismic"), "rule_bytes": entries * SEISMIC_BUILD_BYTES}
+
+
+def phase_seismic_shards_search(corpus: str, work: Path) -> dict:
+    """The stored shards reopened (a new process) and searched through ``Index.search(backend="seismic")``
+    at :data:`SHARD_SETTINGS` (k = 10 batch and one per call, k = 1000 batch): CPU and wall ms/query,
+    recall@10 and recall@1000 against exact, loaded RSS. Shards are searched in threads, each with
+    ``num_threads`` 1 (so wall can fall below CPU with several shards)."""
+    from spladekit.index.index import Index
+    from spladekit.index.seismic import SeismicSearchParams
+
+    q, _ = queries(corpus)
+    with Clock() as c:
+        index = Index.open(work / corpus / "spladekit")
+        shards = len(index.seismic())
+    out = {"shards": shards, "reopen_s": c.wall, "loaded_rss": peak_rss(), "settings": []}
+    exact10 = json.loads((work / corpus / "exact-top10.json").read_text())
+    exact1000 = json.loads((work / corpus / "exact-top1000.json").read_text())
+    for setting in SHARD_SETTINGS:
+        at = SeismicSearchParams(num_threads=1, **setting)
+        row = dict(setting)
+        for k in (10, 1000):
+            r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, backend="seismic", seismic=at).hits],
+                             lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, backend="seismic", seismic=at), q, k)
+            hits = r.pop("hits")
+            row.update(r)
+            truth = exact10 if k == 10 else exact1000
+            row[f"recall@{k}"] = float(np.mean([len(set(e[:k]) & set(a[:k])) / len(set(e[:k])) for a, e in zip(hits, truth) if e]))
+        out["settings"].append(row)
+    out["search_rss"] = peak_rss()
+    return out
+
+
+def shard_table(corpus: str, r: dict) -> str:
+    """The shard-count trade: build peak and time, loaded RSS, and per setting ms/query and recall."""
+    exact = r.get("search", {})
+    lines = [f"### {corpus}: Seismic by shards (default build parameters in every shard)", "",
+             "| shards | build CPU s (wall) | build peak RSS (growth) | on disk | loaded RSS | query_cut / heap | k=10 batch CPU ms (÷ exact) | "
+             "k=10 one per call CPU ms (÷ exact) | recall@10 | k=1000 batch CPU ms | recall@1000 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for count in SHARD_COUNTS:
+        b, s = r.get(f"seismic_shards_build_{count}", {}), r.get(f"seismic_shards_search_{count}", {})
+        for e in s.get("settings", []):
+            lines.append(f"| {b.get('shards', count)} | {b.get('build_cpu_s', float('nan')):.0f} ({b.get('build_s', float('nan')):.0f}) | "
+                         f"{gb(b.get('build_rss', 0))} ({gb(b.get('build_rss', 0) - b.get('base_rss', 0))}) | {gb(b.get('bytes', 0))} | {gb(s.get('loaded_rss', 0))} | {e['query_cut']} / {e['heap_factor']} | "
+                         f"{e['batch_cpu_ms_k10']:.3f} ({e['batch_cpu_ms_k10'] / exact.get('batch_cpu_ms_k10', float('nan')):.3f}) | "
+                         f"{e['one_cpu_ms_k10']:.3f} ({e['one_cpu_ms_k10'] / exact.get('one_cpu_ms_k10', float('nan')):.3f}) | {e['recall@10']:.3f} | "
+                         f"{e['batch_cpu_ms_k1000']:.3f} | {e['recall@1000']:.3f} |")
+    return "\n".join(lines)
+
+
 def phase_bmp_build(corpus: str, work: Path) -> dict:
     """CIFF export of spladekit's folder (8-bit impacts: × 255 / max), then BMP's own ciff2bmp."""
     from spladekit.index.formats import bmp, ciff
@@ -447,7 +558,7 @@ def phase_bmp_search(corpus: str, work: Path) -> dict:
 
     from spladekit.index.formats import bmp
 
-    q, _ = queries()
+    q, _ = queries(corpus)
     vocab = [str(j) for j in range(q.shape[1])]
     with Clock() as c:
         searcher = bmp_engine.Searcher(str(work / corpus / "index.bmp"))
@@ -474,7 +585,8 @@ def phase_bmp_search(corpus: str, work: Path) -> dict:
 
 
 PHASES = {f.__name__[6:]: f for f in (phase_build, phase_search, phase_shards, phase_pisa_build, phase_pisa_search,
-                                       phase_seismic_direct, phase_seismic_interleaved, phase_seismic_index, phase_seismic_reopen, phase_bmp_build, phase_bmp_search)}
+                                       phase_seismic_direct, phase_seismic_interleaved, phase_seismic_index, phase_seismic_reopen, phase_bmp_build, phase_bmp_search,
+                                       phase_seismic_shards_build, phase_seismic_shards_search)}
 
 
 def run_phase(name: str, corpus: str, work: Path, extra: list[str] | None = None, timeout: int = 7200) -> dict:
@@ -566,12 +678,14 @@ def table(corpus: str, r: dict) -> str:
     return "\n".join(lines)
 
 
-ORDER = ("build", "search", "shards", "pisa_build", "pisa_search", "bmp_build", "bmp_search", "seismic_index", "seismic_reopen", "seismic_direct", "seismic_interleaved")
+ORDER = ("build", "search", "shards", "pisa_build", "pisa_search", "bmp_build", "bmp_search", "seismic_index", "seismic_reopen", "seismic_direct", "seismic_interleaved",
+         "seismic_shards")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, action="append", default=[], help="synthetic corpus size (repeat)")
+    ap.add_argument("--zipf", type=int, action="append", default=[], help="zipf-N corpus size (repeat): no model, no SciFact")
     ap.add_argument("--no-scifact", action="store_true", help="skip the real SciFact corpus")
     ap.add_argument("--work", type=Path, default=Path("/tmp/spladekit-bench"))
     ap.add_argument("--skip", action="append", default=[], help=f"phases to skip ({', '.join(ORDER)})")
@@ -584,18 +698,28 @@ def main():
     if args.phase:
         print(json.dumps(PHASES[args.phase](args.corpus, args.work), default=float))
         return
-    scifact_vectors()
-    corpora = [f"synthetic-{n}" for n in args.docs] + ([] if args.no_scifact else ["scifact"])
+    corpora = [f"synthetic-{n}" for n in args.docs] + [f"zipf-{n}" for n in args.zipf] + ([] if args.no_scifact else ["scifact"])
+    if any(not c.startswith("zipf-") for c in corpora):
+        scifact_vectors()
     results = {}
     for corpus in corpora:
         r = {}
         for name in ORDER:
-            if name not in args.skip:
+            if name == "seismic_shards" and name not in args.skip:  # one build and one search process per shard count
+                for count in SHARD_COUNTS:
+                    os.environ["SPLADEKIT_BENCH_SHARD_COUNT"] = str(count)
+                    for step in ("build", "search"):
+                        r[f"seismic_shards_{step}_{count}"] = run_phase(f"seismic_shards_{step}", corpus, args.work)
+                        if args.json:
+                            args.json.write_text(json.dumps(dict(results, **{corpus: r}), indent=1, default=float))
+            elif name not in args.skip:
                 r[name] = run_phase(name, corpus, args.work)
                 if args.json:  # partial results survive an interrupted run
                     args.json.write_text(json.dumps(dict(results, **{corpus: r}), indent=1, default=float))
         results[corpus] = r
         print(table(corpus, r), flush=True)
+        if any(key.startswith("seismic_shards_") for key in r):
+            print("\n" + shard_table(corpus, r), flush=True)
         print(flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=1, default=float))

@@ -38,3 +38,26 @@ os.replace(os.path.join(tmp, jar), os.path.join(cache, jar))  # atomic: a half-w
 PYEOF
     echo "setup-engines: $CACHE/$JAR"
 fi
+
+# torch 2.7.1's ATen declarations (the libtorch that ES 9.2+'s ml-cpp and DJL 0.36 run): the
+# engine-export tests check every ATen call of the Elasticsearch/OpenSearch .pt against them. Only
+# the one header is kept; the wheel (821 MB, the CUDA build: the CPU one is not on PyPI) is deleted.
+DECL="$CACHE/libtorch-2.7.1/RegistrationDeclarations.h"
+if [ ! -s "$DECL" ]; then
+    mkdir -p "$CACHE/libtorch-2.7.1"
+    TMP2=$(mktemp -d "$CACHE/.download.XXXXXX")
+    trap 'rm -rf "$TMP2"' EXIT
+    "$PY" -m pip download -q --no-deps --dest "$TMP2" torch==2.7.1
+    "$PY" - "$TMP2" "$DECL" <<'PYEOF'
+import glob, os, sys, zipfile
+tmp, decl = sys.argv[1:]
+wheel = glob.glob(os.path.join(tmp, "torch-2.7.1-*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    data = z.read("torch/include/ATen/RegistrationDeclarations.h")
+with open(decl + ".part", "wb") as out:
+    out.write(data)
+os.replace(decl + ".part", decl)  # atomic
+PYEOF
+    rm -rf "$TMP2"
+    echo "setup-engines: $DECL"
+fi

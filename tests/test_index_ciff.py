@@ -82,3 +82,120 @@ def test_quantisation_drops_impacts_that_round_to_zero_and_bad_files_are_named(t
         ciff.read_ciff(out, ["u", "v"])
     with pytest.raises(ValueError, match="tokens repeat"):
         ciff.write_ciff(out, m, m.T.tocsr(), ["a", "b"], ["u", "u"])
+
+
+def _folder_bytes(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_the_external_transpose_gives_read_ciffs_matrix_in_runs_and_blocks(tmp_path):
+    """Tiny budgets (runs of 50 postings, blocks of 5 entries: many runs and a posting list spanning
+    several) give the very matrix of the in-memory reader, block by block; written as a folder, the
+    same bytes."""
+    from spladekit.index.writer import write_index
+
+    m, ids, vocab = quantised_corpus(seed=4, rows=300, vocab=40)
+    m = m.tolil()
+    m[7, :] = 0.004  # impacts that round to 0: no entry either way
+    m = m.tocsr()
+    stats = ciff.write_ciff(tmp_path / "x.ciff", m, m.T.tocsr(), ids, vocab)
+    want, want_ids = ciff.read_ciff(tmp_path / "x.ciff", vocab)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    budget = 4000
+    got_ids, count, blocks = ciff.transposed_blocks(tmp_path / "x.ciff", vocab, spill, memory_budget=budget)
+    assert count == 300 and list(got_ids) == want_ids
+    capacity, limit = budget // ciff.RUN_ENTRY_BYTES, budget // 8 // ciff.BLOCK_ENTRY_BYTES  # 100 postings a run, 10 entries a block
+    assert len(sorted(spill.glob("run-*.rows.npy"))) == -(-stats["postings"] // capacity)  # ⌈postings / capacity⌉ runs
+    assert max(stats["postings"] // 40, 1) > capacity // 10  # lists long enough to span runs
+    parts = list(blocks())
+    assert len(parts) > 1 and all(p.nnz <= limit or p.shape[0] == 1 for p in parts)
+    got = sp.vstack(parts, format="csr")
+    for part in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(got, part), getattr(want, part))  # same float32(tf / scale), same order
+    write_index(tmp_path / "a", blocks, got_ids, len(vocab), {}, vocab)
+    from spladekit.index.io import save_index
+
+    save_index(tmp_path / "b", want, want_ids, {}, vocabulary=vocab)
+    assert _folder_bytes(tmp_path / "a") == _folder_bytes(tmp_path / "b")
+
+
+def test_bounded_ciff_import_equals_the_in_memory_import(tmp_path):
+    from spladekit.index.io import save_index
+
+    m, ids, vocab = quantised_corpus(seed=5, rows=500, vocab=70)
+    Index.from_vectors(tmp_path / "src", m, ids, vocabulary=vocab)
+    export_index(tmp_path / "src", "ciff", tmp_path / "exp")
+    meta = {"model": "M"}
+    import_to_index("ciff", tmp_path / "exp", vocab, tmp_path / "bounded", metadata=meta, memory_budget=1 << 24)
+    matrix, read_ids = ciff.read_ciff(tmp_path / "exp" / "index.ciff", vocab)
+    save_index(tmp_path / "whole", matrix, read_ids, dict(meta, imported_from=str(tmp_path / "exp"), imported_format="ciff"), vocabulary=vocab)
+    assert _folder_bytes(tmp_path / "bounded") == _folder_bytes(tmp_path / "whole")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the runs are removed
+
+
+CIFF_PEAK = """
+import sys
+from pathlib import Path
+from spladekit.index.export import import_to_index
+from spladekit.index.formats import ciff
+from spladekit.index.io import save_index
+import google.protobuf, spladekit.index.writer  # loaded before the baseline
+ciff.messages()
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
+mode, source, out, vocab_size = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+vocab = [f"t{j}" for j in range(vocab_size)]
+try:
+    with open("/proc/self/clear_refs", "w") as f:  # resets the peak (VmHWM) to the current RSS
+        f.write("5")
+except OSError:
+    print("no-peak-reset")
+    raise SystemExit
+before = status("VmRSS")
+if mode == "bounded":
+    import_to_index("ciff", source, vocab, out, memory_budget=1 << 24)
+else:  # the in-memory reader, then the same writer
+    matrix, ids = ciff.read_ciff(source, vocab)
+    save_index(out, matrix, ids, {}, vocabulary=vocab, memory_budget=1 << 24)
+print(status("VmHWM") - before)
+"""
+
+
+def test_bounded_ciff_import_peak_stays_within_the_budget(tmp_path):
+    """Peak RSS growth (fresh process, libraries loaded, peak reset; VmHWM − VmRSS) of importing a
+    1.2M-posting CIFF file at the least budget B = 16 MiB. Bound for the bounded import: the read
+    pass's run buffer and sort (≤ B) and then the writer (≤ B) with the caller's block (B / 8) never
+    overlap, so ≤ B + B / 8, plus the ids and row counts (D × (8 + 16 + 6) bytes), the parsed
+    message of one posting list (≤ D postings × ≈ 50 bytes) and 16 MB of allocator slack. The
+    in-memory reader holds int64 rows, columns and impacts of every posting twice over (≈ 50 bytes
+    a posting: ≈ 60 MB here), so the test fails for an import that holds the file."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rng = np.random.default_rng(9)
+    rows, vocab_size, nnz = 24_000, 2_000, 50
+    indices = np.concatenate([np.sort(rng.choice(vocab_size, nnz, replace=False)) for _ in range(rows)])
+    m = sp.csr_matrix((rng.integers(1, 300, rows * nnz) / 100, indices, np.arange(rows + 1) * nnz), shape=(rows, vocab_size))
+    ciff.write_ciff(tmp_path / "x.ciff", m, m.T.tocsr(), [f"doc{i}" for i in range(rows)], [f"t{j}" for j in range(vocab_size)])
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+
+    def peak(mode):
+        out = subprocess.run([sys.executable, "-c", CIFF_PEAK, mode, str(tmp_path / "x.ciff"), str(tmp_path / mode), str(vocab_size)],
+                             env=env, capture_output=True, text=True, timeout=600, check=True)
+        if "no-peak-reset" in out.stdout:
+            pytest.skip("/proc/self/clear_refs cannot be written here (the peak cannot be reset)")
+        return int(out.stdout.split()[-1])
+
+    budget = 1 << 24
+    bounded, whole = peak("bounded"), peak("whole")
+    bound = budget + budget // 8 + rows * 30 + rows * 50 + (16 << 20)
+    assert bounded <= bound, (bounded, whole, bound)
+    assert whole > bound, (bounded, whole, bound)
+    assert _folder_bytes(tmp_path / "bounded") != {} and Index.open(tmp_path / "bounded", verify=True).docs.nnz == m.nnz

@@ -43,7 +43,11 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("spladekit.model",)),  # tokens → hidden states → head logits → sparse vectors
     ("index", ("spladekit.index",)),  # sparse vectors → index → run
     ("evaluate", ("spladekit.evaluate",)),  # run → metrics
+    # a saved model's card and its upload: read the folder's and the run's records (files only); every
+    # stage that saves a model (train, pipeline's inference-free, the CLI's rescale/export-model) calls it
+    ("publish", ("spladekit.publish",)),
     ("train", ("spladekit.train",)),  # a model from data, judged by the stages above (dev evaluation)
+    ("mine", ("spladekit.mine",)),  # training data from an index's candidates and teachers (reads train's dataset opener)
     ("pipeline", ("spladekit.pipeline",)),  # the stages strung together: one evaluation run
     ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
     ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)

@@ -7,8 +7,9 @@ from pathlib import Path
 WORDS = [f"w{i}" for i in range(150)]
 
 
-def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0) -> Path:
-    """A 1-layer BERT masked-LM (V = 155, H = 32) with a word-level tokenizer, saved to ``folder``."""
+def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool = True) -> Path:
+    """A 1-layer BERT masked-LM (V = 155, H = 32) with a word-level tokenizer, saved to ``folder``
+    (``tie``: the decoder shares the word embeddings, as in BERT)."""
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
@@ -19,7 +20,7 @@ def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
-                        attention_probs_dropout_prob=dropout)
+                        attention_probs_dropout_prob=dropout, tie_word_embeddings=tie)
     model = BertForMaskedLM(config)
     with torch.no_grad():  # a positive decoder bias so that vectors start non-empty
         model.cls.predictions.bias.add_(1.0)

@@ -44,6 +44,16 @@ class HeadNotFoundError(SpladekitError, TypeError):
     """The model is not a masked-language model of a supported family."""
 
 
+class RepeatedIdError(SpladekitError, ValueError):
+    """A document id given twice. Attributes: ``doc_id``, and ``first`` < ``second``, the 0-based
+    positions of its two occurrences in input order (a reader of a file turns them into lines)."""
+
+    def __init__(self, doc_id: str, first: int, second: int):
+        self.doc_id, self.first, self.second = doc_id, first, second
+        super().__init__(f"document ids repeat: {doc_id!r} is given twice (documents {first + 1} and {second + 1}, "
+                         "counted from 1 in input order)")
+
+
 def validation_problems(exc) -> list[tuple[str, str]]:
     """Each error of a pydantic ``ValidationError`` as ``(field, message)``, in pydantic's order.
 

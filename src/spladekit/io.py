@@ -11,6 +11,7 @@ keeping the old folder as a backup until the new one is in place (:func:`recover
 from __future__ import annotations
 
 import contextlib
+import glob
 import gzip
 import io
 import json
@@ -55,7 +56,8 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         raise OutputPathError(f"{path}: is a folder; give a file path for this output")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        warn_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise OutputPathError(f"{path}: cannot write here ({exc.strerror or exc}; is a parent folder a file?)") from exc
     try:
@@ -72,6 +74,57 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _temporary_prefix(path: Path) -> str:
+    """Name prefix of the temporary siblings of ``path`` this process writes: ``.NAME.PID-`` (then
+    ``tempfile``'s random part and ``.tmp``), so a later run can tell a live writer's from a dead one's."""
+    return f".{path.name}.{os.getpid()}-"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+_WARNED_STALE: set[str] = set()
+
+
+def warn_stale_temporaries(path: str | Path) -> list[Path]:
+    """Warn (``RuntimeWarning``, once per process each) naming every temporary sibling of ``path``
+    (``.NAME.*.tmp``, file or folder, as :func:`atomic_write` and :func:`atomic_folder` write them)
+    that no running process is writing: what a killed run (``SIGKILL``, a power cut) leaves behind.
+    Such leftovers are never used nor deleted here: a folder may hold the only copy of a long
+    computation's partial output, so the user decides. Siblings of a live process (its PID is in
+    the name) are skipped; older names without a PID count as left over. Returns the ones named.
+    """
+    path = Path(path)
+    stale = []
+    try:
+        candidates = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:
+        return stale
+    for item in candidates:
+        writer = item.name[len(path.name) + 2:].split("-", 1)[0]
+        if writer.isdigit() and (int(writer) == os.getpid() or _process_alive(int(writer))):
+            continue
+        stale.append(item)
+        if str(item) in _WARNED_STALE:
+            continue
+        _WARNED_STALE.add(str(item))
+        import warnings
+
+        kind = "folder" if item.is_dir() else "file"
+        who = f"process {writer}, no longer running" if writer.isdigit() else "an earlier version"
+        warnings.warn(f"{item}: a temporary {kind} left by a run that did not finish ({who}; killed?) while "
+                      f"writing {path}; it is not used and is left as it is: look inside or remove it "
+                      f"(rm -r '{item}') once no run is writing {path}", RuntimeWarning, stacklevel=3)
+    return stale
 
 
 def ensure_folder(path: str | Path) -> Path:
@@ -200,7 +253,8 @@ def _sibling_folder(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise OutputPathError(f"{path}: is a file; this output is a folder (the file is left as it is)")
     ensure_folder(path.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    warn_stale_temporaries(path)
+    tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent))
     os.chmod(tmp, default_mode(directory=True))
     return tmp
 

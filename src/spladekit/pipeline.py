@@ -160,4 +160,7 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
     encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu"), documents)
     with atomic_folder(out) as tmp:
         encoder.save_pretrained(tmp)  # with the sentence-transformers Router files where expressible
+        from spladekit.publish.card import write_model_card
+
+        write_model_card(tmp, previous=out, reference=str(out.resolve()))  # README.md (the one OUT has is kept)
     return encoder

@@ -14,6 +14,8 @@ from spladekit.cli import fuse  # noqa: F401  (registers fuse)
 from spladekit.cli import export_model  # noqa: F401  (registers export-model)
 from spladekit.cli import inference_free  # noqa: F401  (registers inference-free)
 from spladekit.cli import serve  # noqa: F401  (registers serve)
+from spladekit.cli import publish  # noqa: F401  (registers card, push)
+from spladekit.cli import mine  # noqa: F401  (registers mine)
 
 
 def _exit_on_sigterm(signum, frame) -> None:

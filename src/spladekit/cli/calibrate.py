@@ -101,6 +101,9 @@ def rescale(
         check_output_folder(out, "model folder", MODEL_MARKERS, None if in_place else {"MODEL": model})
         with staged_files(out) as staging:  # all files or none; other files in OUT stay
             applied = run_rescale(config, staging)
+        from spladekit.publish.card import write_model_card
+
+        write_model_card(out)  # README.md beside the model (an existing one kept)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"rescaled the MLM head of {model} by F = {applied:.6g} ({config.mode()}); wrote {out}")

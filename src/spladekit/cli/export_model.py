@@ -1,4 +1,5 @@
-"""export-model: the encoder as a serving artefact (ONNX graph with the SPLADE pooling inside)."""
+"""export-model: the encoder as a serving artefact (ONNX graph with the SPLADE pooling inside, or an engine's
+own contract: spladekit.model.engines)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from spladekit.cli.app import app, fail
 from spladekit.data.resolve import DEFAULT_MODEL
 
 FORMATS = ("onnx",)
+#: engines whose own contract is written (spladekit.model.engines; docs/engines.md)
+ENGINE_FORMATS = ("elasticsearch", "opensearch", "fastembed", "anserini")
 
 
 @app.command("export-model")
 def export_model(
     model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
-    format: str = typer.Option("onnx", "--format", help="onnx: one graph input_ids + attention_mask -> [B, V] SPLADE vector"),
-    out: Path = typer.Option(..., help="folder to write (model.onnx, tokenizer files, spladekit.json)"),
+    format: str = typer.Option("onnx", "--format", help="onnx: one graph input_ids + attention_mask -> [B, V] SPLADE vector; elasticsearch, opensearch, fastembed, anserini: the form that engine runs itself (with HOW_TO_LOAD.md; docs/engines.md)"),
+    out: Path = typer.Option(..., help="folder to write (onnx: model.onnx, tokenizer files, spladekit.json; engines: docs/engines.md)"),
     opset: int = typer.Option(17, help="ONNX opset version (from 14, where attention exports, to torch.onnx's newest)"),
     query_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 64"),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 256"),
@@ -31,16 +34,21 @@ def export_model(
     pooling: Optional[str] = typer.Option(None, help="max or sum (default: the model's own)"),
     activation: Optional[str] = typer.Option(None, help="relu or log1p_relu (default: the model's own)"),
 ):
-    """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime."""
+    """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime, or
+    (--format elasticsearch|opensearch|fastembed|anserini) the form that engine runs itself, with HOW_TO_LOAD.md."""
     from spladekit.errors import SpladekitError
     from spladekit.model.encoder import SpladeEncoder
 
     from spladekit.io import check_output_folder
 
     try:
+        if format in ENGINE_FORMATS:
+            if quantize or quantize_head:
+                raise ValueError(f"--quantize/--quantize-head apply to --format onnx only, not {format}")
+            return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation)
         check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
         if format not in FORMATS:
-            raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS)}")
+            raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS + ENGINE_FORMATS)}")
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -53,12 +61,16 @@ def export_model(
             if value is not None and limit is not None and value > limit:
                 raise ValueError(f"{name} {value} exceeds the model's {limit} positions (its position embeddings); "
                                  f"choose at most {limit}")
+        from spladekit.publish.card import existing_card, write_model_card
+
+        card = existing_card(out)  # the folder is replaced whole: a README.md it has is put back
         try:
             written = export_onnx(encoder, out, opset=opset, pooling=pooling, activation=activation, vocab_tile=vocab_tile,
                                   quantize=quantize, quantize_head=quantize_head)  # a failed export leaves no folder (atomic)
         except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
+        write_model_card(written, keep=card)  # README.md beside the export (an existing one kept)
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}]"
@@ -67,3 +79,27 @@ def export_model(
         typer.echo(f"onnxruntime check: max |onnx - torch| = {check_export(encoder, written):.2e} on 3 texts")
     except ImportError:
         typer.echo("onnxruntime not installed: the export was not run (pip install 'spladekit[onnx]')")
+
+
+def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max_length, pooling, activation) -> None:
+    """``--format elasticsearch|opensearch|fastembed|anserini`` (spladekit.model.engines)."""
+    from spladekit.io import check_output_folder
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.engines import export_for_engine
+    from spladekit.model.engines.common import HOW_TO_LOAD
+
+    check_output_folder(out, f"{engine} export", (HOW_TO_LOAD,), {"--model": model})
+    encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
+                                            head_impl="plain", device="cpu")
+    from spladekit.index.formats.elastic import mapping
+    from spladekit.publish.card import existing_card, write_model_card
+
+    card = existing_card(out)  # the folder is replaced whole: a README.md it has is put back
+    extra = {"elasticsearch": {"index_mapping": mapping("splade", "sparse_vector")},
+             "opensearch": {"index_mapping": mapping("splade", "rank_features")}}.get(engine, {})
+    written = export_for_engine(engine, encoder, out, pooling=pooling, activation=activation, **extra)
+    write_model_card(written, keep=card, engine=engine,  # README.md beside the export; spladekit does not load it
+                     usage=f"This folder is {engine}'s form of the model: the engine runs it itself. Its own "
+                           f"register/import calls, the index mapping and the query body: [{HOW_TO_LOAD}]({HOW_TO_LOAD}).")
+    typer.echo(f"wrote {written}/ for {engine}: " + ", ".join(sorted(p.name for p in Path(written).iterdir())))
+    typer.echo(f"how to load it: {Path(written) / HOW_TO_LOAD}")

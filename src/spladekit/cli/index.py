@@ -100,6 +100,9 @@ def search(
     summary_energy: Optional[float] = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
     centroid_fraction: Optional[float] = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
     recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
+                                                "(the index is built as one Seismic index per range of documents that fits; "
+                                                "default: the stored index's shards, else 10GiB)"),
     verify: bool = typer.Option(True, help="check the folder's content hashes first (reads every array once: seconds at 1M documents)"),
 ):
     """Search an index with queries; write a TREC run (exact dot product, or Seismic), RUN.config.json
@@ -125,8 +128,13 @@ def search(
             raise ValueError("give --data or --queries, not both")
         asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction).items() if v is not None}
         searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor).items() if v is not None}
-        if backend != "seismic" and (asked or searching or recall_k is not None):
-            given = [f"--{n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else [])
+        if memory_budget is not None:
+            from spladekit.index.writer import parse_size
+
+            asked_budget = parse_size(memory_budget)
+        if backend != "seismic" and (asked or searching or recall_k is not None or memory_budget is not None):
+            given = [f"--{n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else []) + (
+                ["--memory-budget"] if memory_budget is not None else [])
             raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
                              f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
         build = SeismicBuildParams(**asked) if asked else None
@@ -142,6 +150,9 @@ def search(
         vectors = q.encode_queries(list(topics.values()), show_progress=True)
         kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params, seismic_build=build)
         stored = {folder: _seismic_stamp(folder) for folder in index}
+        if memory_budget is not None:  # shards of this size (built now, or the stored ones when they match)
+            for part in getattr(searched, "shards", [searched]):
+                part.seismic(build, asked_budget)
         result = searched.search(vectors, k=k, **kwargs)
         for folder, before in stored.items():
             if backend == "seismic" and _seismic_stamp(folder) != before:
@@ -209,14 +220,14 @@ def import_command(
     input: Path = typer.Option(..., "--input", help="exported file, or export folder with export.json"),
     format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="index folder to write (vectors, ids, vocabulary)"),
-    model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens"),
+    model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens (default: the one export.json names)"),
     like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
     scale: Optional[float] = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
 ):
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
     from spladekit.errors import SpladekitError
-    from spladekit.index.export import import_to_index, model_vocabulary
+    from spladekit.index.export import import_to_index, model_vocabulary, recorded_model
     from spladekit.index.io import load_metadata, load_vocabulary
     from spladekit.io import check_output_folder
 
@@ -232,8 +243,17 @@ def import_command(
             meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k") if k in meta}
         elif model is not None:
             vocabulary, meta = model_vocabulary(model), {"model": model}
-        else:
-            raise typer.BadParameter("give --model or --like")
+        else:  # the model export.json names, when it names one
+            recorded = recorded_model(input)
+            if recorded is None:
+                raise ValueError("give --model or --like (" + (f"{input / 'export.json'} names no model)" if input.is_dir()
+                                                               else f"{input} is a file: no export.json names its model)"))
+            meta = {"model": recorded[0], **({"model_revision": recorded[1]} if recorded[1] else {})}
+            typer.echo(f"model: {recorded[0]} (from {input / 'export.json'})", err=True)
+            try:
+                vocabulary = model_vocabulary(recorded[0])
+            except SpladekitError as exc:
+                raise ValueError(f"{exc} (the model {input / 'export.json'} names; give --model or --like)") from exc
         from spladekit.index.writer import parse_size
 
         budget = None if memory_budget is None else parse_size(memory_budget)

@@ -30,7 +30,8 @@ def train(
     try:
         cfg = load_config(config, set_)
         inputs = {"model.path": cfg.model.path, "data.path": cfg.data.path, "data.negatives_model": cfg.data.negatives_model,
-                  "data.teacher_scores": cfg.data.teacher_scores, "data.queries": cfg.data.queries}
+                  "data.teacher_scores": cfg.data.teacher_scores, "data.queries": cfg.data.queries,
+                  "data.corpus": cfg.data.corpus}
         check_output_folder(out, "training output folder", TRAIN_MARKERS, inputs)  # resumable: its own folder is fine
         result = run_training(cfg, out, show_progress=not no_progress)
     except SpladekitError as exc:

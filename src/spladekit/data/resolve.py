@@ -1,6 +1,6 @@
 """Find datasets and models: a local path, then local search paths, then a cache, then a download.
 
-Datasets (BEIR layout), in order:
+Datasets (BEIR layout), in order (an ``irds:<id>`` is read by ir_datasets instead: :mod:`spladekit.data.irds`):
 1. ``name_or_path`` is an existing folder;
 2. ``$SPLADEKIT_DATA/<name>``;
 3. local search paths: ``$SPLADEKIT_SHARED/data/{beir,classic}/<name>`` and ``../shared/data/...``
@@ -95,6 +95,10 @@ def resolve_dataset(name_or_path: str | Path, download: bool = True) -> Path:
         ResolutionError: nothing found locally and the download failed, was disabled, or did not
             match its checksum.
     """
+    if str(name_or_path).startswith("irds:"):  # read by ir_datasets, written once as a BEIR folder
+        from spladekit.data.irds import irds_folder
+
+        return irds_folder(str(name_or_path)[len("irds:"):], cache_dir() / "datasets" / "irds")
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path

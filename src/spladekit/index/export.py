@@ -28,6 +28,7 @@ ciff                ``index.ciff``         CIFF postings, integer impacts (PISA 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -35,9 +36,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import DataFormatError
+from spladekit.errors import DataFormatError, RepeatedIdError
 from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, seismic_jsonl
-from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary, save_index
+from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary
 from spladekit.io import atomic_write, scratch_folder, staged_files, write_json
 
 FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic", "ciff")
@@ -391,6 +392,25 @@ def streamed_import(fmt: str, path: Path, vocabulary: Sequence[str], scale: floa
     return doc_ids, rows.blocks(memory_budget)
 
 
+@contextlib.contextmanager
+def _removing_new_parents(path: str | Path) -> Iterator[None]:
+    """Undo the parent folders of ``path`` that the block creates, if it fails: the folders above
+    ``path`` missing when the block starts are removed again, deepest first, when it raises and they
+    are still empty (so a failed run leaves no empty folder behind; a folder something else wrote
+    into is kept). ``path`` itself is left to the atomic writers, which create it only on success."""
+    path = Path(path).absolute()
+    missing = [parent for parent in path.parents if not parent.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for parent in missing:
+            try:
+                parent.rmdir()  # only an empty folder goes
+            except OSError:
+                break
+        raise
+
+
 def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: str | Path, scale: float | None = None, metadata: dict | None = None,
                     memory_budget: int | None = None) -> Path:
     """Import a file of format ``fmt`` (a file, or an export folder; ``scale`` and options as
@@ -405,17 +425,18 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     budget. The folder is the one :func:`spladekit.index.io.save_index` writes from
     :func:`import_vectors`'s matrix, byte for byte (``tests/test_import_streamed.py``).
 
-    ``ciff`` (postings lists, term-major) is still read whole by :func:`import_vectors` first: its
-    import holds the ``[N, V]`` CSR (and, while it is assembled, int64 rows, columns and impacts of
-    every posting and their concatenation) and the protobuf objects of one posting list besides the
-    budget. (A bounded CIFF import needs an external transpose: postings bucketed by document range
-    on disk in one pass, then each bucket sorted by row; not done.)
+    ``ciff`` (postings lists, term-major) is transposed on disk
+    (:func:`spladekit.index.formats.ciff.transposed_blocks`: sorted runs of postings, 12 bytes each
+    beside ``out``, merged row range by row range); held besides the budget: the ids, ``[N]`` int64
+    row counts and the protobuf message of one posting list. The folder equals the one written from
+    :func:`import_vectors`'s matrix, byte for byte (``tests/test_index_ciff.py``).
 
     Raises:
         DataFormatError: malformed input (naming file and line; nothing is left beside ``out``), or no
             vector at all.
         ValueError: as :func:`import_vectors`; a bad ``memory_budget`` (before the input is read),
-            ids that repeat (naming one), a weight that is not finite (naming its row).
+            ids that repeat (naming one: the lines of both for row-major formats, a DataFormatError;
+            the documents' numbers for ``ciff``), a weight that is not finite (naming its row).
         OutputPathError: ``out`` is an existing file (before the input is read).
     """
     from spladekit.index.writer import check_budget, write_index
@@ -423,15 +444,56 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     budget = DEFAULT_BUDGET if memory_budget is None else check_budget(memory_budget)  # before reading the input
     meta = dict(metadata or {})
     meta.update(imported_from=str(path), imported_format=fmt)
-    if fmt == "ciff":
-        matrix, ids = import_vectors(fmt, path, vocabulary, scale=scale)
-        return save_index(out, matrix, ids, meta, vocabulary=vocabulary, memory_budget=budget)
     source, scale, options = resolve_import(fmt, path, scale, {})
     check_manifest(path, len(vocabulary))
-    with scratch_folder(out) as spill:  # beside the index folder (its file system); refuses an ``out`` that is a file
+    if fmt == "ciff":  # term-major: transposed on disk (sorted runs, merged) within the budget
+        with _removing_new_parents(out), scratch_folder(out) as spill:
+            ids, count, blocks = ciff.transposed_blocks(source, vocabulary, spill, scale=scale, memory_budget=budget)
+            if count == 0:
+                raise DataFormatError(source, "no vectors: the file is empty")
+            check_manifest(path, len(vocabulary), count)
+            return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
+    with _removing_new_parents(out), scratch_folder(out) as spill:  # beside the index folder (its file system)
         ids, blocks = streamed_import(fmt, source, vocabulary, scale, options, spill, budget)
         check_manifest(path, len(vocabulary), len(ids))  # before the folder is begun
-        return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
+        try:
+            return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
+        except RepeatedIdError as exc:  # the writer knows positions; the file's lines are found again
+            first, second = record_line(fmt, source, exc.first), record_line(fmt, source, exc.second)
+            raise DataFormatError(source, f"document id {exc.doc_id!r} is given twice: vector {exc.first + 1} "
+                                  f"(line {first}) and vector {exc.second + 1} (line {second})", line=second,
+                                  field="id") from None
+
+
+def record_line(fmt: str, path: Path, position: int) -> int | None:
+    """The line of a row-major export file that holds vector ``position`` (0-based, file order), as
+    the readers of :func:`import_rows` count them: each non-blank line is one vector, except in an
+    ``elastic`` bulk file, where each vector is an action line and then its source line (the source
+    line is returned). None past the end. One pass over the file (an error path only)."""
+    from spladekit.io import iter_lines
+
+    per = 2 if fmt == "elastic" else 1
+    wanted, seen = position * per + per - 1, -1
+    for number, line in iter_lines(path):
+        if line.strip():
+            seen += 1
+            if seen == wanted:
+                return number
+    return None
+
+
+def recorded_model(source: str | Path) -> tuple[str, str | None] | None:
+    """``(model, model_revision)`` that an export folder's ``export.json`` names (what the vectors
+    were encoded with), or None: ``source`` is a file (no manifest) or the manifest names no model.
+
+    Raises:
+        DataFormatError: ``source`` is a folder whose ``export.json`` is missing or malformed.
+    """
+    source = Path(source)
+    if not source.is_dir():
+        return None
+    manifest = ExportManifest.load(source)
+    return (str(manifest.model), manifest.model_revision) if manifest.model else None
 
 
 def model_vocabulary(model: str | Path) -> list[str]:

@@ -17,7 +17,8 @@ Folder layout (format 2)::
       postings.indices.npy   posting list per term (document rows ascending) with its impacts;
       postings.data.npy      exact search multiplies queries by it, never transposing per call
       tie_rank.npy           rank of each row in document-id order (the tie rule below)
-      seismic/               the approximate index, once built: index.index.seismic + params.json
+      seismic/               the approximate index, once built: index.index.seismic + params.json (one shard),
+                             or one shard-NNNNNN/ per row range (:mod:`spladekit.index.seismic_shards`)
 
 Index arrays (``indptr``/``indices``) are int32 when every value fits, else int64 (both arrays of a
 matrix share a type so that ``scipy.sparse`` never converts, i.e. copies, them).
@@ -359,32 +360,21 @@ class Index:
             dist.close()
 
     # ---------------------------------------------------------------- seismic
-    def seismic(self, build: SeismicBuildParams | None = None) -> SeismicSearcher:
-        """The Seismic index of this folder: reopened from ``seismic/`` when it was built with
-        ``build`` (None: whatever it was built with, else the defaults), else built and stored
-        there (replacing another parameter set) with the parameters in ``seismic/params.json``.
+    def seismic(self, build: SeismicBuildParams | None = None, memory_budget: int | None = None):
+        """The Seismic index of this folder, by shards (:mod:`spladekit.index.seismic_shards`):
+        reopened from ``seismic/`` when it was built with ``build`` (None: whatever it was built
+        with, else the defaults) and ``memory_budget`` (None: any shard size), else built shard by
+        shard (resumable) and stored there, replacing another parameter set.
 
         Raises:
             ImportError: ``pyseismic-lsr`` is not installed (``pip install spladekit[seismic]``).
         """
-        if self._seismic is not None and (build is None or self._seismic.params == build):
+        if self._seismic is not None and (build is None or self._seismic.params == build) and memory_budget is None:
             return self._seismic
-        folder = self.folder / "seismic"
-        stored = read_json(folder / "params.json") if (folder / "params.json").exists() else None
-        if stored is not None and stored.get("content_hash") == self.metadata.get("content_hash") and (build is None or stored.get("build") == asdict(build)):
-            self._seismic = SeismicSearcher.load(folder, SeismicBuildParams(**stored["build"]), self.docs.shape,
-                                                 empty=stored.get("empty", False))
-            return self._seismic
-        searcher = SeismicSearcher(self.docs, build, canonical=True)
-        try:
-            with atomic_folder(folder) as tmp:
-                searcher.save(tmp)
-                write_json(tmp / "params.json", {"build": asdict(searcher.params), "content_hash": self.metadata.get("content_hash"),
-                                                 "empty": searcher.empty})
-        except OSError as exc:  # a read-only index folder: keep the built index in memory only
-            log.warning("%s: cannot store the Seismic index (%s); it is kept for this process only", folder, exc)
-        self._seismic = searcher
-        return searcher
+        from spladekit.index.seismic_shards import open_or_build
+
+        self._seismic = open_or_build(self.folder, self.docs, self.metadata.get("content_hash"), build, memory_budget)
+        return self._seismic
 
     # ---------------------------------------------------------------- search
     def query_encoder(self, model: str | None = None, batch_size: int = 32):

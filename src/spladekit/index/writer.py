@@ -45,7 +45,7 @@ from typing import Callable, Collection, Iterable, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import OutputPathError
+from spladekit.errors import OutputPathError, RepeatedIdError
 from spladekit.index.exact import TIE_RULE, check_finite
 from spladekit.index.layout import DEFAULT_BUDGET, DOC_ID_FILES, FORMAT, PARTS, canonical, index_dtype
 from spladekit.io import atomic_folder, write_json
@@ -163,7 +163,8 @@ def write_ids(folder: Path, doc_ids: Collection[str], block: int = 1 << 16) -> N
     strings cannot tell from padding) falls back to sorting the strings themselves.
 
     Raises:
-        ValueError: an id is not a string, or an id repeats (naming it).
+        ValueError: an id is not a string; :class:`~spladekit.errors.RepeatedIdError` (a ValueError): an
+            id repeats (naming it and the positions of both).
     """
     num_docs, total, longest, trailing_nul = len(doc_ids), 0, 1, False
     for i, doc_id in enumerate(doc_ids):
@@ -193,7 +194,8 @@ def write_ids(folder: Path, doc_ids: Collection[str], block: int = 1 << 16) -> N
         same = np.flatnonzero(window[1:] == window[:-1])
         if same.size:
             twin = window[same[0]]
-            raise ValueError(f"document ids repeat: {twin.decode('utf-8') if isinstance(twin, bytes) else twin!r} is given twice")
+            first, second = sorted(int(i) for i in order[start + same[0] : start + same[0] + 2])
+            raise RepeatedIdError(twin.decode("utf-8") if isinstance(twin, bytes) else twin, first, second)
     del keys
     itype = index_dtype(num_docs)
     ranks = np.empty(num_docs, dtype=itype)

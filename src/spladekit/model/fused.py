@@ -276,21 +276,39 @@ def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend
         from spladekit.model.triton_head import triton_masked_max
 
         return triton_masked_max(hidden, attention_mask, weight, bias, with_argmax=with_argmax)
-    if backend == "auto" and hidden.is_cuda and _triton_ok():
-        from spladekit.model.triton_head import triton_masked_max
+    if backend == "auto" and _kernel_device(hidden) and _triton_ok():
+        from spladekit.model.triton_check import kernel_verified
 
-        try:
-            return triton_masked_max(hidden, attention_mask, weight, bias, with_argmax=with_argmax)
-        except Exception as error:  # a GPU or dtype the kernel cannot compile for: say so, use torch
-            global _TRITON_FAILED
-            _TRITON_FAILED = True
-            warnings.warn(f"fused SPLADE head: Triton kernel failed ({error!r}); using the chunked-torch path", RuntimeWarning)
+        # first use on this device (and dtype): the kernel against the torch path; False: it warned once
+        if kernel_verified(hidden, attention_mask, weight, bias, with_argmax, _torch_masked_max, sparse_head_backward):
+            from spladekit.model.triton_head import triton_masked_max
+
+            try:
+                return triton_masked_max(hidden, attention_mask, weight, bias, with_argmax=with_argmax)
+            except Exception as error:  # a GPU or dtype the kernel cannot compile for: say so, use torch
+                global _TRITON_FAILED
+                _TRITON_FAILED = True
+                warnings.warn(f"fused SPLADE head: Triton kernel failed ({error!r}); using the chunked-torch path",
+                              RuntimeWarning)
     if hidden.device.type == "cpu":
         return _packed_masked_max(hidden, attention_mask, weight, bias, with_argmax)
     return _torch_masked_max(hidden, attention_mask, weight, bias, with_argmax)
 
 
 _TRITON_FAILED = False
+
+
+def _kernel_device(hidden: torch.Tensor) -> bool:
+    """Whether ``"auto"`` runs the Triton kernel on ``hidden``'s device: CUDA, or the CPU under
+    ``TRITON_INTERPRET=1`` (Triton's interpreter: the tests' stand-in for a GPU; triton is only
+    imported when the variable is set)."""
+    if hidden.is_cuda:
+        return True
+    if hidden.device.type != "cpu" or os.environ.get("TRITON_INTERPRET", "0") in ("", "0") or not _triton_ok():
+        return False
+    from spladekit.model.triton_head import interpreting
+
+    return interpreting()
 
 
 def _triton_ok() -> bool:
@@ -465,9 +483,11 @@ def fused_splade_head(
             without real tokens gives zeros.
         weight: decoder weight ``[V, H]``.
         bias: decoder bias ``[V]`` or None.
-        backend: ``"auto"`` (Triton kernel for CUDA tensors when triton imports and
-            ``SPLADEKIT_NO_TRITON`` is unset, chunked torch otherwise), ``"torch"`` or ``"triton"``
-            (CUDA tensors, or CPU tensors when ``TRITON_INTERPRET=1`` was set before triton's
+        backend: ``"auto"`` (Triton kernel for CUDA tensors, and CPU tensors under
+            ``TRITON_INTERPRET=1``, when triton imports and ``SPLADEKIT_NO_TRITON`` is unset, after
+            its first-use check on the device, :mod:`spladekit.model.triton_check`; chunked torch
+            otherwise), ``"torch"`` or ``"triton"`` (the kernel, unchecked;
+            CUDA tensors, or CPU tensors when ``TRITON_INTERPRET=1`` was set before triton's
             import: Triton's interpreter, slow, for tests).
         activation: ``"relu"`` (``a(m) = log(1 + ReLU(m))``) or ``"log1p_relu"``
             (``a(m) = log(1 + log(1 + ReLU(m)))``), see the module docstring.

@@ -410,6 +410,50 @@ class OnnxSpladeEncoder(SpladeEncoder):
         if self.metadata.query_encoder == INFERENCE_FREE:
             self.query_weights = load_query_weights(folder, self.vocab_size)
 
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, *, query_max_length: int | None = None,
+                        doc_max_length: int | None = None, query_top_k: int | None = None, doc_top_k: int | None = None,
+                        batch_size: int = 32, device=None, dtype: torch.dtype | None = None, head_impl: str | None = None,
+                        providers: Sequence[str] = ("CPUExecutionProvider",), threads: int | None = None) -> "OnnxSpladeEncoder":
+        """Open an ONNX export folder (:func:`export_onnx`) with :meth:`SpladeEncoder.from_pretrained`'s
+        arguments (what the inherited method would take, so code written for either class runs): the
+        lengths and top-k left as None come from the export's ``spladekit.json``; ``providers`` and
+        ``threads`` as for the constructor.
+
+        Raises:
+            ValueError: ``dtype``, ``head_impl`` or a non-CPU ``device``: they choose how torch runs
+                the model, which an export does not (its dtype is fixed at export; other hardware:
+                ``providers``).
+            ResolutionError: ``name_or_path`` is not a local folder (exports are not fetched from a hub).
+            DataFormatError: the folder is not an ONNX export (a torch model folder is loaded with
+                :meth:`SpladeEncoder.from_pretrained`, naming it).
+            ImportError: onnxruntime is missing.
+        """
+        from spladekit.errors import DataFormatError, ResolutionError
+
+        for name, value in (("dtype", dtype), ("head_impl", head_impl)):
+            if value is not None:
+                raise ValueError(f"OnnxSpladeEncoder.from_pretrained: {name}={value!r} is for torch models; an ONNX export "
+                                 "runs its graph as exported (load a torch model folder with SpladeEncoder.from_pretrained)")
+        if device is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"OnnxSpladeEncoder.from_pretrained: device={device!r}: onnxruntime chooses hardware by "
+                             "providers=, e.g. ('CUDAExecutionProvider', 'CPUExecutionProvider')")
+        folder = Path(name_or_path)
+        if not folder.is_dir():
+            raise ResolutionError(f"{folder}: no such folder; OnnxSpladeEncoder opens a local folder written by "
+                                  "`spladekit export-model --format onnx`")
+        if not EncoderMetadata.load(folder).extra.get("onnx"):
+            raise DataFormatError(folder / "spladekit.json", "no ONNX record: not an ONNX export (a torch model folder? "
+                                  "load it with SpladeEncoder.from_pretrained)", field="extra.onnx")
+        encoder = cls(folder, batch_size=batch_size, providers=providers, threads=threads)
+        for key, value in dict(query_max_length=query_max_length, doc_max_length=doc_max_length,
+                               query_top_k=query_top_k, doc_top_k=doc_top_k).items():
+            if value is not None:
+                setattr(encoder.metadata, key, value)
+        encoder.metadata.query_max_length = encoder.check_max_length(encoder.metadata.query_max_length)
+        encoder.metadata.doc_max_length = encoder.check_max_length(encoder.metadata.doc_max_length)
+        return encoder
+
     @property
     def vocab_size(self) -> int:
         return int(self.record["vocab_size"])

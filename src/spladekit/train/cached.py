@@ -32,7 +32,6 @@ backward hands each process the gradient of its own vectors; the replay needs no
 
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Sequence
 
 import torch
@@ -89,7 +88,7 @@ Tokens = dict[str, torch.Tensor]
 
 def cached_step(encode_query: Callable[[Tokens], torch.Tensor], encode_doc: Callable[[Tokens], torch.Tensor],
                 tokens: Sequence[tuple[Tokens, Tokens]], loss_fn: Callable, backward: Callable[[torch.Tensor], None],
-                device: torch.device, replay: bool = True):
+                device: torch.device):
     """One gradient-cached forward/backward (module docstring, steps 1-3).
 
     Args:
@@ -99,8 +98,6 @@ def cached_step(encode_query: Callable[[Tokens], torch.Tensor], encode_doc: Call
             the whole (gathered) batch out; raising stops the step before any parameter gradient.
         backward: ``total -> None``, e.g. ``scaler.scale(total).backward()``.
         device: where the random state is saved (CPU, and CUDA when ``device`` is CUDA).
-        replay: restore each mini-batch's random state before its re-encoding (False only to show,
-            in tests, that the replay matters).
 
     Returns:
         What ``loss_fn`` returned. Parameter gradients are accumulated into ``.grad``.
@@ -124,7 +121,7 @@ def cached_step(encode_query: Callable[[Tokens], torch.Tensor], encode_doc: Call
     gq, gd = q_cat.grad, d_cat.grad
     q_at = d_at = 0
     for state, (tq, td) in zip(states, tokens):
-        with state if replay else contextlib.nullcontext():
+        with state:
             q, d = encode_query(tq), encode_doc(td)
         grads = [(q, gq[q_at : q_at + len(q)]), (d, gd[d_at : d_at + len(d)])]
         q_at, d_at = q_at + len(q), d_at + len(d)

@@ -5,6 +5,7 @@ every process's RNG state). Moved out of :mod:`spladekit.train.loop`, which uses
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -45,7 +46,9 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
     final = folder / f"step-{step:07d}"
     tmp = folder / f".tmp-step-{step:07d}"
     if info.is_main:
-        if tmp.exists():
+        if tmp.exists():  # a killed run's partial checkpoint of this step: said, then rewritten
+            warnings.warn(f"{tmp}: a partial checkpoint of step {step} left by a run that did not finish (killed?); "
+                          "it is removed and written again now", RuntimeWarning, stacklevel=2)
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
     D.barrier()

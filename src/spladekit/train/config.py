@@ -74,9 +74,11 @@ class DataConfig(Settings):
         ``hf``: a Hugging Face ``datasets`` dataset (local parquet/JSONL/CSV/arrow file, a
             ``save_to_disk`` folder, or a hub id with ``subset``/``split``), columns mapped by
             ``columns`` (:mod:`spladekit.train.hf`).
+        ``st-hard-negatives``, ``st-margin-mse``: sentence-transformers' published MS MARCO files
+            with ``teacher_scores``, ``corpus`` and ``queries`` (:mod:`spladekit.train.published`).
     """
 
-    format: Literal["beir", "naver", "triples", "hf"] = "beir"
+    format: Literal["beir", "naver", "triples", "hf", "st-hard-negatives", "st-margin-mse"] = "beir"
     path: str = "scifact"
     split: str = "train"
     negatives: Literal["bm25", "model", "none"] = "bm25"
@@ -85,6 +87,8 @@ class DataConfig(Settings):
     num_negatives: int = Field(1, ge=0, description="hard negatives per query in each batch")
     teacher_scores: str | None = Field(None, description="JSON {qid: {docid: score}} (naver layout / beir)")
     queries: str | None = Field(None, description="naver layout: id<TAB>text queries file (default: train_queries/raw.tsv)")
+    corpus: str | None = Field(None, description="st-hard-negatives/st-margin-mse: the passages (id<TAB>text or a dataset file)")
+    negative_systems: list[str] | None = Field(None, description="st-hard-negatives: the 'neg' systems to use (None: all)")
     validation_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of training queries held out")
     max_queries: int | None = Field(None, ge=1, description="use only the first N training queries (smoke runs)")
     subset: str | None = Field(None, description="hf: the dataset configuration (subset) name on the hub")

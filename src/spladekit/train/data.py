@@ -73,12 +73,17 @@ def _read_json(path: Path) -> dict:
 
 
 def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
-    """Read teacher scores or qrels in the naver/splade JSON form ``{qid: {docid: number}}``.
+    """Read teacher scores or qrels in the naver/splade JSON form ``{qid: {docid: number}}``, or
+    its pickle (``.pkl``/``.pkl.gz``: :func:`spladekit.train.published.read_score_pickle`).
 
     Raises:
         DataFormatError: not JSON, not a nested object, or a non-numeric value (naming the field).
     """
     path = Path(path)
+    if path.name.endswith((".pkl", ".pkl.gz", ".pickle")):  # naver/splade's published pickles
+        from spladekit.train.published import read_score_pickle
+
+        return read_score_pickle(path)
     out: dict[str, dict[str, float]] = {}
     for qid, docs in _read_json(path).items():
         if not isinstance(docs, dict):
@@ -233,7 +238,15 @@ def load_training_examples(config) -> list[TrainingExample]:
         from spladekit.train.hf import read_hf_dataset
 
         return read_hf_dataset(config)
-    if config.format == "triples":
+    if config.format in ("st-hard-negatives", "st-margin-mse"):  # published score files (spladekit.train.published)
+        from spladekit.train.published import load_published
+
+        examples = load_published(config)
+    elif config.format == "triples" and str(config.path).startswith("irds:"):  # ir_datasets docpairs
+        from spladekit.train.published import read_irds_docpairs
+
+        return read_irds_docpairs(str(config.path)[len("irds:"):], config.max_queries)
+    elif config.format == "triples":
         examples = list(iter_triples(config.path))
     else:
         examples = read_naver(config.path, config.teacher_scores, config.queries)

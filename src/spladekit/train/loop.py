@@ -538,6 +538,9 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
                 write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms,
                                                  "dev": dev, "best": tracker.summary() if tracker else None,
                                                  "early_stopped": early_stopped})
+                from spladekit.publish.card import write_model_cards
+
+                write_model_cards([model_dir, last_dir])  # README.md beside each saved model (an existing one kept)
             D.barrier()
         log.close()
         return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves,

@@ -32,7 +32,7 @@ import os
 
 import functools
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -208,6 +208,45 @@ def _read_delimited(file: BinaryIO, path: Path, what: str) -> bytes:
     return payload
 
 
+def _read_lists(file: BinaryIO, path: Path, columns: dict) -> Iterator:
+    """The header's document count (first item), then each posting list as ``(column, docids int64 [n] ascending, tfs int64 [n])``,
+    checked (a term in the vocabulary and given once, docids rising inside ``[0, num_docs)``); then,
+    once the lists are read, :func:`_read_records` reads the document records."""
+    m = messages()
+    header = m["Header"].FromString(_read_delimited(file, path, "header"))
+    num_docs, seen = header.num_docs, set()
+    yield num_docs  # the first item: the document count
+    for number in range(header.num_postings_lists):
+        plist = m["PostingsList"].FromString(_read_delimited(file, path, f"posting list {number}"))
+        if plist.term not in columns or plist.term in seen:
+            problem = "is given twice" if plist.term in seen else "is not in the vocabulary"
+            raise DataFormatError(path, f"posting list {number}: term {plist.term!r} {problem}")
+        seen.add(plist.term)
+        n = len(plist.postings)
+        docids = np.cumsum(np.fromiter((p.docid for p in plist.postings), np.int64, count=n))
+        if n and (docids[0] < 0 or docids[-1] >= num_docs or np.any(np.diff(docids) <= 0)):
+            raise DataFormatError(path, f"posting list {number} ({plist.term!r}): docids must rise inside [0, {num_docs})")
+        tfs = np.fromiter((p.tf for p in plist.postings), np.int64, count=n)
+        column = columns[plist.term]
+        del plist  # the parsed message is freed before the caller works on the arrays
+        yield column, docids, tfs
+
+
+def _read_records(file: BinaryIO, path: Path, num_docs: int) -> Iterator[str]:
+    """The ``collection_docid`` of each document record, in docid order, then the check that
+    nothing follows the last one."""
+    record = messages()["DocRecord"]
+    for number in range(num_docs):
+        rec = record.FromString(_read_delimited(file, path, f"document record {number}"))
+        if rec.docid != number:
+            raise DataFormatError(path, f"document record {number} has docid {rec.docid}: records must come in docid order")
+        yield rec.collection_docid
+    extra = len(file.read(1 << 16))
+    if extra:  # a CIFF stream ends with its last document record: anything after it is damage
+        raise DataFormatError(path, f"{extra}{'+' if extra == 1 << 16 else ''} bytes after the last document record "
+                                    f"({num_docs} announced by the header): not one CIFF stream")
+
+
 def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0) -> tuple[sp.csr_matrix, list[str]]:
     """Read a CIFF file: ``([D, V] float32 weights tf / scale, D collection doc ids)``, whole, in
     memory (the lists come term by term; ``spladekit import --format ciff`` therefore holds this CSR,
@@ -223,36 +262,17 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
 
     scale = check_scale(scale)
     path = Path(path)
-    m = messages()
     columns = token_index(vocabulary)
-    rows, cols, tfs, seen = [], [], [], set()
+    rows, cols, tfs = [], [], []
     with open(path, "rb") as file:
         try:
-            header = m["Header"].FromString(_read_delimited(file, path, "header"))
-            num_docs = header.num_docs
-            for number in range(header.num_postings_lists):
-                plist = m["PostingsList"].FromString(_read_delimited(file, path, f"posting list {number}"))
-                if plist.term not in columns or plist.term in seen:
-                    problem = "is given twice" if plist.term in seen else "is not in the vocabulary"
-                    raise DataFormatError(path, f"posting list {number}: term {plist.term!r} {problem}")
-                seen.add(plist.term)
-                n = len(plist.postings)
-                docids = np.cumsum(np.fromiter((p.docid for p in plist.postings), np.int64, count=n))
-                if n and (docids[0] < 0 or docids[-1] >= num_docs or np.any(np.diff(docids) <= 0)):
-                    raise DataFormatError(path, f"posting list {number} ({plist.term!r}): docids must rise inside [0, {num_docs})")
+            lists = _read_lists(file, path, columns)
+            num_docs = next(lists)
+            for column, docids, impacts in lists:
                 rows.append(docids)
-                cols.append(np.full(n, columns[plist.term], np.int64))
-                tfs.append(np.fromiter((p.tf for p in plist.postings), np.int64, count=n))
-            ids = []
-            for number in range(num_docs):
-                record = m["DocRecord"].FromString(_read_delimited(file, path, f"document record {number}"))
-                if record.docid != number:
-                    raise DataFormatError(path, f"document record {number} has docid {record.docid}: records must come in docid order")
-                ids.append(record.collection_docid)
-            extra = len(file.read(1 << 16))
-            if extra:  # a CIFF stream ends with its last document record: anything after it is damage
-                raise DataFormatError(path, f"{extra}{'+' if extra == 1 << 16 else ''} bytes after the last document record "
-                                            f"({num_docs} announced by the header): not one CIFF stream")
+                cols.append(np.full(docids.size, column, np.int64))
+                tfs.append(impacts)
+            ids = list(_read_records(file, path, num_docs))
         except DecodeError as exc:
             raise DataFormatError(path, f"not a CIFF protobuf stream ({exc})") from exc
     values = np.concatenate(tfs) if tfs else np.zeros(0, np.int64)
@@ -261,3 +281,136 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
     matrix.sum_duplicates()
     matrix.eliminate_zeros()
     return matrix, ids
+
+
+# ----------------------------------------------------------------------------------- bounded import
+RUN_ENTRY_BYTES = 40
+"""Bytes per posting of the run buffer: row, column and impact (int32 each) as gathered, the int64
+sort key, its int64 argsort, and the sorted int32 copies written out."""
+BLOCK_ENTRY_BYTES = 48
+"""Bytes per entry of a merged document block: the entries read from the runs (3 × int32), the
+int64 sort key and argsort, the CSR's int32 columns and float32 weights (the writer's piece rule)."""
+
+
+def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | Path, scale: float = 100.0,
+                      memory_budget: int = 1 << 30) -> tuple[Sequence[str], int, Callable[[], Iterator[sp.csr_matrix]]]:
+    """A CIFF file (term-major) as document-major CSR blocks, by an external transpose within
+    ``memory_budget`` bytes: the lists are read once, their postings gathered into a buffer of
+    ``memory_budget // RUN_ENTRY_BYTES`` entries; a full buffer is sorted by (row, column) and
+    written to ``spill`` as a **sorted run** (three int32 ``.npy`` files); ``blocks()`` then merges
+    the runs row range by row range (each run holds ascending rows, so a range is one contiguous
+    slice of every run, found by binary search of its memory-mapped rows and read with plain reads),
+    each block of at most ``memory_budget // 8 // BLOCK_ENTRY_BYTES`` entries (the share of the
+    caller's blocks of :func:`spladekit.index.export.streamed_import`). The classic sort-based
+    inversion (Witten, Moffat & Bell, "Managing Gigabytes", 2nd ed., §5.2), here from terms to documents.
+
+    The blocks equal :func:`read_ciff`'s matrix, row range by row range: the same weights
+    (``float32(tf / scale)``, tf 0 left out), columns ascending in each row.
+
+    Held besides the budget: the ids (``D × (L + 16)`` bytes for ids of ``L`` UTF-8 bytes), the
+    ``[D]`` int64 row counts, and the parsed protobuf message of one posting list (≈ 50 bytes a
+    posting of the longest list). Disk: 12 bytes per posting in ``spill`` (the caller removes it).
+
+    Returns:
+        ``(the D ids, D, blocks)``.
+
+    Raises:
+        DataFormatError: as :func:`read_ciff` (while reading, before ``blocks`` is returned).
+        ValueError: a bad ``scale``.
+    """
+    from google.protobuf.message import DecodeError
+
+    from spladekit.index.io import DocIds
+
+    scale = check_scale(scale)
+    path, spill = Path(path), Path(spill)
+    columns = token_index(vocabulary)
+    capacity = max(1, int(memory_budget) // RUN_ENTRY_BYTES)
+    buffer = np.empty((3, capacity), np.int32)  # rows, columns, impacts
+    held, runs = 0, []
+
+    def flush():
+        nonlocal held
+        if not held:
+            return
+        rows, cols, tfs = buffer[:, :held]
+        order = np.argsort(rows.astype(np.int64) * len(vocabulary) + cols)  # (row, column): unique keys
+        run = spill / f"run-{len(runs):06d}"
+        for name, values in (("rows", rows), ("cols", cols), ("tfs", tfs)):
+            np.save(f"{run}.{name}.npy", values[order])
+        runs.append((run, held))
+        held = 0
+
+    with open(path, "rb") as file:
+        try:
+            lists = _read_lists(file, path, columns)
+            num_docs = next(lists)
+            counts = np.zeros(num_docs, np.int64)
+            for column, docids, impacts in lists:
+                if impacts.size and (impacts.min() < -2**31 or impacts.max() >= 2**31):
+                    raise DataFormatError(path, f"column {column}: an impact does not fit CIFF's int32 tf")
+                keep = impacts != 0  # tf 0: no entry (read_ciff's eliminate_zeros)
+                docids, impacts = docids[keep], impacts[keep]
+                counts += np.bincount(docids, minlength=num_docs)
+                start = 0
+                while start < docids.size:  # a list longer than the room left spans runs
+                    take = min(docids.size - start, capacity - held)
+                    buffer[0, held : held + take] = docids[start : start + take]
+                    buffer[1, held : held + take] = column
+                    buffer[2, held : held + take] = impacts[start : start + take]
+                    held += take
+                    start += take
+                    if held == capacity:
+                        flush()
+            flush()
+            del buffer
+            utf8, lengths = bytearray(), np.zeros(num_docs + 1, np.int64)
+            for row, doc_id in enumerate(_read_records(file, path, num_docs)):
+                encoded = doc_id.encode("utf-8")
+                utf8 += encoded
+                lengths[row + 1] = len(encoded)
+        except DecodeError as exc:
+            raise DataFormatError(path, f"not a CIFF protobuf stream ({exc})") from exc
+    ids = DocIds(np.cumsum(lengths), np.frombuffer(utf8, dtype=np.uint8), path)
+    indptr = np.zeros(num_docs + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    limit = max(1, int(memory_budget) // 8 // BLOCK_ENTRY_BYTES)
+    vocab_size = len(vocabulary)
+
+    def blocks() -> Iterator[sp.csr_matrix]:
+        cursors = [0] * len(runs)
+        mapped = [np.load(f"{run}.rows.npy", mmap_mode="r") for run, _ in runs]  # only searched: a few pages each
+        start = 0
+        while start < num_docs:
+            end = int(np.searchsorted(indptr, indptr[start] + limit, side="right")) - 1
+            end = min(num_docs, max(end, start + 1))  # a row longer than the limit is a block of its own
+            parts = []
+            for r, (run, _) in enumerate(runs):
+                stop = int(np.searchsorted(mapped[r], end, side="left"))
+                if stop > cursors[r]:
+                    parts.append([_read_slice(f"{run}.{name}.npy", cursors[r], stop) for name in ("rows", "cols", "tfs")])
+                    cursors[r] = stop
+            if parts:
+                rows, cols, tfs = (np.concatenate([p[i] for p in parts]) for i in range(3))
+                order = np.argsort((rows.astype(np.int64) - start) * vocab_size + cols)
+                rows, cols, tfs = rows[order], cols[order], tfs[order]
+            else:
+                rows = cols = tfs = np.zeros(0, np.int32)
+            block_ptr = np.zeros(end - start + 1, np.int64)
+            np.cumsum(np.bincount(rows - start, minlength=end - start), out=block_ptr[1:])
+            block = sp.csr_matrix(((tfs.astype(np.int64) / scale).astype(np.float32), cols, block_ptr), shape=(end - start, vocab_size))
+            block.has_sorted_indices = True
+            yield block
+            start = end
+
+    return ids, num_docs, blocks
+
+
+def _read_slice(path: str, first: int, stop: int) -> np.ndarray:
+    """Values ``[first, stop)`` of a 1-D ``.npy`` file by a plain read (no memory map held)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        _, _, dtype = read_header(f)
+        f.seek(first * dtype.itemsize, os.SEEK_CUR)
+        return np.fromfile(f, dtype=dtype, count=stop - first)

@@ -1,0 +1,71 @@
+"""``spladekit mine --data D --out OUT [--candidates bm25|model|run] [--teacher CE ...] [filters]``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from spladekit.cli.app import app, fail
+
+
+@app.command()
+def mine(
+    data: str = typer.Option(..., help="BEIR folder/name or irds: id (--format beir), a (query, positive) dataset (hf) or TSV (tsv)"),
+    out: Path = typer.Option(..., help="output folder: dataset/ (sentence-transformers columns), naver/, stats.json, mine.yaml"),
+    format: str = typer.Option("beir", "--format", help="beir | hf | tsv"),
+    split: str = typer.Option("train", help="beir: qrels split; hf: dataset split"),
+    corpus: Optional[str] = typer.Option(None, help="hf/tsv: more candidate documents (BEIR folder, corpus.jsonl, id<TAB>text)"),
+    max_queries: Optional[int] = typer.Option(None, help="mine only the first N queries"),
+    candidates: str = typer.Option("bm25", help="bm25 | model | run"),
+    model: Optional[str] = typer.Option(None, help="candidates=model: spladekit model (indexes the corpus on the fly)"),
+    index: Optional[str] = typer.Option(None, help="candidates=model: an existing spladekit index folder"),
+    run: Optional[str] = typer.Option(None, help="candidates=run: a TREC run file"),
+    depth: Optional[int] = typer.Option(None, help="candidates per query (default range_max + max positives + 1)"),
+    teacher: List[str] = typer.Option([], "--teacher", help="cross-encoder (folder or hub id); repeat to average several"),
+    activation: str = typer.Option("identity", help="identity (raw logits) | sigmoid | model"),
+    teacher_batch_size: int = typer.Option(32, help="pairs per cross-encoder batch"),
+    teacher_max_length: Optional[int] = typer.Option(None, help="cross-encoder max tokens per pair (default: its own)"),
+    chunk_queries: int = typer.Option(256, help="queries per resumable scoring chunk"),
+    num_negatives: int = typer.Option(3, help="negatives per query"),
+    range_min: int = typer.Option(0, help="skip the first N surviving candidates"),
+    range_max: Optional[int] = typer.Option(None, help="consider surviving candidates up to rank N"),
+    max_score: Optional[float] = typer.Option(None, help="drop candidates scoring above this"),
+    min_score: Optional[float] = typer.Option(None, help="drop candidates scoring below this"),
+    absolute_margin: Optional[float] = typer.Option(None, help="drop candidates with score + m > lowest positive score"),
+    relative_margin: Optional[float] = typer.Option(None, help="drop candidates with score > p - |p|·r (p: lowest positive score)"),
+    sampling: str = typer.Option("top", help="top | random"),
+    seed: int = typer.Option(0, help="random sampling seed"),
+    device: Optional[str] = typer.Option(None, help="cross-encoder device"),
+    no_progress: bool = typer.Option(False, help="no progress bars"),
+):
+    """Mine hard negatives (BM25, a spladekit model or a run), score them with cross-encoder teachers,
+    filter false negatives (sentence-transformers' rules) and write training data."""
+    from pydantic import ValidationError
+
+    from spladekit.cli.app import options_error
+    from spladekit.errors import SpladekitError
+    from spladekit.io import check_output_folder
+    from spladekit.mine import MineConfig
+    from spladekit.mine import mine as run_mining
+    from spladekit.mine.api import MARKERS
+
+    try:
+        config = MineConfig(data=data, format=format, split=split, corpus=corpus, max_queries=max_queries,
+                            candidates=candidates, model=model, index=index, run=run, depth=depth, teachers=teacher,
+                            activation=activation, teacher_batch_size=teacher_batch_size,
+                            teacher_max_length=teacher_max_length, chunk_queries=chunk_queries,
+                            num_negatives=num_negatives, range_min=range_min, range_max=range_max, max_score=max_score,
+                            min_score=min_score, absolute_margin=absolute_margin, relative_margin=relative_margin,
+                            sampling=sampling, seed=seed, device=device)
+    except ValidationError as exc:
+        fail(options_error(exc, {"teachers": "--teacher"}))
+    try:
+        check_output_folder(out, "spladekit mine output", MARKERS, {"--data": data, "--corpus": corpus, "--run": run,
+                                                                     "--index": index, "--model": model})
+        result = run_mining(config, out, show_progress=not no_progress)
+    except (SpladekitError, ValueError) as exc:
+        fail(exc)
+    typer.echo(result.line)
+    typer.echo(f"written: {out / 'dataset'} (data.format: hf), {out / 'naver'} (data.format: naver), {out / 'stats.json'}")

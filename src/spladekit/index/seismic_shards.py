@@ -1,0 +1,331 @@
+"""Seismic by shards: one Seismic index per consecutive range of document rows, each range sized so
+that its build stays within a memory budget, built one after the other, stored in the index folder,
+searched together and merged by the tie rule of :mod:`spladekit.index.exact`.
+
+pyseismic's builder holds its whole input and every posting in memory, so one index over 8.8M
+passages cannot be built on a 24 GB machine; a built index is small. Here the rows ``[0, D)`` are cut into ranges of at most ``max_entries`` stored entries
+(:func:`shard_ranges`; ``max_entries = memory_budget // SEISMIC_BUILD_BYTES``, the writer's rule of
+:mod:`spladekit.index.writer`: bytes per entry held × entries ≤ the budget), and each range is built
+alone (its CSR slice is read in place from the memory-mapped folder, copied once into pyseismic's
+input, built, saved and freed before the next one starts).
+
+Layout (``INDEX/seismic/``)::
+
+    params.json            {"build": SeismicBuildParams, "content_hash", "empty", "memory_budget",
+                            "max_entries", "shards": [[start, stop, empty], ...]}
+    index.index.seismic    one shard: the file of today's single index (the layout is unchanged)
+    shard-000000/          several shards: one folder each (index.index.seismic, shard.json)
+    shard-000001/ ...
+
+A folder written before shards (no ``"shards"`` in ``params.json``) reads as one shard ``[0, D)``.
+
+Resumable: shards are built in ``INDEX/.seismic.build/`` (``build.json`` names the content hash,
+the parameters and the ranges); each shard folder is written atomically
+(:func:`spladekit.io.atomic_folder`), so a killed build keeps every shard already stored and a
+build started again with the same settings builds only the rest; the finished folder then replaces
+``seismic/`` (:func:`spladekit.io.replace_folder`).
+
+Search: every shard is searched with the whole query set (one thread per shard, each shard's own
+pyseismic call), shard rows are shifted to global rows, and each query's hits are merged by score
+descending, then ``tie_rank`` (document id) ascending, cut to ``k``. A shard returns its own top-k,
+so the merge is the top-k of the union. With one shard no merge is done: the answers are those of
+:class:`~spladekit.index.seismic.SeismicSearcher` itself. Each shard is approximate on its own
+(static pruning keeps ``n_postings`` per term *per shard*, so more shards keep more postings: higher
+recall, more query time); measurements of the trade are in ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.index.seismic import SeismicBuildParams, SeismicQueries, SeismicSearcher, SeismicSearchParams
+
+log = logging.getLogger(__name__)
+
+SEISMIC_BUILD_BYTES = 96
+"""Bytes of pyseismic build memory per stored entry of its input, this module's copies of the input
+(int64 components, float32 values) included: the rule's constant, above every growth per entry
+measured (``benchmarks/RESULTS.md``, "Seismic by shards"). Not covered: the library's fixed cost
+once loaded, the ``[V]`` component names and the caller's query sets."""
+
+DEFAULT_SEISMIC_BUDGET = 10 << 30
+"""Build memory of one shard when none is given (10 GiB: 112M entries a shard): the largest shard
+under the issue's 12 GB build-peak target with the fixed cost and a margin. The largest, because
+each shard adds its own query time (the measurement: ``benchmarks/RESULTS.md``, "Seismic by shards")."""
+
+WORK = ".seismic.build"
+SHARD = "shard-{:06d}"
+
+
+def max_shard_entries(memory_budget: int) -> int:
+    """Entries of one shard's build input under ``memory_budget`` bytes: ``budget // SEISMIC_BUILD_BYTES``.
+
+    Raises:
+        ValueError: a budget outside the writer's range (:func:`spladekit.index.writer.check_budget`).
+    """
+    from spladekit.index.writer import check_budget
+
+    return check_budget(memory_budget) // SEISMIC_BUILD_BYTES
+
+
+def shard_ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges ``[(start, stop), ...]`` covering ``[0, D)`` (``indptr``: ``[D + 1]``
+    CSR row pointers), each of at most ``max_entries`` entries, greedily longest first; a row longer
+    than that is a range of its own. An index with no row (D = 0) has one empty range ``(0, 0)``.
+
+    Raises:
+        ValueError: ``max_entries`` < 1.
+    """
+    if max_entries < 1:
+        raise ValueError(f"max_entries must be ≥ 1, got {max_entries}")
+    rows = len(indptr) - 1
+    ranges, start = [], 0
+    while start < rows:
+        end = int(np.searchsorted(indptr, int(indptr[start]) + max_entries, side="right")) - 1
+        end = min(rows, max(end, start + 1))
+        ranges.append((start, end))
+        start = end
+    return ranges or [(0, 0)]
+
+
+def row_slice(docs: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
+    """Rows ``[start, stop)`` of a canonical CSR as a CSR over views of its arrays (a memory-mapped
+    folder's pages are read, nothing is copied but the ``[stop - start + 1]`` row pointers)."""
+    a, b = int(docs.indptr[start]), int(docs.indptr[stop])
+    indptr = np.asarray(docs.indptr[start : stop + 1]) - a
+    part = sp.csr_matrix((docs.data[a:b], docs.indices[a:b], indptr), shape=(stop - start, docs.shape[1]), copy=False)
+    part.has_sorted_indices = True
+    return part
+
+
+class ShardedSeismic:
+    """Seismic indexes over consecutive row ranges of one ``[D, V]`` matrix, searched as one (the
+    interface of :class:`SeismicSearcher`: ``params``, ``empty``, :meth:`prepare`,
+    :meth:`search_arrays`, :meth:`search`, :meth:`component_names`).
+
+    Attributes:
+        shards: ``(start, SeismicSearcher)`` per range, in row order.
+        ranges: ``[(start, stop)]`` row range of each shard.
+    """
+
+    def __init__(self, shards: Sequence[tuple[int, SeismicSearcher]], ranges: Sequence[tuple[int, int]], params: SeismicBuildParams,
+                 shape: tuple[int, int], max_entries: int | None = None):
+        self.shards, self.ranges, self.params = list(shards), [tuple(r) for r in ranges], params
+        self.num_docs, self.vocab_size = shape
+        self.max_entries = max_entries
+        self.empty = all(s.empty for _, s in self.shards)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    @property
+    def index(self):
+        """pyseismic's ``SeismicIndex`` of a one-shard index (what benchmarks call directly).
+
+        Raises:
+            ValueError: the index has several shards (search them through :meth:`search_arrays`).
+        """
+        if len(self.shards) != 1:
+            raise ValueError(f"{len(self.shards)} Seismic shards: there is no single pyseismic index")
+        return self.shards[0][1].index
+
+    def component_names(self) -> np.ndarray:
+        """``[V]`` Seismic's name of each column (the same in every shard)."""
+        return self.shards[0][1].component_names()
+
+    def prepare(self, queries: sp.spmatrix) -> SeismicQueries:
+        """The queries in pyseismic's input form, once for every shard.
+
+        Raises:
+            ValueError: vocabulary mismatch.
+        """
+        return self.shards[0][1].prepare(queries)
+
+    def search(self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None,
+               tie_rank: np.ndarray | None = None) -> list[list[tuple[int, float]]]:
+        """Per query ``(row, score)`` pairs of the merged top-``k`` (:meth:`SeismicSearcher.search`'s rule).
+
+        Raises:
+            ValueError: vocabulary mismatch, ``k`` < 1, or ``doc_ids`` of the wrong length.
+        """
+        from spladekit.index.exact import tie_ranks
+
+        if doc_ids is not None and len(doc_ids) != self.num_docs:
+            raise ValueError(f"{len(doc_ids)} document ids for {self.num_docs} document vectors")
+        ranks = tie_rank if tie_rank is not None else tie_ranks(doc_ids) if doc_ids is not None else None
+        return [list(zip(rows.tolist(), scores.tolist())) for rows, scores in self.search_arrays(self.prepare(queries), k, params, ranks)]
+
+    def search_arrays(self, queries: SeismicQueries, k: int, params: SeismicSearchParams | None = None,
+                      tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Top-``k`` of prepared queries over every shard: per query ``(global rows [n] int64, scores
+        [n] float32)``, score descending then ``tie_rank`` ascending (row ascending without it).
+        Shards are searched in threads (one per shard, each with the whole query set).
+
+        Raises:
+            ValueError: ``k`` < 1.
+        """
+        tie_rank = None if tie_rank is None else np.asarray(tie_rank)
+        if len(self.shards) == 1:  # one shard: the searcher's own answer, no merge
+            return self.shards[0][1].search_arrays(queries, k, params, tie_rank)
+
+        def one(item):
+            (start, searcher), (_, stop) = item
+            part = searcher.search_arrays(queries, k, params, None if tie_rank is None else tie_rank[start:stop])
+            return [(rows + start, scores) for rows, scores in part]
+
+        if self._pool is None:  # made once: a pool per call costs more than a one-query search
+            self._pool = ThreadPoolExecutor(max_workers=len(self.shards), thread_name_prefix="seismic-shard")
+        per_shard = list(self._pool.map(one, zip(self.shards, self.ranges)))
+        return [merge_hits([found[q] for found in per_shard], k, tie_rank) for q in range(queries.count)]
+
+
+def merge_hits(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int, tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One query's hits of several shards ``[(global rows, scores)]`` merged: the top ``k`` by score
+    descending, then ``tie_rank[row]`` ascending (row ascending when None): the tie rule of
+    :mod:`spladekit.index.exact`."""
+    lists = [pair for pair in lists if len(pair[0])]
+    if not lists:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    if len(lists) == 1:
+        return lists[0]
+    rows = np.concatenate([r for r, _ in lists])
+    scores = np.concatenate([s for _, s in lists])
+    order = np.lexsort((rows if tie_rank is None else tie_rank[rows], -scores))[:k]
+    return rows[order], scores[order]
+
+
+# ----------------------------------------------------------------------------------- build / open
+def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, build: SeismicBuildParams | None = None,
+                  memory_budget: int | None = None, on_shard: Callable[[int], None] | None = None,
+                  show_progress: bool = False, max_entries: int | None = None) -> ShardedSeismic:
+    """The Seismic shards of the index folder ``folder`` (documents ``docs``, canonical CSR):
+    reopened from ``folder/seismic`` when stored for ``content_hash`` with ``build`` (None: whatever
+    it was built with) and, when ``memory_budget`` is given, the same shard size; else built (and
+    resumed: module docstring) and stored there, replacing what was stored.
+
+    Args:
+        memory_budget: bytes of build memory of one shard (None: the stored index's, else
+            :data:`DEFAULT_SEISMIC_BUDGET`).
+        on_shard: called with each shard's number once it is stored (progress; tests stop a build here).
+        max_entries: entries of a shard, given directly instead of through ``memory_budget`` (shards
+            smaller than the 16 MiB least budget allows: tests and benchmarks on small corpora).
+
+    Raises:
+        ImportError: ``pyseismic-lsr`` is not installed.
+        ValueError: a budget outside the writer's range.
+        DataFormatError: a stored file cannot be read or is missing.
+    """
+    from spladekit.io import read_json
+
+    folder = Path(folder)
+    target = folder / "seismic"
+    if max_entries is not None:
+        if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)) or max_entries < 1:
+            raise ValueError(f"max_entries must be an integer ≥ 1, got {max_entries!r}")
+        memory_budget = int(max_entries) * SEISMIC_BUILD_BYTES
+    elif memory_budget is not None:
+        max_entries = max_shard_entries(memory_budget)
+    stored = read_json(target / "params.json") if (target / "params.json").exists() else None
+    if (stored is not None and stored.get("content_hash") == content_hash and (build is None or stored.get("build") == asdict(build))
+            and (max_entries is None or stored.get("max_entries", max_shard_entries(DEFAULT_SEISMIC_BUDGET)) == max_entries)):
+        return load(target, stored, docs.shape)
+    if max_entries is None:
+        memory_budget = DEFAULT_SEISMIC_BUDGET
+        max_entries = max_shard_entries(memory_budget)
+    params = build or SeismicBuildParams()
+    ranges = shard_ranges(np.asarray(docs.indptr), max_entries)
+    record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries)}
+    try:
+        return load(folder / "seismic", build_shards(folder, docs, params, ranges, record, on_shard, show_progress), docs.shape)
+    except OSError as exc:  # a read-only index folder: built in memory for this process only
+        log.warning("%s: cannot store the Seismic index (%s); it is kept for this process only", target, exc)
+    return ShardedSeismic([(start, SeismicSearcher(row_slice(docs, start, stop), params, canonical=True)) for start, stop in ranges],
+                          ranges, params, docs.shape, max_entries)
+
+
+def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, ranges: list[tuple[int, int]], record: dict,
+                 on_shard: Callable[[int], None] | None = None, show_progress: bool = False) -> dict:
+    """Build the shards of ``ranges`` one after the other into ``folder/.seismic.build`` (resuming:
+    module docstring), then put the finished folder in place of ``folder/seismic``. Holds one
+    shard's build at a time (nothing is loaded back: that is :func:`load`'s memory).
+
+    Args:
+        record: the ``params.json`` entries besides ``empty`` and ``shards``.
+
+    Returns:
+        The ``params.json`` written.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    from tqdm.auto import tqdm
+
+    from spladekit.io import atomic_folder, read_json, replace_folder, write_json
+
+    work = folder / WORK
+    fingerprint = dict(record, shards=[list(r) for r in ranges])
+    if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
+        log.warning("%s: left by a Seismic build with other settings; starting over", work)
+        shutil.rmtree(work)
+    work.mkdir(exist_ok=True)
+    if not (work / "build.json").exists():
+        write_json(work / "build.json", fingerprint)
+    empties = []
+    for number, (start, stop) in enumerate(tqdm(ranges, desc="seismic shards", unit="shard", disable=not show_progress)):
+        shard = work / SHARD.format(number)
+        if (shard / "shard.json").exists() and read_json(shard / "shard.json").get("range") == [start, stop]:
+            empties.append(bool(read_json(shard / "shard.json")["empty"]))
+            continue  # stored by an earlier (killed) run
+        searcher = SeismicSearcher(row_slice(docs, start, stop), params, canonical=True)
+        with atomic_folder(shard) as tmp:
+            searcher.save(tmp)
+            write_json(tmp / "shard.json", {"range": [start, stop], "empty": searcher.empty})
+        empties.append(searcher.empty)
+        del searcher  # freed before the next shard is built
+        if on_shard is not None:
+            on_shard(number)
+    shards = [[start, stop, empty] for (start, stop), empty in zip(ranges, empties)]
+    final = dict(record, empty=all(empties), shards=shards)
+    done = work / "done"
+    shutil.rmtree(done, ignore_errors=True)
+    done.mkdir()
+    if len(ranges) == 1:  # one shard: today's layout (the index file beside params.json)
+        for item in (work / SHARD.format(0)).iterdir():
+            if item.name != "shard.json":
+                item.rename(done / item.name)
+    else:
+        for number in range(len(ranges)):
+            (work / SHARD.format(number)).rename(done / SHARD.format(number))
+    write_json(done / "params.json", final)
+    replace_folder(done, folder / "seismic")
+    shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+def load(target: Path, stored: dict, shape: tuple[int, int]) -> ShardedSeismic:
+    """Reopen the shards stored in ``target`` (``seismic/``) as ``params.json`` (``stored``) lists them.
+
+    Raises:
+        DataFormatError: a listed shard's file is missing or unreadable, or the ranges do not tile ``[0, D)``.
+    """
+    from spladekit.errors import DataFormatError
+
+    params = SeismicBuildParams(**stored["build"])
+    listed = stored.get("shards") or [[0, shape[0], stored.get("empty", False)]]  # a folder written before shards
+    ranges = [(int(a), int(b)) for a, b, _ in listed]
+    if ranges[0][0] != 0 or ranges[-1][1] != shape[0] or any(b != c for (_, b), (c, _) in zip(ranges[:-1], ranges[1:])):
+        raise DataFormatError(target / "params.json", f"shard ranges {ranges} do not cover the {shape[0]} document rows", field="shards")
+    shards = []
+    for number, ((start, stop), (_, _, empty)) in enumerate(zip(ranges, listed)):
+        where = target if len(listed) == 1 else target / SHARD.format(number)
+        shards.append((start, SeismicSearcher.load(where, params, (stop - start, shape[1]), empty=bool(empty))))
+    return ShardedSeismic(shards, ranges, params, shape, stored.get("max_entries"))

@@ -1,0 +1,99 @@
+"""Teacher scores from cross-encoders (sentence-transformers' ``CrossEncoder``), in resumable chunks.
+
+Each teacher scores every ``(query, document)`` pair with ``CrossEncoder.predict`` (batches of
+``batch_size`` pairs); with several teachers the score is their mean (an ensemble, as SPLADE-v3's
+teachers are combined). ``activation``: ``identity`` returns the raw logits (the default: a sigmoid
+squashes the margins MarginMSE learns from), ``sigmoid`` the probabilities, ``model`` the
+cross-encoder's own default activation.
+
+Resuming: the queries are scored ``chunk_queries`` at a time; each finished chunk is written
+(atomically) to ``work/teacher-NNNNN.json`` with a SHA-256 digest of its teachers, activation and
+pairs, and a later run with the same digest reads it instead of scoring again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+from spladekit.io import read_json, write_json
+
+
+def load_cross_encoder(name: str, activation: str = "identity", max_length: int | None = None, device: str | None = None):
+    """A sentence-transformers ``CrossEncoder`` with the chosen activation (see the module docstring).
+
+    Raises:
+        ResolutionError: the model folder or hub id cannot be found (:func:`spladekit.data.resolve.resolve_model`).
+    """
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from spladekit.data.resolve import resolve_model
+
+    activation_fn = {"identity": torch.nn.Identity(), "sigmoid": torch.nn.Sigmoid(), "model": None}[activation]
+    return CrossEncoder(resolve_model(name), activation_fn=activation_fn, max_length=max_length, device=device)
+
+
+def _digest(teachers: Sequence[str], activation: str, pairs: list[tuple[str, str]]) -> str:
+    digest = hashlib.sha256(json.dumps([list(teachers), activation]).encode())
+    for query, doc in pairs:
+        digest.update(b"\x00" + query.encode() + b"\x01" + doc.encode())
+    return digest.hexdigest()
+
+
+def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], work: Path, activation: str = "identity",
+                batch_size: int = 32, chunk_queries: int = 256, max_length: int | None = None, device: str | None = None,
+                show_progress: bool = True) -> list[list[float]]:
+    """Teacher scores of each query's pairs: ``groups[i]`` is query i's ``[(query text, doc text)]``.
+
+    Returns:
+        ``scores[i][j]``: the mean over ``teachers`` of the score of ``groups[i][j]`` (float32
+        logits of the cross-encoder, as Python floats).
+
+    Raises:
+        ValueError: no teacher; a non-finite score (naming the teacher and the pair).
+    """
+    import math
+
+    from tqdm.auto import tqdm
+
+    if not teachers:
+        raise ValueError("no teacher given")
+    work.mkdir(parents=True, exist_ok=True)
+    models: dict[str, object] = {}
+    out: list[list[float]] = []
+    total = sum(len(g) for g in groups)
+    with tqdm(total=total, desc="teacher scores", unit="pair", disable=not show_progress) as bar:
+        for start in range(0, len(groups), chunk_queries):
+            chunk = groups[start:start + chunk_queries]
+            flat = [pair for group in chunk for pair in group]
+            digest = _digest(teachers, activation, flat)
+            path = work / f"teacher-{start // chunk_queries:05d}.json"
+            if path.exists():
+                stored = read_json(path)
+                if isinstance(stored, dict) and stored.get("digest") == digest:
+                    out.extend(stored["scores"])
+                    bar.update(len(flat))
+                    continue
+            sums = [0.0] * len(flat)
+            for name in teachers:
+                if name not in models:
+                    models[name] = load_cross_encoder(name, activation, max_length, device)
+                if flat:
+                    predicted = models[name].predict(flat, batch_size=batch_size, show_progress_bar=False,
+                                                     convert_to_numpy=True)
+                    for k, value in enumerate(predicted.reshape(len(flat), -1)[:, 0].tolist()):
+                        if not math.isfinite(value):
+                            raise ValueError(f"teacher {name}: non-finite score {value} for pair {flat[k]!r}")
+                        sums[k] += value
+            means = [s / len(teachers) for s in sums]
+            scores, k = [], 0
+            for group in chunk:
+                scores.append(means[k:k + len(group)])
+                k += len(group)
+            write_json(path, {"digest": digest, "scores": scores})
+            out.extend(scores)
+            bar.update(len(flat))
+    return out

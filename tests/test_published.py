@@ -1,0 +1,138 @@
+"""Published teacher-score files, each written here in the layout its owners document, read to the same
+training examples: naver/splade's pkl.gz with qrels and collections, sentence-transformers'
+msmarco-hard-negatives (jsonl + scores[qid][pid] pickle), and the id-based margin-MSE columns."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+datasets = pytest.importorskip("datasets")
+
+from spladekit.errors import DataFormatError  # noqa: E402
+from spladekit.train.config import DataConfig  # noqa: E402
+from spladekit.train.data import load_training_examples, read_naver  # noqa: E402
+
+QUERIES = {101: "what is a protein", 202: "cancer risk factors", 303: "how vaccines work"}
+PASSAGES = {1: "proteins are chains of amino acids", 2: "a protein shake", 3: "protein folding", 4: "risk of cancer rises with age",
+            5: "cancer cells", 6: "vaccine trial", 7: "vaccines train the immune system", 8: "work from home", 9: "a risk"}
+POSITIVE = {101: 1, 202: 4, 303: 7}
+NEGATIVES = {101: [2, 3, 9], 202: [5, 9, 2], 303: [6, 8, 3]}
+SCORES = {101: {1: 9.5, 2: 3.25, 3: 1.0, 9: -2.0}, 202: {4: 7.0, 5: 6.5, 9: 0.5, 2: -1.0}, 303: {7: 8.0, 6: 4.0, 8: -3.5, 3: 2.0}}
+
+
+def naver(folder: Path) -> Path:
+    """naver/splade: ``qrel/qrel.json``, ``train_queries/raw.tsv``, ``full_collection/raw.tsv`` (id<TAB>text)
+    and the teacher pickle ``{qid: {pid: score}}`` gzipped (int keys, as the published MS MARCO file)."""
+    for sub in ("qrel", "train_queries", "full_collection"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "qrel" / "qrel.json").write_text(json.dumps({str(q): {str(p): 1} for q, p in POSITIVE.items()}))
+    (folder / "train_queries" / "raw.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in QUERIES.items()))
+    (folder / "full_collection" / "raw.tsv").write_text("".join(f"{p}\t{t}\n" for p, t in PASSAGES.items()))
+    with gzip.open(folder / "cross-encoder-scores.pkl.gz", "wb") as f:
+        pickle.dump(SCORES, f)
+    return folder
+
+
+def st_hard_negatives(folder: Path) -> dict:
+    """sentence-transformers' msmarco-hard-negatives: jsonl.gz lines {"qid", "pos", "neg": {system: [pid]}},
+    the pickle scores[qid][pid], MS MARCO's collection.tsv and queries.train.tsv."""
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "msmarco-hard-negatives.jsonl.gz", "wt") as f:
+        for q, negs in NEGATIVES.items():  # two systems whose lists overlap (the union is kept, in order)
+            f.write(json.dumps({"qid": q, "pos": [POSITIVE[q]], "neg": {"bm25": negs[:2], "msmarco-MiniLM-L-6-v3": negs[1:]}}) + "\n")
+    with gzip.open(folder / "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz", "wb") as f:
+        pickle.dump(SCORES, f)
+    (folder / "collection.tsv").write_text("".join(f"{p}\t{t}\n" for p, t in PASSAGES.items()))
+    (folder / "queries.train.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in QUERIES.items()))
+    return dict(format="st-hard-negatives", path=str(folder / "msmarco-hard-negatives.jsonl.gz"),
+                teacher_scores=str(folder / "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz"),
+                corpus=str(folder / "collection.tsv"), queries=str(folder / "queries.train.tsv"))
+
+
+def st_margin_mse(folder: Path) -> dict:
+    """sentence-transformers/msmarco ``bert-ensemble-margin-mse`` (query_id, positive_id, negative_id, score =
+    s(q, d+) - s(q, d-), ids as strings) with its ``corpus`` (passage_id, passage) and ``queries`` (query_id, query)."""
+    folder.mkdir(parents=True)
+    rows = [{"query_id": str(q), "positive_id": str(POSITIVE[q]), "negative_id": str(n), "score": SCORES[q][POSITIVE[q]] - SCORES[q][n]}
+            for q in NEGATIVES for n in NEGATIVES[q]]
+    datasets.Dataset.from_list(rows).to_parquet(str(folder / "margin.parquet"))
+    datasets.Dataset.from_dict({"passage_id": [str(p) for p in PASSAGES], "passage": list(PASSAGES.values())}).to_parquet(str(folder / "corpus.parquet"))
+    datasets.Dataset.from_dict({"query_id": [str(q) for q in QUERIES], "query": list(QUERIES.values())}).to_parquet(str(folder / "queries.parquet"))
+    return dict(format="st-margin-mse", path=str(folder / "margin.parquet"), corpus=str(folder / "corpus.parquet"),
+                queries=str(folder / "queries.parquet"))
+
+
+def by_text(example) -> tuple:
+    docs = dict(example.positives + example.negatives)
+    return (example.query, sorted(t for _, t in example.positives), sorted(t for _, t in example.negatives),
+            {docs[d]: s for d, s in example.teacher.items()})
+
+
+def test_naver_pickle_and_st_hard_negatives_read_to_the_same_examples(tmp_path):
+    ours = read_naver(naver(tmp_path / "naver"), "cross-encoder-scores.pkl.gz")
+    st = load_training_examples(DataConfig(**st_hard_negatives(tmp_path / "st")))
+    expected = [(QUERIES[q], [PASSAGES[POSITIVE[q]]], sorted(PASSAGES[n] for n in NEGATIVES[q]),
+                 {PASSAGES[p]: s for p, s in SCORES[q].items()}) for q in QUERIES]
+    assert [by_text(e) for e in ours] == expected
+    assert [by_text(e) for e in st] == expected
+    assert [e.qid for e in st] == ["101", "202", "303"]
+    # st negatives keep the systems' order, without repeats: bm25 [2, 3] then MiniLM [3, 9]
+    assert [d for d, _ in st[0].negatives] == ["2", "3", "9"]
+    only_bm25 = load_training_examples(DataConfig(**st_hard_negatives(tmp_path / "st2"), negative_systems=["bm25"]))
+    assert [d for d, _ in only_bm25[0].negatives] == ["2", "3"]
+
+
+def test_margin_mse_ids_resolve_to_the_same_margins(tmp_path):
+    margins = load_training_examples(DataConfig(**st_margin_mse(tmp_path / "mm")))
+    reference = read_naver(naver(tmp_path / "naver"), "cross-encoder-scores.pkl.gz")
+    want = sorted((e.query, e.positives[0][1], text, e.teacher[e.positives[0][0]] - e.teacher[d])
+                  for e in reference for d, text in e.negatives)
+    got = sorted((e.query, e.positives[0][1], e.negatives[0][1], e.teacher[e.positives[0][0]] - e.teacher[e.negatives[0][0]])
+                 for e in margins)
+    assert got == want  # a margin m is stored as teacher scores 0 and -m: 0 - (-m) = m exactly
+
+
+def test_shared_naver_toy_pickle_equals_its_json(shared):
+    """The real naver/splade toy files: scores/toy.pkl.gz reads to the scores of scores/toy.json (the
+    toy's query files repeat an id, so its full read_naver is refused: tests/test_readers.py)."""
+    from spladekit.train.data import read_score_file
+
+    toy = shared / "data" / "splade_toy" / "scores"
+    from_pickle, from_json = read_score_file(toy / "toy.pkl.gz"), read_score_file(toy / "toy.json")
+    assert len(from_pickle) == 9 and from_pickle == from_json
+
+
+def test_bad_ids_name_file_and_line(tmp_path):
+    config = st_hard_negatives(tmp_path / "st")
+    path = Path(config["path"])
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    lines[1] = json.dumps({"qid": 202, "pos": [4], "neg": {"bm25": [77]}})
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    with pytest.raises(DataFormatError, match=r"msmarco-hard-negatives.jsonl.gz, line 2: field 'neg': passage id '77'"):
+        load_training_examples(DataConfig(**config))
+    lines[1] = json.dumps({"qid": 999, "pos": [4], "neg": {"bm25": [5]}})
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    with pytest.raises(DataFormatError, match=r"line 2: field 'qid': query id '999'"):
+        load_training_examples(DataConfig(**config))
+    lines[1] = json.dumps({"qid": 202, "pos": [4], "neg": {"bm25": [1]}})  # (202, 1) has no teacher score
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    with pytest.raises(DataFormatError, match=r"line 2: field 'neg': no teacher score for \(qid 202, pid 1\)"):
+        load_training_examples(DataConfig(**config))
+    mm = st_margin_mse(tmp_path / "mm")
+    jsonl = tmp_path / "mm" / "margin.jsonl"
+    jsonl.write_text(json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "2", "score": 6.25}) + "\n"
+                     + json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "404", "score": 1.0}) + "\n")
+    with pytest.raises(DataFormatError, match=r"margin.jsonl, line 2: field 'negative_id': passage id '404'"):
+        load_training_examples(DataConfig(**{**mm, "path": str(jsonl)}))
+    datasets.Dataset.from_list([{"query_id": "5", "positive_id": "1", "negative_id": "2", "score": 1.0}]).to_parquet(mm["path"])
+    with pytest.raises(DataFormatError, match=r"row 0: query id '5'"):
+        load_training_examples(DataConfig(**mm))
+    with gzip.open(tmp_path / "bad.pkl.gz", "wb") as f:
+        pickle.dump({1: {2: "high"}}, f)
+    with pytest.raises(DataFormatError, match=r"field '1.2': expected a finite number"):
+        read_naver(naver(tmp_path / "n2"), str(tmp_path / "bad.pkl.gz"))

@@ -1,0 +1,264 @@
+"""Seismic by shards (spladekit.index.seismic_shards): shards equal pyseismic built on their ranges,
+the merge follows the tie rule, a one-shard index answers as the single searcher, a killed build
+resumes, and the build's peak memory follows the shard size, not the corpus."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spladekit.index.index import Index
+from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
+from spladekit.index.seismic_shards import ShardedSeismic, open_or_build, shard_ranges
+
+pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
+
+ROOT = Path(__file__).resolve().parents[1]
+EXHAUSTIVE = SeismicSearchParams(query_cut=10_000, heap_factor=1e-9, num_threads=1)
+"""Every query term traversed and every block scored: the answer is the exact top-k over the postings
+the build kept (static pruning is deterministic; the clustering into blocks is seeded at random, so
+two builds differ in bytes but not in this answer)."""
+
+
+def integer_matrix(rows: int, cols: int, nnz: int, seed: int) -> sp.csr_matrix:
+    """Rows of ``nnz`` distinct Zipf-drawn columns with integer weights 1..4 (many tied scores;
+    integer sums are exact in float32 and in Seismic's f16 values up to 2048)."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, cols + 1) ** 0.8
+    p /= p.sum()
+    indices = np.concatenate([np.sort(rng.choice(cols, size=nnz, replace=False, p=p)) for _ in range(rows)])
+    data = rng.integers(1, 5, size=rows * nnz).astype(np.float32)
+    return sp.csr_matrix((data, indices, np.arange(rows + 1) * nnz), shape=(rows, cols))
+
+
+def shuffled_ids(n: int, seed: int) -> list[str]:
+    """Ids whose order is not the row order (so the tie rule is not row order)."""
+    return [f"d{v:05d}" for v in np.random.default_rng(seed).permutation(n)]
+
+
+def structure(searcher: SeismicSearcher) -> tuple:
+    """What a build determines: document and entry counts, and each posting list's documents after
+    static pruning (as sets: the order inside a list follows the random clustering)."""
+    index = searcher.index
+    return index.len, index.nnz, tuple(tuple(sorted(index.get_doc_ids_in_postings(j))) for j in range(index.dim))
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    docs = integer_matrix(900, 120, 12, seed=5)
+    ids = shuffled_ids(900, 6)
+    index = Index.from_vectors(tmp_path / "idx", docs, ids)
+    queries = integer_matrix(25, 120, 6, seed=7)
+    return index, docs, ids, queries
+
+
+def test_shard_ranges_tile_the_rows_within_the_entry_limit():
+    indptr = np.array([0, 3, 5, 5, 12, 13, 14])  # row entries 3, 2, 0, 7, 1, 1
+    assert shard_ranges(indptr, 5) == [(0, 3), (3, 4), (4, 6)]  # row 3 (7 entries) is a range of its own
+    assert shard_ranges(indptr, 100) == [(0, 6)]
+    assert shard_ranges(np.array([0]), 5) == [(0, 0)]
+    with pytest.raises(ValueError, match="max_entries"):
+        shard_ranges(indptr, 0)
+
+
+def test_each_shard_equals_pyseismic_built_directly_on_its_range(corpus):
+    index, docs, ids, queries = corpus
+    params = SeismicBuildParams(n_postings=60, centroid_fraction=0.2)
+    sharded = open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, max_entries=3000)
+    ranges = shard_ranges(docs.indptr, 3000)
+    assert len(ranges) == 4 and sharded.ranges == ranges  # 900 × 12 entries / 3000
+    stored = json.loads((index.folder / "seismic" / "params.json").read_text())
+    assert stored["shards"] == [[a, b, False] for a, b in ranges] and stored["max_entries"] == 3000
+    reopened = Index.open(index.folder).seismic(params)  # from the folder, not rebuilt
+    for (start, stop), (got_start, got) in zip(ranges, reopened.shards):
+        direct = SeismicSearcher(docs[start:stop], params)  # pyseismic on the same rows, same parameters
+        assert got_start == start and structure(got) == structure(direct)
+        a = got.search_arrays(got.prepare(queries), 10, EXHAUSTIVE)
+        b = direct.search_arrays(direct.prepare(queries), 10, EXHAUSTIVE)
+        for (ra, sa), (rb, sb) in zip(a, b):
+            np.testing.assert_array_equal(ra, rb)  # the same engine on the same postings: identical
+            np.testing.assert_array_equal(sa, sb)
+
+
+def test_merged_top_k_is_the_by_hand_merge_of_the_shards_hits(corpus):
+    index, docs, ids, queries = corpus
+    at = SeismicSearchParams(query_cut=5, heap_factor=0.7, num_threads=1)
+    open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, max_entries=2000)
+    index = Index.open(index.folder)  # searches the stored shards
+    got = index.search(queries, k=10, backend="seismic", seismic=at).hits
+    sharded = index.seismic()
+    assert len(sharded) == 6
+    ties = 0
+    for q in range(queries.shape[0]):
+        pooled = []
+        for (start, stop), (_, shard) in zip(sharded.ranges, sharded.shards):
+            for row, score in shard.search(queries[q], k=10, params=at)[0]:  # each shard's own answer, its rows
+                pooled.append((ids[start + row], score))
+        want = sorted(pooled, key=lambda pair: (-pair[1], pair[0]))[:10]  # score descending, then document id
+        assert got[q] == want
+        ties += len(want) - len({s for _, s in want})
+    assert ties > 0  # integer weights: the tie rule was exercised
+
+
+def test_one_shard_answers_exactly_as_the_single_searcher(corpus):
+    index, docs, ids, queries = corpus
+    one = index.seismic()
+    assert isinstance(one, ShardedSeismic) and len(one) == 1
+    assert (index.folder / "seismic" / SeismicSearcher.INDEX_FILE).exists()  # today's layout
+    single = one.shards[0][1]
+    at = SeismicSearchParams(query_cut=5, heap_factor=0.7, num_threads=1)
+    prepared = one.prepare(queries)
+    for (ra, sa), (rb, sb) in zip(one.search_arrays(prepared, 10, at, index.tie_rank), single.search_arrays(prepared, 10, at, index.tie_rank)):
+        np.testing.assert_array_equal(ra, rb)  # no merge at all: the same arrays
+        np.testing.assert_array_equal(sa, sb)
+
+
+def test_a_folder_stored_before_shards_still_opens(corpus):
+    """params.json without "shards" (written before this module): one shard over every row."""
+    index, docs, ids, queries = corpus
+    searcher = SeismicSearcher(docs)
+    folder = index.folder / "seismic"
+    folder.mkdir()
+    searcher.save(folder)
+    from dataclasses import asdict
+
+    (folder / "params.json").write_text(json.dumps({"build": asdict(searcher.params), "content_hash": index.metadata["content_hash"], "empty": False}))
+    opened = Index.open(index.folder).seismic()
+    assert opened.ranges == [(0, 900)] and structure(opened.shards[0][1]) == structure(searcher)
+
+
+KILLED_BUILD = """
+import os, signal, sys
+from spladekit.index.index import Index
+from spladekit.index.seismic_shards import open_or_build
+index = Index.open(sys.argv[1])
+def stop(number):
+    if number == 1:  # shards 0 and 1 are stored: the process dies before shard 2
+        os.kill(os.getpid(), signal.SIGKILL)
+open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, max_entries=3000, on_shard=stop)
+"""
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_killed_build_keeps_its_stored_shards_and_resumes(corpus, tmp_path):
+    index, docs, ids, queries = corpus
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), RAYON_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, str(index.folder)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr  # really killed (SIGKILL), not a clean exit
+    work = index.folder / ".seismic.build"
+    assert not (index.folder / "seismic").exists()
+    assert sorted(p.name for p in work.iterdir() if p.name.startswith("shard-")) == ["shard-000000", "shard-000001"]
+    kept = {n: _digest(work / n / SeismicSearcher.INDEX_FILE) for n in ("shard-000000", "shard-000001")}
+    built = []
+    resumed = open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, max_entries=3000, on_shard=built.append)
+    assert built == [2, 3]  # only the shards the killed run had not stored
+    assert not work.exists()
+    final = index.folder / "seismic"
+    assert {n: _digest(final / n / SeismicSearcher.INDEX_FILE) for n in kept} == kept  # kept as they were
+    # an uninterrupted build of the same index, in a second folder: the same folder (the same
+    # params.json, the same files; each shard the same index, compared by what a build determines)
+    other = Index.from_vectors(tmp_path / "other", docs, ids)
+    fresh = open_or_build(other.folder, other.docs, other.metadata["content_hash"], None, max_entries=3000)
+    assert json.loads((final / "params.json").read_text()) == json.loads((other.folder / "seismic" / "params.json").read_text())
+    assert sorted(p.name for p in final.rglob("*")) == sorted(p.name for p in (other.folder / "seismic").rglob("*"))
+    for (_, a), (_, b) in zip(resumed.shards, fresh.shards):
+        assert structure(a) == structure(b)
+
+
+PEAK = """
+import sys
+sys.path.insert(0, sys.argv[4])
+from spladekit.index.index import Index
+mode, folder, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+index = Index.open(folder)
+import seismic  # the library's fixed cost is loaded before the baseline
+from spladekit.index.seismic import SeismicSearcher
+from spladekit.index.seismic_shards import build_shards, max_shard_entries, DEFAULT_SEISMIC_BUDGET, row_slice, shard_ranges
+from spladekit.index.seismic import SeismicBuildParams
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
+try:
+    with open("/proc/self/clear_refs", "w") as f:  # resets the peak (VmHWM) to the current RSS (Linux ≥ 4.0)
+        f.write("5")
+except OSError:
+    print("no-peak-reset")
+    raise SystemExit
+before = status("VmRSS")
+if mode == "range":  # pyseismic on the first shard's rows alone
+    SeismicSearcher(row_slice(index.docs, 0, rows), canonical=True)
+else:
+    entries = max_shard_entries(DEFAULT_SEISMIC_BUDGET) if mode == "whole" else int(index.docs.indptr[rows])
+    build_shards(index.folder, index.docs, SeismicBuildParams(), shard_ranges(index.docs.indptr, entries), {})
+print(status("VmHWM") - before)
+"""
+
+
+def test_the_build_peak_follows_the_shard_size_not_the_corpus(tmp_path):
+    """Peak RSS growth (of the build itself, :func:`build_shards`, each in a fresh process, the library loaded first, the peak reset to the
+    current RSS; VmHWM − VmRSS) of: pyseismic on one shard's range alone (``range``), the sharded
+    build of 8 such ranges (``sharded``) and one build of the whole corpus (``whole``).
+
+    Bound: sharded ≤ range + the rest of the corpus read through the memory map (the folder's
+    ``docs.indices``/``docs.data``: 8 bytes an entry, counted in RSS as their pages are read) + 16 MB
+    (allocator, thread and JSON slack). The bound is independent of the number of shards but for
+    the mapped pages. An unsharded build grows by ≈ 80 B an entry (measured here: 20 MB at 80k
+    entries, 66 MB at 640k), ≈ 45 MB above one range's: more than the bound allows, so the test
+    fails for a build that holds the corpus."""
+    rows, nnz = 2000, 40  # 8 shards of 2000 rows × 40 entries = 640k entries in all
+    docs = integer_matrix(8 * rows, 1500, nnz, seed=11)
+    Index.from_vectors(tmp_path / "idx", docs, [f"d{i}" for i in range(docs.shape[0])])
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), RAYON_NUM_THREADS="1")
+
+    def peak(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", PEAK, mode, str(tmp_path / "idx"), str(rows), str(ROOT / "tests")], env=env,
+                             capture_output=True, text=True, timeout=600, check=True)
+        shutil.rmtree(tmp_path / "idx" / "seismic", ignore_errors=True)  # each mode builds from scratch
+        if "no-peak-reset" in out.stdout:
+            pytest.skip("/proc/self/clear_refs cannot be written here (the peak cannot be reset)")
+        return int(out.stdout.split()[-1])
+
+    one, sharded, whole = peak("range"), peak("sharded"), peak("whole")
+    bound = one + 8 * (docs.nnz - rows * nnz) + (16 << 20)
+    assert sharded <= bound, (one, sharded, whole)
+    assert whole > bound, (one, sharded, whole)  # the measurement tells a corpus-sized build from a shard-sized one
+
+
+def test_search_memory_budget_sets_the_shard_size(tmp_path):
+    """`spladekit search --backend seismic --memory-budget` builds shards of budget // 96 entries
+    (recorded in params.json); the option is refused for exact search and below the writer's least budget."""
+    from typer.testing import CliRunner
+
+    from index_helpers import make_beir, make_model
+    from spladekit.cli import app
+    from spladekit.index.seismic_shards import SEISMIC_BUILD_BYTES
+
+    model, beir = make_model(tmp_path / "model"), make_beir(tmp_path / "beir")
+    out = tmp_path / "index"
+    runner = CliRunner()
+    assert runner.invoke(app, ["index", "--model", str(model), "--data", str(beir), "--out", str(out), "--batch-size", "4", "--head-impl", "plain"]).exit_code == 0
+    args = ["search", "--index", str(out), "--queries", str(beir / "queries.tsv"), "--k", "5", "--out", str(tmp_path / "run.trec")]
+    r = runner.invoke(app, args + ["--backend", "seismic", "--memory-budget", "16MiB"])
+    assert r.exit_code == 0, r.output
+    stored = json.loads((out / "seismic" / "params.json").read_text())
+    assert stored["memory_budget"] == 16 << 20 and stored["max_entries"] == (16 << 20) // SEISMIC_BUILD_BYTES
+    assert stored["shards"] == [[0, Index.open(out).docs.shape[0], False]]
+    r = runner.invoke(app, args + ["--backend", "exact", "--memory-budget", "16MiB"])
+    assert r.exit_code != 0 and "--memory-budget" in r.output and "seismic only" in r.output
+    r = runner.invoke(app, args + ["--backend", "seismic", "--memory-budget", "1MiB"])
+    assert r.exit_code != 0 and "--memory-budget" in r.output
