@@ -415,6 +415,7 @@ def test_cli_export_model_engine_formats(tmp_path):
         assert again.exit_code == 0, again.output
         assert (out / "README.md").read_text() == "my own card"
     for args, words in ((["--format", "elasticsearch", "--quantize", "int8"], "--format onnx only"),
+                        (["--format", "fastembed", "--opset", "3"], "--format onnx only"),
                         (["--format", "nope"], "elasticsearch, opensearch, fastembed, anserini")):
         refused = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, *args,
                                            "--out", str(tmp_path / "q")])

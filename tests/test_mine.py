@@ -291,3 +291,53 @@ def test_hf_pairs_equal_tsv_pairs(texts, tmp_path):
     with pytest.raises(Exception, match="line 1"):
         (tmp_path / "bad.tsv").write_text("only one field\n")
         mine(MineConfig(data=str(tmp_path / "bad.tsv"), format="tsv", **common), tmp_path / "bad", show_progress=False)
+
+
+def test_a_chunk_scored_under_other_settings_is_scored_again(ce, texts, mined, tmp_path, monkeypatch):
+    """Chunks left by a run with another teacher max length, or by another teacher at the same path,
+    are not reused (their digest covers the max length and the teacher's files): the output equals a
+    fresh run's (the `mined` fixture's), chunk by chunk (same code path on the same pairs: bitwise)."""
+    import shutil
+
+    from spladekit.mine import write
+
+    folder, _, _ = texts
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def config(teacher, **extra):
+        return MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
+                          teachers=[str(teacher)], num_negatives=3, chunk_queries=3, **extra)
+
+    reference = datasets.load_from_disk(str(mined / "dataset"))
+    other = make_cross_encoder(tmp_path / "other", seed=7)  # another teacher, later copied over `ce`'s path
+    moved = tmp_path / "teacher"
+    shutil.copytree(ce, moved)
+    for stale, teacher in ((config(moved, teacher_max_length=8), moved), (config(other), other)):
+        out = tmp_path / f"out-{teacher.name}"
+        with monkeypatch.context() as patch:
+            patch.setattr(write, "write_dataset", stop)
+            with pytest.raises(KeyboardInterrupt):
+                mine(stale, out, show_progress=False)
+        assert sorted(p.name for p in (out / "work").glob("teacher-*.json"))  # stale chunks left behind
+        if teacher is other:  # the same path now holds `ce` again: its files differ from the chunks' teacher
+            shutil.rmtree(other)
+            shutil.copytree(ce, other)
+        mine(config(teacher), out, show_progress=False)
+        again = datasets.load_from_disk(str(out / "dataset"))
+        assert [a["scores"] for a in again] == [b["scores"] for b in reference]
+
+
+def test_a_teacher_that_is_no_cross_encoder_is_refused(texts, tmp_path):
+    """A masked LM given as --teacher would load in CrossEncoder with a random classifier head; it is
+    refused naming its config.json and architectures, before OUT is made."""
+    from spladekit.errors import DataFormatError
+
+    folder, _, _ = texts
+    lm = make_tiny_model(tmp_path / "mlm")
+    out = tmp_path / "out"
+    with pytest.raises(DataFormatError, match=r"config\.json.*architectures.*BertForMaskedLM.*not a cross-encoder"):
+        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
+                        teachers=[str(lm)], num_negatives=3), out, show_progress=False)
+    assert not out.exists()

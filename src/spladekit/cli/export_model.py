@@ -21,7 +21,8 @@ def export_model(
     model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
     format: str = typer.Option("onnx", "--format", help="onnx: one graph input_ids + attention_mask -> [B, V] SPLADE vector; elasticsearch, opensearch, fastembed, anserini: the form that engine runs itself (with HOW_TO_LOAD.md; docs/engines.md)"),
     out: Path = typer.Option(..., help="folder to write (onnx: model.onnx, tokenizer files, spladekit.json; engines: docs/engines.md)"),
-    opset: int = typer.Option(17, help="ONNX opset version (from 14, where attention exports, to torch.onnx's newest)"),
+    opset: Optional[int] = typer.Option(None, help="--format onnx: ONNX opset version (from 14, where attention exports, to "
+                                        "torch.onnx's newest; default 17)"),
     query_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 64"),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 256"),
     quantize: Optional[str] = typer.Option(None, help="int8: onnxruntime dynamic quantisation of the encoder's matrix "
@@ -43,10 +44,12 @@ def export_model(
 
     try:
         if format in ENGINE_FORMATS:
-            if quantize or quantize_head:
-                raise ValueError(f"--quantize/--quantize-head apply to --format onnx only, not {format}")
+            if quantize or quantize_head or opset is not None:
+                raise ValueError(f"--quantize/--quantize-head/--opset apply to --format onnx only, not {format} (the "
+                                 "engine's own contract fixes its graph)")
             return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation)
         check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
+        opset = 17 if opset is None else opset
         if format not in FORMATS:
             raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS + ENGINE_FORMATS)}")
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):

@@ -7,8 +7,9 @@ squashes the margins MarginMSE learns from), ``sigmoid`` the probabilities, ``mo
 cross-encoder's own default activation.
 
 Resuming: the queries are scored ``chunk_queries`` at a time; each finished chunk is written
-(atomically) to ``work/teacher-NNNNN.json`` with a SHA-256 digest of its teachers, activation and
-pairs, and a later run with the same digest reads it instead of scoring again.
+(atomically) to ``work/teacher-NNNNN.json`` with a SHA-256 digest of its teachers (names and the
+SHA-256 of their config and weight files), activation, max length and pairs, and a later run with the
+same digest reads it instead of scoring again.
 """
 
 from __future__ import annotations
@@ -36,8 +37,40 @@ def load_cross_encoder(name: str, activation: str = "identity", max_length: int 
     return CrossEncoder(resolve_model(name), activation_fn=activation_fn, max_length=max_length, device=device)
 
 
-def _digest(teachers: Sequence[str], activation: str, pairs: list[tuple[str, str]]) -> str:
-    digest = hashlib.sha256(json.dumps([list(teachers), activation]).encode())
+def teacher_fingerprint(name: str) -> list:
+    """What a teacher's scores depend on in its folder: the SHA-256 of its config and weight files
+    (a cross-encoder retrained at the same path is not taken for the old one)."""
+    from spladekit.data.resolve import resolve_model, sha256_file
+
+    folder = Path(resolve_model(name))
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and (
+        p.suffix in (".safetensors", ".bin", ".pt") or p.name in ("config.json", "tokenizer.json")))
+    return [[str(p.relative_to(folder)), sha256_file(p)] for p in files]
+
+
+def check_cross_encoder(name: str) -> None:
+    """Refuse a teacher that is not a sequence-classification model (a masked LM or a bi-encoder would
+    load in ``CrossEncoder`` with a new, random classifier head: scores of nothing).
+
+    Raises:
+        DataFormatError: naming the teacher's ``config.json`` and its ``architectures``.
+    """
+    from spladekit.data.resolve import resolve_model
+    from spladekit.errors import DataFormatError
+
+    config = Path(resolve_model(name)) / "config.json"
+    if not config.is_file():
+        return  # CrossEncoder itself names what is missing
+    architectures = (read_json(config) or {}).get("architectures") or []
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise DataFormatError(config, f"teacher {name!r} is a {', '.join(architectures)}, not a cross-encoder "
+                              "(a *ForSequenceClassification model, as sentence-transformers' CrossEncoder saves): its "
+                              "classifier head would be random", field="architectures")
+
+
+def _digest(teachers: Sequence[str], activation: str, pairs: list[tuple[str, str]], max_length: int | None = None,
+            fingerprints: list | None = None) -> str:
+    digest = hashlib.sha256(json.dumps([list(teachers), activation, max_length, fingerprints]).encode())
     for query, doc in pairs:
         digest.update(b"\x00" + query.encode() + b"\x01" + doc.encode())
     return digest.hexdigest()
@@ -61,6 +94,9 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
 
     if not teachers:
         raise ValueError("no teacher given")
+    for name in teachers:
+        check_cross_encoder(name)
+    fingerprints = [teacher_fingerprint(name) for name in teachers]
     work.mkdir(parents=True, exist_ok=True)
     models: dict[str, object] = {}
     out: list[list[float]] = []
@@ -69,7 +105,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
         for start in range(0, len(groups), chunk_queries):
             chunk = groups[start:start + chunk_queries]
             flat = [pair for group in chunk for pair in group]
-            digest = _digest(teachers, activation, flat)
+            digest = _digest(teachers, activation, flat, max_length, fingerprints)
             path = work / f"teacher-{start // chunk_queries:05d}.json"
             if path.exists():
                 stored = read_json(path)

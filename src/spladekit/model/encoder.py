@@ -370,11 +370,9 @@ class SpladeEncoder:
     @property
     def max_positions(self) -> int | None:
         """The most tokens the model accepts (its position embeddings; None when unbounded/unknown)."""
-        config = self.model.mlm.config
-        limit = getattr(config, "max_position_embeddings", None)
-        if limit and getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-            limit -= (getattr(config, "pad_token_id", None) or 0) + 1  # positions start after padding_idx
-        return int(limit) if limit else None
+        from spladekit.model.metadata import max_positions
+
+        return max_positions(self.model.mlm.config)
 
     def check_max_length(self, max_length: int) -> int:
         """The max length to use: ``max_length``, lowered to :attr:`max_positions` (with a ``UserWarning``,

@@ -120,3 +120,12 @@ def damaged_weights_error(path: Path, exc: BaseException):
 
     return DataFormatError(path, f"cannot read the model's weights ({type(exc).__name__}: {_first_line(exc)}); the "
                            "file is damaged or truncated (download or save it again)")
+
+
+def max_positions(hf_config) -> int | None:
+    """The most tokens a model with this transformers config accepts (its position embeddings; None
+    when unbounded/unknown). RoBERTa-style models start their positions after ``padding_idx``."""
+    limit = getattr(hf_config, "max_position_embeddings", None)
+    if limit and getattr(hf_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        limit -= (getattr(hf_config, "pad_token_id", None) or 0) + 1
+    return int(limit) if limit else None

@@ -301,6 +301,37 @@ def _permutation(n: int, seed: int, epoch: int) -> tuple[int, ...]:
     return tuple(order)
 
 
+def check_distillation(examples: Sequence[TrainingExample], num_negatives: int, source: str) -> None:
+    """Refuse, before training, examples that :func:`global_batch` could not give teacher scores for.
+
+    Distillation needs a teacher score for every sampled document: each positive and hard negative
+    must have one, and each query needs ``num_negatives`` hard negatives (a short group is completed
+    with other queries' positives, which have no teacher score for this query).
+
+    Raises:
+        DataFormatError: naming ``source`` (the data's path), the query and ``data.num_negatives``.
+    """
+    short = unscored = None
+    count = 0
+    for example in examples:
+        if unscored is None:
+            scored = example.teacher or {}
+            missing = [d for d, _ in (*example.positives, *example.negatives) if d not in scored]
+            if missing:
+                unscored = (example.qid, missing[0])
+        if len(example.negatives) < num_negatives:
+            count += 1
+            short = short or (example.qid, len(example.negatives))
+    if unscored is not None:
+        raise DataFormatError(source, f"query {unscored[0]!r} has no teacher score for document {unscored[1]!r}; "
+                              "distillation (loss.kind margin_mse/kl) needs one for every positive and negative")
+    if short is not None:
+        raise DataFormatError(source, f"query {short[0]!r} has {short[1]} hard negatives, data.num_negatives is "
+                              f"{num_negatives} ({count} queries have fewer); distillation cannot complete a group "
+                              "with other queries' positives (they have no teacher score for it): lower "
+                              "data.num_negatives", field="data.num_negatives")
+
+
 def global_batch(examples: Sequence[TrainingExample], step: int, batch_size: int, num_negatives: int, seed: int,
                  need_teacher: bool = False) -> Batch:
     """The global batch of optimiser step ``step`` (0-based); see the module docstring.

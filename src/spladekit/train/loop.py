@@ -38,7 +38,7 @@ from spladekit.io import atomic_folder, write_json, write_yaml
 import spladekit.train.distributed as D
 from spladekit.train.cached import cached_step, mini_batch_bounds
 from spladekit.train.config import TrainConfig
-from spladekit.train.data import Batch, TrainingExample, global_batch, load_training_examples, split_validation
+from spladekit.train.data import Batch, TrainingExample, check_distillation, global_batch, load_training_examples, split_validation
 from spladekit.train.dev import BestTracker, evaluate_dev, load_dev_set
 from spladekit.train.losses import info_nce, kl_distillation, margin_mse
 from spladekit.train.monitor import (
@@ -99,6 +99,24 @@ class TrainResult:
 
 
 # ------------------------------------------------------------------------------------ model
+def check_max_lengths(config: TrainConfig, hf_config, source: Path) -> None:
+    """Refuse ``model.query_max_length``/``model.doc_max_length`` above the model's positions.
+
+    Raises:
+        DataFormatError: naming the field, its value and the model's limit (transformers would fail
+            at the first step with a tensor-size error).
+    """
+    from spladekit.errors import DataFormatError
+    from spladekit.model.metadata import max_positions
+
+    limit = max_positions(hf_config)
+    for name in ("query_max_length", "doc_max_length"):
+        value = getattr(config.model, name)
+        if limit is not None and value > limit:
+            raise DataFormatError(source, f"model.{name} {value} exceeds the model's {limit} positions (its position "
+                                  f"embeddings); set model.{name} to at most {limit}", field="max_position_embeddings")
+
+
 def load_model(config: TrainConfig, texts=None):
     """The masked-LM of ``config.model.path`` (resolved, read by :func:`spladekit.model.encoder.load_model_folder`),
     rescaled if configured, as a SpladeModel with ``config.model.pooling``/``activation`` (None: the
@@ -121,6 +139,7 @@ def load_model(config: TrainConfig, texts=None):
 
     location = resolve_model(config.model.path)
     mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head)
+    check_max_lengths(config, mlm.config, Path(location) / "config.json")
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
     record = apply_rescale(mlm, config.rescale, tokenizer, texts)
@@ -395,6 +414,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         if examples is None:  # read and checked before OUT is made: bad data leaves nothing behind
             examples = load_training_examples(config.data)
         train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
+        if config.loss.kind != "infonce":
+            check_distillation(train_examples, config.data.num_negatives, str(config.data.path))
         if info.is_main:
             out.mkdir(parents=True, exist_ok=True)
             write_yaml(out / "config.yaml", config.model_dump(mode="json"))
