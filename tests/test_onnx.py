@@ -320,7 +320,7 @@ def test_peak_memory_bounded_by_the_tile_not_the_vocabulary(tmp_path):
 def test_int8_close_to_float32(splade_tiny, tmp_path, quantize_head):
     """Dynamic int8 quantisation changes the vectors by rounding the weights and activations to 8 bits,
     not a float32 rounding: no derived bound, a stated distance instead. Measured on splade-tiny with
-    SciFact documents (onnxruntime 1.32, x86; benchmarks/RESULTS.md, "int8: which products to quantise"):
+    SciFact documents (onnxruntime 1.32, x86; benchmarks/runs/2026-12-02-int8.md, "int8: which products to quantise"):
     with every product int8 the least cosine to float32 over the 5,183 documents was 0.9977 (0.9986 on these
     three texts); the export keeps the transform and the outer down-projections float32, the products that
     move the vectors most when quantised alone, so its vectors are closer still. The test asks ≥ 0.995

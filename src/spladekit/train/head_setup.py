@@ -27,7 +27,7 @@ PAD_BIAS = -1.0e4
 def suppress_pad_column(mlm, tokenizer) -> bool:
     """Set the MLM decoder bias of the ``[PAD]`` token to ``PAD_BIAS`` (-1e4), in place.
 
-    spladekit's encoder always outputs 0 in the ``[PAD]`` column (README, "What the vectors are").
+    spladekit's encoder always outputs 0 in the ``[PAD]`` column (docs/conventions.md, "What the vectors are").
     With this bias the ``[PAD]`` logit is hugely negative, so ReLU gives 0 there in every library
     (spladekit, plain ``AutoModelForMaskedLM`` + max pooling, sentence-transformers), training scores
     equal the encoder's, and the exported model gives the same vectors everywhere. ``[PAD]`` is never

@@ -1,0 +1,256 @@
+"""The README's shell blocks run as a user would run them, and the documentation's links resolve.
+
+The rule (stated at the end of the README): every fenced ``bash`` block of ``README.md`` carries,
+on the line before it, one HTML comment:
+
+    <!-- readme-test: run -->              this test runs the block
+    <!-- readme-test: skip: REASON -->     it does not, and REASON says why (minutes of work, a GPU,
+                                           a server left running, a network service)
+
+The ``run`` blocks run in the order of the page, each by ``bash -euo pipefail``, all in one fresh
+temporary folder (a later block may use what an earlier one wrote), with ``../shared`` a link to the
+project's shared data and ``spladekit`` on ``PATH`` as this checkout's command line (``PYTHONPATH=src``),
+offline (``HF_HUB_OFFLINE=1``). A block that fails, or runs past ``BLOCK_TIMEOUT_S``, fails the test with
+its output. The links of the README, ``docs/*.md``, ``benchmarks/RESULTS.md`` and the run logs under
+``benchmarks/runs/`` are checked too: a relative link names an existing file, and a ``#fragment`` names
+a heading of the file it points to (GitHub's slug rule).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import shared_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# A run block is meant to take seconds (the rule above); the limit leaves room for a loaded 2-core CI
+# machine, where loading torch and splade-tiny alone takes 5-15 s.
+BLOCK_TIMEOUT_S = 180
+
+MARKER = re.compile(r"^<!--\s*readme-test:\s*(run|skip)\s*(?::\s*(.*?))?\s*-->\s*$")
+FENCE = re.compile(r"^```(\w*)\s*$")
+SHELL_LANGS = {"bash", "sh", "shell", "console"}
+
+
+def readme_blocks(text: str) -> list[dict]:
+    """Every fenced block of a Markdown text: ``{"line", "lang", "code", "marker", "reason"}``.
+
+    ``line`` is the 1-based line of the opening fence; ``marker`` is ``"run"``, ``"skip"`` or None
+    (no marker comment on the line before the fence).
+    """
+    lines = text.splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, lang = i, m.group(1)
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith("```"):
+            j += 1
+        if j == len(lines):
+            raise AssertionError(f"README.md line {start + 1}: fenced block never closed")
+        marker = reason = None
+        if start > 0 and (mm := MARKER.match(lines[start - 1].strip())):
+            marker, reason = mm.group(1), mm.group(2)
+        blocks.append({"line": start + 1, "lang": lang, "code": "\n".join(lines[start + 1:j]) + "\n",
+                       "marker": marker, "reason": reason})
+        i = j + 1
+    return blocks
+
+
+def shell_blocks() -> list[dict]:
+    return [b for b in readme_blocks(README.read_text(encoding="utf-8")) if b["lang"] in SHELL_LANGS]
+
+
+def test_every_shell_block_is_marked_run_or_skip_with_a_reason():
+    blocks = shell_blocks()
+    assert blocks, "README.md has no shell block"
+    problems = [f"README.md line {b['line']}: no `<!-- readme-test: run -->` or `<!-- readme-test: skip: "
+                f"REASON -->` on the line before this ```{b['lang']} block" for b in blocks if b["marker"] is None]
+    problems += [f"README.md line {b['line']}: a skip marker without its reason"
+                 for b in blocks if b["marker"] == "skip" and not b["reason"]]
+    assert not problems, "\n".join(problems)
+    # The opening promise of the page: the two commands come first.
+    first = blocks[0]
+    assert first["code"].split()[:2] == ["make", "demo"] and "make test" in first["code"], first["code"]
+    assert any(b["marker"] == "run" for b in blocks), "no README block is run by this test"
+    # A marker must sit right before a fence: one elsewhere is a mistake that would silently skip nothing.
+    lines = README.read_text(encoding="utf-8").splitlines()
+    stray = [n + 1 for n, line in enumerate(lines) if MARKER.match(line.strip())
+             and not (n + 1 < len(lines) and FENCE.match(lines[n + 1]))]
+    assert not stray, f"README.md lines {stray}: a readme-test marker not followed by a fenced block"
+
+
+def test_readme_run_blocks(tmp_path):
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared (or $SPLADEKIT_SHARED) is not present: the README's commands use its model and data")
+    blocks = [b for b in shell_blocks() if b["marker"] == "run"]
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "shared").symlink_to(shared.resolve(), target_is_directory=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "spladekit"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m spladekit "$@"\n')
+    shim.chmod(0o755)
+    env = dict(os.environ)
+    env.update(PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               SPLADEKIT_SHARED=str(shared.resolve()), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               SPLADEKIT_CACHE=str(tmp_path / "cache"), NO_COLOR="1", COLUMNS="100")
+    report, not_run = [], []
+    for b in blocks:
+        missing = [tool for tool in ("curl",) if re.search(rf"\b{tool}\b", b["code"]) and shutil.which(tool) is None]
+        if missing:  # said at the end (the test is then reported as skipped, with the blocks that did run)
+            not_run.append(f"line {b['line']} ({', '.join(missing)} not installed)")
+            continue
+        started = time.monotonic()
+        # Its own process group, so that a block's background process (a server) is ended with it.
+        proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", b["code"]], cwd=work, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=BLOCK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"README.md block at line {b['line']} ran past {BLOCK_TIMEOUT_S} s:\n{b['code']}\n"
+                        f"--- output ---\n{out[-4000:]}{err[-4000:]}")
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # anything the block left running (its group only)
+            except ProcessLookupError:
+                pass
+        seconds = time.monotonic() - started
+        report.append(f"line {b['line']}: {seconds:.1f} s")
+        assert proc.returncode == 0, (
+            f"README.md block at line {b['line']} failed (exit {proc.returncode}):\n{b['code']}\n"
+            f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}")
+    print("README blocks run:", "; ".join(report))
+    if not_run:
+        pytest.skip(f"README blocks run: {'; '.join(report)}; not run: {'; '.join(not_run)}")
+
+
+# ---- every spladekit command line of the README names a command and options that exist ----------------
+
+def spladekit_calls(code: str) -> list[tuple[str, list[str]]]:
+    """``(command, [--options])`` of each ``spladekit COMMAND ...`` call in a shell block.
+
+    Continuation lines are joined, comments (`` #`` to the end of a line) dropped, and a line is cut at
+    ``&&``, ``;``, ``|`` and ``&``; ``torchrun ... -m spladekit`` counts as a call too.
+    """
+    code = re.sub(r"\\\n", " ", code)
+    calls = []
+    for line in code.splitlines():
+        line = re.split(r"\s#", " " + line, maxsplit=1)[0]
+        for part in re.split(r"&&|;|\||&", line):
+            words = part.split()
+            for k, w in enumerate(words):
+                if w == "spladekit" and k + 1 < len(words) and not words[k + 1].startswith("-"):
+                    calls.append((words[k + 1], [o.split("=")[0] for o in words[k + 2:] if o.startswith("--")]))
+                    break
+    return calls
+
+
+def test_readme_command_lines_name_real_commands_and_options():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+               COLUMNS="400", NO_COLOR="1", TERM="dumb")
+    helps: dict[str, str] = {}
+    problems = []
+    for b in shell_blocks():
+        for command, options in spladekit_calls(b["code"]):
+            if command not in helps:
+                done = subprocess.run([sys.executable, "-m", "spladekit", command, "--help"], env=env,
+                                      capture_output=True, text=True, timeout=60)
+                helps[command] = done.stdout if done.returncode == 0 else ""
+            if not helps[command]:
+                problems.append(f"README.md line {b['line']}: `spladekit {command}` is not a command")
+                continue
+            problems += [f"README.md line {b['line']}: `spladekit {command}` has no option {o}"
+                         for o in options if not re.search(re.escape(o) + r"(?![\w-])", helps[command])]
+    assert helps, "no spladekit command line in the README"
+    assert not problems, "\n".join(problems)
+
+
+def test_spladekit_calls_parser():
+    code = "spladekit index --model m --data d --out o   # --backend x\nA=1 spladekit search --index i \\\n  --k=10 && spladekit evaluate --run r\n"
+    assert spladekit_calls(code) == [("index", ["--model", "--data", "--out"]), ("search", ["--index", "--k"]),
+                                     ("evaluate", ["--run"])]
+
+
+# ---- links of the documentation pages ---------------------------------------------------------------
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def github_slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, markup and punctuation removed, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)      # a link keeps its text
+    text = text.strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)                          # \w keeps letters of any script, digits, _
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    found, in_fence = set(), False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        m = None if in_fence else HEADING.match(line)
+        if m:
+            slug = github_slug(m.group(2))
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def doc_pages() -> list[Path]:
+    pages = [README, ROOT / "benchmarks" / "RESULTS.md"]
+    pages += sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "benchmarks" / "runs").glob("*.md"))
+    return [p for p in pages if p.exists()]
+
+
+def test_documentation_links_resolve():
+    problems = []
+    for page in doc_pages():
+        in_fence = False
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("```"):
+                in_fence = not in_fence
+            if in_fence:
+                continue
+            for target in LINK.findall(line):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):       # http:, https:, mailto: ...
+                    continue
+                file_part, _, fragment = target.partition("#")
+                dest = (page.parent / file_part).resolve() if file_part else page
+                where = f"{page.relative_to(ROOT)}:{n}: ({target})"
+                if not dest.exists():
+                    problems.append(f"{where} names no file")
+                elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
+                    problems.append(f"{where}: no heading '#{fragment}' in {dest.relative_to(ROOT)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_github_slug_rule():
+    # GitHub's rule applied by hand: lower case, punctuation other than - and _ dropped, spaces to hyphens.
+    assert github_slug("`spladekit serve` (`benchmarks/serve.py`)") == "spladekit-serve-benchmarksservepy"
+    assert github_slug("The head's product against one core's peak") == "the-heads-product-against-one-cores-peak"
+    assert github_slug("Retrieval: exact search against PISA, BMP and Seismic") == \
+        "retrieval-exact-search-against-pisa-bmp-and-seismic"
