@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import check_k, search_postings, tie_ranks
-from spladekit.index.layout import (DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
+from spladekit.index.layout import (DEFAULT_BUDGET, model_record, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
                                     take_ids)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
 from spladekit.io import atomic_folder, read_json, recover_folder, write_json
@@ -344,6 +344,10 @@ class Index:
 
             meta = dict(encoder_meta)
             meta.update(metadata or {})
+            if "model" not in meta and encoder_meta.get("source"):  # the query model, so search takes texts
+                from spladekit.data.resolve import resolve_model
+
+                meta.update(model_record(encoder_meta["source"], resolve_model(encoder_meta["source"])))
             meta.update(truncated_docs=truncated, world_size=dist.world_size, chunk_size=chunk_size)
             vocabulary = getattr(encoder, "vocabulary", None)
             num_docs = len(seen)

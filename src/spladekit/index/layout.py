@@ -270,3 +270,25 @@ def load_vocabulary(folder: str | Path) -> list[str] | None:
     if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
         raise DataFormatError(path, "expected a JSON list of token strings")
     return vocab
+
+
+def model_record(model: str | Path, location: str | Path) -> dict:
+    """``index.json``'s ``model`` and ``model_revision`` for an index built with ``model`` (a hub id
+    or a folder) resolved to ``location``: a local folder is recorded absolute, so the index finds
+    its query encoder from any working directory."""
+    name = str(Path(model).resolve()) if Path(model).exists() else str(model)
+    return {"model": name, "model_revision": model_revision(location)}
+
+
+def model_revision(location: str | Path) -> str | None:
+    """A revision string for a resolved model: the hub snapshot's commit for hub-cache folders,
+    else ``sha256:<hex>`` of its weights file for local folders, else None."""
+    from spladekit.data.resolve import sha256_file
+
+    path = Path(location)
+    if path.parent.name == "snapshots":
+        return path.name
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (path / name).exists():
+            return "sha256:" + sha256_file(path / name)
+    return None

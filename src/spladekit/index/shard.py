@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from spladekit.index.layout import model_record, model_revision  # noqa: F401  (moved there; Index.build uses it too)
+
 
 @dataclass
 class IndexConfig:
@@ -57,28 +59,6 @@ class IndexConfig:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 option = "--" + name.replace("_", "-")
                 raise ValueError(f"{option} must be an integer ≥ {least}{f' ({note})' if note else ''}, got {value!r}")
-
-
-def model_record(model: str | Path, location: str | Path) -> dict:
-    """``index.json``'s ``model`` and ``model_revision`` for an index built with ``model`` (a hub id
-    or a folder) resolved to ``location``: a local folder is recorded absolute, so the index finds
-    its query encoder from any working directory."""
-    name = str(Path(model).resolve()) if Path(model).exists() else str(model)
-    return {"model": name, "model_revision": model_revision(location)}
-
-
-def model_revision(location: str | Path) -> str | None:
-    """A revision string for a resolved model: the hub snapshot's commit for hub-cache folders,
-    else ``sha256:<hex>`` of its weights file for local folders, else None."""
-    from spladekit.data.resolve import sha256_file
-
-    path = Path(location)
-    if path.parent.name == "snapshots":
-        return path.name
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (path / name).exists():
-            return "sha256:" + sha256_file(path / name)
-    return None
 
 
 def build_index(config: IndexConfig, show_progress: bool = False, memory_budget: int | None = None) -> Path | None:
