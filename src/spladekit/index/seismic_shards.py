@@ -150,19 +150,9 @@ class ShardedSeismic:
         """
         return self.shards[0][1].prepare(queries)
 
-    def search(self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None,
-               tie_rank: np.ndarray | None = None) -> list[list[tuple[int, float]]]:
-        """Per query ``(row, score)`` pairs of the merged top-``k`` (:meth:`SeismicSearcher.search`'s rule).
-
-        Raises:
-            ValueError: vocabulary mismatch, ``k`` < 1, or ``doc_ids`` of the wrong length.
-        """
-        from spladekit.index.exact import tie_ranks
-
-        if doc_ids is not None and len(doc_ids) != self.num_docs:
-            raise ValueError(f"{len(doc_ids)} document ids for {self.num_docs} document vectors")
-        ranks = tie_rank if tie_rank is not None else tie_ranks(doc_ids) if doc_ids is not None else None
-        return [list(zip(rows.tolist(), scores.tolist())) for rows, scores in self.search_arrays(self.prepare(queries), k, params, ranks)]
+    #: per query ``(row, score)`` pairs of the merged top-``k``: SeismicSearcher's own method, which
+    #: needs only ``num_docs``, :meth:`prepare` and :meth:`search_arrays`
+    search = SeismicSearcher.search
 
     def search_arrays(self, queries: SeismicQueries, k: int, params: SeismicSearchParams | None = None,
                       tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
