@@ -296,7 +296,7 @@ def test_hf_pairs_equal_tsv_pairs(texts, tmp_path):
 def test_a_chunk_scored_under_other_settings_is_scored_again(ce, texts, mined, tmp_path, monkeypatch):
     """Chunks left by a run with another teacher max length, or by another teacher at the same path,
     are not reused (their digest covers the max length and the teacher's files): the output equals a
-    fresh run's (the `mined` fixture's), chunk by chunk (same code path on the same pairs: bitwise)."""
+    fresh run's (the `mined` fixture's) within REL; the stale scores differ from it by whole units."""
     import shutil
 
     from spladekit.mine import write
@@ -326,7 +326,8 @@ def test_a_chunk_scored_under_other_settings_is_scored_again(ce, texts, mined, t
             shutil.copytree(ce, other)
         mine(config(teacher), out, show_progress=False)
         again = datasets.load_from_disk(str(out / "dataset"))
-        assert [a["scores"] for a in again] == [b["scores"] for b in reference]
+        for a, b in zip(again, reference, strict=True):  # REL: the batch-padding bound above (MKL may differ by alignment)
+            assert len(a["scores"]) == len(b["scores"]) and all(close(x, y) for x, y in zip(a["scores"], b["scores"]))
 
 
 def test_a_teacher_that_is_no_cross_encoder_is_refused(texts, tmp_path):
