@@ -206,9 +206,15 @@ def phase_build(corpus: str, work: Path) -> dict:
 
     blocks, ids, vocab = corpus_blocks(corpus)
     out = work / corpus / "spladekit"
+    metadata, vocabulary = {"corpus": corpus}, None
+    if not corpus.startswith("zipf-"):  # splade-tiny's vectors: its model recorded, so text queries work (benchmarks/serve.py --index)
+        from spladekit.index.export import model_vocabulary
+
+        model = shared() / "models" / "splade-tiny"
+        metadata, vocabulary = {"corpus": corpus, "model": str(model)}, model_vocabulary(model)
     base = peak_rss()
     with Clock() as c:
-        write_index(out, blocks, ids, vocab, {"corpus": corpus}, memory_budget=BUDGET)
+        write_index(out, blocks, ids, vocab, metadata, vocabulary, memory_budget=BUDGET)
     arrays = sum(f.stat().st_size for f in out.glob("*.npy"))
     meta = json.loads((out / "index.json").read_text())
     return {"build_s": c.wall, "build_cpu_s": c.cpu, "bytes": folder_bytes(out), "array_bytes": arrays,

@@ -44,6 +44,17 @@ included, as ``benchmarks/encode_cpu.py``'s "busy" load: a server sharing its co
 
     PYTHONPATH=src python benchmarks/serve.py --out benchmarks/.cache/serve/results.json
     PYTHONPATH=src python benchmarks/serve.py --busy --out benchmarks/.cache/serve/results-busy.json
+
+Seismic by shards (issue 35 part 3): ``--backend seismic`` builds (or reopens) the index's Seismic
+shards (``Index.seismic(memory_budget=--seismic-budget)``) before any server starts, and every request,
+the anchor included, asks for ``"backend": "seismic"`` at ``--query-cut`` / ``--heap-factor``; each
+worker loads every shard (pyseismic reads its files into memory: no sharing between workers, so the
+PSS sum grows by one Seismic index per worker). ``--index FOLDER`` serves an existing folder (e.g. the
+8.8M folder of ``benchmarks/retrieval.py --keep``) with ``retrieval.queries()``' vectors; it must
+record a query model for text queries. ``--no-overload`` skips the overload runs.
+
+    PYTHONPATH=src python benchmarks/serve.py --index W/synthetic-8800000/spladekit --backend seismic \
+        --clients 1 --clients 8 --workers 1 --workers 2 --no-overload --out benchmarks/.cache/serve/results-8m.json
 """
 
 from __future__ import annotations
@@ -389,12 +400,14 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, seconds: float, 
 
 
 # ----------------------------------------------------------------------------------- anchor
-def in_process(index, texts: list[str], vectors) -> dict:
-    """The same queries through Index.search in this process: one per call, and all in one call."""
+def in_process(index, texts: list[str], vectors, opts: dict | None = None) -> dict:
+    """The same queries through Index.search in this process (``opts``: its backend keywords): one per
+    call, and all in one call."""
     out = {}
     encoder = index.query_encoder()
-    for kind, one, everything in (("text", lambda i: index.search([texts[i]], k=K, encoder=encoder), lambda: index.search(texts, k=K, encoder=encoder)),
-                                  ("vector", lambda i: index.search(vectors[i : i + 1], k=K), lambda: index.search(vectors, k=K))):
+    opts = opts or {}
+    for kind, one, everything in (("text", lambda i: index.search([texts[i]], k=K, encoder=encoder, **opts), lambda: index.search(texts, k=K, encoder=encoder, **opts)),
+                                  ("vector", lambda i: index.search(vectors[i : i + 1], k=K, **opts), lambda: index.search(vectors, k=K, **opts))):
         one(0)
         began = time.perf_counter()
         for i in range(len(texts)):
@@ -427,6 +440,12 @@ def main() -> None:
     parser.add_argument("--overload-queue", type=int, default=32, help="queue size of the overload run's server")
     parser.add_argument("--synthetic", type=int, help="serve benchmarks/retrieval.py's synthetic-N corpus instead of SciFact (e.g. 1000000)")
     parser.add_argument("--anchor-queries", type=int, default=300, help="queries of the in-process anchor (all 300 at SciFact; fewer at 1M)")
+    parser.add_argument("--index", type=Path, help="serve this index folder (its vectors: retrieval.queries()) instead of SciFact")
+    parser.add_argument("--backend", choices=("exact", "seismic"), default="exact", help="the backend every request asks for")
+    parser.add_argument("--seismic-budget", type=int, help="bytes of build memory of one Seismic shard (default: the library's)")
+    parser.add_argument("--query-cut", type=int, default=20, help="Seismic query_cut of every request (backend seismic)")
+    parser.add_argument("--heap-factor", type=float, default=0.5, help="Seismic heap_factor of every request (backend seismic)")
+    parser.add_argument("--no-overload", action="store_true", help="skip the overload runs")
     parser.add_argument("--busy", action="store_true", help="one competing busy-loop process beside the whole run")
     parser.add_argument("--out", type=Path, default=CACHE / "results.json")
     args = parser.parse_args()
@@ -454,15 +473,32 @@ def run_all(args) -> None:
     vectors = index.query_encoder().encode_queries(texts)
     if args.synthetic:
         index, vectors = synthetic_index(args.synthetic, index.folder)
+    elif args.index:
+        from spladekit.index.index import Index
+
+        sys.path.insert(0, str(HERE))
+        import retrieval
+
+        index, vectors = Index.open(args.index), retrieval.queries()[0]
+        texts = texts[: vectors.shape[0]]
+    route, opts = {}, {}
+    if args.backend == "seismic":
+        from spladekit.index.seismic import SeismicSearchParams
+
+        began = time.perf_counter()
+        shards = len(index.seismic(memory_budget=args.seismic_budget))  # built (or reopened) here, once, before any server
+        print(f"seismic: {shards} shards ready in {time.perf_counter() - began:.0f} s", flush=True)
+        route = {"backend": "seismic", "seismic": {"query_cut": args.query_cut, "heap_factor": args.heap_factor}}
+        opts = {"backend": "seismic", "seismic": SeismicSearchParams(query_cut=args.query_cut, heap_factor=args.heap_factor)}
     arrays_mib = sum(f.stat().st_size for f in index.folder.glob("*.npy")) / 2**20
-    bodies = {"text": encoded([{"query": t, "k": K} for t in texts]),
+    bodies = {"text": encoded([{"query": t, "k": K, **route} for t in texts]),
               "vector": encoded([{"vector": {"indices": [int(j) for j in vectors[i].indices], "values": [float(w) for w in vectors[i].data]},
-                                  "k": K} for i in range(len(texts))])}
+                                  "k": K, **route} for i in range(len(texts))])}
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "load": "busy (one competing busy-loop process)" if args.busy else "idle",
-              "load_average_start": os.getloadavg(), "num_docs": len(index), "index_arrays_mib": arrays_mib,
+              "load_average_start": os.getloadavg(), "num_docs": len(index), "index_arrays_mib": arrays_mib, "route": route,
               "requests": args.requests, "seconds": args.seconds, "runs": [], "memory": {}, "overload": {}}
-    anchor = in_process(index, texts[: args.anchor_queries], vectors[: args.anchor_queries])
+    anchor = in_process(index, texts[: args.anchor_queries], vectors[: args.anchor_queries], opts)
     report["in_process"] = {kind: {k: v for k, v in a.items() if k != "hits"} for kind, a in anchor.items()}
     print(json.dumps(report["in_process"]), flush=True)
 
@@ -485,7 +521,7 @@ def run_all(args) -> None:
         finally:
             server.stop()
 
-    for workers in workers_list:  # overload: 2x the capacity measured for text queries, with and without the deadline
+    for workers in ([] if args.no_overload else workers_list):  # overload: 2x the capacity measured for text queries, with and without the deadline
         capacity = max(r["throughput"] for r in report["runs"] if r["workers"] == workers and r["kind"] == "text")
         deadline_ms = 1000 * args.overload_queue * workers / capacity  # the per-worker queue's drain time at capacity / workers
         batch_ms = 1000 * MAX_BATCH * workers / capacity  # one full batch of one worker at capacity / workers
@@ -514,7 +550,7 @@ def run_all(args) -> None:
 def markdown(r: dict) -> str:
     lines = [f"Date {r['date']}; {r['machine']}; {r.get('load', 'idle')}; load average at start {r['load_average_start'][0]:.1f}, at end "
              f"{r['load_average_end'][0]:.1f}; {r['num_docs']} documents, index arrays {r['index_arrays_mib']:.1f} MiB; "
-             f"k = {K}; runs bounded by {r['requests']} answers / {r['seconds']:g} s.", "",
+             f"k = {K}; backend {r.get('route', {}).get('backend', 'exact')} {r.get('route', {}).get('seismic', '')}; runs bounded by {r['requests']} answers / {r['seconds']:g} s.", "",
              "In process (`Index.search`, same queries): " + "; ".join(
                  f"{kind}: {a['one_per_call_qps']:.0f} q/s one per call, {a['one_call_qps']:.0f} q/s all in one call"
                  for kind, a in r["in_process"].items()), "",

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 35 parts 2-3: the 8.8M row (spladekit exact, Seismic by shards, PISA MaxScore / BlockMaxWAND)
+# and `spladekit serve` on the Seismic shards, in an order that fits a 2-core, 24 GB machine:
+#   1. spladekit's bounded build (≈ 8 CPU min, 1 GiB budget, 28 GB on disk) beside PISA's build
+#      (≈ 42 CPU min, peak ≈ 17 GB estimated): one core each, together ≈ 19 GB;
+#   2. Seismic by shards only after PISA's build has ended (a shard's build ≈ 5-10 GB would not fit
+#      beside PISA's peak), RAYON_NUM_THREADS=2 (both cores);
+#   3. every search phase one after the other on the otherwise idle machine (exact, PISA, Seismic),
+#      SPLADEKIT_BENCH_QUERIES queries (SPLADEKIT_BENCH_ONE of them one per call);
+#   4. benchmarks/serve.py on the same folder with --backend seismic, 1 and 8 clients, 1 and 2 workers.
+# Each phase is its own process (its peak RSS is its own); results go to $WORK/*.json, logs to $WORK/*.log.
+#
+#   bash benchmarks/scale_8m.sh [DOCS=8800000] [WORK=/tmp/b35] [SHARDS=16]
+# SHARDS=16 is the library's default shard size at 8.8M (10 GiB ÷ 96 B an entry = 112M entries; 1,739M entries).
+# A small DOCS (e.g. 20000) checks the script itself in minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DOCS=${1:-8800000}
+WORK=${2:-/tmp/b35}
+SHARDS=${3:-16}
+PY=${PY:-.venv/bin/python}
+CORPUS=synthetic-$DOCS
+export PYTHONPATH=src SPLADEKIT_BENCH_QUERIES=${SPLADEKIT_BENCH_QUERIES:-100} SPLADEKIT_BENCH_ONE=${SPLADEKIT_BENCH_ONE:-30}
+mkdir -p "$WORK"
+phase() {  # phase NAME [env...]: one process, its JSON line to $WORK/NAME.json
+    local name=$1; shift
+    echo "$(date -u +%H:%M:%S) $name (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+    env "$@" "$PY" benchmarks/retrieval.py --phase "$name" --corpus "$CORPUS" --work "$WORK" > "$WORK/$name.json" 2> "$WORK/$name.log"
+}
+"$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); import retrieval; retrieval.scifact_vectors()"  # the cache, once
+phase pisa_build &
+PISA=$!
+phase build
+wait $PISA
+phase seismic_shards_build SPLADEKIT_BENCH_SHARD_COUNT="$SHARDS" RAYON_NUM_THREADS=2
+phase search
+phase pisa_search
+phase seismic_shards_search SPLADEKIT_BENCH_SHARD_COUNT="$SHARDS"
+echo "$(date -u +%H:%M:%S) serve" >&2
+"$PY" benchmarks/serve.py --index "$WORK/$CORPUS/spladekit" --backend seismic --clients 1 --clients 8 --workers 1 --workers 2 \
+    --anchor-queries "$SPLADEKIT_BENCH_QUERIES" --no-overload --out "$WORK/serve.json" > "$WORK/serve.log" 2>&1
+echo "$(date -u +%H:%M:%S) done: $WORK" >&2
