@@ -25,7 +25,8 @@ mkdir -p "$WORK"
 phase() {  # phase NAME [env...]: one process, its JSON line to $WORK/NAME.json
     local name=$1; shift
     echo "$(date -u +%H:%M:%S) $name (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-    env "$@" "$PY" benchmarks/retrieval.py --phase "$name" --corpus "$CORPUS" --work "$WORK" > "$WORK/$name.json" 2> "$WORK/$name.log"
+    env "$@" "$PY" benchmarks/retrieval.py --phase "$name" --corpus "$CORPUS" --work "$WORK" > "$WORK/$name.out" 2> "$WORK/$name.log"
+    tail -n 1 "$WORK/$name.out" > "$WORK/$name.json"  # the phase's result is its last line (PISA logs to stdout before it)
 }
 "$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); import retrieval; retrieval.scifact_vectors()"  # the cache, once
 phase pisa_build &
@@ -39,4 +40,17 @@ phase seismic_shards_search SPLADEKIT_BENCH_SHARD_COUNT="$SHARDS"
 echo "$(date -u +%H:%M:%S) serve" >&2
 "$PY" benchmarks/serve.py --index "$WORK/$CORPUS/spladekit" --backend seismic --clients 1 --clients 8 --workers 1 --workers 2 \
     --anchor-queries "$SPLADEKIT_BENCH_QUERIES" --no-overload --out "$WORK/serve.json" > "$WORK/serve.log" 2>&1
-echo "$(date -u +%H:%M:%S) done: $WORK" >&2
+SPLADEKIT_BENCH_SHARDS="$SHARDS" "$PY" -c '
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+import retrieval
+work, corpus, shards = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+r = {name: json.loads((work / f"{name}.json").read_text()) for name in ("build", "search", "pisa_build", "pisa_search")}
+for step in ("build", "search"):
+    r[f"seismic_shards_{step}_{shards}"] = json.loads((work / f"seismic_shards_{step}.json").read_text())
+(work / "results.json").write_text(json.dumps({corpus: r}, indent=1))
+print(retrieval.table(corpus, r) + "\n\n" + retrieval.shard_table(corpus, r))
+' "$WORK" "$CORPUS" "$SHARDS" > "$WORK/tables.md"
+cat "$WORK/tables.md"
+echo "$(date -u +%H:%M:%S) done: $WORK (tables.md, results.json, serve.json)" >&2

@@ -567,6 +567,8 @@ def markdown(r: dict) -> str:
     for workers, m in r["memory"].items():
         lines.append(f"| {workers} | {m['processes']} | {m['pss_sum_mib']:.0f} | {m['index_pss_sum_mib']:.1f} | "
                      f"{', '.join(f'{x:.1f}' for x in m['index_rss_per_process_mib'])} |")
+    if not r["overload"]:  # --no-overload
+        return "\n".join(lines)
     lines += ["", "| workers | deadline ms | latency limit ms | capacity answers/s | offered /s | answered /s | sent | 200 | 503: queue full / waited past deadline / expected wait / latency / timeout | errors "
               "| p50 / p99 ms first half | p50 / p99 ms second half | client p99 / max ms | server took_ms p99 / max | bound ms | max ÷ bound: client / server "
               "| PSS sum MiB first → max → last |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
