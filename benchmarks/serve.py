@@ -449,6 +449,8 @@ def main() -> None:
     parser.add_argument("--busy", action="store_true", help="one competing busy-loop process beside the whole run")
     parser.add_argument("--out", type=Path, default=CACHE / "results.json")
     args = parser.parse_args()
+    if args.synthetic and args.index:
+        parser.error("--synthetic and --index name two indexes: give one")
     busy = subprocess.Popen([sys.executable, "-c", BUSY]) if args.busy else None
     try:
         run_all(args)
@@ -489,7 +491,7 @@ def run_all(args) -> None:
         shards = len(index.seismic(memory_budget=args.seismic_budget))  # built (or reopened) here, once, before any server
         print(f"seismic: {shards} shards ready in {time.perf_counter() - began:.0f} s", flush=True)
         route = {"backend": "seismic", "seismic": {"query_cut": args.query_cut, "heap_factor": args.heap_factor}}
-        opts = {"backend": "seismic", "seismic": SeismicSearchParams(query_cut=args.query_cut, heap_factor=args.heap_factor)}
+        opts = {"backend": "seismic", "seismic": SeismicSearchParams(**route["seismic"])}  # the requests' own settings, in process
     arrays_mib = sum(f.stat().st_size for f in index.folder.glob("*.npy")) / 2**20
     bodies = {"text": encoded([{"query": t, "k": K, **route} for t in texts]),
               "vector": encoded([{"vector": {"indices": [int(j) for j in vectors[i].indices], "values": [float(w) for w in vectors[i].data]},
