@@ -7,7 +7,8 @@
 #      beside PISA's peak), RAYON_NUM_THREADS=2 (both cores);
 #   3. every search phase one after the other on the otherwise idle machine (exact, PISA, Seismic),
 #      SPLADEKIT_BENCH_QUERIES queries (SPLADEKIT_BENCH_ONE of them one per call);
-#   4. benchmarks/serve.py on the same folder with --backend seismic, 1 and 8 clients, 1 and 2 workers.
+#   4. the tables (tables.md, results.json), then benchmarks/serve.py on the same folder with --backend seismic,
+#      1 and 8 clients, SERVE_WORKERS workers (default "1 2"; "none" skips serving).
 # Each phase is its own process (its peak RSS is its own); results go to $WORK/*.json, logs to $WORK/*.log.
 #
 #   bash benchmarks/scale_8m.sh [DOCS=8800000] [WORK=/tmp/b35] [SHARDS=16]
@@ -37,9 +38,6 @@ phase seismic_shards_build SPLADEKIT_BENCH_SHARD_COUNT="$SHARDS" RAYON_NUM_THREA
 phase search
 phase pisa_search
 phase seismic_shards_search SPLADEKIT_BENCH_SHARD_COUNT="$SHARDS"
-echo "$(date -u +%H:%M:%S) serve" >&2
-"$PY" benchmarks/serve.py --index "$WORK/$CORPUS/spladekit" --backend seismic --clients 1 --clients 8 --workers 1 --workers 2 \
-    --anchor-queries "$SPLADEKIT_BENCH_QUERIES" --no-overload --out "$WORK/serve.json" > "$WORK/serve.log" 2>&1
 SPLADEKIT_BENCH_SHARDS="$SHARDS" "$PY" -c '
 import json, sys
 from pathlib import Path
@@ -53,4 +51,10 @@ for step in ("build", "search"):
 print(retrieval.table(corpus, r) + "\n\n" + retrieval.shard_table(corpus, r))
 ' "$WORK" "$CORPUS" "$SHARDS" > "$WORK/tables.md"
 cat "$WORK/tables.md"
+if [ "${SERVE_WORKERS:-1 2}" != none ]; then  # SERVE_WORKERS="1" serves with one worker only; "none" skips serving
+    echo "$(date -u +%H:%M:%S) serve" >&2
+    workers=(); for w in ${SERVE_WORKERS:-1 2}; do workers+=(--workers "$w"); done
+    "$PY" benchmarks/serve.py --index "$WORK/$CORPUS/spladekit" --backend seismic --clients 1 --clients 8 "${workers[@]}" \
+        --anchor-queries "$SPLADEKIT_BENCH_QUERIES" --no-overload --out "$WORK/serve.json" > "$WORK/serve.log" 2>&1
+fi
 echo "$(date -u +%H:%M:%S) done: $WORK (tables.md, results.json, serve.json)" >&2
