@@ -48,8 +48,9 @@ included, as ``benchmarks/encode_cpu.py``'s "busy" load: a server sharing its co
 Seismic by shards (issue 35 part 3): ``--backend seismic`` builds (or reopens) the index's Seismic
 shards (``Index.seismic(memory_budget=--seismic-budget)``) before any server starts, and every request,
 the anchor included, asks for ``"backend": "seismic"`` at ``--query-cut`` / ``--heap-factor``; each
-worker loads every shard (pyseismic reads its files into memory: no sharing between workers, so the
-PSS sum grows by one Seismic index per worker). ``--index FOLDER`` serves an existing folder (e.g. the
+worker loads every shard (pyseismic reads its files into memory: no sharing between spawned workers, so the
+PSS sum grows by one Seismic index per worker), unless ``--share-index`` (servers of 2+ workers fork them
+from the server after it loaded the shards: one copy). ``--index FOLDER`` serves an existing folder (e.g. the
 8.8M folder of ``benchmarks/retrieval.py --keep``) with ``retrieval.queries()``' vectors; it must
 record a query model for text queries. ``--no-overload`` skips the overload runs.
 
@@ -61,6 +62,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import gc
 import json
 import os
 import platform
@@ -446,6 +449,7 @@ def main() -> None:
     parser.add_argument("--query-cut", type=int, default=20, help="Seismic query_cut of every request (backend seismic)")
     parser.add_argument("--heap-factor", type=float, default=0.5, help="Seismic heap_factor of every request (backend seismic)")
     parser.add_argument("--no-overload", action="store_true", help="skip the overload runs")
+    parser.add_argument("--share-index", action="store_true", help="servers of 2+ workers with --share-index (workers forked after the index loaded: one copy of the Seismic shards)")
     parser.add_argument("--busy", action="store_true", help="one competing busy-loop process beside the whole run")
     parser.add_argument("--out", type=Path, default=CACHE / "results.json")
     args = parser.parse_args()
@@ -503,9 +507,16 @@ def run_all(args) -> None:
     anchor = in_process(index, texts[: args.anchor_queries], vectors[: args.anchor_queries], opts)
     report["in_process"] = {kind: {k: v for k, v in a.items() if k != "hits"} for kind, a in anchor.items()}
     print(json.dumps(report["in_process"]), flush=True)
+    folder = index.folder
+    del index  # and its Seismic shards (≈ 11 GB at 8.8M), handed back before any server loads its own
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).malloc_trim(0)  # glibc keeps freed heap pages unless asked
+    share = ("--share-index",) if args.share_index else ()
+    report["share_index"] = args.share_index
 
     for workers in workers_list:
-        server = Server(index.folder, workers, logs / f"server-{workers}.log")
+        server = Server(folder, workers, logs / f"server-{workers}.log", *(share if workers > 1 else ()))
         try:
             for kind in ("text", "vector"):
                 for clients in clients_list:
@@ -518,7 +529,7 @@ def run_all(args) -> None:
                     run.update(workers=workers, kind=kind, vs_in_process_one_per_call=run["throughput"] / anchor[kind]["one_per_call_qps"])
                     report["runs"].append(run)
                     print(json.dumps(run), flush=True)
-            report["memory"][workers] = memory(server, index.folder)
+            report["memory"][workers] = memory(server, folder)
             print(json.dumps({"workers": workers, **report["memory"][workers]}), flush=True)
         finally:
             server.stop()
@@ -532,7 +543,7 @@ def run_all(args) -> None:
             options = ["--queue-size", str(args.overload_queue)] + ([] if deadline is None else ["--max-queue-wait-ms", f"{deadline:.1f}"])
             options += [] if limit is None else ["--max-latency-ms", f"{limit:.1f}"]
             name = f"overload-{workers}{'-deadline' if deadline else ''}{'-latency' if limit else ''}"
-            server = Server(index.folder, workers, logs / f"{name}.log", *options)
+            server = Server(folder, workers, logs / f"{name}.log", *options, *(share if workers > 1 else ()))
             try:
                 pids = server.processes()
                 run = asyncio.run(open_loop(server.url, bodies["text"], 2 * capacity, args.overload_seconds,

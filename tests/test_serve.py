@@ -9,10 +9,7 @@ defaults (1 worker), one with 2 workers, an API key and a queue of 1 request per
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from serve_helpers import (RUNNING, Server, assert_close_ranking, assert_quiet_stop, die_with_parent, free_port, hits_of, scifact_index_with_seismic, smaps, snapshot,
+                           stop, vector_body, wait_for_workers, workers_of)
 from spladekit.serve.batching import MicroBatcher, Overloaded
 
 httpx = pytest.importorskip("httpx")
@@ -35,159 +34,21 @@ NUM_DOCS = 120
 @pytest.fixture(scope="module")
 def scifact_index(tmp_path_factory):
     """An index of 120 SciFact documents with a stored Seismic index, and 40 test queries."""
-    import torch
-
-    from spladekit.data.beir import load_beir
-    from spladekit.data.resolve import shared_roots
-    from spladekit.index.index import Index
-    from spladekit.model.encoder import SpladeEncoder
-
-    found = [(r / "data" / "beir" / "scifact", r / "models" / "splade-tiny") for r in shared_roots()]
-    found = [(d, m) for d, m in found if d.is_dir() and (m / "model.safetensors").exists()]
-    if not found:
-        pytest.skip("shared SciFact + splade-tiny not found; set SPLADEKIT_SHARED")
-    data, model = found[0]
-    ds = load_beir(data, "test")
-    judged = [d for q in ds.qrels.values() for d in q]
-    ids = list(dict.fromkeys(judged + list(ds.corpus)))[:NUM_DOCS]
-    encoder = SpladeEncoder.from_pretrained(str(model), doc_max_length=96, batch_size=64)
-    folder = tmp_path_factory.mktemp("serve") / "index"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # on 2 shared cores one thread encodes faster than two contending ones
-    try:
-        index = Index.build(encoder, {i: ds.corpus[i] for i in ids}, folder, metadata={"model": str(model)}, distributed=False)
-    finally:
-        torch.set_num_threads(threads)
-    index.seismic()  # stored in the folder: the server serves it, never builds it
-    queries = list(ds.queries.values())[:40]
-    return index, queries
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
-
-
-_RUNNING: dict[int, subprocess.Popen] = {}
-"""Servers started by this module and not yet stopped, by PID: stopped by the fixtures' finalisers,
-and also at interpreter exit (atexit) and on SIGTERM / SIGHUP to pytest (whose default action would end
-pytest without either), so that no test run leaves a ``spladekit serve`` behind. Each server is
-started with ``PR_SET_PDEATHSIG`` (Linux): it gets SIGTERM when pytest dies even by SIGKILL."""
-
-
-def _stop(process: subprocess.Popen, ctrl_c: bool = False) -> None:
-    """SIGTERM to the server (uvicorn's supervisor stops its workers), or with ``ctrl_c`` SIGINT to its
-    whole process group (what Ctrl-C in a terminal sends: the workers get it too), then SIGKILL to
-    its process group (its own session: the workers it started) if it has not exited within 20 s."""
-    _RUNNING.pop(process.pid, None)
-    if process.poll() is None:
-        if ctrl_c:
-            os.killpg(process.pid, signal.SIGINT)
-        else:
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # workers left behind by a supervisor that died
-    except (ProcessLookupError, PermissionError):
-        pass
-    if process.poll() is None:
-        process.wait(timeout=10)
-
-
-def _stop_all(*_args) -> None:
-    for process in list(_RUNNING.values()):
-        _stop(process)
-
-
-def _on_signal(signum, frame):
-    _stop_all()
-    previous = _PREVIOUS.get(signum)
-    if callable(previous):
-        previous(signum, frame)
-    else:  # the default action (end the process) after the servers are stopped
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-atexit.register(_stop_all)
-_PREVIOUS = {}
-if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
-    for _signum in (signal.SIGTERM, signal.SIGHUP):
-        _PREVIOUS[_signum] = signal.getsignal(_signum)
-        signal.signal(_signum, _on_signal)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent (pytest) dies (Linux ``prctl``; elsewhere nothing)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-
-
-class Server:
-    """``python -m spladekit serve`` in a subprocess (own session), stopped by its PID."""
-
-    def __init__(self, folder: Path, log: Path, *options: str):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", str(self.port), *options]
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
-        _RUNNING[self.process.pid] = self.process
-        try:
-            self._wait_healthy()
-        except BaseException:  # not answering, or pytest interrupted meanwhile: stopped here
-            self.stop()
-            raise
-
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"the server did not answer /health within 90 s:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self, ctrl_c: bool = False) -> None:
-        _stop(self.process, ctrl_c)
+    return scifact_index_with_seismic(tmp_path_factory.mktemp("serve") / "index", NUM_DOCS)
 
 
 @pytest.fixture(scope="module")
 def server(scifact_index, tmp_path_factory):
     index, _ = scifact_index
-    before = _snapshot(index.folder)
+    before = snapshot(index.folder)
     running = Server(index.folder, tmp_path_factory.mktemp("log") / "server.log")
     try:
         yield running
     finally:
         running.stop()
-    assert _snapshot(index.folder) == before, "the server changed the index folder"
-    _assert_quiet_stop(running)
+    assert snapshot(index.folder) == before, "the server changed the index folder"
+    assert_quiet_stop(running)
     assert running.process.returncode == 0  # SIGTERM: a graceful stop
-
-
-def _assert_quiet_stop(running: Server) -> None:
-    """A stopped server's log ends with uvicorn's own lines: no interpreter-teardown noise (triton's
-    "nanobind: leaked ..." lines, multiprocessing's "leaked semaphore objects" with workers > 1)."""
-    log = running.log.read_text()
-    assert "Finished server process" in log, log[-2000:]  # it did stop gracefully
-    assert "leaked" not in log, log[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -200,52 +61,17 @@ def guarded(scifact_index, tmp_path_factory):
                      "--queue-size", "1", "--max-batch", "1", "--max-wait-ms", "0")
     running.key = "s3cret-clé"
     try:
-        _wait_for_workers(running, 2)
+        wait_for_workers(running, 2)
         yield running
     finally:
         running.stop(ctrl_c=True)
-    _assert_quiet_stop(running)
+    assert_quiet_stop(running)
     assert running.process.returncode == 0
-
-
-def _wait_for_workers(running: Server, workers: int) -> None:
-    """Until ``/health`` on fresh connections has answered from ``workers`` processes (each loads its own
-    index and encoder; one not yet listening gets no connections)."""
-    seen, deadline = set(), time.monotonic() + 90
-    while len(seen) < workers:
-        assert time.monotonic() < deadline, f"{len(seen)} of {workers} workers answered within 90 s"
-        seen.add(httpx.get(running.url + "/health").json()["pid"])
-        time.sleep(0.05)
-
-
-def _vector(row) -> dict:
-    """A CSR row as the JSON body's vector (float32 → Python float: exact, and its repr reads back exactly)."""
-    return {"indices": [int(j) for j in row.indices], "values": [float(w) for w in row.data]}
-
-
-def _hits(body: dict) -> list[list[tuple[str, float]]]:
-    return [[(h["id"], h["score"]) for h in r["hits"]] for r in body["results"]]
 
 
 async def _concurrent(url: str, bodies: list[dict], headers: dict | None = None) -> list:
     async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
         return await asyncio.gather(*(client.post("/search", json=b) for b in bodies))
-
-
-def _assert_close_ranking(got, want):
-    """Hits of text queries: the server encodes them in micro-batches of other sizes than the
-    in-process call, so query weights may differ in the last bits (float32 matmuls of other
-    shapes; ≤ ~1e-6 relative on splade-tiny): scores agree to rtol 1e-5, and ids agree wherever
-    the neighbouring scores are more than that apart (a near-tie may swap)."""
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert len(g) == len(w)
-        np.testing.assert_allclose([s for _, s in g], [s for _, s in w], rtol=1e-5)
-        scores = [s for _, s in w]
-        for i, ((gid, _), (wid, _)) in enumerate(zip(g, w)):
-            gaps = [abs(scores[i] - scores[j]) for j in (i - 1, i + 1) if 0 <= j < len(scores)]
-            if all(gap > 1e-5 * abs(scores[i]) for gap in gaps):
-                assert gid == wid
 
 
 # ----------------------------------------------------------------------------------- results
@@ -254,10 +80,10 @@ def test_vector_queries_under_concurrency_equal_index_search(server, scifact_ind
     index, queries = scifact_index
     vectors = index.query_encoder().encode_queries(queries)
     want = index.search(vectors, k=K, backend=backend).hits
-    bodies = [{"vector": _vector(vectors[i]), "k": K, "backend": backend} for i in range(len(queries))]
+    bodies = [{"vector": vector_body(vectors[i]), "k": K, "backend": backend} for i in range(len(queries))]
     responses = asyncio.run(_concurrent(server.url, bodies))
     assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:2]
-    got = [_hits(r.json())[0] for r in responses]
+    got = [hits_of(r.json())[0] for r in responses]
     # exactly equal: the server calls Index.search on the same float32 vectors, and each query's
     # hits do not depend on the other queries of its micro-batch (exact: one score row per query,
     # tests/test_search.py::test_results_do_not_depend_on_the_batch; Seismic: each query its own search)
@@ -271,10 +97,10 @@ def test_text_queries_equal_index_search(server, scifact_index, backend):
     want = index.search(queries, k=K, backend=backend).hits
     one = httpx.post(server.url + "/search", json={"query": queries, "k": K, "backend": backend}, timeout=60)  # a list in one request
     assert one.status_code == 200, one.text
-    _assert_close_ranking(_hits(one.json()), want)
+    assert_close_ranking(hits_of(one.json()), want)
     alone = asyncio.run(_concurrent(server.url, [{"query": q, "k": K, "backend": backend} for q in queries]))  # one text per request
     assert all(r.status_code == 200 for r in alone)
-    _assert_close_ranking([_hits(r.json())[0] for r in alone], want)
+    assert_close_ranking([hits_of(r.json())[0] for r in alone], want)
 
 
 def test_fields_and_query_terms(server, scifact_index):
@@ -362,10 +188,10 @@ def test_onnx_query_model_through_the_server_equals_index_search(onnx_served, sc
     want = served.search(queries, k=K).hits  # Index.search encodes them in onnxruntime too (index/search.query_encoder)
     one = httpx.post(running.url + "/search", json={"query": queries, "k": K}, timeout=60)
     assert one.status_code == 200, one.text
-    _assert_close_ranking(_hits(one.json()), want)
+    assert_close_ranking(hits_of(one.json()), want)
     alone = asyncio.run(_concurrent(running.url, [{"query": q, "k": K} for q in queries]))
     assert all(r.status_code == 200 for r in alone)
-    _assert_close_ranking([_hits(r.json())[0] for r in alone], want)
+    assert_close_ranking([hits_of(r.json())[0] for r in alone], want)
 
 
 def test_inference_free_query_side_through_the_server_equals_index_search(inference_free_served, scifact_index):
@@ -378,7 +204,7 @@ def test_inference_free_query_side_through_the_server_equals_index_search(infere
     assert all(r.status_code == 200 for r in alone)
     # exactly equal: an inference-free query is a table look-up per token (no float arithmetic that
     # depends on the batch), then the same Index.search on the same float32 vector
-    assert [_hits(r.json())[0] for r in alone] == want
+    assert [hits_of(r.json())[0] for r in alone] == want
     # the query's terms, computed here from the tokenizer and the weight table alone
     terms = httpx.post(running.url + "/search", json={"query": queries[0], "k": 1, "fields": "terms", "top_terms": 1000}).json()
     ids = encoder.tokenizer(queries[0], add_special_tokens=False, truncation=True,
@@ -417,7 +243,7 @@ def test_request_timeout_through_the_server_then_the_next_request_served(impatie
         time.sleep(0.1)
     after = httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K})
     assert after.status_code == 200, after.text
-    assert _hits(after.json()) == _hits(httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K}).json())
+    assert hits_of(after.json()) == hits_of(httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K}).json())
 
 
 def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(impatient):
@@ -780,18 +606,28 @@ def test_workers_each_accept_their_own_connections(guarded):
     assert len(set(asyncio.run(pids()))) == 2
 
 
+def test_spawned_workers_share_no_pages_with_the_server(guarded):
+    """The control of tests/test_serve_shared.py: without --share-index each worker is a fresh process
+    that loads everything itself, so (almost) none of its anonymous memory is Shared_Dirty."""
+    workers = workers_of(guarded)
+    assert len(workers) == 2
+    for pid in workers:
+        m = smaps(pid)
+        assert m["Shared_Dirty"] < 0.1 * m["Anonymous"], (pid, m)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index, workers):
     """Refused before the index and model load (no "Loading weights"), as one line and exit 2, with one
     worker too (there uvicorn itself used to find it, after the model loaded, and exit 3)."""
     index, _ = scifact_index
     command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--port", str(guarded.port), "--workers", str(workers)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent)
-    _RUNNING[process.pid] = process
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=die_with_parent)
+    RUNNING[process.pid] = process
     try:
         _, stderr = process.communicate(timeout=120)  # bounded: one that bound the port would serve on
     finally:
-        _stop(process)  # and its workers, by its process group
+        stop(process)  # and its workers, by its process group
     assert process.returncode == 2 and f"cannot bind 127.0.0.1:{guarded.port}" in stderr, stderr[-2000:]
     assert "Loading weights" not in stderr and "leaked" not in stderr, stderr[-2000:]
 
@@ -928,7 +764,7 @@ def test_a_damaged_model_is_one_error_before_any_worker(scifact_index, tmp_path,
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--model", str(model),
-               "--port", str(_free_port()), "--workers", workers]
+               "--port", str(free_port()), "--workers", workers]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # bounded: a loop would time out
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and done.stderr.startswith("error: ")

@@ -41,6 +41,8 @@ def serve(
     max_connections: int = typer.Option(1024, help="open connections per worker (503 past it)"),
     api_key_file: Optional[Path] = typer.Option(None, help="file whose first line is the key requests must send as `Authorization: Bearer KEY`"),
     access_log: bool = typer.Option(False, help="log every request"),
+    share_index: bool = typer.Option(False, help="with --workers > 1: fork the workers from the server once it has loaded the index, "
+                                     "so that they share its memory (the Seismic shards held once, not per worker); each loads its own query encoder"),
 ):
     """Serve an index over HTTP: POST /search (texts or sparse vectors), GET /health, GET /info, /docs."""
     from pydantic import ValidationError
@@ -61,7 +63,7 @@ def serve(
                              head_timeout_s=head_timeout_s, body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars,
                              max_queries=max_queries,
                              max_connections=max_connections, api_key_file=str(api_key_file.resolve()) if api_key_file else None,
-                             access_log=access_log)
+                             access_log=access_log, share_index=share_index)
     except ValidationError as exc:
         fail(options_error(exc, {"request_timeout_s": "--request-timeout", "head_timeout_s": "--head-timeout",
                                     "body_timeout_s": "--body-timeout"}))
@@ -79,7 +81,12 @@ def serve(
         # the index and its query encoder are loaded once here, before uvicorn starts: a bad folder or
         # model is one clear error (exit 2), not a traceback in every worker, nor uvicorn restarting
         # workers that die on it without end; one worker keeps what was loaded
-        service = Service(config)
+        shared = share_index and workers > 1
+        if shared:
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # a tokenizer's thread pool does not survive fork
+        # one thread for a service its workers are forked from: torch's OpenMP pool, once it has run
+        # with more, hangs a forked child's first parallel operation (Service.share)
+        service = Service(config, threads=1 if shared else None)
     except (SpladekitError, ValueError, OSError) as exc:
         fail(exc)
     except Exception as exc:  # a library's own error on a damaged file (safetensors, onnxruntime, ...)
@@ -87,6 +94,9 @@ def serve(
                           f"{' ' + config.model if config.model else ''}: {type(exc).__name__}: {exc}"))
     if workers == 1:
         preload(service)
+    elif shared:
+        service.share()
+        preload(service)  # every forked worker finds it (spladekit.serve.app.app_from_environment)
     else:
         del service
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
@@ -105,8 +115,8 @@ def serve(
 
             # each worker on its own SO_REUSEPORT socket: with uvicorn's one shared socket, the worker
             # that woke first took the connections then waiting (spladekit.serve.workers)
-            run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings))
-    except OSError as exc:
+            run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings), fork=shared)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: --share-index where workers cannot be forked
         fail(exc)
     except (SystemExit, KeyboardInterrupt):  # uvicorn re-raises the stopping signal once it has shut down
         pass  # a graceful stop: exit 0, as with workers > 1 (whose supervisor does not re-raise it)

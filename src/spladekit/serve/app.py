@@ -25,7 +25,9 @@ served only when it is already stored there, never built by a request), name a f
 (no field is a path), or change the server's settings.
 
 Several worker processes (``workers``) each run this application: each maps the same index files
-(:meth:`Index.open`; the page cache holds their pages once) and loads its own encoder.
+(:meth:`Index.open`; the page cache holds their pages once) and loads its own encoder; with
+``share_index`` they are forked from the server after it loaded the index, so the index's memory
+(the Seismic shards' included) is held once.
 
 The rooms of the server: this module (the endpoints, status codes and error bodies; the application
 of one worker), :mod:`spladekit.serve.service` (the index, the query encoder and the batch function
@@ -275,5 +277,10 @@ def preload(service: Service) -> None:
 def app_from_environment():
     """The application of one worker, from the :class:`ServeConfig` JSON in ``$SPLADEKIT_SERVE_CONFIG``
     (what ``spladekit serve`` hands to ``uvicorn.run(..., factory=True)``), with the service
-    :func:`preload` left in this process, if any (worker processes load their own)."""
-    return create_app(ServeConfig.model_validate(json.loads(os.environ[CONFIG_ENV])), _PRELOADED.pop() if _PRELOADED else None)
+    :func:`preload` left in this process, if any: the command's own (one worker), or the one a forked
+    worker shares with the server (``share_index``: it loads its own encoder here, :meth:`Service.enter_worker`);
+    spawned worker processes load their own."""
+    service = _PRELOADED.pop() if _PRELOADED else None
+    if service is not None and service.shared:
+        service.enter_worker()
+    return create_app(ServeConfig.model_validate(json.loads(os.environ[CONFIG_ENV])), service)

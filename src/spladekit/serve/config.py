@@ -22,6 +22,10 @@ class ServeConfig(BaseModel):
         model: query model overriding the one recorded in the index (None: the index's).
         host, port, workers: where to listen and how many worker processes.
         threads: torch/Seismic threads per worker (None: CPU cores // workers, at least 1).
+        share_index: with ``workers`` > 1, the workers are forked from the server after it has loaded
+            the index (Seismic shards included), so they share its memory (copy-on-write pages; Linux
+            and other systems with ``fork``); each loads its own query encoder
+            (:mod:`spladekit.serve.workers`). False: each worker is a fresh process that loads everything.
         max_batch: queries per micro-batch; max_wait_ms: longest wait for more requests (none when
             every open connection already has its request in the batch).
         queue_size: requests waiting per worker; one more is answered 503.
@@ -53,6 +57,7 @@ class ServeConfig(BaseModel):
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1)
     threads: int | None = Field(None, ge=1)
+    share_index: bool = False
     max_batch: int = Field(32, ge=1)
     max_wait_ms: float = Field(2.0, ge=0, allow_inf_nan=False)
     queue_size: int = Field(256, ge=1)

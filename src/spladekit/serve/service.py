@@ -28,7 +28,9 @@ class Service:
         ResolutionError / HeadNotFoundError: the query model cannot be loaded.
     """
 
-    def __init__(self, config: ServeConfig):
+    def __init__(self, config: ServeConfig, threads: int | None = None):
+        """``threads``: torch/Seismic threads while loading and answering (None: ``config.worker_threads()``;
+        1 in a server whose workers are forked from it, :meth:`share`)."""
         import threading
 
         import torch
@@ -42,19 +44,48 @@ class Service:
         # a thread lock is all one process's bars need
         tqdm.set_lock(threading.RLock())
         self.config = config
-        self.threads = config.worker_threads()
+        self.threads = threads or config.worker_threads()
         torch.set_num_threads(self.threads)
         self.index = Index.open(config.index)
         self.num_docs, self.vocab_size = self.index.docs.shape
-        self.encoder, self.encoder_kind = _query_encoder(self.index, config.model, config.max_batch)
+        self.shared = False
+        self._load_encoder()
         self.backends = ("exact", "seismic") if _seismic_stored(self.index) else ("exact",)
         if "seismic" in self.backends:
             self.index.seismic()  # the stored index, loaded once here (never built by a request)
         self.vocabulary = _vocabulary(self.index, self.encoder)
         self.request_model = request_model(self.vocab_size, self.backends, config.max_k, config.max_query_chars, config.max_queries)
+        self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
+
+    def _load_encoder(self) -> None:
+        self.encoder, self.encoder_kind = _query_encoder(self.index, self.config.model, self.config.max_batch)
         if self.encoder is not None:  # the first forward pass is slow (allocations, kernels): not a request's
             self.encoder.encode_queries(["warm up"])
-        self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
+
+    def share(self) -> None:
+        """Make this service (loaded with ``threads=1``) the one that forked workers share: the query
+        encoder is dropped (each worker loads its own in :meth:`enter_worker`: neither torch's OpenMP
+        pool, once it has run, nor onnxruntime's threads work in a forked child: a child's first
+        parallel operation hung) and the Python objects left are frozen out of the garbage
+        collector (``gc.freeze``: its passes would write to their pages, copying them into each worker)."""
+        import gc
+
+        if self.threads != 1:
+            raise RuntimeError("a shared service is loaded with threads=1 (torch's OpenMP pool does not survive fork)")
+        self.encoder = None
+        self.shared = True
+        gc.collect()
+        gc.freeze()
+
+    def enter_worker(self) -> None:
+        """In a worker forked from the server after :meth:`share`: this worker's thread count and its
+        own query encoder (the index, Seismic shards included, stays the server's, shared)."""
+        import torch
+
+        self.threads = self.config.worker_threads()
+        torch.set_num_threads(self.threads)
+        self._load_encoder()
+        self.shared = False
 
     def info(self) -> dict:
         from spladekit.version import __version__

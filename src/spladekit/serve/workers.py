@@ -11,6 +11,11 @@ connection's addresses and ports. The supervisor holds one more socket bound to 
 (reserving it, after checking that nothing else holds it: a second server on the port fails at
 once, naming the address) that never listens, so it is given no connections.
 
+With ``--share-index`` the workers are forked from the server after it has loaded the index
+(:func:`run_workers` with ``fork``), so the memory the index holds (the Seismic shards: pyseismic
+reads them into memory, none of it mapped from the files) is shared by every worker instead of
+loaded by each.
+
 Limits: the spread is by hash, not by load (a few connections may still split unevenly); the
 connections waiting in a worker's queue when that worker dies are reset; only processes of the
 same user can bind the port alongside (the kernel's rule for ``SO_REUSEPORT``).
@@ -19,6 +24,7 @@ same user can bind the port alongside (the kernel's rule for ``SO_REUSEPORT``).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 
 
@@ -82,22 +88,61 @@ def reserve(host: str, port: int) -> ReservedAddress:
     return sock
 
 
-def run_workers(config) -> None:
+def run_workers(config, fork: bool = False) -> None:
     """Run ``config`` (a ``uvicorn.Config`` with ``workers`` > 1) under uvicorn's supervisor, each
     worker on its own ``SO_REUSEPORT`` socket (:class:`ReservedAddress`). Returns when the
     supervisor stops (SIGINT / SIGTERM).
 
+    ``fork``: the workers (and any replacement of one that died) are forked from this process
+    instead of spawned, so they share what it has loaded (copy-on-write: the pages of the index's
+    Seismic shards, which pyseismic holds in memory, exist once however many workers read them;
+    ``spladekit serve --share-index``). What this process has loaded must be safe to fork:
+    no threads whose work a child would need (:meth:`spladekit.serve.service.Service.share`).
+    Each child then replaces its copy of the reserved socket with a socket of its own, bound with
+    ``SO_REUSEPORT`` to the same address, before uvicorn makes it listen (:func:`_own_socket_after_fork`).
+
     Raises:
         OSError: the address cannot be bound.
+        RuntimeError: ``fork`` on a system without ``fork``, or a uvicorn whose workers cannot be forked.
     """
+    import multiprocessing
+
+    import uvicorn._subprocess as uvicorn_subprocess
     from uvicorn.supervisors import Multiprocess
 
+    if fork and (not hasattr(os, "fork") or not hasattr(uvicorn_subprocess, "spawn")):
+        raise RuntimeError("--share-index needs fork() (Linux, macOS) and uvicorn's multiprocessing context (uvicorn._subprocess.spawn)")
     sock = reserve(config.host, config.port)
     host = f"[{config.host}]" if ":" in config.host else config.host
     # uvicorn prints its address only when it runs one process itself
-    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d with %d workers (Press CTRL+C to quit)",
-                                            host, sock.getsockname()[1], config.workers)
+    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d with %d workers%s (Press CTRL+C to quit)",
+                                            host, sock.getsockname()[1], config.workers,
+                                            " forked from this process (the index shared)" if fork else "")
+    spawned = uvicorn_subprocess.spawn
+    if fork:  # uvicorn starts its workers through this context (spawn); only for this supervisor's run
+        _FORKED_SOCKETS[:] = [sock]
+        uvicorn_subprocess.spawn = multiprocessing.get_context("fork")
     try:
         Multiprocess(config, sockets=[sock]).run()
     finally:
+        uvicorn_subprocess.spawn = spawned
+        _FORKED_SOCKETS.clear()
         sock.close()
+
+
+_FORKED_SOCKETS: list[socket.socket] = []
+"""The reserved sockets of a supervisor forking its workers (:func:`run_workers` with ``fork``)."""
+
+
+def _own_socket_after_fork() -> None:
+    """In a forked child: each reserved socket's file descriptor made to refer to a new socket bound
+    with ``SO_REUSEPORT`` to the same address (``dup2``), so that the worker listens on a socket of
+    its own (its own accept queue) and not on the supervisor's, which every child shares by fork."""
+    for sock in _FORKED_SOCKETS:
+        own = _reuse_port_socket(sock.family, sock.getsockname()[:2])
+        os.dup2(own.fileno(), sock.fileno())
+        own.close()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_own_socket_after_fork)
