@@ -7,7 +7,8 @@ passages cannot be built on a 24 GB machine; a built index is small. Here the ro
 (:func:`shard_ranges`; ``max_entries = memory_budget // SEISMIC_BUILD_BYTES``, the writer's rule of
 :mod:`spladekit.index.writer`: bytes per entry held × entries ≤ the budget), and each range is built
 alone (its CSR slice is read in place from the memory-mapped folder, copied once into pyseismic's
-input, built, saved and freed before the next one starts).
+input, built, saved and freed before the next one starts; the pages of the map it read then leave
+the resident set, :func:`spladekit.index.layout.release_mapped_pages`).
 
 Layout (``INDEX/seismic/``)::
 
@@ -259,6 +260,7 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
     """
     from tqdm.auto import tqdm
 
+    from spladekit.index.layout import release_mapped_pages
     from spladekit.io import atomic_folder, read_json, replace_folder, write_json
 
     work = folder / WORK
@@ -281,6 +283,7 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
             write_json(tmp / "shard.json", {"range": [start, stop], "empty": searcher.empty})
         empties.append(searcher.empty)
         del searcher  # freed before the next shard is built
+        release_mapped_pages(docs.data, docs.indices)  # the range's input pages leave the resident set
         if on_shard is not None:
             on_shard(number)
     shards = [[start, stop, empty] for (start, stop), empty in zip(ranges, empties)]
