@@ -463,7 +463,10 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
 
 
 SHARD_COUNTS = tuple(int(n) for n in os.environ.get("SPLADEKIT_BENCH_SHARDS", "1,2,4").split(","))  # Seismic shard counts compared
-SHARD_SETTINGS = ({"query_cut": 10, "heap_factor": 0.7}, SEISMIC_AT, {"query_cut": 40, "heap_factor": 0.3})  # along the recall/latency curve
+SHARD_SETTINGS = tuple({"query_cut": int(cut), "heap_factor": float(heap)} for cut, heap in (
+    pair.split(":") for pair in os.environ.get("SPLADEKIT_BENCH_SHARD_SETTINGS", "10:0.7,20:0.5,40:0.3").split(",")))
+"""Seismic settings along the recall/latency curve (``query_cut:heap_factor``, comma-separated in
+``$SPLADEKIT_BENCH_SHARD_SETTINGS``); the default's middle one is :data:`SEISMIC_AT`."""
 
 
 def _shard_count() -> int:
