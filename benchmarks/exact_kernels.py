@@ -1,4 +1,5 @@
-"""Where exact search's two kernels cross: scipy's sparse product vs term at a time (torch).
+"""Where exact search's two kernels cross: scipy's sparse product vs term at a time; and, with
+``--blocks``, the term-at-a-time kernel's document block (``DOC_BLOCK``).
 
 ``spladekit.index.exact.search_postings`` scores a query term at a time when its terms' mean
 posting-list length is at least ``TAAT_FROM``, else by scipy's product over a block of queries. This
@@ -7,6 +8,12 @@ synthetic corpora of ``benchmarks/retrieval.py`` (built in memory) and the first
 queries, k = 10, 1 thread, with the ratio measured in the same run.
 
     PYTHONPATH=src python benchmarks/exact_kernels.py --docs 20000 --docs 100000 --docs 300000
+
+With ``--blocks B`` (repeatable) it prints instead, per corpus size, term at a time forced with each
+``DOC_BLOCK`` = B and with one block (B ≥ D: the unblocked kernel, the anchor), CPU ms per query and
+the ratio to the anchor, measured in the same run (interleaved, median of ``--repeats``):
+
+    PYTHONPATH=src python benchmarks/exact_kernels.py --docs 1000000 --blocks 32768 --blocks 131072 --blocks 524288
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
 import retrieval
 import spladekit.index.exact as exact
@@ -26,8 +32,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, action="append", help="corpus sizes (repeatable)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--blocks", type=int, action="append", help="DOC_BLOCK sizes to compare with one block (repeatable)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    if args.blocks:
+        return block_sizes(args)
     queries = retrieval.queries()[0][:100].tocsr().astype(np.float32)
     print("| documents | mean list length (median over queries) | product ms/q | term at a time ms/q | product ÷ term at a time |")
     print("|---|---|---|---|---|")
@@ -44,6 +52,31 @@ def main() -> None:
             timing.setdefault(name, []).append((time.process_time() - began) / queries.shape[0] * 1e3)
         product, taat = np.median(timing["product"]), np.median(timing["taat"])
         print(f"| {n} | {mean_list:.0f} | {product:.2f} | {taat:.2f} | {product / taat:.2f} |")
+
+
+def block_sizes(args) -> None:
+    """Term at a time forced (``TAAT_FROM`` 0), each ``DOC_BLOCK`` against one block, interleaved."""
+    queries = retrieval.queries()[0][:100].tocsr().astype(np.float32)
+    print("| documents | DOC_BLOCK | term at a time CPU ms/q | ÷ one block |")
+    print("|---|---|---|---|")
+    exact.TAAT_FROM = 0
+    for n in args.docs or [1_000_000]:
+        blocks_of, _, _ = retrieval.corpus_blocks(f"synthetic-{n}")
+        postings = sp.vstack(list(blocks_of())).tocsr().astype(np.float32).T.tocsr()
+        sizes = [n + 1] + sorted(set(args.blocks))
+        timing = {}
+        exact.search_postings(queries[:5], postings, 10)  # warm-up
+        for _ in range(args.repeats):
+            for size in sizes:
+                exact.DOC_BLOCK = size
+                began = time.process_time()
+                exact.search_postings(queries, postings, 10)
+                timing.setdefault(size, []).append((time.process_time() - began) / queries.shape[0] * 1e3)
+        anchor = np.median(timing[n + 1])
+        for size in sizes:
+            label = "one block (anchor)" if size == n + 1 else str(size)
+            print(f"| {n} | {label} | {np.median(timing[size]):.2f} | {np.median(timing[size]) / anchor:.2f} |")
+        del postings
 
 
 if __name__ == "__main__":

@@ -235,8 +235,29 @@ def phase_search(corpus: str, work: Path) -> dict:
         hits = r.pop("hits")
         out.update(r)
         (work / corpus / f"exact-top{k}.json").write_text(json.dumps(hits))
+    out.update(one_block_anchor(index, q))
     out["search_rss"] = peak_rss()
     return out
+
+
+def one_block_anchor(index, q) -> dict:
+    """k=10, one per call: the term-at-a-time kernel with its document blocks (``DOC_BLOCK``) and with
+    one block (the unblocked kernel), interleaved query by query in this process: CPU ms of each and
+    their ratio (only queries scored term at a time differ; short-list queries take the same path)."""
+    import spladekit.index.exact as exact
+
+    n, blocked, whole, block = min(ONE_AT_A_TIME, q.shape[0]), [], [], exact.DOC_BLOCK
+    try:
+        for i in range(n):
+            for size, into in ((block, blocked), (index.postings.shape[1] + 1, whole)):
+                exact.DOC_BLOCK = size
+                began = time.process_time()
+                index.search(q[i : i + 1], k=10)
+                into.append(time.process_time() - began)
+    finally:
+        exact.DOC_BLOCK = block
+    return {"doc_block": block, "one_cpu_ms_k10_blocked": 1000 * float(np.mean(blocked)), "one_cpu_ms_k10_one_block": 1000 * float(np.mean(whole)),
+            "blocked_over_one_block": float(np.sum(blocked) / np.sum(whole))}
 
 
 def phase_shards(corpus: str, work: Path) -> dict:
@@ -652,6 +673,9 @@ def table(corpus: str, r: dict) -> str:
     lines += ["", "ms/q = process CPU ms per query (wall ms in brackets), 1 thread; one per call = the first "
               f"{ONE_AT_A_TIME} queries each in its own call."]
     ratios = []
+    if "blocked_over_one_block" in s:
+        ratios.append(f"exact term at a time, k=10 one per call, blocks of {s['doc_block']} documents ÷ one block, same run: "
+                      f"{s['blocked_over_one_block']:.2f} ({s['one_cpu_ms_k10_blocked']:.2f} vs {s['one_cpu_ms_k10_one_block']:.2f} ms)")
     if "one_cpu_ms_k10" in s:
         ratios.append(f"exact one per call ÷ batch: k=10 {s['one_cpu_ms_k10'] / s['batch_cpu_ms_k10']:.2f}, k=1000 {s['one_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}")
     for algorithm in PISA_ALGORITHMS:

@@ -111,10 +111,12 @@ def test_non_finite_weights_are_refused(small, tmp_path, value):
         exact_search(bad_queries, docs, 10)
 
 
+@pytest.mark.parametrize("doc_block", [7, 1 << 17], ids=["blocks-of-7-documents", "one-block"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed):
-    # A query is scored by scipy's sparse product (short posting lists) or term at a time with
-    # torch (long lists): the same float32 products summed in the same order. Each is checked against
+def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed, doc_block):
+    # A query is scored by scipy's sparse product (short posting lists) or term at a time (long
+    # lists; its score row filled DOC_BLOCK documents at a time: 7 gives 43 blocks here, a list's
+    # segments cut anywhere): the same float32 products summed in the same order. Each is checked against
     # a float64 brute force within rtol 1e-5 (≥ 10× the float32 bound (terms + 1)·eps32 ≈ 2.4e-6 of
     # these ≤ 19-term sums), and the two rankings must be the same (random float weights: no two
     # scores of a query closer than twice their rounding bound, checked below).
@@ -122,6 +124,7 @@ def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed):
     docs = sp.random(300, 60, density=0.3, random_state=seed, format="csr", dtype=np.float32)
     queries = sp.random(20, 60, density=0.25, random_state=seed + 10, format="csr", dtype=np.float32)
     queries.data = rng.uniform(0.1, 3.0, queries.nnz).astype(np.float32)
+    monkeypatch.setattr(exact, "DOC_BLOCK", doc_block)
     monkeypatch.setattr(exact, "TAAT_FROM", 10**12)
     product = exact_search(queries, docs, k=50)
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
@@ -135,3 +138,21 @@ def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed):
         assert [i for i, _ in a] == [i for i, _ in b] == want[:50]
         np.testing.assert_allclose([s for _, s in a], row[want[:50]], rtol=1e-5)
         np.testing.assert_allclose([s for _, s in b], row[want[:50]], rtol=1e-5)
+
+
+def test_term_at_a_time_blocks_do_not_change_a_bit(monkeypatch):
+    # Blocking the score row only changes when a document's terms are added, not their order (each
+    # document's sum takes its query terms in the query row's order in every block size), so the
+    # scores are the same float32 values bit for bit: equality by construction. Block sizes from
+    # 1 document (every posting its own segment) to more than the corpus (one block).
+    rng = np.random.default_rng(5)
+    docs = sp.random(500, 40, density=0.4, random_state=5, format="csr", dtype=np.float32)
+    docs.data = rng.uniform(0.01, 5.0, docs.nnz).astype(np.float32)
+    queries = sp.random(12, 40, density=0.5, random_state=6, format="csr", dtype=np.float32)
+    monkeypatch.setattr(exact, "TAAT_FROM", 0)
+    found = {}
+    for block in (1, 3, 64, 499, 500, 1 << 17):
+        monkeypatch.setattr(exact, "DOC_BLOCK", block)
+        found[block] = exact_search(queries, docs, k=500)
+    assert all(r == found[1 << 17] for r in found.values())
+    assert sum(len(r) for r in found[1]) > 5000  # most documents score: every block holds postings

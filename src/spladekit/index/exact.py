@@ -5,10 +5,14 @@ documents held as CSR): only a query's own terms' posting lists are read, each a
 ``q_j``, into the query's dense float32 score row of ``D`` entries, so the work of a query is the
 total length of its terms' lists. Every posting is scored (no dynamic pruning), so the result is
 exact for any ``k``. Large indexes (long lists) are scored term at a time (Turtle & Flood, "Query
-evaluation: strategies and optimizations", IP&M 31(6), 1995) with one compiled scatter-add per list
-(``torch.Tensor.index_add_``), small ones by scipy's sparse product over blocks of queries; the
-switch (:data:`TAAT_FROM`) is where one overtakes the other on this project's machine. Memory: one
-``[D]`` row (``4·D`` bytes) per long-list query, at most :data:`BLOCK_SCORES` scores per block.
+evaluation: strategies and optimizations", IP&M 31(6), 1995), the score row filled one block of
+:data:`DOC_BLOCK` documents after another (every term's segment of the block, in the query's term
+order, so each block's scores stay in the core's cache while the terms pass over them: a pass of a
+whole list over a row of millions of scores streams the row from memory once per term), each
+segment added by scipy's compiled CSC product kernel; small indexes by scipy's sparse product over
+blocks of queries. The switch (:data:`TAAT_FROM`) is where one overtakes the other on this
+project's machine. Memory: one ``[D]`` row (``4·D`` bytes) per long-list query, at most
+:data:`BLOCK_SCORES` scores per block of short-list queries.
 :class:`spladekit.index.index.Index` keeps the posting matrix on disk (memory-mapped, read in place);
 :func:`exact_search` over an in-memory document matrix makes it once per call.
 
@@ -22,12 +26,11 @@ Documents with score 0 (no shared term) are not returned, so a query with no mat
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-import torch
+from scipy.sparse._sparsetools import csc_matvec  # see _add_segment
 
 TIE_RULE = "score descending, then document id ascending"
 
@@ -85,25 +88,55 @@ def top_k_row(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) ->
 
 
 TAAT_FROM = 1 << 15
-"""Mean posting-list length (over one query's terms) from which the query is scored term at a time
-(one ``index_add_`` call per list); below it, blocks of such queries go through scipy's sparse
-product. The product's cost per posting grows with the score row (``D``: cache misses, and its sparse
-result to build), while a call per term costs ≈ 10–20 µs of Python and dispatch. Measured on this
-project's 2-core machine (1 Dec 2026, SciFact queries on the synthetic corpora of
+"""Mean posting-list length (over one query's terms) from which the query is scored term at a time;
+below it, blocks of such queries go through scipy's sparse product. The product's cost per posting
+grows with the score row (``D``: cache misses, and its sparse result to build), while each list
+segment costs a call (a few µs). Measured on this project's 2-core machine (1 Dec 2026, with the
+unblocked term-at-a-time kernel of then; SciFact queries on the synthetic corpora of
 ``benchmarks/retrieval.py``, k = 10, ms per query product / term at a time): 20k documents (mean
 list 3.1k) 1.4 / 2.6; 100k (15.5k) 7.3 / 8.6; 300k (46k) 23–26 / 14–20; 1M (157k) ≈ 96 / 37."""
+
+DOC_BLOCK = 1 << 17
+"""Documents per block of the term-at-a-time kernel (512 KiB of float32 scores: a core's L2 cache
+on current x86 servers). Smaller blocks cost more calls (one per term segment), larger ones fall out
+of the cache; the trade measured: ``benchmarks/exact_kernels.py --blocks``."""
 
 BLOCK_SCORES = 1 << 26
 """Most entries of a block's dense ``[block, D]`` float32 scores in the sparse-product path (256 MiB)."""
 
 
-def _read_only_tensor(array: np.ndarray) -> torch.Tensor:
-    """A torch view of a (possibly memory-mapped, read-only) array, no copy. The view is only ever
-    read (the source and index of ``index_add_``), so torch's warning about non-writable arrays
-    does not apply."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(array)
+def _add_segment(scores: np.ndarray, rows: np.ndarray, impacts: np.ndarray, weight: np.ndarray, pointer: np.ndarray) -> None:
+    """``scores[rows[i]] += impacts[i] * weight[0]`` for each ``i`` in order, float32 product then
+    float32 sum, in place (``pointer`` = ``[0, len(rows)]`` in ``rows``' integer type).
+
+    scipy's ``csc_matvec`` (``y += A x`` for a CSC ``A``; here one column) is the compiled loop
+    behind every ``csc_matrix @ vector``; it is called directly because the public product would
+    allocate a new ``[D]`` result for each segment. The routine is private to scipy (present with
+    these arguments in every scipy this package admits, ≥ 1.11); every argument is passed in the
+    type it computes in (no conversion: a converted ``scores`` would be a copy, the sum lost).
+    ``tests/test_search_inputs.py`` checks this kernel against a float64 brute force and against
+    the sparse-product kernel."""
+    pointer[1] = rows.size
+    csc_matvec(scores.size, 1, pointer, rows, impacts, weight, scores)
+
+
+def _term_at_a_time(scores: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarray, first: np.ndarray, lengths: np.ndarray,
+                    weights: np.ndarray) -> None:
+    """Add ``weights[t] · impacts`` of the posting list ``[first[t], first[t] + lengths[t])`` of each
+    query term ``t`` into ``scores`` (``[D]`` float32, in place): block of :data:`DOC_BLOCK` rows by
+    block, within a block term by term in the given order, so each document's sum takes its terms in
+    that order whatever the blocking (lists are sorted by document row)."""
+    num_docs = scores.size
+    edges = np.arange(0, num_docs + DOC_BLOCK, DOC_BLOCK)
+    edges[-1] = num_docs
+    cuts = [a + np.searchsorted(doc_rows[a : a + n], edges) for a, n in zip(first.tolist(), lengths.tolist()) if n]
+    weight_of = [np.array([w], np.float32) for w, n in zip(weights.tolist(), lengths.tolist()) if n]
+    pointer = np.zeros(2, dtype=doc_rows.dtype)
+    for b in range(edges.size - 1):
+        for cut, weight in zip(cuts, weight_of):
+            lo, hi = cut[b], cut[b + 1]
+            if hi > lo:
+                _add_segment(scores, doc_rows[lo:hi], impacts[lo:hi], weight, pointer)
 
 
 def search_postings(
@@ -119,9 +152,9 @@ def search_postings(
     of every query term ``j``, added in the query row's term order; then :func:`top_k_row`. Two
     kernels compute these sums, chosen per query from its terms' mean posting-list length:
 
-    - long lists (≥ :data:`TAAT_FROM`): term at a time (module docstring), one product and one
-      ``index_add_`` call per term into the query's own row (``index_add_`` adds its source
-      elements one after the other); memory: the ``[D]`` row and the longest list's products;
+    - long lists (≥ :data:`TAAT_FROM`): term at a time (module docstring), block of
+      :data:`DOC_BLOCK` documents by block, each term's segment of the block added in order into
+      the query's own row (:func:`_add_segment`); memory: the ``[D]`` row;
     - short lists: consecutive such queries form a block of at most :data:`BLOCK_SCORES` scores,
       multiplied by the posting matrix with scipy's sparse product (SMMP: per query row, each
       term's postings added, weighted, in the row's order) and made dense.
@@ -152,7 +185,6 @@ def search_postings(
     check_finite(queries, "query")  # after the float32 cast: a float64 weight beyond float32 is inf here
     starts = np.asarray(postings.indptr, dtype=np.int64)
     doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data, dtype=np.float32)
-    rows_t, impacts_t = _read_only_tensor(doc_rows), _read_only_tensor(impacts)
     # per query entry: where its posting list starts and how long it is; per query: total postings
     qptr = queries.indptr.astype(np.int64)
     first = starts[queries.indices]
@@ -179,14 +211,10 @@ def search_postings(
                 timings.extend([(time.perf_counter() - began) / (j - i)] * (j - i))
             i = j
             continue
-        scores = torch.zeros(num_docs, dtype=torch.float32)
+        scores = np.zeros(num_docs, dtype=np.float32)
         lo, hi = qptr[i], qptr[i + 1]
-        buffer = torch.empty(int(lengths[lo:hi].max()), dtype=torch.float32)
-        for a, n, weight in zip(first[lo:hi].tolist(), lengths[lo:hi].tolist(), queries.data[lo:hi].tolist()):
-            if n:
-                products = torch.mul(impacts_t[a : a + n], weight, out=buffer[:n])  # float32 × float32 (weight is a float32 value)
-                scores.index_add_(0, rows_t[a : a + n], products)
-        results.append(top_k_row(scores.numpy(), k, tie_rank))
+        _term_at_a_time(scores, doc_rows, impacts, first[lo:hi], lengths[lo:hi], queries.data[lo:hi])
+        results.append(top_k_row(scores, k, tie_rank))
         if timings is not None:
             timings.append(time.perf_counter() - began)
         i += 1
