@@ -156,3 +156,11 @@ def test_term_at_a_time_blocks_do_not_change_a_bit(monkeypatch):
         found[block] = exact_search(queries, docs, k=500)
     assert all(r == found[1 << 17] for r in found.values())
     assert sum(len(r) for r in found[1]) > 5000  # most documents score: every block holds postings
+    # postings with 64-bit row numbers (a folder of more than 2^31 - 1 entries) and memory-mapped,
+    # read-only arrays take the same kernel: the same values again
+    postings = docs.T.tocsr()
+    wide = sp.csr_matrix((postings.data, postings.indices.astype(np.int64), postings.indptr.astype(np.int64)), shape=postings.shape)
+    for array in (wide.data, wide.indices, wide.indptr):
+        array.flags.writeable = False
+    monkeypatch.setattr(exact, "DOC_BLOCK", 64)
+    assert exact.search_postings(queries, wide, k=500) == found[1 << 17]
