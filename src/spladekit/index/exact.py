@@ -96,10 +96,10 @@ unblocked term-at-a-time kernel of then; SciFact queries on the synthetic corpor
 ``benchmarks/retrieval.py``, k = 10, ms per query product / term at a time): 20k documents (mean
 list 3.1k) 1.4 / 2.6; 100k (15.5k) 7.3 / 8.6; 300k (46k) 23–26 / 14–20; 1M (157k) ≈ 96 / 37."""
 
-DOC_BLOCK = 1 << 17
-"""Documents per block of the term-at-a-time kernel (512 KiB of float32 scores: a core's L2 cache
-on current x86 servers). Smaller blocks cost more calls (one per term segment), larger ones fall out
-of the cache; the trade measured: ``benchmarks/exact_kernels.py --blocks``."""
+DOC_BLOCK = 1 << 19
+"""Documents per block of the term-at-a-time kernel (2 MiB of float32 scores, inside a current
+server's shared L3 cache). Smaller blocks cost more calls (one per term segment), larger ones fall out
+of the cache; measured with ``benchmarks/exact_kernels.py --blocks`` (``benchmarks/RESULTS.md``)."""
 
 BLOCK_SCORES = 1 << 26
 """Most entries of a block's dense ``[block, D]`` float32 scores in the sparse-product path (256 MiB)."""
