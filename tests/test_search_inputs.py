@@ -164,3 +164,24 @@ def test_term_at_a_time_blocks_do_not_change_a_bit(monkeypatch):
         array.flags.writeable = False
     monkeypatch.setattr(exact, "DOC_BLOCK", 64)
     assert exact.search_postings(queries, wide, k=500) == found[1 << 17]
+
+
+@pytest.mark.parametrize("bad", ["row-past-the-end", "negative-row", "unsorted-row-past-the-end", "unsorted-in-range"])
+def test_damaged_posting_lists_are_refused_naming_the_term(tmp_path, monkeypatch, bad):
+    # Term at a time adds each list segment with a loop that checks no bounds: a damaged stored list
+    # (a row outside [0, D), or rows out of order) must raise naming its term, never write outside
+    # the score row or drop postings in silence (the review of 6 Dec found both). Checked through an
+    # Index folder whose postings.indices.npy is overwritten, at blocks of 2 documents (several segments).
+    docs = sp.csr_matrix(np.array([[1, 0], [0, 1], [2, 0], [0, 0], [3, 1], [0, 0]], dtype=np.float32))
+    index = Index.from_vectors(tmp_path / "ix", docs, [f"d{i}" for i in range(6)])
+    path = tmp_path / "ix" / "postings.indices.npy"
+    rows = np.load(path)
+    assert rows[:3].tolist() == [0, 2, 4]  # term 0's list: documents 0, 2, 4
+    rows[:3] = {"row-past-the-end": [0, 2, 7], "negative-row": [-1, 2, 4], "unsorted-row-past-the-end": [7, 0, 2],
+                "unsorted-in-range": [4, 0, 2]}[bad]
+    np.save(path, rows)
+    monkeypatch.setattr(exact, "TAAT_FROM", 0)
+    monkeypatch.setattr(exact, "DOC_BLOCK", 2)
+    with pytest.raises(ValueError, match="posting list of term 0 holds .*damaged"):
+        Index.open(tmp_path / "ix").search(sp.csr_matrix(np.array([[1.0, 1.0]], np.float32)), k=6)
+    del index

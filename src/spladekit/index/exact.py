@@ -121,22 +121,43 @@ def _add_segment(scores: np.ndarray, rows: np.ndarray, impacts: np.ndarray, weig
 
 
 def _term_at_a_time(scores: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarray, first: np.ndarray, lengths: np.ndarray,
-                    weights: np.ndarray) -> None:
+                    weights: np.ndarray, terms: np.ndarray) -> None:
     """Add ``weights[t] · impacts`` of the posting list ``[first[t], first[t] + lengths[t])`` of each
-    query term ``t`` into ``scores`` (``[D]`` float32, in place): block of :data:`DOC_BLOCK` rows by
-    block, within a block term by term in the given order, so each document's sum takes its terms in
-    that order whatever the blocking (lists are sorted by document row)."""
+    query term ``t`` (column ``terms[t]``) into ``scores`` (``[D]`` float32, in place): block of
+    :data:`DOC_BLOCK` rows by block, within a block term by term in the given order, so each
+    document's sum takes its terms in that order whatever the blocking (lists are sorted by document
+    row). Each segment is checked to lie in its block before it is added (two reductions over a
+    segment about to be read anyway): scipy's loop does no bounds check, and a damaged list (a row
+    outside ``[0, D)``, or out of order) would otherwise write outside ``scores`` or be cut wrongly.
+
+    Raises:
+        ValueError: a posting list holds a row outside ``[0, D)`` or rows out of order, naming the term.
+    """
     num_docs = scores.size
     edges = np.arange(0, num_docs + DOC_BLOCK, DOC_BLOCK)
     edges[-1] = num_docs
-    cuts = [a + np.searchsorted(doc_rows[a : a + n], edges) for a, n in zip(first.tolist(), lengths.tolist()) if n]
-    weight_of = [np.array([w], np.float32) for w, n in zip(weights.tolist(), lengths.tolist()) if n]
+    lists = [(a, n, np.array([w], np.float32), int(j)) for a, n, w, j in zip(first.tolist(), lengths.tolist(), weights.tolist(), terms.tolist()) if n]
+    cuts = [a + np.searchsorted(doc_rows[a : a + n], edges) for a, n, _, _ in lists]
+    for cut, (a, n, _, term) in zip(cuts, lists):
+        if cut[0] != a or cut[-1] != a + n:
+            _damaged(term, doc_rows[a : a + n], num_docs)
     pointer = np.zeros(2, dtype=doc_rows.dtype)
     for b in range(edges.size - 1):
-        for cut, weight in zip(cuts, weight_of):
+        for cut, (_, _, weight, term) in zip(cuts, lists):
             lo, hi = cut[b], cut[b + 1]
             if hi > lo:
-                _add_segment(scores, doc_rows[lo:hi], impacts[lo:hi], weight, pointer)
+                rows = doc_rows[lo:hi]
+                if rows.min() < edges[b] or rows.max() >= edges[b + 1]:
+                    _damaged(term, rows, num_docs)
+                _add_segment(scores, rows, impacts[lo:hi], weight, pointer)
+
+
+def _damaged(term: int, rows: np.ndarray, num_docs: int):
+    """Raise the error of a posting list that is not sorted rows in ``[0, D)``."""
+    outside = rows[(rows < 0) | (rows >= num_docs)]
+    what = f"document row {int(outside[0])} outside [0, {num_docs})" if outside.size else "document rows out of order"
+    raise ValueError(f"the posting list of term {term} holds {what}: the index's postings are damaged "
+                     "(Index.open(folder, verify=True) checks the stored files)")
 
 
 def search_postings(
@@ -174,8 +195,9 @@ def search_postings(
             block's time divided by its number of queries).
 
     Raises:
-        ValueError: vocabulary mismatch, ``k`` not an integer ≥ 1, or a query weight that is not
-            finite (NaN or ±inf, naming the query row).
+        ValueError: vocabulary mismatch, ``k`` not an integer ≥ 1, a query weight that is not
+            finite (NaN or ±inf, naming the query row), or (term at a time) a posting list that is
+            not rows of ``[0, D)`` in order (naming the term).
     """
     if queries.shape[1] != postings.shape[0]:
         raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {postings.shape[0]}")
@@ -213,7 +235,7 @@ def search_postings(
             continue
         scores = np.zeros(num_docs, dtype=np.float32)
         lo, hi = qptr[i], qptr[i + 1]
-        _term_at_a_time(scores, doc_rows, impacts, first[lo:hi], lengths[lo:hi], queries.data[lo:hi])
+        _term_at_a_time(scores, doc_rows, impacts, first[lo:hi], lengths[lo:hi], queries.data[lo:hi], queries.indices[lo:hi])
         results.append(top_k_row(scores, k, tie_rank))
         if timings is not None:
             timings.append(time.perf_counter() - began)
