@@ -128,7 +128,8 @@ def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed, doc_block):
     monkeypatch.setattr(exact, "TAAT_FROM", 10**12)
     product = exact_search(queries, docs, k=50)
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
-    term_at_a_time = exact_search(queries, docs, k=50)
+    term_at_a_time = exact_search(queries, docs, k=50, prune=False)
+    assert exact_search(queries, docs, k=50) == term_at_a_time  # pruned (MaxScore): the same sums by construction (tests/test_maxscore.py)
     dense = queries.toarray().astype(np.float64) @ docs.toarray().astype(np.float64).T
     eps32 = float(np.finfo(np.float32).eps)
     for q, row, a, b in zip(queries, dense, product, term_at_a_time):
@@ -153,7 +154,7 @@ def test_term_at_a_time_blocks_do_not_change_a_bit(monkeypatch):
     found = {}
     for block in (1, 3, 64, 499, 500, 1 << 17):
         monkeypatch.setattr(exact, "DOC_BLOCK", block)
-        found[block] = exact_search(queries, docs, k=500)
+        found[block] = exact_search(queries, docs, k=500, prune=False)  # DOC_BLOCK is the unpruned kernel's
     assert all(r == found[1 << 17] for r in found.values())
     assert sum(len(r) for r in found[1]) > 5000  # most documents score: every block holds postings
     # postings with 64-bit row numbers (a folder of more than 2^31 - 1 entries) and memory-mapped,
@@ -166,8 +167,9 @@ def test_term_at_a_time_blocks_do_not_change_a_bit(monkeypatch):
     assert exact.search_postings(queries, wide, k=500) == found[1 << 17]
 
 
+@pytest.mark.parametrize("prune", [True, False], ids=["pruned", "every-posting"])
 @pytest.mark.parametrize("bad", ["row-past-the-end", "negative-row", "unsorted-row-past-the-end", "unsorted-in-range"])
-def test_damaged_posting_lists_are_refused_naming_the_term(tmp_path, monkeypatch, bad):
+def test_damaged_posting_lists_are_refused_naming_the_term(tmp_path, monkeypatch, bad, prune):
     # Term at a time adds each list segment with a loop that checks no bounds: a damaged stored list
     # (a row outside [0, D), or rows out of order) must raise naming its term, never write outside
     # the score row or drop postings in silence (the review of 6 Dec found both). Checked through an
@@ -182,6 +184,8 @@ def test_damaged_posting_lists_are_refused_naming_the_term(tmp_path, monkeypatch
     np.save(path, rows)
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
     monkeypatch.setattr(exact, "DOC_BLOCK", 2)
+    opened = Index.open(tmp_path / "ix")
+    opened.prune = prune
     with pytest.raises(ValueError, match="posting list of term 0 holds .*damaged"):
-        Index.open(tmp_path / "ix").search(sp.csr_matrix(np.array([[1.0, 1.0]], np.float32)), k=6)
+        opened.search(sp.csr_matrix(np.array([[1.0, 1.0]], np.float32)), k=6)
     del index

@@ -3,15 +3,16 @@
 The core is :func:`search_postings`, over the term-major posting matrix ``[V, D]`` (the CSC of the
 documents held as CSR): only a query's own terms' posting lists are read, each added, weighted by
 ``q_j``, into the query's dense float32 score row of ``D`` entries, so the work of a query is the
-total length of its terms' lists. Every posting is scored (no dynamic pruning), so the result is
-exact for any ``k``. Large indexes (long lists) are scored term at a time (Turtle & Flood, "Query
+total length of its terms' lists. Large indexes (long lists) are scored term at a time (Turtle & Flood, "Query
 evaluation: strategies and optimizations", IP&M 31(6), 1995), the score row filled one block of
 :data:`DOC_BLOCK` documents after another (every term's segment of the block, in the query's term
 order, so each block's scores stay in the core's cache while the terms pass over them: a pass of a
 whole list over a row of millions of scores streams the row from memory once per term), each
 segment added by scipy's compiled CSC product kernel; small indexes by scipy's sparse product over
 blocks of queries. The switch (:data:`TAAT_FROM`) is where one overtakes the other on this
-project's machine. Memory: one ``[D]`` row (``4·D`` bytes) per long-list query, at most
+project's machine. Given the document matrix too, a long-list query skips the postings that cannot
+change its top k (MaxScore over blocks of documents, :mod:`spladekit.index.maxscore`): the same
+result, exact for any ``k``. Memory: one ``[D]`` row (``4·D`` bytes) per long-list query, at most
 :data:`BLOCK_SCORES` scores per block of short-list queries.
 :class:`spladekit.index.index.Index` keeps the posting matrix on disk (memory-mapped, read in place);
 :func:`exact_search` over an in-memory document matrix makes it once per call.
@@ -30,7 +31,8 @@ from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse._sparsetools import csc_matvec  # see _add_segment
+from spladekit.index.maxscore import BlockMaxima, pruned_top_k
+from spladekit.index.segments import add_segment, block_cuts, check_segment
 
 TIE_RULE = "score descending, then document id ascending"
 
@@ -105,21 +107,6 @@ BLOCK_SCORES = 1 << 26
 """Most entries of a block's dense ``[block, D]`` float32 scores in the sparse-product path (256 MiB)."""
 
 
-def _add_segment(scores: np.ndarray, rows: np.ndarray, impacts: np.ndarray, weight: np.ndarray, pointer: np.ndarray) -> None:
-    """``scores[rows[i]] += impacts[i] * weight[0]`` for each ``i`` in order, float32 product then
-    float32 sum, in place (``pointer`` = ``[0, len(rows)]`` in ``rows``' integer type).
-
-    scipy's ``csc_matvec`` (``y += A x`` for a CSC ``A``; here one column) is the compiled loop
-    behind every ``csc_matrix @ vector``; it is called directly because the public product would
-    allocate a new ``[D]`` result for each segment. The routine is private to scipy (present with
-    these arguments in every scipy this package admits, ≥ 1.11); every argument is passed in the
-    type it computes in (no conversion: a converted ``scores`` would be a copy, the sum lost).
-    ``tests/test_search_inputs.py`` checks this kernel against a float64 brute force and against
-    the sparse-product kernel."""
-    pointer[1] = rows.size
-    csc_matvec(scores.size, 1, pointer, rows, impacts, weight, scores)
-
-
 def _term_at_a_time(scores: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarray, first: np.ndarray, lengths: np.ndarray,
                     weights: np.ndarray, terms: np.ndarray) -> None:
     """Add ``weights[t] · impacts`` of the posting list ``[first[t], first[t] + lengths[t])`` of each
@@ -136,28 +123,17 @@ def _term_at_a_time(scores: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarra
     num_docs = scores.size
     edges = np.arange(0, num_docs + DOC_BLOCK, DOC_BLOCK)
     edges[-1] = num_docs
+    edges = edges.astype(doc_rows.dtype)  # searchsorted in the lists' own type: no copy of a whole list
     lists = [(a, n, np.array([w], np.float32), int(j)) for a, n, w, j in zip(first.tolist(), lengths.tolist(), weights.tolist(), terms.tolist()) if n]
-    cuts = [a + np.searchsorted(doc_rows[a : a + n], edges) for a, n, _, _ in lists]
-    for cut, (a, n, _, term) in zip(cuts, lists):
-        if cut[0] != a or cut[-1] != a + n:
-            _damaged(term, doc_rows[a : a + n], num_docs)
+    cuts = [block_cuts(doc_rows, a, n, edges, term, num_docs) for a, n, _, term in lists]
     pointer = np.zeros(2, dtype=doc_rows.dtype)
     for b in range(edges.size - 1):
         for cut, (_, _, weight, term) in zip(cuts, lists):
             lo, hi = cut[b], cut[b + 1]
             if hi > lo:
                 rows = doc_rows[lo:hi]
-                if rows.min() < edges[b] or rows.max() >= edges[b + 1]:
-                    _damaged(term, rows, num_docs)
-                _add_segment(scores, rows, impacts[lo:hi], weight, pointer)
-
-
-def _damaged(term: int, rows: np.ndarray, num_docs: int):
-    """Raise the error of a posting list that is not sorted rows in ``[0, D)``."""
-    outside = rows[(rows < 0) | (rows >= num_docs)]
-    what = f"document row {int(outside[0])} outside [0, {num_docs})" if outside.size else "document rows out of order"
-    raise ValueError(f"the posting list of term {term} holds {what}: the index's postings are damaged "
-                     "(Index.open(folder, verify=True) checks the stored files)")
+                check_segment(rows, edges[b], edges[b + 1], term, num_docs)
+                add_segment(scores, rows, impacts[lo:hi], weight, pointer)
 
 
 def search_postings(
@@ -166,16 +142,22 @@ def search_postings(
     k: int,
     tie_rank: np.ndarray | None = None,
     timings: list[float] | None = None,
+    maxima: BlockMaxima | None = None,
+    docs: sp.csr_matrix | None = None,
 ) -> list[list[tuple[int, float]]]:
     """Exact top-``k`` of each ``[Q, V]`` query row against the term-major ``[V, D]`` posting matrix.
 
     A query's float32 score row ``[D]`` receives the float32 products ``q_j · d_j`` of every posting
-    of every query term ``j``, added in the query row's term order; then :func:`top_k_row`. Two
-    kernels compute these sums, chosen per query from its terms' mean posting-list length:
+    of every query term ``j``, added in ascending term order (the query rows are taken in canonical
+    form: terms sorted, a repeated term's weights summed); then :func:`top_k_row`. Two kernels
+    compute these sums, chosen per query from its terms' mean posting-list length:
 
     - long lists (≥ :data:`TAAT_FROM`): term at a time (module docstring), block of
       :data:`DOC_BLOCK` documents by block, each term's segment of the block added in order into
-      the query's own row (:func:`_add_segment`); memory: the ``[D]`` row;
+      the query's own row (:func:`spladekit.index.segments.add_segment`); memory: the ``[D]`` row.
+      With ``maxima`` and ``docs``, such a query is pruned instead (MaxScore over blocks,
+      :func:`spladekit.index.maxscore.pruned_top_k`): the same top ``k``, the same scores, reading
+      the postings that can change them;
     - short lists: consecutive such queries form a block of at most :data:`BLOCK_SCORES` scores,
       multiplied by the posting matrix with scipy's sparse product (SMMP: per query row, each
       term's postings added, weighted, in the row's order) and made dense.
@@ -193,6 +175,9 @@ def search_postings(
         tie_rank: ``[D]`` rank of each document row under the id order (:func:`tie_ranks`).
         timings: when given, receives the seconds spent on each query (for short-list queries, their
             block's time divided by its number of queries).
+        maxima: the posting matrix's :class:`spladekit.index.maxscore.BlockMaxima` (kept between
+            calls: it fills as terms are queried).
+        docs: ``[D, V]`` CSR document matrix (the same vectors, rows sorted by term), with ``maxima``.
 
     Raises:
         ValueError: vocabulary mismatch, ``k`` not an integer ≥ 1, a query weight that is not
@@ -203,7 +188,8 @@ def search_postings(
         raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {postings.shape[0]}")
     k = check_k(k)
     num_docs = postings.shape[1]
-    queries = sp.csr_matrix(queries, dtype=np.float32)
+    queries = sp.csr_matrix(queries, dtype=np.float32, copy=True)
+    queries.sum_duplicates()  # canonical: terms ascending (the order every kernel adds them in), no repeats
     check_finite(queries, "query")  # after the float32 cast: a float64 weight beyond float32 is inf here
     starts = np.asarray(postings.indptr, dtype=np.int64)
     doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data, dtype=np.float32)
@@ -220,6 +206,7 @@ def search_postings(
     queries = sp.csr_matrix((queries.data, queries.indices.astype(itype), queries.indptr.astype(itype)), shape=queries.shape)
     row_limit = max(1, BLOCK_SCORES // max(1, num_docs))
     results: list[list[tuple[int, float]]] = []
+    work = None  # the pruned kernel's score row, reused query after query
     i = 0
     while i < queries.shape[0]:
         began = time.perf_counter()
@@ -233,8 +220,18 @@ def search_postings(
                 timings.extend([(time.perf_counter() - began) / (j - i)] * (j - i))
             i = j
             continue
-        scores = np.zeros(num_docs, dtype=np.float32)
         lo, hi = qptr[i], qptr[i + 1]
+        if maxima is not None and docs is not None:
+            if work is None:
+                work = np.empty(num_docs, dtype=np.float32)
+            found = pruned_top_k(work, docs, maxima, queries.indices[lo:hi], queries.data[lo:hi], k, tie_rank)
+            if found is not None:
+                results.append(found)
+                if timings is not None:
+                    timings.append(time.perf_counter() - began)
+                i += 1
+                continue
+        scores = np.zeros(num_docs, dtype=np.float32)
         _term_at_a_time(scores, doc_rows, impacts, first[lo:hi], lengths[lo:hi], queries.data[lo:hi], queries.indices[lo:hi])
         results.append(top_k_row(scores, k, tie_rank))
         if timings is not None:
@@ -248,6 +245,7 @@ def exact_search(
     docs: sp.spmatrix,
     k: int = 1000,
     doc_ids: Sequence[str] | None = None,
+    prune: bool = True,
 ) -> list[list[tuple[int, float]]]:
     """Exact top-``k`` dot-product search against in-memory document vectors.
 
@@ -260,6 +258,8 @@ def exact_search(
         k: results per query.
         doc_ids: when given (one id per document row), ties are broken by document id ascending
             instead of row index (:data:`TIE_RULE`).
+        prune: score long-list queries with MaxScore over blocks (:mod:`spladekit.index.maxscore`;
+            the same results); False adds every posting.
 
     Returns:
         For each query, a list of ``(doc_index, score)`` ordered by score desc then index asc (doc id
@@ -275,10 +275,14 @@ def exact_search(
     if doc_ids is not None and len(doc_ids) != docs.shape[0]:
         raise ValueError(f"{len(doc_ids)} document ids for {docs.shape[0]} document vectors")
     docs = sp.csr_matrix(docs, dtype=np.float32)
+    if not docs.has_canonical_format:  # rows sorted by term, no repeats (a copy: the caller's matrix stays as given)
+        docs = docs.copy()
+        docs.sum_duplicates()
     check_finite(docs, "document")
     postings = docs.T.tocsr()
     tie_rank = tie_ranks(doc_ids) if doc_ids is not None else None
-    return search_postings(queries, postings, k, tie_rank)
+    pruning = {"maxima": BlockMaxima(postings), "docs": docs} if prune else {}
+    return search_postings(queries, postings, k, tie_rank, **pruning)
 
 
 def results_to_run(

@@ -54,6 +54,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import check_k, search_postings, tie_ranks
+from spladekit.index.maxscore import BlockMaxima
 from spladekit.index.layout import (DEFAULT_BUDGET, model_record, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
                                     take_ids)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
@@ -97,6 +98,19 @@ class Index:
         self.legacy = legacy
         self._seismic: SeismicSearcher | None = None
         self._encoder = None
+        self._maxima: BlockMaxima | None = None
+
+    prune = True
+    """Exact search prunes long-list queries (MaxScore over blocks, :mod:`spladekit.index.maxscore`:
+    the same results); False on an instance adds every posting (the anchor of the benchmarks)."""
+
+    def _pruning(self) -> dict:
+        """The pruned kernel's arguments of :func:`search_postings` (its block maxima kept here: they fill as terms are queried)."""
+        if not self.prune:
+            return {}
+        if self._maxima is None:
+            self._maxima = BlockMaxima(self.postings)
+        return {"maxima": self._maxima, "docs": self.docs}
 
     # ---------------------------------------------------------------- open
     @classmethod
@@ -465,7 +479,7 @@ class Index:
         the named hits (what :class:`LatencyStats` reports)."""
         if backend == "exact":
             def rows_of(part, timings):
-                found = search_postings(part, self.postings, k, self.tie_rank, timings)
+                found = search_postings(part, self.postings, k, self.tie_rank, timings, **self._pruning())
                 return [([r for r, _ in h], [s for _, s in h]) for h in found]
         else:
             searcher = self.seismic(seismic_build)

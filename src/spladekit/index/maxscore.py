@@ -1,0 +1,239 @@
+"""Exact top-k with safe dynamic pruning: MaxScore term at a time over blocks of documents.
+
+MaxScore (Turtle & Flood, "Query evaluation: strategies and optimizations", IP&M 31(6), 1995) stops
+reading the posting lists whose scores cannot lift a document into the top k; here with a bound per
+block of :data:`PRUNE_BLOCK` documents (a term's largest impact in the block, as block-max indexes do:
+Ding & Suel, SIGIR 2011). For each block, in row order:
+
+1. the query's terms are taken by bound ``u_j = q_j · max(d_j in the block)`` descending, and their
+   segments added into the block's float32 scores ``acc`` (the kernel of exact search);
+2. ``θ`` is a lower bound on the k-th best score of the whole query (k distinct documents are known
+   to reach it); once the bounds of the terms not yet added sum to ``rest`` with
+   ``rest · (1 + 3g) < θ``, only documents with ``(acc + rest) · (1 + 3g) ≥ θ`` can still enter the
+   top k; the block stops adding when they are few (their number × :data:`RESCORE_COST` ≤ the
+   postings left in the block);
+3. those documents join a pool with a lower bound ``acc · (1 − 2g)`` and an upper bound
+   ``(acc + rest) · (1 + 3g)`` of their score; ``θ`` rises to the k-th largest lower bound, and the
+   pool keeps the documents whose upper bound reaches ``θ``.
+
+At the end each pooled document is scored from its row of the ``[D, V]`` document matrix: the
+float32 products ``q_j · d_j`` of its query terms, added in ascending term order, the very sum the
+unpruned kernel makes for it (:func:`rescore`); the top k follow the tie rule. A document outside the
+pool scores below ``θ`` ≤ the k-th best score, so the result is the unpruned one, ties included.
+
+``g = 2 (T + 1) · 2⁻²⁴`` for ``T`` query terms bounds the relative rounding of a float32 sum of
+``T`` non-negative products (each product and each addition rounds by at most ``2⁻²⁴``: Higham,
+*Accuracy and Stability of Numerical Algorithms*, §3.1, ``γ_T = T u / (1 − T u)``), whichever order
+the terms are added in; bounds are computed in float64. Pruning needs every weight and impact ≥ 0
+(SPLADE's are): a query with a negative one is scored unpruned.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.index.segments import add_segment, block_cuts, damaged
+
+PRUNE_BLOCK = 1 << 17
+"""Documents per block of the pruned kernel (512 KiB of float32 scores, inside a core's L2 cache):
+smaller blocks bound tighter but cost more calls. Measured with ``benchmarks/exact_kernels.py``
+(``benchmarks/RESULTS.md``)."""
+
+RESCORE_COST = 4000
+"""Postings the pruned kernel would rather add than rescore one more candidate from its document
+row (a row holds ≈ 200 entries, read with a gather): the stopping rule of step 2 above. Measured
+with ``benchmarks/exact_kernels.py`` (``benchmarks/RESULTS.md``)."""
+
+U32 = 2.0 ** -24  # float32 unit roundoff
+
+
+class BlockMaxima:
+    """Each term's largest impact in each block of ``block`` documents, and where its list crosses
+    the blocks, computed the first time a query holds the term (one pass over its list) and kept.
+
+    Args:
+        postings: ``[V, D]`` CSR posting matrix (rows sorted by document).
+        block: documents per block (:data:`PRUNE_BLOCK` when None).
+
+    Memory: ``(8 + 12 · ⌈D / block⌉)`` bytes per term seen (≈ 0.8 KiB at 8.8M documents).
+    """
+
+    def __init__(self, postings: sp.csr_matrix, block: int | None = None):
+        self.postings = postings
+        self.block = int(block or PRUNE_BLOCK)
+        num_docs = postings.shape[1]
+        edges = np.arange(0, num_docs + self.block, self.block)
+        edges[-1] = num_docs
+        self.edges = edges.astype(postings.indices.dtype)  # searchsorted in the lists' own type: no copy
+        self._terms: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, term: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(maxima [blocks] float32, cuts [blocks + 1] int64, lowest impact)`` of one term (an
+        empty segment's maximum is 0).
+
+        Raises:
+            ValueError: the term's list is damaged (a row outside ``[0, D)`` or out of order).
+        """
+        found = self._terms.get(term)
+        if found is None:
+            first, end = int(self.postings.indptr[term]), int(self.postings.indptr[term + 1])
+            rows = self.postings.indices[first:end]
+            if rows.size and (rows[0] < 0 or rows[-1] >= self.postings.shape[1] or not (rows[1:] > rows[:-1]).all()):
+                damaged(term, rows, self.postings.shape[1])  # checked whole, once: the pruned kernel adds its segments unchecked
+            cuts = block_cuts(self.postings.indices, first, end - first, self.edges, term, self.postings.shape[1])
+            impacts = self.postings.data[first:end]
+            maxima = np.zeros(self.edges.size - 1, np.float32)
+            full = np.flatnonzero(cuts[1:] > cuts[:-1])
+            if full.size:  # each non-empty segment reduced up to the next non-empty one's start: its own end
+                maxima[full] = np.maximum.reduceat(impacts, cuts[:-1][full] - first)
+            found = (maxima, cuts.astype(np.int64), float(impacts.min()) if impacts.size else 0.0)
+            with self._lock:
+                self._terms[term] = found
+        return found
+
+
+def _kth_largest(values: np.ndarray, k: int) -> float:
+    """The ``k``-th largest of ``values`` (``k ≤ values.size``); for a block's scores, first among
+    those ≥ half the largest (the k-th is there when at least ``k`` are), a fraction of a full partition."""
+    if values.size > 64 * k:
+        top = values[values >= 0.5 * float(values.max())]
+        if top.size >= k:
+            values = top
+    return float(np.partition(values, values.size - k)[values.size - k])
+
+
+def _at_least(value: float) -> float:
+    """A threshold ``t`` ≤ ``value`` (> 0) whose float32 rounding is ≤ ``value`` too (``value ·
+    (1 − 2⁻²³)`` rounds to at most ``value``), and ≥ the smallest positive float32: ``acc ≥ t`` on a
+    float32 ``acc`` (compared in float32 or float64) keeps every ``acc ≥ value`` and no zero."""
+    return max(value * (1 - 2.0**-23), SMALLEST)
+
+
+SMALLEST = float(np.finfo(np.float32).smallest_subnormal)
+
+
+def rescore(docs: sp.csr_matrix, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Scores of document ``rows`` from their rows of ``docs``: for each, the float32 products
+    ``query[j] · d_j`` of its entries with a non-zero query weight, added in its row's order
+    (ascending term: the rows are sorted) one column position after another (so each sum takes its
+    terms in order, as the term-at-a-time kernel does).
+
+    Args:
+        docs: ``[D, V]`` CSR document matrix, rows sorted by term.
+        rows: ``[n]`` document rows.
+        query: ``[V]`` dense float32 query weights.
+
+    Returns:
+        ``[n]`` float32 scores.
+
+    Raises:
+        ValueError: a row holds a term outside ``[0, V)`` (damaged document arrays).
+    """
+    starts = np.asarray(docs.indptr[rows], dtype=np.int64)
+    lengths = np.asarray(docs.indptr[rows + 1], dtype=np.int64) - starts
+    total = int(lengths.sum())
+    where = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+    terms = docs.indices[where]
+    if total and (terms.min() < 0 or terms.max() >= query.size):
+        raise ValueError(f"a document row among rows {rows.tolist()[:5]}… holds a term outside [0, {query.size}): "
+                         "the index's document arrays are damaged (Index.open(folder, verify=True) checks them)")
+    weights = query[terms]
+    hit = np.flatnonzero(weights)
+    products = weights[hit] * docs.data[where[hit]]
+    owner = np.repeat(np.arange(rows.size), lengths)[hit]
+    counts = np.bincount(owner, minlength=rows.size)
+    column = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    table = np.zeros((int(counts.max()) if counts.size else 0, rows.size), np.float32)
+    table[column, owner] = products
+    scores = np.zeros(rows.size, np.float32)
+    for position in table:  # position by position: each sum in its row's term order
+        scores += position
+    return scores
+
+
+def pruned_top_k(scores: np.ndarray, docs: sp.csr_matrix, maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray,
+                 k: int, tie_rank: np.ndarray | None = None) -> list[tuple[int, float]] | None:
+    """The exact top-``k`` ``(row, score)`` of one query (module docstring), or None when it cannot be
+    pruned (a negative weight or impact): the caller then scores it unpruned.
+
+    Args:
+        scores: ``[D]`` float32 work row (overwritten).
+        docs: ``[D, V]`` CSR document matrix, rows sorted by term (the rows of ``maxima.postings``).
+        maxima: the posting matrix's :class:`BlockMaxima`.
+        terms, weights: the query's terms, ascending, and their float32 weights (finite).
+        k: results wanted.
+        tie_rank: ``[D]`` rank of each row under the document id order (row order when None).
+
+    Raises:
+        ValueError: a damaged posting list (naming its term) or document row.
+    """
+    if terms.size == 0:
+        return []
+    if weights.min() < 0:
+        return None
+    postings = maxima.postings
+    found = [maxima.of(int(t)) for t in terms.tolist()]
+    if min(lowest for _, _, lowest in found) < 0:
+        return None
+    bounds = weights.astype(np.float64)[:, None] * np.stack([m for m, _, _ in found])  # [T, blocks], exact in float64
+    cuts = np.stack([c for _, c, _ in found])  # [T, blocks + 1]
+    g = 2 * (terms.size + 1) * U32
+    doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data)  # plain views: slicing a memmap costs µs
+    pointer = np.zeros(2, dtype=doc_rows.dtype)
+    term_weights = [np.array([w], np.float32) for w in weights.tolist()]
+    edges = maxima.edges.tolist()
+    theta = 0.0
+    pool_rows, pool_low, pool_high = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    for b in range(len(edges) - 1):
+        column = bounds[:, b]
+        order = np.argsort(-column, kind="stable")
+        order = order[column[order] > 0]  # a term with no posting here, or only zeros, adds nothing
+        if order.size == 0:
+            continue
+        rest = np.append(np.cumsum(column[order][::-1])[::-1], 0.0).tolist()  # rest[m]: bounds of order[m:]
+        starts, ends = cuts[order, b], cuts[order, b + 1]
+        left = np.append(np.cumsum((ends - starts)[::-1])[::-1], 0).tolist()  # postings of order[m:]
+        starts, ends, order = starts.tolist(), ends.tolist(), order.tolist()
+        low, high = edges[b], edges[b + 1]
+        block = scores[low:high]
+        block.fill(0)
+        sample = block[: -(-block.size // 16)]
+        th, probe, stop = theta, theta == 0.0, None
+        for m in range(len(order)):
+            a, z = starts[m], ends[m]
+            add_segment(scores, doc_rows[a:z], impacts[a:z], term_weights[order[m]], pointer)
+            r = rest[m + 1]
+            if probe and 2 * r <= rest[0] and high - low >= k:  # half the bound added: a first θ from this block
+                th, probe = max(th, _kth_largest(block, k) * (1 - 2 * g)), False
+            if 0 < r and r * (1 + 3 * g) < th and left[m + 1] >= RESCORE_COST:
+                cut = _at_least(th / (1 + 3 * g) - r)
+                # the candidates counted in the block's first 16th (an estimate: it decides cost only, never the result)
+                if 16 * np.count_nonzero(sample >= cut) * RESCORE_COST <= left[m + 1]:
+                    stop = (cut, r)
+                    break
+        cut, r = stop or (_at_least(th / (1 + 3 * g)) if th > 0 else SMALLEST, 0.0)
+        found_rows = np.flatnonzero(block >= cut)
+        acc = block[found_rows].astype(np.float64)
+        theta = max(theta, th)
+        pool_rows = np.concatenate([pool_rows, found_rows + low])
+        pool_low = np.concatenate([pool_low, acc * (1 - 2 * g)])
+        pool_high = np.concatenate([pool_high, (acc + r) * (1 + 3 * g)])
+        if pool_low.size >= k:
+            theta = max(theta, _kth_largest(pool_low, k))
+        keep = pool_high >= theta
+        pool_rows, pool_low, pool_high = pool_rows[keep], pool_low[keep], pool_high[keep]
+    if pool_rows.size == 0:
+        return []
+    pool_rows.sort()
+    query = np.zeros(docs.shape[1], np.float32)
+    query[terms] = weights
+    final = rescore(docs, pool_rows, query)
+    positive = final > 0
+    pool_rows, final = pool_rows[positive], final[positive]
+    ties = pool_rows if tie_rank is None else tie_rank[pool_rows]
+    order = np.lexsort((ties, -final))[:k]
+    return [(int(pool_rows[i]), float(final[i])) for i in order]
