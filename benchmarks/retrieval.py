@@ -64,7 +64,7 @@ SWEEP_CUTS = (10, 20, 40, 80)  # Seismic query_cut values swept
 SWEEP_HEAPS = (0.9, 0.7, 0.5, 0.3)  # Seismic heap_factor values swept (lower: more blocks scored, higher recall)
 SEISMIC_AT = {"query_cut": 20, "heap_factor": 0.5}  # the setting of docs/serving.md (recall@10 ≥ 0.95 at 1M)
 BUDGET = int(os.environ.get("SPLADEKIT_BENCH_BUDGET", 1 << 30))  # the index writer's memory budget, bytes
-PISA_ALGORITHMS = ("maxscore", "block_max_wand")
+PISA_ALGORITHMS = tuple(os.environ.get("SPLADEKIT_BENCH_PISA", "maxscore,block_max_wand").split(","))  # e.g. "maxscore" alone
 
 
 def shared() -> Path:
@@ -223,42 +223,53 @@ def phase_build(corpus: str, work: Path) -> dict:
 
 
 def phase_search(corpus: str, work: Path) -> dict:
+    """Exact search as users get it (pruned: MaxScore over blocks) and with every posting added
+    (``Index.prune = False``, the anchor), k = 10 and 1000, batch and one per call; then the two
+    interleaved query by query (:func:`pruned_anchor`)."""
     from spladekit.index.index import Index
 
     q, qids = queries(corpus)
     with Clock() as c:
         index = Index.open(work / corpus / "spladekit")
     out = {"open_s": c.wall, "open_rss": peak_rss()}
-    for k in (10, 1000):
-        r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk).hits],
-                         lambda qq, i, kk: index.search(qq[i : i + 1], k=kk), q, k)
-        hits = r.pop("hits")
-        out.update(r)
-        (work / corpus / f"exact-top{k}.json").write_text(json.dumps(hits))
-    out.update(one_block_anchor(index, q))
+    for prune in (True, False):
+        index.prune = prune
+        for k in (10, 1000):
+            r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk).hits],
+                             lambda qq, i, kk: index.search(qq[i : i + 1], k=kk), q, k)
+            hits = r.pop("hits")
+            out.update(r if prune else {f"unpruned_{key}": v for key, v in r.items()})
+            path = work / corpus / f"exact-top{k}.json"
+            if prune:
+                path.write_text(json.dumps(hits))
+            else:
+                out[f"pruned_same_as_unpruned_k{k}"] = hits == json.loads(path.read_text())
+    index.prune = True
+    out.update(pruned_anchor(index, q))
     out["search_rss"] = peak_rss()
     return out
 
 
-def one_block_anchor(index, q) -> dict:
-    """k=10, one per call: the term-at-a-time kernel with its document blocks (``DOC_BLOCK``) and with
-    one block (the unblocked kernel), interleaved query by query in this process (alternating which runs first): CPU ms of each and
-    their ratio (only queries scored term at a time differ; short-list queries take the same path)."""
-    import spladekit.index.exact as exact
-
-    n, blocked, whole, block = min(ONE_AT_A_TIME, q.shape[0]), [], [], exact.DOC_BLOCK
+def pruned_anchor(index, q) -> dict:
+    """One per call, k = 10 and 1000: exact search pruned and with every posting added, interleaved
+    query by query in this process (alternating which runs first: the second runs on warm caches):
+    CPU ms of each and their ratio."""
+    n, out = min(ONE_AT_A_TIME, q.shape[0]), {}
     try:
-        for i in range(n):
-            pair = ((block, blocked), (index.postings.shape[1] + 1, whole))
-            for size, into in pair if i % 2 == 0 else pair[::-1]:  # alternate which goes first (warm caches)
-                exact.DOC_BLOCK = size
-                began = time.process_time()
-                index.search(q[i : i + 1], k=10)
-                into.append(time.process_time() - began)
+        for k in (10, 1000):
+            pruned, every = [], []
+            for i in range(n):
+                pair = ((True, pruned), (False, every))
+                for prune, into in pair if i % 2 == 0 else pair[::-1]:
+                    index.prune = prune
+                    began = time.process_time()
+                    index.search(q[i : i + 1], k=k)
+                    into.append(time.process_time() - began)
+            out.update({f"interleaved_pruned_cpu_ms_k{k}": 1000 * float(np.mean(pruned)), f"interleaved_unpruned_cpu_ms_k{k}": 1000 * float(np.mean(every)),
+                        f"pruned_over_unpruned_k{k}": float(np.sum(pruned) / np.sum(every))})
     finally:
-        exact.DOC_BLOCK = block
-    return {"doc_block": block, "one_cpu_ms_k10_blocked": 1000 * float(np.mean(blocked)), "one_cpu_ms_k10_one_block": 1000 * float(np.mean(whole)),
-            "blocked_over_one_block": float(np.sum(blocked) / np.sum(whole))}
+        index.prune = True
+    return out
 
 
 def phase_shards(corpus: str, work: Path) -> dict:
@@ -657,7 +668,10 @@ def table(corpus: str, r: dict) -> str:
     def same(x):
         return f"same top-10 as exact {x.get('same_top10_as_exact', float('nan')):.3f}, top-1000 {x.get('same_top1000_as_exact', float('nan')):.3f}"
 
-    lines.append(row("spladekit `Index` exact", s, "exact"))
+    lines.append(row("spladekit `Index` exact (pruned: MaxScore over blocks)", s, "exact"))
+    if "unpruned_batch_ms_k10" in s:
+        lines.append(row("spladekit exact, every posting added (`prune=False`, the anchor)", {key[9:]: v for key, v in s.items() if key.startswith("unpruned_")},
+                         "same lists as pruned: " + ", ".join(f"k={k} {s.get(f'pruned_same_as_unpruned_k{k}')}" for k in (10, 1000))))
     for algorithm in PISA_ALGORITHMS:
         if algorithm in r.get("pisa_search", {}):
             lines.append(row(f"PISA {algorithm}", dict(p, **r["pisa_search"][algorithm]), same(r["pisa_search"][algorithm])))
@@ -674,15 +688,17 @@ def table(corpus: str, r: dict) -> str:
     lines += ["", "ms/q = process CPU ms per query (wall ms in brackets), 1 thread; one per call = the first "
               f"{ONE_AT_A_TIME} queries each in its own call."]
     ratios = []
-    if "blocked_over_one_block" in s:
-        ratios.append(f"exact term at a time, k=10 one per call, blocks of {s['doc_block']} documents ÷ one block, same run: "
-                      f"{s['blocked_over_one_block']:.2f} ({s['one_cpu_ms_k10_blocked']:.2f} vs {s['one_cpu_ms_k10_one_block']:.2f} ms)")
+    if "pruned_over_unpruned_k10" in s:
+        ratios.append("exact pruned ÷ every posting, one per call interleaved, same run: " + ", ".join(
+            f"k={k} {s[f'pruned_over_unpruned_k{k}']:.2f} ({s[f'interleaved_pruned_cpu_ms_k{k}']:.2f} vs {s[f'interleaved_unpruned_cpu_ms_k{k}']:.2f} ms)" for k in (10, 1000)))
     if "one_cpu_ms_k10" in s:
         ratios.append(f"exact one per call ÷ batch: k=10 {s['one_cpu_ms_k10'] / s['batch_cpu_ms_k10']:.2f}, k=1000 {s['one_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}")
     for algorithm in PISA_ALGORITHMS:
         x = r.get("pisa_search", {}).get(algorithm)
         if x and "batch_cpu_ms_k10" in s:
-            ratios.append(f"PISA {algorithm} ÷ exact (batch): k=10 {x['batch_cpu_ms_k10'] / exact_ms:.2f}, k=1000 {x['batch_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}")
+            ratios.append(f"PISA {algorithm} ÷ exact (CPU): batch k=10 {x['batch_cpu_ms_k10'] / exact_ms:.2f}, k=1000 {x['batch_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}; "
+                          f"one per call k=10 {x['one_cpu_ms_k10'] / s['one_cpu_ms_k10']:.2f}, k=1000 {x['one_cpu_ms_k1000'] / s['one_cpu_ms_k1000']:.2f}"
+                          + (f"; ÷ exact with every posting: batch k=10 {x['batch_cpu_ms_k10'] / s['unpruned_batch_cpu_ms_k10']:.2f}" if "unpruned_batch_cpu_ms_k10" in s else ""))
     if b and "batch_cpu_ms_k10" in s:
         ratios.append(f"BMP ÷ exact: k=10 {b['batch_cpu_ms_k10'] / exact_ms:.2f}, k=1000 {b['batch_cpu_ms_k1000'] / s['batch_cpu_ms_k1000']:.2f}")
     if sd and sx:

@@ -44,14 +44,15 @@ def corpus(seed: int, num_docs: int = 700, vocab: int = 50, copies: int = 3, int
 
 @pytest.fixture(autouse=True)
 def every_query_term_at_a_time(monkeypatch):
-    monkeypatch.setattr(exact, "TAAT_FROM", 0)  # small corpora: every query takes the long-list path
+    monkeypatch.setattr(exact, "TAAT_FROM", 0)  # small corpora: every query takes the long-list path,
+    monkeypatch.setattr(exact, "PRUNE_FROM", 0)  # and is pruned whatever k
 
 
 @pytest.mark.parametrize("integer", [True, False], ids=["integer-impacts", "float-impacts"])
 @pytest.mark.parametrize("block", [23, 128, 1 << 17], ids=["blocks-of-23", "blocks-of-128", "one-block"])
 @pytest.mark.parametrize("cost", [0, 4000, 10**9], ids=["stop-early", "default-cost", "never-stop"])
 def test_pruned_equals_every_posting_added(monkeypatch, integer, block, cost):
-    monkeypatch.setattr(maxscore, "RESCORE_COST", cost)
+    monkeypatch.setattr(maxscore, "CANDIDATE_COST", cost)
     for seed in range(2):
         docs, queries, ids = corpus(seed, integer=integer)
         postings = docs.T.tocsr()
@@ -59,7 +60,7 @@ def test_pruned_equals_every_posting_added(monkeypatch, integer, block, cost):
         maxima = BlockMaxima(postings, block)
         for k in (1, 3, 10, 37, 5000):
             plain = search_postings(queries, postings, k, rank)
-            pruned = search_postings(queries, postings, k, rank, maxima=maxima, docs=docs)
+            pruned = search_postings(queries, postings, k, rank, maxima=maxima)
             assert pruned == plain, (seed, k)  # rows and float32 scores: the same sums (module docstring)
             assert k > 37 or any(len(hits) == k for hits in plain)  # the cut falls inside the matches
 
@@ -75,7 +76,7 @@ def test_pruned_top_k_follows_a_float64_brute_force_with_ties_by_id():
     for q, row in zip(queries, dense):
         for k in (1, 4, 10, 100):
             want = sorted((i for i in range(row.size) if row[i] > 0), key=lambda i: (-row[i], ids[i]))[:k]
-            got = pruned_top_k(np.empty(docs.shape[0], np.float32), docs, maxima, q.indices, q.data, k, rank)
+            got = pruned_top_k(np.empty(docs.shape[0], np.float32), maxima, q.indices, q.data, k, rank)
             assert [r for r, _ in got] == want
             assert [s for _, s in got] == row[want].tolist()
     assert any(len(set(row[row > 0])) < np.count_nonzero(row) for row in dense)  # ties were there to break
@@ -84,7 +85,7 @@ def test_pruned_top_k_follows_a_float64_brute_force_with_ties_by_id():
 def test_pruning_skips_postings(monkeypatch):
     # the point of it: at k = 1 on a skewed corpus, far fewer postings are added than the query's lists
     # hold (blocks of 200 documents hold ≈ 1,300 postings: a rescoring priced at 10 postings lets blocks stop)
-    monkeypatch.setattr(maxscore, "RESCORE_COST", 10)
+    monkeypatch.setattr(maxscore, "CANDIDATE_COST", 10)
     docs, queries, ids = corpus(3, num_docs=3000, copies=1)
     postings = docs.T.tocsr()
     added = []
@@ -92,7 +93,7 @@ def test_pruning_skips_postings(monkeypatch):
     monkeypatch.setattr(maxscore, "add_segment", lambda scores, rows, *rest: (added.append(rows.size), real(scores, rows, *rest)))
     maxima = BlockMaxima(postings, 200)
     total = sum(int(np.diff(postings.indptr)[q.indices].sum()) for q in queries)
-    assert search_postings(queries, postings, 1, maxima=maxima, docs=docs) == search_postings(queries, postings, 1)
+    assert search_postings(queries, postings, 1, maxima=maxima) == search_postings(queries, postings, 1)
     assert 0 < sum(added) < 0.7 * total, (sum(added), total)
 
 
@@ -108,8 +109,8 @@ def test_a_negative_weight_is_scored_unpruned(where):
         docs.data[docs.indices == query.indices[0]] *= -1
     postings = docs.T.tocsr()
     maxima = BlockMaxima(postings, 64)
-    assert pruned_top_k(np.empty(docs.shape[0], np.float32), docs, maxima, query.indices, query.data, 5) is None
-    assert search_postings(query, postings, 5, maxima=maxima, docs=docs) == search_postings(query, postings, 5)
+    assert pruned_top_k(np.empty(docs.shape[0], np.float32), maxima, query.indices, query.data, 5) is None
+    assert search_postings(query, postings, 5, maxima=maxima) == search_postings(query, postings, 5)
 
 
 def test_unsorted_or_repeated_query_terms_are_summed_in_term_order():
@@ -120,17 +121,21 @@ def test_unsorted_or_repeated_query_terms_are_summed_in_term_order():
     clean = sp.csr_matrix((np.array([2.0, 1.25, 0.75], np.float32), np.array([0, 2, 9]), [0, 3]), shape=(1, docs.shape[1]))
     want = search_postings(clean, postings, 20)
     assert search_postings(messy, postings, 20) == want
-    assert search_postings(messy, postings, 20, maxima=BlockMaxima(postings, 64), docs=docs) == want
+    assert search_postings(messy, postings, 20, maxima=BlockMaxima(postings, 64)) == want
     assert exact_search(messy, docs, 20) == exact_search(messy, docs, 20, prune=False) == want
+    # a document row holding a term twice: summed, as a query's (its posting list stays strictly ascending)
+    twice = sp.csr_matrix((np.array([1.0, 2.0, 4.0], np.float32), np.array([3, 3, 5]), [0, 3]), shape=(1, 8))
+    assert twice.has_canonical_format is False
+    query = sp.csr_matrix((np.array([1.0, 1.0], np.float32), np.array([3, 5]), [0, 2]), shape=(1, 8))
+    assert exact_search(query, twice, 1) == exact_search(query, twice, 1, prune=False) == [[(0, 7.0)]]
 
 
 def test_rescore_adds_in_term_order():
-    # by hand: document 0 holds terms 1, 4, 7; the query weighs 4 and 7; float32 arithmetic in that order
+    # by hand: documents 0 and 1; term 4 holds both, term 7 only document 0; float32 arithmetic in term order
     docs = sp.csr_matrix((np.array([0.1, 0.3, 0.7, 2.0], np.float32), np.array([1, 4, 7, 4]), [0, 3, 4]), shape=(2, 8))
-    query = np.zeros(8, np.float32)
-    query[[4, 7]] = [1.5, 0.9]
     want0 = np.float32(np.float32(0.3) * np.float32(1.5)) + np.float32(np.float32(0.7) * np.float32(0.9))
-    assert rescore(docs, np.array([1, 0]), query).tolist() == [float(np.float32(2.0) * np.float32(1.5)), float(want0)]
+    got = rescore(docs.T.tocsr(), np.array([0, 1]), np.array([4, 7]), np.array([1.5, 0.9], np.float32))
+    assert got.tolist() == [float(want0), float(np.float32(2.0) * np.float32(1.5))]
 
 
 def test_damaged_lists_are_refused_naming_the_term():
@@ -140,10 +145,9 @@ def test_damaged_lists_are_refused_naming_the_term():
     postings.indices[:2] = [2, 0]  # term 0's list out of order
     with pytest.raises(ValueError, match="posting list of term 0 holds document rows out of order"):
         BlockMaxima(postings, 2).of(0)
-    bad_docs = docs.copy()
-    bad_docs.indices[0] = 9
-    with pytest.raises(ValueError, match="outside \\[0, 2\\).*document arrays are damaged"):
-        rescore(bad_docs, np.array([0]), np.ones(2, np.float32))
+    postings.indices[:2] = [0, 4]  # in order, past the end
+    with pytest.raises(ValueError, match="posting list of term 0 holds document row 4 outside \\[0, 4\\)"):
+        BlockMaxima(postings, 2).of(0)
 
 
 def test_index_search_prunes_with_the_same_hits(tmp_path):

@@ -129,6 +129,7 @@ def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed, doc_block):
     product = exact_search(queries, docs, k=50)
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
     term_at_a_time = exact_search(queries, docs, k=50, prune=False)
+    monkeypatch.setattr(exact, "PRUNE_FROM", 0)  # 300 documents, k = 50: pruned only when told
     assert exact_search(queries, docs, k=50) == term_at_a_time  # pruned (MaxScore): the same sums by construction (tests/test_maxscore.py)
     dense = queries.toarray().astype(np.float64) @ docs.toarray().astype(np.float64).T
     eps32 = float(np.finfo(np.float32).eps)

@@ -10,7 +10,7 @@ order, so each block's scores stay in the core's cache while the terms pass over
 whole list over a row of millions of scores streams the row from memory once per term), each
 segment added by scipy's compiled CSC product kernel; small indexes by scipy's sparse product over
 blocks of queries. The switch (:data:`TAAT_FROM`) is where one overtakes the other on this
-project's machine. Given the document matrix too, a long-list query skips the postings that cannot
+project's machine. Given each term's largest impact per block of documents, a long-list query skips the postings that cannot
 change its top k (MaxScore over blocks of documents, :mod:`spladekit.index.maxscore`): the same
 result, exact for any ``k``. Memory: one ``[D]`` row (``4·D`` bytes) per long-list query, at most
 :data:`BLOCK_SCORES` scores per block of short-list queries.
@@ -98,6 +98,13 @@ unblocked term-at-a-time kernel of then; SciFact queries on the synthetic corpor
 ``benchmarks/retrieval.py``, k = 10, ms per query product / term at a time): 20k documents (mean
 list 3.1k) 1.4 / 2.6; 100k (15.5k) 7.3 / 8.6; 300k (46k) 23–26 / 14–20; 1M (157k) ≈ 96 / 37."""
 
+PRUNE_FROM = 400
+"""A long-list query is pruned (given the document matrix) when ``D ≥ PRUNE_FROM · k``: with few
+documents per wanted result the pruned kernel's bookkeeping and rescoring outweigh the postings it
+skips. Measured on this project's 2-core machine (6 Dec 2026, synthetic corpora of
+``benchmarks/retrieval.py``, SciFact queries, CPU pruned ÷ every posting): 200k documents k = 10 /
+100 / 1000: 0.85 / 0.93 / 1.17; 500k: 0.42 / 0.61 / 0.87; 1M: 0.41 / 0.57 / 0.68."""
+
 DOC_BLOCK = 1 << 19
 """Documents per block of the term-at-a-time kernel (2 MiB of float32 scores, inside a current
 server's shared L3 cache). Smaller blocks cost more calls (one per term segment), larger ones fall out
@@ -143,7 +150,6 @@ def search_postings(
     tie_rank: np.ndarray | None = None,
     timings: list[float] | None = None,
     maxima: BlockMaxima | None = None,
-    docs: sp.csr_matrix | None = None,
 ) -> list[list[tuple[int, float]]]:
     """Exact top-``k`` of each ``[Q, V]`` query row against the term-major ``[V, D]`` posting matrix.
 
@@ -155,7 +161,7 @@ def search_postings(
     - long lists (≥ :data:`TAAT_FROM`): term at a time (module docstring), block of
       :data:`DOC_BLOCK` documents by block, each term's segment of the block added in order into
       the query's own row (:func:`spladekit.index.segments.add_segment`); memory: the ``[D]`` row.
-      With ``maxima`` and ``docs``, such a query is pruned instead (MaxScore over blocks,
+      With ``maxima`` (and ``D ≥`` :data:`PRUNE_FROM` ``· k``), such a query is pruned instead (MaxScore over blocks,
       :func:`spladekit.index.maxscore.pruned_top_k`): the same top ``k``, the same scores, reading
       the postings that can change them;
     - short lists: consecutive such queries form a block of at most :data:`BLOCK_SCORES` scores,
@@ -176,8 +182,7 @@ def search_postings(
         timings: when given, receives the seconds spent on each query (for short-list queries, their
             block's time divided by its number of queries).
         maxima: the posting matrix's :class:`spladekit.index.maxscore.BlockMaxima` (kept between
-            calls: it fills as terms are queried).
-        docs: ``[D, V]`` CSR document matrix (the same vectors, rows sorted by term), with ``maxima``.
+            calls: it fills as terms are queried); without it every posting is added.
 
     Raises:
         ValueError: vocabulary mismatch, ``k`` not an integer ≥ 1, a query weight that is not
@@ -221,10 +226,10 @@ def search_postings(
             i = j
             continue
         lo, hi = qptr[i], qptr[i + 1]
-        if maxima is not None and docs is not None:
+        if maxima is not None and num_docs >= PRUNE_FROM * k:
             if work is None:
                 work = np.empty(num_docs, dtype=np.float32)
-            found = pruned_top_k(work, docs, maxima, queries.indices[lo:hi], queries.data[lo:hi], k, tie_rank)
+            found = pruned_top_k(work, maxima, queries.indices[lo:hi], queries.data[lo:hi], k, tie_rank)
             if found is not None:
                 results.append(found)
                 if timings is not None:
@@ -275,14 +280,13 @@ def exact_search(
     if doc_ids is not None and len(doc_ids) != docs.shape[0]:
         raise ValueError(f"{len(doc_ids)} document ids for {docs.shape[0]} document vectors")
     docs = sp.csr_matrix(docs, dtype=np.float32)
-    if not docs.has_canonical_format:  # rows sorted by term, no repeats (a copy: the caller's matrix stays as given)
+    if not docs.has_canonical_format:  # a term twice in a row: summed (on a copy), so each posting list is strictly ascending
         docs = docs.copy()
         docs.sum_duplicates()
     check_finite(docs, "document")
     postings = docs.T.tocsr()
     tie_rank = tie_ranks(doc_ids) if doc_ids is not None else None
-    pruning = {"maxima": BlockMaxima(postings), "docs": docs} if prune else {}
-    return search_postings(queries, postings, k, tie_rank, **pruning)
+    return search_postings(queries, postings, k, tie_rank, maxima=BlockMaxima(postings) if prune else None)
 
 
 def results_to_run(

@@ -104,13 +104,11 @@ class Index:
     """Exact search prunes long-list queries (MaxScore over blocks, :mod:`spladekit.index.maxscore`:
     the same results); False on an instance adds every posting (the anchor of the benchmarks)."""
 
-    def _pruning(self) -> dict:
-        """The pruned kernel's arguments of :func:`search_postings` (its block maxima kept here: they fill as terms are queried)."""
-        if not self.prune:
-            return {}
-        if self._maxima is None:
+    def _pruning(self) -> BlockMaxima | None:
+        """The pruned kernel's block maxima (kept here: they fill as terms are queried), None when not pruning."""
+        if self.prune and self._maxima is None:
             self._maxima = BlockMaxima(self.postings)
-        return {"maxima": self._maxima, "docs": self.docs}
+        return self._maxima if self.prune else None
 
     # ---------------------------------------------------------------- open
     @classmethod
@@ -479,7 +477,7 @@ class Index:
         the named hits (what :class:`LatencyStats` reports)."""
         if backend == "exact":
             def rows_of(part, timings):
-                found = search_postings(part, self.postings, k, self.tie_rank, timings, **self._pruning())
+                found = search_postings(part, self.postings, k, self.tie_rank, timings, maxima=self._pruning())
                 return [([r for r, _ in h], [s for _, s in h]) for h in found]
         else:
             searcher = self.seismic(seismic_build)

@@ -10,16 +10,20 @@ Ding & Suel, SIGIR 2011). For each block, in row order:
 2. ``θ`` is a lower bound on the k-th best score of the whole query (k distinct documents are known
    to reach it); once the bounds of the terms not yet added sum to ``rest`` with
    ``rest · (1 + 3g) < θ``, only documents with ``(acc + rest) · (1 + 3g) ≥ θ`` can still enter the
-   top k; the block stops adding when they are few (their number × :data:`RESCORE_COST` ≤ the
-   postings left in the block);
-3. those documents join a pool with a lower bound ``acc · (1 − 2g)`` and an upper bound
-   ``(acc + rest) · (1 + 3g)`` of their score; ``θ`` rises to the k-th largest lower bound, and the
-   pool keeps the documents whose upper bound reaches ``θ``.
+   top k (the candidates); the block stops adding segments when they are few (their number ×
+   :data:`CANDIDATE_COST` ≤ the postings left in the block), and the candidates' sums are completed
+   by looking them up in the remaining segments (:func:`_complete`, dropping those that fall short
+   of ``θ`` on the way);
+3. the block's candidates (all documents with ``acc · (1 + 3g) ≥ θ`` when it did not stop) join a
+   pool with their whole sum's bounds ``acc · (1 − 2g)`` and ``acc · (1 + 3g)``; ``θ`` rises to the
+   k-th largest lower bound, and the pool keeps the documents whose upper bound reaches it;
+4. at the end the pooled documents are scored again from the query's posting lists, the float32
+   products ``q_j · d_j`` added in ascending term order: the very sum the unpruned kernel makes
+   (:func:`rescore`); in batches by upper bound, highest first, ``θ`` rising to the k-th score
+   found, until the next upper bound is below ``θ``; the top k follow the tie rule.
 
-At the end each pooled document is scored from its row of the ``[D, V]`` document matrix: the
-float32 products ``q_j · d_j`` of its query terms, added in ascending term order, the very sum the
-unpruned kernel makes for it (:func:`rescore`); the top k follow the tie rule. A document outside the
-pool scores below ``θ`` ≤ the k-th best score, so the result is the unpruned one, ties included.
+A document never scored has a score below ``θ`` ≤ the k-th best score, so the result is the
+unpruned one, ties included.
 
 ``g = 2 (T + 1) · 2⁻²⁴`` for ``T`` query terms bounds the relative rounding of a float32 sum of
 ``T`` non-negative products (each product and each addition rounds by at most ``2⁻²⁴``: Higham,
@@ -39,13 +43,13 @@ from spladekit.index.segments import add_segment, block_cuts, damaged
 
 PRUNE_BLOCK = 1 << 17
 """Documents per block of the pruned kernel (512 KiB of float32 scores, inside a core's L2 cache):
-smaller blocks bound tighter but cost more calls. Measured with ``benchmarks/exact_kernels.py``
+smaller blocks bound tighter but cost more calls. Measured with ``benchmarks/exact_kernels.py --prune``
 (``benchmarks/RESULTS.md``)."""
 
-RESCORE_COST = 4000
-"""Postings the pruned kernel would rather add than rescore one more candidate from its document
-row (a row holds ≈ 200 entries, read with a gather): the stopping rule of step 2 above. Measured
-with ``benchmarks/exact_kernels.py`` (``benchmarks/RESULTS.md``)."""
+CANDIDATE_COST = 4000
+"""Postings the pruned kernel would rather add than complete one more candidate by looking it up in
+the remaining segments (the stopping rule of step 2 above). Measured with
+``benchmarks/exact_kernels.py --prune`` (``benchmarks/RESULTS.md``)."""
 
 U32 = 2.0 ** -24  # float32 unit roundoff
 
@@ -116,60 +120,72 @@ def _at_least(value: float) -> float:
 SMALLEST = float(np.finfo(np.float32).smallest_subnormal)
 
 
-def rescore(docs: sp.csr_matrix, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Scores of document ``rows`` from their rows of ``docs``: for each, the float32 products
-    ``query[j] · d_j`` of its entries with a non-zero query weight, added in its row's order
-    (ascending term: the rows are sorted) one column position after another (so each sum takes its
-    terms in order, as the term-at-a-time kernel does).
+def rescore(postings: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Scores of document ``rows`` (ascending) from the query terms' posting lists: term by term in
+    the given order, each row looked up in the term's list (binary search) and the float32 product
+    ``impact · weight`` added to its float32 sum (the sums the term-at-a-time kernel makes, in the
+    same order; the lists read are the query's own, already in memory).
 
     Args:
-        docs: ``[D, V]`` CSR document matrix, rows sorted by term.
-        rows: ``[n]`` document rows.
-        query: ``[V]`` dense float32 query weights.
+        postings: ``[V, D]`` CSR posting matrix, each list sorted by document row.
+        rows: ``[n]`` document rows, ascending.
+        terms, weights: the query's terms (in the order their products are added) and float32 weights.
 
     Returns:
         ``[n]`` float32 scores.
-
-    Raises:
-        ValueError: a row holds a term outside ``[0, V)`` (damaged document arrays).
     """
-    starts = np.asarray(docs.indptr[rows], dtype=np.int64)
-    lengths = np.asarray(docs.indptr[rows + 1], dtype=np.int64) - starts
-    total = int(lengths.sum())
-    where = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
-    terms = docs.indices[where]
-    if total and (terms.min() < 0 or terms.max() >= query.size):
-        raise ValueError(f"a document row among rows {rows.tolist()[:5]}… holds a term outside [0, {query.size}): "
-                         "the index's document arrays are damaged (Index.open(folder, verify=True) checks them)")
-    weights = query[terms]
-    hit = np.flatnonzero(weights)
-    products = weights[hit] * docs.data[where[hit]]
-    owner = np.repeat(np.arange(rows.size), lengths)[hit]
-    counts = np.bincount(owner, minlength=rows.size)
-    column = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    table = np.zeros((int(counts.max()) if counts.size else 0, rows.size), np.float32)
-    table[column, owner] = products
+    doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data)
+    keys = rows.astype(doc_rows.dtype)
     scores = np.zeros(rows.size, np.float32)
-    for position in table:  # position by position: each sum in its row's term order
-        scores += position
+    for term, weight in zip(terms.tolist(), weights.tolist()):
+        a, z = int(postings.indptr[term]), int(postings.indptr[term + 1])
+        if z == a:
+            continue
+        segment = doc_rows[a:z]
+        at = np.minimum(np.searchsorted(segment, keys), z - a - 1)
+        hit = np.flatnonzero(segment[at] == keys)
+        scores[hit] += impacts[a + at[hit]] * np.float32(weight)
     return scores
 
 
-def pruned_top_k(scores: np.ndarray, docs: sp.csr_matrix, maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray,
+def _complete(rows: np.ndarray, acc: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarray, starts: list, ends: list, order: list,
+              term_weights: list, rest: list, m: int, theta: float, g: float) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates of a block that stopped before term ``order[m]``: each remaining term's
+    segment looked up at their rows (binary search; the candidates are sorted) and its float32
+    product added to their float32 partial sums ``acc``, term by term in bound order; after each
+    term, those whose sum plus the bounds still to come ``rest`` cannot reach ``θ`` leave.
+
+    Returns:
+        ``(rows, float64 sums)`` of the candidates left, every query term added.
+    """
+    rows = rows.astype(doc_rows.dtype)
+    acc = acc.copy()
+    for j in range(m, len(order)):
+        a, z = starts[j], ends[j]
+        segment = doc_rows[a:z]
+        at = np.minimum(np.searchsorted(segment, rows), z - a - 1)
+        hit = np.flatnonzero(segment[at] == rows)
+        acc[hit] += impacts[a + at[hit]] * term_weights[order[j]]  # float32 product, then float32 sum
+        keep = (acc.astype(np.float64) + rest[j + 1]) * (1 + 3 * g) >= theta
+        if not keep.all():
+            rows, acc = rows[keep], acc[keep]
+    return rows.astype(np.int64), acc.astype(np.float64)
+
+
+def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray,
                  k: int, tie_rank: np.ndarray | None = None) -> list[tuple[int, float]] | None:
     """The exact top-``k`` ``(row, score)`` of one query (module docstring), or None when it cannot be
     pruned (a negative weight or impact): the caller then scores it unpruned.
 
     Args:
         scores: ``[D]`` float32 work row (overwritten).
-        docs: ``[D, V]`` CSR document matrix, rows sorted by term (the rows of ``maxima.postings``).
         maxima: the posting matrix's :class:`BlockMaxima`.
         terms, weights: the query's terms, ascending, and their float32 weights (finite).
         k: results wanted.
         tie_rank: ``[D]`` rank of each row under the document id order (row order when None).
 
     Raises:
-        ValueError: a damaged posting list (naming its term) or document row.
+        ValueError: a damaged posting list (naming its term).
     """
     if terms.size == 0:
         return []
@@ -209,31 +225,47 @@ def pruned_top_k(scores: np.ndarray, docs: sp.csr_matrix, maxima: BlockMaxima, t
             r = rest[m + 1]
             if probe and 2 * r <= rest[0] and high - low >= k:  # half the bound added: a first θ from this block
                 th, probe = max(th, _kth_largest(block, k) * (1 - 2 * g)), False
-            if 0 < r and r * (1 + 3 * g) < th and left[m + 1] >= RESCORE_COST:
+            if 0 < r and r * (1 + 3 * g) < th and left[m + 1] >= CANDIDATE_COST:
                 cut = _at_least(th / (1 + 3 * g) - r)
                 # the candidates counted in the block's first 16th (an estimate: it decides cost only, never the result)
-                if 16 * np.count_nonzero(sample >= cut) * RESCORE_COST <= left[m + 1]:
-                    stop = (cut, r)
+                if 16 * np.count_nonzero(sample >= cut) * CANDIDATE_COST <= left[m + 1]:
+                    stop = (cut, m + 1)
                     break
-        cut, r = stop or (_at_least(th / (1 + 3 * g)) if th > 0 else SMALLEST, 0.0)
-        found_rows = np.flatnonzero(block >= cut)
-        acc = block[found_rows].astype(np.float64)
+        if stop:
+            cut, m = stop
+            found_rows = np.flatnonzero(block >= cut)
+            found_rows, acc = _complete(found_rows + low, block[found_rows], doc_rows, impacts, starts, ends, order, term_weights, rest, m, th, g)
+        else:
+            found_rows = np.flatnonzero(block >= (_at_least(th / (1 + 3 * g)) if th > 0 else SMALLEST)) + low
+            acc = block[found_rows - low].astype(np.float64)
         theta = max(theta, th)
-        pool_rows = np.concatenate([pool_rows, found_rows + low])
+        pool_rows = np.concatenate([pool_rows, found_rows])
         pool_low = np.concatenate([pool_low, acc * (1 - 2 * g)])
-        pool_high = np.concatenate([pool_high, (acc + r) * (1 + 3 * g)])
+        pool_high = np.concatenate([pool_high, acc * (1 + 3 * g)])
         if pool_low.size >= k:
             theta = max(theta, _kth_largest(pool_low, k))
         keep = pool_high >= theta
         pool_rows, pool_low, pool_high = pool_rows[keep], pool_low[keep], pool_high[keep]
     if pool_rows.size == 0:
         return []
-    pool_rows.sort()
-    query = np.zeros(docs.shape[1], np.float32)
-    query[terms] = weights
-    final = rescore(docs, pool_rows, query)
+    # step 4: rescored in batches by upper bound, highest first (k, then doubling); a real score is its
+    # own lower bound, so θ rises to the k-th real score and the pool stops at the first bound below it
+    order = np.argsort(-pool_high, kind="stable")
+    done_rows, done_scores = [], []
+    at, size = 0, max(k, 64)
+    while at < order.size and pool_high[order[at]] >= theta:
+        take = order[at : at + size]
+        take = take[pool_high[take] >= theta]
+        rows = np.sort(pool_rows[take])
+        done_rows.append(rows)
+        done_scores.append(rescore(postings, rows, terms, weights))
+        at, size = at + size, 2 * size
+        scored = np.concatenate(done_scores)
+        if scored.size >= k:
+            theta = max(theta, _kth_largest(scored, k))
+    rows, final = np.concatenate(done_rows), np.concatenate(done_scores)
     positive = final > 0
-    pool_rows, final = pool_rows[positive], final[positive]
-    ties = pool_rows if tie_rank is None else tie_rank[pool_rows]
-    order = np.lexsort((ties, -final))[:k]
-    return [(int(pool_rows[i]), float(final[i])) for i in order]
+    rows, final = rows[positive], final[positive]
+    ties = rows if tie_rank is None else tie_rank[rows]
+    ranked = np.lexsort((ties, -final))[:k]
+    return [(int(rows[i]), float(final[i])) for i in ranked]
