@@ -66,6 +66,16 @@ def test_shard_ranges_tile_the_rows_within_the_entry_limit():
     assert shard_ranges(indptr, 5) == [(0, 3), (3, 4), (4, 6)]  # row 3 (7 entries) is a range of its own
     assert shard_ranges(indptr, 100) == [(0, 6)]
     assert shard_ranges(np.array([0]), 5) == [(0, 0)]
+    # about equal ranges: 10 rows of 10 entries under 60 a range make 2 ranges of 50, not 60 + 40
+    assert shard_ranges(np.arange(0, 101, 10), 60) == [(0, 5), (5, 10)]
+    # 1,000 rows of 1-9 entries under a limit of a third of them and one row: 3 ranges, none a remnant, each within the limit
+    lengths = np.random.default_rng(0).integers(1, 10, 1000)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    limit = -(-int(indptr[-1]) // 3) + 9
+    ranges = shard_ranges(indptr, limit)
+    sizes = [int(indptr[b] - indptr[a]) for a, b in ranges]
+    assert len(ranges) == 3 and ranges[0][0] == 0 and ranges[-1][1] == 1000 and all(x[1] == y[0] for x, y in zip(ranges, ranges[1:]))
+    assert max(sizes) <= limit and min(sizes) >= limit - 2 * 9, sizes
     with pytest.raises(ValueError, match="max_entries"):
         shard_ranges(indptr, 0)
 

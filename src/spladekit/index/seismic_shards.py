@@ -57,10 +57,12 @@ SEISMIC_BUILD_BYTES = 96
 measured (``benchmarks/RESULTS.md``, "Seismic by shards"). Not covered: the library's fixed cost
 once loaded, the ``[V]`` component names and the caller's query sets."""
 
-DEFAULT_SEISMIC_BUDGET = 10 << 30
-"""Build memory of one shard when none is given (10 GiB: 112M entries a shard): the largest shard
-under the issue's 12 GB build-peak target with the fixed cost and a margin. The largest, because
-each shard adds its own query time (the measurement: ``benchmarks/RESULTS.md``, "Seismic by shards")."""
+DEFAULT_SEISMIC_BUDGET = 14 << 30
+"""Build memory of one shard when none is given (14 GiB by the rule: 156M entries a shard; 8.8M
+SPLADE passages, 1.74 billion entries, make 12 shards of 145M). The rule's 96 B an entry is an
+upper bound: 12 shards of 145M entries were measured at a 10.64 GB peak (72 B an entry, under the
+12 GB target; ``benchmarks/RESULTS.md``, "The 8.8M row"). Fewest shards, because each adds its own
+query time (``benchmarks/RESULTS.md``, "Seismic by shards")."""
 
 WORK = ".seismic.build"
 SHARD = "shard-{:06d}"
@@ -79,19 +81,28 @@ def max_shard_entries(memory_budget: int) -> int:
 
 def shard_ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
     """Consecutive row ranges ``[(start, stop), ...]`` covering ``[0, D)`` (``indptr``: ``[D + 1]``
-    CSR row pointers), each of at most ``max_entries`` entries, greedily longest first; a row longer
-    than that is a range of its own. An index with no row (D = 0) has one empty range ``(0, 0)``.
+    CSR row pointers), each of at most ``max_entries`` entries, of about equal size: the ``n =
+    ⌈entries / max_entries⌉`` ranges the limit needs, each ending at the first row boundary at or past
+    ``⌈entries / n⌉`` entries (empty rows after it included), or, where that row would pass
+    ``max_entries``, at the last boundary within it (so the last range is not a remnant: every range
+    costs its own query time). A row longer than ``max_entries`` is a range of its own. An index with
+    no row (D = 0) has one empty range ``(0, 0)``.
 
     Raises:
         ValueError: ``max_entries`` < 1.
     """
     if max_entries < 1:
         raise ValueError(f"max_entries must be ≥ 1, got {max_entries}")
+    indptr = np.asarray(indptr, dtype=np.int64)
     rows = len(indptr) - 1
+    total = int(indptr[-1] - indptr[0]) if rows else 0
+    target = -(-total // max(1, -(-total // max_entries)))  # ⌈entries / n⌉
     ranges, start = [], 0
     while start < rows:
-        end = int(np.searchsorted(indptr, int(indptr[start]) + max_entries, side="right")) - 1
-        end = min(rows, max(end, start + 1))
+        end = min(rows, int(np.searchsorted(indptr, indptr[start] + target, side="left")))
+        end = max(start + 1, int(np.searchsorted(indptr, indptr[end], side="right")) - 1)  # through the empty rows after it
+        if indptr[end] - indptr[start] > max_entries:
+            end = max(start + 1, int(np.searchsorted(indptr, indptr[start] + max_entries, side="right")) - 1)
         ranges.append((start, end))
         start = end
     return ranges or [(0, 0)]
