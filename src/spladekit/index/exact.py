@@ -98,12 +98,13 @@ unblocked term-at-a-time kernel of then; SciFact queries on the synthetic corpor
 ``benchmarks/retrieval.py``, k = 10, ms per query product / term at a time): 20k documents (mean
 list 3.1k) 1.4 / 2.6; 100k (15.5k) 7.3 / 8.6; 300k (46k) 23–26 / 14–20; 1M (157k) ≈ 96 / 37."""
 
-PRUNE_FROM = 400
-"""A long-list query is pruned (given the document matrix) when ``D ≥ PRUNE_FROM · k``: with few
-documents per wanted result the pruned kernel's bookkeeping and rescoring outweigh the postings it
-skips. Measured on this project's 2-core machine (6 Dec 2026, synthetic corpora of
-``benchmarks/retrieval.py``, SciFact queries, CPU pruned ÷ every posting): 200k documents k = 10 /
-100 / 1000: 0.85 / 0.93 / 1.17; 500k: 0.42 / 0.61 / 0.87; 1M: 0.41 / 0.57 / 0.68."""
+PRUNE_FROM = 2500
+"""A long-list query is pruned (given the block maxima) when ``D ≥ PRUNE_FROM · k``: with few
+documents per wanted result the pruned kernel's bookkeeping (per block and term) and its candidates
+outweigh the postings it skips. Measured with ``benchmarks/exact_kernels.py --prune`` on this
+project's 2-core machine (6 Dec 2026, beside another process; 100 SciFact queries in one call, CPU
+pruned ÷ every posting, k = 10 / 100 / 1000): 200k documents 0.93–1.07 / 1.14 / 1.5; 500k 0.72 /
+0.88–0.94 / 1.25; 1M 0.62–0.70 / 0.78 / 0.92–0.99 (``benchmarks/RESULTS.md``)."""
 
 DOC_BLOCK = 1 << 19
 """Documents per block of the term-at-a-time kernel (2 MiB of float32 scores, inside a current
