@@ -161,3 +161,29 @@ def test_index_search_prunes_with_the_same_hits(tmp_path):
     shards = ShardedIndex([Index.from_vectors(tmp_path / "a", docs[:half], ids[:half]), Index.from_vectors(tmp_path / "b", docs[half:], ids[half:])])
     assert shards.search(queries, k=10).hits == pruned.hits
     del index
+
+
+def test_underflow_overflow_and_float64_postings_keep_the_unpruned_answer(monkeypatch):
+    # the review of 6 Dec: (1) products below float32's normal range round by half a subnormal
+    # whatever their size (0.51 × the smallest subnormal → the whole subnormal): 11 such products
+    # outscore a document with one product of 10 subnormals, which relative bounds alone would prune
+    # away; (2) sums that overflow to inf tie, and the tie rule must pick among them; (3) float64
+    # postings are scored unpruned (the kernel reads float32 impacts as stored)
+    tiny = float(np.finfo(np.float32).smallest_subnormal)
+    dense = np.zeros((3, 12), np.float32)
+    dense[0, 1:] = tiny  # 11 products 0.51 u → 11 u
+    dense[1, [0, 1, 2]] = tiny  # 1 u + 2 × 0.51 u → 3 u
+    dense[2, 0] = 10 * tiny  # 10 u
+    query = sp.csr_matrix(np.array([[1.0] + [0.51] * 11], np.float32))
+    docs = sp.csr_matrix(dense)
+    for cost in (0, 1, 4000):
+        monkeypatch.setattr(maxscore, "CANDIDATE_COST", cost)
+        assert exact_search(query, docs, 1) == exact_search(query, docs, 1, prune=False) == [[(0, 11 * tiny)]]
+    huge = sp.csr_matrix(np.array([[0, 3e18, 3e18], [1, 1, 1], [1e20, 0, 0]], np.float32))
+    big_query = sp.csr_matrix(np.array([[1e20, 1e20, 1e20]], np.float32))
+    with np.errstate(over="ignore"):
+        want = exact_search(big_query, huge, 1, prune=False)
+        assert want == [[(0, float("inf"))]]  # rows 0 and 2 both overflow; row 0 first by the tie rule
+        assert exact_search(big_query, huge, 1) == want
+    postings = docs.T.tocsr().astype(np.float64)
+    assert search_postings(query, postings, 2, maxima=BlockMaxima(postings)) == search_postings(query, postings, 2)

@@ -187,8 +187,9 @@ def search_postings(
 
     Raises:
         ValueError: vocabulary mismatch, ``k`` not an integer ≥ 1, a query weight that is not
-            finite (NaN or ±inf, naming the query row), or (term at a time) a posting list that is
-            not rows of ``[0, D)`` in order (naming the term).
+            finite (NaN or ±inf, naming the query row), or (term at a time) a posting list holding
+            a row outside ``[0, D)`` or rows out of order across blocks (pruned: out of order at all),
+            naming the term.
     """
     if queries.shape[1] != postings.shape[0]:
         raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {postings.shape[0]}")
@@ -227,7 +228,7 @@ def search_postings(
             i = j
             continue
         lo, hi = qptr[i], qptr[i + 1]
-        if maxima is not None and num_docs >= PRUNE_FROM * k:
+        if maxima is not None and num_docs >= PRUNE_FROM * k and postings.data.dtype == np.float32:  # the kernel reads impacts as stored
             if work is None:
                 work = np.empty(num_docs, dtype=np.float32)
             found = pruned_top_k(work, maxima, queries.indices[lo:hi], queries.data[lo:hi], k, tie_rank)

@@ -9,13 +9,13 @@ Ding & Suel, SIGIR 2011). For each block, in row order:
    segments added into the block's float32 scores ``acc`` (the kernel of exact search);
 2. ``θ`` is a lower bound on the k-th best score of the whole query (k distinct documents are known
    to reach it); once the bounds of the terms not yet added sum to ``rest`` with
-   ``rest · (1 + 3g) < θ``, only documents with ``(acc + rest) · (1 + 3g) ≥ θ`` can still enter the
+   ``rest · (1 + 3g) + η < θ``, only documents with ``(acc + rest) · (1 + 3g) + η ≥ θ`` can still enter the
    top k (the candidates); the block stops adding segments when they are few (their number ×
    :data:`CANDIDATE_COST` ≤ the postings left in the block), and the candidates' sums are completed
    by looking them up in the remaining segments (:func:`_complete`, dropping those that fall short
    of ``θ`` on the way);
-3. the block's candidates (all documents with ``acc · (1 + 3g) ≥ θ`` when it did not stop) join a
-   pool with their whole sum's bounds ``acc · (1 − 2g)`` and ``acc · (1 + 3g)``; ``θ`` rises to the
+3. the block's candidates (all documents with ``acc · (1 + 3g) + η ≥ θ`` when it did not stop) join a
+   pool with their whole sum's bounds ``acc · (1 − 2g) − η`` and ``acc · (1 + 3g) + η``; ``θ`` rises to the
    k-th largest lower bound, and the pool keeps the documents whose upper bound reaches it;
 4. at the end the pooled documents are scored again from the query's posting lists, the float32
    products ``q_j · d_j`` added in ascending term order: the very sum the unpruned kernel makes
@@ -28,8 +28,11 @@ unpruned one, ties included.
 ``g = 2 (T + 1) · 2⁻²⁴`` for ``T`` query terms bounds the relative rounding of a float32 sum of
 ``T`` non-negative products (each product and each addition rounds by at most ``2⁻²⁴``: Higham,
 *Accuracy and Stability of Numerical Algorithms*, §3.1, ``γ_T = T u / (1 − T u)``), whichever order
-the terms are added in; bounds are computed in float64. Pruning needs every weight and impact ≥ 0
-(SPLADE's are): a query with a negative one is scored unpruned.
+the terms are added in, above float32's normal range; below it a product rounds by up to half the
+smallest subnormal whatever its size, so every bound also carries ``η = T ·`` that subnormal: lower
+bounds ``acc · (1 − 2g) − η``, upper ``(acc + rest) · (1 + 3g) + η`` (all in float64). Pruning needs
+every weight and impact ≥ 0 (SPLADE's are) and sums that cannot overflow float32 (the bounds of a
+block summed, times ``1 + 3g``, below its largest value): any other query is scored unpruned.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ def _at_least(value: float) -> float:
 
 
 SMALLEST = float(np.finfo(np.float32).smallest_subnormal)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def rescore(postings: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -149,7 +153,7 @@ def rescore(postings: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weight
 
 
 def _complete(rows: np.ndarray, acc: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarray, starts: list, ends: list, order: list,
-              term_weights: list, rest: list, m: int, theta: float, g: float) -> tuple[np.ndarray, np.ndarray]:
+              term_weights: list, rest: list, m: int, theta: float, g: float, eta: float) -> tuple[np.ndarray, np.ndarray]:
     """The candidates of a block that stopped before term ``order[m]``: each remaining term's
     segment looked up at their rows (binary search; the candidates are sorted) and its float32
     product added to their float32 partial sums ``acc``, term by term in bound order; after each
@@ -166,7 +170,7 @@ def _complete(rows: np.ndarray, acc: np.ndarray, doc_rows: np.ndarray, impacts: 
         at = np.minimum(np.searchsorted(segment, rows), z - a - 1)
         hit = np.flatnonzero(segment[at] == rows)
         acc[hit] += impacts[a + at[hit]] * term_weights[order[j]]  # float32 product, then float32 sum
-        keep = (acc.astype(np.float64) + rest[j + 1]) * (1 + 3 * g) >= theta
+        keep = (acc.astype(np.float64) + rest[j + 1]) * (1 + 3 * g) + eta >= theta
         if not keep.all():
             rows, acc = rows[keep], acc[keep]
     return rows.astype(np.int64), acc.astype(np.float64)
@@ -197,7 +201,9 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
         return None
     bounds = weights.astype(np.float64)[:, None] * np.stack([m for m, _, _ in found])  # [T, blocks], exact in float64
     cuts = np.stack([c for _, c, _ in found])  # [T, blocks + 1]
-    g = 2 * (terms.size + 1) * U32
+    g, eta = 2 * (terms.size + 1) * U32, terms.size * SMALLEST  # relative and absolute (underflow) rounding: module docstring
+    if float(bounds.sum(axis=0).max()) * (1 + 3 * g) + eta >= FLOAT32_MAX:
+        return None  # a sum could overflow to inf: bounds say nothing there
     doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data)  # plain views: slicing a memmap costs µs
     pointer = np.zeros(2, dtype=doc_rows.dtype)
     term_weights = [np.array([w], np.float32) for w in weights.tolist()]
@@ -224,9 +230,9 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
             add_segment(scores, doc_rows[a:z], impacts[a:z], term_weights[order[m]], pointer)
             r = rest[m + 1]
             if probe and 2 * r <= rest[0] and high - low >= k:  # half the bound added: a first θ from this block
-                th, probe = max(th, _kth_largest(block, k) * (1 - 2 * g)), False
-            if 0 < r and r * (1 + 3 * g) < th and left[m + 1] >= CANDIDATE_COST:
-                cut = _at_least(th / (1 + 3 * g) - r)
+                th, probe = max(th, _kth_largest(block, k) * (1 - 2 * g) - eta), False
+            if 0 < r and r * (1 + 3 * g) + eta < th and left[m + 1] >= CANDIDATE_COST:
+                cut = _at_least((th - eta) / (1 + 3 * g) - r)
                 # the candidates counted in the block's first 16th (an estimate: it decides cost only, never the result)
                 if 16 * np.count_nonzero(sample >= cut) * CANDIDATE_COST <= left[m + 1]:
                     stop = (cut, m + 1)
@@ -234,14 +240,14 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
         if stop:
             cut, m = stop
             found_rows = np.flatnonzero(block >= cut)
-            found_rows, acc = _complete(found_rows + low, block[found_rows], doc_rows, impacts, starts, ends, order, term_weights, rest, m, th, g)
+            found_rows, acc = _complete(found_rows + low, block[found_rows], doc_rows, impacts, starts, ends, order, term_weights, rest, m, th, g, eta)
         else:
-            found_rows = np.flatnonzero(block >= (_at_least(th / (1 + 3 * g)) if th > 0 else SMALLEST)) + low
+            found_rows = np.flatnonzero(block >= (_at_least((th - eta) / (1 + 3 * g)) if th > eta else SMALLEST)) + low
             acc = block[found_rows - low].astype(np.float64)
         theta = max(theta, th)
         pool_rows = np.concatenate([pool_rows, found_rows])
-        pool_low = np.concatenate([pool_low, acc * (1 - 2 * g)])
-        pool_high = np.concatenate([pool_high, acc * (1 + 3 * g)])
+        pool_low = np.concatenate([pool_low, acc * (1 - 2 * g) - eta])
+        pool_high = np.concatenate([pool_high, acc * (1 + 3 * g) + eta])
         if pool_low.size >= k:
             theta = max(theta, _kth_largest(pool_low, k))
         keep = pool_high >= theta
