@@ -38,7 +38,7 @@ def mine(
     sampling: str = typer.Option("top", help="top | random"),
     seed: int = typer.Option(0, help="random sampling seed"),
     device: Optional[str] = typer.Option(None, help="cross-encoder device"),
-    no_progress: bool = typer.Option(False, help="no progress bars"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
 ):
     """Mine hard negatives (BM25, a spladekit model or a run), score them with cross-encoder teachers,
     filter false negatives (sentence-transformers' rules) and write training data."""
@@ -64,7 +64,7 @@ def mine(
     try:
         check_output_folder(out, "spladekit mine output", MARKERS, {"--data": data, "--corpus": corpus, "--run": run,
                                                                      "--index": index, "--model": model})
-        result = run_mining(config, out, show_progress=not no_progress)
+        result = run_mining(config, out, show_progress=progress)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(result.line)

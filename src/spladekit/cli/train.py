@@ -18,7 +18,7 @@ def train(
     config: Optional[Path] = typer.Argument(None, help="YAML training config (see configs/); defaults when omitted"),
     out: Path = typer.Option(Path("outputs/train"), help="output folder (checkpoints, metrics.jsonl, curves, model/)"),
     set_: List[str] = typer.Option([], "--set", help="override a config field: --set regularizer.lambda_d=1e-3"),
-    no_progress: bool = typer.Option(False, help="no progress bar"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
 ):
     """Train a SPLADE model; resumes from the newest checkpoint in OUT (unless resume=false)."""
     from spladekit.errors import SpladekitError
@@ -33,7 +33,7 @@ def train(
                   "data.teacher_scores": cfg.data.teacher_scores, "data.queries": cfg.data.queries,
                   "data.corpus": cfg.data.corpus}
         check_output_folder(out, "training output folder", TRAIN_MARKERS, inputs)  # resumable: its own folder is fine
-        result = run_training(cfg, out, show_progress=not no_progress)
+        result = run_training(cfg, out, show_progress=progress)
     except SpladekitError as exc:
         fail(exc)
     if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: only the main process reports
