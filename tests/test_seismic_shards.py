@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -88,9 +89,13 @@ def test_each_shard_equals_pyseismic_built_directly_on_its_range(corpus):
     assert len(ranges) == 4 and sharded.ranges == ranges  # 900 × 12 entries / 3000
     stored = json.loads((index.folder / "seismic" / "params.json").read_text())
     assert stored["shards"] == [[a, b, False] for a, b in ranges] and stored["max_entries"] == 3000
+    # each shard keeps its share of n_postings: ⌈60 × its entries / 10,800⌉, by hand (12 entries a row)
+    shares = [-(-60 * 12 * (b - a) // (12 * 900)) for a, b in ranges]
+    assert stored["shard_n_postings"] == shares and stored["shard_postings"] == "share"
     reopened = Index.open(index.folder).seismic(params)  # from the folder, not rebuilt
-    for (start, stop), (got_start, got) in zip(ranges, reopened.shards):
-        direct = SeismicSearcher(docs[start:stop], params)  # pyseismic on the same rows, same parameters
+    for (start, stop), (got_start, got), share in zip(ranges, reopened.shards, shares):
+        assert got.params.n_postings == share
+        direct = SeismicSearcher(docs[start:stop], replace(params, n_postings=share))  # pyseismic on the same rows, same parameters
         assert got_start == start and structure(got) == structure(direct)
         a = got.search_arrays(got.prepare(queries), 10, EXHAUSTIVE)
         b = direct.search_arrays(direct.prepare(queries), 10, EXHAUSTIVE)

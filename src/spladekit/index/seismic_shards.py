@@ -2,6 +2,15 @@
 that its build stays within a memory budget, built one after the other, stored in the index folder,
 searched together and merged by the tie rule of :mod:`spladekit.index.exact`.
 
+``n_postings`` is the whole index's (Seismic's setting for a collection: 3,000-6,000 for MS MARCO's
+8.8M passages in its guidelines): each shard keeps its share, ``⌈n_postings × shard entries / all
+entries⌉`` (:func:`shard_params`). Seismic's static pruning keeps the ``V × n_postings`` largest
+values of its input (a global threshold), so a shard holding a fraction ``f`` of the entries and
+keeping ``f × V × n_postings`` of them cuts at about the same value as one index over every row would:
+the shards together keep about the postings one index keeps, and their blocks and summaries with
+them. (Keeping ``n_postings`` in every shard would keep S times as many, and cost S times the build
+and query work of the lists: ``benchmarks/RESULTS.md``, "Seismic by shards".)
+
 pyseismic's builder holds its whole input and every posting in memory, so one index over 8.8M
 passages cannot be built on a 24 GB machine; a built index is small. Here the rows ``[0, D)`` are cut into ranges of at most ``max_entries`` stored entries
 (:func:`shard_ranges`; ``max_entries = memory_budget // SEISMIC_BUILD_BYTES``, the writer's rule of
@@ -13,12 +22,15 @@ the resident set, :func:`spladekit.index.layout.release_mapped_pages`).
 Layout (``INDEX/seismic/``)::
 
     params.json            {"build": SeismicBuildParams, "content_hash", "empty", "memory_budget",
-                            "max_entries", "shards": [[start, stop, empty], ...]}
+                            "max_entries", "shards": [[start, stop, empty], ...],
+                            "shard_postings": "share", "shard_n_postings": [n, ...]}
     index.index.seismic    one shard: the file of today's single index (the layout is unchanged)
     shard-000000/          several shards: one folder each (index.index.seismic, shard.json)
     shard-000001/ ...
 
-A folder written before shards (no ``"shards"`` in ``params.json``) reads as one shard ``[0, D)``.
+A folder written before shards (no ``"shards"`` in ``params.json``) reads as one shard ``[0, D)``;
+one written before the share (no ``"shard_postings"``) kept ``n_postings`` in every shard: it opens
+as built, and is rebuilt when build parameters are asked for.
 
 Resumable: shards are built in ``INDEX/.seismic.build/`` (``build.json`` names the content hash,
 the parameters and the ranges); each shard folder is written atomically
@@ -31,8 +43,9 @@ pyseismic call), shard rows are shifted to global rows, and each query's hits ar
 descending, then ``tie_rank`` (document id) ascending, cut to ``k``. A shard returns its own top-k,
 so the merge is the top-k of the union. With one shard no merge is done: the answers are those of
 :class:`~spladekit.index.seismic.SeismicSearcher` itself. Each shard is approximate on its own
-(static pruning keeps ``n_postings`` per term *per shard*, so more shards keep more postings: higher
-recall, more query time); measurements of the trade are in ``benchmarks/RESULTS.md``.
+(each keeps its share of the postings, above; each shard's heap holds its own top-k, a lower k-th
+score than the whole index's, so more shards score more blocks: higher recall, more query time);
+measurements of the trade are in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ from __future__ import annotations
 import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -63,6 +76,9 @@ SPLADE passages, 1.74 billion entries, make 12 shards of 145M). The rule's 96 B 
 upper bound: 12 shards of 145M entries were measured at a 10.64 GB peak (72 B an entry, under the
 12 GB target; ``benchmarks/RESULTS.md``, "The 8.8M row"). Fewest shards, because each adds its own
 query time (``benchmarks/RESULTS.md``, "Seismic by shards")."""
+
+SHARD_POSTINGS = "share"
+"""``params.json``'s name of the rule by which each shard's ``n_postings`` is set (:func:`shard_params`)."""
 
 WORK = ".seismic.build"
 SHARD = "shard-{:06d}"
@@ -106,6 +122,17 @@ def shard_ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
         ranges.append((start, end))
         start = end
     return ranges or [(0, 0)]
+
+
+def shard_params(params: SeismicBuildParams, indptr: np.ndarray, ranges: Sequence[tuple[int, int]]) -> list[SeismicBuildParams]:
+    """Each range's build parameters: ``params`` with ``n_postings`` cut to the range's share of the
+    entries, ``max(1, ⌈n_postings × entries(range) / entries(all)⌉)`` (module docstring); one range,
+    or no entry at all, keeps ``params`` itself."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    total = int(indptr[-1] - indptr[0]) if len(indptr) > 1 else 0
+    if len(ranges) <= 1 or total == 0:
+        return [params] * len(ranges)
+    return [replace(params, n_postings=max(1, -(-params.n_postings * int(indptr[stop] - indptr[start]) // total))) for start, stop in ranges]
 
 
 def row_slice(docs: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
@@ -237,7 +264,8 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     elif memory_budget is not None:
         max_entries = max_shard_entries(memory_budget)
     stored = read_json(target / "params.json") if (target / "params.json").exists() else None
-    if (stored is not None and stored.get("content_hash") == content_hash and (build is None or stored.get("build") == asdict(build))
+    if (stored is not None and stored.get("content_hash") == content_hash
+            and (build is None or (stored.get("build") == asdict(build) and _same_rule(stored)))
             and (max_entries is None or stored.get("max_entries", max_shard_entries(DEFAULT_SEISMIC_BUDGET)) == max_entries)):
         return load(target, stored, docs.shape)
     if max_entries is None:
@@ -245,13 +273,20 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
         max_entries = max_shard_entries(memory_budget)
     params = build or SeismicBuildParams()
     ranges = shard_ranges(np.asarray(docs.indptr), max_entries)
-    record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries)}
+    record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries),
+              "shard_postings": SHARD_POSTINGS}
     try:
         return load(folder / "seismic", build_shards(folder, docs, params, ranges, record, on_shard, show_progress), docs.shape)
     except OSError as exc:  # a read-only index folder: built in memory for this process only
         log.warning("%s: cannot store the Seismic index (%s); it is kept for this process only", target, exc)
-    return ShardedSeismic([(start, SeismicSearcher(row_slice(docs, start, stop), params, canonical=True)) for start, stop in ranges],
+    each = shard_params(params, docs.indptr, ranges)
+    return ShardedSeismic([(start, SeismicSearcher(row_slice(docs, start, stop), p, canonical=True)) for (start, stop), p in zip(ranges, each)],
                           ranges, params, docs.shape, max_entries)
+
+
+def _same_rule(stored: dict) -> bool:
+    """A stored folder's shards were built by today's :func:`shard_params` (one shard: any rule)."""
+    return len(stored.get("shards") or [()]) <= 1 or stored.get("shard_postings") == SHARD_POSTINGS
 
 
 def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, ranges: list[tuple[int, int]], record: dict,
@@ -261,7 +296,8 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
     shard's build at a time (nothing is loaded back: that is :func:`load`'s memory).
 
     Args:
-        record: the ``params.json`` entries besides ``empty`` and ``shards``.
+        record: the ``params.json`` entries besides ``empty``, ``shards`` and ``shard_n_postings``
+            (``shard_postings`` set here: each shard is built with :func:`shard_params`).
 
     Returns:
         The ``params.json`` written.
@@ -275,6 +311,8 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
     from spladekit.io import atomic_folder, read_json, replace_folder, write_json
 
     work = folder / WORK
+    record = dict(record, shard_postings=SHARD_POSTINGS)
+    each = shard_params(params, docs.indptr, ranges)
     fingerprint = dict(record, shards=[list(r) for r in ranges])
     if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
         log.warning("%s: left by a Seismic build with other settings; starting over", work)
@@ -288,17 +326,17 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
         if (shard / "shard.json").exists() and read_json(shard / "shard.json").get("range") == [start, stop]:
             empties.append(bool(read_json(shard / "shard.json")["empty"]))
             continue  # stored by an earlier (killed) run
-        searcher = SeismicSearcher(row_slice(docs, start, stop), params, canonical=True)
+        searcher = SeismicSearcher(row_slice(docs, start, stop), each[number], canonical=True)
         with atomic_folder(shard) as tmp:
             searcher.save(tmp)
-            write_json(tmp / "shard.json", {"range": [start, stop], "empty": searcher.empty})
+            write_json(tmp / "shard.json", {"range": [start, stop], "empty": searcher.empty, "n_postings": each[number].n_postings})
         empties.append(searcher.empty)
         del searcher  # freed before the next shard is built
         release_mapped_pages(docs.data, docs.indices)  # the range's input pages leave the resident set
         if on_shard is not None:
             on_shard(number)
     shards = [[start, stop, empty] for (start, stop), empty in zip(ranges, empties)]
-    final = dict(record, empty=all(empties), shards=shards)
+    final = dict(record, empty=all(empties), shards=shards, shard_n_postings=[p.n_postings for p in each])
     done = work / "done"
     shutil.rmtree(done, ignore_errors=True)
     done.mkdir()
@@ -325,11 +363,14 @@ def load(target: Path, stored: dict, shape: tuple[int, int]) -> ShardedSeismic:
 
     params = SeismicBuildParams(**stored["build"])
     listed = stored.get("shards") or [[0, shape[0], stored.get("empty", False)]]  # a folder written before shards
+    each = [replace(params, n_postings=int(n)) for n in stored.get("shard_n_postings") or [params.n_postings] * len(listed)]
+    if len(each) != len(listed):
+        raise DataFormatError(target / "params.json", f"{len(each)} shard_n_postings for {len(listed)} shards", field="shard_n_postings")
     ranges = [(int(a), int(b)) for a, b, _ in listed]
     if ranges[0][0] != 0 or ranges[-1][1] != shape[0] or any(b != c for (_, b), (c, _) in zip(ranges[:-1], ranges[1:])):
         raise DataFormatError(target / "params.json", f"shard ranges {ranges} do not cover the {shape[0]} document rows", field="shards")
     shards = []
     for number, ((start, stop), (_, _, empty)) in enumerate(zip(ranges, listed)):
         where = target if len(listed) == 1 else target / SHARD.format(number)
-        shards.append((start, SeismicSearcher.load(where, params, (stop - start, shape[1]), empty=bool(empty))))
+        shards.append((start, SeismicSearcher.load(where, each[number], (stop - start, shape[1]), empty=bool(empty))))
     return ShardedSeismic(shards, ranges, params, shape, stored.get("max_entries"))
