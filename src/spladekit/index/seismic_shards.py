@@ -38,8 +38,10 @@ the parameters and the ranges); each shard folder is written atomically
 build started again with the same settings builds only the rest; the finished folder then replaces
 ``seismic/`` (:func:`spladekit.io.replace_folder`).
 
-Search: every shard is searched with the whole query set (one thread per shard, each shard's own
-pyseismic call), shard rows are shifted to global rows, and each query's hits are merged by score
+Search: every shard is searched with the whole query set, one shard after the other in the calling
+thread (pyseismic's ``search`` and ``batch_search`` hold the GIL, so threads of shards would not
+overlap and a pool's hand-offs only add time: ``benchmarks/RESULTS.md``; a batch is parallel inside
+each shard, ``num_threads``), shard rows are shifted to global rows, and each query's hits are merged by score
 descending, then ``tie_rank`` (document id) ascending, cut to ``k``. A shard returns its own top-k,
 so the merge is the top-k of the union. With one shard no merge is done: the answers are those of
 :class:`~spladekit.index.seismic.SeismicSearcher` itself. Each shard is approximate on its own
@@ -52,7 +54,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -161,7 +162,6 @@ class ShardedSeismic:
         self.num_docs, self.vocab_size = shape
         self.max_entries = max_entries
         self.empty = all(s.empty for _, s in self.shards)
-        self._pool: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -197,7 +197,7 @@ class ShardedSeismic:
                       tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` of prepared queries over every shard: per query ``(global rows [n] int64, scores
         [n] float32)``, score descending then ``tie_rank`` ascending (row ascending without it).
-        Shards are searched in threads (one per shard, each with the whole query set).
+        Shards are searched one after the other (module docstring: pyseismic holds the GIL).
 
         Raises:
             ValueError: ``k`` < 1.
@@ -206,14 +206,10 @@ class ShardedSeismic:
         if len(self.shards) == 1:  # one shard: the searcher's own answer, no merge
             return self.shards[0][1].search_arrays(queries, k, params, tie_rank)
 
-        def one(item):
-            (start, searcher), (_, stop) = item
+        per_shard = []
+        for (start, searcher), (_, stop) in zip(self.shards, self.ranges):
             part = searcher.search_arrays(queries, k, params, None if tie_rank is None else tie_rank[start:stop])
-            return [(rows + start, scores) for rows, scores in part]
-
-        if self._pool is None:  # made once: a pool per call costs more than a one-query search
-            self._pool = ThreadPoolExecutor(max_workers=len(self.shards), thread_name_prefix="seismic-shard")
-        per_shard = list(self._pool.map(one, zip(self.shards, self.ranges)))
+            per_shard.append([(rows + start, scores) for rows, scores in part])
         return [merge_hits([found[q] for found in per_shard], k, tie_rank) for q in range(queries.count)]
 
 
