@@ -510,10 +510,11 @@ def _shard_count() -> int:
 
 
 def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
-    """Seismic by shards (``spladekit.index.seismic_shards.build_shards``, default parameters) in
-    ``$SPLADEKIT_BENCH_SHARD_COUNT`` shards of at most ⌈nnz / count⌉ + the longest row entries (so
-    the greedy ranges number ``count``); this process's peak RSS is the build's (the folder is
-    memory-mapped; nothing is loaded back)."""
+    """Seismic by shards (``spladekit.index.seismic_shards.build_shards``, default parameters but
+    ``n_postings`` = ``$SPLADEKIT_BENCH_N_POSTINGS`` when set: the whole index's, each shard its
+    share) in ``$SPLADEKIT_BENCH_SHARD_COUNT`` shards of at most ⌈nnz / count⌉ + the longest row
+    entries (so the greedy ranges number ``count``); this process's peak RSS is the build's (the
+    folder is memory-mapped; nothing is loaded back)."""
     from dataclasses import asdict
 
     from spladekit.index.index import Index
@@ -524,21 +525,22 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
     count = _shard_count()
     entries = -(-index.docs.nnz // count) + int(np.diff(index.docs.indptr).max())
     ranges = shard_ranges(np.asarray(index.docs.indptr), entries)
-    params = SeismicBuildParams()
+    asked = os.environ.get("SPLADEKIT_BENCH_N_POSTINGS")
+    params = SeismicBuildParams(n_postings=int(asked)) if asked else SeismicBuildParams()
     base = peak_rss()
     record = {"build": asdict(params), "content_hash": index.metadata.get("content_hash"), "memory_budget": entries * SEISMIC_BUILD_BYTES,
               "max_entries": entries}
     with Clock() as c:
         build_shards(index.folder, index.docs, params, ranges, record)
-    return {"shards": len(ranges), "max_entries": entries, "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss(), "base_rss": base,
+    return {"shards": len(ranges), "max_entries": entries, "n_postings": params.n_postings, "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss(), "base_rss": base,
             "bytes": folder_bytes(index.folder / "seismic"), "rule_bytes": entries * SEISMIC_BUILD_BYTES}
 
 
 def phase_seismic_shards_search(corpus: str, work: Path) -> dict:
     """The stored shards reopened (a new process) and searched through ``Index.search(backend="seismic")``
     at :data:`SHARD_SETTINGS` (k = 10 batch and one per call, k = 1000 batch): CPU and wall ms/query,
-    recall@10 and recall@1000 against exact, loaded RSS. Shards are searched in threads, each with
-    ``num_threads`` 1 (so wall can fall below CPU with several shards)."""
+    recall@10 and recall@1000 against exact, loaded RSS. Shards are searched one after the other, each with
+    ``num_threads`` 1."""
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicSearchParams
 
@@ -567,13 +569,13 @@ def phase_seismic_shards_search(corpus: str, work: Path) -> dict:
 def shard_table(corpus: str, r: dict) -> str:
     """The shard-count trade: build peak and time, loaded RSS, and per setting ms/query and recall."""
     exact = r.get("search", {})
-    lines = [f"### {corpus}: Seismic by shards (default build parameters in every shard)", "",
-             "| shards | build CPU s (wall) | build peak RSS (growth) | on disk | loaded RSS | query_cut / heap | k=10 batch CPU ms (÷ exact) | "
+    lines = [f"### {corpus}: Seismic by shards (default build parameters; each shard its share of n_postings)", "",
+             "| shards (n_postings) | build CPU s (wall) | build peak RSS (growth) | on disk | loaded RSS | query_cut / heap | k=10 batch CPU ms (÷ exact) | "
              "k=10 one per call CPU ms (÷ exact) | recall@10 | k=1000 batch CPU ms | recall@1000 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for count in SHARD_COUNTS:
         b, s = r.get(f"seismic_shards_build_{count}", {}), r.get(f"seismic_shards_search_{count}", {})
         for e in s.get("settings", []):
-            lines.append(f"| {b.get('shards', count)} | {b.get('build_cpu_s', float('nan')):.0f} ({b.get('build_s', float('nan')):.0f}) | "
+            lines.append(f"| {b.get('shards', count)} ({b.get('n_postings', '-')}) | {b.get('build_cpu_s', float('nan')):.0f} ({b.get('build_s', float('nan')):.0f}) | "
                          f"{gb(b.get('build_rss', 0))} ({gb(b.get('build_rss', 0) - b.get('base_rss', 0))}) | {gb(b.get('bytes', 0))} | {gb(s.get('loaded_rss', 0))} | {e['query_cut']} / {e['heap_factor']} | "
                          f"{e['batch_cpu_ms_k10']:.3f} ({e['batch_cpu_ms_k10'] / exact.get('batch_cpu_ms_k10', float('nan')):.3f}) | "
                          f"{e['one_cpu_ms_k10']:.3f} ({e['one_cpu_ms_k10'] / exact.get('one_cpu_ms_k10', float('nan')):.3f}) | {e['recall@10']:.3f} | "

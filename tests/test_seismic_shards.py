@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from spladekit.index.index import Index
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
-from spladekit.index.seismic_shards import ShardedSeismic, open_or_build, shard_ranges
+from spladekit.index.seismic_shards import ShardedSeismic, open_or_build, shard_params, shard_ranges
 
 pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
 
@@ -79,6 +79,35 @@ def test_shard_ranges_tile_the_rows_within_the_entry_limit():
     assert max(sizes) <= limit and min(sizes) >= limit - 2 * 9, sizes
     with pytest.raises(ValueError, match="max_entries"):
         shard_ranges(indptr, 0)
+
+
+def test_each_shard_keeps_its_share_of_n_postings():
+    indptr = np.array([0, 3, 5, 5, 12, 13, 14])  # 14 entries: ranges of 5, 7 and 2
+    params = SeismicBuildParams(n_postings=100, summary_energy=0.3)
+    shares = shard_params(params, indptr, [(0, 3), (3, 4), (4, 6)])
+    assert [p.n_postings for p in shares] == [36, 50, 15]  # ⌈100 × 5/14⌉ = ⌈35.7⌉, 100 × 7/14, ⌈14.3⌉
+    assert all(p.summary_energy == 0.3 for p in shares)  # only n_postings changes
+    assert shard_params(params, indptr, [(0, 6)]) == [params]  # one shard: the parameters as given
+    assert [p.n_postings for p in shard_params(SeismicBuildParams(n_postings=1), indptr, [(0, 3), (3, 6)])] == [1, 1]  # ⌈·⌉: never 0
+    assert shard_params(params, np.zeros(4, np.int64), [(0, 1), (1, 3)]) == [params, params]  # no entry at all
+
+
+def test_a_folder_built_before_the_share_opens_as_built_and_is_rebuilt_when_asked(corpus):
+    """A multi-shard params.json without "shard_postings" (every shard kept n_postings): the stored
+    shards open when no build parameters are asked for, and are rebuilt with the share when they are."""
+    index, docs, ids, queries = corpus
+    params = SeismicBuildParams(n_postings=60)
+    open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, max_entries=3000)
+    record = index.folder / "seismic" / "params.json"
+    old = json.loads(record.read_text())
+    old.pop("shard_postings"), old.pop("shard_n_postings")
+    record.write_text(json.dumps(old))
+    built = []
+    kept = open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, on_shard=built.append)
+    assert built == [] and [s.params.n_postings for _, s in kept.shards] == [60] * 4  # opened, read as the old rule built it
+    again = open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, on_shard=built.append, max_entries=3000)
+    assert built == [0, 1, 2, 3] and json.loads(record.read_text())["shard_postings"] == "share"
+    assert [s.params.n_postings for _, s in again.shards] == [-(-60 * (b - a) // 900) for a, b in again.ranges]  # 12 entries a row
 
 
 def test_each_shard_equals_pyseismic_built_directly_on_its_range(corpus):

@@ -96,7 +96,7 @@ def search(
     one_at_a_time: bool = typer.Option(False, help="search each query in its own call (latency per call)"),
     query_cut: Optional[int] = typer.Option(None, help="seismic: query terms traversed (default 20)"),
     heap_factor: Optional[float] = typer.Option(None, help="seismic: block-skipping factor (default 0.8)"),
-    n_postings: Optional[int] = typer.Option(None, help="seismic build: average posting-list length kept (default: the stored index's, else 3500)"),
+    n_postings: Optional[int] = typer.Option(None, help="seismic build: average posting-list length kept over the whole index, each shard its share (default: the stored index's, else 3500)"),
     summary_energy: Optional[float] = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
     centroid_fraction: Optional[float] = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
     recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),

@@ -37,7 +37,9 @@ class SeismicBuildParams:
 
     Attributes:
         n_postings: average posting-list length kept after static pruning (3500 is Seismic's
-            MS MARCO setting; with ``max_fraction`` 1.5 lists up to 5250 entries are kept).
+            MS MARCO setting; with ``max_fraction`` 1.5 lists up to 5250 entries are kept). For
+            the whole index: an index by shards builds each shard with its share
+            (:func:`spladekit.index.seismic_shards.shard_params`).
         centroid_fraction: fraction of each posting list used as cluster centroids (blocks).
         min_cluster_size: minimum documents per block.
         summary_energy: fraction of a block's L1 mass its summary keeps.
