@@ -74,9 +74,9 @@ once loaded, the ``[V]`` component names and the caller's query sets."""
 DEFAULT_SEISMIC_BUDGET = 14 << 30
 """Build memory of one shard when none is given (14 GiB by the rule: 156M entries a shard; 8.8M
 SPLADE passages, 1.74 billion entries, make 12 shards of 145M). The rule's 96 B an entry is an
-upper bound: 12 shards of 145M entries were measured at a 10.64 GB peak (72 B an entry, under the
-12 GB target; ``benchmarks/RESULTS.md``, "The 8.8M row"). Fewest shards, because each adds its own
-query time (``benchmarks/RESULTS.md``, "Seismic by shards")."""
+upper bound: 12 shards of 145M entries were measured under the 12 GB target, 6 shards of 290M over
+it (``benchmarks/RESULTS.md``, "The 8.8M row"). Fewest shards, because each adds its own query time
+(``benchmarks/RESULTS.md``, "Seismic by shards")."""
 
 SHARD_POSTINGS = "share"
 """``params.json``'s name of the rule by which each shard's ``n_postings`` is set (:func:`shard_params`)."""
