@@ -500,7 +500,7 @@ def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
         (["--k", "0"], "--k must be ≥ 1"),
         (["--backend", "seismic", "--query-cut", "0"], "query_cut must be an integer ≥ 1"),
         (["--backend", "seismic", "--heap-factor", "nan"], "heap_factor must be a finite number > 0"),
-        (["--backend", "seismic", "--n-postings", "0"], "n_postings must be an integer ≥ 1"),
+        (["--backend", "seismic", "--n-postings", "0"], "n_postings must be an integer in [1, 4294967296]"),
         (["--backend", "seismic", "--summary-energy", "2"], "summary_energy must be in (0, 1]"),
         (["--backend", "seismic", "--centroid-fraction", "0"], "centroid_fraction must be in (0, 1]"),
         (["--backend", "seismic", "--recall-k", "0"], "--recall-k must be ≥ 1"),

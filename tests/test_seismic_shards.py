@@ -110,6 +110,54 @@ def test_a_folder_built_before_the_share_opens_as_built_and_is_rebuilt_when_aske
     assert [s.params.n_postings for _, s in again.shards] == [-(-60 * (b - a) // 900) for a, b in again.ranges]  # 12 entries a row
 
 
+def test_an_open_index_rebuilds_a_folder_built_before_the_share_when_asked(corpus):
+    """The same check through ``Index.seismic`` in one process: the shards it holds open are replaced
+    when build parameters are asked for and they were not built with the share."""
+    index, docs, ids, queries = corpus
+    params = SeismicBuildParams(n_postings=60)
+    open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, max_entries=3000)
+    record = index.folder / "seismic" / "params.json"
+    old = json.loads(record.read_text())
+    old.pop("shard_postings"), old.pop("shard_n_postings")
+    record.write_text(json.dumps(old))
+    opened = Index.open(index.folder)
+    before = opened.seismic()
+    assert not before.built_with(params) and [s.params.n_postings for _, s in before.shards] == [60] * 4
+    after = opened.seismic(params)
+    assert after is not before and after.built_with(params) and json.loads(record.read_text())["shard_postings"] == "share"
+
+
+@pytest.mark.parametrize("shares", [5, ["x"] * 4, [0] * 4, [-1] * 4, [True] * 4, [2.9] * 4, ["7"] * 4, [15] * 3, [61] * 4, None])
+def test_a_bad_shard_n_postings_is_an_error_naming_the_field(corpus, shares):
+    from spladekit.errors import DataFormatError
+
+    index, docs, ids, queries = corpus
+    open_or_build(index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=60), max_entries=3000)
+    record = index.folder / "seismic" / "params.json"
+    stored = json.loads(record.read_text())
+    stored["shard_n_postings"] = shares  # None: the list missing while "shard_postings" says "share"
+    record.write_text(json.dumps(stored))
+    with pytest.raises(DataFormatError, match="shard_n_postings") as error:
+        open_or_build(index.folder, index.docs, index.metadata["content_hash"], None)
+    assert "params.json" in str(error.value)
+
+
+def test_n_postings_beyond_what_pyseismic_can_multiply_is_refused():
+    from spladekit.index.seismic import MAX_N_POSTINGS
+
+    assert SeismicBuildParams(n_postings=MAX_N_POSTINGS).n_postings == 2**32
+    with pytest.raises(ValueError, match="n_postings"):
+        SeismicBuildParams(n_postings=MAX_N_POSTINGS + 1)  # 2^62 kept nothing, 2^64 - 1 wrapped: caught here
+
+
+def test_a_new_shard_size_without_build_parameters_keeps_the_stored_ones(corpus):
+    index, docs, ids, queries = corpus
+    open_or_build(index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=40, summary_energy=0.3), max_entries=3000)
+    again = open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, max_entries=5400)  # 2 shards, not 4
+    assert len(again) == 2 and again.params == SeismicBuildParams(n_postings=40, summary_energy=0.3)
+    assert [s.params.n_postings for _, s in again.shards] == [20, 20]  # ⌈40 × 5,400 / 10,800⌉
+
+
 def test_each_shard_equals_pyseismic_built_directly_on_its_range(corpus):
     index, docs, ids, queries = corpus
     params = SeismicBuildParams(n_postings=60, centroid_fraction=0.2)

@@ -385,7 +385,7 @@ class Index:
         Raises:
             ImportError: ``pyseismic-lsr`` is not installed (``pip install spladekit[seismic]``).
         """
-        if self._seismic is not None and (build is None or self._seismic.params == build) and memory_budget is None:
+        if self._seismic is not None and (build is None or self._seismic.built_with(build)) and memory_budget is None:
             return self._seismic
         from spladekit.index.seismic_shards import open_or_build
 

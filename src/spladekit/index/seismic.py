@@ -31,6 +31,11 @@ from spladekit.index.exact import tie_ranks
 _SCORE, _DOC = itemgetter(1), itemgetter(2)  # a pyseismic hit is (query id, score, document id)
 
 
+MAX_N_POSTINGS = 1 << 32
+"""Largest ``n_postings`` taken: pyseismic multiplies it by the vocabulary size in 64-bit integers
+(a larger value wraps around and keeps almost nothing); 2^32 is beyond any list length."""
+
+
 @dataclass
 class SeismicBuildParams:
     """``SeismicIndex.build_from_dataset`` parameters (names and defaults of pyseismic-lsr 0.5).
@@ -58,7 +63,7 @@ class SeismicBuildParams:
 
     def __post_init__(self):
         """Raises ValueError for a value outside its range (they would build a degenerate index)."""
-        _check_int(self, "n_postings", 1)
+        _check_int(self, "n_postings", 1, MAX_N_POSTINGS)
         _check_int(self, "min_cluster_size", 1)
         _check_int(self, "doc_cut", 1)
         _check_int(self, "nknn", 0)
@@ -95,10 +100,11 @@ class SeismicSearchParams:
             raise ValueError(f"seismic heap_factor must be a finite number > 0, got {self.heap_factor!r}")
 
 
-def _check_int(params, name: str, low: int) -> None:
+def _check_int(params, name: str, low: int, high: int | None = None) -> None:
     value = getattr(params, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"seismic {name} must be an integer ≥ {low}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        within = f"≥ {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"seismic {name} must be an integer {within}, got {value!r}")
 
 
 def _check_fraction(params, name: str) -> None:

@@ -8,8 +8,11 @@ entries⌉`` (:func:`shard_params`). Seismic's static pruning keeps the ``V × n
 values of its input (a global threshold), so a shard holding a fraction ``f`` of the entries and
 keeping ``f × V × n_postings`` of them cuts at about the same value as one index over every row would:
 the shards together keep about the postings one index keeps, and their blocks and summaries with
-them. (Keeping ``n_postings`` in every shard would keep S times as many, and cost S times the build
-and query work of the lists: ``benchmarks/RESULTS.md``, "Seismic by shards".)
+them, when the shards hold alike documents (rows in no particular order). Rows grouped by topic keep
+fewer: each shard's budget counts only the terms it holds, and each list's cap (``n_postings ×
+max_fraction``) shrinks with the share while a topic's documents do not. (Keeping ``n_postings`` in
+every shard would keep S times as many, and cost S times the build and query work of the lists:
+``benchmarks/RESULTS.md``, "Seismic by shards".)
 
 pyseismic's builder holds its whole input and every posting in memory, so one index over 8.8M
 passages cannot be built on a 24 GB machine; a built index is small. Here the rows ``[0, D)`` are cut into ranges of at most ``max_entries`` stored entries
@@ -157,14 +160,20 @@ class ShardedSeismic:
     """
 
     def __init__(self, shards: Sequence[tuple[int, SeismicSearcher]], ranges: Sequence[tuple[int, int]], params: SeismicBuildParams,
-                 shape: tuple[int, int], max_entries: int | None = None):
+                 shape: tuple[int, int], max_entries: int | None = None, shard_postings: str | None = SHARD_POSTINGS):
         self.shards, self.ranges, self.params = list(shards), [tuple(r) for r in ranges], params
         self.num_docs, self.vocab_size = shape
         self.max_entries = max_entries
+        self.shard_postings = shard_postings
         self.empty = all(s.empty for _, s in self.shards)
 
     def __len__(self) -> int:
         return len(self.shards)
+
+    def built_with(self, build: SeismicBuildParams) -> bool:
+        """Whether these shards are what ``build`` would build now: the same parameters and, with
+        several shards, each shard's share (:func:`shard_params`; a folder stored before it was not)."""
+        return self.params == build and (len(self.shards) <= 1 or self.shard_postings == SHARD_POSTINGS)
 
     @property
     def index(self):
@@ -267,7 +276,7 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     if max_entries is None:
         memory_budget = DEFAULT_SEISMIC_BUDGET
         max_entries = max_shard_entries(memory_budget)
-    params = build or SeismicBuildParams()
+    params = build or _stored_build(stored, target) or SeismicBuildParams()  # None: the parameters it was built with
     ranges = shard_ranges(np.asarray(docs.indptr), max_entries)
     record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries),
               "shard_postings": SHARD_POSTINGS}
@@ -278,6 +287,22 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     each = shard_params(params, docs.indptr, ranges)
     return ShardedSeismic([(start, SeismicSearcher(row_slice(docs, start, stop), p, canonical=True)) for (start, stop), p in zip(ranges, each)],
                           ranges, params, docs.shape, max_entries)
+
+
+def _stored_build(stored: dict | None, target: Path) -> SeismicBuildParams | None:
+    """The build parameters ``params.json`` records (None when there is none).
+
+    Raises:
+        DataFormatError: they are not a valid :class:`SeismicBuildParams`.
+    """
+    if not stored or stored.get("build") is None:
+        return None
+    from spladekit.errors import DataFormatError
+
+    try:
+        return SeismicBuildParams(**stored["build"])
+    except (TypeError, ValueError) as exc:
+        raise DataFormatError(target / "params.json", f"not Seismic build parameters ({exc}); delete the seismic/ folder to rebuild it", field="build") from exc
 
 
 def _same_rule(stored: dict) -> bool:
@@ -357,11 +382,19 @@ def load(target: Path, stored: dict, shape: tuple[int, int]) -> ShardedSeismic:
     """
     from spladekit.errors import DataFormatError
 
-    params = SeismicBuildParams(**stored["build"])
+    params = _stored_build(stored, target)
+    if params is None:
+        raise DataFormatError(target / "params.json", "no Seismic build parameters; delete the seismic/ folder to rebuild it", field="build")
     listed = stored.get("shards") or [[0, shape[0], stored.get("empty", False)]]  # a folder written before shards
-    each = [replace(params, n_postings=int(n)) for n in stored.get("shard_n_postings") or [params.n_postings] * len(listed)]
-    if len(each) != len(listed):
-        raise DataFormatError(target / "params.json", f"{len(each)} shard_n_postings for {len(listed)} shards", field="shard_n_postings")
+    each = [params] * len(listed)  # a folder written before the share: n_postings in every shard
+    if "shard_postings" in stored or "shard_n_postings" in stored:
+        shares = stored.get("shard_n_postings")
+        if (stored.get("shard_postings") != SHARD_POSTINGS or not isinstance(shares, list) or len(shares) != len(listed)
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= params.n_postings for n in shares)):
+            raise DataFormatError(target / "params.json", f"shard_postings {stored.get('shard_postings')!r} / shard_n_postings {shares!r}: "
+                                  f"expected {SHARD_POSTINGS!r} and {len(listed)} integers in [1, n_postings]; delete the seismic/ folder to rebuild it",
+                                  field="shard_n_postings")
+        each = [replace(params, n_postings=n) for n in shares]
     ranges = [(int(a), int(b)) for a, b, _ in listed]
     if ranges[0][0] != 0 or ranges[-1][1] != shape[0] or any(b != c for (_, b), (c, _) in zip(ranges[:-1], ranges[1:])):
         raise DataFormatError(target / "params.json", f"shard ranges {ranges} do not cover the {shape[0]} document rows", field="shards")
@@ -369,4 +402,4 @@ def load(target: Path, stored: dict, shape: tuple[int, int]) -> ShardedSeismic:
     for number, ((start, stop), (_, _, empty)) in enumerate(zip(ranges, listed)):
         where = target if len(listed) == 1 else target / SHARD.format(number)
         shards.append((start, SeismicSearcher.load(where, each[number], (stop - start, shape[1]), empty=bool(empty))))
-    return ShardedSeismic(shards, ranges, params, shape, stored.get("max_entries"))
+    return ShardedSeismic(shards, ranges, params, shape, stored.get("max_entries"), stored.get("shard_postings"))
