@@ -92,16 +92,23 @@ def test_each_shard_keeps_its_share_of_n_postings():
     assert shard_params(params, np.zeros(4, np.int64), [(0, 1), (1, 3)]) == [params, params]  # no entry at all
 
 
-def test_a_folder_built_before_the_share_opens_as_built_and_is_rebuilt_when_asked(corpus):
-    """A multi-shard params.json without "shard_postings" (every shard kept n_postings): the stored
-    shards open when no build parameters are asked for, and are rebuilt with the share when they are."""
-    index, docs, ids, queries = corpus
-    params = SeismicBuildParams(n_postings=60)
+def _stored_before_the_share(index, params):
+    """Four shards of ``params`` stored, then their params.json rewritten as a folder of before the
+    share records it (no "shard_postings", no "shard_n_postings"); returns that file."""
     open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, max_entries=3000)
     record = index.folder / "seismic" / "params.json"
     old = json.loads(record.read_text())
     old.pop("shard_postings"), old.pop("shard_n_postings")
     record.write_text(json.dumps(old))
+    return record
+
+
+def test_a_folder_built_before_the_share_opens_as_built_and_is_rebuilt_when_asked(corpus):
+    """A multi-shard params.json without "shard_postings" (every shard kept n_postings): the stored
+    shards open when no build parameters are asked for, and are rebuilt with the share when they are."""
+    index, docs, ids, queries = corpus
+    params = SeismicBuildParams(n_postings=60)
+    record = _stored_before_the_share(index, params)
     built = []
     kept = open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, on_shard=built.append)
     assert built == [] and [s.params.n_postings for _, s in kept.shards] == [60] * 4  # opened, read as the old rule built it
@@ -115,11 +122,7 @@ def test_an_open_index_rebuilds_a_folder_built_before_the_share_when_asked(corpu
     when build parameters are asked for and they were not built with the share."""
     index, docs, ids, queries = corpus
     params = SeismicBuildParams(n_postings=60)
-    open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, max_entries=3000)
-    record = index.folder / "seismic" / "params.json"
-    old = json.loads(record.read_text())
-    old.pop("shard_postings"), old.pop("shard_n_postings")
-    record.write_text(json.dumps(old))
+    record = _stored_before_the_share(index, params)
     opened = Index.open(index.folder)
     before = opened.seismic()
     assert not before.built_with(params) and [s.params.n_postings for _, s in before.shards] == [60] * 4
