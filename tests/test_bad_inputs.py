@@ -5,8 +5,10 @@ result, never a silent wrong number or a lost output."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
+import scipy.sparse as sp
 from pathlib import Path
 
 import pytest
@@ -517,6 +519,22 @@ def test_search_cli_rejects_bad_options_before_any_work(tmp_path, tiny_beir, opt
     result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec", *option)
     assert_clean_failure(result, message)
     assert not (tmp_path / "run.trec").exists()
+
+
+def test_seismic_search_without_pyseismic_names_the_extra(tmp_path, tiny_beir, monkeypatch):
+    """A None entry in sys.modules makes `import seismic` raise ImportError, as in an environment
+    without pyseismic-lsr: the search stops before any query is encoded, with the install line."""
+    from spladekit.errors import MissingExtraError
+    from spladekit.index.seismic import SeismicSearcher
+
+    folder = _small_index(tmp_path / "index")
+    monkeypatch.setitem(sys.modules, "seismic", None)
+    result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec", "--backend", "seismic")
+    assert_clean_failure(result, "pip install 'spladekit[seismic]'")
+    assert "pyseismic-lsr" in result.output and not (tmp_path / "run.trec").exists()
+    with pytest.raises(ImportError, match=r"spladekit\[seismic\]") as raised:  # the API: still an ImportError
+        SeismicSearcher(sp.csr_matrix(np.eye(3, dtype=np.float32)))
+    assert isinstance(raised.value, MissingExtraError) and raised.value.extra == "seismic"
 
 
 def test_seismic_params_validate_in_the_api():

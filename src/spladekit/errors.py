@@ -44,6 +44,15 @@ class HeadNotFoundError(SpladekitError, TypeError):
     """The model is not a masked-language model of a supported family."""
 
 
+class MissingExtraError(SpladekitError, ImportError):
+    """An optional package a feature needs is not installed. The message names the feature, the
+    package and the install line (``pip install 'spladekit[EXTRA]'``). Attributes: ``package``, ``extra``."""
+
+    def __init__(self, feature: str, package: str, extra: str):
+        self.package, self.extra = package, extra
+        super().__init__(f"{feature} needs {package}, which is not installed: pip install 'spladekit[{extra}]'")
+
+
 class RepeatedIdError(SpladekitError, ValueError):
     """A document id given twice. Attributes: ``doc_id``, and ``first`` < ``second``, the 0-based
     positions of its two occurrences in input order (a reader of a file turns them into lines)."""

@@ -114,7 +114,7 @@ def search(
     from spladekit.data.tsv import read_tsv
     from spladekit.errors import SpladekitError
     from spladekit.index.index import BACKENDS, open_index, recall_at_k
-    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
+    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams, import_seismic
     from spladekit.io import write_json
 
     try:
@@ -139,6 +139,8 @@ def search(
                              f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
         build = SeismicBuildParams(**asked) if asked else None
         params = SeismicSearchParams(**searching)
+        if backend == "seismic":  # before any query is encoded: the install line, not a traceback
+            import_seismic()
         if queries is not None:
             topics = read_tsv(queries)
         elif data is not None:

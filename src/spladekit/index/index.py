@@ -383,7 +383,7 @@ class Index:
         shard (resumable) and stored there, replacing another parameter set.
 
         Raises:
-            ImportError: ``pyseismic-lsr`` is not installed (``pip install spladekit[seismic]``).
+            MissingExtraError: ``pyseismic-lsr`` is not installed (``pip install 'spladekit[seismic]'``).
         """
         if self._seismic is not None and (build is None or self._seismic.built_with(build)) and memory_budget is None:
             return self._seismic

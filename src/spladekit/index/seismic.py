@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.errors import MissingExtraError
 from spladekit.index.exact import tie_ranks
 
 _SCORE, _DOC = itemgetter(1), itemgetter(2)  # a pyseismic hit is (query id, score, document id)
@@ -34,6 +35,19 @@ _SCORE, _DOC = itemgetter(1), itemgetter(2)  # a pyseismic hit is (query id, sco
 MAX_N_POSTINGS = 1 << 32
 """Largest ``n_postings`` taken: pyseismic multiplies it by the vocabulary size in 64-bit integers
 (a larger value wraps around and keeps almost nothing); 2^32 is beyond any list length."""
+
+
+def import_seismic():
+    """The ``seismic`` module of pyseismic-lsr.
+
+    Raises:
+        MissingExtraError: pyseismic-lsr is not installed (an ``ImportError`` naming ``pip install 'spladekit[seismic]'``).
+    """
+    try:
+        import seismic
+    except ImportError as exc:
+        raise MissingExtraError("Seismic search", "pyseismic-lsr", "seismic") from exc
+    return seismic
 
 
 @dataclass
@@ -135,7 +149,7 @@ class SeismicSearcher:
         verbose: let Seismic print its build log.
 
     Raises:
-        ImportError: ``pyseismic-lsr`` is not installed (``pip install spladekit[seismic]``).
+        MissingExtraError: ``pyseismic-lsr`` is not installed (an ``ImportError`` naming ``pip install 'spladekit[seismic]'``).
     """
 
     INDEX_FILE = "index.index.seismic"  # what ``SeismicIndex.save(folder / "index")`` writes
@@ -143,7 +157,7 @@ class SeismicSearcher:
     def __init__(self, docs: sp.spmatrix, params: SeismicBuildParams | None = None, verbose: bool = False, canonical: bool = False):
         """``canonical``: ``docs`` is already float32 CSR with sorted, unique, non-zero entries (as an
         index folder's are); it is then used as it is (read-only, no copy of the matrix)."""
-        import seismic
+        seismic = import_seismic()
 
         self.params = params or SeismicBuildParams()
         self.num_docs, self.vocab_size = docs.shape
@@ -194,7 +208,7 @@ class SeismicSearcher:
             DataFormatError: the stored file cannot be read, or is missing for a non-empty index
                 (searching would return nothing for every query).
         """
-        import seismic
+        seismic = import_seismic()
 
         from spladekit.errors import DataFormatError
 

@@ -72,6 +72,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spladekit.errors import MissingExtraError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.inference_free import INFERENCE_FREE, load_query_weights
 
@@ -261,7 +262,7 @@ def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
-        raise ImportError("int8 quantisation needs onnxruntime: pip install 'spladekit[onnx]'") from exc
+        raise MissingExtraError("int8 quantisation", "onnxruntime", "onnx") from exc
     exclude = float32_products(source, n_tiles) + ([] if quantize_head else _head_matmuls(source, n_tiles))
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
                      reduce_range=True, op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=exclude)
@@ -301,7 +302,7 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
     try:
         import onnx  # noqa: F401  (torch.onnx.export needs it)
     except ImportError as exc:
-        raise ImportError("ONNX export needs the onnx package: pip install 'spladekit[onnx]'") from exc
+        raise MissingExtraError("ONNX export", "the onnx package", "onnx") from exc
     pooling = pooling or getattr(encoder.metadata, "pooling", "max")
     activation = activation or getattr(encoder.metadata, "activation", "relu")
     check_pooling(pooling, activation)
@@ -380,7 +381,7 @@ class OnnxSpladeEncoder(SpladeEncoder):
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise ImportError("ONNX inference needs onnxruntime: pip install 'spladekit[onnx]'") from exc
+            raise MissingExtraError("ONNX inference", "onnxruntime", "onnx") from exc
         folder = Path(folder)
         self.metadata = EncoderMetadata.load(folder)
         record = self.metadata.extra.get("onnx")
