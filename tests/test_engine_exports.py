@@ -325,6 +325,9 @@ ANSERINI = """
 import json, sys
 import jnius_config
 jnius_config.add_options("-Duser.home=" + sys.argv[2])
+# onnxruntime-java unpacks its native library (15 MB) into java.io.tmpdir and an in-process JVM
+# never deletes it: kept under the test's folder, not left in /tmp
+jnius_config.add_options("-Djava.io.tmpdir=" + sys.argv[2])
 jnius_config.set_classpath(sys.argv[1])
 from jnius import autoclass
 encoder = autoclass("io.anserini.encoder.sparse.SpladePlusPlusEnsembleDistilEncoder")()
@@ -341,7 +344,8 @@ print(json.dumps(out))
 @pytest.mark.parametrize("variant", [("max", "relu"), ("sum", "log1p_relu")])
 def test_anserini_onnx_encoder_runs_the_export(tmp_path, variant):
     """Anserini 0.25.0's own SpladePlusPlusEnsembleDistilEncoder (ONNX, Java) on the export, found in
-    its cache folder under ~/.cache/anserini/encoders (user.home pointed at a temporary folder)."""
+    its cache folder under ~/.cache/anserini/encoders (user.home and java.io.tmpdir pointed at a
+    temporary folder, which then holds onnxruntime-java's unpacked library)."""
     import shutil
 
     import engine_helpers as eh
