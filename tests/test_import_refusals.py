@@ -74,6 +74,24 @@ def test_nan_weights_are_refused_naming_the_line(tmp_path):
     assert normalise_entries([2, 1, 2], [0.5, 1.0, -0.25])[1].tolist() == [1.0, 0.25]  # the stated rule: summed, ≤ 0 dropped
 
 
+def test_weights_beyond_float32_are_refused_naming_the_line(tmp_path):
+    """A finite float64 weight above float32's largest value (≈ 3.4e38) would be stored as inf."""
+    folder = _export(tmp_path, "seismic")
+    data = folder / FILES["seismic"]
+    lines = data.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["vector"][next(iter(record["vector"]))] = 1e39
+    lines[1] = json.dumps(record)
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"line 2.*beyond float32's range \(1e\+39"):
+        import_to_index("seismic", data, VOCAB, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    big = float(np.finfo(np.float32).max)
+    with pytest.raises(ValueError, match="beyond float32"):  # two finite entries of one term, summed past the range
+        normalise_entries([3, 3], [big, big])
+    assert normalise_entries([3], [big])[1].tolist() == [big]  # the largest float32 itself is kept
+
+
 def test_elastic_bulk_ending_on_an_action_line_and_string_weights_are_refused(tmp_path):
     folder = _export(tmp_path, "elastic")
     data = folder / FILES["elastic"]

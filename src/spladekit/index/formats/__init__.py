@@ -51,8 +51,9 @@ def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[
         ``(indices int64 [n], values float32 [n])`` with strictly increasing indices.
 
     Raises:
-        ValueError: a value is not finite (NaN would otherwise fail ``> 0`` and vanish unseen; the
-            readers turn this into a DataFormatError naming the file and line).
+        ValueError: a value is not finite (NaN would otherwise fail ``> 0`` and vanish unseen), or
+            a summed weight exceeds float32's largest value (it would be stored as inf); the readers
+            turn this into a DataFormatError naming the file and line.
     """
     idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices, dtype=np.int64)
     val = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
@@ -65,6 +66,9 @@ def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[
     summed = np.zeros(unique.size, dtype=np.float64)
     np.add.at(summed, inverse, val)
     keep = summed > 0
+    too_large = summed > np.finfo(np.float32).max  # would become inf in float32 (and score inf)
+    if too_large.any():
+        raise ValueError(f"a weight is beyond float32's range ({summed[too_large][0]:g} > {np.finfo(np.float32).max:g})")
     return unique[keep], summed[keep].astype(np.float32)
 
 
