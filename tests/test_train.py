@@ -303,9 +303,8 @@ def test_shipped_configs_equal_the_demo_recipes():
     assert set(DEMO_RECIPES) == {"default", "full"}
 
 
-def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
-    from spladekit.demo import run_demo
-
+def _tiny_beir(tmp_path):
+    """A BEIR folder of 8 queries, each judging its own document, in train and test."""
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
     examples = make_examples(8, negatives=0)
@@ -315,6 +314,13 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     rows = "".join(f"q{i}\td{i}\t1\n" for i in range(8))
     (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
+    return beir
+
+
+def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
+    from spladekit.demo import run_demo
+
+    beir = _tiny_beir(tmp_path)
     results = run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4,
                        overrides=["steps=2", "batch_size=4", "validate_every=0", "data.validation_fraction=0.25",
                                   "eval_every=1", "model.head_impl=plain", "curves=false"])
@@ -333,6 +339,31 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"| {names[1]} |" in printed and "fine-tuning: nDCG@10" in printed
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
+    for folder, name in (("before", names[0]), ("bm25", "bm25")):
+        assert json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
+
+
+def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monkeypatch):
+    """Training interrupted (Ctrl-C as a KeyboardInterrupt raised by spladekit.train.train): before/ and
+    bm25/ are on disk, equal to the same evaluation run again; no summary.json claims a full demo."""
+    import spladekit.train
+    from spladekit.demo import _load, run_demo
+    from spladekit.pipeline import evaluate_splade
+
+    beir = _tiny_beir(tmp_path)
+
+    def interrupted(config, out, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spladekit.train, "train", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4, overrides=["steps=2", "batch_size=4", "model.head_impl=plain"])
+    dataset, encoder = _load(str(tiny), str(beir), 4, head_impl="plain", query_max_length=64, doc_max_length=128)
+    again = evaluate_splade(encoder, dataset, name="again", show_progress=False)
+    kept = json.loads((tmp_path / "demo" / "before" / "metrics.json").read_text())
+    assert kept["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"], abs=1e-12)  # same model, data and code path
+    assert (tmp_path / "demo" / "before" / "run.trec").exists() and (tmp_path / "demo" / "bm25" / "metrics.json").exists()
+    assert not (tmp_path / "demo" / "summary.json").exists()
 
 
 def test_bf16_autocast_keeps_float32_weights(tiny, tmp_path):

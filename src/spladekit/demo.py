@@ -163,6 +163,8 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
     """Evaluate ``model`` and BM25 on ``data`` (test split); with ``train``, fine-tune ``model`` on the
     train split (:func:`demo_config`) and evaluate the result the same way. Writes runs, metrics,
     the table (``table.md``), per-query plot and, with training, ``train/`` (curves, metrics, model).
+    With training, ``before/`` and ``bm25/`` are written before training starts, so a demo stopped
+    during training keeps its baseline evaluation (``summary.json`` and the table come at the end).
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -192,6 +194,10 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
     del before_encoder
     bm25 = evaluate_bm25(dataset)
+    for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped; rewritten by _report
+        write_system(system, out / folder)
+    print(f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
+          f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)")
     print(f"fine-tuning on {data} train: {config.steps} steps, batch {config.batch_size}, lr {config.lr}, "
           f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}")
     started = time.perf_counter()
