@@ -303,7 +303,7 @@ def test_shipped_configs_equal_the_demo_recipes():
     assert set(DEMO_RECIPES) == {"default", "full"}
 
 
-def _tiny_beir(tmp_path):
+def _demo_beir(tmp_path):
     """A BEIR folder of 8 queries, each judging its own document, in train and test."""
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
@@ -320,7 +320,7 @@ def _tiny_beir(tmp_path):
 def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     from spladekit.demo import run_demo
 
-    beir = _tiny_beir(tmp_path)
+    beir = _demo_beir(tmp_path)
     results = run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4,
                        overrides=["steps=2", "batch_size=4", "validate_every=0", "data.validation_fraction=0.25",
                                   "eval_every=1", "model.head_impl=plain", "curves=false"])
@@ -350,7 +350,7 @@ def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monke
     from spladekit.demo import _load, run_demo
     from spladekit.pipeline import evaluate_splade
 
-    beir = _tiny_beir(tmp_path)
+    beir = _demo_beir(tmp_path)
 
     def interrupted(config, out, **kwargs):
         raise KeyboardInterrupt
