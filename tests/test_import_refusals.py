@@ -9,6 +9,7 @@ the count removed), not computed by the code under test.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -90,6 +91,86 @@ def test_weights_beyond_float32_are_refused_naming_the_line(tmp_path):
     with pytest.raises(ValueError, match="beyond float32"):  # two finite entries of one term, summed past the range
         normalise_entries([3, 3], [big, big])
     assert normalise_entries([3], [big])[1].tolist() == [big]  # the largest float32 itself is kept
+
+
+def _tamper(data: Path, line: int, change) -> None:
+    """Apply ``change`` to the JSON record on 1-based ``line`` of ``data`` and write it back."""
+    lines = data.read_text().splitlines()
+    record = json.loads(lines[line - 1])
+    change(record)
+    lines[line - 1] = json.dumps(record)
+    data.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("fmt", ["seismic", "qdrant", "milvus", "elastic"])
+def test_an_integer_past_float64_is_refused_naming_the_line(tmp_path, fmt):
+    """A JSON integer of 400 digits: Python's OverflowError in the float64 conversion used to escape
+    the readers as a traceback."""
+    folder = _export(tmp_path, fmt)
+    data = folder / FILES[fmt]
+    line = 4 if fmt == "elastic" else 2  # elastic: an action line before each document
+
+    def huge(record):
+        if fmt in ("seismic", "elastic"):
+            vector = record["vector" if fmt == "seismic" else next(k for k, v in record.items() if isinstance(v, dict))]
+            vector[next(iter(vector))] = 10 ** 400
+        else:
+            vector = record["vector"]["splade"] if fmt == "qdrant" else next(v for v in record.values() if isinstance(v, dict))
+            vector["values"][0] = 10 ** 400
+
+    _tamper(data, line, huge)
+    with pytest.raises(DataFormatError, match=rf"line {line}.*beyond float64's range"):
+        import_to_index(fmt, data, VOCAB, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["1.5", True, None])
+@pytest.mark.parametrize("fmt", ["qdrant", "milvus"])
+def test_sparse_values_that_are_not_numbers_are_refused(tmp_path, fmt, value):
+    """numpy reads "1.5" as 1.5 and true as 1.0: refused, as the token formats refuse them."""
+    folder = _export(tmp_path, fmt)
+    data = folder / FILES[fmt]
+
+    def bad(record):
+        vector = record["vector"]["splade"] if fmt == "qdrant" else next(v for v in record.values() if isinstance(v, dict))
+        vector["values"][0] = value
+
+    _tamper(data, 3, bad)
+    with pytest.raises(DataFormatError, match=rf"line 3.*sparse value {re.escape(repr(value))} is not a number"):
+        import_to_index(fmt, data, VOCAB, tmp_path / "out")
+
+
+def test_repeated_keys_are_summed_in_term_vectors_only(tmp_path):
+    folder = _export(tmp_path, "seismic")
+    data = folder / FILES["seismic"]
+    lines = data.read_text().splitlines()
+    first = json.loads(lines[0])
+    lines[0] = '{"id": "d0", "id": "d9", ' + json.dumps(first)[1:]  # an id given twice: which one is meant?
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"line 1: field 'id': given more than once"):
+        import_to_index("seismic", data, VOCAB, tmp_path / "out")
+    lines[0] = json.dumps(first)
+    lines[1] = lines[1].replace('"vector": {', '"vector": {"t5": true, "t5": true, ', 1)  # not summed into 2
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"line 2: field 'vector': expected an object"):
+        import_to_index("seismic", data, VOCAB, tmp_path / "out")
+    lines[1] = lines[1].replace('"t5": true, "t5": true, ', '"t5": 0.25, "t5": 0.5, ', 1)  # the module rule: summed
+    data.write_text("\n".join(lines) + "\n")
+    matrix, _ = import_vectors("seismic", data, VOCAB)
+    original = json.loads(lines[1].replace('"t5": 0.25, "t5": 0.5, ', "", 1))["vector"]
+    assert matrix[1, 5] == np.float32(0.75 + original.get("t5", 0.0))  # float32 of the float64 sum, as normalise_entries stores it
+
+
+@pytest.mark.parametrize("fmt", ["anserini", "ciff"])
+def test_a_scale_pushing_weights_past_float32_is_named(tmp_path, fmt):
+    """Integer impacts divided by a tiny --scale: past float32 they were stored as inf (a numpy
+    warning, then an error by row number); now refused naming the file and the scale."""
+    folder = _export(tmp_path, fmt)
+    with pytest.raises(DataFormatError, match=r"beyond float32's range \(check --scale\)"):
+        import_to_index(fmt, folder, VOCAB, tmp_path / "out", scale=1e-37)
+    assert not (tmp_path / "out").exists()
+    matrix, _ = import_vectors(fmt, folder, VOCAB, scale=1e-30)  # impacts ≤ 2.0 · 100: within range at 1e-30
+    assert np.isfinite(matrix.data).all()
 
 
 def test_elastic_bulk_ending_on_an_action_line_and_string_weights_are_refused(tmp_path):

@@ -14,7 +14,8 @@ Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
   a repeated term scores the same as the merged one; this is also what Anserini's pre-encoded
   format means: a token repeated ``n`` times has weight ``n``). Zero and negative weights are
   dropped after merging (SPLADE weights are ``log(1 + ReLU(·)) ≥ 0``; an exported 0 carries no
-  score). JSON objects with a key given twice are merged the same way, not "last key wins". A weight
+  score). JSON term vectors with a key given twice are merged the same way, not "last key wins"
+  (a key repeated anywhere else in a record, an id or a field, is an error). A weight
   that is not finite (NaN, ±Infinity) is an error naming the file and line, never dropped.
 * **Export manifests.** Importing an export folder checks its ``export.json``: the vocabulary size must
   be the model's and the number of vectors read must be its ``count`` (a copy cut at a line boundary
@@ -44,6 +45,22 @@ from spladekit.errors import DataFormatError
 MANIFEST = "export.json"
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def weights_array(values: Iterable[float]) -> np.ndarray:
+    """``values`` as a float64 array.
+
+    Raises:
+        ValueError: a value beyond float64's range (a JSON integer of 400 digits: Python's
+            ``OverflowError``, which the readers would not catch, turned into the error they name).
+    """
+    try:
+        return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+    except OverflowError as exc:
+        raise ValueError(f"a weight is beyond float64's range ({exc})") from None
+
+
 def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
     """Sort ``(index, value)`` pairs by index, sum repeated indices, drop weights ≤ 0.
 
@@ -56,7 +73,7 @@ def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[
             turn this into a DataFormatError naming the file and line.
     """
     idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices, dtype=np.int64)
-    val = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+    val = weights_array(values)
     if val.size and not np.isfinite(val).all():
         bad = val[~np.isfinite(val)][0]
         raise ValueError(f"a weight is not finite ({bad})")
@@ -66,9 +83,9 @@ def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[
     summed = np.zeros(unique.size, dtype=np.float64)
     np.add.at(summed, inverse, val)
     keep = summed > 0
-    too_large = summed > np.finfo(np.float32).max  # would become inf in float32 (and score inf)
+    too_large = summed > FLOAT32_MAX  # would become inf in float32 (and score inf)
     if too_large.any():
-        raise ValueError(f"a weight is beyond float32's range ({summed[too_large][0]:g} > {np.finfo(np.float32).max:g})")
+        raise ValueError(f"a weight is beyond float32's range ({summed[too_large][0]:g} > {FLOAT32_MAX:g})")
     return unique[keep], summed[keep].astype(np.float32)
 
 
@@ -82,7 +99,8 @@ def from_sparse_vector(indices: Sequence[int], values: Sequence[float]) -> tuple
 
     Raises:
         ValueError: ``indices`` and ``values`` differ in length, an index is not a whole number
-            (1016.5 would otherwise be read as 1016), or is negative.
+            (1016.5 would otherwise be read as 1016), or is negative, or a value is not a number
+            (a string, a boolean, null).
     """
     if len(indices) != len(values):
         raise ValueError(f"{len(indices)} indices for {len(values)} values")
@@ -91,6 +109,11 @@ def from_sparse_vector(indices: Sequence[int], values: Sequence[float]) -> tuple
         raise ValueError(f"sparse index {bad!r} is not an integer")
     if any(int(i) < 0 for i in indices):
         raise ValueError("negative sparse index")
+    numeric = values.dtype.kind in "iuf" if isinstance(values, np.ndarray) else set(map(type, values)) <= {int, float}
+    if not numeric:  # numpy would read "1.5" as 1.5, true as 1.0 and null as nan; the token formats refuse them too
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))]
+        if bad:  # else numpy scalars: numbers
+            raise ValueError(f"sparse value {bad[0]!r} is not a number")
     return normalise_entries(indices, values)
 
 
@@ -270,24 +293,59 @@ class ExportManifest:
             raise DataFormatError(path, str(exc)) from exc
 
 
-def merge_pairs_hook(pairs: list[tuple[str, object]]) -> dict:
-    """``json.loads`` ``object_pairs_hook`` that sums numeric values of repeated keys (see module rule)."""
-    out: dict = {}
+class JsonObject(dict):
+    """A JSON object read with :func:`merge_pairs_hook`; ``repeated``: its keys given more than once."""
+
+    __slots__ = ("repeated",)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def merge_pairs_hook(pairs: list[tuple[str, object]]) -> JsonObject:
+    """``json.loads`` ``object_pairs_hook``: numbers of a repeated key are summed (the module rule for
+    term vectors); a repeated key holding anything else keeps the value that is not a number (which
+    the readers' type checks refuse). Every repeated key is listed in ``repeated``: where the object
+    is not a term vector, :func:`iter_json_records` refuses it (an id given twice is not summed)."""
+    out, repeated = JsonObject(), []
     for key, value in pairs:
-        if key in out and isinstance(value, (int, float)) and isinstance(out[key], (int, float)):
-            out[key] = out[key] + value
+        if key in out:
+            repeated.append(key)
+            if _is_number(value) and _is_number(out[key]):
+                out[key] = out[key] + value
+            elif _is_number(value):
+                continue  # keep the earlier value, which is not a number
+            else:
+                out[key] = value
         else:
             out[key] = value
+    out.repeated = tuple(repeated)
     return out
 
 
-def iter_json_records(path: str | Path):
+def _repeated_key(record: JsonObject, summed: Sequence[str], prefix: str = "") -> str | None:
+    """The dotted name of the first repeated key of ``record`` or of an object inside it (arrays
+    are not searched), leaving out the term vectors under the top-level keys ``summed``."""
+    if getattr(record, "repeated", ()):
+        return prefix + record.repeated[0]
+    for key, value in record.items():
+        if isinstance(value, dict) and not (prefix == "" and key in summed):
+            found = _repeated_key(value, (), f"{prefix}{key}.")
+            if found:
+                return found
+    return None
+
+
+def iter_json_records(path: str | Path, summed: Sequence[str] = ()):
     """Yield ``(line number, JSON object)`` of a JSONL/NDJSON file, skipping blank lines.
 
-    Repeated keys are summed (:func:`merge_pairs_hook`).
+    ``summed``: the top-level keys holding term vectors ``{term: weight}``, whose repeated keys are
+    summed (:func:`merge_pairs_hook`, the module rule); a key repeated anywhere else is an error.
 
     Raises:
-        DataFormatError: a line that is not valid JSON or not a JSON object, naming the file and line.
+        DataFormatError: a line that is not valid JSON or not a JSON object, or a repeated key
+            outside the term vectors, naming the file, line (and field).
     """
     import json
 
@@ -302,6 +360,10 @@ def iter_json_records(path: str | Path):
             raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
         if not isinstance(record, dict):
             raise DataFormatError(path, f"expected a JSON object, got {type(record).__name__}", line=number)
+        repeated = _repeated_key(record, summed)
+        if repeated:
+            raise DataFormatError(path, "given more than once (repeated keys are summed in term vectors only)",
+                                  line=number, field=repeated)
         yield number, record
 
 
@@ -317,7 +379,7 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
             token outside the vocabulary (naming the file and line).
     """
     index = token_index(vocabulary)
-    for number, record in iter_json_records(path):
+    for number, record in iter_json_records(path, summed=("vector",)):
         for key in ("id", "vector"):
             if key not in record:
                 raise DataFormatError(path, "missing", line=number, field=key)
@@ -326,7 +388,13 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
             raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
         cols = lookup_tokens(vector.keys(), index, path, number)
         try:
-            row = normalise_entries(cols, np.asarray(list(vector.values()), dtype=np.float64) / scale)
+            raw = weights_array(vector.values())
+            with np.errstate(over="ignore"):  # past float64: inf, refused here
+                scaled = raw / scale
+            if scale != 1 and np.isfinite(raw).all() and not (scaled <= FLOAT32_MAX).all():
+                top = float(raw.max())
+                raise ValueError(f"the weight {top:g} divided by the scale {scale:g} is beyond float32's range (check --scale)")
+            row = normalise_entries(cols, scaled)
         except ValueError as exc:
             raise DataFormatError(path, str(exc), line=number, field="vector") from exc
         yield record, row

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import check_scale, quantise, token_index
+from spladekit.index.formats import FLOAT32_MAX, check_scale, quantise, token_index
 
 VERSION = 1
 PROTO_PACKAGE = "io.osirrc.ciff"
@@ -276,7 +276,7 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
         except DecodeError as exc:
             raise DataFormatError(path, f"not a CIFF protobuf stream ({exc})") from exc
     values = np.concatenate(tfs) if tfs else np.zeros(0, np.int64)
-    matrix = sp.csr_matrix(((values / scale).astype(np.float32), (np.concatenate(rows) if rows else values, np.concatenate(cols) if cols else values)),
+    matrix = sp.csr_matrix((_weights(values, scale, path), (np.concatenate(rows) if rows else values, np.concatenate(cols) if cols else values)),
                            shape=(num_docs, len(vocabulary)))
     matrix.sum_duplicates()
     matrix.eliminate_zeros()
@@ -398,12 +398,26 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
                 rows = cols = tfs = np.zeros(0, np.int32)
             block_ptr = np.zeros(end - start + 1, np.int64)
             np.cumsum(np.bincount(rows - start, minlength=end - start), out=block_ptr[1:])
-            block = sp.csr_matrix(((tfs.astype(np.int64) / scale).astype(np.float32), cols, block_ptr), shape=(end - start, vocab_size))
+            block = sp.csr_matrix((_weights(tfs, scale, path), cols, block_ptr), shape=(end - start, vocab_size))
             block.has_sorted_indices = True
             yield block
             start = end
 
     return ids, num_docs, blocks
+
+
+def _weights(tfs: np.ndarray, scale: float, path: Path) -> np.ndarray:
+    """float32 ``tf / scale`` of integer impacts.
+
+    Raises:
+        DataFormatError: the largest ``tf / scale`` is beyond float32's range (it would be stored as
+            inf), naming the file, the impact and the scale.
+    """
+    if tfs.size:
+        top = int(tfs.max())
+        if top / scale > FLOAT32_MAX:
+            raise DataFormatError(path, f"impact {top} / scale {scale:g} is beyond float32's range (check --scale)", field="tf")
+    return (tfs.astype(np.int64) / scale).astype(np.float32)
 
 
 def _read_slice(path: str, first: int, stop: int) -> np.ndarray:

@@ -162,7 +162,7 @@ def bulk_rows(path: str | Path, vocabulary: Sequence[str], field: str = "splade"
     """
     index = token_index(vocabulary)
     action = None
-    for number, record in iter_json_records(path):
+    for number, record in iter_json_records(path, summed=(field,)):
         if action is None:
             if "index" not in record:
                 raise DataFormatError(path, "expected an 'index' action line", line=number)
