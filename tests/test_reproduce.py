@@ -288,6 +288,29 @@ def test_evaluation_backend_is_in_the_fingerprint_only_when_not_exact():
     assert fingerprint(eval_spec(seismic, plan_grid(seismic)[0], dataset)) != fingerprint(exact)
 
 
+def test_a_seismic_grid_without_pyseismic_stops_before_any_work(tmp_path, monkeypatch):
+    """A None entry in sys.modules makes `import seismic` fail as where pyseismic-lsr is not installed:
+    the grid refuses before its first stage (not after hours of training, at every cell's
+    evaluation), and the dry run says so."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "seismic", None)
+    config = ReproduceConfig.model_validate({**base_dict(), "evaluation": {**base_dict()["evaluation"], "backend": "seismic"}})
+    runner = RecordingRunner()
+    with pytest.raises(MissingExtraError, match=r"pip install 'spladekit\[seismic\]'"):
+        run_grid(config, tmp_path / "o", runner, log=silent)
+    assert runner.calls == []
+    path = _write(tmp_path, {**base_dict(), "evaluation": {**base_dict()["evaluation"], "backend": "seismic"}})
+    result = CliRunner().invoke(app, ["reproduce", str(path), "--dry-run", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0 and "evaluate (seismic)" in result.output
+    assert "pyseismic-lsr, which is not installed" in result.output and "refuses to start" in result.output
+
+
 # ------------------------------------------------------------------------------------ report
 def test_report_tables_and_plots(tmp_path):
     config = ReproduceConfig.model_validate(base_dict())

@@ -298,6 +298,8 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
     Raises:
         StaleCellError: see the module docstring (before anything is run for that cell).
         ValueError: ``cells`` names an unknown cell.
+        MissingExtraError: ``evaluation.backend`` is seismic and pyseismic-lsr is not installed
+            (before any cell is run).
     """
     out = Path(out).resolve()  # paths recorded in the markers are absolute: resuming works from any folder
     if runner is None:
@@ -324,6 +326,10 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
             pending.append(cell)
     if not pending:
         return outcome
+    if config.evaluation.backend == "seismic":  # before hours of training, not at every cell's evaluation
+        from spladekit.index.seismic import import_seismic
+
+        import_seismic()
     base = prepare_backbones(config, out, runner, list({c.backbone.name: c.backbone for c in pending}.values()), force, log)
     for cell in pending:
         try:

@@ -120,7 +120,15 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
                      + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "")
                      + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "") + ")"
                      for role, d in config.evaluation.datasets())
-    lines.append(f"  4. evaluate: {sets}")
+    lines.append(f"  4. evaluate ({config.evaluation.backend}): {sets}")
+    if config.evaluation.backend == "seismic":
+        from spladekit.errors import MissingExtraError
+        from spladekit.index.seismic import import_seismic
+
+        try:
+            import_seismic()
+        except MissingExtraError as exc:
+            lines.append(f"     {exc}: the grid refuses to start without it")
     lines.append("")
     lines.append("treatments:")
     for treatment in config.treatments:
