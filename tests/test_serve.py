@@ -126,11 +126,32 @@ def test_health_info_and_openapi(server, scifact_index):
     assert info["index"]["num_docs"] == NUM_DOCS and info["index"]["vocab_size"] == 30522
     assert info["index"]["model"] == index.metadata["model"] and info["index"]["content_hash"] == index.metadata["content_hash"]
     assert info["index"]["query_max_length"] == index.metadata["query_max_length"]
-    assert info["backends"] == ["exact", "seismic"] and info["server"]["version"] == spladekit.__version__
+    assert info["backends"] == ["exact", "seismic"] and info["unavailable_backends"] == {}
+    assert info["server"]["version"] == spladekit.__version__
     assert info["query_encoder"]["kind"].startswith("torch")
     schema = httpx.get(server.url + "/openapi.json").json()
     assert "/search" in schema["paths"] and "SparseVector" in schema["components"]["schemas"]
     assert httpx.get(server.url + "/docs").status_code == 200
+
+
+def test_a_stored_seismic_index_without_pyseismic_is_explained(scifact_index, monkeypatch, caplog):
+    """The service in this process, `import seismic` failing (a None entry in sys.modules) as where
+    pyseismic-lsr is not installed: exact search only, and the log, /info and a request asking for
+    Seismic all give the install line (a request was told to store an index the folder holds)."""
+    from pydantic import ValidationError
+
+    from spladekit.serve.config import ServeConfig
+    from spladekit.serve.service import Service
+
+    index, _ = scifact_index
+    monkeypatch.setitem(sys.modules, "seismic", None)
+    with caplog.at_level("WARNING"):
+        service = Service(ServeConfig(index=str(index.folder)), threads=1)
+    assert service.backends == ("exact",)
+    assert "pip install 'spladekit[seismic]'" in service.info()["unavailable_backends"]["seismic"]
+    assert "a Seismic index is stored, but" in caplog.text and "pip install 'spladekit[seismic]'" in caplog.text
+    with pytest.raises(ValidationError, match=r"a Seismic index is stored, but Seismic search needs pyseismic-lsr"):
+        service.request_model.model_validate({"query": "a", "backend": "seismic"})
 
 
 # ----------------------------------------------------------------------------------- other query encoders

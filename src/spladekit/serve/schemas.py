@@ -48,8 +48,9 @@ def _listify(value):
 
 
 def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000, max_query_chars: int = 2000,
-                  max_queries: int = 64, max_top_terms: int = 1000) -> type[BaseModel]:
-    """The ``POST /search`` body model for an index with ``vocab_size`` columns and these limits.
+                  max_queries: int = 64, max_top_terms: int = 1000, unavailable: dict[str, str] | None = None) -> type[BaseModel]:
+    """The ``POST /search`` body model for an index with ``vocab_size`` columns and these limits;
+    ``unavailable``: why a backend not in ``backends`` is not served (told to a request asking for it).
 
     Returns:
         a pydantic model class ``SearchRequest``; its validated instances have ``query`` (list of
@@ -134,8 +135,8 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         @classmethod
         def _available(cls, backend: str) -> str:
             if backend not in backends:
-                raise ValueError(f"backend {backend!r} is not available on this server (available: {', '.join(backends)}; "
-                                 "Seismic needs a Seismic index stored in the index folder)")
+                why = (unavailable or {}).get(backend, "Seismic needs a Seismic index stored in the index folder")
+                raise ValueError(f"backend {backend!r} is not available on this server (available: {', '.join(backends)}; {why})")
             return backend
 
         @model_validator(mode="after")

@@ -50,11 +50,14 @@ class Service:
         self.num_docs, self.vocab_size = self.index.docs.shape
         self.shared = False
         self._load_encoder()
-        self.backends = ("exact", "seismic") if _seismic_stored(self.index) else ("exact",)
+        missing = _seismic_unavailable(self.index)
+        self.unavailable = {"seismic": missing} if missing else {}
+        self.backends = ("exact",) if missing else ("exact", "seismic")
         if "seismic" in self.backends:
             self.index.seismic()  # the stored index, loaded once here (never built by a request)
         self.vocabulary = _vocabulary(self.index, self.encoder)
-        self.request_model = request_model(self.vocab_size, self.backends, config.max_k, config.max_query_chars, config.max_queries)
+        self.request_model = request_model(self.vocab_size, self.backends, config.max_k, config.max_query_chars, config.max_queries,
+                                           unavailable=self.unavailable)
         self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
 
     def _load_encoder(self) -> None:
@@ -102,7 +105,7 @@ class Service:
                 "index": {"num_docs": self.num_docs, "vocab_size": self.vocab_size, "model": meta.get("model"),
                           "query_max_length": meta.get("query_max_length"), "doc_max_length": meta.get("doc_max_length"),
                           "content_hash": meta.get("content_hash"), "metadata": meta},
-                "query_encoder": encoder, "backends": list(self.backends)}
+                "query_encoder": encoder, "backends": list(self.backends), "unavailable_backends": dict(self.unavailable)}
 
     # ------------------------------------------------------------------ one micro-batch
     def run_batch(self, requests: Sequence) -> list:
@@ -207,24 +210,27 @@ def _query_encoder(index, model: str | None, batch_size: int):
     return encoder, kind
 
 
-def _seismic_stored(index) -> bool:
-    """Whether the folder holds a Seismic index built over these vectors (and pyseismic-lsr is installed)."""
+def _seismic_unavailable(index) -> str | None:
+    """Why Seismic search cannot be served from this folder (no stored index, pyseismic-lsr not
+    installed, a stored index built over other vectors), or None when it can. Where an index is
+    stored but cannot be used, the reason is also logged as a warning."""
     params = index.folder / "seismic" / "params.json"
     if not params.exists():
-        return False
+        return "Seismic needs a Seismic index stored in the index folder (`spladekit search --backend seismic` builds it)"
+    from spladekit.errors import MissingExtraError
+    from spladekit.index.seismic import import_seismic
+    from spladekit.io import read_json
+
     try:
-        import seismic  # noqa: F401
-
-        from spladekit.io import read_json
-
-        stored = read_json(params)
-    except ImportError:
-        log.warning("%s: a Seismic index is stored but pyseismic-lsr is not installed; serving exact search only", index.folder)
-        return False
-    if stored.get("content_hash") != index.metadata.get("content_hash"):
-        log.warning("%s: the stored Seismic index was built over other vectors; serving exact search only", params)
-        return False
-    return True
+        import_seismic()
+    except MissingExtraError as exc:
+        reason = f"a Seismic index is stored, but {exc}"
+    else:
+        if read_json(params).get("content_hash") == index.metadata.get("content_hash"):
+            return None
+        reason = "the stored Seismic index was built over other vectors"
+    log.warning("%s: %s; serving exact search only", index.folder, reason)
+    return reason
 
 
 def _vocabulary(index, encoder) -> list[str] | None:
