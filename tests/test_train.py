@@ -345,7 +345,8 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
 
 def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monkeypatch):
     """Training interrupted (Ctrl-C as a KeyboardInterrupt raised by spladekit.train.train): before/ and
-    bm25/ are on disk, equal to the same evaluation run again; no summary.json claims a full demo."""
+    bm25/ are on disk, equal to the same evaluation run again; no summary.json claims a full demo, and
+    no result of a previous demo in the folder is left beside the new baseline."""
     import spladekit.train
     from spladekit.demo import _load, run_demo
     from spladekit.pipeline import evaluate_splade
@@ -356,6 +357,12 @@ def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monke
         raise KeyboardInterrupt
 
     monkeypatch.setattr(spladekit.train, "train", interrupted)
+    previous = tmp_path / "demo"  # a previous demo's results: removed when the new baseline is written
+    (previous / "after").mkdir(parents=True)
+    (previous / "after" / "metrics.json").write_text("{}")
+    (previous / "summary.json").write_text("{}")
+    (previous / "train").mkdir()
+    (previous / "train" / "checkpoint.txt").write_text("kept")
     with pytest.raises(KeyboardInterrupt):
         run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4, overrides=["steps=2", "batch_size=4", "model.head_impl=plain"])
     dataset, encoder = _load(str(tiny), str(beir), 4, head_impl="plain", query_max_length=64, doc_max_length=128)
@@ -363,7 +370,8 @@ def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monke
     kept = json.loads((tmp_path / "demo" / "before" / "metrics.json").read_text())
     assert kept["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"], abs=1e-12)  # same model, data and code path
     assert (tmp_path / "demo" / "before" / "run.trec").exists() and (tmp_path / "demo" / "bm25" / "metrics.json").exists()
-    assert not (tmp_path / "demo" / "summary.json").exists()
+    assert not (tmp_path / "demo" / "summary.json").exists() and not (tmp_path / "demo" / "after").exists()
+    assert (tmp_path / "demo" / "train" / "checkpoint.txt").read_text() == "kept"  # training resumes from its folder
 
 
 def test_bf16_autocast_keeps_float32_weights(tiny, tmp_path):

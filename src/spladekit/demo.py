@@ -130,6 +130,25 @@ def _load(model: str, data: str, batch_size: int, **encoder_options):
     return dataset, encoder
 
 
+#: What a trained demo writes beside ``train/`` and ``index/``: removed when a new one writes its baseline.
+RESULT_NAMES = ("summary.json", "table.md", "per_query_ndcg10.png", "before", "after", "last", "bm25", *EXTRA_FOLDERS)
+
+
+def _remove_previous_results(out: Path) -> None:
+    """Remove a previous demo's results from ``out`` (:data:`RESULT_NAMES`; ``train/``, whose checkpoints a
+    training resumes from, and ``index/``, replaced whole, are kept), saying so."""
+    import shutil
+
+    found = [out / name for name in RESULT_NAMES if (out / name).exists()]
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if found:
+        print(f"removed the previous demo's results from {out}/ ({', '.join(p.name for p in found)}); train/ is kept")
+
+
 def _report(results: list[SystemResult], folders: list[str], dataset, out: Path, extra: dict | None = None) -> None:
     """Write every system's outputs, ``summary.json``, ``table.md`` and the per-query plot; print the table."""
     for system, folder in zip(results, folders):
@@ -194,6 +213,7 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
     del before_encoder
     bm25 = evaluate_bm25(dataset)
+    _remove_previous_results(out)  # an interrupted rerun must not leave this run's baseline beside the last run's results
     for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped; rewritten by _report
         write_system(system, out / folder)
     print(f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
