@@ -535,6 +535,15 @@ def test_seismic_search_without_pyseismic_names_the_extra(tmp_path, tiny_beir, m
     with pytest.raises(ImportError, match=r"spladekit\[seismic\]") as raised:  # the API: still an ImportError
         SeismicSearcher(sp.csr_matrix(np.eye(3, dtype=np.float32)))
     assert isinstance(raised.value, MissingExtraError) and raised.value.extra == "seismic"
+    from spladekit.index.index import Index
+
+    index = Index.open(folder)
+    with pytest.raises(MissingExtraError):
+        index.search(["some text"], backend="seismic")
+    assert index._encoder is None  # refused before the query model was loaded
+    with pytest.raises(MissingExtraError):
+        index.seismic()
+    assert [p.name for p in Path(folder).iterdir() if "seismic" in p.name] == []  # no build journal left
 
 
 def test_seismic_params_validate_in_the_api():

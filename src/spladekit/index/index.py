@@ -57,7 +57,7 @@ from spladekit.index.exact import check_k, search_postings, tie_ranks
 from spladekit.index.maxscore import BlockMaxima
 from spladekit.index.layout import (DEFAULT_BUDGET, model_record, FORMAT, MATRICES, PARTS, canonical, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
                                     take_ids)
-from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
+from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams, import_seismic
 from spladekit.io import atomic_folder, read_json, recover_folder, write_json
 
 # moved to rooms of their own (mechanically; their old import path stays): the records of a search,
@@ -387,6 +387,7 @@ class Index:
         """
         if self._seismic is not None and (build is None or self._seismic.built_with(build)) and memory_budget is None:
             return self._seismic
+        import_seismic()  # before a build's journal is written
         from spladekit.index.seismic_shards import open_or_build
 
         self._seismic = open_or_build(self.folder, self.docs, self.metadata.get("content_hash"), build, memory_budget)
@@ -445,9 +446,12 @@ class Index:
 
         Raises:
             ValueError: unknown backend, ``k`` < 1, ids of the wrong number, vocabulary mismatch.
+            MissingExtraError: backend seismic without pyseismic-lsr (before any text is encoded).
         """
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if backend == "seismic":
+            import_seismic()  # before any text is encoded
         k = check_k(k)  # before the settings record's own (pydantic) check
         settings = SearchSettings(backend=backend, k=k, one_at_a_time=one_at_a_time, index=[str(self.folder)],
                                   index_hash=[self.metadata.get("content_hash")], num_docs=self.docs.shape[0])
