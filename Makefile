@@ -16,13 +16,14 @@ STAMP := $(VENV)/.spladekit-installed
 .PHONY: setup setup-demo demo test test-engines test-matrix clean
 
 # One pip call (CPU torch pinned in it when no torch is there), then the bytecode of the packages
-# and of src/ written in parallel (compileall -j 0), tests' folders left out. Without it, where
+# and of src/ written in parallel (compileall -j 0), the packages' tests left out (the pattern is matched
+# against whole paths: only below site-packages, wherever the venv lives). Without it, where
 # PYTHONDONTWRITEBYTECODE is set (as on our machines) Python never writes bytecode, and every process
 # compiled torch's and transformers' sources again: 8 s of a server's 16.5 s start (6 Dec 2026).
 # A file that does not compile on this Python (torch ships Python 3.12 syntax in its test helpers)
 # is compiled, and refused, at import as without bytecode: a note, not a failed set-up.
-COMPILE := $(PY) -m compileall -q -j 0 -x '/tests?/|/testing/_internal/'
-$(DEMO_STAMP): pyproject.toml
+COMPILE := $(PY) -m compileall -q -j 0 -x 'site-packages/(.*/)?tests?/|site-packages/torch/testing/_internal/'
+$(DEMO_STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --no-compile $$($(PY) -c "import torch" 2>/dev/null || echo torch==2.13.0) -e .
 	$(COMPILE) $(VENV)/lib src >/dev/null || echo "note: some files were not byte-compiled (Python compiles them at import)"

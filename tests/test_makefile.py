@@ -49,7 +49,7 @@ def test_the_byte_compile_step_writes_bytecode_skips_tests_and_survives_a_bad_fi
     """The set-up's compileall line run as make runs it (sh -c), on a folder standing for the venv:
     bytecode for a package's module, none for a tests folder, and a file that does not compile (as
     torch's Python 3.12 test helper on 3.11) gives the note, not a failed step."""
-    venv = tmp_path / "venv"
+    venv = tmp_path / "tests" / "venv"  # a venv below a folder named tests is compiled all the same
     line = next(line for line in _plan("test", tmp_path) if " -m compileall " in line and " src " not in line)
     package = venv / "lib" / "site-packages" / "pkg"
     (package / "tests").mkdir(parents=True)
