@@ -262,6 +262,21 @@ def test_unknown_variant_is_refused(tiny_pair, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_int8_without_onnxruntime_is_refused_before_the_export(tiny_pair, tmp_path, monkeypatch):
+    """A None entry in sys.modules: `import onnxruntime.quantization` fails as where onnxruntime is
+    missing; refused first (the float export, the slow part, used to run and then be thrown away)."""
+    import sys
+
+    from spladekit.errors import MissingExtraError
+
+    encoder, _ = tiny_pair
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: pytest.fail("the export ran"))
+    with pytest.raises(MissingExtraError, match=r"int8 quantisation needs onnxruntime.*spladekit\[onnx\]"):
+        export_onnx(encoder, tmp_path / "x", quantize="int8")
+    assert not (tmp_path / "x").exists()
+
+
 # --------------------------------------------------------------------- memory: no [B, L, V] in the graph
 _PROBE = textwrap.dedent(
     """

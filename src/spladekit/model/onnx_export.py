@@ -288,7 +288,8 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         ``out``.
 
     Raises:
-        ImportError: the ``onnx`` package is missing (``pip install 'spladekit[onnx]'``).
+        MissingExtraError: the ``onnx`` package, or with ``quantize`` onnxruntime, is missing
+            (``pip install 'spladekit[onnx]'``; checked before any work).
         OutputPathError: ``out`` is an existing file.
         ValueError: unknown pooling, activation or quantisation, a tile < 1, ``quantize_head``
             without ``quantize``, or an opset outside :data:`MIN_OPSET` … :func:`max_opset`.
@@ -310,6 +311,11 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         raise ValueError(f"unknown quantisation {quantize!r}; choose one of {', '.join(QUANTIZATIONS)} (or none)")
     if quantize_head and not quantize:
         raise ValueError("quantize_head needs quantize='int8' (the head alone is not quantised)")
+    if quantize:
+        try:
+            import onnxruntime.quantization  # noqa: F401  (before the export, not after it)
+        except ImportError as exc:
+            raise MissingExtraError("int8 quantisation", "onnxruntime", "onnx") from exc
     out = Path(out)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError
