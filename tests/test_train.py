@@ -374,6 +374,21 @@ def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monke
     assert (tmp_path / "demo" / "train" / "checkpoint.txt").read_text() == "kept"  # training resumes from its folder
 
 
+def test_demo_cli_interrupted_ends_with_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import spladekit.demo
+    from spladekit.cli import app
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spladekit.demo, "run_demo", interrupted)
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 130 and "interrupted: what was written is kept" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_bf16_autocast_keeps_float32_weights(tiny, tmp_path):
     from spladekit.train.loop import _Encoder, load_model
 

@@ -84,7 +84,7 @@ def demo(
         run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
-    except KeyboardInterrupt:  # Ctrl-C: a line instead of a traceback (each folder is whole: written, then renamed)
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback (each file was written whole: temporary file, then renamed)
         typer.echo(f"interrupted: what was written is kept in {out}/ (the baseline once printed as written); "
                    "rerun the same command to finish", err=True)
         raise typer.Exit(130)
