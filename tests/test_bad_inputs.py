@@ -546,6 +546,16 @@ def test_seismic_search_without_pyseismic_names_the_extra(tmp_path, tiny_beir, m
     assert [p.name for p in Path(folder).iterdir() if "seismic" in p.name] == []  # no build journal left
 
 
+def test_ciff_without_protobuf_names_the_extra(tmp_path, monkeypatch):
+    """`import google.protobuf` failing (a None entry in sys.modules) as where protobuf is missing:
+    one error line with the install line, no file written."""
+    folder = _small_index(tmp_path / "index")
+    monkeypatch.setitem(sys.modules, "google.protobuf", None)
+    result = cli("export", "--index", folder, "--format", "ciff", "--out", tmp_path / "x.ciff")
+    assert_clean_failure(result, "pip install 'spladekit[ciff]'")
+    assert not (tmp_path / "x.ciff").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_seismic_params_validate_in_the_api():
     from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
 

@@ -190,7 +190,7 @@ def export_command(
     hnsw: bool = typer.Option(False, help="pgvector: add an HNSW index to schema.sql (approximate; ≤ 1000 non-zeros per vector)"),
     table: str = typer.Option("splade", help="pgvector: table name"),
 ):
-    """Export an index to Anserini, Seismic, Qdrant, Milvus, PostgreSQL/pgvector or Elasticsearch/OpenSearch files."""
+    """Export an index to Anserini, Seismic, Qdrant, Milvus, PostgreSQL/pgvector, Elasticsearch/OpenSearch or CIFF files."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import export_index, export_vectors
     from spladekit.index.io import load_metadata, load_vocabulary

@@ -37,17 +37,27 @@ from typing import BinaryIO, Callable, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import DataFormatError
+from spladekit.errors import DataFormatError, MissingExtraError
 from spladekit.index.formats import FLOAT32_MAX, check_scale, quantise, token_index
 
 VERSION = 1
 PROTO_PACKAGE = "io.osirrc.ciff"
 
 
+def require_protobuf() -> None:
+    """Raise :class:`~spladekit.errors.MissingExtraError` (an ``ImportError`` with the install line)
+    when ``protobuf``, which reads and writes CIFF, is not installed."""
+    try:
+        import google.protobuf  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError("CIFF export and import", "protobuf", "ciff") from exc
+
+
 @functools.cache
 def messages() -> dict:
     """The CIFF message classes ``{"Header", "Posting", "PostingsList", "DocRecord"}`` (protobuf),
     from the CIFF schema (field names, numbers and types as in ``CommonIndexFileFormat.proto``)."""
+    require_protobuf()
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
@@ -138,7 +148,9 @@ def write_ciff(path: str | Path, docs: sp.csr_matrix, postings: sp.csr_matrix, d
     Raises:
         ValueError: vocabulary of the wrong length or with a repeated token, ids of the wrong
             number, shapes that differ, a bad ``scale``, or an impact beyond CIFF's int32.
+        MissingExtraError: protobuf is not installed (checked first).
     """
+    require_protobuf()
     scale = check_scale(scale)
     num_docs, num_terms = docs.shape
     if postings.shape != (num_terms, num_docs):
@@ -258,6 +270,7 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
             the file and the list or record).
         ValueError: a bad ``scale``.
     """
+    require_protobuf()
     from google.protobuf.message import DecodeError
 
     scale = check_scale(scale)
@@ -318,6 +331,7 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
         DataFormatError: as :func:`read_ciff` (while reading, before ``blocks`` is returned).
         ValueError: a bad ``scale``.
     """
+    require_protobuf()
     from google.protobuf.message import DecodeError
 
     from spladekit.index.io import DocIds
