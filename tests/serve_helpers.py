@@ -130,7 +130,8 @@ class Server:
         command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", str(self.port), *options]
         with open(log, "wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                            preexec_fn=die_with_parent)
+                                            preexec_fn=die_with_parent,
+                                            env=dict(os.environ, PYTHONFAULTHANDLER="1"))  # stacks in the log on a fatal signal
         RUNNING[self.process.pid] = self.process
         try:
             self._wait_healthy()

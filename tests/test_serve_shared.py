@@ -109,8 +109,12 @@ def test_a_killed_forked_worker_is_replaced_by_a_fork_that_answers(shared, index
         now = workers_of(shared)
         if len(now) == 2 and before[0] not in now:
             break
-        # the server's log in the message: this failed once in a full suite (not reproduced in 10 runs beside a busy process)
-        assert time.monotonic() < deadline, f"no replacement worker within 90 s: {now}\n{shared.log.read_text()[-3000:]}"
+        if time.monotonic() >= deadline:  # seen in 2 of about 12 full suites (both under MKL_CBWR=AVX2), never alone:
+            # the supervisor neither reaped the killed worker nor stopped on SIGTERM. SIGABRT makes its
+            # faulthandler (PYTHONFAULTHANDLER, set by Server) write every thread's stack into the log.
+            os.kill(shared.process.pid, signal.SIGABRT)
+            time.sleep(3)
+            raise AssertionError(f"no replacement worker within 90 s: {now}\n{shared.log.read_text()[-12000:]}")
         time.sleep(0.2)
     (new,) = set(now) - set(before)
     assert smaps(new)["Shared_Dirty"] >= 0.5 * smaps(new)["Anonymous"]  # forked from the server again, not spawned
