@@ -26,7 +26,7 @@ if [ ! -s "$CACHE/$JAR" ]; then
     mkdir -p "$CACHE"
     TMP=$(mktemp -d "$CACHE/.download.XXXXXX")
     trap 'rm -rf "$TMP"' EXIT
-    "$PY" -m pip download -q --no-deps --dest "$TMP" pyserini==0.25.0
+    "$PY" -m pip download -q --no-deps --no-cache-dir --dest "$TMP" pyserini==0.25.0
     "$PY" - "$TMP" "$CACHE" "$JAR" <<'PYEOF'
 import glob, os, sys, zipfile
 tmp, cache, jar = sys.argv[1:]
@@ -41,13 +41,14 @@ fi
 
 # torch 2.7.1's ATen declarations (the libtorch that ES 9.2+'s ml-cpp and DJL 0.36 run): the
 # engine-export tests check every ATen call of the Elasticsearch/OpenSearch .pt against them. Only
-# the one header is kept; the wheel (821 MB, the CUDA build: the CPU one is not on PyPI) is deleted.
+# the one header is kept; the wheel (821 MB, the CUDA build: the CPU one is not on PyPI) is deleted, and
+# never copied into pip's cache (--no-cache-dir: the CI disk ran out here once, 6 Dec 2026).
 DECL="$CACHE/libtorch-2.7.1/RegistrationDeclarations.h"
 if [ ! -s "$DECL" ]; then
     mkdir -p "$CACHE/libtorch-2.7.1"
     TMP2=$(mktemp -d "$CACHE/.download.XXXXXX")
     trap 'rm -rf "$TMP2"' EXIT
-    "$PY" -m pip download -q --no-deps --dest "$TMP2" torch==2.7.1
+    "$PY" -m pip download -q --no-deps --no-cache-dir --dest "$TMP2" torch==2.7.1
     "$PY" - "$TMP2" "$DECL" <<'PYEOF'
 import glob, os, sys, zipfile
 tmp, decl = sys.argv[1:]
