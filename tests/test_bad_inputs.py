@@ -42,6 +42,19 @@ def run_file(tmp_path) -> Path:
 
 
 # ----------------------------------------------------------------------------- output paths
+def test_errors_with_their_own_arguments_pickle():
+    """A worker process's error reaches its parent pickled (multiprocessing, torch.distributed):
+    the classes whose __init__ takes more than the message rebuild from their own arguments."""
+    import pickle
+
+    from spladekit.errors import DataFormatError, MissingExtraError, RepeatedIdError, UnsupportedModelError
+
+    for error in (DataFormatError("a.jsonl", "bad weight", line=3, field="vector"), UnsupportedModelError("m/modules.json", "mean pooling"),
+                  MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"), RepeatedIdError("d1", 0, 4)):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
+
+
 def test_atomic_write_onto_a_folder_or_under_a_file_is_a_clear_error(tmp_path):
     from spladekit.io import atomic_write, ensure_folder
 

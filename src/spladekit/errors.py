@@ -26,9 +26,13 @@ class DataFormatError(SpladekitError, ValueError):
         self.path = Path(path)
         self.line = line
         self.field = field
+        self.message = message
         where = str(self.path) + (f", line {line}" if line is not None else "")
         what = f"field '{field}': " if field else ""
         super().__init__(f"{where}: {what}{message}")
+
+    def __reduce__(self):  # pickled with its own arguments (a multiprocessing or torch.distributed worker's error)
+        return type(self), (self.path, self.message, self.line, self.field)
 
 
 class OutputPathError(SpladekitError, OSError):
@@ -49,8 +53,11 @@ class MissingExtraError(SpladekitError, ImportError):
     package and the install line (``pip install 'spladekit[EXTRA]'``). Attributes: ``package``, ``extra``."""
 
     def __init__(self, feature: str, package: str, extra: str):
-        self.package, self.extra = package, extra
+        self.feature, self.package, self.extra = feature, package, extra
         super().__init__(f"{feature} needs {package}, which is not installed: pip install 'spladekit[{extra}]'")
+
+    def __reduce__(self):
+        return type(self), (self.feature, self.package, self.extra)
 
 
 class RepeatedIdError(SpladekitError, ValueError):
@@ -61,6 +68,9 @@ class RepeatedIdError(SpladekitError, ValueError):
         self.doc_id, self.first, self.second = doc_id, first, second
         super().__init__(f"document ids repeat: {doc_id!r} is given twice (documents {first + 1} and {second + 1}, "
                          "counted from 1 in input order)")
+
+    def __reduce__(self):
+        return type(self), (self.doc_id, self.first, self.second)
 
 
 def validation_problems(exc) -> list[tuple[str, str]]:
