@@ -48,6 +48,16 @@ def test_unknown_dataset_without_download(tmp_path, monkeypatch):
         resolve.resolve_dataset("no-such-dataset-xyz", download=False)
 
 
+def test_a_failed_download_names_the_local_places_looked_in(tmp_path, monkeypatch):
+    """A misspelt local name ('mydat') fails as a download: the error also lists where it was looked
+    for (the download URL points at a missing local file: nothing leaves the machine)."""
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(resolve, "BEIR_URL", tmp_path.as_uri() + "/missing-{name}.zip")  # {name}: filled by the resolver
+    with pytest.raises(ResolutionError, match=r"download of .*missing-mydat\.zip failed.*\(not a folder here, nor in: ") as raised:
+        resolve.resolve_dataset("mydat")
+    assert all(str(place) in str(raised.value) for place in resolve.dataset_candidates("mydat"))
+
+
 def make_wheel(path, files, member_dir="cognition/model/"):
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in files.items():

@@ -109,9 +109,13 @@ def resolve_dataset(name_or_path: str | Path, download: bool = True) -> Path:
     for candidate in tried:
         if _is_beir_folder(candidate):
             return candidate
+    looked = f"not a folder here, nor in: {', '.join(map(str, tried))}"
     if not download:
-        raise ResolutionError(f"dataset {name!r} not found; looked in: " + ", ".join(map(str, tried)))
-    return download_beir(name, cache_dir() / "datasets")
+        raise ResolutionError(f"dataset {name!r} not found; {looked}")
+    try:
+        return download_beir(name, cache_dir() / "datasets")
+    except ResolutionError as exc:  # a typo of a local name reads as a failed download otherwise
+        raise ResolutionError(f"{exc} ({looked})") from exc
 
 
 def _md5(path: Path) -> str:
