@@ -60,6 +60,21 @@ class MissingExtraError(SpladekitError, ImportError):
         return type(self), (self.feature, self.package, self.extra)
 
 
+def require_extra(module: str, feature: str, package: str, extra: str):
+    """Import ``module`` (dotted) for ``feature`` and return it: the one way an optional package is
+    asked for, so that every feature missing one says the same install line.
+
+    Raises:
+        MissingExtraError: ``module`` cannot be imported (``package``, ``pip install 'spladekit[extra]'``).
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(feature, package, extra) from exc
+
+
 class RepeatedIdError(SpladekitError, ValueError):
     """A document id given twice. Attributes: ``doc_id``, and ``first`` < ``second``, the 0-based
     positions of its two occurrences in input order (a reader of a file turns them into lines)."""

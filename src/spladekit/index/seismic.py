@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import MissingExtraError
+from spladekit.errors import require_extra
 from spladekit.index.exact import tie_ranks
 
 _SCORE, _DOC = itemgetter(1), itemgetter(2)  # a pyseismic hit is (query id, score, document id)
@@ -43,11 +43,7 @@ def import_seismic():
     Raises:
         MissingExtraError: pyseismic-lsr is not installed (an ``ImportError`` naming ``pip install 'spladekit[seismic]'``).
     """
-    try:
-        import seismic
-    except ImportError as exc:
-        raise MissingExtraError("Seismic search", "pyseismic-lsr", "seismic") from exc
-    return seismic
+    return require_extra("seismic", "Seismic search", "pyseismic-lsr", "seismic")
 
 
 @dataclass

@@ -72,7 +72,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spladekit.errors import MissingExtraError
+from spladekit.errors import require_extra
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.inference_free import INFERENCE_FREE, load_query_weights
 
@@ -259,10 +259,8 @@ def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool
     Raises:
         ImportError: onnxruntime (with its quantization tools) is missing.
     """
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-    except ImportError as exc:
-        raise MissingExtraError("int8 quantisation", "onnxruntime", "onnx") from exc
+    quantization = require_extra("onnxruntime.quantization", "int8 quantisation", "onnxruntime", "onnx")
+    QuantType, quantize_dynamic = quantization.QuantType, quantization.quantize_dynamic
     exclude = float32_products(source, n_tiles) + ([] if quantize_head else _head_matmuls(source, n_tiles))
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
                      reduce_range=True, op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=exclude)
@@ -300,10 +298,7 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
 
     from spladekit.io import atomic_folder, ensure_folder
 
-    try:
-        import onnx  # noqa: F401  (torch.onnx.export needs it)
-    except ImportError as exc:
-        raise MissingExtraError("ONNX export", "the onnx package", "onnx") from exc
+    require_extra("onnx", "ONNX export", "the onnx package", "onnx")  # torch.onnx.export needs it
     pooling = pooling or getattr(encoder.metadata, "pooling", "max")
     activation = activation or getattr(encoder.metadata, "activation", "relu")
     check_pooling(pooling, activation)
@@ -311,11 +306,8 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         raise ValueError(f"unknown quantisation {quantize!r}; choose one of {', '.join(QUANTIZATIONS)} (or none)")
     if quantize_head and not quantize:
         raise ValueError("quantize_head needs quantize='int8' (the head alone is not quantised)")
-    if quantize:
-        try:
-            import onnxruntime.quantization  # noqa: F401  (before the export, not after it)
-        except ImportError as exc:
-            raise MissingExtraError("int8 quantisation", "onnxruntime", "onnx") from exc
+    if quantize:  # before the export, not after it
+        require_extra("onnxruntime.quantization", "int8 quantisation", "onnxruntime", "onnx")
     out = Path(out)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError
@@ -384,10 +376,7 @@ class OnnxSpladeEncoder(SpladeEncoder):
 
         from spladekit.errors import DataFormatError
 
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            raise MissingExtraError("ONNX inference", "onnxruntime", "onnx") from exc
+        ort = require_extra("onnxruntime", "ONNX inference", "onnxruntime", "onnx")
         folder = Path(folder)
         self.metadata = EncoderMetadata.load(folder)
         record = self.metadata.extra.get("onnx")

@@ -33,6 +33,7 @@ Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -59,6 +60,24 @@ def weights_array(values: Iterable[float]) -> np.ndarray:
         return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
     except OverflowError as exc:
         raise ValueError(f"a weight is beyond float64's range ({exc})") from None
+
+
+def divide_by_scale(values: np.ndarray, scale: float) -> np.ndarray:
+    """``values / scale`` (float64): integer impacts, or engine weights, back to weights (``values``
+    itself when ``scale`` is 1).
+
+    Raises:
+        ValueError: the largest finite value divided by ``scale`` is beyond float32's range (it
+            would be stored as inf), naming the value and the scale (a raw value past it, or not
+            finite, is left to :func:`normalise_entries`, which names it alone).
+    """
+    if scale == 1 or not values.size:
+        return values
+    top = float(values.max())
+    if math.isfinite(top) and top / scale > FLOAT32_MAX:
+        raise ValueError(f"the weight {top:g} divided by the scale {scale:g} is beyond float32's range (check --scale)")
+    with np.errstate(over="ignore"):  # only a value that is not finite can overflow here
+        return values / scale
 
 
 def normalise_entries(indices: Iterable[int], values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -204,8 +223,6 @@ def check_scale(scale) -> float:
         ValueError: ``scale`` is not a finite number > 0 (inf would write garbage impacts, 0 or
             NaN divide the imported weights into inf/NaN).
     """
-    import math
-
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"quantisation scale must be a finite number > 0, got {scale!r}")
     return float(scale)
@@ -388,13 +405,7 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
             raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
         cols = lookup_tokens(vector.keys(), index, path, number)
         try:
-            raw = weights_array(vector.values())
-            with np.errstate(over="ignore"):  # past float64: inf, refused here
-                scaled = raw / scale
-            if scale != 1 and np.isfinite(raw).all() and not (scaled <= FLOAT32_MAX).all():
-                top = float(raw.max())
-                raise ValueError(f"the weight {top:g} divided by the scale {scale:g} is beyond float32's range (check --scale)")
-            row = normalise_entries(cols, scaled)
+            row = normalise_entries(cols, divide_by_scale(weights_array(vector.values()), scale))
         except ValueError as exc:
             raise DataFormatError(path, str(exc), line=number, field="vector") from exc
         yield record, row

@@ -37,8 +37,8 @@ from typing import BinaryIO, Callable, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import DataFormatError, MissingExtraError
-from spladekit.index.formats import FLOAT32_MAX, check_scale, quantise, token_index
+from spladekit.errors import DataFormatError, require_extra
+from spladekit.index.formats import check_scale, divide_by_scale, quantise, token_index
 
 VERSION = 1
 PROTO_PACKAGE = "io.osirrc.ciff"
@@ -47,10 +47,7 @@ PROTO_PACKAGE = "io.osirrc.ciff"
 def require_protobuf() -> None:
     """Raise :class:`~spladekit.errors.MissingExtraError` (an ``ImportError`` with the install line)
     when ``protobuf``, which reads and writes CIFF, is not installed."""
-    try:
-        import google.protobuf  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError("CIFF export and import", "protobuf", "ciff") from exc
+    require_extra("google.protobuf", "CIFF export and import", "protobuf", "ciff")
 
 
 @functools.cache
@@ -421,17 +418,15 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
 
 
 def _weights(tfs: np.ndarray, scale: float, path: Path) -> np.ndarray:
-    """float32 ``tf / scale`` of integer impacts.
+    """float32 ``tf / scale`` of integer impacts (:func:`~spladekit.index.formats.divide_by_scale`).
 
     Raises:
-        DataFormatError: the largest ``tf / scale`` is beyond float32's range (it would be stored as
-            inf), naming the file, the impact and the scale.
+        DataFormatError: the largest ``tf / scale`` is beyond float32's range, naming the file.
     """
-    if tfs.size:
-        top = int(tfs.max())
-        if top / scale > FLOAT32_MAX:
-            raise DataFormatError(path, f"impact {top} / scale {scale:g} is beyond float32's range (check --scale)", field="tf")
-    return (tfs.astype(np.int64) / scale).astype(np.float32)
+    try:
+        return divide_by_scale(tfs.astype(np.int64), scale).astype(np.float32)
+    except ValueError as exc:
+        raise DataFormatError(path, str(exc), field="tf") from exc
 
 
 def _read_slice(path: str, first: int, stop: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from spladekit.errors import MissingExtraError
+from spladekit.errors import require_extra
 from spladekit.model.onnx_export import check_pooling
 
 HOW_TO_LOAD = "HOW_TO_LOAD.md"
@@ -126,7 +126,4 @@ def sample_batch(encoder, texts=("spladekit engine export", "a")) -> dict:
 def require_onnx(engine: str) -> None:
     """Raise :class:`~spladekit.errors.MissingExtraError` (an ``ImportError`` with the install line)
     when the ``onnx`` package (torch.onnx's writer) is missing."""
-    try:
-        import onnx  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError(f"the {engine} export (it writes ONNX)", "the onnx package", "onnx") from exc
+    require_extra("onnx", f"the {engine} export (it writes ONNX)", "the onnx package", "onnx")
