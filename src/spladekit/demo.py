@@ -149,10 +149,13 @@ def _remove_previous_results(out: Path) -> None:
         print(f"removed the previous demo's results from {out}/ ({', '.join(p.name for p in found)}); train/ is kept")
 
 
-def _report(results: list[SystemResult], folders: list[str], dataset, out: Path, extra: dict | None = None) -> None:
-    """Write every system's outputs, ``summary.json``, ``table.md`` and the per-query plot; print the table."""
+def _report(results: list[SystemResult], folders: list[str], dataset, out: Path, extra: dict | None = None,
+            written: tuple[str, ...] = ()) -> None:
+    """Write every system's outputs (but those in the folders ``written`` already), ``summary.json``,
+    ``table.md`` and the per-query plot; print the table."""
     for system, folder in zip(results, folders):
-        write_system(system, out / folder)
+        if folder not in written:
+            write_system(system, out / folder)
     table = format_table(results)
     ensure_folder(out)
     summary = {r.name: dict(r.metrics, wall_time_s=r.seconds) for r in results}
@@ -214,7 +217,7 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     del before_encoder
     bm25 = evaluate_bm25(dataset)
     _remove_previous_results(out)  # an interrupted rerun must not leave this run's baseline beside the last run's results
-    for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped; rewritten by _report
+    for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped
         write_system(system, out / folder)
     print(f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
           f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)")
@@ -238,7 +241,8 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),
                 "validation": result.validation, "alarms": result.alarms, "best": best, "dev": result.dev,
                 "early_stopped": result.early_stopped}
-    _report(systems + [bm25, *extra], folders + ["bm25", *EXTRA_FOLDERS], dataset, out, {"training": training})
+    _report(systems + [bm25, *extra], folders + ["bm25", *EXTRA_FOLDERS], dataset, out, {"training": training},
+            written=("before", "bm25"))
     delta = after.metrics["nDCG@10"] - before.metrics["nDCG@10"]
     print(f"fine-tuning: nDCG@10 {before.metrics['nDCG@10']:.4f} -> {after.metrics['nDCG@10']:.4f} ({delta:+.4f}), "
           f"doc active terms {before.metrics['avg_doc_terms']:.1f} -> {after.metrics['avg_doc_terms']:.1f}, "
