@@ -270,7 +270,8 @@ def test_int8_without_onnxruntime_is_refused_before_the_export(tiny_pair, tmp_pa
     from spladekit.errors import MissingExtraError
 
     encoder, _ = tiny_pair
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    for name in ("onnxruntime", "onnxruntime.quantization"):  # the submodule too: an earlier test may have imported it
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: pytest.fail("the export ran"))
     with pytest.raises(MissingExtraError, match=r"int8 quantisation needs onnxruntime.*spladekit\[onnx\]"):
         export_onnx(encoder, tmp_path / "x", quantize="int8")
