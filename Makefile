@@ -23,10 +23,11 @@ STAMP := $(VENV)/.spladekit-installed
 # A file that does not compile on this Python (torch ships Python 3.12 syntax in its test helpers)
 # is compiled, and refused, at import as without bytecode: a note, not a failed set-up.
 COMPILE := $(PY) -m compileall -q -j 0 -x 'site-packages/(.*/)?tests?/|site-packages/torch/testing/_internal/'
+COMPILED := >/dev/null || echo "note: some files were not byte-compiled (Python compiles them at import)"
 $(DEMO_STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --no-compile $$($(PY) -c "import torch" 2>/dev/null || echo torch==2.13.0) -e .
-	$(COMPILE) $(VENV)/lib src >/dev/null || echo "note: some files were not byte-compiled (Python compiles them at import)"
+	$(COMPILE) $(VENV)/lib src $(COMPILED)
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh tests/engine_venvs.py
@@ -34,7 +35,7 @@ $(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh tests/engine_ven
 	$(PY) -m pip install -q -e ".[test]"
 	sh scripts/setup-engines.sh $(PY)
 	$(PY) tests/engine_venvs.py
-	$(COMPILE) $(VENV)/lib >/dev/null || echo "note: some files were not byte-compiled (Python compiles them at import)"
+	$(COMPILE) $(VENV)/lib $(COMPILED)
 	touch $(STAMP)
 
 setup-demo: $(DEMO_STAMP)
