@@ -511,9 +511,10 @@ def _shard_count() -> int:
 
 def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
     """Seismic by shards (``spladekit.index.seismic_shards.build_shards``, default parameters but
-    ``n_postings`` = ``$SPLADEKIT_BENCH_N_POSTINGS`` when set: the whole index's, each shard its
-    share) in ``$SPLADEKIT_BENCH_SHARD_COUNT`` shards of at most ⌈nnz / count⌉ + the longest row
-    entries (so the greedy ranges number ``count``); this process's peak RSS is the build's (the
+    ``n_postings`` = ``$SPLADEKIT_BENCH_N_POSTINGS`` when set (the whole index's, each shard its
+    share) and ``max_fraction`` = ``$SPLADEKIT_BENCH_MAX_FRACTION`` when set) in
+    ``$SPLADEKIT_BENCH_SHARD_COUNT`` shards of at most ⌈nnz / count⌉ + the longest row entries (so
+    the greedy ranges number ``count``); this process's peak RSS is the build's (the
     folder is memory-mapped; nothing is loaded back)."""
     from dataclasses import asdict
 
@@ -525,14 +526,16 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
     count = _shard_count()
     entries = -(-index.docs.nnz // count) + int(np.diff(index.docs.indptr).max())
     ranges = shard_ranges(np.asarray(index.docs.indptr), entries)
-    asked = os.environ.get("SPLADEKIT_BENCH_N_POSTINGS")
-    params = SeismicBuildParams(n_postings=int(asked)) if asked else SeismicBuildParams()
+    asked = {name: kind(os.environ[var]) for name, kind, var in (("n_postings", int, "SPLADEKIT_BENCH_N_POSTINGS"),
+                                                                  ("max_fraction", float, "SPLADEKIT_BENCH_MAX_FRACTION")) if os.environ.get(var)}
+    params = SeismicBuildParams(**asked)
     base = peak_rss()
     record = {"build": asdict(params), "content_hash": index.metadata.get("content_hash"), "memory_budget": entries * SEISMIC_BUILD_BYTES,
               "max_entries": entries}
     with Clock() as c:
         build_shards(index.folder, index.docs, params, ranges, record)
-    return {"shards": len(ranges), "max_entries": entries, "n_postings": params.n_postings, "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss(), "base_rss": base,
+    return {"shards": len(ranges), "max_entries": entries, "n_postings": params.n_postings, "max_fraction": params.max_fraction,
+            "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss(), "base_rss": base,
             "bytes": folder_bytes(index.folder / "seismic"), "rule_bytes": entries * SEISMIC_BUILD_BYTES}
 
 

@@ -17,7 +17,8 @@
 # SHARDS=12 is the library's default at 8.8M (14 GiB ÷ 96 B an entry = 156M entries; 1,739M entries in 12 ranges of ≈ 145M).
 # A small DOCS (e.g. 20000) checks the script itself in minutes.
 # SPLADEKIT_BENCH_N_POSTINGS=42000 builds the shards with that n_postings (the whole index's; each shard its
-# share; default the library's 3500: on this synthetic corpus recall@10 ≈ 0.70, benchmarks/RESULTS.md).
+# share; default the library's 3500) and SPLADEKIT_BENCH_MAX_FRACTION=24 with that max_fraction (default the
+# library's 6: on this synthetic corpus recall@10 0.88 at 10 / 0.7, 24 gives 0.92; benchmarks/RESULTS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DOCS=${1:-8800000}

@@ -518,6 +518,7 @@ def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
         (["--backend", "seismic", "--n-postings", "0"], "n_postings must be an integer in [1, 4294967296]"),
         (["--backend", "seismic", "--summary-energy", "2"], "summary_energy must be in (0, 1]"),
         (["--backend", "seismic", "--centroid-fraction", "0"], "centroid_fraction must be in (0, 1]"),
+        (["--backend", "seismic", "--max-fraction", "0.5"], "max_fraction must be a finite number ≥ 1"),
         (["--backend", "seismic", "--recall-k", "0"], "--recall-k must be ≥ 1"),
         (["--queries", "q.tsv"], "not both"),
         (["--query-cut", "5"], "--query-cut applies to --backend seismic only"),  # exact search would ignore them

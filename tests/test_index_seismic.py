@@ -88,6 +88,36 @@ def test_seismic_parameters_are_passed():
     assert recall_at_k(cut, exact) < recall_at_k(full, exact)
 
 
+def _list_lengths(searcher: SeismicSearcher) -> np.ndarray:
+    return np.array([len(searcher.index.get_doc_ids_in_postings(j)) for j in range(searcher.index.dim)])
+
+
+def test_max_fraction_caps_each_posting_list_and_keeps_near_duplicates():
+    """Seismic's static pruning keeps at most ``V × n_postings`` postings (a global cut) and at most
+    ``n_postings × max_fraction`` in any list. Near-duplicates (40 noisy copies of 30 documents)
+    crowd the lists of their terms: with the cap at 1.5 × n_postings those lists lose copies that
+    the guidelines' 6 keeps, and an exhaustive search (every term, every block: the exact top-k over
+    the postings kept) finds fewer of each query's exact top-10."""
+    rng = np.random.default_rng(7)
+    base = zipf_matrix(30, 200, 25, seed=8)
+    copies = sp.vstack([base] * 40).tocsr()
+    copies.data = copies.data * rng.uniform(0.8, 1.2, copies.nnz).astype(np.float32)  # noise: no exact ties
+    queries = base[:10]
+    exact = exact_search(queries, copies, k=10)
+    every_block = SeismicSearchParams(query_cut=10_000, heap_factor=1e-9, num_threads=1)
+    n_postings, vocab = 20, 200
+    recall, kept = {}, {}
+    for max_fraction in (1.5, 6.0):
+        searcher = SeismicSearcher(copies, SeismicBuildParams(n_postings=n_postings, max_fraction=max_fraction))
+        lengths = _list_lengths(searcher)
+        assert lengths.max() <= int(n_postings * max_fraction)  # the cap: 30 and 120
+        assert lengths.sum() <= vocab * n_postings  # the global cut: 4,000
+        kept[max_fraction] = lengths
+        recall[max_fraction] = recall_at_k(searcher.search(queries, k=10, params=every_block), exact)
+    assert kept[6.0].max() > int(n_postings * 1.5)  # a list longer than the 1.5 cap allows
+    assert recall[6.0] > recall[1.5]
+
+
 def _scifact_and_model():
     from spladekit.data.resolve import shared_roots
 

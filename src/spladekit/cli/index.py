@@ -99,6 +99,7 @@ def search(
     n_postings: Optional[int] = typer.Option(None, help="seismic build: average posting-list length kept over the whole index, each shard its share (default: the stored index's, else 3500)"),
     summary_energy: Optional[float] = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
     centroid_fraction: Optional[float] = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
+    max_fraction: Optional[float] = typer.Option(None, help="seismic build: longest posting list kept, as a multiple of n_postings (default: stored, else 6)"),
     recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
                                                 "(the index is built as one Seismic index per range of documents that fits; "
@@ -126,7 +127,8 @@ def search(
             raise ValueError(f"--recall-k must be ≥ 1, got {recall_k}")
         if queries is not None and data is not None:
             raise ValueError("give --data or --queries, not both")
-        asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction).items() if v is not None}
+        asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
+                                          max_fraction=max_fraction).items() if v is not None}
         searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor).items() if v is not None}
         if memory_budget is not None:
             from spladekit.index.writer import parse_size

@@ -48,17 +48,21 @@ def import_seismic():
 
 @dataclass
 class SeismicBuildParams:
-    """``SeismicIndex.build_from_dataset`` parameters (names and defaults of pyseismic-lsr 0.5).
+    """``SeismicIndex.build_from_dataset`` parameters (names of pyseismic-lsr 0.5; its defaults but
+    ``max_fraction``, which follows Seismic's guidelines, ``docs/Guidelines.md`` of TusKANNy/seismic).
 
     Attributes:
         n_postings: average posting-list length kept after static pruning (3500 is Seismic's
-            MS MARCO setting; with ``max_fraction`` 1.5 lists up to 5250 entries are kept). For
+            MS MARCO setting: at most ``V × n_postings`` postings are kept in all). For
             the whole index: an index by shards builds each shard with its share
             (:func:`spladekit.index.seismic_shards.shard_params`).
         centroid_fraction: fraction of each posting list used as cluster centroids (blocks).
         min_cluster_size: minimum documents per block.
         summary_energy: fraction of a block's L1 mass its summary keeps.
-        max_fraction: longest posting list = ``n_postings × max_fraction``.
+        max_fraction: longest posting list = ``n_postings × max_fraction``. 6, the guidelines'
+            value (pyseismic's own default is 1.5): lists of frequent, heavy terms keep more than the
+            average, and near-duplicate documents then keep their postings (recall against
+            ``max_fraction`` in ``benchmarks/RESULTS.md``, "The 8.8M row").
         doc_cut: document terms used when clustering.
         nknn: k-NN graph size (0: none).
     """
@@ -67,7 +71,7 @@ class SeismicBuildParams:
     centroid_fraction: float = 0.1
     min_cluster_size: int = 2
     summary_energy: float = 0.4
-    max_fraction: float = 1.5
+    max_fraction: float = 6.0
     doc_cut: int = 15
     nknn: int = 0
 
