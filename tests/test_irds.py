@@ -45,6 +45,21 @@ if action == "compare":
         out[split] = [theirs.corpus == ours.corpus, theirs.queries == ours.queries, theirs.qrels == ours.qrels,
                       len(ours.corpus), len(ours.queries)]
     print(json.dumps(out))
+elif action == "no-qrels":  # beir/scifact without a split: ir_datasets gives its docs and queries, no qrels
+    from pathlib import Path
+    from spladekit.data.beir import find_file, load_corpus, read_queries
+    from spladekit.data.resolve import resolve_dataset
+    from spladekit.errors import DataFormatError
+    folder = resolve_dataset("irds:beir/scifact")
+    out = {"corpus": load_corpus("irds:beir/scifact") == load_corpus(scifact),
+           "queries": read_queries(find_file(folder, "queries")) == read_queries(Path(scifact) / "queries.jsonl"),
+           "files": sorted(p.name for p in folder.iterdir())}
+    try:
+        load_beir("irds:beir/scifact", "test")
+        out["qrels_error"] = None
+    except DataFormatError as exc:
+        out["qrels_error"] = str(exc)
+    print(json.dumps(out))
 else:
     try:
         load_beir(action, "test")
@@ -78,6 +93,18 @@ def test_irds_scifact_equals_load_beir(env):
     # a second read uses the written BEIR folder: ir_datasets' source may go now
     (tmp / "irds-home" / "beir" / "scifact" / "source.zip").unlink()
     assert run_irds(tmp, scifact, "irds:beir/scifact/test") == {"error": None}
+
+
+def test_irds_without_qrels_gives_its_documents_and_queries(env):
+    """Only the documents are required (``irds:msmarco-passage`` has nothing else): ``irds:beir/scifact``
+    (no split: docs and queries, no qrels) is written without qrels and equals the BEIR files; asking
+    it for a split's qrels names the missing file."""
+    tmp, scifact = env
+    populate(tmp / "irds-home", scifact)
+    result = run_irds(tmp, scifact, "no-qrels")
+    assert result["corpus"] and result["queries"]
+    assert result["files"] == ["corpus.jsonl.gz", "irds.json", "queries.jsonl"]
+    assert "qrels" in result["qrels_error"] and "missing" in result["qrels_error"]
 
 
 def test_offline_says_what_is_missing_where(env):

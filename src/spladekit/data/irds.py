@@ -5,8 +5,11 @@ BEIR folder (:mod:`spladekit.data.beir`), so every reader of BEIR folders takes 
 The folder ``<cache>/irds/<id with / as -->``: ``corpus.jsonl.gz`` (``_id``, ``title`` when the
 documents have one, ``text``), ``queries.jsonl`` (the dataset's queries; their ``text`` field, else
 ``default_text()``), ``qrels/<last part of the id>.tsv`` (e.g. ``qrels/test.tsv``; give that name as
-the split: ``--split small`` for ``msmarco-passage/dev/small``), and ``irds.json`` (the id and the
-ir_datasets version), written atomically (a folder without ``irds.json`` is not used).
+the split: ``--split small`` for ``msmarco-passage/dev/small``), and ``irds.json`` (the id, the
+ir_datasets version and what was written), written atomically (a folder without ``irds.json`` is not
+used). Only the documents are required: a dataset without queries or qrels (``irds:msmarco-passage``,
+the passages to index; ``irds:beir/scifact``, no split) is written without them, and a reader that
+needs them names the missing file.
 
 Offline: ir_datasets reads a populated ``IR_DATASETS_HOME`` (``~/.ir_datasets`` by default) without
 the network. Training triples ids (``irds:msmarco-passage/train/triples-small``: its docpairs) are
@@ -117,12 +120,14 @@ def _home() -> Path:
     return Path(os.environ.get("IR_DATASETS_HOME", Path.home() / ".ir_datasets"))
 
 
-def load_irds(dataset_id: str, kinds=("docs", "queries", "qrels")):
-    """``ir_datasets.load(dataset_id)``, checked for what its ``kinds`` need (module docstring).
+def load_irds(dataset_id: str, kinds=("docs", "queries", "qrels"), optional=()):
+    """``ir_datasets.load(dataset_id)``, checked for what its ``kinds`` need (module docstring), and
+    for what those of its ``optional`` kinds that the dataset has need.
 
     Raises:
-        ResolutionError: ir_datasets is not installed, the id is unknown, or (offline, or when the
-            built files would be deleted) a needed file is missing; one line naming it and where.
+        ResolutionError: ir_datasets is not installed, the id is unknown, the dataset lacks one of
+            ``kinds``, or (offline, or when the built files would be deleted) a needed file is
+            missing; one line naming it and where.
     """
     try:
         import ir_datasets
@@ -135,7 +140,7 @@ def load_irds(dataset_id: str, kinds=("docs", "queries", "qrels")):
     if not all(getattr(dataset, f"has_{k}")() for k in kinds):
         raise ResolutionError(f"{PREFIX}{dataset_id}: needs {', '.join(kinds)}; ir_datasets gives "
                               f"{[k for k in ('docs', 'queries', 'qrels', 'docpairs', 'scoreddocs') if getattr(dataset, f'has_{k}')()]}")
-    missing, stale = missing_files(dataset, kinds)
+    missing, stale = missing_files(dataset, (*kinds, *(k for k in optional if getattr(dataset, f"has_{k}")())))
     where = f"IR_DATASETS_HOME={_home()}"
     if stale and missing:
         version_file, found, expected, built = stale[0]
@@ -161,8 +166,9 @@ def irds_folder(dataset_id: str, cache: Path) -> Path:
     folder = Path(cache) / dataset_id.replace("/", "--")
     if (folder / "irds.json").exists():
         return folder
-    dataset, missing = load_irds(dataset_id)
+    dataset, missing = load_irds(dataset_id, ("docs",), optional=("queries", "qrels"))
     split = dataset_id.split("/")[-1]
+    written = ["docs"] + [k for k in ("queries", "qrels") if getattr(dataset, f"has_{k}")()]
     try:
         with atomic_folder(folder) as tmp:
             with gzip.open(tmp / "corpus.jsonl.gz", "wt", encoding="utf-8", compresslevel=1) as out:
@@ -172,18 +178,21 @@ def irds_folder(dataset_id: str, cache: Path) -> Path:
                         record["title"] = doc.title
                     record["text"] = doc.text if hasattr(doc, "text") else doc.default_text()
                     out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            with open(tmp / "queries.jsonl", "w", encoding="utf-8") as out:
-                for query in dataset.queries_iter():
-                    text = query.text if hasattr(query, "text") else query.default_text()
-                    out.write(json.dumps({"_id": query.query_id, "text": text}, ensure_ascii=False) + "\n")
-            (tmp / "qrels").mkdir()
-            with open(tmp / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as out:
-                out.write("query-id\tcorpus-id\tscore\n")
-                for qrel in dataset.qrels_iter():
-                    out.write(f"{qrel.query_id}\t{qrel.doc_id}\t{int(qrel.relevance)}\n")
+            if "queries" in written:
+                with open(tmp / "queries.jsonl", "w", encoding="utf-8") as out:
+                    for query in dataset.queries_iter():
+                        text = query.text if hasattr(query, "text") else query.default_text()
+                        out.write(json.dumps({"_id": query.query_id, "text": text}, ensure_ascii=False) + "\n")
+            if "qrels" in written:
+                (tmp / "qrels").mkdir()
+                with open(tmp / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as out:
+                    out.write("query-id\tcorpus-id\tscore\n")
+                    for qrel in dataset.qrels_iter():
+                        out.write(f"{qrel.query_id}\t{qrel.doc_id}\t{int(qrel.relevance)}\n")
             import ir_datasets
 
-            write_json(tmp / "irds.json", {"id": dataset_id, "ir_datasets": ir_datasets.__version__, "split": split})
+            write_json(tmp / "irds.json", {"id": dataset_id, "ir_datasets": ir_datasets.__version__, "split": split,
+                                           "written": written})
     except ResolutionError:
         raise
     except Exception as exc:  # a download that failed, a corrupt cache file
