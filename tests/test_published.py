@@ -87,6 +87,17 @@ def test_naver_pickle_and_st_hard_negatives_read_to_the_same_examples(tmp_path):
     assert [d for d, _ in only_bm25[0].negatives] == ["2", "3"]
 
 
+def test_st_lines_without_a_positive_are_counted_not_silently_dropped(tmp_path):
+    config = st_hard_negatives(tmp_path / "st")
+    path = Path(config["path"])
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines(keepends=True)
+    empty = json.dumps({"qid": 202, "pos": [], "neg": {"bm25": [5], "msmarco-MiniLM-L-6-v3": [9]}}) + "\n"
+    path.write_bytes(gzip.compress("".join(lines[:1] + [empty] + lines[1:] + [empty]).encode()))
+    with pytest.warns(UserWarning, match=r"2 line\(s\) without a positive skipped .*lines 2, 5; 3 read"):
+        examples = load_training_examples(DataConfig(**config))
+    assert [e.qid for e in examples] == ["101", "202", "303"]
+
+
 def test_margin_mse_ids_resolve_to_the_same_margins(tmp_path):
     margins = load_training_examples(DataConfig(**st_margin_mse(tmp_path / "mm")))
     reference = read_naver(naver(tmp_path / "naver"), "cross-encoder-scores.pkl.gz")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import math
 import pickle
+import warnings
 from pathlib import Path
 
 from spladekit.errors import DataFormatError
@@ -122,7 +123,8 @@ def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | P
                            systems: list[str] | None = None) -> list[TrainingExample]:
     """sentence-transformers' ``msmarco-hard-negatives`` (see the module docstring): one example per
     jsonl line with a positive; negatives: the ``neg`` lists of ``systems`` (all when None) in order,
-    without repeats or positives; teacher: the pickle's scores of the positives and negatives.
+    without repeats or positives; teacher: the pickle's scores of the positives and negatives. Lines
+    whose ``pos`` is empty give no training pair: skipped with one ``UserWarning`` counting them.
 
     Raises:
         DataFormatError: a bad line; a qid/pid the queries/corpus lack; a system the line lacks; a
@@ -133,7 +135,7 @@ def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | P
     path = Path(path)
     ce = read_score_pickle(scores)
     corpus_text, query_text = read_id_texts(corpus), read_id_texts(queries)
-    examples = []
+    examples, unpaired = [], []
     for number, record in read_jsonl(path):
         if not isinstance(record, dict) or "qid" not in record or not isinstance(record.get("pos"), list) \
                 or not isinstance(record.get("neg"), dict):
@@ -154,7 +156,8 @@ def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | P
                 if pid not in positives and pid not in negatives:
                     negatives.append(pid)
         if not positives:
-            continue  # a query without a positive gives no training pair
+            unpaired.append(number)  # a query without a positive gives no training pair
+            continue
         teacher = {}
         for field, pid in [("pos", p) for p in positives] + [("neg", n) for n in negatives]:
             if pid not in corpus_text:
@@ -167,6 +170,10 @@ def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | P
                                         [(n, corpus_text[n]) for n in negatives], teacher))
     if not examples:
         raise DataFormatError(path, "no line with a positive")
+    if unpaired:
+        shown = ", ".join(map(str, unpaired[:5])) + (" …" if len(unpaired) > 5 else "")
+        warnings.warn(f"{path}: {len(unpaired)} line(s) without a positive skipped (no training pair), lines {shown}; "
+                      f"{len(examples)} read", stacklevel=2)
     return examples
 
 
