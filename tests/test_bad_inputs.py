@@ -144,7 +144,7 @@ def _small_index(folder: Path, meta: dict | None = None) -> Path:
         ("doc_ids.offsets.npy", b"\x93NUMPY truncated", "doc_ids.offsets.npy: cannot read"),
         ("doc_ids.utf8.npy", b"junk", "doc_ids.utf8.npy: cannot read"),
         ("index.json", b"[1, 2]", "index.json: expected a JSON object"),
-        ("vocab.json", b"\xff\xfe", "vocab.json: cannot read"),
+        ("vocab.json", b"\xff\xfe", "vocab.json: does not match index.json's vocab_hash"),
     ],
 )
 def test_tampered_index_files_name_the_file(tmp_path, name, content, message):
@@ -157,6 +157,27 @@ def test_tampered_index_files_name_the_file(tmp_path, name, content, message):
         load_index(folder)
         load_vocabulary(folder)
     assert message in str(info.value)
+
+
+def test_an_altered_or_missing_vocabulary_is_refused_not_exported_under_other_names(tmp_path):
+    """Term names are what an export writes (CIFF, Anserini, Elasticsearch): two tokens swapped in
+    vocab.json would name each other's postings, so the file is checked against index.json's hash."""
+    from spladekit.errors import DataFormatError
+    from spladekit.index.io import load_vocabulary
+
+    folder = _small_index(tmp_path / "index")
+    assert load_vocabulary(folder) == ["a", "b", "c"]
+    original = (folder / "vocab.json").read_bytes()
+    (folder / "vocab.json").write_text(json.dumps(["b", "a", "c"]))  # same length, same tokens, swapped
+    with pytest.raises(DataFormatError, match="vocab.json: does not match index.json's vocab_hash"):
+        load_vocabulary(folder)
+    r = CliRunner().invoke(app, ["export", "--index", str(folder), "--format", "anserini", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "vocab.json" in r.output and not (tmp_path / "out").exists(), r.output
+    (folder / "vocab.json").unlink()
+    with pytest.raises(DataFormatError, match="vocab.json: missing: index.json records a vocabulary"):
+        load_vocabulary(folder)
+    (folder / "vocab.json").write_bytes(original)
+    assert load_vocabulary(folder) == ["a", "b", "c"]
 
 
 def test_a_missing_index_folder_and_a_folder_without_index_json_are_told_apart(tmp_path):

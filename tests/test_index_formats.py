@@ -310,8 +310,11 @@ def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
     assert load_vocabulary(tmp_path / "i") == list("abcdef")
     with pytest.raises(ValueError, match="vocabulary"):
         save_index(tmp_path / "j", raw, ["d"], {}, vocabulary=["a"])
-    # a folder written before vocab.json existed (no vocab.json) still loads
+    # a folder written before vocab.json existed (no vocab.json, no vocab_hash) still loads
     (tmp_path / "i" / "vocab.json").unlink()
+    meta = json.loads((tmp_path / "i" / "index.json").read_text())
+    del meta["vocab_hash"]
+    (tmp_path / "i" / "index.json").write_text(json.dumps(meta))
     assert load_vocabulary(tmp_path / "i") is None and load_index(tmp_path / "i")[2]["content_hash"] == content_hash(m, ids)
     # a tampered folder is refused (same array shapes, another value)
     np.save(tmp_path / "i" / "docs.data.npy", np.array([9.0, 1.5], np.float32))

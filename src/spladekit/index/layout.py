@@ -285,16 +285,32 @@ def load_metadata(folder: str | Path) -> dict:
 
 def load_vocabulary(folder: str | Path) -> list[str] | None:
     """The index's ``vocab.json`` (V token strings), or ``None`` for folders written without one.
+    Checked against ``index.json``: its ``vocab_size`` (V) and, when recorded (folders written since
+    7 Dec 2026), ``vocab_hash``, the SHA-256 of the file: a term's name is what an export writes.
 
     Raises:
-        DataFormatError: the file is not a JSON list of strings.
+        DataFormatError: the file is not a JSON list of V strings, does not match ``vocab_hash``, or
+            is missing where ``index.json`` records one.
     """
+    from spladekit.data.resolve import sha256_file
+
     path = Path(folder) / "vocab.json"
+    meta_path = Path(folder) / "index.json"
+    meta = read_json(meta_path) if meta_path.exists() else {}
+    want = meta.get("vocab_hash") if isinstance(meta, dict) else None
     if not path.exists():
+        if want:
+            raise DataFormatError(path, "missing: index.json records a vocabulary (vocab_hash); the folder is incomplete")
         return None
+    if want and sha256_file(path) != want:
+        raise DataFormatError(path, "does not match index.json's vocab_hash (the file was altered or damaged; "
+                              "rebuild the index, or restore the file)")
     vocab = read_json(path)
     if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
         raise DataFormatError(path, "expected a JSON list of token strings")
+    size = meta.get("vocab_size") if isinstance(meta, dict) else None
+    if isinstance(size, int) and len(vocab) != size:
+        raise DataFormatError(path, f"{len(vocab)} tokens for the index's {size} columns (index.json vocab_size)")
     return vocab
 
 

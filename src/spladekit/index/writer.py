@@ -425,7 +425,12 @@ def write_index(
             write_json(tmp / "vocab.json", list(vocabulary))
         meta = dict(metadata)
         meta.pop("format", None)
+        meta.pop("vocab_hash", None)  # a source index's: set again below for this folder's vocab.json
         meta.update(format=FORMAT, num_docs=num_docs, vocab_size=int(vocab_size), nnz=int(nnz), tie_rule=TIE_RULE)
+        if vocabulary is not None:
+            from spladekit.data.resolve import sha256_file
+
+            meta["vocab_hash"] = sha256_file(tmp / "vocab.json")  # checked by load_vocabulary
         count = max(1, budget // 4 // HASH_BYTES)
         meta["content_hash"] = hash_files(tmp, "docs", doc_ids, (num_docs, vocab_size), count)
         meta["postings_hash"] = hash_files(tmp, "postings", (), (vocab_size, num_docs), count)
