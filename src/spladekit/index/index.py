@@ -170,8 +170,9 @@ class Index:
     def verify(self) -> None:
         """Recompute the content hashes and compare them with ``index.json``'s: ``content_hash``
         (document arrays and ids) and ``postings_hash`` (the term-major copy that exact search reads;
-        folders written before it have none); and recompute ``tie_rank.npy`` from the ids. Reads
-        every array once (≈ 3 GB at 1M documents).
+        folders written before it have none); recompute ``tie_rank.npy`` from the ids; and the stored
+        Seismic shards' files against their SHA-256 (:func:`spladekit.index.seismic_shards.verify_files`).
+        Reads every array once (≈ 3 GB at 1M documents).
 
         Raises:
             DataFormatError: a hash differs, or the tie ranks (naming the file at fault).
@@ -185,6 +186,11 @@ class Index:
                 raise DataFormatError(self.folder / "index.json", f"{key.replace('_', ' ')} does not match {what} (the folder was altered or damaged; rebuild it)", field=key)
         if not np.array_equal(self.tie_rank, tie_ranks(self.doc_ids)):  # derived from the ids: recomputed, not hashed
             raise DataFormatError(self.folder / "tie_rank.npy", "does not rank the document ids in order (damaged; rebuild the folder)")
+        seismic = self.folder / "seismic" / "params.json"
+        if seismic.exists() and read_json(seismic).get("content_hash") == self.metadata.get("content_hash"):
+            from spladekit.index.seismic_shards import verify_files  # the stored Seismic shards' files (another content's is rebuilt)
+
+            verify_files(seismic.parent)
 
     @classmethod
     def upgrade(cls, folder: str | Path) -> bool:

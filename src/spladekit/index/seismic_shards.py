@@ -26,7 +26,8 @@ Layout (``INDEX/seismic/``)::
 
     params.json            {"build": SeismicBuildParams, "content_hash", "empty", "memory_budget",
                             "max_entries", "shards": [[start, stop, empty], ...],
-                            "shard_postings": "share", "shard_n_postings": [n, ...]}
+                            "shard_postings": "share", "shard_n_postings": [n, ...],
+                            "shard_files": [[bytes, sha256] or null, ...]}  (checked: :func:`load`, :func:`verify_files`)
     index.index.seismic    one shard: the file of today's single index (the layout is unchanged)
     shard-000000/          several shards: one folder each (index.index.seismic, shard.json)
     shard-000001/ ...
@@ -272,7 +273,7 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     if (stored is not None and stored.get("content_hash") == content_hash
             and (build is None or (stored.get("build") == asdict(build) and _same_rule(stored)))
             and (max_entries is None or stored.get("max_entries", max_shard_entries(DEFAULT_SEISMIC_BUDGET)) == max_entries)):
-        return load(target, stored, docs.shape)
+        return load(target, stored, docs.shape, docs)
     if max_entries is None:
         memory_budget = DEFAULT_SEISMIC_BUDGET
         max_entries = max_shard_entries(memory_budget)
@@ -281,7 +282,7 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries),
               "shard_postings": SHARD_POSTINGS}
     try:
-        return load(folder / "seismic", build_shards(folder, docs, params, ranges, record, on_shard, show_progress), docs.shape)
+        return load(folder / "seismic", build_shards(folder, docs, params, ranges, record, on_shard, show_progress), docs.shape, docs)
     except OSError as exc:  # a read-only index folder: built in memory for this process only
         log.warning("%s: cannot store the Seismic index (%s); it is kept for this process only", target, exc)
     each = shard_params(params, docs.indptr, ranges)
@@ -368,17 +369,117 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
     else:
         for number in range(len(ranges)):
             (work / SHARD.format(number)).rename(done / SHARD.format(number))
+    final["shard_files"] = [shard_file_record(done if len(ranges) == 1 else done / SHARD.format(number))
+                            for number in range(len(ranges))]
     write_json(done / "params.json", final)
     replace_folder(done, folder / "seismic")
     shutil.rmtree(work, ignore_errors=True)
     return final
 
 
-def load(target: Path, stored: dict, shape: tuple[int, int]) -> ShardedSeismic:
-    """Reopen the shards stored in ``target`` (``seismic/``) as ``params.json`` (``stored``) lists them.
+def shard_file_record(folder: Path) -> list | None:
+    """``[bytes, sha256]`` of the Seismic file in ``folder`` (``params.json``'s ``shard_files``), or
+    None when the shard is empty (no file)."""
+    from spladekit.data.resolve import sha256_file
+
+    path = folder / SeismicSearcher.INDEX_FILE
+    return [path.stat().st_size, sha256_file(path)] if path.exists() else None
+
+
+def shard_folder(target: Path, number: int, count: int) -> Path:
+    """The folder of shard ``number`` of ``count`` in ``target`` (one shard: ``target`` itself)."""
+    return target if count == 1 else target / SHARD.format(number)
+
+
+def verify_files(target: Path) -> None:
+    """Recompute each stored shard file's SHA-256 and compare it with ``params.json``'s
+    ``shard_files`` (folders stored before 7 Dec 2026 have none: nothing to compare). Reads every
+    shard file once (``Index.verify``).
 
     Raises:
-        DataFormatError: a listed shard's file is missing or unreadable, or the ranges do not tile ``[0, D)``.
+        DataFormatError: a file differs (naming it), or ``shard_files`` is malformed.
+    """
+    from spladekit.errors import DataFormatError
+    from spladekit.io import read_json
+
+    stored = read_json(target / "params.json")
+    records = _file_records(target, stored, len(stored.get("shards") or [()]))
+    for number, record in enumerate(records or []):
+        if record is None:
+            continue
+        where = shard_folder(target, number, len(records))
+        if shard_file_record(where) != record:
+            raise DataFormatError(where / SeismicSearcher.INDEX_FILE, "does not match params.json's shard_files (size, SHA-256): "
+                                  "the file was altered, damaged or moved from another shard; delete the seismic/ folder to rebuild it")
+
+
+def _file_records(target: Path, stored: dict, count: int) -> list | None:
+    """``params.json``'s ``shard_files`` checked for form (None when not recorded).
+
+    Raises:
+        DataFormatError: not ``count`` entries of ``[bytes, sha256]`` or null.
+    """
+    from spladekit.errors import DataFormatError
+
+    records = stored.get("shard_files")
+    if records is None:
+        return None
+    if not (isinstance(records, list) and len(records) == count and all(
+            r is None or (isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], str)) for r in records)):
+        raise DataFormatError(target / "params.json", f"shard_files: expected {count} entries [bytes, sha256] or null; "
+                              "delete the seismic/ folder to rebuild it", field="shard_files")
+    return records
+
+
+def _check_shard(path: Path, number: int, searcher: SeismicSearcher, start: int, stop: int, docs: sp.csr_matrix | None) -> None:
+    """Whether the loaded Seismic index of shard ``number`` holds rows ``[start, stop)`` (:func:`load`).
+    Seismic keeps only the documents with an entry, in row order: its document ``i`` is the range's
+    ``i``-th non-empty row.
+
+    Raises:
+        DataFormatError: its document count (at most the range's without ``docs``), entry count, or
+            first or last document differ.
+    """
+    from spladekit.errors import DataFormatError
+
+    index = searcher.index
+    where = f"shard {number}, rows [{start}, {stop})"
+    problem = None
+    if docs is None:
+        if index.len > stop - start:
+            problem = f"holds {index.len} documents where {where} has {stop - start} rows"
+    else:
+        filled = np.flatnonzero(np.diff(np.asarray(docs.indptr[start : stop + 1]))) + start
+        want = (filled.size, int(docs.indptr[stop]) - int(docs.indptr[start]))
+        if (index.len, index.nnz) != want:
+            problem = f"holds {index.len} documents and {index.nnz} entries where {where} has {want[0]} and {want[1]}"
+        for position in sorted({0, filled.size - 1}) if not problem and filled.size else ():
+            row = int(filled[position])
+            a, b = int(docs.indptr[row]), int(docs.indptr[row + 1])
+            components, values = index.get(position)
+            want_values = np.asarray(docs.data[a:b], np.float64)
+            # Seismic keeps values as float16: each within half a unit in the last place (2^-11 relative,
+            # 2^-25 absolute below float16's normal range)
+            if (list(components) != np.asarray(docs.indices[a:b]).tolist()
+                    or not np.all(np.abs(np.asarray(values, np.float64) - want_values) <= 2.0**-11 * np.abs(want_values) + 2.0**-25)):
+                problem = f"its document {position} is not row {row} of the index ({where})"
+                break
+    if problem:
+        raise DataFormatError(path, f"{problem}: another shard's file, or altered; delete the seismic/ folder to rebuild it")
+
+
+def load(target: Path, stored: dict, shape: tuple[int, int], docs: sp.csr_matrix | None = None) -> ShardedSeismic:
+    """Reopen the shards stored in ``target`` (``seismic/``) as ``params.json`` (``stored``) lists them.
+    Each shard is checked against what it must hold, cheaply (a shard file swapped with another
+    shard's, or copied over it, answers with the other rows' documents): its file's size
+    (``shard_files``, when recorded), and once loaded its number of documents (the range's) and,
+    given the index's documents ``docs`` (``[D, V]`` CSR), its number of entries and its first and
+    last non-empty rows (components equal, values within Seismic's f16 rounding). The files'
+    SHA-256 is compared by :func:`verify_files` (``Index.verify``).
+
+    Raises:
+        DataFormatError: a listed shard's file is missing, unreadable or not the shard's, or the
+            ranges do not tile ``[0, D)``.
     """
     from spladekit.errors import DataFormatError
 
@@ -398,8 +499,16 @@ def load(target: Path, stored: dict, shape: tuple[int, int]) -> ShardedSeismic:
     ranges = [(int(a), int(b)) for a, b, _ in listed]
     if ranges[0][0] != 0 or ranges[-1][1] != shape[0] or any(b != c for (_, b), (c, _) in zip(ranges[:-1], ranges[1:])):
         raise DataFormatError(target / "params.json", f"shard ranges {ranges} do not cover the {shape[0]} document rows", field="shards")
+    records = _file_records(target, stored, len(listed)) or [None] * len(listed)
     shards = []
     for number, ((start, stop), (_, _, empty)) in enumerate(zip(ranges, listed)):
-        where = target if len(listed) == 1 else target / SHARD.format(number)
-        shards.append((start, SeismicSearcher.load(where, each[number], (stop - start, shape[1]), empty=bool(empty))))
+        where = shard_folder(target, number, len(listed))
+        path = where / SeismicSearcher.INDEX_FILE
+        if records[number] is not None and path.exists() and path.stat().st_size != records[number][0]:
+            raise DataFormatError(path, f"{path.stat().st_size} bytes where params.json's shard_files records {records[number][0]}: "
+                                  "altered, or another shard's file; delete the seismic/ folder to rebuild it")
+        searcher = SeismicSearcher.load(where, each[number], (stop - start, shape[1]), empty=bool(empty))
+        if searcher.index is not None:
+            _check_shard(path, number, searcher, start, stop, docs)
+        shards.append((start, searcher))
     return ShardedSeismic(shards, ranges, params, shape, stored.get("max_entries"), stored.get("shard_postings"))
