@@ -199,3 +199,57 @@ def test_bounded_ciff_import_peak_stays_within_the_budget(tmp_path):
     assert bounded <= bound, (bounded, whole, bound)
     assert whole > bound, (bounded, whole, bound)
     assert _folder_bytes(tmp_path / "bounded") != {} and Index.open(tmp_path / "bounded", verify=True).docs.nnz == m.nnz
+
+
+def _craft(path, lists, records, **header):
+    """A CIFF stream written message by message with the protobuf classes: ``lists`` =
+    ``[(term, df, [(docid gap, tf)])]``, ``records`` = collection ids in docid order."""
+    m = ciff.messages()
+    with open(path, "wb") as f:
+        head = dict(version=1, num_postings_lists=len(lists), num_docs=len(records))
+        ciff._write_delimited(f, m["Header"](**{**head, **header}).SerializeToString())
+        for term, df, postings in lists:
+            plist = m["PostingsList"](term=term, df=df)
+            plist.postings.extend([m["Posting"](docid=g, tf=t) for g, t in postings])
+            ciff._write_delimited(f, plist.SerializeToString())
+        for docid, name in enumerate(records):
+            ciff._write_delimited(f, m["DocRecord"](docid=docid, collection_docid=name).SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("lists, records, header, message", [
+    ([], [], {"num_docs": -1}, "header: num_docs -1 is negative"),
+    ([("u", 3, [(0, 2), (1, 5)])], ["a", "b"], {}, r"posting list 0 \('u'\): df 3 but 2 postings"),
+    ([("u", 2, [(0, 2), (1, -500)])], ["a", "b"], {}, r"posting list 0 \('u'\): tf -500 at docid 1: an impact is ≥ 0"),
+    ([("u", 1, [(0, 2)])], ["a", ""], {}, "document record 1: collection_docid '' is empty"),
+    ([("u", 1, [(0, 2)])], ["a", "b\tc"], {}, "document record 1: collection_docid 'b\\\\tc' is holding white space"),
+])
+def test_bad_ciff_fields_are_refused_naming_the_file_and_record(tmp_path, lists, records, header, message):
+    path = _craft(tmp_path / "bad.ciff", lists, records, **header)
+    with pytest.raises(DataFormatError, match=rf"bad\.ciff: .*{message}"):
+        ciff.read_ciff(path, ["u", "v"])
+    with pytest.raises(DataFormatError, match=rf"bad\.ciff: .*{message}"):  # the bounded import reads with the same checks
+        import_to_index("ciff", path, ["u", "v"], tmp_path / "idx")
+    assert not (tmp_path / "idx").exists()
+
+
+def test_a_repeated_collection_docid_names_the_file_and_both_records(tmp_path):
+    path = _craft(tmp_path / "rep.ciff", [("u", 3, [(0, 2), (1, 5), (1, 1)])], ["a", "b", "a"])
+    with pytest.raises(DataFormatError, match=r"rep\.ciff: .*collection_docid 'a' is given twice: document records 0 and 2"):
+        import_to_index("ciff", path, ["u", "v"], tmp_path / "idx")
+    assert not (tmp_path / "idx").exists()
+
+
+def test_weights_that_round_to_impact_zero_are_counted_and_an_empty_export_refused(tmp_path, capsys):
+    m, ids, vocab = quantised_corpus()
+    m = m.copy()
+    m.data[::3] = m.data[::3] / 1000  # a third of the weights below 0.005: impact 0 at scale 100
+    Index.from_vectors(tmp_path / "a", m, ids, vocabulary=vocab)
+    manifest = export_index(tmp_path / "a", "ciff", tmp_path / "exp")
+    zero = int(np.count_nonzero(np.floor(m.data.astype(np.float64) * 100 + 0.5) == 0))
+    assert zero > 0 and manifest.options["weights_rounded_to_zero"] == zero
+    assert f"{zero} of {m.nnz} weights" in capsys.readouterr().err
+    assert ciff.read_ciff(tmp_path / "exp" / "index.ciff", vocab)[0].nnz == m.nnz - zero
+    with pytest.raises(ValueError, match=r"every one of the \d+ weights rounds to impact 0 at scale 1e-06"):
+        export_index(tmp_path / "a", "ciff", tmp_path / "none", scale=1e-6)
+    assert not (tmp_path / "none").exists()

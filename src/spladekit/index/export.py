@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, RepeatedIdError
-from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, seismic_jsonl
+from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, quantise, seismic_jsonl
 from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary
 from spladekit.io import atomic_write, scratch_folder, staged_files, write_json
 
@@ -148,11 +148,36 @@ def export_vectors(
                              hnsw=hnsw, table=table)
 
 
+def rounded_to_zero(matrix: sp.spmatrix, scale: float, target: Path) -> int:
+    """How many stored weights of ``matrix`` round to impact 0 at ``scale`` (below ``1 / (2 · scale)``:
+    left out of a quantised export), reported on stderr when some do; counted in blocks of 2^24
+    entries (a memory-mapped index is read once, not copied).
+
+    Raises:
+        ValueError: every weight rounds to 0 (the export would hold nothing), naming the scale that keeps the largest.
+    """
+    data = sp.csr_matrix(matrix).data
+    zero, largest = 0, 0.0
+    for start in range(0, data.size, 1 << 24):
+        part = np.asarray(data[start : start + (1 << 24)])
+        zero += int(np.count_nonzero(quantise(part, scale) == 0))
+        largest = max(largest, float(np.abs(part).max()))
+    if data.size and zero == data.size:
+        raise ValueError(f"every one of the {data.size} weights rounds to impact 0 at scale {scale:g} (the largest is {largest:g}): "
+                         f"{target.name} would hold nothing; a scale above {0.5 / largest:g} keeps the largest")
+    if zero:
+        print(f"spladekit export: {zero} of {data.size} weights ({100 * zero / data.size:.1f}%) are below {0.5 / scale:g}, round to "
+              f"impact 0 at scale {scale:g} and are left out of {target} (counted in export.json; a larger --scale keeps them)",
+              file=sys.stderr)
+    return zero
+
+
 def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scale, model, model_revision, keys, field_type, field,
                   index_name, query_top_k, hnsw, table) -> ExportManifest:
     """The body of :func:`export_vectors`: write the files into ``folder`` (staged; ``out`` is named in messages)."""
     target = folder / FILES[fmt]
     options: dict = {}
+    rounded = rounded_to_zero(matrix, scale, out / FILES[fmt]) if fmt in QUANTISED else 0
     if fmt == "anserini":
         count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
@@ -185,6 +210,8 @@ def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scal
         count = elastic.write_bulk(target, matrix, ids, vocabulary, index_name=index_name, field=field, keys=keys)
         write_json(folder / "mapping.json", elastic.mapping(field, field_type))
         options = {"keys": keys, "field": field, "field_type": field_type, "index_name": index_name, "key_escaping": "'%' -> '%25', '.' -> '%2E'"}
+    if rounded:
+        options["weights_rounded_to_zero"] = rounded
     files = [FILES[fmt]] + EXTRA_FILES.get(fmt, [])
     manifest = ExportManifest(
         format=fmt,
@@ -452,7 +479,11 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
             if count == 0:
                 raise DataFormatError(source, "no vectors: the file is empty")
             check_manifest(path, len(vocabulary), count)
-            return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
+            try:
+                return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
+            except RepeatedIdError as exc:  # positions are document records (docid order)
+                raise DataFormatError(source, f"collection_docid {exc.doc_id!r} is given twice: document records {exc.first} "
+                                      f"and {exc.second}", field="collection_docid") from None
     with _removing_new_parents(out), scratch_folder(out) as spill:  # beside the index folder (its file system)
         ids, blocks = streamed_import(fmt, source, vocabulary, scale, options, spill, budget)
         check_manifest(path, len(vocabulary), len(ids))  # before the folder is begun

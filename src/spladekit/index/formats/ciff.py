@@ -223,6 +223,9 @@ def _read_lists(file: BinaryIO, path: Path, columns: dict) -> Iterator:
     once the lists are read, :func:`_read_records` reads the document records."""
     m = messages()
     header = m["Header"].FromString(_read_delimited(file, path, "header"))
+    for name in ("num_docs", "num_postings_lists"):
+        if getattr(header, name) < 0:
+            raise DataFormatError(path, f"header: {name} {getattr(header, name)} is negative", field=name)
     num_docs, seen = header.num_docs, set()
     yield num_docs  # the first item: the document count
     for number in range(header.num_postings_lists):
@@ -236,6 +239,12 @@ def _read_lists(file: BinaryIO, path: Path, columns: dict) -> Iterator:
         if n and (docids[0] < 0 or docids[-1] >= num_docs or np.any(np.diff(docids) <= 0)):
             raise DataFormatError(path, f"posting list {number} ({plist.term!r}): docids must rise inside [0, {num_docs})")
         tfs = np.fromiter((p.tf for p in plist.postings), np.int64, count=n)
+        if plist.df != n:  # cf (Σ tf) is not checked: writers differ on it for impacts, and it is not read
+            raise DataFormatError(path, f"posting list {number} ({plist.term!r}): df {plist.df} but {n} postings")
+        if n and tfs.min() < 0:
+            bad = int(np.argmax(tfs < 0))
+            raise DataFormatError(path, f"posting list {number} ({plist.term!r}): tf {int(tfs[bad])} at docid {int(docids[bad])}: "
+                                  "an impact is ≥ 0")
         column = columns[plist.term]
         del plist  # the parsed message is freed before the caller works on the arrays
         yield column, docids, tfs
@@ -249,7 +258,12 @@ def _read_records(file: BinaryIO, path: Path, num_docs: int) -> Iterator[str]:
         rec = record.FromString(_read_delimited(file, path, f"document record {number}"))
         if rec.docid != number:
             raise DataFormatError(path, f"document record {number} has docid {rec.docid}: records must come in docid order")
-        yield rec.collection_docid
+        doc_id = rec.collection_docid
+        if not doc_id or any(c.isspace() for c in doc_id):  # the rule of spladekit.data.beir's ids
+            raise DataFormatError(path, f"document record {number}: collection_docid {doc_id!r} is "
+                                  f"{'empty' if not doc_id else 'holding white space, which a TREC run file cannot hold'}",
+                                  field="collection_docid")
+        yield doc_id
     extra = len(file.read(1 << 16))
     if extra:  # a CIFF stream ends with its last document record: anything after it is damage
         raise DataFormatError(path, f"{extra}{'+' if extra == 1 << 16 else ''} bytes after the last document record "
@@ -262,9 +276,11 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
     while the row-major formats are streamed: :func:`spladekit.index.export.import_to_index`).
 
     Raises:
-        DataFormatError: a truncated or malformed message, bytes after the last document record, a term outside ``vocabulary`` or given
-            twice, a docid outside ``[0, num_docs)``, or document records out of docid order (naming
-            the file and the list or record).
+        DataFormatError: a truncated or malformed message, bytes after the last document record, a
+            negative count in the header, a term outside ``vocabulary`` or given twice, a ``df``
+            other than the list's length, a negative ``tf``, a docid outside ``[0, num_docs)``,
+            document records out of docid order, or a ``collection_docid`` empty or with white
+            space (naming the file and the list or record).
         ValueError: a bad ``scale``.
     """
     require_protobuf()
