@@ -95,6 +95,19 @@ def test_killed_run_leftover_is_named_and_kept(tmp_path, kind):
     assert _temporaries(out) == [live]  # the new writes left nothing of their own
 
 
+def test_an_empty_leftover_folder_of_a_dead_run_is_removed_without_a_word(tmp_path):
+    out = tmp_path / "index"
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    empty, full = tmp_path / f".index.{proc.stdout.strip()}-abc.tmp", tmp_path / f".index.{proc.stdout.strip()}-def.tmp"
+    empty.mkdir()
+    full.mkdir()
+    (full / "rows.npy").write_text("x")
+    with pytest.warns(RuntimeWarning) as caught:
+        assert warn_stale_temporaries(out) == [full]
+    assert not empty.exists() and (full / "rows.npy").exists()  # the full one is named and kept
+    assert [str(full) in str(w.message) for w in caught] == [True]
+
+
 def test_old_style_name_counts_as_left_over(tmp_path):
     out = tmp_path / "run.trec"
     old = tmp_path / ".run.trec.k2j4d9xq.tmp"  # the name before the PID was part of it

@@ -100,8 +100,10 @@ def warn_stale_temporaries(path: str | Path) -> list[Path]:
     (``.NAME.*.tmp``, file or folder, as :func:`atomic_write` and :func:`atomic_folder` write them)
     that no running process is writing: what a killed run (``SIGKILL``, a power cut) leaves behind.
     Such leftovers are never used nor deleted here: a folder may hold the only copy of a long
-    computation's partial output, so the user decides. Siblings of a live process (its PID is in
-    the name) are skipped; older names without a PID count as left over. Returns the ones named.
+    computation's partial output, so the user decides; an empty folder holds nothing and is removed
+    (a run killed before it wrote anything, e.g. an import still reading its input). Siblings of a
+    live process (its PID is in the name) are skipped; older names without a PID count as left
+    over. Returns the ones named.
     """
     path = Path(path)
     stale = []
@@ -113,6 +115,12 @@ def warn_stale_temporaries(path: str | Path) -> list[Path]:
         writer = item.name[len(path.name) + 2:].split("-", 1)[0]
         if writer.isdigit() and (int(writer) == os.getpid() or _process_alive(int(writer))):
             continue
+        try:
+            if item.is_dir() and not any(item.iterdir()):
+                item.rmdir()  # empty: nothing of anyone's is lost
+                continue
+        except OSError:
+            pass  # named below like any other
         stale.append(item)
         if str(item) in _WARNED_STALE:
             continue
