@@ -101,6 +101,36 @@ def test_presets_and_validation():
     assert repr(parse_measure("MRR@10", "trec-dl")) == "RR(rel=2)@10"
 
 
+def test_document_ids_that_match_nothing_judged_are_warned_about():
+    qrels = {"q1": {"486": 1, "12": 0}, "q2": {"7": 2}}
+    with pytest.warns(UserWarning, match=r"none of the documents the run retrieves for its 2 judged queries is judged.*'D486'"):
+        result = evaluate({"q1": {"D486": 3.0, "D12": 1.0}, "q2": {"D7": 2.0}}, qrels, ["nDCG@10"])
+    assert result["nDCG@10"] == 0.0
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one judged document retrieved (even non-relevant): no warning
+        assert evaluate({"q1": {"D486": 3.0, "12": 1.0}, "q2": {"D7": 2.0}}, qrels, ["nDCG@10"])["nDCG@10"] == 0.0
+
+
+def test_the_command_line_prints_a_warning_as_one_line_without_source(tmp_path):
+    """``spladekit`` (the console entry point) prints ``warning: <message>``, not the library's source line."""
+    import subprocess
+    import sys
+    from pathlib import Path as P
+
+    (tmp_path / "run.trec").write_text("q1 Q0 D486 1 3.0 x\n")
+    (tmp_path / "qrels.txt").write_text("q1 0 486 1\n")
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(P(__file__).resolve().parents[1] / "src"))
+    proc = subprocess.run([sys.executable, "-m", "spladekit", "evaluate", "--run", str(tmp_path / "run.trec"), "--qrels",
+                           str(tmp_path / "qrels.txt")], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "none of the documents" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: none of the documents") and ".py:" not in proc.stderr, proc.stderr
+
+
 def test_tie_break_is_the_same_in_run_files_and_evaluation(tmp_path):
     qrels = {"q": {"b": 1, "e": 2}, "r": {"a": 1}}
     run = {"q": {"e": 1.0, "d": 2.0, "b": 2.0, "a": 2.0, "c": 0.5}, "r": {"b": 1.0, "a": 1.0}}

@@ -31,9 +31,17 @@ def main() -> None:
     process without unwinding). ``serve`` installs uvicorn's own handlers over it.
     """
     import signal
+    import warnings
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    warnings.formatwarning = _format_warning
     app()
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning on the command line: ``warning: <message>`` (the library's source line that
+    raised it, Python's default, tells a user nothing; the message names the file or field)."""
+    return f"warning: {message}\n"
 
 
 __all__ = ["app", "main"]

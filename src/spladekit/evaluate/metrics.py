@@ -264,6 +264,19 @@ def evaluate(
             f"{next(iter(qrels))!r}): every measure is 0; do the ids differ in form (e.g. '001' vs '1')?",
             stacklevel=2,
         )
+    elif any(ranked.get(qid) for qid in qrels):
+        judged = {doc for docs in qrels.values() for doc in docs}
+        shared = [qid for qid in qrels if ranked.get(qid)]
+        if not any(doc in judged for qid in shared for doc in ranked[qid]):
+            import warnings
+
+            example = next(iter(ranked[shared[0]]))
+            warnings.warn(
+                f"none of the documents the run retrieves for its {len(shared)} judged queries is judged in the qrels "
+                f"(e.g. run {example!r}, qrels {next(iter(qrels[shared[0]]))!r}): every measure is 0; do the document ids "
+                "differ in form (a prefix, leading zeros)?",
+                stacklevel=2,
+            )
     result["num_unretrieved"] = sum(1 for qid in qrels if not ranked.get(qid))
     result["num_without_relevant"] = sum(1 for docs in qrels.values() if not any(g > 0 for g in docs.values()))
     result["removed_query_id_docs"] = removed
