@@ -5,6 +5,7 @@ result, never a silent wrong number or a lost output."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spladekit.cli import app
-from spladekit.errors import OutputPathError
+from spladekit.errors import OutputPathError, install_line
 
 
 def cli(*args: str):
@@ -565,9 +566,9 @@ def test_seismic_search_without_pyseismic_names_the_extra(tmp_path, tiny_beir, m
     folder = _small_index(tmp_path / "index")
     monkeypatch.setitem(sys.modules, "seismic", None)
     result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec", "--backend", "seismic")
-    assert_clean_failure(result, "pip install 'spladekit[seismic]'")
+    assert_clean_failure(result, install_line("seismic"))
     assert "pyseismic-lsr" in result.output and not (tmp_path / "run.trec").exists()
-    with pytest.raises(ImportError, match=r"spladekit\[seismic\]") as raised:  # the API: still an ImportError
+    with pytest.raises(ImportError, match=re.escape(install_line("seismic"))) as raised:  # the API: still an ImportError
         SeismicSearcher(sp.csr_matrix(np.eye(3, dtype=np.float32)))
     assert isinstance(raised.value, MissingExtraError) and raised.value.extra == "seismic"
     from spladekit.index.index import Index
@@ -581,13 +582,28 @@ def test_seismic_search_without_pyseismic_names_the_extra(tmp_path, tiny_beir, m
     assert [p.name for p in Path(folder).iterdir() if "seismic" in p.name] == []  # no build journal left
 
 
+def test_the_install_line_follows_how_spladekit_was_installed(tmp_path, monkeypatch):
+    import spladekit.errors
+
+    root = Path(spladekit.errors.__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():
+        pytest.skip("spladekit is not running from a source checkout")
+    monkeypatch.chdir(root)  # the README's `pip install -e '.[serve]'`, from the checkout
+    assert install_line("serve") == "pip install -e '.[serve]'"
+    monkeypatch.chdir(tmp_path)
+    assert install_line("serve") == f"pip install -e '{root}[serve]'"
+    installed = tmp_path / "lib" / "python3.12" / "site-packages" / "spladekit"
+    installed.mkdir(parents=True)
+    assert install_line("serve", str(installed / "errors.py")) == "pip install 'spladekit[serve]'"
+
+
 def test_ciff_without_protobuf_names_the_extra(tmp_path, monkeypatch):
     """`import google.protobuf` failing (a None entry in sys.modules) as where protobuf is missing:
     one error line with the install line, no file written."""
     folder = _small_index(tmp_path / "index")
     monkeypatch.setitem(sys.modules, "google.protobuf", None)
     result = cli("export", "--index", folder, "--format", "ciff", "--out", tmp_path / "x.ciff")
-    assert_clean_failure(result, "pip install 'spladekit[ciff]'")
+    assert_clean_failure(result, install_line("ciff"))
     assert not (tmp_path / "x.ciff").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

@@ -148,8 +148,10 @@ def test_a_stored_seismic_index_without_pyseismic_is_explained(scifact_index, mo
     with caplog.at_level("WARNING"):
         service = Service(ServeConfig(index=str(index.folder)), threads=1)
     assert service.backends == ("exact",)
-    assert "pip install 'spladekit[seismic]'" in service.info()["unavailable_backends"]["seismic"]
-    assert "a Seismic index is stored, but" in caplog.text and "pip install 'spladekit[seismic]'" in caplog.text
+    from spladekit.errors import install_line
+
+    assert install_line("seismic") in service.info()["unavailable_backends"]["seismic"]
+    assert "a Seismic index is stored, but" in caplog.text and install_line("seismic") in caplog.text
     with pytest.raises(ValidationError, match=r"a Seismic index is stored, but Seismic search needs pyseismic-lsr"):
         service.request_model.model_validate({"query": "a", "backend": "seismic"})
 

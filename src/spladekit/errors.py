@@ -48,13 +48,31 @@ class HeadNotFoundError(SpladekitError, TypeError):
     """The model is not a masked-language model of a supported family."""
 
 
+def install_line(extra: str, package_file: str | None = None) -> str:
+    """The pip line that adds the optional dependencies ``extra``: ``pip install -e 'CHECKOUT[extra]'``
+    when spladekit runs from a source checkout (the README's editable install; ``.`` when the
+    checkout is the working directory), else ``pip install 'spladekit[extra]'``.
+
+    Args:
+        package_file: this module's path (default: ``__file__``): the checkout is two folders above
+            the package (``src/spladekit``) and holds ``pyproject.toml``.
+    """
+    from pathlib import Path
+
+    root = Path(package_file or __file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "src" / "spladekit").is_dir():
+        where = "." if Path.cwd().resolve() == root else str(root)
+        return f"pip install -e '{where}[{extra}]'"
+    return f"pip install 'spladekit[{extra}]'"
+
+
 class MissingExtraError(SpladekitError, ImportError):
     """An optional package a feature needs is not installed. The message names the feature, the
-    package and the install line (``pip install 'spladekit[EXTRA]'``). Attributes: ``package``, ``extra``."""
+    package and the install line (:func:`install_line`). Attributes: ``package``, ``extra``."""
 
     def __init__(self, feature: str, package: str, extra: str):
         self.feature, self.package, self.extra = feature, package, extra
-        super().__init__(f"{feature} needs {package}, which is not installed: pip install 'spladekit[{extra}]'")
+        super().__init__(f"{feature} needs {package}, which is not installed: {install_line(extra)}")
 
     def __reduce__(self):
         return type(self), (self.feature, self.package, self.extra)
@@ -65,7 +83,7 @@ def require_extra(module: str, feature: str, package: str, extra: str):
     asked for, so that every feature missing one says the same install line.
 
     Raises:
-        MissingExtraError: ``module`` cannot be imported (``package``, ``pip install 'spladekit[extra]'``).
+        MissingExtraError: ``module`` cannot be imported (``package``, :func:`install_line`).
     """
     import importlib
 

@@ -81,7 +81,9 @@ def export_model(
     try:
         typer.echo(f"onnxruntime check: max |onnx - torch| = {check_export(encoder, written):.2e} on 3 texts")
     except ImportError:
-        typer.echo("onnxruntime not installed: the export was not run (pip install 'spladekit[onnx]')")
+        from spladekit.errors import install_line
+
+        typer.echo(f"onnxruntime not installed: the export was not run ({install_line('onnx')})")
 
 
 def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max_length, pooling, activation) -> None:

@@ -55,7 +55,9 @@ def serve(
         from spladekit.serve.app import exit_quietly
         from spladekit.serve.config import CONFIG_ENV, ServeConfig, read_api_key
     except ImportError as exc:
-        fail(ImportError(f"serving needs FastAPI and uvicorn: pip install 'spladekit[serve]' ({exc})"))
+        from spladekit.errors import install_line
+
+        fail(ImportError(f"serving needs FastAPI and uvicorn: {install_line('serve')} ({exc})"))
     try:
         config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
                              max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,

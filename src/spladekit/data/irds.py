@@ -132,7 +132,9 @@ def load_irds(dataset_id: str, kinds=("docs", "queries", "qrels"), optional=()):
     try:
         import ir_datasets
     except ImportError as exc:
-        raise ResolutionError(f"{PREFIX}{dataset_id}: needs the ir_datasets package: pip install 'spladekit[irds]'") from exc
+        from spladekit.errors import install_line
+
+        raise ResolutionError(f"{PREFIX}{dataset_id}: needs the ir_datasets package: {install_line('irds')}") from exc
     try:
         dataset = ir_datasets.load(dataset_id)
     except KeyError as exc:

@@ -219,7 +219,9 @@ def open_dataset(config):
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - the project installs it
-        raise ResolutionError("data.format 'hf' needs the 'datasets' package: pip install 'spladekit[datasets]'") from exc
+        from spladekit.errors import install_line
+
+        raise ResolutionError(f"data.format 'hf' needs the 'datasets' package: {install_line('datasets')}") from exc
     path = Path(str(config.path)).expanduser()
     split = config.split
     try:
