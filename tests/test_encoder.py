@@ -103,6 +103,17 @@ def test_metadata_round_trip(tmp_path, encoder):
     encoder.metadata = EncoderMetadata()
 
 
+def test_saving_shows_no_bar_of_its_own_and_keeps_transformers_bars_on(tmp_path, encoder, capsys):
+    """A checkpoint saved inside a training loop: transformers' "Writing model shards" bar would be
+    drawn inside the training bar; it is off while saving, and transformers' bars are on again after."""
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    encoder.save_pretrained(tmp_path / "m")
+    assert "Writing model shards" not in capsys.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()
+
+
 def test_real_checkpoint_vectors(splade_tiny):
     enc = SpladeEncoder.from_pretrained(splade_tiny, head_impl="plain")
     texts = ["what causes cancer in mice", "Vitamin D deficiency increases the risk of fractures."]

@@ -323,7 +323,15 @@ class SpladeEncoder:
         record = getattr(self.model.mlm.config, "spladekit_rescale", None)
         if record:
             self.metadata.extra["rescale"] = record
-        self.model.mlm.save_pretrained(folder)
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar: noise inside a training bar
+        try:
+            self.model.mlm.save_pretrained(folder)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
         self.tokenizer.save_pretrained(folder)
         meta = self.metadata
         if meta.zero_special_tokens:
