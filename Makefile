@@ -56,5 +56,5 @@ test-engines: $(STAMP)
 test-matrix: $(STAMP)
 	PY=$(PY) scripts/test-matrix.sh
 
-clean:
-	rm -rf $(VENV) outputs
+clean:  # the venv, the demo's outputs, and the engines' own venvs that `make test` builds (tests/engine_venvs.py)
+	rm -rf $(VENV) outputs benchmarks/.cache/engine-*
