@@ -59,6 +59,7 @@ from spladekit.index.layout import (DEFAULT_BUDGET, model_record, FORMAT, MATRIC
                                     take_ids)
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams, import_seismic
 from spladekit.io import atomic_folder, read_json, recover_folder, write_json
+from spladekit.index.seismic_shards import open_or_build, verify_files
 
 # moved to rooms of their own (mechanically; their old import path stays): the records of a search,
 # and the chunk files of a resumable build
@@ -186,11 +187,7 @@ class Index:
                 raise DataFormatError(self.folder / "index.json", f"{key.replace('_', ' ')} does not match {what} (the folder was altered or damaged; rebuild it)", field=key)
         if not np.array_equal(self.tie_rank, tie_ranks(self.doc_ids)):  # derived from the ids: recomputed, not hashed
             raise DataFormatError(self.folder / "tie_rank.npy", "does not rank the document ids in order (damaged; rebuild the folder)")
-        seismic = self.folder / "seismic" / "params.json"
-        if seismic.exists() and read_json(seismic).get("content_hash") == self.metadata.get("content_hash"):
-            from spladekit.index.seismic_shards import verify_files  # the stored Seismic shards' files (another content's is rebuilt)
-
-            verify_files(seismic.parent)
+        verify_files(self.folder / "seismic", self.metadata.get("content_hash"))  # the stored Seismic shards' files
 
     @classmethod
     def upgrade(cls, folder: str | Path) -> bool:
@@ -394,8 +391,6 @@ class Index:
         if self._seismic is not None and (build is None or self._seismic.built_with(build)) and memory_budget is None:
             return self._seismic
         import_seismic()  # before a build's journal is written
-        from spladekit.index.seismic_shards import open_or_build
-
         self._seismic = open_or_build(self.folder, self.docs, self.metadata.get("content_hash"), build, memory_budget)
         return self._seismic
 

@@ -391,10 +391,11 @@ def shard_folder(target: Path, number: int, count: int) -> Path:
     return target if count == 1 else target / SHARD.format(number)
 
 
-def verify_files(target: Path) -> None:
+def verify_files(target: Path, content_hash: str | None) -> None:
     """Recompute each stored shard file's SHA-256 and compare it with ``params.json``'s
-    ``shard_files`` (folders stored before 7 Dec 2026 have none: nothing to compare). Reads every
-    shard file once (``Index.verify``).
+    ``shard_files``, when ``target`` holds shards of the index whose content hash is ``content_hash``
+    (another content's are rebuilt when opened; folders stored before 7 Dec 2026 record no
+    ``shard_files``: nothing to compare). Reads every shard file once (``Index.verify``).
 
     Raises:
         DataFormatError: a file differs (naming it), or ``shard_files`` is malformed.
@@ -402,6 +403,8 @@ def verify_files(target: Path) -> None:
     from spladekit.errors import DataFormatError
     from spladekit.io import read_json
 
+    if not (target / "params.json").exists() or read_json(target / "params.json").get("content_hash") != content_hash:
+        return
     stored = read_json(target / "params.json")
     records = _file_records(target, stored, len(stored.get("shards") or [()]))
     for number, record in enumerate(records or []):
