@@ -286,7 +286,7 @@ def load_metadata(folder: str | Path) -> dict:
 def load_vocabulary(folder: str | Path) -> list[str] | None:
     """The index's ``vocab.json`` (V token strings), or ``None`` for folders written without one.
     Checked against ``index.json``: its ``vocab_size`` (V) and, when recorded (folders written since
-    7 Dec 2026), ``vocab_hash``, the SHA-256 of the file: a term's name is what an export writes.
+    6 Dec 2026), ``vocab_hash``, the SHA-256 of the file: a term's name is what an export writes.
 
     Raises:
         DataFormatError: the file is not a JSON list of V strings, does not match ``vocab_hash``, or

@@ -394,7 +394,7 @@ def shard_folder(target: Path, number: int, count: int) -> Path:
 def verify_files(target: Path, content_hash: str | None) -> None:
     """Recompute each stored shard file's SHA-256 and compare it with ``params.json``'s
     ``shard_files``, when ``target`` holds shards of the index whose content hash is ``content_hash``
-    (another content's are rebuilt when opened; folders stored before 7 Dec 2026 record no
+    (another content's are rebuilt when opened; folders stored before 6 Dec 2026 record no
     ``shard_files``: nothing to compare). Reads every shard file once (``Index.verify``).
 
     Raises:
@@ -403,9 +403,9 @@ def verify_files(target: Path, content_hash: str | None) -> None:
     from spladekit.errors import DataFormatError
     from spladekit.io import read_json
 
-    if not (target / "params.json").exists() or read_json(target / "params.json").get("content_hash") != content_hash:
+    stored = read_json(target / "params.json") if (target / "params.json").exists() else {}
+    if not stored or stored.get("content_hash") != content_hash:
         return
-    stored = read_json(target / "params.json")
     records = _file_records(target, stored, len(stored.get("shards") or [()]))
     for number, record in enumerate(records or []):
         if record is None:
