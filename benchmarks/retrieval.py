@@ -499,10 +499,11 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
 
 
 SHARD_COUNTS = tuple(int(n) for n in os.environ.get("SPLADEKIT_BENCH_SHARDS", "1,2,4").split(","))  # Seismic shard counts compared
-SHARD_SETTINGS = tuple({"query_cut": int(cut), "heap_factor": float(heap)} for cut, heap in (
-    pair.split(":") for pair in os.environ.get("SPLADEKIT_BENCH_SHARD_SETTINGS", "10:0.7,20:0.5,40:0.3").split(",")))
-"""Seismic settings along the recall/latency curve (``query_cut:heap_factor``, comma-separated in
-``$SPLADEKIT_BENCH_SHARD_SETTINGS``); the default's middle one is :data:`SEISMIC_AT`."""
+SHARD_SETTINGS = tuple(dict(zip(("query_cut", "heap_factor", "n_knn"), (kind(v) for kind, v in zip((int, float, int), triple.split(":")))))
+                       for triple in os.environ.get("SPLADEKIT_BENCH_SHARD_SETTINGS", "10:0.7,20:0.5,40:0.3").split(","))
+"""Seismic settings along the recall/latency curve (``query_cut:heap_factor`` or
+``query_cut:heap_factor:n_knn``, comma-separated in ``$SPLADEKIT_BENCH_SHARD_SETTINGS``; ``n_knn`` needs
+shards built with a k-NN graph, ``$SPLADEKIT_BENCH_NKNN``); the default's middle one is :data:`SEISMIC_AT`."""
 
 
 def _shard_count() -> int:
@@ -512,7 +513,8 @@ def _shard_count() -> int:
 def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
     """Seismic by shards (``spladekit.index.seismic_shards.build_shards``, default parameters but
     ``n_postings`` = ``$SPLADEKIT_BENCH_N_POSTINGS`` when set (the whole index's, each shard its
-    share) and ``max_fraction`` = ``$SPLADEKIT_BENCH_MAX_FRACTION`` when set) in
+    share), ``max_fraction`` = ``$SPLADEKIT_BENCH_MAX_FRACTION`` and the k-NN graph's ``nknn`` =
+    ``$SPLADEKIT_BENCH_NKNN`` when set) in
     ``$SPLADEKIT_BENCH_SHARD_COUNT`` shards of at most ⌈nnz / count⌉ + the longest row entries (so
     the greedy ranges number ``count``); this process's peak RSS is the build's (the
     folder is memory-mapped; nothing is loaded back)."""
@@ -527,14 +529,15 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
     entries = -(-index.docs.nnz // count) + int(np.diff(index.docs.indptr).max())
     ranges = shard_ranges(np.asarray(index.docs.indptr), entries)
     asked = {name: kind(os.environ[var]) for name, kind, var in (("n_postings", int, "SPLADEKIT_BENCH_N_POSTINGS"),
-                                                                  ("max_fraction", float, "SPLADEKIT_BENCH_MAX_FRACTION")) if os.environ.get(var)}
+                                                                  ("max_fraction", float, "SPLADEKIT_BENCH_MAX_FRACTION"),
+                                                                  ("nknn", int, "SPLADEKIT_BENCH_NKNN")) if os.environ.get(var)}
     params = SeismicBuildParams(**asked)
     base = peak_rss()
     record = {"build": asdict(params), "content_hash": index.metadata.get("content_hash"), "memory_budget": entries * SEISMIC_BUILD_BYTES,
               "max_entries": entries}
     with Clock() as c:
         build_shards(index.folder, index.docs, params, ranges, record)
-    return {"shards": len(ranges), "max_entries": entries, "n_postings": params.n_postings, "max_fraction": params.max_fraction,
+    return {"shards": len(ranges), "max_entries": entries, "n_postings": params.n_postings, "max_fraction": params.max_fraction, "nknn": params.nknn,
             "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss(), "base_rss": base,
             "bytes": folder_bytes(index.folder / "seismic"), "rule_bytes": entries * SEISMIC_BUILD_BYTES}
 
@@ -573,13 +576,13 @@ def shard_table(corpus: str, r: dict) -> str:
     """The shard-count trade: build peak and time, loaded RSS, and per setting ms/query and recall."""
     exact = r.get("search", {})
     lines = [f"### {corpus}: Seismic by shards (default build parameters; each shard its share of n_postings)", "",
-             "| shards (n_postings) | build CPU s (wall) | build peak RSS (growth) | on disk | loaded RSS | query_cut / heap | k=10 batch CPU ms (÷ exact) | "
+             "| shards (n_postings) | build CPU s (wall) | build peak RSS (growth) | on disk | loaded RSS | query_cut / heap (/ n_knn) | k=10 batch CPU ms (÷ exact) | "
              "k=10 one per call CPU ms (÷ exact) | recall@10 | k=1000 batch CPU ms | recall@1000 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for count in SHARD_COUNTS:
         b, s = r.get(f"seismic_shards_build_{count}", {}), r.get(f"seismic_shards_search_{count}", {})
         for e in s.get("settings", []):
             lines.append(f"| {b.get('shards', count)} ({b.get('n_postings', '-')}) | {b.get('build_cpu_s', float('nan')):.0f} ({b.get('build_s', float('nan')):.0f}) | "
-                         f"{gb(b.get('build_rss', 0))} ({gb(b.get('build_rss', 0) - b.get('base_rss', 0))}) | {gb(b.get('bytes', 0))} | {gb(s.get('loaded_rss', 0))} | {e['query_cut']} / {e['heap_factor']} | "
+                         f"{gb(b.get('build_rss', 0))} ({gb(b.get('build_rss', 0) - b.get('base_rss', 0))}) | {gb(b.get('bytes', 0))} | {gb(s.get('loaded_rss', 0))} | {e['query_cut']} / {e['heap_factor']}{' / ' + str(e['n_knn']) if e.get('n_knn') else ''} | "
                          f"{e['batch_cpu_ms_k10']:.3f} ({e['batch_cpu_ms_k10'] / exact.get('batch_cpu_ms_k10', float('nan')):.3f}) | "
                          f"{e['one_cpu_ms_k10']:.3f} ({e['one_cpu_ms_k10'] / exact.get('one_cpu_ms_k10', float('nan')):.3f}) | {e['recall@10']:.3f} | "
                          f"{e['batch_cpu_ms_k1000']:.3f} | {e['recall@1000']:.3f} |")

@@ -105,6 +105,29 @@ def test_search_exact_and_seismic(tiny, built, tmp_path):
     assert again.exit_code == 0 and "built the Seismic index" not in again.output, again.output
 
 
+def test_seismic_knn_options_keep_the_stored_build_and_are_recorded(tiny, built, tmp_path):
+    """`--knn` rebuilds the stored Seismic index with a k-NN graph and keeps the other build parameters
+    it was built with (here `--max-fraction 3`: one option asked for does not reset the rest);
+    `--n-knn` reaches the search and its settings record; more than the graph holds is refused."""
+    import shutil
+
+    model, beir = tiny
+    folder = tmp_path / "index"
+    shutil.copytree(built, folder, ignore=shutil.ignore_patterns("seismic"))  # this test's own Seismic builds
+    runner = CliRunner()
+    base = ["search", "--index", str(folder), "--queries", str(beir / "queries.tsv"), "--k", "5", "--backend", "seismic"]
+    r = runner.invoke(app, base + ["--out", str(tmp_path / "a.trec"), "--max-fraction", "3"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, base + ["--out", str(tmp_path / "b.trec"), "--knn", "2", "--n-knn", "2"])
+    assert r.exit_code == 0 and "built the Seismic index" in r.output, r.output
+    stored = json.loads((folder / "seismic" / "params.json").read_text())["build"]
+    assert stored["nknn"] == 2 and stored["max_fraction"] == 3.0
+    settings = json.loads((tmp_path / "b.trec.config.json").read_text())
+    assert settings["seismic_search"]["n_knn"] == 2 and settings["seismic_build"]["nknn"] == 2
+    r = runner.invoke(app, base + ["--out", str(tmp_path / "c.trec"), "--n-knn", "3"])
+    assert r.exit_code != 0 and "n_knn ≤ 2" in r.output and not (tmp_path / "c.trec").exists(), r.output
+
+
 def test_export_queries_then_import_then_reexport(tiny, built, tmp_path):
     model, beir = tiny
     runner = CliRunner()

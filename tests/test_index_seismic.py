@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -157,3 +160,49 @@ def test_seismic_ties_follow_exact_rule_with_doc_ids():
     assert got == [[(2, 2.0), (3, 1.0), (1, 1.0), (0, 1.0)]]  # 2.0 first, then ties by id: a, b, z
     assert got == exact_search(query, docs, k=4, doc_ids=ids)
     assert SeismicSearcher(docs).search(query, k=4) == [[(2, 2.0), (0, 1.0), (1, 1.0), (3, 1.0)]]  # by row
+
+
+def _twins(pairs: int = 6, cols: int = 40) -> sp.csr_matrix:
+    """Rows 2i (A_i) and 2i + 1 (B_i): both hold term 0 (A_i weight 10 - i, B_i weight 1 + 0.1 i: every
+    B below every A) and a term of their own, 1 + i, weight 10. So A_i's nearest row by dot product is
+    B_i (100 + (10 - i)(1 + 0.1 i) against at most 100 between two A's), and term 0's list, capped
+    at ``n_postings × max_fraction`` = ``pairs`` postings, keeps the A's only (the global cut,
+    ``n_postings`` × the 1 + ``pairs`` terms held, keeps every other posting)."""
+    rows, cols_, vals = [], [], []
+    for i in range(pairs):
+        for r, w in ((2 * i, 10.0 - i), (2 * i + 1, 1.0 + 0.1 * i)):
+            rows += [r, r]
+            cols_ += [0, 1 + i]
+            vals += [w, 10.0]
+    return sp.csr_matrix((np.array(vals, np.float32), (rows, cols_)), shape=(2 * pairs, cols))
+
+
+def test_knn_graph_finds_the_neighbours_static_pruning_dropped(tmp_path):
+    """A query on term 0 alone: its list holds the A's (the B's are pruned), so Seismic without the
+    graph answers A's only; with a k-NN graph (nknn 1) each found A_i's neighbour B_i is scored too,
+    and the top-2·pairs equals the exact dot-product top-k (numpy), kept through save and load."""
+    pairs = 6
+    docs = _twins(pairs)
+    query = sp.csr_matrix((np.array([1.0], np.float32), ([0], [0])), shape=(1, docs.shape[1]))
+    every = dict(query_cut=10_000, heap_factor=1e-9, num_threads=1)
+    build = SeismicBuildParams(n_postings=pairs, max_fraction=1, min_cluster_size=1)
+    plain = SeismicSearcher(docs, build)
+    assert sorted(plain.index.get_doc_ids_in_postings(0)) == [2 * i for i in range(pairs)]  # term 0's list: the B's pruned
+    k = 2 * pairs
+    exact = [(r, float(docs[r, 0])) for r in np.argsort(-docs[:, 0].toarray().ravel(), kind="stable")[:k]]
+    without = plain.search(query, k=k, params=SeismicSearchParams(**every))[0]
+    assert [r for r, _ in without] == [2 * i for i in range(pairs)]  # the A's only: pairs hits, not k
+    with pytest.raises(ValueError, match="no|holds \\(0\\)"):
+        plain.search(query, k=k, params=SeismicSearchParams(**every, n_knn=1))  # no graph: refused, not ignored
+    graph = SeismicSearcher(docs, replace(build, nknn=1))
+    assert graph.knn_len == 1
+    folder = tempfile.mkdtemp(dir=tmp_path)
+    graph.save(folder)
+    reopened = SeismicSearcher.load(folder, graph.params, docs.shape)
+    assert reopened.knn_len == 1
+    for searcher in (graph, reopened):
+        got = searcher.search(query, k=k, params=SeismicSearchParams(**every, n_knn=1))[0]
+        assert [r for r, _ in got] == [r for r, _ in exact]
+        np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2 ** -10)  # Seismic stores f16 values
+    with pytest.raises(ValueError, match="n_knn ≤ 1"):
+        graph.search(query, k=k, params=SeismicSearchParams(**every, n_knn=2))  # beyond the graph: refused

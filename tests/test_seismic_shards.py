@@ -444,3 +444,33 @@ def test_a_shard_file_swapped_copied_or_altered_is_refused_naming_it(tmp_path):
     files[1].write_bytes(bytes(damaged))
     with pytest.raises(DataFormatError, match=r"shard-000001/index\.index\.seismic: does not match params.json's shard_files"):
         reopen(verify=True)
+
+
+def test_shards_with_a_knn_graph_answer_the_exact_top_k_pruning_dropped(tmp_path):
+    """Each shard builds its own k-NN graph (``nknn``): on the twin corpus of
+    ``test_index_seismic`` (term 0's lists keep the A rows only), a search with ``n_knn`` 1 through
+    ``Index.search`` finds every B too, and equals the exact dot-product top-k (numpy); the graph is
+    stored in the shards (reopened: ``knn_len``), and ``n_knn`` beyond it is refused."""
+    from test_index_seismic import _twins
+
+    pairs = 6
+    docs = _twins(pairs)
+    ids = shuffled_ids(docs.shape[0], 3)
+    index = Index.from_vectors(tmp_path / "idx", docs, ids)
+    build = SeismicBuildParams(n_postings=pairs, max_fraction=1, min_cluster_size=1, nknn=1)
+    sharded = open_or_build(index.folder, index.docs, index.metadata["content_hash"], build, max_entries=docs.nnz // 2)
+    assert sharded.ranges == [(0, pairs), (pairs, 2 * pairs)]  # 2 shards, 3 pairs each (shares of n_postings: 3)
+    reopened = Index.open(index.folder)
+    assert reopened.seismic().knn_len == 1
+    query = sp.csr_matrix((np.array([1.0], np.float32), ([0], [0])), shape=(1, docs.shape[1]))
+    every = dict(query_cut=10_000, heap_factor=1e-9, num_threads=1)
+    k = 2 * pairs
+    scores = docs[:, 0].toarray().ravel()
+    exact = [(ids[r], float(scores[r])) for r in np.argsort(-scores, kind="stable")[:k]]  # no ties: the weights differ
+    without = reopened.search(query, k=k, backend="seismic", seismic=SeismicSearchParams(**every)).hits[0]
+    assert sorted(without) == sorted(exact[:pairs])  # the A's only: each shard's list of term 0 lost its B's
+    got = reopened.search(query, k=k, backend="seismic", seismic=SeismicSearchParams(**every, n_knn=1)).hits[0]
+    assert [d for d, _ in got] == [d for d, _ in exact]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2 ** -10)  # Seismic stores f16 values
+    with pytest.raises(ValueError, match="n_knn ≤ 1"):
+        reopened.search(query, k=k, backend="seismic", seismic=SeismicSearchParams(**every, n_knn=2))

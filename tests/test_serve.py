@@ -454,6 +454,7 @@ BAD = [  # (what, raw body or JSON object, status, field named in the message)
     ("unknown backend", {"query": "protein", "backend": "bm25"}, 422, "backend"),
     ("seismic parameters with exact", {"query": "protein", "seismic": {"query_cut": 3}}, 422, "seismic"),
     ("seismic query_cut 0", {"query": "protein", "backend": "seismic", "seismic": {"query_cut": 0}}, 422, "seismic.query_cut"),
+    ("seismic n_knn without a k-NN graph", {"query": "protein", "backend": "seismic", "seismic": {"n_knn": 1}}, 422, "seismic.n_knn"),
     ("unknown fields value", {"query": "protein", "fields": "everything"}, 422, "fields"),
     ("body over the size limit", _vec(list(range(30000)), [1.0] * 30000) | {"pad": "x" * (1 << 20)}, 413, "body"),
 ]

@@ -100,6 +100,9 @@ def search(
     summary_energy: Optional[float] = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
     centroid_fraction: Optional[float] = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
     max_fraction: Optional[float] = typer.Option(None, help="seismic build: longest posting list kept, as a multiple of n_postings (default: stored, else 6)"),
+    knn: Optional[int] = typer.Option(None, help="seismic build: neighbours per document in a k-NN graph (default: stored, else 0 = none; "
+                                      "builds take several times longer)"),
+    n_knn: Optional[int] = typer.Option(None, help="seismic: neighbours of each found document also scored (≤ --knn of the build; default 0)"),
     recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
                                                 "(the index is built as one Seismic index per range of documents that fits; "
@@ -128,18 +131,25 @@ def search(
         if queries is not None and data is not None:
             raise ValueError("give --data or --queries, not both")
         asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
-                                          max_fraction=max_fraction).items() if v is not None}
-        searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor).items() if v is not None}
+                                          max_fraction=max_fraction, nknn=knn).items() if v is not None}
+        searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn).items() if v is not None}
         if memory_budget is not None:
             from spladekit.index.writer import parse_size
 
             asked_budget = parse_size(memory_budget)
         if backend != "seismic" and (asked or searching or recall_k is not None or memory_budget is not None):
-            given = [f"--{n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else []) + (
+            given = [f"--{'knn' if n == 'nknn' else n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else []) + (
                 ["--memory-budget"] if memory_budget is not None else [])
             raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
                              f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
-        build = SeismicBuildParams(**asked) if asked else None
+        if asked:  # the stored index's parameters, with those asked for changed (one asked for does not reset the others)
+            from dataclasses import replace
+
+            from spladekit.index.seismic_shards import stored_build
+
+            build = replace(stored_build(index[0]) or SeismicBuildParams(), **asked)
+        else:
+            build = None
         params = SeismicSearchParams(**searching)
         if backend == "seismic":  # before any query is encoded: the install line, not a traceback
             import_seismic()

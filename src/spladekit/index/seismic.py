@@ -64,7 +64,12 @@ class SeismicBuildParams:
             average, and near-duplicate documents then keep their postings (recall against
             ``max_fraction`` in ``benchmarks/RESULTS.md``, "The 8.8M row").
         doc_cut: document terms used when clustering.
-        nknn: k-NN graph size (0: none).
+        nknn: neighbours kept per document in a k-NN graph built with the index (0: none): a
+            search then also scores the ``n_knn`` nearest neighbours of each document it found
+            (Bruch, Nardini, Rulli, Venturini, "Pairing Clustered Inverted Indexes with κ-NN Graphs
+            for Fast Approximate Retrieval over Learned Sparse Representations", CIKM 2024). The
+            graph is found by searching every document as a query: its build costs several times
+            the index's (``benchmarks/RESULTS.md``).
     """
 
     n_postings: int = 3500
@@ -94,7 +99,7 @@ class SeismicSearchParams:
     Attributes:
         query_cut: the query's ``query_cut`` heaviest terms are traversed.
         heap_factor: a block is scored when its summary score ≥ ``heap_factor`` × the heap's minimum.
-        n_knn: k-NN refinement neighbours (needs ``nknn`` > 0 at build time).
+        n_knn: neighbours of each found document scored as well (the k-NN graph: ≤ the build's ``nknn``).
         sorted: visit blocks by summary score.
         num_threads: 0 = Rayon's default.
     """
@@ -265,6 +270,11 @@ class SeismicSearcher:
             self._components = np.array([str(j) for j in range(self.vocab_size)], dtype=self._string)
         return self._components
 
+    @property
+    def knn_len(self) -> int:
+        """Neighbours per document of the index's k-NN graph (0: none; the largest ``n_knn``)."""
+        return 0 if self.index is None else int(self.index.knn_len)
+
     def search_arrays(self, queries: "SeismicQueries", k: int, params: SeismicSearchParams | None = None,
                       tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` of prepared queries as arrays: per query ``(rows [n] int64, scores [n] float32)``,
@@ -272,11 +282,16 @@ class SeismicSearcher:
         object per hit beyond what pyseismic itself returns.
 
         Raises:
-            ValueError: ``k`` < 1.
+            ValueError: ``k`` < 1; ``n_knn`` > the neighbours the index's k-NN graph holds (pyseismic
+                would ignore the graph it lacks, or scan fewer neighbours, without a word).
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer ≥ 1, got {k!r}")
         p = params or SeismicSearchParams()
+        if p.n_knn and self.index is not None and p.n_knn > self.knn_len:
+            held = self.knn_len
+            raise ValueError(f"seismic n_knn {p.n_knn} asks for more neighbours than the index's k-NN graph holds ({held}): "
+                             + ("build the index with nknn ≥ n_knn (`--knn`)" if not held else f"ask for n_knn ≤ {held}, or rebuild with nknn ≥ {p.n_knn}"))
         tie_rank = None if tie_rank is None else np.asarray(tie_rank)
         empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
         results = [empty] * queries.count

@@ -191,6 +191,12 @@ class ShardedSeismic:
         """``[V]`` Seismic's name of each column (the same in every shard)."""
         return self.shards[0][1].component_names()
 
+    @property
+    def knn_len(self) -> int:
+        """Neighbours per document of the shards' k-NN graphs (the fewest of a shard with documents; 0: none)."""
+        held = [searcher.knn_len for _, searcher in self.shards if not searcher.empty]
+        return min(held) if held else 0
+
     def prepare(self, queries: sp.spmatrix) -> SeismicQueries:
         """The queries in pyseismic's input form, once for every shard.
 
@@ -288,6 +294,18 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     each = shard_params(params, docs.indptr, ranges)
     return ShardedSeismic([(start, SeismicSearcher(row_slice(docs, start, stop), p, canonical=True)) for (start, stop), p in zip(ranges, each)],
                           ranges, params, docs.shape, max_entries)
+
+
+def stored_build(folder: Path) -> SeismicBuildParams | None:
+    """The build parameters of the Seismic index stored in the index folder ``folder`` (None: none stored).
+
+    Raises:
+        DataFormatError: ``seismic/params.json`` cannot be read, or does not hold valid parameters.
+    """
+    from spladekit.io import read_json
+
+    target = Path(folder) / "seismic"
+    return _stored_build(read_json(target / "params.json"), target) if (target / "params.json").exists() else None
 
 
 def _stored_build(stored: dict | None, target: Path) -> SeismicBuildParams | None:

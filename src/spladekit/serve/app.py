@@ -6,7 +6,7 @@ Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
   documents per query, by :meth:`spladekit.index.index.Index.search` itself (exact or Seismic), so
   the hits are those of an in-process search of the same vectors. Bodies:
   ``{"query": "text"}``, ``{"query": ["a", "b"]}``, ``{"vector": {"indices": [..], "values": [..]}}``
-  or a list of vectors; ``k``, ``backend``, ``seismic`` (``query_cut``, ``heap_factor``),
+  or a list of vectors; ``k``, ``backend``, ``seismic`` (``query_cut``, ``heap_factor``, ``n_knn``),
   ``fields`` (``ids`` | ``scores`` | ``terms``), ``top_terms`` (rules: :mod:`spladekit.serve.schemas`).
 - ``GET /health``: ``{"status": "ok", ...}`` once the index and encoder are loaded (no key needed).
 - ``GET /info``: the index's settings record (``index.json``: model, max lengths, counts, content

@@ -48,9 +48,11 @@ def _listify(value):
 
 
 def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000, max_query_chars: int = 2000,
-                  max_queries: int = 64, max_top_terms: int = 1000, unavailable: dict[str, str] | None = None) -> type[BaseModel]:
+                  max_queries: int = 64, max_top_terms: int = 1000, unavailable: dict[str, str] | None = None,
+                  max_knn: int = 0) -> type[BaseModel]:
     """The ``POST /search`` body model for an index with ``vocab_size`` columns and these limits;
-    ``unavailable``: why a backend not in ``backends`` is not served (told to a request asking for it).
+    ``unavailable``: why a backend not in ``backends`` is not served (told to a request asking for it);
+    ``max_knn``: the neighbours per document of the Seismic index's k-NN graph (the largest ``n_knn``).
 
     Returns:
         a pydantic model class ``SearchRequest``; its validated instances have ``query`` (list of
@@ -109,6 +111,16 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         query_cut: StrictInt = Field(20, ge=1, le=vocab_size, description="the query's heaviest terms traversed")
         heap_factor: StrictFloat = Field(0.8, gt=0, allow_inf_nan=False,
                                          description="a block is scored when its summary score ≥ heap_factor × the heap's minimum")
+        n_knn: StrictInt = Field(0, ge=0, description=f"neighbours of each found document also scored (≤ {max_knn}: "
+                                 + ("the index's k-NN graph)" if max_knn else "this index has no k-NN graph)"))
+
+        @field_validator("n_knn")
+        @classmethod
+        def _graph(cls, n_knn: int) -> int:
+            if n_knn > max_knn:
+                raise ValueError(f"{n_knn} neighbours asked for; the index's k-NN graph holds {max_knn} a document" if max_knn else
+                                 "this index has no k-NN graph (built with nknn 0): n_knn must be 0")
+            return n_knn
 
     class SearchRequest(BaseModel):
         """``POST /search``: one query or a list, as texts (encoded by the server) or sparse vectors."""

@@ -57,7 +57,8 @@ class Service:
             self.index.seismic()  # the stored index, loaded once here (never built by a request)
         self.vocabulary = _vocabulary(self.index, self.encoder)
         self.request_model = request_model(self.vocab_size, self.backends, config.max_k, config.max_query_chars, config.max_queries,
-                                           unavailable=self.unavailable)
+                                           unavailable=self.unavailable,
+                                           max_knn=self.index.seismic().knn_len if "seismic" in self.backends else 0)
         self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
 
     def _load_encoder(self) -> None:
@@ -137,15 +138,15 @@ class Service:
         groups: dict[tuple, list[int]] = {}
         for i, r in enumerate(requests):
             if answers[i] is None:
-                params = (r.seismic.query_cut, r.seismic.heap_factor) if r.seismic is not None else None
+                params = (r.seismic.query_cut, r.seismic.heap_factor, r.seismic.n_knn) if r.seismic is not None else None
                 groups.setdefault((r.backend, r.k, params), []).append(i)
         batch_queries = sum(r.size for r in requests)
         for (backend, k, params), members in groups.items():
             try:
                 seismic = None
                 if backend == "seismic":
-                    cut, factor = params or (SeismicSearchParams.query_cut, SeismicSearchParams.heap_factor)
-                    seismic = SeismicSearchParams(query_cut=cut, heap_factor=factor, num_threads=self.threads)
+                    cut, factor, n_knn = params or (SeismicSearchParams.query_cut, SeismicSearchParams.heap_factor, SeismicSearchParams.n_knn)
+                    seismic = SeismicSearchParams(query_cut=cut, heap_factor=factor, n_knn=n_knn, num_threads=self.threads)
                 stacked = sp.vstack([vectors[i] for i in members], format="csr")
                 result = self.index.search(stacked, k=k, backend=backend, seismic=seismic)
                 start = 0
