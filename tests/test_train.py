@@ -343,6 +343,18 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
         assert json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
 
 
+def test_the_demo_names_truncation_once_for_the_systems_that_share_it():
+    from spladekit.demo import truncation_lines
+    from spladekit.evaluate.retrieval import SystemResult
+
+    def system(name, truncated):
+        return SystemResult(name, {}, {} if truncated is None else {"truncated_docs": truncated}, {}, 0.0)
+
+    lines = truncation_lines([system("before", 7), system("fine-tuned", 7), system("bm25", None), system("other", 3), system("none", 0)], 10)
+    assert lines == ["before, fine-tuned: 7 of 10 documents were longer than the document max length and truncated",
+                     "other: 3 of 10 documents were longer than the document max length and truncated"]
+
+
 def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monkeypatch):
     """Training interrupted (Ctrl-C as a KeyboardInterrupt raised by spladekit.train.train): before/ and
     bm25/ are on disk, equal to the same evaluation run again; no summary.json claims a full demo, and

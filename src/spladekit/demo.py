@@ -166,10 +166,20 @@ def _report(results: list[SystemResult], folders: list[str], dataset, out: Path,
     per_query_comparison({r.name: r.per_query["nDCG@10"] for r in results}, "nDCG@10", out / "per_query_ndcg10.png",
                          title=f"{dataset.name} test: per-query nDCG@10")
     print(table)
+    for line in truncation_lines(results, len(dataset.corpus)):
+        print(line)
+
+
+def truncation_lines(results: list[SystemResult], documents: int) -> list[str]:
+    """One line per count of truncated documents (``metrics["truncated_docs"]``), naming every system
+    that truncated that many (the demo's SPLADE rows share their encoder settings: one line, not one
+    a row)."""
+    truncated: dict[int, list[str]] = {}
     for result in results:
         if result.metrics.get("truncated_docs"):
-            print(f"{result.name}: {result.metrics['truncated_docs']} of {len(dataset.corpus)} documents were "
-                  "longer than the document max length and truncated")
+            truncated.setdefault(result.metrics["truncated_docs"], []).append(result.name)
+    return [f"{', '.join(names)}: {count} of {documents} documents were longer than the document max length and truncated"
+            for count, names in truncated.items()]
 
 
 def _model_record(model: str | Path) -> dict:

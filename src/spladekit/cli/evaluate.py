@@ -23,7 +23,8 @@ def build_conventions(
 
     Args:
         preset: preset name; when None, the preset matching ``dataset_hint`` (a dataset name or a
-            qrels path, see :meth:`EvalConventions.for_dataset`), else ``default``.
+            qrels path, see :meth:`EvalConventions.for_dataset`: ``beir`` when no name matches), and
+            ``default`` without a hint (``beir`` and ``default`` hold the same rules; the name recorded differs).
         rel: ``MEASURE=LEVEL`` items (``MRR=2``, ``R=2``) or a bare ``LEVEL`` for every binary measure.
         remove_query_id: overrides the preset when not None.
         dedupe: drop duplicate run lines (keep the best score) instead of failing.

@@ -51,7 +51,9 @@ so the merge is the top-k of the union. With one shard no merge is done: the ans
 :class:`~spladekit.index.seismic.SeismicSearcher` itself. Each shard is approximate on its own
 (each keeps its share of the postings, above; each shard's heap holds its own top-k, a lower k-th
 score than the whole index's, so more shards score more blocks: higher recall, more query time);
-measurements of the trade are in ``benchmarks/RESULTS.md``.
+measurements of the trade are in ``benchmarks/RESULTS.md``. A k-NN graph (``nknn``) is built by
+each shard over its own rows: a document's neighbours are those of its range, and ``n_knn``
+refines each shard's own hits before the merge.
 """
 
 from __future__ import annotations
