@@ -542,7 +542,7 @@ def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
         (["--backend", "seismic", "--centroid-fraction", "0"], "centroid_fraction must be in (0, 1]"),
         (["--backend", "seismic", "--max-fraction", "0.5"], "max_fraction must be a finite number ≥ 1"),
         (["--backend", "seismic", "--recall-k", "0"], "--recall-k must be ≥ 1"),
-        (["--backend", "seismic", "--knn", "-1"], "nknn must be an integer ≥ 0"),
+        (["--backend", "seismic", "--knn", "-1"], "nknn must be an integer in [0, 1024]"),
         (["--backend", "seismic", "--n-knn", "-2"], "n_knn must be an integer ≥ 0"),
         (["--knn", "30", "--n-knn", "10"], "--knn, --n-knn apply to --backend seismic only"),
         (["--queries", "q.tsv"], "not both"),

@@ -125,7 +125,26 @@ def test_seismic_knn_options_keep_the_stored_build_and_are_recorded(tiny, built,
     settings = json.loads((tmp_path / "b.trec.config.json").read_text())
     assert settings["seismic_search"]["n_knn"] == 2 and settings["seismic_build"]["nknn"] == 2
     r = runner.invoke(app, base + ["--out", str(tmp_path / "c.trec"), "--n-knn", "3"])
-    assert r.exit_code != 0 and "n_knn ≤ 2" in r.output and not (tmp_path / "c.trec").exists(), r.output
+    assert r.exit_code != 0 and "--n-knn 3 asks for more neighbours than the k-NN graph" in r.output and "holds (2)" in r.output, r.output
+    r = runner.invoke(app, base + ["--out", str(tmp_path / "d.trec"), "--knn", "3", "--n-knn", "5"])  # refused before the build
+    assert r.exit_code != 0 and "would hold (3)" in r.output and not (tmp_path / "d.trec").exists(), r.output
+    assert json.loads((folder / "seismic" / "params.json").read_text())["build"]["nknn"] == 2  # not rebuilt
+    # two folders: each keeps its own stored parameters when one option is asked for
+    from spladekit.index.index import Index
+
+    other = tmp_path / "other"  # the same vectors under other ids (the folders of one search hold distinct documents)
+    vectors, ids, meta = load_index(built)
+    Index.from_vectors(other, vectors, [f"x{i}" for i in range(len(ids))], metadata={k: v for k, v in meta.items() if k not in ("content_hash", "num_docs", "vocab_hash")},
+                       vocabulary=load_vocabulary(built))
+    r = runner.invoke(app, ["search", "--index", str(other), "--queries", str(beir / "queries.tsv"), "--k", "5", "--backend", "seismic",
+                            "--out", str(tmp_path / "e.trec"), "--max-fraction", "4"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["search", "--index", str(folder), "--index", str(other), "--queries", str(beir / "queries.tsv"), "--k", "5",
+                            "--backend", "seismic", "--out", str(tmp_path / "f.trec"), "--knn", "1"])
+    assert r.exit_code == 0, r.output
+    for where, fraction in ((folder, 3.0), (other, 4.0)):
+        stored = json.loads((where / "seismic" / "params.json").read_text())["build"]
+        assert (stored["nknn"], stored["max_fraction"]) == (1, fraction), where
 
 
 def test_export_queries_then_import_then_reexport(tiny, built, tmp_path):

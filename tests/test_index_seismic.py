@@ -206,3 +206,60 @@ def test_knn_graph_finds_the_neighbours_static_pruning_dropped(tmp_path):
         np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2 ** -10)  # Seismic stores f16 values
     with pytest.raises(ValueError, match="n_knn ≤ 1"):
         graph.search(query, k=k, params=SeismicSearchParams(**every, n_knn=2))  # beyond the graph: refused
+
+
+def test_too_few_documents_for_the_knn_graph_are_refused_before_the_build():
+    """pyseismic-lsr 0.5.4 crashed the process (segmentation fault) searching a 2-document index with
+    nknn 1 and panicked at nknn 9 of 10 documents: a graph of nknn neighbours needs nknn + 2
+    documents with a term (MIN_KNN_DOCUMENTS), refused before pyseismic builds anything."""
+    from spladekit.index.seismic import MAX_NKNN, MIN_KNN_DOCUMENTS
+
+    docs = _twins(5)  # 10 documents
+    with pytest.raises(ValueError, match=r"needs at least 11 documents with a term, and the index has 10"):
+        SeismicSearcher(docs, SeismicBuildParams(n_postings=5, nknn=10 - MIN_KNN_DOCUMENTS + 1))
+    assert SeismicSearcher(docs, SeismicBuildParams(n_postings=5, nknn=10 - MIN_KNN_DOCUMENTS)).knn_len == 8  # the bound itself is taken
+    with pytest.raises(ValueError, match=r"nknn must be an integer in \[0, 1024\]"):
+        SeismicBuildParams(nknn=MAX_NKNN + 1)  # would allocate nknn ids a document before failing
+
+
+def test_a_pyseismic_panic_becomes_an_engine_failure_naming_the_option(monkeypatch):
+    """pyo3's PanicException derives from BaseException (no `except Exception` catches it): the CLI
+    and the server would print a Rust traceback or die. It is raised as EngineFailure instead."""
+    from spladekit.errors import EngineFailure, SpladekitError
+
+    docs = _twins(6)
+    searcher = SeismicSearcher(docs, SeismicBuildParams(n_postings=6, nknn=2))
+    panic = type("PanicException", (BaseException,), {})  # pyo3's class is not importable; matched by name
+
+    class Panicking:
+        knn_len = searcher.index.knn_len
+
+        def search(self, *args, **kwargs):
+            raise panic("Index out of bounds.")
+
+        batch_search = search
+
+    monkeypatch.setattr(searcher, "index", Panicking())
+    with pytest.raises(EngineFailure, match="pyseismic failed with n_knn 2 .*smaller nknn.*Index out of bounds") as raised:
+        searcher.search(docs[:1], k=3, params=SeismicSearchParams(n_knn=2))
+    assert isinstance(raised.value, SpladekitError)
+
+
+def test_a_real_knn_graph_with_too_few_neighbours_never_lets_a_panic_through():
+    """60 documents of 40 random terms among 3,000 share few terms: pyseismic-lsr 0.5.4's graph search
+    finds fewer than 20 neighbours for some of them, and searching with n_knn 20 panicked ("Index
+    out of bounds") on every try. Whatever pyseismic does, the caller gets hits or EngineFailure,
+    never a BaseException that `except Exception` misses."""
+    from spladekit.errors import EngineFailure
+
+    rng = np.random.default_rng(2)
+    rows = np.repeat(np.arange(60), 40)
+    cols = np.concatenate([rng.choice(3000, 40, replace=False) for _ in range(60)])
+    docs = sp.csr_matrix((rng.gamma(1.0, 1.0, 60 * 40).astype(np.float32), (rows, cols)), shape=(60, 3000))
+    searcher = SeismicSearcher(docs, SeismicBuildParams(nknn=20))
+    try:
+        hits = searcher.search(docs, k=10, params=SeismicSearchParams(n_knn=20))
+    except EngineFailure as exc:
+        assert "n_knn 20" in str(exc)
+    else:
+        assert len(hits) == 60 and all(h and h[0][0] == i for i, h in enumerate(hits))  # each document finds itself first

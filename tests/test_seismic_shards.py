@@ -474,3 +474,34 @@ def test_shards_with_a_knn_graph_answer_the_exact_top_k_pruning_dropped(tmp_path
     np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2 ** -10)  # Seismic stores f16 values
     with pytest.raises(ValueError, match="n_knn ≤ 1"):
         reopened.search(query, k=k, backend="seismic", seismic=SeismicSearchParams(**every, n_knn=2))
+
+
+def test_a_shard_too_small_for_the_knn_graph_is_refused_before_any_shard_is_built(tmp_path):
+    """Shards of 5, 5 and 4 documents with nknn 3 (needs 5): the third is refused, naming it,
+    before the first shard is built (no shard folder, no build journal left)."""
+    from test_index_seismic import _twins
+
+    docs = _twins(7)  # 14 rows of 2 entries
+    index = Index.from_vectors(tmp_path / "idx", docs, shuffled_ids(14, 4))
+    build = SeismicBuildParams(n_postings=7, max_fraction=1, min_cluster_size=1, nknn=3)
+    assert shard_ranges(docs.indptr, 12) == [(0, 5), (5, 10), (10, 14)]  # about equal: 28 entries in 3
+    with pytest.raises(ValueError, match=r"nknn 3: .* needs at least 5 documents with a term, and shard 2 \(rows \[10, 14\)\) has 4"):
+        open_or_build(index.folder, index.docs, index.metadata["content_hash"], build, max_entries=12)
+    assert not (index.folder / "seismic").exists() and not (index.folder / ".seismic.build").exists()
+
+
+def test_a_params_json_whose_nknn_differs_from_the_shards_graph_is_refused(tmp_path):
+    """params.json saying nknn 5 over files built without a graph would let a rebuild asking for 5
+    be skipped and every n_knn search be refused: opening names the field."""
+    from spladekit.errors import DataFormatError
+    from test_index_seismic import _twins
+
+    docs = _twins(6)
+    index = Index.from_vectors(tmp_path / "idx", docs, shuffled_ids(12, 5))
+    open_or_build(index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=6), max_entries=12)
+    path = index.folder / "seismic" / "params.json"
+    record = json.loads(path.read_text())
+    record["build"]["nknn"] = 5
+    path.write_text(json.dumps(record))
+    with pytest.raises(DataFormatError, match=r"params.json: field 'build.nknn': build.nknn 5 where shard 0's file holds a k-NN graph of 0"):
+        Index.open(index.folder).seismic()

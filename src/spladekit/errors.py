@@ -66,6 +66,12 @@ def install_line(extra: str, package_file: str | None = None) -> str:
     return f"pip install 'spladekit[{extra}]'"
 
 
+class EngineFailure(SpladekitError, RuntimeError):
+    """A library spladekit calls failed inside its own code (a Rust panic of pyseismic-lsr, which
+    Python would otherwise see as a ``BaseException`` that no ``except Exception`` catches); the
+    message says what was asked and how to avoid it."""
+
+
 class MissingExtraError(SpladekitError, ImportError):
     """An optional package a feature needs is not installed. The message names the feature, the
     package and the install line (:func:`install_line`). Attributes: ``package``, ``extra``."""

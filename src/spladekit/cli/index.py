@@ -142,17 +142,21 @@ def search(
                 ["--memory-budget"] if memory_budget is not None else [])
             raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
                              f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
-        if asked:  # the stored index's parameters, with those asked for changed (one asked for does not reset the others)
+        params = SeismicSearchParams(**searching)
+        builds = [None] * len(index)  # None: each folder's stored Seismic index as it is (else the defaults)
+        if backend == "seismic":  # before any query is encoded or index built
             from dataclasses import replace
 
             from spladekit.index.seismic_shards import stored_build
 
-            build = replace(stored_build(index[0]) or SeismicBuildParams(), **asked)
-        else:
-            build = None
-        params = SeismicSearchParams(**searching)
-        if backend == "seismic":  # before any query is encoded: the install line, not a traceback
-            import_seismic()
+            import_seismic()  # the install line, not a traceback
+            if asked:  # each folder's stored parameters, with those asked for changed (one asked for does not reset the others)
+                builds = [replace(stored_build(folder) or SeismicBuildParams(), **asked) for folder in index]
+            for folder, build in zip(index, builds):
+                graph = (build or stored_build(folder) or SeismicBuildParams()).nknn
+                if params.n_knn > graph:
+                    raise ValueError(f"--n-knn {params.n_knn} asks for more neighbours than the k-NN graph of {folder}'s Seismic index "
+                                     f"{'would hold' if build else 'holds'} ({graph}): give --knn ≥ {params.n_knn}, or a smaller --n-knn")
         if queries is not None:
             topics = read_tsv(queries)
         elif data is not None:
@@ -162,11 +166,11 @@ def search(
         searched = open_index(index, verify=verify)
         q = searched.query_encoder(model)
         vectors = q.encode_queries(list(topics.values()), show_progress=True)
-        kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params, seismic_build=build)
+        kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params)
         stored = {folder: _seismic_stamp(folder) for folder in index}
-        if memory_budget is not None:  # shards of this size (built now, or the stored ones when they match)
-            for part in getattr(searched, "shards", [searched]):
-                part.seismic(build, asked_budget)
+        if memory_budget is not None or asked:  # each folder's (built now, or the stored one when it matches); searches then use it
+            for part, build in zip(getattr(searched, "shards", [searched]), builds):
+                part.seismic(build, asked_budget if memory_budget is not None else None)
         result = searched.search(vectors, k=k, **kwargs)
         for folder, before in stored.items():
             if backend == "seismic" and _seismic_stamp(folder) != before:

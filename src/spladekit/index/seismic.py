@@ -37,6 +37,25 @@ MAX_N_POSTINGS = 1 << 32
 (a larger value wraps around and keeps almost nothing); 2^32 is beyond any list length."""
 
 
+MAX_NKNN = 1024
+"""Largest ``nknn`` taken: the graph holds ``nknn`` neighbours of every document (8.8M × 1024 ids
+would be 72 GB); Seismic's k-NN paper uses tens."""
+
+MIN_KNN_DOCUMENTS = 2
+"""A k-NN graph of ``nknn`` neighbours needs at least ``nknn + MIN_KNN_DOCUMENTS`` documents with a
+term: pyseismic-lsr 0.5.4 crashed the process (a segmentation fault) searching a 2-document index
+with ``nknn`` 1, and panicked with ``nknn`` 9 of 10 documents (a document cannot have more
+neighbours than there are other documents)."""
+
+
+def check_knn_documents(nknn: int, documents: int, where: str = "the index") -> None:
+    """Raise ValueError when ``documents`` (with a term) are too few for a k-NN graph of ``nknn``
+    (:data:`MIN_KNN_DOCUMENTS`); nothing for ``nknn`` 0."""
+    if nknn and documents < nknn + MIN_KNN_DOCUMENTS:
+        raise ValueError(f"seismic nknn {nknn}: a k-NN graph of {nknn} neighbours needs at least {nknn + MIN_KNN_DOCUMENTS} documents "
+                         f"with a term, and {where} has {documents}; build with a smaller nknn (`--knn`)")
+
+
 def import_seismic():
     """The ``seismic`` module of pyseismic-lsr.
 
@@ -85,7 +104,7 @@ class SeismicBuildParams:
         _check_int(self, "n_postings", 1, MAX_N_POSTINGS)
         _check_int(self, "min_cluster_size", 1)
         _check_int(self, "doc_cut", 1)
-        _check_int(self, "nknn", 0)
+        _check_int(self, "nknn", 0, MAX_NKNN)
         _check_fraction(self, "centroid_fraction")
         _check_fraction(self, "summary_energy")
         if not (isinstance(self.max_fraction, (int, float)) and math.isfinite(self.max_fraction) and self.max_fraction >= 1):
@@ -186,6 +205,7 @@ class SeismicSearcher:
             self.index = None
             return
         p = self.params
+        check_knn_documents(p.nknn, dataset.len)
         with contextlib.nullcontext() if verbose else _quiet():
             self.index = seismic.SeismicIndex.build_from_dataset(
                 dataset,
@@ -284,6 +304,8 @@ class SeismicSearcher:
         Raises:
             ValueError: ``k`` < 1; ``n_knn`` > the neighbours the index's k-NN graph holds (pyseismic
                 would ignore the graph it lacks, or scan fewer neighbours, without a word).
+            EngineFailure: pyseismic panicked (seen with a k-NN graph of documents with fewer
+                neighbours than ``nknn``: :data:`MIN_KNN_DOCUMENTS`).
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer ≥ 1, got {k!r}")
@@ -298,10 +320,18 @@ class SeismicSearcher:
         if self.empty or not queries.todo.size:
             return results
         options = dict(k=int(k), query_cut=p.query_cut, heap_factor=p.heap_factor, n_knn=p.n_knn, sorted=p.sorted)
-        if queries.todo.size == 1:  # one query: pyseismic's single search (its batch call costs ≈ 0.5 ms more)
-            hits = [self.index.search(str(queries.todo[0]), queries.components[0], queries.values[0], **options)]
-        else:
-            hits = self.index.batch_search(queries.ids, queries.components, queries.values, num_threads=p.num_threads, **options)
+        try:
+            if queries.todo.size == 1:  # one query: pyseismic's single search (its batch call costs ≈ 0.5 ms more)
+                hits = [self.index.search(str(queries.todo[0]), queries.components[0], queries.values[0], **options)]
+            else:
+                hits = self.index.batch_search(queries.ids, queries.components, queries.values, num_threads=p.num_threads, **options)
+        except BaseException as exc:  # pyo3's PanicException derives from BaseException: `except Exception` would let it through
+            if type(exc).__name__ != "PanicException":
+                raise
+            knn = f" with n_knn {p.n_knn} (its k-NN graph may hold fewer neighbours than nknn for some documents: search with n_knn 0, or rebuild with a smaller nknn)" if p.n_knn else ""
+            from spladekit.errors import EngineFailure
+
+            raise EngineFailure(f"pyseismic failed{knn}: {exc}") from None
         for hit_list in hits:
             if not hit_list:
                 continue

@@ -67,7 +67,7 @@ from typing import Callable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.index.seismic import SeismicBuildParams, SeismicQueries, SeismicSearcher, SeismicSearchParams
+from spladekit.index.seismic import SeismicBuildParams, SeismicQueries, SeismicSearcher, SeismicSearchParams, check_knn_documents
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,8 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
 
     Raises:
         ImportError: ``pyseismic-lsr`` is not installed.
-        ValueError: a budget outside the writer's range.
+        ValueError: a budget outside the writer's range; a shard with too few documents for ``nknn``
+            (:func:`spladekit.index.seismic.check_knn_documents`), before any shard is built.
         DataFormatError: a stored file cannot be read or is missing.
     """
     from spladekit.io import read_json
@@ -287,6 +288,12 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
         max_entries = max_shard_entries(memory_budget)
     params = build or _stored_build(stored, target) or SeismicBuildParams()  # None: the parameters it was built with
     ranges = shard_ranges(np.asarray(docs.indptr), max_entries)
+    if params.nknn:  # every shard's graph checked before the first is built (a refusal after hours of shards would waste them)
+        filled = np.diff(np.asarray(docs.indptr)) > 0
+        for number, (start, stop) in enumerate(ranges):
+            if filled[start:stop].any():
+                check_knn_documents(params.nknn, int(filled[start:stop].sum()),
+                                    f"shard {number} (rows [{start}, {stop}))" if len(ranges) > 1 else "the index")
     record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries),
               "shard_postings": SHARD_POSTINGS}
     try:
@@ -501,8 +508,8 @@ def load(target: Path, stored: dict, shape: tuple[int, int], docs: sp.csr_matrix
     SHA-256 is compared by :func:`verify_files` (``Index.verify``).
 
     Raises:
-        DataFormatError: a listed shard's file is missing, unreadable or not the shard's, or the
-            ranges do not tile ``[0, D)``.
+        DataFormatError: a listed shard's file is missing, unreadable or not the shard's, holds a
+            k-NN graph of another size than ``build.nknn``, or the ranges do not tile ``[0, D)``.
     """
     from spladekit.errors import DataFormatError
 
@@ -533,5 +540,8 @@ def load(target: Path, stored: dict, shape: tuple[int, int], docs: sp.csr_matrix
         searcher = SeismicSearcher.load(where, each[number], (stop - start, shape[1]), empty=bool(empty))
         if searcher.index is not None:
             _check_shard(path, number, searcher, start, stop, docs)
+            if searcher.knn_len != params.nknn:  # searches would be refused, or rebuilds skipped, on the record's word
+                raise DataFormatError(target / "params.json", f"build.nknn {params.nknn} where shard {number}'s file holds a k-NN graph of "
+                                      f"{searcher.knn_len} ({path}); delete the seismic/ folder to rebuild it", field="build.nknn")
         shards.append((start, searcher))
     return ShardedSeismic(shards, ranges, params, shape, stored.get("max_entries"), stored.get("shard_postings"))

@@ -111,14 +111,14 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         query_cut: StrictInt = Field(20, ge=1, le=vocab_size, description="the query's heaviest terms traversed")
         heap_factor: StrictFloat = Field(0.8, gt=0, allow_inf_nan=False,
                                          description="a block is scored when its summary score ≥ heap_factor × the heap's minimum")
-        n_knn: StrictInt = Field(0, ge=0, description=f"neighbours of each found document also scored (≤ {max_knn}: "
+        n_knn: StrictInt = Field(0, ge=0, json_schema_extra={"maximum": max_knn}, description=f"neighbours of each found document also scored (≤ {max_knn}: "
                                  + ("the index's k-NN graph)" if max_knn else "this index has no k-NN graph)"))
 
         @field_validator("n_knn")
         @classmethod
         def _graph(cls, n_knn: int) -> int:
             if n_knn > max_knn:
-                raise ValueError(f"{n_knn} neighbours asked for; the index's k-NN graph holds {max_knn} a document" if max_knn else
+                raise ValueError(f"{n_knn} neighbours asked for; the index's k-NN graph holds {max_knn} per document" if max_knn else
                                  "this index has no k-NN graph (built with nknn 0): n_knn must be 0")
             return n_knn
 
