@@ -18,7 +18,9 @@
 # A small DOCS (e.g. 20000) checks the script itself in minutes.
 # SPLADEKIT_BENCH_N_POSTINGS=42000 builds the shards with that n_postings (the whole index's; each shard its
 # share; default the library's 3500) and SPLADEKIT_BENCH_MAX_FRACTION=24 with that max_fraction (default the
-# library's 6: on this synthetic corpus recall@10 0.88 at 10 / 0.7, 24 gives 0.92; benchmarks/RESULTS.md).
+# library's 6: on this synthetic corpus recall@10 0.88 at 10 / 0.7, 24 gives 0.92; benchmarks/RESULTS.md);
+# SPLADEKIT_BENCH_NKNN=30 builds each shard's k-NN graph of that size (≈ 4x the build time), searched with
+# SPLADEKIT_BENCH_SHARD_SETTINGS entries of the form query_cut:heap_factor:n_knn (e.g. "10:0.7:30,20:0.8:30").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DOCS=${1:-8800000}
