@@ -522,7 +522,7 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
 
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicBuildParams
-    from spladekit.index.seismic_shards import SEISMIC_BUILD_BYTES, build_shards, shard_ranges
+    from spladekit.index.seismic_shards import build_bytes_per_entry, build_shards, shard_ranges
 
     index = Index.open(work / corpus / "spladekit")
     count = _shard_count()
@@ -532,14 +532,15 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
                                                                   ("max_fraction", float, "SPLADEKIT_BENCH_MAX_FRACTION"),
                                                                   ("nknn", int, "SPLADEKIT_BENCH_NKNN")) if os.environ.get(var)}
     params = SeismicBuildParams(**asked)
+    rule_bytes = int(entries * build_bytes_per_entry(params, index.docs.nnz, index.docs.shape[0], index.docs.shape[1]))  # the library's rule
     base = peak_rss()
-    record = {"build": asdict(params), "content_hash": index.metadata.get("content_hash"), "memory_budget": entries * SEISMIC_BUILD_BYTES,
+    record = {"build": asdict(params), "content_hash": index.metadata.get("content_hash"), "memory_budget": rule_bytes,
               "max_entries": entries}
     with Clock() as c:
         build_shards(index.folder, index.docs, params, ranges, record)
     return {"shards": len(ranges), "max_entries": entries, "n_postings": params.n_postings, "max_fraction": params.max_fraction, "nknn": params.nknn,
             "build_s": c.wall, "build_cpu_s": c.cpu, "build_rss": peak_rss(), "base_rss": base,
-            "bytes": folder_bytes(index.folder / "seismic"), "rule_bytes": entries * SEISMIC_BUILD_BYTES}
+            "bytes": folder_bytes(index.folder / "seismic"), "rule_bytes": rule_bytes}
 
 
 def phase_seismic_shards_search(corpus: str, work: Path) -> dict:

@@ -320,7 +320,9 @@ def test_the_build_peak_follows_the_shard_size_not_the_corpus(tmp_path):
     (:func:`~spladekit.index.layout.release_mapped_pages`); kept, the other 7 ranges' 4.5 MB of
     them would count too. An unsharded build grows by ≈ 80 B an entry (measured here: 20 MB at 80k
     entries, 66 MB at 640k), ≈ 45 MB above one range's: more than the bound allows, so the test
-    fails for a build that holds the corpus."""
+    fails for a build that holds the corpus. The library's rule (:func:`build_bytes_per_entry`: 100 B
+    an entry when every entry is kept, as here) bounds that growth within 32 MB, the fixed cost of a
+    build it leaves out (≈ 13 MB measured here: 20 MB at 80k entries)."""
     rows, nnz = 2000, 40  # 8 shards of 2000 rows × 40 entries = 640k entries in all
     docs = integer_matrix(8 * rows, 1500, nnz, seed=11)
     Index.from_vectors(tmp_path / "idx", docs, [f"d{i}" for i in range(docs.shape[0])])
@@ -338,16 +340,20 @@ def test_the_build_peak_follows_the_shard_size_not_the_corpus(tmp_path):
     bound = one + (16 << 20)
     assert sharded <= bound, (one, sharded, whole)
     assert whole > bound, (one, sharded, whole)  # the measurement tells a corpus-sized build from a shard-sized one
+    from spladekit.index.seismic_shards import build_bytes_per_entry
+
+    rule = docs.nnz * build_bytes_per_entry(SeismicBuildParams(), docs.nnz, docs.shape[0], docs.shape[1])
+    assert whole <= rule + (32 << 20), (whole, rule)
 
 
 def test_search_memory_budget_sets_the_shard_size(tmp_path):
-    """`spladekit search --backend seismic --memory-budget` builds shards of budget // 96 entries
-    (recorded in params.json); the option is refused for exact search and below the writer's least budget."""
+    """`spladekit search --backend seismic --memory-budget` builds shards of budget // (bytes an entry)
+    entries (recorded in params.json); the option is refused for exact search and below the writer's least budget."""
     from typer.testing import CliRunner
 
     from index_helpers import make_beir, make_model
     from spladekit.cli import app
-    from spladekit.index.seismic_shards import SEISMIC_BUILD_BYTES
+    from spladekit.index.seismic_shards import SEISMIC_ENTRY_BYTES, SEISMIC_POSTING_BYTES
 
     model, beir = make_model(tmp_path / "model"), make_beir(tmp_path / "beir")
     out = tmp_path / "index"
@@ -357,7 +363,9 @@ def test_search_memory_budget_sets_the_shard_size(tmp_path):
     r = runner.invoke(app, args + ["--backend", "seismic", "--memory-budget", "16MiB"])
     assert r.exit_code == 0, r.output
     stored = json.loads((out / "seismic" / "params.json").read_text())
-    assert stored["memory_budget"] == 16 << 20 and stored["max_entries"] == (16 << 20) // SEISMIC_BUILD_BYTES
+    docs = Index.open(out).docs
+    assert docs.shape[1] * 3500 > docs.nnz  # the tiny corpus keeps every entry (n_postings 3500): 48 + 52 B an entry
+    assert stored["memory_budget"] == 16 << 20 and stored["max_entries"] == (16 << 20) // (SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES)
     assert stored["shards"] == [[0, Index.open(out).docs.shape[0], False]]
     r = runner.invoke(app, args + ["--backend", "exact", "--memory-budget", "16MiB"])
     assert r.exit_code != 0 and "--memory-budget" in r.output and "seismic only" in r.output

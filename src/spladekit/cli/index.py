@@ -106,7 +106,7 @@ def search(
     recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
                                                 "(the index is built as one Seismic index per range of documents that fits; "
-                                                "default: the stored index's shards, else 14GiB)"),
+                                                "default: the stored index's shards, else 11GiB)"),
     verify: bool = typer.Option(True, help="check the folder's content hashes first (reads every array once: seconds at 1M documents)"),
 ):
     """Search an index with queries; write a TREC run (exact dot product, or Seismic), RUN.config.json

@@ -16,8 +16,8 @@ every shard would keep S times as many, and cost S times the build and query wor
 
 pyseismic's builder holds its whole input and every posting in memory, so one index over 8.8M
 passages cannot be built on a 24 GB machine; a built index is small. Here the rows ``[0, D)`` are cut into ranges of at most ``max_entries`` stored entries
-(:func:`shard_ranges`; ``max_entries = memory_budget // SEISMIC_BUILD_BYTES``, the writer's rule of
-:mod:`spladekit.index.writer`: bytes per entry held × entries ≤ the budget), and each range is built
+(:func:`shard_ranges`; ``max_entries = memory_budget // bytes an entry`` (:func:`build_bytes_per_entry`),
+the writer's rule of :mod:`spladekit.index.writer`: bytes per entry held × entries ≤ the budget), and each range is built
 alone (its CSR slice is read in place from the memory-mapped folder, copied once into pyseismic's
 input, built, saved and freed before the next one starts; the pages of the map it read then leave
 the resident set, :func:`spladekit.index.layout.release_mapped_pages`).
@@ -71,18 +71,23 @@ from spladekit.index.seismic import SeismicBuildParams, SeismicQueries, SeismicS
 
 log = logging.getLogger(__name__)
 
-SEISMIC_BUILD_BYTES = 96
-"""Bytes of pyseismic build memory per stored entry of its input, this module's copies of the input
-(int64 components, float32 values) included: the rule's constant, above every growth per entry
-measured (``benchmarks/RESULTS.md``, "Seismic by shards"). Not covered: the library's fixed cost
-once loaded, the ``[V]`` component names and the caller's query sets."""
+SEISMIC_ENTRY_BYTES = 48
+"""Bytes of pyseismic build memory per entry of its input (this module's copy of it, int64
+components and float32 values, its forward index and its unpruned lists): above the 46 B an entry
+measured at 8.8M passages, 145M and 290M entries a shard (``benchmarks/RESULTS.md``, "Seismic by shards")."""
 
-DEFAULT_SEISMIC_BUDGET = 14 << 30
-"""Build memory of one shard when none is given (14 GiB by the rule: 156M entries a shard; 8.8M
-SPLADE passages, 1.74 billion entries, make 12 shards of 145M). The rule's 96 B an entry is an
-upper bound: 12 shards of 145M entries were measured under the 12 GB target, 6 shards of 290M over
-it (``benchmarks/RESULTS.md``, "The 8.8M row"). Fewest shards, because each adds its own query time
-(``benchmarks/RESULTS.md``, "Seismic by shards")."""
+SEISMIC_POSTING_BYTES = 52
+"""Bytes per posting kept (blocks, summaries): with :data:`SEISMIC_ENTRY_BYTES`, 100 B an entry when
+every entry is kept (small corpora: ≈ 80-100 B measured, 11.2M entries and 640k)."""
+
+SEISMIC_NEIGHBOUR_BYTES = 16
+"""Bytes per neighbour of the k-NN graph (``nknn`` per document; 14 B measured at 8.8M)."""
+
+DEFAULT_SEISMIC_BUDGET = 11 << 30
+"""Build memory of one shard when none is given: 11 GiB, under the 12 GB a 24 GB machine affords
+beside the loaded index (8.8M SPLADE passages, 1.74 billion entries: 8 shards of 217M, with or
+without a k-NN graph of 30). Fewest shards, because each adds its own query time
+(``benchmarks/RESULTS.md``, "Seismic by shards" and "The 8.8M row")."""
 
 SHARD_POSTINGS = "share"
 """``params.json``'s name of the rule by which each shard's ``n_postings`` is set (:func:`shard_params`)."""
@@ -91,15 +96,32 @@ WORK = ".seismic.build"
 SHARD = "shard-{:06d}"
 
 
-def max_shard_entries(memory_budget: int) -> int:
-    """Entries of one shard's build input under ``memory_budget`` bytes: ``budget // SEISMIC_BUILD_BYTES``.
+def build_bytes_per_entry(params: SeismicBuildParams, entries: int = 0, rows: int = 0, vocab_size: int = 0) -> float:
+    """Build memory of one shard per entry of its input, for a corpus of ``entries`` stored entries in
+    ``rows`` documents over ``vocab_size`` terms (its shards keep their share of the postings, so the
+    fraction kept is the corpus's): ``E + P × min(1, V × n_postings / entries) + N × nknn × rows /
+    entries`` bytes (:data:`SEISMIC_ENTRY_BYTES`, :data:`SEISMIC_POSTING_BYTES`,
+    :data:`SEISMIC_NEIGHBOUR_BYTES`; Seismic keeps about ``V × n_postings`` postings). An unknown
+    corpus (``entries`` 0) counts every entry kept. Not covered: the library's fixed cost once loaded,
+    the ``[V]`` component names and the caller's query sets."""
+    if entries <= 0:
+        return float(SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES)
+    kept = min(1.0, vocab_size * params.n_postings / entries)
+    return SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES * kept + SEISMIC_NEIGHBOUR_BYTES * params.nknn * rows / entries
+
+
+def max_shard_entries(memory_budget: int, params: SeismicBuildParams | None = None, entries: int = 0, rows: int = 0,
+                      vocab_size: int = 0) -> int:
+    """Entries of one shard's build input under ``memory_budget`` bytes: ``budget // bytes an entry``
+    (:func:`build_bytes_per_entry` of the corpus and ``params``; None: the defaults).
 
     Raises:
         ValueError: a budget outside the writer's range (:func:`spladekit.index.writer.check_budget`).
     """
     from spladekit.index.writer import check_budget
 
-    return check_budget(memory_budget) // SEISMIC_BUILD_BYTES
+    per_entry = build_bytes_per_entry(params or SeismicBuildParams(), entries, rows, vocab_size)
+    return max(1, int(check_budget(memory_budget) // per_entry))
 
 
 def shard_ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
@@ -272,21 +294,22 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
 
     folder = Path(folder)
     target = folder / "seismic"
+    stored = read_json(target / "params.json") if (target / "params.json").exists() else None
+    params = build or _stored_build(stored, target) or SeismicBuildParams()  # None: the parameters it was built with
+    corpus = (int(docs.nnz), int(docs.shape[0]), int(docs.shape[1]))  # the rule's entries, rows and terms
     if max_entries is not None:
         if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)) or max_entries < 1:
             raise ValueError(f"max_entries must be an integer ≥ 1, got {max_entries!r}")
-        memory_budget = int(max_entries) * SEISMIC_BUILD_BYTES
+        memory_budget = int(-(-int(max_entries) * build_bytes_per_entry(params, *corpus) // 1))
     elif memory_budget is not None:
-        max_entries = max_shard_entries(memory_budget)
-    stored = read_json(target / "params.json") if (target / "params.json").exists() else None
+        max_entries = max_shard_entries(memory_budget, params, *corpus)
     if (stored is not None and stored.get("content_hash") == content_hash
             and (build is None or (stored.get("build") == asdict(build) and _same_rule(stored)))
-            and (max_entries is None or stored.get("max_entries", max_shard_entries(DEFAULT_SEISMIC_BUDGET)) == max_entries)):
+            and (max_entries is None or stored.get("max_entries") == max_entries)):
         return load(target, stored, docs.shape, docs)
     if max_entries is None:
         memory_budget = DEFAULT_SEISMIC_BUDGET
-        max_entries = max_shard_entries(memory_budget)
-    params = build or _stored_build(stored, target) or SeismicBuildParams()  # None: the parameters it was built with
+        max_entries = max_shard_entries(memory_budget, params, *corpus)
     ranges = shard_ranges(np.asarray(docs.indptr), max_entries)
     if params.nknn:  # every shard's graph checked before the first is built (a refusal after hours of shards would waste them)
         filled = np.diff(np.asarray(docs.indptr)) > 0
