@@ -11,10 +11,11 @@
 #      1 and 8 clients, SERVE_WORKERS workers (default "1 2"; "none" skips serving).
 # Each phase is its own process (its peak RSS is its own); results go to $WORK/*.json, logs to $WORK/*.log.
 #
-#   bash benchmarks/scale_8m.sh [DOCS=8800000] [WORK=/tmp/b35] [SHARDS=12]
+#   bash benchmarks/scale_8m.sh [DOCS=8800000] [WORK=/tmp/b35] [SHARDS=8]
 # PISA=0 leaves PISA out (its build, ≈ 1 h of one core and a 17.6 GB peak, and its searches, ≈ 40 min): the
 # rest of the row then fits in ≈ 1.5 h; the tables name what was not run.
-# SHARDS=12 is the library's default at 8.8M (14 GiB ÷ 96 B an entry = 156M entries; 1,739M entries in 12 ranges of ≈ 145M).
+# SHARDS=8 is the library's default at 8.8M (11 GiB ÷ 51.2 B an entry = 231M entries, `build_bytes_per_entry`; 1,739M entries
+# in 8 ranges of ≈ 217M; 12 until 6 Dec 22:00, by 14 GiB ÷ 96 B).
 # A small DOCS (e.g. 20000) checks the script itself in minutes.
 # SPLADEKIT_BENCH_N_POSTINGS=42000 builds the shards with that n_postings (the whole index's; each shard its
 # share; default the library's 3500) and SPLADEKIT_BENCH_MAX_FRACTION=24 with that max_fraction (default the
@@ -25,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DOCS=${1:-8800000}
 WORK=${2:-/tmp/b35}
-SHARDS=${3:-12}
+SHARDS=${3:-8}
 PY=${PY:-.venv/bin/python}
 CORPUS=synthetic-$DOCS
 export PYTHONPATH=src SPLADEKIT_BENCH_QUERIES=${SPLADEKIT_BENCH_QUERIES:-100} SPLADEKIT_BENCH_ONE=${SPLADEKIT_BENCH_ONE:-30}
