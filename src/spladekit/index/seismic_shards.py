@@ -84,9 +84,9 @@ SEISMIC_NEIGHBOUR_BYTES = 16
 """Bytes per neighbour of the k-NN graph (``nknn`` per document; 14 B measured at 8.8M)."""
 
 DEFAULT_SEISMIC_BUDGET = 11 << 30
-"""Build memory of one shard when none is given: 11 GiB, under the 12 GB a 24 GB machine affords
-beside the loaded index (8.8M SPLADE passages, 1.74 billion entries: 8 shards of 217M, with or
-without a k-NN graph of 30). Fewest shards, because each adds its own query time
+"""Build memory of one shard when none is given: 11 GiB, so that a build peaks under 12 GB and fits a
+24 GB machine (8.8M SPLADE passages, 1.74 billion entries: 8 shards of 217M, with or without a k-NN
+graph of 30). Fewest shards, because each adds its own query time, more than fewer larger ones
 (``benchmarks/RESULTS.md``, "Seismic by shards" and "The 8.8M row")."""
 
 SHARD_POSTINGS = "share"
