@@ -8,7 +8,8 @@
 #   3. every search phase one after the other on the otherwise idle machine (exact, PISA, Seismic),
 #      SPLADEKIT_BENCH_QUERIES queries (SPLADEKIT_BENCH_ONE of them one per call);
 #   4. the tables (tables.md, results.json), then benchmarks/serve.py on the same folder with --backend seismic,
-#      1 and 8 clients, SERVE_WORKERS workers (default "1 2"; "none" skips serving).
+#      1 and 8 clients, SERVE_WORKERS workers (default "1 2"; "none" skips serving), --share-index (workers forked
+#      after the load: one copy of the shards; SERVE_SHARE=0 loads them in each worker, ≈ 10 GB a worker at 8.8M).
 # Each phase is its own process (its peak RSS is its own); results go to $WORK/*.json, logs to $WORK/*.log.
 #
 #   bash benchmarks/scale_8m.sh [DOCS=8800000] [WORK=/tmp/b35] [SHARDS=8]
@@ -62,7 +63,8 @@ cat "$WORK/tables.md"
 if [ "${SERVE_WORKERS:-1 2}" != none ]; then  # SERVE_WORKERS="1" serves with one worker only; "none" skips serving
     echo "$(date -u +%H:%M:%S) serve" >&2
     workers=(); for w in ${SERVE_WORKERS:-1 2}; do workers+=(--workers "$w"); done
-    "$PY" benchmarks/serve.py --index "$WORK/$CORPUS/spladekit" --backend seismic --clients 1 --clients 8 "${workers[@]}" \
+    share=(--share-index); [ "${SERVE_SHARE:-1}" = 0 ] && share=()  # SERVE_SHARE=0: each worker loads its own shards
+    "$PY" benchmarks/serve.py --index "$WORK/$CORPUS/spladekit" --backend seismic --clients 1 --clients 8 "${workers[@]}" "${share[@]}" \
         --anchor-queries "$SPLADEKIT_BENCH_QUERIES" --no-overload --out "$WORK/serve.json" > "$WORK/serve.log" 2>&1
 fi
 echo "$(date -u +%H:%M:%S) done: $WORK (tables.md, results.json, serve.json)" >&2
