@@ -522,7 +522,8 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
 
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicBuildParams
-    from spladekit.index.seismic_shards import build_bytes_per_entry, build_shards, shard_ranges
+    from spladekit.index.seismic_rule import budget_for, rule_corpus
+    from spladekit.index.seismic_shards import build_shards, shard_ranges
 
     index = Index.open(work / corpus / "spladekit")
     count = _shard_count()
@@ -532,7 +533,7 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
                                                                   ("max_fraction", float, "SPLADEKIT_BENCH_MAX_FRACTION"),
                                                                   ("nknn", int, "SPLADEKIT_BENCH_NKNN")) if os.environ.get(var)}
     params = SeismicBuildParams(**asked)
-    rule_bytes = int(entries * build_bytes_per_entry(params, index.docs.nnz, index.docs.shape[0], index.docs.shape[1]))  # the library's rule
+    rule_bytes = budget_for(entries, params, rule_corpus(index.docs))  # the library's rule
     base = peak_rss()
     record = {"build": asdict(params), "content_hash": index.metadata.get("content_hash"), "memory_budget": rule_bytes,
               "max_entries": entries}

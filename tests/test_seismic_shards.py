@@ -285,7 +285,8 @@ mode, folder, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 index = Index.open(folder)
 import seismic  # the library's fixed cost is loaded before the baseline
 from spladekit.index.seismic import SeismicSearcher
-from spladekit.index.seismic_shards import build_shards, max_shard_entries, DEFAULT_SEISMIC_BUDGET, row_slice, shard_ranges
+from spladekit.index.seismic_rule import max_shard_entries, DEFAULT_SEISMIC_BUDGET
+from spladekit.index.seismic_shards import build_shards, row_slice, shard_ranges
 from spladekit.index.seismic import SeismicBuildParams
 
 def status(key):
@@ -340,7 +341,7 @@ def test_the_build_peak_follows_the_shard_size_not_the_corpus(tmp_path):
     bound = one + (16 << 20)
     assert sharded <= bound, (one, sharded, whole)
     assert whole > bound, (one, sharded, whole)  # the measurement tells a corpus-sized build from a shard-sized one
-    from spladekit.index.seismic_shards import build_bytes_per_entry
+    from spladekit.index.seismic_rule import build_bytes_per_entry
 
     rule = docs.nnz * build_bytes_per_entry(SeismicBuildParams(), docs.nnz, docs.shape[0], docs.shape[1])
     assert whole <= rule + (32 << 20), (whole, rule)
@@ -353,7 +354,7 @@ def test_search_memory_budget_sets_the_shard_size(tmp_path):
 
     from index_helpers import make_beir, make_model
     from spladekit.cli import app
-    from spladekit.index.seismic_shards import SEISMIC_ENTRY_BYTES, SEISMIC_POSTING_BYTES
+    from spladekit.index.seismic_rule import SEISMIC_ENTRY_BYTES, SEISMIC_POSTING_BYTES
 
     model, beir = make_model(tmp_path / "model"), make_beir(tmp_path / "beir")
     out = tmp_path / "index"

@@ -16,7 +16,7 @@ every shard would keep S times as many, and cost S times the build and query wor
 
 pyseismic's builder holds its whole input and every posting in memory, so one index over 8.8M
 passages cannot be built on a 24 GB machine; a built index is small. Here the rows ``[0, D)`` are cut into ranges of at most ``max_entries`` stored entries
-(:func:`shard_ranges`; ``max_entries = memory_budget // bytes an entry`` (:func:`build_bytes_per_entry`),
+(:func:`shard_ranges`; ``max_entries = memory_budget // bytes an entry`` (:mod:`spladekit.index.seismic_rule`),
 the writer's rule of :mod:`spladekit.index.writer`: bytes per entry held × entries ≤ the budget), and each range is built
 alone (its CSR slice is read in place from the memory-mapped folder, copied once into pyseismic's
 input, built, saved and freed before the next one starts; the pages of the map it read then leave
@@ -68,60 +68,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.index.seismic import SeismicBuildParams, SeismicQueries, SeismicSearcher, SeismicSearchParams, check_knn_documents
+from spladekit.index.seismic_rule import DEFAULT_SEISMIC_BUDGET, budget_for, max_shard_entries, rule_corpus
 
 log = logging.getLogger(__name__)
-
-SEISMIC_ENTRY_BYTES = 48
-"""Bytes of pyseismic build memory per entry of its input (this module's copy of it, int64
-components and float32 values, its forward index and its unpruned lists): above the 46 B an entry
-measured at 8.8M passages, 145M and 290M entries a shard (``benchmarks/RESULTS.md``, "Seismic by shards")."""
-
-SEISMIC_POSTING_BYTES = 52
-"""Bytes per posting kept (blocks, summaries): with :data:`SEISMIC_ENTRY_BYTES`, 100 B an entry when
-every entry is kept (small corpora: ≈ 80-100 B measured, 11.2M entries and 640k)."""
-
-SEISMIC_NEIGHBOUR_BYTES = 16
-"""Bytes per neighbour of the k-NN graph (``nknn`` per document; 14 B measured at 8.8M)."""
-
-DEFAULT_SEISMIC_BUDGET = 11 << 30
-"""Build memory of one shard when none is given: 11 GiB, so that a build peaks under 12 GB and fits a
-24 GB machine (8.8M SPLADE passages, 1.74 billion entries: 8 shards of 217M, with or without a k-NN
-graph of 30). Fewest shards, because each adds its own query time, more than fewer larger ones
-(``benchmarks/RESULTS.md``, "Seismic by shards" and "The 8.8M row")."""
 
 SHARD_POSTINGS = "share"
 """``params.json``'s name of the rule by which each shard's ``n_postings`` is set (:func:`shard_params`)."""
 
 WORK = ".seismic.build"
 SHARD = "shard-{:06d}"
-
-
-def build_bytes_per_entry(params: SeismicBuildParams, entries: int = 0, rows: int = 0, vocab_size: int = 0) -> float:
-    """Build memory of one shard per entry of its input, for a corpus of ``entries`` stored entries in
-    ``rows`` documents over ``vocab_size`` terms (its shards keep their share of the postings, so the
-    fraction kept is the corpus's): ``E + P × min(1, V × n_postings / entries) + N × nknn × rows /
-    entries`` bytes (:data:`SEISMIC_ENTRY_BYTES`, :data:`SEISMIC_POSTING_BYTES`,
-    :data:`SEISMIC_NEIGHBOUR_BYTES`; Seismic keeps about ``V × n_postings`` postings). An unknown
-    corpus (``entries`` 0) counts every entry kept. Not covered: the library's fixed cost once loaded,
-    the ``[V]`` component names and the caller's query sets."""
-    if entries <= 0:
-        return float(SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES)
-    kept = min(1.0, vocab_size * params.n_postings / entries)
-    return SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES * kept + SEISMIC_NEIGHBOUR_BYTES * params.nknn * rows / entries
-
-
-def max_shard_entries(memory_budget: int, params: SeismicBuildParams | None = None, entries: int = 0, rows: int = 0,
-                      vocab_size: int = 0) -> int:
-    """Entries of one shard's build input under ``memory_budget`` bytes: ``budget // bytes an entry``
-    (:func:`build_bytes_per_entry` of the corpus and ``params``; None: the defaults).
-
-    Raises:
-        ValueError: a budget outside the writer's range (:func:`spladekit.index.writer.check_budget`).
-    """
-    from spladekit.index.writer import check_budget
-
-    per_entry = build_bytes_per_entry(params or SeismicBuildParams(), entries, rows, vocab_size)
-    return max(1, int(check_budget(memory_budget) // per_entry))
 
 
 def shard_ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
@@ -269,6 +224,11 @@ def merge_hits(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int, tie_rank:
 
 
 # ----------------------------------------------------------------------------------- build / open
+def _stored_ranges(stored: dict, rows: int) -> list[tuple[int, int]]:
+    """The ``[(start, stop)]`` shard ranges ``params.json`` lists (a folder written before shards: one)."""
+    return [(int(s[0]), int(s[1])) for s in stored.get("shards") or [[0, rows]]]
+
+
 def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, build: SeismicBuildParams | None = None,
                   memory_budget: int | None = None, on_shard: Callable[[int], None] | None = None,
                   show_progress: bool = False, max_entries: int | None = None) -> ShardedSeismic:
@@ -279,7 +239,7 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
 
     Args:
         memory_budget: bytes of build memory of one shard (None: the stored index's, else
-            :data:`DEFAULT_SEISMIC_BUDGET`).
+            :data:`~spladekit.index.seismic_rule.DEFAULT_SEISMIC_BUDGET`).
         on_shard: called with each shard's number once it is stored (progress; tests stop a build here).
         max_entries: entries of a shard, given directly instead of through ``memory_budget`` (shards
             smaller than the 16 MiB least budget allows: tests and benchmarks on small corpora).
@@ -292,31 +252,50 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     """
     from spladekit.io import read_json
 
+    from spladekit.index.writer import MAX_BUDGET, MIN_BUDGET
+
     folder = Path(folder)
     target = folder / "seismic"
     stored = read_json(target / "params.json") if (target / "params.json").exists() else None
     params = build or _stored_build(stored, target) or SeismicBuildParams()  # None: the parameters it was built with
-    corpus = (int(docs.nnz), int(docs.shape[0]), int(docs.shape[1]))  # the rule's entries, rows and terms
+    indptr = np.asarray(docs.indptr)
+    corpus = rule_corpus(docs)
     if max_entries is not None:
+        if memory_budget is not None:
+            raise ValueError("give memory_budget or max_entries, not both")
         if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)) or max_entries < 1:
             raise ValueError(f"max_entries must be an integer ≥ 1, got {max_entries!r}")
-        memory_budget = int(-(-int(max_entries) * build_bytes_per_entry(params, *corpus) // 1))
+        memory_budget = budget_for(int(max_entries), params, corpus)
     elif memory_budget is not None:
         max_entries = max_shard_entries(memory_budget, params, *corpus)
     if (stored is not None and stored.get("content_hash") == content_hash
             and (build is None or (stored.get("build") == asdict(build) and _same_rule(stored)))
-            and (max_entries is None or stored.get("max_entries") == max_entries)):
+            and (max_entries is None or stored.get("max_entries") == max_entries
+                 or _stored_ranges(stored, docs.shape[0]) == shard_ranges(indptr, max_entries))):  # the same shards: kept
         return load(target, stored, docs.shape, docs)
-    if max_entries is None:
-        memory_budget = DEFAULT_SEISMIC_BUDGET
-        max_entries = max_shard_entries(memory_budget, params, *corpus)
-    ranges = shard_ranges(np.asarray(docs.indptr), max_entries)
+    if max_entries is None:  # the stored index's budget (through today's rule), else the default
+        kept = (stored or {}).get("memory_budget")
+        if isinstance(kept, int) and not isinstance(kept, bool) and MIN_BUDGET <= kept <= MAX_BUDGET:
+            memory_budget = kept
+        elif isinstance((stored or {}).get("max_entries"), int) and stored["max_entries"] >= 1:  # shards smaller than a budget allows
+            max_entries = int(stored["max_entries"])
+            memory_budget = budget_for(max_entries, params, corpus)
+        else:
+            memory_budget = DEFAULT_SEISMIC_BUDGET
+        if max_entries is None:
+            max_entries = max_shard_entries(memory_budget, params, *corpus)
+    ranges = shard_ranges(indptr, max_entries)
     if params.nknn:  # every shard's graph checked before the first is built (a refusal after hours of shards would waste them)
-        filled = np.diff(np.asarray(docs.indptr)) > 0
+        filled = np.diff(indptr) > 0
         for number, (start, stop) in enumerate(ranges):
             if filled[start:stop].any():
-                check_knn_documents(params.nknn, int(filled[start:stop].sum()),
-                                    f"shard {number} (rows [{start}, {stop}))" if len(ranges) > 1 else "the index")
+                where = f"shard {number} (rows [{start}, {stop}))" if len(ranges) > 1 else "the index"
+                try:
+                    check_knn_documents(params.nknn, int(filled[start:stop].sum()), where)
+                except ValueError as exc:
+                    if len(ranges) == 1:
+                        raise
+                    raise ValueError(f"{exc}, or a larger --memory-budget (fewer, larger shards)") from None
     record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries),
               "shard_postings": SHARD_POSTINGS}
     try:
