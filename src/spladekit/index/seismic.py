@@ -48,12 +48,12 @@ with ``nknn`` 1, and panicked with ``nknn`` 9 of 10 documents (a document cannot
 neighbours than there are other documents)."""
 
 
-def check_knn_documents(nknn: int, documents: int, where: str = "the index") -> None:
+def check_knn_documents(nknn: int, documents: int, where: str = "the index", other_way: str = "") -> None:
     """Raise ValueError when ``documents`` (with a term) are too few for a k-NN graph of ``nknn``
-    (:data:`MIN_KNN_DOCUMENTS`); nothing for ``nknn`` 0."""
+    (:data:`MIN_KNN_DOCUMENTS`); nothing for ``nknn`` 0. ``other_way`` ends the message (another remedy)."""
     if nknn and documents < nknn + MIN_KNN_DOCUMENTS:
         raise ValueError(f"seismic nknn {nknn}: a k-NN graph of {nknn} neighbours needs at least {nknn + MIN_KNN_DOCUMENTS} documents "
-                         f"with a term, and {where} has {documents}; build with a smaller nknn (`--knn`)")
+                         f"with a term, and {where} has {documents}; build with a smaller nknn (`--knn`){other_way}")
 
 
 def import_seismic():

@@ -252,50 +252,46 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
     """
     from spladekit.io import read_json
 
-    from spladekit.index.writer import MAX_BUDGET, MIN_BUDGET
+    from spladekit.index.writer import check_budget
 
     folder = Path(folder)
     target = folder / "seismic"
     stored = read_json(target / "params.json") if (target / "params.json").exists() else None
     params = build or _stored_build(stored, target) or SeismicBuildParams()  # None: the parameters it was built with
     indptr = np.asarray(docs.indptr)
-    corpus = rule_corpus(docs)
     if max_entries is not None:
         if memory_budget is not None:
             raise ValueError("give memory_budget or max_entries, not both")
         if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)) or max_entries < 1:
             raise ValueError(f"max_entries must be an integer ≥ 1, got {max_entries!r}")
-        memory_budget = budget_for(int(max_entries), params, corpus)
+        memory_budget = budget_for(int(max_entries), params, rule_corpus(docs))
     elif memory_budget is not None:
-        max_entries = max_shard_entries(memory_budget, params, *corpus)
+        max_entries = max_shard_entries(memory_budget, params, *rule_corpus(docs))
     if (stored is not None and stored.get("content_hash") == content_hash
             and (build is None or (stored.get("build") == asdict(build) and _same_rule(stored)))
             and (max_entries is None or stored.get("max_entries") == max_entries
                  or _stored_ranges(stored, docs.shape[0]) == shard_ranges(indptr, max_entries))):  # the same shards: kept
         return load(target, stored, docs.shape, docs)
-    if max_entries is None:  # the stored index's budget (through today's rule), else the default
-        kept = (stored or {}).get("memory_budget")
-        if isinstance(kept, int) and not isinstance(kept, bool) and MIN_BUDGET <= kept <= MAX_BUDGET:
-            memory_budget = kept
-        elif isinstance((stored or {}).get("max_entries"), int) and stored["max_entries"] >= 1:  # shards smaller than a budget allows
-            max_entries = int(stored["max_entries"])
-            memory_budget = budget_for(max_entries, params, corpus)
-        else:
-            memory_budget = DEFAULT_SEISMIC_BUDGET
-        if max_entries is None:
-            max_entries = max_shard_entries(memory_budget, params, *corpus)
+    if max_entries is None:  # the stored index's budget through today's rule; its shard size when that was below a budget; else the default
+        stored = stored or {}
+        try:
+            memory_budget = check_budget(stored.get("memory_budget"))
+            max_entries = max_shard_entries(memory_budget, params, *rule_corpus(docs))
+        except ValueError:
+            if isinstance(stored.get("max_entries"), int) and stored["max_entries"] >= 1:
+                max_entries = int(stored["max_entries"])
+                memory_budget = budget_for(max_entries, params, rule_corpus(docs))
+            else:
+                memory_budget = DEFAULT_SEISMIC_BUDGET
+                max_entries = max_shard_entries(memory_budget, params, *rule_corpus(docs))
     ranges = shard_ranges(indptr, max_entries)
     if params.nknn:  # every shard's graph checked before the first is built (a refusal after hours of shards would waste them)
         filled = np.diff(indptr) > 0
         for number, (start, stop) in enumerate(ranges):
             if filled[start:stop].any():
-                where = f"shard {number} (rows [{start}, {stop}))" if len(ranges) > 1 else "the index"
-                try:
-                    check_knn_documents(params.nknn, int(filled[start:stop].sum()), where)
-                except ValueError as exc:
-                    if len(ranges) == 1:
-                        raise
-                    raise ValueError(f"{exc}, or a larger --memory-budget (fewer, larger shards)") from None
+                check_knn_documents(params.nknn, int(filled[start:stop].sum()),
+                                    f"shard {number} (rows [{start}, {stop}))" if len(ranges) > 1 else "the index",
+                                    ", or a larger --memory-budget (fewer, larger shards)" if len(ranges) > 1 else "")
     record = {"build": asdict(params), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries),
               "shard_postings": SHARD_POSTINGS}
     try:
