@@ -62,7 +62,8 @@ def _runs():
 def test_compare_runs_deltas_equal_the_difference_of_evaluations():
     qrels, run_a, run_b = _runs()
     measures = ["MRR@10", "nDCG@10"]
-    comparisons, deltas = compare_runs(run_a, run_b, qrels, measures, permutations=2000, seed=0)
+    with pytest.warns(UserWarning, match=r"different judged queries \(A 12, B 11 of 12\)"):  # q11 is missing in B
+        comparisons, deltas = compare_runs(run_a, run_b, qrels, measures, permutations=2000, seed=0)
     ea, eb = evaluate(run_a, qrels, measures), evaluate(run_b, qrels, measures)
     for c in comparisons:
         assert c.mean_a == pytest.approx(ea[c.measure]) and c.mean_b == pytest.approx(eb[c.measure])
@@ -96,6 +97,7 @@ def test_cli_compare_writes_table_json_and_plots(tmp_path):
     assert "| MRR@10 |" in result.output and "p (randomisation)" in result.output
     saved = json.loads((out / "compare.json").read_text())
     assert saved["measures"]["R@1"]["delta"] == pytest.approx((11 - 4) / 12)  # B: 11 at rank 1; A: 4 (i % 3 == 0)
+    assert saved["judged_queries"] == 12 and saved["judged_queries_answered"] == {"a": 12, "b": 11}
     assert saved["measures"]["MRR@10"]["permutations"] == 500 and saved["conventions"]["name"] == "beir"  # from the qrels path
     deltas = json.loads((out / "per_query_delta.json").read_text())
     assert set(deltas["R@1"]) == set(qrels)

@@ -93,8 +93,8 @@ def test_fuse_cli(tmp_path):
                                       "--method", "rrf", "--qrels", str(qrels)])
     assert result.exit_code == 0, result.output
     fused = read_run(out)
-    # written with 6 decimals: 1/61 + 1/63 = 0.032266...
-    assert fused["q1"]["a"] == pytest.approx(1 / 61 + 1 / 63, abs=5e-7)
+    # a at ranks 1 and 3: 0.0 + 1/61 + 1/63, the same float operations here; the file keeps every digit (repr)
+    assert fused["q1"]["a"] == 0.0 + 1 / 61 + 1 / 63
     settings = json.loads((tmp_path / "fused.trec.config.json").read_text())
     assert settings["fusion"]["rrf_k"] == 60 and settings["runs"] == [str(tmp_path / "a.trec"), str(tmp_path / "b.trec")]
     # c is the only relevant document, ranked 2nd after a (tie broken by doc id): MRR@10 = 1/2
@@ -125,6 +125,10 @@ def test_one_run_or_all_zero_weights_are_refused():
     (["{a}", "{sub}/../a.trec"], ["error: {sub}/../a.trec: the same run file as {a}, given twice"]),
     (["{a}", "{b}", "--weight", "0", "--weight", "0"], ["error: --weight: fusion weights are all 0 ([0.0, 0.0])"]),
     (["{a}", "{b}", "--method", "borda"], ["error: --method: Input should be 'rrf' or 'score'"]),
+    (["{a}", "{b}", "--rrf-k", "inf"], ["error: --rrf-k: Input should be a finite number"]),  # every score 0
+    # a copy of A: document a scores 1 in both, 1e308 + 1e308 = inf
+    (["{a}", "{a2}", "--method", "score", "--weight", "1e308", "--weight", "1e308"], ["error: query 'q1': a fused score overflowed"]),
+    (["{a}", "{out}"], ["error: {out}: a run to fuse is also the --out"]),
     # two bad options: one line each, naming the option (no pydantic dump)
     (["{a}", "{b}", "--rrf-k", "0", "--depth", "0"], ["error: --rrf-k: Input should be greater than 0",
                                                       "error: --depth: Input should be greater than or equal to 1"]),
@@ -138,8 +142,9 @@ def test_fuse_cli_refuses_bad_runs_and_options_naming_them(tmp_path, args, lines
     write_run(A, tmp_path / "a.trec")
     write_run(B, tmp_path / "b.trec")
     (tmp_path / "sub").mkdir()
-    names = {"a": tmp_path / "a.trec", "b": tmp_path / "b.trec", "sub": tmp_path / "sub"}
     out = tmp_path / "fused.trec"
+    write_run(A, tmp_path / "a2.trec")
+    names = {"a": tmp_path / "a.trec", "a2": tmp_path / "a2.trec", "b": tmp_path / "b.trec", "sub": tmp_path / "sub", "out": out}
     result = CliRunner().invoke(app, ["fuse", *(a.format(**names) for a in args), "--out", str(out)])
     assert result.exit_code == 2, result.output
     printed = result.output.splitlines()

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spladekit.data.trec import read_qrels, read_run, sorted_ranking, write_run
+from spladekit.errors import DataFormatError
 from spladekit.evaluate.metrics import EvalConventions, evaluate, evaluate_per_query, parse_measure, prepare_run
 
 QRELS = {"q1": {"a": 3, "b": 1, "c": 2, "d": 0}}
@@ -152,6 +153,19 @@ def test_tie_break_is_the_same_in_run_files_and_evaluation(tmp_path):
     for name in measures:
         assert in_memory[name] == read_back[name] == no_ties[name]
     assert in_memory["MRR@10"] == pytest.approx((1 / 2 + 1) / 2)
+
+
+def test_scores_closer_than_a_millionth_keep_their_order_in_the_file(tmp_path):
+    # fused RRF scores deep in a list: 1/(60+r) summed over runs differ by < 1e-6; at 6 decimals
+    # they read back as ties ordered by document id (z before a became a before z)
+    run = {"q": {"z": 1 / 1059 + 1 / 1060, "a": 1 / 1060 + 1 / 1060, "m": 0.5}}
+    path = tmp_path / "fused.trec"
+    write_run(run, path)
+    assert read_run(path) == run  # repr round-trips every float64 exactly
+    assert [line.split()[2] for line in path.read_text(encoding="utf-8").splitlines()] == ["m", "z", "a"]
+    with pytest.raises(DataFormatError, match="not finite"):
+        write_run({"q": {"a": float("inf")}}, tmp_path / "inf.trec")
+    assert not (tmp_path / "inf.trec").exists()
 
 
 def test_duplicate_lines_never_push_ndcg_above_one(tmp_path):
@@ -369,3 +383,36 @@ def test_grades_beyond_what_trec_eval_can_hold_are_refused(tmp_path):
     with pytest.raises(DataFormatError, match="outside") as info:
         read_qrels(path)
     assert (info.value.line, info.value.field) == (3, "grade")
+
+
+def test_relevance_levels_name_measures_that_take_one():
+    # "mrr" was stored as given and never matched the family "RR": the level was recorded, not applied
+    c = EvalConventions(relevance_levels={"mrr": 2, "Recall": 3})
+    assert c.relevance_levels == {"RR": 2, "R": 3}
+    assert repr(parse_measure("MRR@10", c)) == "RR(rel=2)@10" and repr(parse_measure("R@100", c)) == "R(rel=3)@100"
+    for name in ("nDCG", "Foo", "RR@10"):
+        with pytest.raises(ValueError, match="not a measure taking one"):
+            EvalConventions(relevance_levels={name: 2})
+
+
+@pytest.mark.parametrize("name", ["nDCG@0", "P@0", "RR@0", "nDCG@1.5", "R@-3", "nDCG@"])
+def test_cutoffs_must_be_integers_from_one(name):
+    # pytrec_eval aborts the whole process on nDCG@0; RR@0 gave 0 for every query
+    with pytest.raises(ValueError, match="integer ≥ 1"):
+        parse_measure(name)
+
+
+def test_preset_follows_the_qrels_file_and_dataset_folder_not_every_folder(tmp_path):
+    beir = tmp_path / "dl19-baselines" / "scifact" / "qrels" / "test.tsv"
+    assert EvalConventions.for_qrels(beir).name == "beir"
+    assert EvalConventions.for_qrels(tmp_path / "quora_project" / "qrels.txt").name == "beir"
+    assert EvalConventions.for_qrels(tmp_path / "x" / "qrels.dl19-passage.txt").name == "trec-dl"
+    assert EvalConventions.for_qrels(tmp_path / "quora" / "qrels" / "dev.tsv").name == "quora"
+
+
+def test_a_level_above_every_grade_is_warned_about():
+    qrels = {"q1": {"a": 1, "b": 0}}
+    run = {"q1": {"a": 2.0, "b": 1.0}}
+    with pytest.warns(UserWarning, match=r"MRR@10 \(relevant: grade ≥ 2\).*highest grade is 1"):
+        result = evaluate(run, qrels, ["MRR@10", "nDCG@10"], "trec-dl")
+    assert result["MRR@10"] == 0.0 and result["nDCG@10"] == 1.0  # by hand: nothing reaches 2; a at rank 1

@@ -122,6 +122,7 @@ def test_duplicate_query_id_and_empty_files(tmp_path):
     "line, message",
     [
         ("q1\td1\thigh", "is not a number"),
+        ("q1\td1\t1_0", "is not a number"),
         ("q1\td1\t1.5", "is not an integer"),
         ("q1\td1\tnan", "is not an integer"),
         ("q1\td1\tinf", "is not an integer"),
@@ -148,6 +149,20 @@ def test_qrels_formats_and_grades(tmp_path):
         read_qrels(header_only)
 
 
+def test_qrels_line_cut_off_or_mixed_is_an_error(tmp_path):
+    # a TREC line cut after its document id reads as 3 columns: document "Q0" with grade = the doc id
+    cut = tmp_path / "qrels.txt"
+    cut.write_text("1 0 a 3\n1 Q0 882377", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="3 columns, but the file's first judgment has 4 .TREC.") as info:
+        read_qrels(cut)
+    assert info.value.line == 2
+    mixed = tmp_path / "qrels.tsv"
+    mixed.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\t0\td2\t1\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="4 columns, but the file's first judgment has 3 .BEIR.") as info:
+        read_qrels(mixed)
+    assert info.value.line == 3
+
+
 def test_qrels_naming_unknown_queries_is_an_error(tiny_beir):
     with open(tiny_beir / "qrels" / "test.tsv", "a", encoding="utf-8") as f:
         f.write("q99\td1\t1\n")
@@ -167,7 +182,7 @@ def test_run_duplicates_error_or_dedupe_with_warning(tmp_path):
 
 
 @pytest.mark.parametrize("line, message", [
-    ("q Q0 a 1 high t", "is not a number"), ("q Q0 a 1 nan t", "not finite"), ("q Q0 a 1 2.0", "expected 6 columns"),
+    ("q Q0 a 1 high t", "is not a number"), ("q Q0 a 1 1_0 t", "is not a number"), ("q Q0 a 1 nan t", "not finite"), ("q Q0 a 1 2.0", "expected 6 columns"),
 ])
 def test_bad_run_lines(tmp_path, line, message):
     path = tmp_path / "run.trec"

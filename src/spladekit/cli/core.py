@@ -34,7 +34,7 @@ def evaluate(
 
     custom = preset is not None or rel or remove_query_id is not None or dedupe
     if run is not None:  # no preset: the one matching the qrels path (e.g. qrels.dl19-passage.txt → trec-dl)
-        conventions = build_conventions(preset, rel, remove_query_id, dedupe, dataset_hint=str(qrels or ""))
+        conventions = build_conventions(preset, rel, remove_query_id, dedupe, qrels=str(qrels or ""))
     else:  # no preset: the pipeline picks the one matching the dataset name
         conventions = build_conventions(preset, rel, remove_query_id, dedupe) if custom else None
     try:

@@ -17,14 +17,14 @@ def build_conventions(
     rel: Optional[List[str]] = None,
     remove_query_id: Optional[bool] = None,
     dedupe: bool = False,
-    dataset_hint: str | None = None,
+    qrels: str | None = None,
 ):
     """Evaluation conventions from command-line options: a preset, then overrides.
 
     Args:
-        preset: preset name; when None, the preset matching ``dataset_hint`` (a dataset name or a
-            qrels path, see :meth:`EvalConventions.for_dataset`: ``beir`` when no name matches), and
-            ``default`` without a hint (``beir`` and ``default`` hold the same rules; the name recorded differs).
+        preset: preset name; when None, the preset matching the ``qrels`` path (its file name and
+            BEIR dataset folder, :meth:`EvalConventions.for_qrels`: ``beir`` when no name matches), and
+            ``default`` without one (``beir`` and ``default`` hold the same rules; the name recorded differs).
         rel: ``MEASURE=LEVEL`` items (``MRR=2``, ``R=2``) or a bare ``LEVEL`` for every binary measure.
         remove_query_id: overrides the preset when not None.
         dedupe: drop duplicate run lines (keep the best score) instead of failing.
@@ -35,8 +35,8 @@ def build_conventions(
     from spladekit.evaluate.metrics import EvalConventions
 
     try:
-        if preset is None and dataset_hint:
-            conventions = EvalConventions.for_dataset(dataset_hint)
+        if preset is None and qrels:
+            conventions = EvalConventions.for_qrels(qrels)
         else:
             conventions = EvalConventions.preset(preset or "default")
     except ValueError as exc:
@@ -82,12 +82,12 @@ def compare(
     """Compare run B against run A: per-measure deltas, paired t-test, randomisation test, delta plots."""
     from spladekit.data.trec import read_qrels, read_run
     from spladekit.errors import SpladekitError
-    from spladekit.evaluate.compare import compare_runs, comparison_table, comparisons_to_dict
+    from spladekit.evaluate.compare import compare_runs, comparison_table, comparisons_to_dict, judged_coverage
     from spladekit.evaluate.metrics import DEFAULT_MEASURES
     from spladekit.io import ensure_folder, write_json
     from spladekit.plots import per_query_delta
 
-    conventions = build_conventions(preset, rel, remove_query_id, dedupe, dataset_hint=str(qrels))
+    conventions = build_conventions(preset, rel, remove_query_id, dedupe, qrels=str(qrels))
     measures = list(measure or DEFAULT_MEASURES)
     try:
         judgments = read_qrels(qrels)
@@ -97,6 +97,7 @@ def compare(
         ensure_folder(out)
         write_json(out / "compare.json", {
             "run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
+            "judged_queries": len(judgments), "judged_queries_answered": {"a": judged_coverage(a, judgments), "b": judged_coverage(b, judgments)},
             "measures": comparisons_to_dict(comparisons), "conventions": conventions.to_dict(measures),
             "tests": "paired t-test (scipy.stats.ttest_rel, two-sided); paired randomisation test (random sign flips, two-sided)",
         })

@@ -34,13 +34,13 @@ def fuse(
     from spladekit.io import write_json
 
     try:
-        check_distinct(runs)
+        check_distinct(runs, out)
         try:
             config = FusionConfig(method=method, rrf_k=rrf_k, norm=norm, weights=weight or None, depth=depth)
         except ValidationError as exc:
             raise options_error(exc, renamed={"weights": "--weight"}) from None
         judged = read_qrels(qrels) if qrels is not None else None  # bad qrels fail before anything is written
-        conventions = build_conventions(preset, dataset_hint=str(qrels)) if qrels is not None else None
+        conventions = build_conventions(preset, qrels=str(qrels)) if qrels is not None else None
         fused = fuse_runs([read_run(path) for path in runs], config)
         write_run(fused, out, tag=f"fused-{config.method}")
         write_json(Path(str(out) + ".config.json"), {"runs": [str(p) for p in runs], "fusion": config.model_dump()})
@@ -55,11 +55,15 @@ def fuse(
     typer.echo(f"wrote {out} ({len(fused)} queries, {config.method})", err=True)
 
 
-def check_distinct(runs: List[Path]) -> None:
+def check_distinct(runs: List[Path], out: Path | None = None) -> None:
     """Raise ``ValueError`` when two of ``runs`` are the same file (same resolved path: a run fused
-    with itself only weighs more, which ``--weight`` says openly)."""
+    with itself only weighs more, which ``--weight`` says openly), or when ``out`` or its settings
+    record (``OUT.config.json``) is one of them (the input would be replaced by the fused run)."""
     seen: dict[Path, Path] = {}
+    written = {} if out is None else {out.resolve(): "--out", Path(str(out) + ".config.json").resolve(): "--out's settings record"}
     for path in runs:
+        if path.resolve() in written:
+            raise ValueError(f"{path}: a run to fuse is also the {written[path.resolve()]} ({out}): it would be overwritten")
         key = path.resolve()
         if key in seen:
             raise ValueError(f"{path}: the same run file as {seen[key]}, given twice (use --weight to weigh a run more)")

@@ -27,6 +27,8 @@ GRADE_MIN, GRADE_MAX = -(2**31), 2**20
 
 def _grade(path: Path, number: int, token: str) -> int:
     try:
+        if "_" in token:  # Python's float() reads "1_0" as 10
+            raise ValueError(token)
         value = float(token)
     except ValueError as exc:
         raise DataFormatError(path, f"grade {token!r} is not a number", line=number, field="grade") from exc
@@ -46,12 +48,15 @@ def read_qrels(path: str | Path) -> Qrels:
         ``{query_id: {doc_id: grade}}``. Grade 0 means judged non-relevant and is kept.
 
     Raises:
-        DataFormatError: wrong column count, a non-integer grade or one outside [-2**31, 2**20] (GRADE_MAX), a repeated (query, doc) pair with a
-            different grade, or an empty file.
+        DataFormatError: wrong column count, a line whose column count differs from the file's
+            first judgment line (a line cut off mid-way in a TREC file reads as a BEIR line with the
+            document ``Q0``), a non-integer grade or one outside [-2**31, 2**20] (GRADE_MAX), a repeated
+            (query, doc) pair with a different grade, or an empty file.
     """
     path = Path(path)
     qrels: Qrels = {}
     seen_any = False
+    columns = None  # the file's format, set by its first judgment line
     for number, line in iter_lines(path):
         if not line.strip():
             continue
@@ -59,6 +64,12 @@ def read_qrels(path: str | Path) -> Qrels:
         parts = [p.strip() for p in parts]
         if number == 1 and len(parts) == 3 and parts[2].lower() in {"score", "relevance", "grade", "label"}:
             continue  # BEIR header
+        if len(parts) in (3, 4):
+            if columns is None:
+                columns = len(parts)
+            elif len(parts) != columns:
+                raise DataFormatError(path, f"{len(parts)} columns, but the file's first judgment has {columns} "
+                                      f"({'TREC' if columns == 4 else 'BEIR'}): a cut or mixed line", line=number)
         if len(parts) == 4:
             qid, _, docid, grade_token = parts
         elif len(parts) == 3:
@@ -108,6 +119,8 @@ def read_run(path: str | Path, dedupe: bool = False) -> Run:
             raise DataFormatError(path, f"expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}", line=number)
         qid, _, docid, _, score_token, _ = parts
         try:
+            if "_" in score_token:  # Python's float() reads "1_0" as 10; C's strtod (trec_eval) reads 1
+                raise ValueError(score_token)
             score = float(score_token)
         except ValueError as exc:
             raise DataFormatError(path, f"score {score_token!r} is not a number", line=number, field="score") from exc
@@ -158,19 +171,24 @@ def check_trec_id(value: str, path: str | Path, field: str) -> None:
 
 
 def write_run(run: Run, path: str | Path, tag: str = "spladekit") -> None:
-    """Write ``run`` as a TREC run file, atomically, ranks in :func:`sorted_ranking` order.
+    """Write ``run`` as a TREC run file, atomically, ranks in :func:`sorted_ranking` order; each score
+    in Python's shortest form that reads back as the same float64 (``repr``): with a fixed number of
+    decimals, scores closer than the last one (fused RRF scores deep in a list) would read back as
+    ties ranked by document id, another order than the rank column's and than the evaluation's.
 
     Raises:
-        DataFormatError: a query id, document id or the tag is empty or contains white space
-            (checked before anything is written; ``path`` is left untouched).
+        DataFormatError: a query id, document id or the tag is empty or contains white space, or a
+            score is not finite (checked before anything is written; ``path`` is left untouched).
         OutputPathError: ``path`` cannot be written.
     """
     check_trec_id(tag, path, "tag")
     for qid, ranking in run.items():
         check_trec_id(str(qid), path, "query id")
-        for docid in ranking:
+        for docid, score in ranking.items():
             check_trec_id(str(docid), path, "document id")
+            if not math.isfinite(score):
+                raise DataFormatError(path, f"score {score} of document {docid!r} for query {qid!r} is not finite: not written")
     with atomic_write(path) as handle:
         for qid in run:
             for rank, (docid, score) in enumerate(sorted_ranking(run[qid]), start=1):
-                handle.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+                handle.write(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")

@@ -131,12 +131,22 @@ def compare_runs(
         ``(comparisons, deltas)``: one :class:`MeasureComparison` per measure, and the per-query
         differences ``{measure: {qid: B − A}}`` over the judged queries (for the delta plot).
 
+    Warns:
+        UserWarning: the runs hold results for different numbers of judged queries (:func:`judged_coverage`).
+
     Raises:
         ValueError: empty qrels or an unknown measure.
     """
     if not qrels:
         raise ValueError("qrels are empty: nothing to compare")
     conventions = as_conventions(conventions)
+    covered = {name: judged_coverage(run, qrels) for name, run in (("A", run_a), ("B", run_b))}
+    if covered["A"] != covered["B"]:
+        import warnings
+
+        warnings.warn(f"the runs answer different judged queries (A {covered['A']}, B {covered['B']} of {len(qrels)}): a judged "
+                      "query missing from a run counts 0 for it, so the deltas and tests measure coverage as well as ranking",
+                      stacklevel=2)
     values_a = evaluate_per_query(run_a, qrels, measures, conventions)
     values_b = evaluate_per_query(run_b, qrels, measures, conventions)
     qids = list(qrels)
@@ -147,6 +157,11 @@ def compare_runs(
         comparisons.append(compare_values(name, a, b, permutations, seed))
         deltas[name] = {q: float(d) for q, d in zip(qids, b - a)}
     return comparisons, deltas
+
+
+def judged_coverage(run: Run, qrels: Qrels) -> int:
+    """Judged queries (ids of ``qrels``) for which ``run`` holds at least one document."""
+    return sum(1 for qid in qrels if run.get(qid))
 
 
 def compare_values(measure: str, a: Sequence[float], b: Sequence[float], permutations: int = DEFAULT_PERMUTATIONS,

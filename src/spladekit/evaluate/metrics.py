@@ -58,7 +58,7 @@ class EvalConventions:
     dedupe: bool = False
 
     def __post_init__(self):
-        self.relevance_levels = {ALIASES.get(k, k): int(v) for k, v in self.relevance_levels.items()}
+        self.relevance_levels = {_rel_family(k): int(v) for k, v in self.relevance_levels.items()}
         for key, level in [("default", self.relevance_level), *self.relevance_levels.items()]:
             if level < 1:
                 raise ValueError(f"relevance level for {key} must be ≥ 1 (grade ≤ 0 is non-relevant), got {level}")
@@ -103,6 +103,17 @@ class EvalConventions:
         return cls.preset("beir")
 
     @classmethod
+    def for_qrels(cls, path) -> "EvalConventions":
+        """The preset matching a qrels file (:meth:`for_dataset`) by its file name and, in BEIR's layout
+        (``DATASET/qrels/SPLIT.tsv``), its dataset folder's name: not every folder above it (a
+        project folder named ``dl19-baselines`` must not make SciFact's qrels TREC DL's)."""
+        from pathlib import Path
+
+        path = Path(path)
+        names = [path.name] + ([path.parent.parent.name] if path.parent.name == "qrels" else [])
+        return cls.for_dataset(" ".join(names))
+
+    @classmethod
     def from_dict(cls, data: Mapping) -> "EvalConventions":
         """Rebuild from :meth:`to_dict` output (extra descriptive keys are ignored)."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
@@ -125,6 +136,25 @@ class EvalConventions:
 PRESETS = ("default", "beir", "msmarco", "trec-dl", "arguana", "quora")
 
 
+def _rel_family(name: str) -> str:
+    """The ir_measures family name (``RR``, ``AP``, ``R``...) of a measure name given a relevance
+    level, matched without regard to case (``mrr`` → ``RR``, ``Recall`` → ``R``).
+
+    Raises:
+        ValueError: no ir_measures measure of that name takes a relevance level (nDCG has none: it
+            uses graded gains); a level silently unused would be recorded as applied.
+    """
+    from ir_measures import measures
+
+    takes_rel = {key: m.NAME for key, m in measures.registry.items() if "rel" in getattr(m, "SUPPORTED_PARAMS", {})}
+    by_case = {key.lower(): family for key, family in takes_rel.items()}
+    family = takes_rel.get(name) or by_case.get(str(name).strip().lower())
+    if family is None:
+        raise ValueError(f"relevance level given for {name!r}, which is not a measure taking one; measures with a "
+                         f"relevance level: {', '.join(sorted({*takes_rel.values()}))} (nDCG uses graded gains)")
+    return family
+
+
 def as_conventions(conventions: EvalConventions | str | None) -> EvalConventions:
     """``None`` → the defaults; a name (e.g. ``"trec_eval"``) → its preset; a record → itself.
 
@@ -144,12 +174,14 @@ def parse_measure(name: str, conventions: EvalConventions | str | None = None):
     A level written in the name (``R(rel=2)@1000``) wins over the conventions.
 
     Raises:
-        ValueError: the name is not understood.
+        ValueError: the name is not understood; a cutoff that is not an integer ≥ 1.
     """
     import ir_measures
 
     conventions = as_conventions(conventions)
-    base, _, cutoff = name.partition("@")
+    base, at, cutoff = name.partition("@")
+    if at and not (cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1):  # pytrec_eval aborts the process on @0
+        raise ValueError(f"measure {name!r}: the cutoff after '@' must be an integer ≥ 1, got {cutoff!r}")
     native = ALIASES.get(base, base) + (f"@{cutoff}" if cutoff else "")
     try:
         measure = ir_measures.parse_measure(native)
@@ -202,6 +234,13 @@ def _per_query(ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: 
     import ir_measures
 
     parsed = {name: parse_measure(name, conventions) for name in measures}
+    top = max((grade for docs in qrels.values() for grade in docs.values()), default=0)
+    above = [f"{name} (relevant: grade ≥ {m.params['rel']})" for name, m in parsed.items() if m.params.get("rel", 1) > max(top, 1)]
+    if above:
+        import warnings
+
+        warnings.warn(f"no judgment reaches the relevance level of {', '.join(above)}: the qrels' highest grade is {top}, "
+                      f"so these score 0 for every query (conventions {conventions.name!r}; choose --preset or --rel)", stacklevel=3)
     by_native: dict[str, list[str]] = {}
     for name, measure in parsed.items():
         by_native.setdefault(repr(measure), []).append(name)

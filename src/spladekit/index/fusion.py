@@ -68,7 +68,7 @@ class FusionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     method: Literal["rrf", "score"] = "rrf"
-    rrf_k: float = Field(RRF_K, gt=0.0)
+    rrf_k: float = Field(RRF_K, gt=0.0, allow_inf_nan=False)
     norm: Literal["min-max", "z-score"] = "min-max"
     weights: list[float] | None = None
     depth: int = Field(1000, ge=1)
@@ -137,7 +137,14 @@ def normalize(ranking: dict[str, float], norm: str = "min-max") -> dict[str, flo
     raise ValueError(f"unknown score normalisation {norm!r}; choose 'min-max' or 'z-score'")
 
 
-def _cut(scores: dict[str, float], depth: int) -> dict[str, float]:
+def _cut(scores: dict[str, float], depth: int, qid: str) -> dict[str, float]:
+    """The top ``depth`` of one query's fused scores.
+
+    Raises:
+        ValueError: a fused score is not finite (weights so large that their sum overflows).
+    """
+    if not all(map(math.isfinite, scores.values())):
+        raise ValueError(f"query {qid!r}: a fused score overflowed to {max(scores.values())} (weights too large); give smaller weights")
     return dict(sorted_ranking(scores)[:depth])
 
 
@@ -146,10 +153,11 @@ def reciprocal_rank_fusion(runs: Sequence[Run], k: float = RRF_K, weights: Seque
     """RRF of ``runs``: ``Σ_i w_i / (k + rank_i(d))`` (Cormack et al. 2009); top ``depth`` per query.
 
     Raises:
-        ValueError: fewer than two runs, ``k`` ≤ 0, or bad weights (see :func:`_weights`).
+        ValueError: fewer than two runs, ``k`` ≤ 0 or not finite, bad weights (see :func:`_weights`),
+            or a fused score that overflows.
     """
-    if k <= 0:
-        raise ValueError(f"RRF k must be > 0, got {k}")
+    if not (math.isfinite(k) and k > 0):  # k = inf makes every score 0: a run ranked by document id
+        raise ValueError(f"RRF k must be finite and > 0, got {k}")
     w = _weights(runs, weights)
     fused: Run = {}
     for qid in _query_ids(runs):
@@ -157,7 +165,7 @@ def reciprocal_rank_fusion(runs: Sequence[Run], k: float = RRF_K, weights: Seque
         for run, weight in zip(runs, w):
             for docid, rank in ranks(run.get(qid, {})).items():
                 scores[docid] = scores.get(docid, 0.0) + weight / (k + rank)
-        fused[qid] = _cut(scores, depth)
+        fused[qid] = _cut(scores, depth, qid)
     return fused
 
 
@@ -166,7 +174,8 @@ def score_fusion(runs: Sequence[Run], norm: str = "min-max", weights: Sequence[f
     """Weighted CombSUM of per-query normalised scores (Fox & Shaw 1994); top ``depth`` per query.
 
     Raises:
-        ValueError: fewer than two runs, unknown ``norm``, or bad weights (see :func:`_weights`).
+        ValueError: fewer than two runs, unknown ``norm``, bad weights (see :func:`_weights`), or a fused
+            score that overflows.
     """
     w = _weights(runs, weights)
     fused: Run = {}
@@ -175,7 +184,7 @@ def score_fusion(runs: Sequence[Run], norm: str = "min-max", weights: Sequence[f
         for run, weight in zip(runs, w):
             for docid, value in normalize(run.get(qid, {}), norm).items():
                 scores[docid] = scores.get(docid, 0.0) + weight * value
-        fused[qid] = _cut(scores, depth)
+        fused[qid] = _cut(scores, depth, qid)
     return fused
 
 
