@@ -530,6 +530,19 @@ def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
         import_vectors("seismic", tmp_path / "empty.jsonl", ["a", "b", "c"])
 
 
+@pytest.mark.parametrize("doc_id", [None, True, 1.5, "", " ", ["d1"]])
+def test_import_refuses_an_id_that_is_not_a_string_or_an_integer(tmp_path, doc_id):
+    from spladekit.errors import DataFormatError
+    from spladekit.index.export import import_vectors
+
+    path = tmp_path / "v.jsonl"  # null was imported as the document "None", true as "True"
+    path.write_text(json.dumps({"id": "d1", "vector": {"a": 1}}) + "\n" + json.dumps({"id": doc_id, "vector": {"b": 2}}) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(DataFormatError, match="expected a non-empty string or an integer") as info:
+        import_vectors("seismic", path, ["a", "b", "c"])
+    assert info.value.line == 2 and info.value.field == "id"
+
+
 # ----------------------------------------------------------------------------- search / evaluate / demo options
 @pytest.mark.parametrize(
     "option, message",
@@ -557,6 +570,22 @@ def test_search_cli_rejects_bad_options_before_any_work(tmp_path, tiny_beir, opt
     (tmp_path / "vectors.npz").write_bytes(b"")  # never read: options fail first
     result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec", *option)
     assert_clean_failure(result, message)
+    assert not (tmp_path / "run.trec").exists()
+
+
+def test_search_cli_refuses_a_run_over_its_inputs_and_ids_a_run_cannot_hold(tmp_path, tiny_beir):
+    folder = _small_index(tmp_path / "index")
+    vocab = (folder / "vocab.json").read_bytes()
+    result = cli("search", "--index", folder, "--data", tiny_beir, "--out", folder / "vocab.json")
+    assert_clean_failure(result, f"--out {folder / 'vocab.json'} is inside the index folder {folder}")
+    assert (folder / "vocab.json").read_bytes() == vocab  # was replaced by the run before
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\tprotein\n", encoding="utf-8")
+    result = cli("search", "--index", folder, "--queries", queries, "--out", queries)
+    assert_clean_failure(result, f"--out {queries} is the queries file")
+    queries.write_text("q1\tprotein\nq 2\tcells\n", encoding="utf-8")  # failed after the search, naming the run file
+    result = cli("search", "--index", folder, "--queries", queries, "--out", tmp_path / "run.trec")
+    assert_clean_failure(result, f"{queries}: field 'query id': 'q 2' is empty or contains white space")
     assert not (tmp_path / "run.trec").exists()
 
 
@@ -660,7 +689,7 @@ def test_write_system_turns_a_system_name_with_spaces_into_a_one_column_tag(tmp_
     from spladekit.pipeline import SystemResult, write_system
 
     write_system(SystemResult("tiny (fine-tuned)", {"q1": {"d1": 1.0}}, {}, {}, 0.0), tmp_path)
-    assert (tmp_path / "run.trec").read_text(encoding="utf-8") == "q1 Q0 d1 1 1.000000 tiny_(fine-tuned)\n"
+    assert (tmp_path / "run.trec").read_text(encoding="utf-8") == "q1 Q0 d1 1 1.0 tiny_(fine-tuned)\n"
     assert read_run(tmp_path / "run.trec") == {"q1": {"d1": 1.0}}
 
 

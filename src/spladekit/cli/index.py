@@ -114,7 +114,7 @@ def search(
     from dataclasses import asdict
 
     from spladekit.data.beir import load_beir
-    from spladekit.data.trec import write_run
+    from spladekit.data.trec import check_trec_id, write_run
     from spladekit.data.tsv import read_tsv
     from spladekit.errors import SpladekitError
     from spladekit.index.index import BACKENDS, open_index, recall_at_k
@@ -130,6 +130,10 @@ def search(
             raise ValueError(f"--recall-k must be ≥ 1, got {recall_k}")
         if queries is not None and data is not None:
             raise ValueError("give --data or --queries, not both")
+        for given, what in [*((folder, "index folder") for folder in index), *([(queries, "queries file")] if queries else [])]:
+            if out.resolve() == given.resolve() or given.resolve() in out.resolve().parents:
+                raise ValueError(f"--out {out} is {'inside ' if out.resolve() != given.resolve() else ''}the {what} {given}: "
+                                 "the run would overwrite it; write the run elsewhere")
         asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
                                           max_fraction=max_fraction, nknn=knn).items() if v is not None}
         searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn).items() if v is not None}
@@ -163,6 +167,8 @@ def search(
             topics = load_beir(data, split).queries
         else:
             raise typer.BadParameter("give --data or --queries")
+        for qid in topics:  # a run file cannot hold it: said before the search, naming the queries' file
+            check_trec_id(qid, queries if queries is not None else f"{data}:{split}", "query id")
         searched = open_index(index, verify=verify)
         q = searched.query_encoder(model)
         vectors = q.encode_queries(list(topics.values()), show_progress=True)

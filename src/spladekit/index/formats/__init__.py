@@ -392,14 +392,18 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
         (:func:`normalise_entries`).
 
     Raises:
-        DataFormatError: invalid JSON, a missing ``id``/``vector``, a non-numeric weight, or a
-            token outside the vocabulary (naming the file and line).
+        DataFormatError: invalid JSON, a missing ``id``/``vector``, an ``id`` that is neither a
+            non-empty string nor an integer, a non-numeric weight, or a token outside the vocabulary
+            (naming the file and line).
     """
     index = token_index(vocabulary)
     for number, record in iter_json_records(path, summed=("vector",)):
         for key in ("id", "vector"):
             if key not in record:
                 raise DataFormatError(path, "missing", line=number, field=key)
+        doc_id = record["id"]
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():  # null → "None", true → "True"
+            raise DataFormatError(path, f"expected a non-empty string or an integer, got {doc_id!r}", line=number, field="id")
         vector = record["vector"]
         if not isinstance(vector, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector.values()):
             raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
