@@ -10,8 +10,8 @@ from pathlib import Path
 from train_helpers import WORDS, make_tiny_model
 
 
-def make_cross_encoder(folder: Path, seed: int = 1) -> Path:
-    """A random 1-layer BERT sequence classifier (1 label), saved as a sentence-transformers CrossEncoder
+def make_cross_encoder(folder: Path, seed: int = 1, num_labels: int = 1) -> Path:
+    """A random 1-layer BERT sequence classifier (``num_labels`` labels, 1 by default), saved as a sentence-transformers CrossEncoder
     whose recorded activation is ``torch.nn.Identity`` (so predict returns raw logits)."""
     import torch
     from sentence_transformers import CrossEncoder
@@ -22,7 +22,7 @@ def make_cross_encoder(folder: Path, seed: int = 1) -> Path:
     tokenizer = BertTokenizerFast.from_pretrained(str(base))
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, num_labels=1,
+                        intermediate_size=64, max_position_embeddings=128, num_labels=num_labels,
                         initializer_range=0.3)  # wide weights: well-spread logits (no near-ties)
     model = BertForSequenceClassification(config).eval()
     with torch.no_grad():  # spread the logits so that ranks are well separated

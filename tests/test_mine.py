@@ -342,3 +342,70 @@ def test_a_teacher_that_is_no_cross_encoder_is_refused(texts, tmp_path):
         mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
                         teachers=[str(lm)], num_negatives=3), out, show_progress=False)
     assert not out.exists()
+
+
+def _mlm_as(folder: Path, architectures: list[str] | None, shards: bool = False) -> Path:
+    """A masked-LM checkpoint (no classifier head) whose config.json says ``architectures`` (dropped when
+    None) and one label (as a one-label cross-encoder's); ``shards``: saved in several safetensors files
+    with an index."""
+    from transformers import BertForMaskedLM
+
+    make_tiny_model(folder)
+    if shards:
+        model = BertForMaskedLM.from_pretrained(str(folder))
+        (folder / "model.safetensors").unlink()
+        model.save_pretrained(str(folder), max_shard_size="20KB")
+        assert (folder / "model.safetensors.index.json").is_file()
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("architectures", None)
+    if architectures is not None:
+        config["architectures"] = architectures
+    config["id2label"], config["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("case", ["no-architectures", "edited-architectures", "sharded"])
+def test_a_checkpoint_without_the_classifier_head_is_refused(texts, tmp_path, case):
+    """A masked LM whose config.json says nothing (or says *ForSequenceClassification) loads in
+    CrossEncoder with a random classifier head: refused naming the weight file and the head's
+    parameters (absent from the checkpoint's safetensors keys or its shard index); no dataset is written."""
+    from safetensors import safe_open
+
+    from spladekit.errors import DataFormatError
+
+    folder, _, _ = texts
+    lm = _mlm_as(tmp_path / "lm", None if case == "no-architectures" else ["BertForSequenceClassification"],
+                 shards=case == "sharded")
+    weights = "model.safetensors.index.json" if case == "sharded" else "model.safetensors"
+    if case != "sharded":
+        with safe_open(str(lm / weights), "pt") as f:  # the premise: the checkpoint has no classifier
+            assert not any(k.startswith("classifier.") for k in f.keys())
+    out = tmp_path / "out"
+    with pytest.raises(DataFormatError, match=rf"{weights}: teacher .*classifier head \(classifier\.weight, classifier\.bias\) "
+                                              r"is not in the checkpoint"):
+        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
+                        teachers=[str(lm)], num_negatives=3), out, show_progress=False)
+    assert not (out / "dataset").exists() and not (out / "naver").exists()
+
+
+def test_a_teacher_with_several_labels_is_refused(texts, tmp_path):
+    """A 3-label classifier's label-0 logit is no relevance score: refused naming its config.json and
+    id2label, before OUT is made; a config saying ``num_labels: 3`` instead of id2label is refused once
+    loaded (CrossEncoder.num_labels)."""
+    from spladekit.errors import DataFormatError
+    from spladekit.mine.teacher import load_cross_encoder
+
+    folder, _, _ = texts
+    three = make_cross_encoder(tmp_path / "three", num_labels=3)
+    out = tmp_path / "out"
+    with pytest.raises(DataFormatError, match=r"three/config\.json: field 'id2label': teacher .* has 3 labels; relevance needs one"):
+        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
+                        teachers=[str(three)], num_negatives=3), out, show_progress=False)
+    assert not out.exists()
+    config = json.loads((three / "config.json").read_text())
+    del config["id2label"], config["label2id"]
+    config["num_labels"] = 3
+    (three / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DataFormatError, match=r"has 3 labels; relevance needs one score a pair"):
+        load_cross_encoder(str(three), device="cpu")

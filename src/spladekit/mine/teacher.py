@@ -23,10 +23,12 @@ from spladekit.io import read_json, write_json
 
 
 def load_cross_encoder(name: str, activation: str = "identity", max_length: int | None = None, device: str | None = None):
-    """A sentence-transformers ``CrossEncoder`` with the chosen activation (see the module docstring).
+    """A sentence-transformers ``CrossEncoder`` with the chosen activation (see the module docstring),
+    checked by :func:`check_loaded_cross_encoder`.
 
     Raises:
         ResolutionError: the model folder or hub id cannot be found (:func:`spladekit.data.resolve.resolve_model`).
+        DataFormatError: the teacher has more than one label, or its checkpoint lacks the classifier head.
     """
     import torch
     from sentence_transformers import CrossEncoder
@@ -34,7 +36,75 @@ def load_cross_encoder(name: str, activation: str = "identity", max_length: int 
     from spladekit.data.resolve import resolve_model
 
     activation_fn = {"identity": torch.nn.Identity(), "sigmoid": torch.nn.Sigmoid(), "model": None}[activation]
-    return CrossEncoder(resolve_model(name), activation_fn=activation_fn, max_length=max_length, device=device)
+    folder = resolve_model(name)
+    model = CrossEncoder(folder, activation_fn=activation_fn, max_length=max_length, device=device)
+    check_loaded_cross_encoder(model, name, Path(folder))
+    return model
+
+
+def _transformer_folder(folder: Path) -> Path:
+    """The folder of a sentence-transformers model's Transformer module (``modules.json``; the folder
+    itself when there is none)."""
+    modules = folder / "modules.json"
+    if modules.is_file():
+        for module in read_json(modules) or []:
+            if isinstance(module, dict) and str(module.get("type", "")).endswith("Transformer"):
+                return folder / str(module.get("path") or "")
+    return folder
+
+
+def checkpoint_keys(folder: Path) -> tuple[Path, set[str]] | None:
+    """``(weight file, parameter names)`` of the checkpoint in ``folder``: a sharded checkpoint's
+    ``.index.json``, ``model.safetensors`` or ``pytorch_model.bin``; ``None`` when none can be read."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).is_file():
+            weight_map = (read_json(folder / index) or {}).get("weight_map")
+            return (folder / index, set(weight_map)) if isinstance(weight_map, dict) else None
+    if (folder / "model.safetensors").is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(folder / "model.safetensors"), "pt") as weights:
+            return folder / "model.safetensors", set(weights.keys())
+    if (folder / "pytorch_model.bin").is_file():
+        import torch
+
+        try:
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # an old (non-zip) or foreign format: its names cannot be listed cheaply
+            return None
+        return (folder / "pytorch_model.bin", set(state)) if isinstance(state, dict) else None
+    return None
+
+
+def check_loaded_cross_encoder(model, name: str, folder: Path) -> None:
+    """Refuse a loaded ``CrossEncoder`` whose scores would not be relevance: more than one label
+    (relevance needs one score a pair), or a classifier head (the parameters of its transformers model
+    outside ``base_model_prefix``) absent from the checkpoint, so initialised at random. The check of
+    the head is skipped only when the checkpoint's parameter names cannot be read.
+
+    Raises:
+        DataFormatError: naming the teacher's ``config.json`` (labels) or its weight file (head).
+    """
+    from spladekit.errors import DataFormatError
+
+    home = _transformer_folder(folder)
+    if model.num_labels != 1:
+        raise DataFormatError(home / "config.json", f"teacher {name!r} has {model.num_labels} labels; relevance needs "
+                              "one score a pair (a cross-encoder with num_labels 1)", field="id2label")
+    hf = getattr(model, "model", None)
+    prefix = getattr(hf, "base_model_prefix", "") or ""
+    if hf is None or not prefix or getattr(hf, prefix, hf) is hf:
+        return  # no transformers model with a head of its own (nothing to check)
+    head = [n for n, _ in hf.named_parameters() if not n.startswith(prefix + ".")]
+    found = checkpoint_keys(home)
+    if found is None or not head:
+        return
+    weights, keys = found
+    missing = [n for n in head if n not in keys]
+    if missing:
+        raise DataFormatError(weights, f"teacher {name!r}: its classifier head ({', '.join(missing)}) is not in the "
+                              "checkpoint, so it would score with random weights; give a trained cross-encoder "
+                              "(a *ForSequenceClassification checkpoint with its head)")
 
 
 def teacher_fingerprint(name: str) -> list:
@@ -49,23 +119,30 @@ def teacher_fingerprint(name: str) -> list:
 
 
 def check_cross_encoder(name: str) -> None:
-    """Refuse a teacher that is not a sequence-classification model (a masked LM or a bi-encoder would
-    load in ``CrossEncoder`` with a new, random classifier head: scores of nothing).
+    """Refuse, from its ``config.json``, a teacher that is not a sequence-classification model (a masked
+    LM or a bi-encoder would load in ``CrossEncoder`` with a new, random classifier head: scores of
+    nothing) or that has more than one label (``id2label``). A config without ``architectures`` passes
+    here: :func:`check_loaded_cross_encoder` then looks for the head in the checkpoint.
 
     Raises:
-        DataFormatError: naming the teacher's ``config.json`` and its ``architectures``.
+        DataFormatError: naming the teacher's ``config.json`` and its ``architectures`` or ``id2label``.
     """
     from spladekit.data.resolve import resolve_model
     from spladekit.errors import DataFormatError
 
-    config = Path(resolve_model(name)) / "config.json"
+    config = _transformer_folder(Path(resolve_model(name))) / "config.json"
     if not config.is_file():
         return  # CrossEncoder itself names what is missing
-    architectures = (read_json(config) or {}).get("architectures") or []
+    settings = read_json(config) or {}
+    architectures = settings.get("architectures") or []
     if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
         raise DataFormatError(config, f"teacher {name!r} is a {', '.join(architectures)}, not a cross-encoder "
                               "(a *ForSequenceClassification model, as sentence-transformers' CrossEncoder saves): its "
                               "classifier head would be random", field="architectures")
+    labels = settings.get("id2label")
+    if architectures and isinstance(labels, dict) and len(labels) > 1:
+        raise DataFormatError(config, f"teacher {name!r} has {len(labels)} labels; relevance needs one score a pair "
+                              "(a cross-encoder with num_labels 1)", field="id2label")
 
 
 def _digest(teachers: Sequence[str], activation: str, pairs: list[tuple[str, str]], max_length: int | None = None,
@@ -87,6 +164,8 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
 
     Raises:
         ValueError: no teacher; a non-finite score (naming the teacher and the pair).
+        DataFormatError: a teacher that is no one-label cross-encoder with its trained head
+            (:func:`check_cross_encoder`, :func:`check_loaded_cross_encoder`).
     """
     import math
 
@@ -120,7 +199,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
                 if flat:
                     predicted = models[name].predict(flat, batch_size=batch_size, show_progress_bar=False,
                                                      convert_to_numpy=True)
-                    for k, value in enumerate(predicted.reshape(len(flat), -1)[:, 0].tolist()):
+                    for k, value in enumerate(predicted.reshape(len(flat)).tolist()):
                         if not math.isfinite(value):
                             raise ValueError(f"teacher {name}: non-finite score {value} for pair {flat[k]!r}")
                         sums[k] += value
