@@ -68,3 +68,58 @@ def test_doc_max_length_above_the_model_positions_is_lowered_to_them(tmp_path):
         result = train(config, tmp_path / "out", examples=examples, show_progress=False)
     assert yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())["model"]["doc_max_length"] == limit
     assert json.loads((result.model_dir / "spladekit.json").read_text())["doc_max_length"] == limit
+
+
+def _naver(folder: Path, scores: str, qrel: str = '{"1": {"10": 1}}', queries: str = "1\tquery\n") -> Path:
+    """A naver/splade layout: qrel/qrel.json, scores/s.json (texts as given), documents 10-13, ``queries``."""
+    for sub in ("qrel", "scores", "full_collection", "train_queries"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    (folder / "qrel" / "qrel.json").write_text(qrel)
+    (folder / "scores" / "s.json").write_text(scores)
+    (folder / "full_collection" / "raw.tsv").write_text("".join(f"{d}\tdoc {d}\n" for d in range(10, 14)))
+    (folder / "train_queries" / "raw.tsv").write_text(queries)
+    return folder
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400", "1" + "0" * 400])
+@pytest.mark.parametrize("where", ["scores", "qrel"])
+def test_non_finite_scores_and_grades_are_refused_before_training(tmp_path, value, where):
+    """Python's json reads NaN, Infinity and 1e400 as floats (and 10^400 as an int beyond float range): a
+    NaN teacher score would poison the loss, a NaN grade silently drop a positive (NaN > 0 is false).
+    Refused naming the file and qid.docid, before OUT is made."""
+    import json
+    import math
+
+    good = '{"1": {"10": 2.5, "11": 0.5}}'
+    bad = '{"1": {"10": %s, "11": 0.5}}' % value
+    parsed = json.loads(bad)["1"]["10"]  # the premise: json takes it, beyond float range or non-finite
+    assert parsed > sys.float_info.max if isinstance(parsed, int) else not math.isfinite(parsed)
+    folder = _naver(tmp_path / "naver", bad if where == "scores" else good, bad if where == "qrel" else '{"1": {"10": 1}}')
+    name = "s.json" if where == "scores" else "qrel.json"
+    model = make_tiny_model(tmp_path / "m")
+    config = tiny_config(model, loss__kind="margin_mse", data__num_negatives=1, data__format="naver",
+                         data__path=str(folder), data__teacher_scores="scores/s.json")
+    out = tmp_path / "out"
+    with pytest.raises(DataFormatError, match=rf"{name}: field '1\.10': expected a finite number"):
+        train(config, out, show_progress=False)
+    assert not out.exists()
+
+
+def test_naver_queries_without_a_pair_are_skipped_with_a_warning(tmp_path):
+    """Query 2 is scored but has no relevant document in qrel.json, queries 3 and 4 have relevant
+    documents but no teacher scores: each group is named in a warning (count and ids), query 1 is read."""
+    from spladekit.train.data import read_naver
+
+    folder = _naver(tmp_path, '{"1": {"10": 2.0, "11": 1.0}, "2": {"12": 1.0}}',
+                    '{"1": {"10": 1}, "2": {"12": 0}, "3": {"13": 1}, "4": {"11": 2}}',
+                    "1\tq one\n2\tq two\n3\tq three\n4\tq four\n")
+    with pytest.warns(UserWarning) as caught:
+        examples = read_naver(folder, folder / "scores" / "s.json")
+    assert [e.qid for e in examples] == ["1"]
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2
+    assert "s.json: 1 queries scored in s.json without a relevant document in qrel.json skipped" in messages[0]
+    assert "e.g. '2'; 1 queries read" in messages[0]
+    assert "s.json: 2 queries with a relevant document in qrel.json but no entry in s.json skipped" in messages[1]
+    assert "e.g. '3', '4'; 1 queries read" in messages[1]
+

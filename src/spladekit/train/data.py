@@ -23,7 +23,9 @@ depend on the number of processes, and a resumed run sees exactly the batches it
 from __future__ import annotations
 
 import functools
+import math
 import random
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -72,12 +74,25 @@ def _read_json(path: Path) -> dict:
     return data
 
 
+def _finite(value) -> float | None:
+    """``value`` as a float, or ``None`` when it is no finite number (a bool, a string, NaN,
+    Infinity, or a number beyond float range such as ``1e400`` or a 400-digit integer)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
     """Read teacher scores or qrels in the naver/splade JSON form ``{qid: {docid: number}}``, or
     its pickle (``.pkl``/``.pkl.gz``: :func:`spladekit.train.published.read_score_pickle`).
 
     Raises:
-        DataFormatError: not JSON, not a nested object, or a non-numeric value (naming the field).
+        DataFormatError: not JSON, not a nested object, or a non-numeric or non-finite value (NaN,
+            Infinity, 1e400; naming the field ``qid.docid``).
     """
     path = Path(path)
     if path.name.endswith((".pkl", ".pkl.gz", ".pickle")):  # naver/splade's published pickles
@@ -90,9 +105,11 @@ def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
             raise DataFormatError(path, "expected an object {docid: score}", field=str(qid))
         row = {}
         for docid, value in docs.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise DataFormatError(path, f"expected a number, got {value!r}", field=f"{qid}.{docid}")
-            row[str(docid)] = float(value)
+            number = _finite(value)
+            if number is None:
+                shown = value if not isinstance(value, int) or len(str(value)) < 30 else f"an integer of {len(str(value))} digits"
+                raise DataFormatError(path, f"expected a finite number, got {shown!r}", field=f"{qid}.{docid}")
+            row[str(docid)] = number
         out[str(qid)] = row
     return out
 
@@ -105,9 +122,12 @@ def read_naver(folder: str | Path, teacher_scores: str | Path | None = None, que
     ``folder/train_queries/raw.tsv``), ``folder/full_collection/raw.tsv``, ``folder/qrel/qrel.json``;
     positives are the qrel documents, negatives the other scored documents, and ``teacher`` the scores.
 
+    Queries that give no training pair (scored without a relevant document in ``qrel.json``, or
+    relevant documents without a teacher-score entry) are skipped with a warning (count, first ids).
+
     Raises:
-        DataFormatError: a missing or malformed file; a qid or docid that the queries/collection lack;
-            a qrel positive without a teacher score.
+        DataFormatError: a missing or malformed file (a non-finite score or grade included); a qid or
+            docid that the queries/collection lack; a qrel positive without a teacher score.
     """
     from spladekit.data.tsv import read_tsv
 
@@ -128,13 +148,14 @@ def read_naver(folder: str | Path, teacher_scores: str | Path | None = None, que
     query_text = read_tsv(queries_path)
     collection_path = folder / "full_collection" / "raw.tsv"
     collection = read_tsv(collection_path)
-    examples = []
+    examples, no_positive = [], []
     for qid, scored in scores.items():
         if qid not in query_text:
             raise DataFormatError(queries_path, f"query id {qid!r} of {scores_path.name} is missing")
         positives = [d for d, grade in qrels.get(qid, {}).items() if grade > 0]
         if not positives:
-            continue  # a scored query without a relevant document cannot give a training pair
+            no_positive.append(qid)  # a scored query without a relevant document cannot give a training pair
+            continue
         for docid in scored:
             if docid not in collection:
                 raise DataFormatError(collection_path, f"document id {docid!r} of {scores_path.name} is missing")
@@ -146,7 +167,17 @@ def read_naver(folder: str | Path, teacher_scores: str | Path | None = None, que
                                         [(d, collection[d]) for d in negatives], dict(scored)))
     if not examples:
         raise DataFormatError(scores_path, "no query has both a relevant document in qrel.json and teacher scores")
+    unscored = [q for q, docs in qrels.items() if q not in scores and any(g > 0 for g in docs.values())]
+    for skipped, why in ((no_positive, f"scored in {scores_path.name} without a relevant document in qrel.json"),
+                         (unscored, f"with a relevant document in qrel.json but no entry in {scores_path.name}")):
+        if skipped:
+            warnings.warn(f"{scores_path}: {len(skipped)} queries {why} skipped (no training pair), e.g. "
+                          f"{_first_ids(skipped)}; {len(examples)} queries read", stacklevel=2)
     return examples
+
+
+def _first_ids(ids: Sequence[str], n: int = 5) -> str:
+    return ", ".join(repr(i) for i in ids[:n]) + (" …" if len(ids) > n else "")
 
 
 # ------------------------------------------------------------------------------------ BEIR
