@@ -123,3 +123,68 @@ def test_naver_queries_without_a_pair_are_skipped_with_a_warning(tmp_path):
     assert "s.json: 2 queries with a relevant document in qrel.json but no entry in s.json skipped" in messages[1]
     assert "e.g. '3', '4'; 1 queries read" in messages[1]
 
+
+def _beir(folder: Path) -> Path:
+    """Four documents, two training queries (q1: d1 relevant, q2: d4 relevant)."""
+    import json
+
+    docs = {"d1": "apple banana fruit", "d2": "apple pie recipe", "d3": "car engine oil", "d4": "banana bread"}
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in docs.items()))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n"
+                                                  for q, t in (("q1", "apple banana"), ("q2", "banana bread"))))
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td4\t1\n")
+    return folder
+
+
+@pytest.mark.parametrize("scores, words", [
+    ('{"q1": {"d1": 1.0}, "q9": {"d2": 0.5}}', r"t.json: field 'q9': query id 'q9' is not a query of .*train.tsv"),
+    ('{"q1": {"d1": 1.0, "d7": 0.5}}', r"t.json: field 'q1.d7': document id 'd7' is not in the corpus"),
+])
+def test_beir_teacher_scores_with_unknown_ids_are_refused(tmp_path, scores, words):
+    from spladekit.train.data import read_beir_training
+
+    folder = _beir(tmp_path / "beir")
+    (tmp_path / "t.json").write_text(scores)
+    with pytest.raises(DataFormatError, match=words):
+        read_beir_training(folder, "train", "none", teacher_scores=tmp_path / "t.json")
+
+
+def test_beir_teacher_scores_outside_the_miner_are_counted_or_used(tmp_path):
+    """BM25 top-1 of q1 ('apple banana') is d2 or d4 (both share a word): d3 (no shared word) is scored but
+    never among the miner's documents. With data.negatives bm25 it is left out with a warning that counts
+    it; with data.negatives teacher every scored non-relevant document is a negative, in the file's order;
+    the refusal of a query short of negatives says why."""
+    from spladekit.index.bm25 import bm25_search
+    from spladekit.train.data import read_beir_training
+
+    folder = _beir(tmp_path / "beir")
+    teacher = tmp_path / "t.json"
+    teacher.write_text('{"q1": {"d1": 3.0, "d3": 1.0, "d2": 2.0}, "q2": {"d4": 3.0, "d3": 0.5}}')
+    docs = ["d1", "d2", "d3", "d4"]
+    texts = ["apple banana fruit", "apple pie recipe", "car engine oil", "banana bread"]
+    top = {q: [docs[i] for i, _ in bm25_search([text], texts, k=4)[0]] for q, text in
+           (("q1", "apple banana"), ("q2", "banana bread"))}
+    expect_bm25 = {"q1": [d for d in top["q1"] if d != "d1"][:1], "q2": [d for d in top["q2"] if d != "d4"][:1]}
+    expect_bm25 = {q: [d for d in negs if d in ({"d3", "d2"} if q == "q1" else {"d3"})] for q, negs in expect_bm25.items()}
+    assert "d3" not in expect_bm25["q1"] + expect_bm25["q2"]  # the premise: d3 is outside BM25's top-1
+    left_out = (2 - len(expect_bm25["q1"])) + (1 - len(expect_bm25["q2"]))
+    with pytest.warns(UserWarning, match=rf"t.json: {left_out} of the 3 scored non-relevant documents of 2 queries "
+                                         r"\(\d queries affected\) are not among the bm25 miner's top-1"):
+        examples = read_beir_training(folder, "train", "bm25", depth=1, teacher_scores=teacher)
+    assert {e.qid: [d for d, _ in e.negatives] for e in examples} == expect_bm25
+    used = read_beir_training(folder, "train", "teacher", depth=1, teacher_scores=teacher)
+    assert {e.qid: [d for d, _ in e.negatives] for e in used} == {"q1": ["d3", "d2"], "q2": ["d3"]}
+    assert used[0].teacher == {"d1": 3.0, "d3": 1.0, "d2": 2.0}
+    with pytest.raises(ValueError, match="data.negatives='teacher' needs data.teacher_scores"):
+        read_beir_training(folder, "train", "teacher")
+
+    model = make_tiny_model(tmp_path / "m")
+    config = tiny_config(model, loss__kind="margin_mse", data__num_negatives=1, data__format="beir",
+                         data__path=str(folder), data__negatives="bm25", data__mining_depth=1,
+                         data__teacher_scores=str(teacher))
+    assert min(len(v) for v in expect_bm25.values()) == 0  # a query left with no negative
+    with pytest.warns(UserWarning), pytest.raises(DataFormatError, match=r"has 0 hard negatives.*the bm25 miner's "
+                                                  r"top-1 documents that have a teacher score.*data.negatives: teacher"):
+        train(config, tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out").exists()

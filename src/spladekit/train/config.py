@@ -67,7 +67,8 @@ class DataConfig(Settings):
     Formats:
         ``beir``: a BEIR folder (or name) and its ``qrels/<split>.tsv``; hard negatives mined by
             ``negatives`` (``bm25`` through bm25s, ``model`` with the spladekit model
-            ``negatives_model``, or ``none`` for in-batch negatives only).
+            ``negatives_model``, or ``none`` for in-batch negatives only); with ``teacher_scores``, the
+            miner's documents that have a score, or with ``negatives: teacher`` every scored document.
         ``naver``: the naver/splade layout: ``triplets/raw.tsv`` (query, positive, negative text), or,
             with ``teacher_scores``, ``qrel/qrel.json`` + queries + ``full_collection/raw.tsv``.
         ``triples``: an MS MARCO-style ``query<TAB>positive<TAB>negative`` TSV file.
@@ -81,7 +82,7 @@ class DataConfig(Settings):
     format: Literal["beir", "naver", "triples", "hf", "st-hard-negatives", "st-margin-mse"] = "beir"
     path: str = "scifact"
     split: str = "train"
-    negatives: Literal["bm25", "model", "none"] = "bm25"
+    negatives: Literal["bm25", "model", "none", "teacher"] = "bm25"
     negatives_model: str | None = None
     mining_depth: int = Field(30, ge=1, description="negatives are sampled from the top-k of the miner")
     num_negatives: int = Field(1, ge=0, description="hard negatives per query in each batch")

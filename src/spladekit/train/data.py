@@ -216,11 +216,19 @@ def read_beir_training(
 ) -> list[TrainingExample]:
     """BEIR training qrels (grade > 0 = positive) with mined hard negatives.
 
-    Negatives are the top-``depth`` documents of the miner that are not judged relevant.
+    Negatives are the top-``depth`` documents of the miner (``bm25``, ``model``) that are not judged
+    relevant. With ``teacher_scores`` (``{qid: {docid: score}}``, every id a query of the split and a
+    document of the corpus) they are those of the miner's documents that have a teacher score (a
+    warning counts the scored documents left out, outside the miner's top-``depth``), or, with
+    ``negatives="teacher"``, every scored document that is not judged relevant (the naver layout's
+    rule; in the file's order, no depth cut).
 
     Raises:
         DataFormatError / ResolutionError: from :func:`spladekit.data.beir.load_beir`; a query
-            without any relevant document; ``negatives="model"`` without ``negatives_model``.
+            without any relevant document; a teacher-score file that is malformed or names a query or
+            document the dataset lacks (naming the file and ``qid``/``qid.docid``).
+        ValueError: ``negatives="model"`` without ``negatives_model``; ``negatives="teacher"``
+            without ``teacher_scores``.
     """
     from spladekit.data.beir import load_beir
 
@@ -230,6 +238,13 @@ def read_beir_training(
         qids = qids[:max_queries]
     if not qids:
         raise DataFormatError(dataset.path / "qrels" / f"{split}.tsv", "no query with a relevant document")
+    if negatives == "teacher" and not teacher_scores:
+        raise ValueError("data.negatives='teacher' needs data.teacher_scores")
+    teacher = None
+    if teacher_scores:  # read and checked before mining (the miner may take long)
+        teacher_path = Path(teacher_scores)
+        teacher = read_score_file(teacher_path)
+        _check_teacher_ids(teacher, teacher_path, dataset)
     doc_ids = list(dataset.corpus)
     doc_texts = [dataset.corpus[d] for d in doc_ids]
     query_texts = [dataset.queries[q] for q in qids]
@@ -239,12 +254,12 @@ def read_beir_training(
         if not negatives_model:
             raise ValueError("data.negatives='model' needs data.negatives_model")
         mined = mine_negatives_model(negatives_model, {q: dataset.queries[q] for q in qids}, dataset.corpus, depth + 20)
-    elif negatives == "none":
+    elif negatives in ("none", "teacher"):
         mined = [[] for _ in qids]
     else:
         raise ValueError(f"unknown negative miner {negatives!r}")
-    teacher = read_score_file(teacher_scores) if teacher_scores else None
     examples = []
+    left_out = scored_total = queries_short = 0
     for qid, hits in zip(qids, mined):
         relevant = {d for d, g in dataset.qrels[qid].items() if g > 0}
         missing = [d for d in relevant if d not in dataset.corpus]
@@ -254,10 +269,47 @@ def read_beir_training(
         scores = None
         if teacher is not None:
             scores = teacher.get(qid, {})
-            negs = [d for d in negs if d in scores]
+            scored = [d for d in scores if d not in relevant]
+            if negatives == "teacher":
+                negs = scored
+            elif negatives != "none":
+                negs = [d for d in negs if d in scores]
+                left_out += len(scored) - len(negs)
+                scored_total += len(scored)
+                queries_short += len(negs) < len(scored)
         examples.append(TrainingExample(qid, dataset.queries[qid], [(d, dataset.corpus[d]) for d in sorted(relevant)],
                                         [(d, dataset.corpus[d]) for d in negs], scores))
+    if left_out:
+        warnings.warn(f"{teacher_scores}: {left_out:,} of the {scored_total:,} scored non-relevant documents of "
+                      f"{len(qids):,} queries ({queries_short:,} queries affected) are not among the {negatives} "
+                      f"miner's top-{depth} and are not used as negatives; data.negatives: teacher uses every scored "
+                      "document (or raise data.mining_depth)", stacklevel=2)
     return examples
+
+
+def _check_teacher_ids(teacher: dict[str, dict[str, float]], path: Path, dataset) -> None:
+    """Refuse teacher scores for a query that ``dataset``'s split lacks or a document not in its corpus."""
+    for qid, docs in teacher.items():
+        if qid not in dataset.queries:
+            raise DataFormatError(path, f"query id {qid!r} is not a query of {dataset.path / 'qrels' / (dataset.split + '.tsv')}",
+                                  field=qid)
+        for docid in docs:
+            if docid not in dataset.corpus:
+                raise DataFormatError(path, f"document id {docid!r} is not in the corpus of {dataset.path}",
+                                      field=f"{qid}.{docid}")
+
+
+def short_negatives_hint(config) -> str:
+    """Why queries may have few hard negatives under a :class:`~spladekit.train.config.DataConfig`:
+    BEIR with teacher scores keeps only the miner's documents that have a score (see
+    :func:`read_beir_training`); empty for any other data."""
+    if config.format != "beir" or not config.teacher_scores or config.negatives == "teacher":
+        return ""
+    if config.negatives == "none":
+        return "; data.negatives is none (no hard negatives): data.negatives: teacher takes the scored documents"
+    return (f"; with data.teacher_scores the hard negatives are the {config.negatives} miner's top-"
+            f"{config.mining_depth} documents that have a teacher score (a warning counted the scored documents "
+            "outside them): data.negatives: teacher uses every scored document, or raise data.mining_depth")
 
 
 def load_training_examples(config) -> list[TrainingExample]:
@@ -332,12 +384,15 @@ def _permutation(n: int, seed: int, epoch: int) -> tuple[int, ...]:
     return tuple(order)
 
 
-def check_distillation(examples: Sequence[TrainingExample], num_negatives: int, source: str) -> None:
+def check_distillation(examples: Sequence[TrainingExample], num_negatives: int, source: str, hint: str = "") -> None:
     """Refuse, before training, examples that :func:`global_batch` could not give teacher scores for.
 
     Distillation needs a teacher score for every sampled document: each positive and hard negative
     must have one, and each query needs ``num_negatives`` hard negatives (a short group is completed
     with other queries' positives, which have no teacher score for this query).
+
+    Args:
+        hint: appended to the refusal of a query short of negatives (:func:`short_negatives_hint`).
 
     Raises:
         DataFormatError: naming ``source`` (the data's path), the query and ``data.num_negatives``.
@@ -360,7 +415,7 @@ def check_distillation(examples: Sequence[TrainingExample], num_negatives: int, 
         raise DataFormatError(source, f"query {short[0]!r} has {short[1]} hard negatives, data.num_negatives is "
                               f"{num_negatives} ({count} queries have fewer); distillation cannot complete a group "
                               "with other queries' positives (they have no teacher score for it): lower "
-                              "data.num_negatives", field="data.num_negatives")
+                              f"data.num_negatives{hint}", field="data.num_negatives")
 
 
 def global_batch(examples: Sequence[TrainingExample], step: int, batch_size: int, num_negatives: int, seed: int,

@@ -38,7 +38,8 @@ from spladekit.io import atomic_folder, write_json, write_yaml
 import spladekit.train.distributed as D
 from spladekit.train.cached import cached_step, mini_batch_bounds
 from spladekit.train.config import TrainConfig
-from spladekit.train.data import Batch, TrainingExample, check_distillation, global_batch, load_training_examples, split_validation
+from spladekit.train.data import (Batch, TrainingExample, check_distillation, global_batch, load_training_examples,
+                                  short_negatives_hint, split_validation)
 from spladekit.train.dev import BestTracker, evaluate_dev, load_dev_set
 from spladekit.train.losses import info_nce, kl_distillation, margin_mse
 from spladekit.train.monitor import (
@@ -415,7 +416,8 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
             examples = load_training_examples(config.data)
         train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
         if config.loss.kind != "infonce":
-            check_distillation(train_examples, config.data.num_negatives, str(config.data.path))
+            check_distillation(train_examples, config.data.num_negatives, str(config.data.path),
+                               short_negatives_hint(config.data))
         if info.is_main:
             out.mkdir(parents=True, exist_ok=True)
             write_yaml(out / "config.yaml", config.model_dump(mode="json"))
