@@ -418,3 +418,90 @@ def test_push_refuses_a_folder_without_a_card_before_any_request(tmp_path):
     (tmp_path / "README.md").write_text("---\n- not: a mapping\n---\n")
     done = CliRunner().invoke(app, ["push", str(tmp_path), "someone/x", "--dry-run"])
     assert done.exit_code == 2 and "README.md" in done.stderr and "does not parse" in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------------------------------ licences
+def _model_folder(trained, folder: Path) -> Path:
+    folder.mkdir()
+    for name in ("config.json", "spladekit.json"):
+        (folder / name).write_bytes((trained["model"] / name).read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize("given, suggestion", [("Apache 2.0", "apache-2.0"), ("MIT License", "mit"),
+                                               ("CC-BY-4.0", "cc-by-4.0"), ("GPL v3", "gpl-3.0"),
+                                               ("proprietary", None)])
+def test_card_refuses_a_licence_the_hub_refuses(trained, tmp_path, given, suggestion):
+    """`card --license "Apache 2.0"` wrote a card the Hub rejects; it is refused, suggesting the Hub's
+    lowercase identifier when one is close, and nothing is written."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    folder = _model_folder(trained, tmp_path / "m")
+    done = CliRunner().invoke(app, ["card", str(folder), "--license", given])
+    assert done.exit_code == 2, done.output
+    assert f"license {given!r} is not a Hugging Face Hub licence identifier" in done.stderr
+    assert (f"did you mean {suggestion!r}?" in done.stderr) if suggestion else "did you mean" not in done.stderr
+    assert "repositories-licenses" in done.stderr and not (folder / "README.md").exists()
+    done = CliRunner().invoke(app, ["card", str(folder), "--license", "other"])
+    assert done.exit_code == 2 and "license_name" in done.stderr and not (folder / "README.md").exists()
+    for good in ("apache-2.0", "llama3.1", "openrail++"):
+        done = CliRunner().invoke(app, ["card", str(folder), "--license", good, "--overwrite"])
+        assert done.exit_code == 0, done.output
+        assert _load(folder).data.license == good
+
+
+def test_card_refuses_a_bad_repo_id(trained, tmp_path):
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    folder = _model_folder(trained, tmp_path / "m")
+    for bad in ("bad id/x", "a/b/c", "-x/y"):
+        done = CliRunner().invoke(app, ["card", str(folder), "--repo-id", bad])
+        assert done.exit_code == 2 and f"--repo-id {bad!r}" in done.stderr, done.output
+    assert not (folder / "README.md").exists()
+
+
+@pytest.mark.parametrize("front, words", [
+    ("license: Apache 2.0", r"field 'license': license 'Apache 2.0' is not a Hugging Face Hub licence identifier; "
+                            r"did you mean 'apache-2.0'\?"),
+    ("license: other", r"field 'license': license 'other' needs license_name"),
+])
+def test_push_dry_run_refuses_a_card_licence_the_hub_refuses(trained, tmp_path, front, words):
+    """A card edited by hand (or written before this check): the dry run refuses what the Hub would;
+    `other` with a license_name passes."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    folder = _model_folder(trained, tmp_path / "m")
+    (folder / "README.md").write_text(f"---\n{front}\n---\n\n# mine\n")
+    done = CliRunner().invoke(app, ["push", str(folder), "someone/x", "--dry-run"])
+    assert done.exit_code == 2 and re.search(r"README\.md: " + words, done.stderr), done.stderr
+    (folder / "README.md").write_text("---\nlicense: other\nlicense_name: my-licence\nlicense_link: LICENSE\n---\n\n# mine\n")
+    done = CliRunner().invoke(app, ["push", str(folder), "someone/x", "--dry-run"])
+    assert done.exit_code == 0, done.output
+
+
+def test_a_base_model_licence_the_hub_refuses_is_not_inherited(trained, tmp_path):
+    """The base model folder's own card says `license: Apache 2.0`: the new card does not copy it (a
+    warning names the base card); `other` is inherited with its license_name and license_link."""
+    import shutil
+
+    from spladekit.publish.card import build_model_card
+
+    base = tmp_path / "base"
+    shutil.copytree(trained["base"], base)
+    folder = _model_folder(trained, tmp_path / "m")
+    record = json.loads((folder / "spladekit.json").read_text())
+    record["source"] = str(base)
+    (folder / "spladekit.json").write_text(json.dumps(record))
+    (base / "README.md").write_text("---\nlicense: Apache 2.0\nlanguage: en\n---\n\n# base\n")
+    with pytest.warns(UserWarning, match=r"base/README\.md: license 'Apache 2\.0' is not .*not inherited"):
+        card = build_model_card(folder)
+    assert card.data.license is None and card.data.language == "en"
+    (base / "README.md").write_text("---\nlicense: other\nlicense_name: base-licence\nlicense_link: https://x.org/l\n---\n")
+    card = build_model_card(folder)
+    assert (card.data.license, card.data.license_name, card.data.license_link) == ("other", "base-licence", "https://x.org/l")

@@ -22,14 +22,18 @@ def card(
     base_model: Optional[str] = typer.Option(None, help="base_model (default: spladekit.json's source when a hub id)"),
     dataset: Optional[List[str]] = typer.Option(None, help="training dataset hub id for `datasets`; repeatable"),
     language: Optional[List[str]] = typer.Option(None, help="language code(s), e.g. en; repeatable"),
-    license: Optional[str] = typer.Option(None, help="licence id, e.g. apache-2.0 (default: the base model card's)"),
+    license: Optional[str] = typer.Option(None, help="a Hub licence id, e.g. apache-2.0 (huggingface.co/docs/hub/repositories-licenses; "
+                                          "default: the base model card's)"),
 ):
     """Write the model card (README.md) of a saved model: metadata for the hub, usage, the MLM-head record,
     training, evaluation with sparsity, framework versions, citations."""
     from spladekit.errors import SpladekitError
     from spladekit.publish.card import write_model_card
+    from spladekit.publish.licenses import check_repo_id
 
     try:
+        if repo_id is not None:
+            check_repo_id(repo_id, "--repo-id")
         written = write_model_card(folder, overwrite=overwrite, evaluations=list(eval_ or []), run_dir=run_dir,
                                    diagnosis=diagnosis, reference=repo_id, base_model=base_model,
                                    datasets=list(dataset or []) or None, language=list(language or []) or None,

@@ -223,17 +223,26 @@ def dev_evaluation(records: FolderRecords) -> Evaluation | None:
 
 
 def _inherited_card_data(source: str) -> dict:
-    """``license``/``language`` of the base model's own card when it is a local folder with one."""
+    """``license`` (with ``license_name``/``license_link``)/``language`` of the base model's own card when
+    it is a local folder with one; a licence the Hub would refuse is not inherited (a warning says so)."""
     path = Path(source) / CARD_FILE if source else None
     if not path or not path.is_file():
         return {}
     from huggingface_hub import ModelCard
 
+    from spladekit.publish.licenses import license_problem
+
     try:
         data = ModelCard.load(path).data
     except Exception:  # a malformed card of the base model: nothing inherited (the new card is still valid)
         return {}
-    return {key: getattr(data, key) for key in ("license", "language") if getattr(data, key, None)}
+    found = {key: getattr(data, key) for key in ("license", "license_name", "license_link", "language")
+             if getattr(data, key, None)}
+    problem = license_problem(found["license"], found.get("license_name")) if "license" in found else None
+    if problem:
+        warnings.warn(f"{path}: {problem}; not inherited (give --license)", UserWarning, stacklevel=2)
+        found = {key: value for key, value in found.items() if not key.startswith("license")}
+    return found
 
 
 def training_datasets(train_config: dict | None) -> list[str]:
@@ -285,10 +294,16 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
 
     Raises:
         DataFormatError: a record or evaluation file is malformed or incomplete (names file and field).
+        ValueError: ``license`` is not a Hub licence identifier, or is ``other``
+            (:func:`spladekit.publish.licenses.check_license`).
     """
     from huggingface_hub import ModelCard, ModelCardData
 
     from spladekit.publish import card_text
+    from spladekit.publish.licenses import check_license
+
+    if license is not None:
+        check_license(license)
 
     markers = ("config.json", "modules.json", "model.onnx", "spladekit.json")
     if Path(folder).is_dir() and not any((Path(folder) / name).is_file() for name in markers):
@@ -316,6 +331,7 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
         library_name=library, pipeline_tag="feature-extraction", tags=tags, base_model=base_model,
         datasets=datasets or training_datasets(records.train_config) or None,
         language=language or inherited.get("language"), license=license or inherited.get("license"),
+        **({} if license else {k: inherited[k] for k in ("license_name", "license_link") if k in inherited}),
         eval_results=results,
         model_name=name if results else None,  # the model-index's name (without results it would be a bare key)
     )
@@ -348,8 +364,12 @@ def write_model_card(folder: str | Path, *, overwrite: bool = False, keep: str |
         The path written, or None when an existing card was kept.
 
     Raises:
-        DataFormatError: see :func:`build_model_card`. OutputPathError: the file cannot be written.
+        DataFormatError, ValueError: see :func:`build_model_card`. OutputPathError: the file cannot be written.
     """
+    from spladekit.publish.licenses import check_license
+
+    if card_options.get("license") is not None:  # refused even when an existing card is kept
+        check_license(card_options["license"])
     path = Path(folder) / CARD_FILE
     if keep is None and previous is not None:
         keep = existing_card(previous)

@@ -62,18 +62,17 @@ def plan_push(folder: str | Path, repo_id: str, *, private: bool = False, revisi
         ValueError: ``repo_id`` is not a valid hub repo id (``name`` or ``namespace/name``).
         FileNotFoundError: ``folder`` is not a folder.
         SpladekitError (DataFormatError): not a model folder, or no ``README.md`` (``spladekit card
-            FOLDER`` writes it), or a ``README.md`` whose front matter does not parse.
+            FOLDER`` writes it), or a ``README.md`` whose front matter does not parse or whose
+            ``license`` the Hub refuses (not a Hub identifier; ``other`` without ``license_name``).
     """
     from huggingface_hub import ModelCard
-    from huggingface_hub.utils import filter_repo_objects, validate_repo_id
+    from huggingface_hub.utils import filter_repo_objects
     from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
 
     from spladekit.errors import DataFormatError
+    from spladekit.publish.licenses import check_repo_id, license_problem
 
-    try:
-        validate_repo_id(repo_id)
-    except Exception as exc:  # HFValidationError
-        raise ValueError(f"REPO_ID {repo_id!r}: {exc}") from None
+    check_repo_id(repo_id)
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder (give a saved model folder)")
@@ -86,6 +85,10 @@ def plan_push(folder: str | Path, repo_id: str, *, private: bool = False, revisi
         card = ModelCard.load(card_path)
     except Exception as exc:
         raise DataFormatError(card_path, f"the model card does not parse ({type(exc).__name__}: {exc})") from None
+    if getattr(card.data, "license", None) is not None:  # the Hub would refuse the upload
+        problem = license_problem(card.data.license, getattr(card.data, "license_name", None))
+        if problem:
+            raise DataFormatError(card_path, problem, field="license")
     every = {p.relative_to(folder).as_posix(): p for p in sorted(folder.glob("**/*")) if p.is_file()}
     kept = filter_repo_objects(list(every), ignore_patterns=[*IGNORE_PATTERNS, *DEFAULT_IGNORE_PATTERNS])
     files = [(name, every[name].stat().st_size) for name in kept]
