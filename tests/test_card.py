@@ -355,6 +355,37 @@ def test_export_model_writes_a_card(trained, tmp_path, monkeypatch):
     assert done.exit_code == 0 and (out / "README.md").read_text() == "# mine\n"  # the folder was replaced whole
 
 
+
+@pytest.mark.parametrize("fmt", ["onnx", "elasticsearch"])
+def test_export_model_swaps_the_card_in_with_the_export(trained, tmp_path, monkeypatch, fmt):
+    """The README.md is in the folder when it is renamed to OUT (one swap, not an export in place and a
+    card written after it): every folder put in place of OUT holds README.md, and the card's snippets
+    name OUT, not the temporary folder."""
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    from typer.testing import CliRunner
+
+    import spladekit.io
+    from spladekit.cli import app
+
+    out = tmp_path / "export"
+    swaps = []
+    real = spladekit.io.replace_folder
+
+    def watched(source, path):
+        swaps.append((Path(path), sorted(p.name for p in Path(source).iterdir())))
+        return real(source, path)
+
+    monkeypatch.setattr(spladekit.io, "replace_folder", watched)
+    done = CliRunner().invoke(app, ["export-model", "--model", str(trained["model"]), "--out", str(out), "--format", fmt])
+    assert done.exit_code == 0, done.output
+    into_out = [names for path, names in swaps if path == out]
+    assert into_out and all("README.md" in names for names in into_out), swaps
+    assert sorted(p.name for p in out.iterdir()) == into_out[-1]
+    text = (out / "README.md").read_text()
+    assert str(out.resolve()) in text or fmt != "onnx"  # the onnx snippets load OUT
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
 # ------------------------------------------------------------------------------------------ push
 def _closed_port() -> int:
     with socket.socket() as sock:

@@ -64,16 +64,18 @@ def export_model(
             if value is not None and limit is not None and value > limit:
                 raise ValueError(f"{name} {value} exceeds the model's {limit} positions (its position embeddings); "
                                  f"choose at most {limit}")
-        from spladekit.publish.card import existing_card, write_model_card
+        from spladekit.io import atomic_folder
+        from spladekit.publish.card import write_model_card
 
-        card = existing_card(out)  # the folder is replaced whole: a README.md it has is put back
-        try:
-            written = export_onnx(encoder, out, opset=opset, pooling=pooling, activation=activation, vocab_tile=vocab_tile,
-                                  quantize=quantize, quantize_head=quantize_head)  # a failed export leaves no folder (atomic)
-        except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
-            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
-        write_model_card(written, keep=card)  # README.md beside the export (an existing one kept)
+        with atomic_folder(out) as stage:  # export and README.md swapped in together; a failure leaves OUT as it was
+            try:
+                export_onnx(encoder, stage, opset=opset, pooling=pooling, activation=activation, vocab_tile=vocab_tile,
+                            quantize=quantize, quantize_head=quantize_head)
+            except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
+                first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+                raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
+            write_model_card(stage, previous=out, reference=str(out.resolve()))  # OUT's own README.md kept
+        written = out
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}/ (model.onnx: input_ids, attention_mask -> weights [B, {encoder.vocab_size}]"
@@ -97,14 +99,16 @@ def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max
     encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
                                             head_impl="plain", device="cpu")
     from spladekit.index.formats.elastic import mapping
-    from spladekit.publish.card import existing_card, write_model_card
+    from spladekit.io import atomic_folder
+    from spladekit.publish.card import write_model_card
 
-    card = existing_card(out)  # the folder is replaced whole: a README.md it has is put back
     extra = {"elasticsearch": {"index_mapping": mapping("splade", "sparse_vector")},
              "opensearch": {"index_mapping": mapping("splade", "rank_features")}}.get(engine, {})
-    written = export_for_engine(engine, encoder, out, pooling=pooling, activation=activation, **extra)
-    write_model_card(written, keep=card, engine=engine,  # README.md beside the export; spladekit does not load it
-                     usage=f"This folder is {engine}'s form of the model: the engine runs it itself. Its own "
-                           f"register/import calls, the index mapping and the query body: [{HOW_TO_LOAD}]({HOW_TO_LOAD}).")
+    with atomic_folder(out) as stage:  # export and README.md swapped in together; a failure leaves OUT as it was
+        export_for_engine(engine, encoder, stage, pooling=pooling, activation=activation, **extra)
+        write_model_card(stage, previous=out, reference=str(out.resolve()), engine=engine,  # OUT's README.md kept
+                         usage=f"This folder is {engine}'s form of the model: the engine runs it itself. Its own "
+                               f"register/import calls, the index mapping and the query body: [{HOW_TO_LOAD}]({HOW_TO_LOAD}).")
+    written = out
     typer.echo(f"wrote {written}/ for {engine}: " + ", ".join(sorted(p.name for p in Path(written).iterdir())))
     typer.echo(f"how to load it: {Path(written) / HOW_TO_LOAD}")
