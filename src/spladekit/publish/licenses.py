@@ -8,8 +8,8 @@ import re
 
 #: Source: the table of https://huggingface.co/docs/hub/repositories-licenses ("License identifier (to use
 #: in repo card)"): every id of the hub-docs copy read at commit 008d54d, plus newer ids not checked against
-#: a copy here (an id the Hub no longer lists is then let through, as before this check; none is refused
-#: wrongly). A card whose ``license`` is not on the Hub's list is refused by the Hub.
+#: a copy here. An id the Hub adds later is refused here until it is added to this list. A card whose
+#: ``license`` is not on the Hub's list is refused by the Hub.
 HUB_LICENSES = frozenset("""
 apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
 afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0
