@@ -106,3 +106,15 @@ def test_cli_compare_writes_table_json_and_plots(tmp_path):
     missing = CliRunner().invoke(app, ["compare", str(tmp_path / "a.trec"), str(tmp_path / "nope.trec"), "--qrels",
                                        str(qrels_path), "--out", str(out)])
     assert missing.exit_code == 2 and "nope.trec" in missing.output
+
+
+def test_run_labels_tell_runs_of_the_same_file_name_apart(tmp_path):
+    from pathlib import Path
+
+    from spladekit.cli.evaluate import run_labels
+
+    # the demo writes before/run.trec and after/run.trec: the table showed "run.trec" twice
+    assert run_labels(Path("out/demo/before/run.trec"), Path("out/demo/after/run.trec")) == ("before/run.trec", "after/run.trec")
+    assert run_labels(Path("a.trec"), Path("x/b.trec")) == ("a.trec", "b.trec")
+    assert run_labels(Path("x/a.trec"), Path("x/a.trec")) == ("A: a.trec", "B: a.trec")
+

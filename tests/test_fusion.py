@@ -97,6 +97,9 @@ def test_fuse_cli(tmp_path):
     assert fused["q1"]["a"] == 0.0 + 1 / 61 + 1 / 63
     settings = json.loads((tmp_path / "fused.trec.config.json").read_text())
     assert settings["fusion"]["rrf_k"] == 60 and settings["runs"] == [str(tmp_path / "a.trec"), str(tmp_path / "b.trec")]
+    assert "norm" not in settings["fusion"]  # score fusion's setting: RRF does not read it
+    saved = json.loads((tmp_path / "fused.trec.metrics.json").read_text())
+    assert saved["MRR@10"] == pytest.approx(0.5) and saved["qrels"] == str(qrels)
     # c is the only relevant document, ranked 2nd after a (tie broken by doc id): MRR@10 = 1/2
     assert json.loads(result.stdout.split("\nconventions")[0])["MRR@10"] == pytest.approx(0.5)
     bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(tmp_path / "x.trec"),

@@ -93,7 +93,7 @@ def compare(
         judgments = read_qrels(qrels)
         a, b = read_run(run_a, dedupe=conventions.dedupe), read_run(run_b, dedupe=conventions.dedupe)
         comparisons, deltas = compare_runs(a, b, judgments, measures, conventions, permutations, seed)
-        name_a, name_b = run_a.name, run_b.name
+        name_a, name_b = run_labels(run_a, run_b)
         ensure_folder(out)
         write_json(out / "compare.json", {
             "run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
@@ -110,3 +110,15 @@ def compare(
     typer.echo(comparison_table(comparisons, name_a, name_b))
     typer.echo(f"conventions: {json.dumps({k: v for k, v in conventions.to_dict().items() if k in ('name', 'relevance_level', 'relevance_levels', 'remove_query_id', 'dedupe')})}")
     typer.echo(f"outputs in {out}/")
+
+
+def run_labels(run_a: Path, run_b: Path) -> tuple[str, str]:
+    """Column labels of two run files: their file names, with as many parent folders as it takes to
+    tell them apart (the demo writes ``before/run.trec`` and ``after/run.trec``), ``A:``/``B:`` when
+    the paths still end alike."""
+    parts_a, parts_b = run_a.parts, run_b.parts
+    for depth in range(1, max(len(parts_a), len(parts_b)) + 1):
+        label_a, label_b = "/".join(parts_a[-depth:]), "/".join(parts_b[-depth:])
+        if label_a != label_b:
+            return label_a, label_b
+    return f"A: {run_a.name}", f"B: {run_b.name}"

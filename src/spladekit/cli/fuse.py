@@ -14,7 +14,7 @@ from spladekit.cli.app import app, fail, options_error
 @app.command()
 def fuse(
     runs: List[Path] = typer.Argument(..., help="TREC run files to fuse: two or more, each once (e.g. a SPLADE run and a BM25 run)"),
-    out: Path = typer.Option(..., help="fused TREC run to write (settings in OUT.config.json)"),
+    out: Path = typer.Option(..., help="fused TREC run to write (settings in OUT.config.json; with --qrels, metrics in OUT.metrics.json)"),
     method: str = typer.Option("rrf", help="rrf (reciprocal rank fusion, Cormack et al. 2009) or score (normalised CombSUM)"),
     rrf_k: float = typer.Option(60.0, help="RRF constant k (60 in Cormack et al. 2009)"),
     norm: str = typer.Option("min-max", help="score fusion: min-max or z-score, per query and run"),
@@ -43,11 +43,13 @@ def fuse(
         conventions = build_conventions(preset, qrels=str(qrels)) if qrels is not None else None
         fused = fuse_runs([read_run(path) for path in runs], config)
         write_run(fused, out, tag=f"fused-{config.method}")
-        write_json(Path(str(out) + ".config.json"), {"runs": [str(p) for p in runs], "fusion": config.model_dump()})
+        unused = {"rrf": {"norm"}, "score": {"rrf_k"}}[config.method]  # a setting the method does not read is not recorded
+        write_json(Path(str(out) + ".config.json"), {"runs": [str(p) for p in runs], "fusion": config.model_dump(exclude=unused)})
         if judged is not None:
             from spladekit.evaluate.metrics import evaluate
 
             metrics = evaluate(fused, judged, conventions=conventions)
+            write_json(Path(str(out) + ".metrics.json"), dict(metrics, qrels=str(qrels)))
             typer.echo(json.dumps(metrics, indent=2))
             typer.echo(f"conventions: {conventions.name}")
     except (SpladekitError, ValueError) as exc:
@@ -60,7 +62,8 @@ def check_distinct(runs: List[Path], out: Path | None = None) -> None:
     with itself only weighs more, which ``--weight`` says openly), or when ``out`` or its settings
     record (``OUT.config.json``) is one of them (the input would be replaced by the fused run)."""
     seen: dict[Path, Path] = {}
-    written = {} if out is None else {out.resolve(): "--out", Path(str(out) + ".config.json").resolve(): "--out's settings record"}
+    written = {} if out is None else {out.resolve(): "--out", Path(str(out) + ".config.json").resolve(): "--out's settings record",
+                                      Path(str(out) + ".metrics.json").resolve(): "--out's metrics"}
     for path in runs:
         if path.resolve() in written:
             raise ValueError(f"{path}: a run to fuse is also the {written[path.resolve()]} ({out}): it would be overwritten")
