@@ -23,7 +23,6 @@ depend on the number of processes, and a resumed run sees exactly the batches it
 from __future__ import annotations
 
 import functools
-import math
 import random
 import warnings
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Iterator, Sequence
 from spladekit.errors import DataFormatError
 from spladekit.io import iter_lines, read_json
 from spladekit.train.examples import TrainingExample  # its own room: train.hf reads it too (old path kept)
+from spladekit.train.published import finite_number, read_score_pickle
 
 
 # ------------------------------------------------------------------------------------ triples
@@ -74,18 +74,6 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _finite(value) -> float | None:
-    """``value`` as a float, or ``None`` when it is no finite number (a bool, a string, NaN,
-    Infinity, or a number beyond float range such as ``1e400`` or a 400-digit integer)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
     """Read teacher scores or qrels in the naver/splade JSON form ``{qid: {docid: number}}``, or
     its pickle (``.pkl``/``.pkl.gz``: :func:`spladekit.train.published.read_score_pickle`).
@@ -96,21 +84,12 @@ def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
     """
     path = Path(path)
     if path.name.endswith((".pkl", ".pkl.gz", ".pickle")):  # naver/splade's published pickles
-        from spladekit.train.published import read_score_pickle
-
         return read_score_pickle(path)
     out: dict[str, dict[str, float]] = {}
     for qid, docs in _read_json(path).items():
         if not isinstance(docs, dict):
             raise DataFormatError(path, "expected an object {docid: score}", field=str(qid))
-        row = {}
-        for docid, value in docs.items():
-            number = _finite(value)
-            if number is None:
-                shown = value if not isinstance(value, int) or len(str(value)) < 30 else f"an integer of {len(str(value))} digits"
-                raise DataFormatError(path, f"expected a finite number, got {shown!r}", field=f"{qid}.{docid}")
-            row[str(docid)] = number
-        out[str(qid)] = row
+        out[str(qid)] = {str(docid): finite_number(value, path, f"{qid}.{docid}") for docid, value in docs.items()}
     return out
 
 

@@ -36,10 +36,23 @@ from spladekit.errors import DataFormatError
 from spladekit.train.examples import TrainingExample
 
 
-def _number(value, path, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise DataFormatError(path, f"expected a finite number, got {value!r}", field=field)
-    return float(value)
+def finite_number(value, path, field: str) -> float:
+    """``value`` of a score or qrel file as a float.
+
+    Raises:
+        DataFormatError: naming ``path`` and ``field``: a bool, a non-number, NaN, Infinity, or a number
+            beyond float range (``1e400`` is read as Infinity; a 400-digit integer overflows).
+    """
+    number = None
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            pass
+    if number is None or not math.isfinite(number):
+        shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) and len(str(value)) >= 30 else repr(value)
+        raise DataFormatError(path, f"expected a finite number, got {shown}", field=field)
+    return number
 
 
 def read_score_pickle(path: str | Path) -> dict[str, dict[str, float]]:
@@ -65,7 +78,7 @@ def read_score_pickle(path: str | Path) -> dict[str, dict[str, float]]:
     for qid, docs in data.items():
         if not isinstance(docs, dict):
             raise DataFormatError(path, f"expected a dict {{pid: score}}, got {type(docs).__name__}", field=str(qid))
-        out[str(qid).strip()] = {str(pid).strip(): _number(s, path, f"{qid}.{pid}") for pid, s in docs.items()}
+        out[str(qid).strip()] = {str(pid).strip(): finite_number(s, path, f"{qid}.{pid}") for pid, s in docs.items()}
     return out
 
 
