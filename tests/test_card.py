@@ -355,7 +355,6 @@ def test_export_model_writes_a_card(trained, tmp_path, monkeypatch):
     assert done.exit_code == 0 and (out / "README.md").read_text() == "# mine\n"  # the folder was replaced whole
 
 
-
 @pytest.mark.parametrize("fmt", ["onnx", "elasticsearch"])
 def test_export_model_swaps_the_card_in_with_the_export(trained, tmp_path, monkeypatch, fmt):
     """The README.md is in the folder when it is renamed to OUT (one swap, not an export in place and a

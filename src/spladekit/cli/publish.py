@@ -29,7 +29,7 @@ def card(
     training, evaluation with sparsity, framework versions, citations."""
     from spladekit.errors import SpladekitError
     from spladekit.publish.card import write_model_card
-    from spladekit.publish.licenses import check_repo_id
+    from spladekit.publish.push import check_repo_id
 
     try:
         if repo_id is not None:

@@ -366,14 +366,14 @@ def write_model_card(folder: str | Path, *, overwrite: bool = False, keep: str |
     Raises:
         DataFormatError, ValueError: see :func:`build_model_card`. OutputPathError: the file cannot be written.
     """
-    from spladekit.publish.licenses import check_license
-
-    if card_options.get("license") is not None:  # refused even when an existing card is kept
-        check_license(card_options["license"])
     path = Path(folder) / CARD_FILE
     if keep is None and previous is not None:
         keep = existing_card(previous)
     if not overwrite and (path.exists() or keep is not None):
+        if card_options.get("license") is not None:  # a bad --license is refused even when the card is kept
+            from spladekit.publish.licenses import check_license
+
+            check_license(card_options["license"])
         if keep is not None and not path.exists():
             with atomic_write(path) as handle:
                 handle.write(keep)

@@ -1,5 +1,5 @@
 """The licence identifiers the Hugging Face Hub accepts in a model card's ``license`` field, and the
-checks of a card's ``license`` and of a hub repo id (used by ``spladekit card`` and ``push``)."""
+check of a card's ``license`` (used by ``spladekit card`` and ``push``)."""
 
 from __future__ import annotations
 
@@ -65,17 +65,3 @@ def check_license(value: str) -> str:
         raise ValueError(problem)
     return value
 
-
-def check_repo_id(repo_id: str, what: str = "REPO_ID") -> str:
-    """``repo_id`` when it is a valid hub repo id (``huggingface_hub.utils.validate_repo_id``).
-
-    Raises:
-        ValueError: naming ``what`` and the validator's reason.
-    """
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(repo_id)
-    except Exception as exc:  # HFValidationError
-        raise ValueError(f"{what} {repo_id!r}: {exc}") from None
-    return repo_id

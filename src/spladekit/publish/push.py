@@ -70,7 +70,7 @@ def plan_push(folder: str | Path, repo_id: str, *, private: bool = False, revisi
     from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
 
     from spladekit.errors import DataFormatError
-    from spladekit.publish.licenses import check_repo_id, license_problem
+    from spladekit.publish.licenses import license_problem
 
     check_repo_id(repo_id)
     folder = Path(folder)
@@ -147,3 +147,18 @@ def push_folder(plan: PushPlan, token: str | None = None) -> str:
     except Exception as exc:
         raise _hub_failure("upload_folder", exc) from None
     return str(getattr(info, "pr_url", None) or getattr(info, "commit_url", info))
+
+
+def check_repo_id(repo_id: str, what: str = "REPO_ID") -> str:
+    """``repo_id`` when it is a valid hub repo id (``huggingface_hub.utils.validate_repo_id``).
+
+    Raises:
+        ValueError: naming ``what`` and the validator's reason.
+    """
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except Exception as exc:  # HFValidationError
+        raise ValueError(f"{what} {repo_id!r}: {exc}") from None
+    return repo_id
