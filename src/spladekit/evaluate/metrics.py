@@ -230,11 +230,21 @@ def evaluate_per_query(
 
 
 def _per_query(ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: EvalConventions) -> dict[str, dict[str, float]]:
-    """:func:`evaluate_per_query` on a run already passed through :func:`prepare_run`."""
+    """:func:`evaluate_per_query` on a run already passed through :func:`prepare_run`.
+
+    Raises:
+        ValueError: an unknown measure or cutoff; a grade above :data:`~spladekit.data.trec.GRADE_MAX`.
+
+    Warns:
+        UserWarning: a measure's relevance level is above every grade of ``qrels`` (it scores 0 everywhere).
+    """
     import ir_measures
 
     parsed = {name: parse_measure(name, conventions) for name in measures}
     top = max((grade for docs in qrels.values() for grade in docs.values()), default=0)
+    if top > GRADE_MAX:
+        raise ValueError(f"qrels grade {top} is above {GRADE_MAX}: trec_eval allocates memory for every grade "
+                         "value up to the largest (see spladekit.data.trec.GRADE_MAX)")
     above = [f"{name} (relevant: grade ≥ {m.params['rel']})" for name, m in parsed.items() if m.params.get("rel", 1) > max(top, 1)]
     if above:
         import warnings
@@ -284,10 +294,6 @@ def evaluate(
     conventions = as_conventions(conventions)
     if not qrels:
         raise ValueError("qrels are empty: nothing to evaluate")
-    top = max((grade for docs in qrels.values() for grade in docs.values()), default=0)
-    if top > GRADE_MAX:
-        raise ValueError(f"qrels grade {top} is above {GRADE_MAX}: trec_eval allocates memory for every grade "
-                         "value up to the largest (see spladekit.data.trec.GRADE_MAX)")
     ranked, removed = prepare_run(run, conventions)
     values = _per_query(ranked, qrels, measures, conventions)
     if per_query is not None:
