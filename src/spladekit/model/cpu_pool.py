@@ -80,6 +80,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+def _settle(futures: list[Future]) -> None:
+    """Wait until every future is done, through further interruptions (a second SIGTERM or Ctrl-C).
+
+    Called when the caller is interrupted (the signal handler's ``SystemExit``, ``KeyboardInterrupt``)
+    while workers still run units: the workers are daemon threads, and one that finishes a torch
+    operation after the interpreter has begun to shut down is ended by CPython (``pthread_exit``)
+    while it re-takes the GIL inside torch's C++ code, which aborts the process ("terminate called
+    without an active exception", exit 134) instead of the signal's exit status. The units left are
+    not started (the caller set ``failed``), so the wait is for at most one unit per worker.
+    """
+    from concurrent.futures import wait
+
+    while True:
+        try:
+            wait(futures)
+            return
+        except BaseException:  # the first interruption is raised by the caller once settled
+            continue
+
+
 def run_units(work: Callable[[Unit], None], units: Iterable[Unit], threads: int) -> None:
     """Call ``work(unit)`` for every unit, on ``threads`` single-threaded workers taking units in turn.
 
@@ -126,8 +146,13 @@ def run_units(work: Callable[[Unit], None], units: Iterable[Unit], threads: int)
         future: Future = Future()
         _TASKS.put((drain, future))
         futures.append(future)
-    for future in futures:  # wait for all before raising: no worker may still write into the outputs
-        future.exception()
+    try:
+        for future in futures:  # wait for all before raising: no worker may still write into the outputs
+            future.exception()
+    except BaseException:  # SIGTERM's SystemExit or Ctrl-C while waiting: see _settle
+        failed.set()
+        _settle(futures)
+        raise
     torch.set_num_threads(caller)  # the workers' setting reached the caller's thread too: put its own back
     for future in futures:
         future.result()

@@ -51,16 +51,22 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
                           "it is removed and written again now", RuntimeWarning, stacklevel=2)
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-    D.barrier()
-    torch.save({"torch": _rng_state(device)}, tmp / f"rng-{info.rank}.pt")
-    D.barrier()
+    try:
+        D.barrier()
+        torch.save({"torch": _rng_state(device)}, tmp / f"rng-{info.rank}.pt")
+        D.barrier()
+        if info.is_main:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "scaler": scaler.state_dict() if scaler is not None else None, "step": step}, tmp / "trainer.pt")
+            model.mlm.save_pretrained(tmp / "model")
+            tokenizer.save_pretrained(tmp / "model")
+            write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
+            replace_folder(tmp, final)
+    except BaseException:  # SIGTERM's SystemExit, a full disk: no partial checkpoint is left
+        if info.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if info.is_main:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict() if scaler is not None else None, "step": step}, tmp / "trainer.pt")
-        model.mlm.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
-        replace_folder(tmp, final)
         for old in _checkpoints(out)[: -config.keep_checkpoints]:
             shutil.rmtree(old)
     D.barrier()
