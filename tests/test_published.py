@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,161 @@ def test_bad_ids_name_file_and_line(tmp_path):
         pickle.dump({1: {2: "high"}}, f)
     with pytest.raises(DataFormatError, match=r"field '1.2': expected a finite number"):
         read_naver(naver(tmp_path / "n2"), str(tmp_path / "bad.pkl.gz"))
+
+
+# ------------------------------------------------------------------------------------------ hostile pickles
+class _WritesMarker:
+    """Unpickled by ``pickle.load``, this object runs ``os.system`` (its ``__reduce__``): writes ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def _pickle(path: Path, obj, protocol: int = pickle.HIGHEST_PROTOCOL) -> Path:
+    with (gzip.open(path, "wb") if path.name.endswith(".gz") else open(path, "wb")) as f:
+        pickle.dump(obj, f, protocol=protocol)
+    return path
+
+
+@pytest.mark.parametrize("protocol", [0, 2, pickle.HIGHEST_PROTOCOL])
+def test_a_score_pickle_that_would_run_code_is_refused_naming_the_global(tmp_path, protocol):
+    import os
+
+    from spladekit.train.data import read_score_file
+
+    marker = tmp_path / "marker"
+    path = _pickle(tmp_path / "scores.pkl.gz", {1: {2: _WritesMarker(marker)}}, protocol)
+    with pytest.raises(DataFormatError, match=rf"scores.pkl.gz: refused: the pickle names the global {os.name}.system"):
+        read_score_file(path)
+    assert not marker.exists()
+    pickle.loads(gzip.decompress(path.read_bytes()))  # the judge: a plain pickle.load of the same file runs it
+    assert marker.exists()
+
+
+def test_a_pickle_naming_a_missing_module_is_refused_by_name(tmp_path):
+    from spladekit.train.published import read_score_pickle
+
+    # protocol 2's GLOBAL opcode naming a module that does not exist: plain pickle raises ModuleNotFoundError
+    path = tmp_path / "scores.pkl"
+    path.write_bytes(b"\x80\x02}q\x00K\x01}q\x01K\x02cnot_a_module_here\nThing\nq\x02)\x81q\x03ss.")
+    with pytest.raises(ModuleNotFoundError):
+        pickle.loads(path.read_bytes())
+    with pytest.raises(DataFormatError, match=r"names the global not_a_module_here.Thing"):
+        read_score_pickle(path)
+
+
+def test_only_numeric_numpy_scalars_pass(tmp_path):
+    """np.float32 and np.float64 scores (any protocol) read as the same float64 values; a numpy object
+    dtype (a scalar that would wrap any object) is refused, so are numpy arrays."""
+    import numpy as np
+
+    from spladekit.train.published import read_score_pickle
+
+    scores = {1: {2: np.float32(0.1), 3: np.float64(0.1), 4: np.int64(-3), 5: 2}}
+    for protocol in (0, 2, 5):
+        got = read_score_pickle(_pickle(tmp_path / f"p{protocol}.pkl", scores, protocol))
+        assert got == {"1": {"2": float(np.float32(0.1)), "3": 0.1, "4": -3.0, "5": 2.0}}
+        assert type(got["1"]["2"]) is float
+    with pytest.raises(DataFormatError, match=r"names the global numpy.dtype\('O8'\)"):
+        read_score_pickle(_pickle(tmp_path / "object.pkl", {1: {2: np.dtype("O")}}))
+    with pytest.raises(DataFormatError, match=r"names the global numpy"):
+        read_score_pickle(_pickle(tmp_path / "array.pkl", {1: {2: np.ones(3)}}))
+
+
+def test_containers_older_protocols_build_by_call_are_read(tmp_path):
+    """defaultdict / OrderedDict of the published scripts, and sets of protocol 2, need globals: those pass."""
+    from collections import OrderedDict, defaultdict
+
+    from spladekit.train.published import read_score_pickle
+
+    scores = defaultdict(dict, {7: OrderedDict([(8, 1.5), (9, -0.25)])})
+    for protocol in (0, 2, 5):
+        assert read_score_pickle(_pickle(tmp_path / f"d{protocol}.pkl", scores, protocol)) == {"7": {"8": 1.5, "9": -0.25}}
+    with pytest.raises(DataFormatError, match=r"expected a dict \{pid: score\}, got set"):
+        read_score_pickle(_pickle(tmp_path / "set.pkl", {1: {2, 3}}, 2))
+
+
+def test_a_shared_inner_mapping_is_refused(tmp_path):
+    """A pickle reference repeats one small mapping under every query: queries × documents scores from a
+    small file (the pickle form of a billion-laughs file); score files never share."""
+    from spladekit.train.published import read_score_pickle
+
+    inner = {d: 1.0 for d in range(100)}
+    path = _pickle(tmp_path / "shared.pkl", {q: inner for q in range(100)})
+    with pytest.raises(DataFormatError, match=r"queries '0' and '1' share one mapping"):
+        read_score_pickle(path)
+
+
+@pytest.mark.parametrize("kind", ["pickle", "json"])
+@pytest.mark.parametrize("table", ["queries", "documents"])
+def test_two_raw_ids_that_are_one_are_refused_naming_both(tmp_path, kind, table):
+    """qids 1 and "1", pids "10", " 10" and 10: one id by the one rule (a string without surrounding white
+    space), so the file cannot say which score is meant: refused naming both raw ids and the file."""
+    from spladekit.train.data import read_score_file
+
+    if table == "queries":
+        scores = {1: {2: 1.0}, "1": {3: 2.0}} if kind == "pickle" else {"1": {"2": 1.0}, " 1": {"3": 2.0}}
+        (first, second), field = ((1, "'1'") if kind == "pickle" else ("'1'", "' 1'")), "1"
+    else:
+        scores = {5: {"10": 1.0, " 10": 2.0, 10: 3.0}} if kind == "pickle" else {"5": {"10": 1.0, " 10": 2.0}}
+        first, second, field = "'10'", "' 10'", "5.10"
+    path = tmp_path / ("scores.pkl" if kind == "pickle" else "scores.json")
+    _pickle(path, scores) if kind == "pickle" else path.write_text(json.dumps(scores))
+    with pytest.raises(DataFormatError, match=rf"scores.{'pkl' if kind == 'pickle' else 'json'}: field '{re.escape(field)}': "
+                       rf"(query|document) ids {re.escape(str(first))} and {re.escape(second)} are one id"):
+        read_score_file(path)
+
+
+def test_ids_are_read_by_one_rule_in_json_and_pickles(tmp_path):
+    from spladekit.train.data import read_score_file
+
+    json_path = tmp_path / "scores.json"
+    json_path.write_text(json.dumps({" 1": {"10 ": 0.5, "x": 1}}))
+    pickled = read_score_file(_pickle(tmp_path / "scores.pkl", {1: {10: 0.5, " x": 1}}))
+    assert read_score_file(json_path) == pickled == {"1": {"10": 0.5, "x": 1.0}}
+    for bad, why in (({1.0: {2: 1.0}}, "an id is a string or an integer, got float 1.0"),
+                     ({True: {2: 1.0}}, "got bool True"), ({"  ": {2: 1.0}}, "empty id")):
+        with pytest.raises(DataFormatError, match=re.escape(why)):
+            read_score_file(_pickle(tmp_path / "bad.pkl", bad))
+
+
+def test_numbers_beyond_float_range_name_file_and_field(tmp_path):
+    """A 400-digit integer (Python's float() raises OverflowError) in a pickle and as a margin-MSE score."""
+    from spladekit.train.published import read_score_pickle
+
+    huge = 10**400
+    with pytest.raises(DataFormatError, match=r"field '1.2': expected a finite number, got an integer of 401 digits"):
+        read_score_pickle(_pickle(tmp_path / "huge.pkl", {1: {2: huge}}))
+    mm = st_margin_mse(tmp_path / "mm")
+    jsonl = tmp_path / "mm" / "margin.jsonl"
+    jsonl.write_text(json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "2", "score": 6.25}) + "\n"
+                     + '{"query_id": "101", "positive_id": "1", "negative_id": "3", "score": ' + "9" * 400 + "}\n")
+    with pytest.raises(DataFormatError, match=r"margin.jsonl, line 2: field 'score': expected a finite number, got an "
+                       "integer of 400 digits"):
+        load_training_examples(DataConfig(**{**mm, "path": str(jsonl)}))
+
+
+def test_a_beir_corpus_is_read_as_title_and_text(tmp_path):
+    """data.corpus given as a BEIR corpus.jsonl (_id, title, text): each passage is BEIR's title + " " + text
+    (the encoded text of every BEIR reader here), not the first string column (the titles)."""
+    config = st_hard_negatives(tmp_path / "st")
+    titles = {p: f"title {p}" for p in PASSAGES}
+    corpus = tmp_path / "st" / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(p), "title": titles[p], "text": t}) + "\n" for p, t in PASSAGES.items()))
+    examples = load_training_examples(DataConfig(**{**config, "corpus": str(corpus)}))
+    assert {d: t for e in examples for d, t in e.positives + e.negatives} == {
+        str(p): f"title {p} {PASSAGES[p]}" for q in QUERIES for p in [POSITIVE[q], *NEGATIVES[q]]}
+    # the same rule for a dataset with title and text columns; a dataset with two unnamed text columns is refused
+    parquet = tmp_path / "st" / "corpus.parquet"
+    datasets.Dataset.from_dict({"_id": [str(p) for p in PASSAGES], "title": list(titles.values()),
+                                "text": list(PASSAGES.values())}).to_parquet(str(parquet))
+    assert load_training_examples(DataConfig(**{**config, "corpus": str(parquet)}))[0].positives == [("1", f"title 1 {PASSAGES[1]}")]
+    datasets.Dataset.from_dict({"pid": list(PASSAGES), "passage_id": [str(p) for p in PASSAGES], "head": list(titles.values()),
+                                "body2": list(PASSAGES.values())}).to_parquet(str(parquet))
+    with pytest.raises(DataFormatError, match=r"which column is the text\? string columns \['head', 'body2'\]"):
+        load_training_examples(DataConfig(**{**config, "corpus": str(parquet)}))

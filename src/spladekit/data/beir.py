@@ -109,8 +109,12 @@ def iter_corpus(path: str | Path):
         title = record.get("title") or ""
         if not isinstance(title, str):
             raise DataFormatError(path, "expected a string", line=number, field="title")
-        text = str(record["text"])
-        yield doc_id, f"{title} {text}" if title.strip() else text
+        yield doc_id, document_text(title, str(record["text"]))
+
+
+def document_text(title: str | None, text: str) -> str:
+    """The text of a BEIR document: ``title + " " + text``, just ``text`` when the title is empty or missing."""
+    return f"{title} {text}" if title and title.strip() else text
 
 
 def count_corpus(path: str | Path) -> int | None:

@@ -78,18 +78,24 @@ def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
     """Read teacher scores or qrels in the naver/splade JSON form ``{qid: {docid: number}}``, or
     its pickle (``.pkl``/``.pkl.gz``: :func:`spladekit.train.published.read_score_pickle`).
 
+    Ids by :func:`spladekit.data.ids.unique_ids` (the pickles' rule: ``" 10"`` and ``"10"`` are one
+    id, refused when both are keys of one object).
+
     Raises:
-        DataFormatError: not JSON, not a nested object, or a non-numeric or non-finite value (NaN,
-            Infinity, 1e400; naming the field ``qid.docid``).
+        DataFormatError: not JSON, not a nested object, two keys that are one id, or a non-numeric or
+            non-finite value (NaN, Infinity, 1e400; naming the field ``qid.docid``).
     """
     path = Path(path)
     if path.name.endswith((".pkl", ".pkl.gz", ".pickle")):  # naver/splade's published pickles
         return read_score_pickle(path)
+    from spladekit.data.ids import unique_ids
+
     out: dict[str, dict[str, float]] = {}
-    for qid, docs in _read_json(path).items():
+    for qid, docs in unique_ids(_read_json(path).items(), path, "query").items():
         if not isinstance(docs, dict):
-            raise DataFormatError(path, "expected an object {docid: score}", field=str(qid))
-        out[str(qid)] = {str(docid): finite_number(value, path, f"{qid}.{docid}") for docid, value in docs.items()}
+            raise DataFormatError(path, "expected an object {docid: score}", field=qid)
+        out[qid] = {docid: finite_number(value, path, f"{qid}.{docid}")
+                    for docid, value in unique_ids(docs.items(), path, "document", qid).items()}
     return out
 
 

@@ -19,77 +19,97 @@
 - ir_datasets training triples (``data.format: triples``, ``data.path: irds:msmarco-passage/train/triples-small``):
   :func:`read_irds_docpairs`.
 
-Ids are compared as strings (the pickles hold ``int`` keys, the TSV files strings). A bad line, an
-id missing from the corpus or queries, or a pair without a teacher score raises
+Ids follow :mod:`spladekit.data.ids` (the pickles hold ``int`` keys, the TSV files strings: ``10``
+and ``"10"`` are one id, and two raw ids of one table that are one id are refused), every score
+:func:`finite_number`. A pickle is read by :mod:`spladekit.data.pickles` (plain data only: no code
+runs). A bad line, an id missing from the corpus or queries, or a pair without a teacher score raises
 :class:`~spladekit.errors.DataFormatError` naming the file and the line (or row).
 """
 
 from __future__ import annotations
 
-import gzip
 import math
-import pickle
+import numbers
 import warnings
 from pathlib import Path
 
+from spladekit.data.ids import normalise_id, unique_ids
 from spladekit.errors import DataFormatError
 from spladekit.train.examples import TrainingExample
 
 
-def finite_number(value, path, field: str) -> float:
-    """``value`` of a score or qrel file as a float.
+def finite_number(value, path, field: str, line: int | None = None) -> float:
+    """``value`` of a score or qrel file as a float: the one check of every number read from outside.
+
+    Numbers are Python's ``int``/``float`` and numpy's number scalars (``np.float32`` scores read like
+    ``np.float64`` ones).
 
     Raises:
-        DataFormatError: naming ``path`` and ``field``: a bool, a non-number, NaN, Infinity, or a number
-            beyond float range (``1e400`` is read as Infinity; a 400-digit integer overflows).
+        DataFormatError: naming ``path``, ``line`` and ``field``: a bool, a non-number, NaN, Infinity,
+            or a number beyond float range (``1e400`` is read as Infinity; a 400-digit integer overflows).
     """
     number = None
-    if not isinstance(value, bool) and isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         try:
             number = float(value)
-        except OverflowError:
+        except (OverflowError, TypeError, ValueError):
             pass
     if number is None or not math.isfinite(number):
         shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) and len(str(value)) >= 30 else repr(value)
-        raise DataFormatError(path, f"expected a finite number, got {shown}", field=field)
+        raise DataFormatError(path, f"expected a finite number, got {shown}", line=line, field=field)
     return number
 
 
 def read_score_pickle(path: str | Path) -> dict[str, dict[str, float]]:
-    """Read a (gzipped, when the name ends in ``.gz``) pickle ``{qid: {pid: score}}``; ids become strings.
-
-    Only trusted files: unpickling runs code the file names (the published files are pickles).
+    """Read a (gzipped, when the name ends in ``.gz``) pickle ``{qid: {pid: score}}`` of plain data
+    (:func:`spladekit.data.pickles.load_plain_pickle`: no code runs, whatever the file holds); ids by
+    :func:`spladekit.data.ids.unique_ids`, scores by :func:`finite_number`.
 
     Raises:
-        DataFormatError: missing, not a pickle, not a nested mapping, or a non-numeric score (naming ``qid.pid``).
+        DataFormatError: missing; a global that is not plain data (named); not a pickle; not a nested
+            mapping; one inner mapping under two queries; two ids that are one (naming both); a
+            score that is not a finite number (naming ``qid.pid``).
     """
+    from spladekit.data.pickles import load_plain_pickle
+
     path = Path(path)
-    if not path.exists():
-        raise DataFormatError(path, "missing: teacher score pickle not found")
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as handle:
-            data = pickle.load(handle)
-    except (pickle.UnpicklingError, EOFError, OSError, ValueError) as exc:
-        raise DataFormatError(path, f"not a readable pickle ({exc})") from exc
+    data = load_plain_pickle(path)
     if not isinstance(data, dict):
         raise DataFormatError(path, f"expected a dict {{qid: {{pid: score}}}}, got {type(data).__name__}")
     out: dict[str, dict[str, float]] = {}
-    for qid, docs in data.items():
+    seen: dict[int, object] = {}
+    for qid, docs in unique_ids(data.items(), path, "query").items():
         if not isinstance(docs, dict):
-            raise DataFormatError(path, f"expected a dict {{pid: score}}, got {type(docs).__name__}", field=str(qid))
-        out[str(qid).strip()] = {str(pid).strip(): finite_number(s, path, f"{qid}.{pid}") for pid, s in docs.items()}
+            raise DataFormatError(path, f"expected a dict {{pid: score}}, got {type(docs).__name__}", field=qid)
+        if id(docs) in seen:  # a pickle reference: a small file would read as queries × documents scores
+            raise DataFormatError(path, f"queries {seen[id(docs)]!r} and {qid!r} share one mapping of scores (a "
+                                  "pickle reference, not a score file)", field=qid)
+        seen[id(docs)] = qid
+        out[qid] = {pid: finite_number(s, path, f"{qid}.{pid}") for pid, s in unique_ids(docs.items(), path, "document", qid).items()}
     return out
 
 
+#: text columns of id-based datasets, by name, in order of preference (sentence-transformers' ``corpus``
+#: and ``queries`` subsets name theirs ``passage`` and ``query``)
+TEXT_COLUMNS = ("text", "passage", "query", "document", "contents", "body")
+
+
 def read_id_texts(path: str | Path) -> dict[str, str]:
-    """``{id: text}`` from an ``id<TAB>text`` TSV (MS MARCO's ``collection.tsv``, ``queries.train.tsv``)
-    or a dataset file / ``save_to_disk`` folder with an id column (``*_id``/``id``/``_id``) and a
-    text column (the first other string column: sentence-transformers' ``corpus``/``queries`` subsets).
+    """``{id: text}`` of the texts of an id-based training format, ids by :func:`spladekit.data.ids.unique_ids`:
+
+    - an ``id<TAB>text`` TSV (MS MARCO's ``collection.tsv``, ``queries.train.tsv``);
+    - a BEIR ``corpus.jsonl`` / ``queries.jsonl`` (lines with ``_id`` and ``text``), read as BEIR reads
+      it: ``title + " " + text`` (:func:`spladekit.data.beir.read_corpus`, the project's one rule);
+    - a dataset file or ``save_to_disk`` folder with an id column (``id``/``_id``/``*_id``) and a text
+      column chosen by name: ``text`` (with ``title`` before it when there is one, BEIR's rule), else
+      the first of :data:`TEXT_COLUMNS` present, else the only other string column.
 
     Raises:
-        DataFormatError: a bad line or row (naming it), a repeated id, no id or text column.
+        DataFormatError: a bad line or row (naming it), two ids that are one, no id or text column, or
+            several string columns none of which is named as a text.
     """
+    from spladekit.data.beir import document_text, read_corpus
+
     path = Path(path)
     if not path.exists():
         raise DataFormatError(path, "missing")
@@ -97,24 +117,33 @@ def read_id_texts(path: str | Path) -> dict[str, str]:
         from spladekit.data.tsv import read_tsv
 
         return read_tsv(path)
+    if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz")) and _is_beir_jsonl(path):
+        return read_corpus(path)
     dataset = _open(path)
     names = dataset.column_names
     id_column = next((c for c in names if c in ("id", "_id") or c.endswith("_id")), None)
-    text_column = next((c for c in names if c != id_column
-                        and getattr(dataset.features[c], "dtype", None) in ("string", "large_string")), None)
-    if id_column is None or text_column is None:
+    strings = [c for c in names if c != id_column and getattr(dataset.features[c], "dtype", None) in ("string", "large_string")]
+    text_column = next((c for c in TEXT_COLUMNS if c in strings), strings[0] if len(strings) == 1 else None)
+    if id_column is None or not strings:
         raise DataFormatError(path, f"needs an id column (*_id) and a text column, found {names}")
-    out: dict[str, str] = {}
+    if text_column is None:
+        raise DataFormatError(path, f"which column is the text? string columns {strings}, none named "
+                              f"{' or '.join(TEXT_COLUMNS)}", field=", ".join(strings))
+    titles = dataset["title"] if text_column == "text" and "title" in strings else None
+    rows = []
     for row, (key, text) in enumerate(zip(dataset[id_column], dataset[text_column])):
-        key = str(key).strip()
-        if not key:
-            raise DataFormatError(path, f"row {row}: empty id", field=id_column)
-        if key in out:
-            raise DataFormatError(path, f"row {row}: duplicate id {key!r}", field=id_column)
         if not isinstance(text, str):
             raise DataFormatError(path, f"row {row}: expected a text, got {text!r}", field=text_column)
-        out[key] = text
-    return out
+        rows.append((key, document_text(titles[row], text) if titles is not None else text))
+    return unique_ids(rows, path, field=id_column)
+
+
+def _is_beir_jsonl(path: Path) -> bool:
+    """Whether the first line of a JSON Lines file is a BEIR record (an object with ``_id`` and ``text``)."""
+    from spladekit.io import read_jsonl
+
+    first = next(iter(read_jsonl(path)), (None, None))[1]
+    return isinstance(first, dict) and "_id" in first and "text" in first
 
 
 def _open(path: Path):
@@ -153,10 +182,10 @@ def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | P
         if not isinstance(record, dict) or "qid" not in record or not isinstance(record.get("pos"), list) \
                 or not isinstance(record.get("neg"), dict):
             raise DataFormatError(path, "expected {\"qid\": …, \"pos\": [pid, …], \"neg\": {system: [pid, …]}}", line=number)
-        qid = str(record["qid"]).strip()
+        qid = normalise_id(record["qid"], path, "qid", number)
         if qid not in query_text:
             raise DataFormatError(path, f"query id {qid!r} is not in {Path(queries).name}", line=number, field="qid")
-        positives = [str(p).strip() for p in record["pos"]]
+        positives = [normalise_id(p, path, "pos", number) for p in record["pos"]]
         names = systems if systems is not None else list(record["neg"])
         negatives: list[str] = []
         for name in names:
@@ -165,7 +194,7 @@ def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | P
             if not isinstance(record["neg"][name], list):
                 raise DataFormatError(path, "expected a list of passage ids", line=number, field=f"neg.{name}")
             for pid in record["neg"][name]:
-                pid = str(pid).strip()
+                pid = normalise_id(pid, path, f"neg.{name}", number)
                 if pid not in positives and pid not in negatives:
                     negatives.append(pid)
         if not positives:
@@ -218,8 +247,8 @@ def read_st_margin_mse(path: str | Path, corpus: str | Path, queries: str | Path
         for column in ("query_id", "positive_id", "negative_id", "score"):
             if not isinstance(record, dict) or column not in record:
                 raise DataFormatError(path, f"missing column {column!r}", line=where.get("line"), field=where.get("field", column))
-        qid, pos, neg = (str(record[c]).strip() for c in ("query_id", "positive_id", "negative_id"))
         at = f"{where['field']}: " if "field" in where else ""
+        qid, pos, neg = (normalise_id(record[c], path, f"{at}{c}", where.get("line")) for c in ("query_id", "positive_id", "negative_id"))
         if qid not in query_text:
             raise DataFormatError(path, f"{at}query id {qid!r} is not in {Path(queries).name}", line=where.get("line"), field="query_id")
         for column, pid in (("positive_id", pos), ("negative_id", neg)):
@@ -227,11 +256,9 @@ def read_st_margin_mse(path: str | Path, corpus: str | Path, queries: str | Path
                 raise DataFormatError(path, f"{at}passage id {pid!r} is not in {Path(corpus).name}", line=where.get("line"), field=column)
         if pos == neg:
             raise DataFormatError(path, f"{at}the positive and the negative are the same passage {pos!r}", line=where.get("line"))
-        value = record["score"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-            raise DataFormatError(path, f"{at}expected a finite number, got {value!r}", line=where.get("line"), field="score")
+        value = finite_number(record["score"], path, f"{at}score", where.get("line"))
         examples.append(TrainingExample(qid, query_text[qid], [(pos, corpus_text[pos])], [(neg, corpus_text[neg])],
-                                        {pos: 0.0, neg: -float(value)}))
+                                        {pos: 0.0, neg: -value}))
     if not examples:
         raise DataFormatError(path, "no rows")
     return examples
