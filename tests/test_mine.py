@@ -409,3 +409,41 @@ def test_a_teacher_with_several_labels_is_refused(texts, tmp_path):
     (three / "config.json").write_text(json.dumps(config))
     with pytest.raises(DataFormatError, match=r"has 3 labels; relevance needs one score a pair"):
         load_cross_encoder(str(three), device="cpu")
+
+
+def test_a_teacher_whose_vocab_changed_at_the_same_path_is_scored_again(ce, texts, tmp_path, monkeypatch):
+    """Chunks scored before the teacher's vocab.txt changed (its weights, config.json and tokenizer.json
+    absent or the same) are not reused: the resumed run equals a fresh run with the new vocabulary, which
+    differs from the old scores (the word ids moved)."""
+    import shutil
+
+    from spladekit.mine import write
+
+    folder, _, _ = texts
+    teacher = tmp_path / "teacher"
+    shutil.copytree(ce, teacher)
+    (teacher / "tokenizer.json").unlink()  # the tokenizer is then built from vocab.txt, as a hub BERT teacher's
+    shutil.copy(ce.parent / f"{ce.name}-base" / "vocab.txt", teacher / "vocab.txt")
+
+    def config():
+        return MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
+                          teachers=[str(teacher)], num_negatives=3, chunk_queries=3)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        patch.setattr(write, "write_dataset", stop)
+        with pytest.raises(KeyboardInterrupt):
+            mine(config(), out, show_progress=False)
+    old = {p.name: json.loads(p.read_text())["scores"] for p in (out / "work").glob("teacher-*.json")}
+    vocab = (teacher / "vocab.txt").read_text().splitlines()
+    (teacher / "vocab.txt").write_text("\n".join(vocab[:5] + vocab[5:][::-1]) + "\n")  # the words' ids reversed
+    mine(config(), out, show_progress=False)
+    fresh = tmp_path / "fresh"
+    mine(config(), fresh, show_progress=False)
+    again, reference = datasets.load_from_disk(str(out / "dataset")), datasets.load_from_disk(str(fresh / "dataset"))
+    assert [r["scores"] for r in again] == [r["scores"] for r in reference]  # the same computation twice
+    # the old chunks' first query: its positive's score first (as mine() lists a query's pairs), now another
+    assert not close(old["teacher-00000.json"][0][0], reference[0]["scores"][0])

@@ -135,6 +135,23 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def fingerprint_files(path: str | Path) -> list[list]:
+    """``[[relative path, size, SHA-256], ...]`` of the file ``path``, or of every file under the folder
+    ``path`` (sorted; links followed, as a reader follows them): what a resumable stage compares to
+    tell that its inputs are the ones it started from. Hidden files (``.git``, temporaries) and
+    ``*.md`` documents (model cards, README files: read by no loader) are left out.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    path = Path(path)
+    if path.is_file():
+        return [[path.name, path.stat().st_size, sha256_file(path)]]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix != ".md"
+                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    return [[p.relative_to(path).as_posix(), p.stat().st_size, sha256_file(p)] for p in files]
+
+
 def download_beir(name: str, into: Path, url: str | None = None, md5: str | None = None) -> Path:
     """Download and unpack a BEIR zip into ``into/<name>``; verify the MD5 when one is known.
 

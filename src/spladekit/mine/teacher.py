@@ -8,7 +8,7 @@ cross-encoder's own default activation.
 
 Resuming: the queries are scored ``chunk_queries`` at a time; each finished chunk is written
 (atomically) to ``work/teacher-NNNNN.json`` with a SHA-256 digest of its teachers (names and the
-SHA-256 of their config and weight files), activation, max length and pairs, and a later run with the
+SHA-256 of every file in their folders), activation, max length and pairs, and a later run with the
 same digest reads it instead of scoring again.
 """
 
@@ -108,14 +108,13 @@ def check_loaded_cross_encoder(model, name: str, folder: Path) -> None:
 
 
 def teacher_fingerprint(name: str) -> list:
-    """What a teacher's scores depend on in its folder: the SHA-256 of its config and weight files
-    (a cross-encoder retrained at the same path is not taken for the old one)."""
-    from spladekit.data.resolve import resolve_model, sha256_file
+    """What a teacher's scores depend on in its folder: every file its loaders may read (weights,
+    config, every tokenizer file such as ``vocab.txt``, the sentence-transformers module files), by
+    size and SHA-256 (:func:`spladekit.data.resolve.fingerprint_files`): a teacher changed at the
+    same path is not taken for the old one."""
+    from spladekit.data.resolve import fingerprint_files, resolve_model
 
-    folder = Path(resolve_model(name))
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and (
-        p.suffix in (".safetensors", ".bin", ".pt") or p.name in ("config.json", "tokenizer.json")))
-    return [[str(p.relative_to(folder)), sha256_file(p)] for p in files]
+    return fingerprint_files(resolve_model(name))
 
 
 def check_cross_encoder(name: str) -> None:
