@@ -178,6 +178,74 @@ def test_exact_resume(tiny, tmp_path):
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def _tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_finished_run_is_not_redone_nor_continued_with_other_settings(tiny, tmp_path):
+    """Rerun into its --out: with the same config and data, nothing is computed (the stored result is
+    returned, the CLI says so); with another learning rate, or after its data file changed, refused
+    naming the difference, and nothing in --out changes (config.yaml included)."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.train.checkpoints import RunChangedError
+
+    triples = tmp_path / "t.tsv"
+    triples.write_text("".join(f"{e.query}\t{e.positives[0][1]}\t{e.negatives[0][1]}\n" for e in make_examples()))
+    cfg = tiny_config(tiny, steps=2, checkpoint_every=1, data={"format": "triples", "path": str(triples)})
+    (tmp_path / "c.yaml").write_text(cfg.to_yaml())
+    out = tmp_path / "out"
+    first = train(cfg, out, show_progress=False)
+    before = _tree(out)
+    again = train(cfg, out, show_progress=False)
+    assert again.already_done and not first.already_done and _tree(out) == before
+    assert (again.steps, again.last_metrics, again.model_dir) == (first.steps, first.last_metrics, first.model_dir)
+    done = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress"])
+    assert done.exit_code == 0 and "already trained" in done.output and "nothing was done" in done.output, done.output
+    bad = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "lr=0.002", "--no-progress"])
+    assert bad.exit_code == 2 and "lr: 0.001 → 0.002" in bad.stderr and "left as it is" in bad.stderr, bad.output
+    assert len(bad.stderr.strip().splitlines()) == 1 and _tree(out) == before
+    triples.write_text(triples.read_text().replace("w", "W", 1))  # one character of the data changed
+    with pytest.raises(RunChangedError, match=r"data.path: its file t.tsv changed"):
+        train(cfg, out, show_progress=False)
+    assert _tree(out) == before
+
+
+def test_a_stopped_run_resumes_only_from_the_same_inputs(tiny, tmp_path):
+    """Checkpoints of a stopped run are resumed with the same examples; other examples are refused; a
+    bookkeeping setting (how often checkpoints are kept) may change."""
+    from spladekit.train.checkpoints import RunChangedError
+
+    cfg = tiny_config(tiny, steps=3, checkpoint_every=1)
+    examples = make_examples()
+    train(cfg, tmp_path / "out", examples=examples, show_progress=False, stop_after=1)
+    with pytest.raises(RunChangedError, match=r"the training examples changed"):
+        train(cfg, tmp_path / "out", examples=make_examples(seed=5), show_progress=False)
+    resumed = train(tiny_config(tiny, steps=3, checkpoint_every=2), tmp_path / "out", examples=examples, show_progress=False)
+    assert resumed.steps == 3 and [r["step"] for r in _records(tmp_path / "out")] == [1, 2, 3]
+
+
+def test_a_checkpoint_file_that_would_run_code_is_refused(tiny, tmp_path):
+    """trainer.pt replaced by a pickle whose __reduce__ runs a command: resuming names the file, the
+    command never runs (torch's weights_only unpickler), and torch.load without it would run it."""
+    import os
+
+    class WritesMarker:
+        def __reduce__(self):
+            return os.system, (f"touch {tmp_path / 'marker'}",)
+
+    cfg = tiny_config(tiny, steps=2, checkpoint_every=1)
+    train(cfg, tmp_path / "out", examples=make_examples(), show_progress=False, stop_after=1)
+    target = tmp_path / "out" / "checkpoints" / "step-0000001" / "trainer.pt"
+    torch.save({"model": WritesMarker()}, target)
+    with pytest.raises(DataFormatError, match=r"trainer.pt: not a spladekit checkpoint file"):
+        train(cfg, tmp_path / "out", examples=make_examples(), show_progress=False)
+    assert not (tmp_path / "marker").exists()
+    torch.load(target, weights_only=False)  # the judge: the unsafe load of the same file runs the command
+    assert (tmp_path / "marker").exists()
+
+
 def test_rerun_without_checkpoint_starts_the_metrics_afresh(tiny, tmp_path):
     # a run killed before its first checkpoint leaves metrics.jsonl; the rerun starts at step 0 and
     # must not keep the killed run's records next to its own (each step once)

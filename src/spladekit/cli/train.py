@@ -10,7 +10,7 @@ import typer
 
 from spladekit.cli.app import app, fail
 
-TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.loop)
+TRAIN_MARKERS = ("inputs.json", "config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.loop)
 
 
 @app.command()
@@ -39,6 +39,8 @@ def train(
     if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: only the main process reports
         return
     last = result.last_metrics
+    if result.already_done:
+        typer.echo(f"already trained: {out} holds this run finished (the same settings and input files); nothing was done")
     typer.echo(f"trained {result.steps} steps; final model: {result.model_dir}")
     if last:
         typer.echo(f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}")

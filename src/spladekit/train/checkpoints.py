@@ -1,9 +1,17 @@
 """Training checkpoints: ``out/checkpoints/step-NNNNNNN`` written atomically, found and restored (with
-every process's RNG state). Moved out of :mod:`spladekit.train.loop`, which uses them.
+every process's RNG state), and the record of what the run in ``out`` was made from (``inputs.json``:
+its settings and a fingerprint of every file it reads), checked before a run resumes or is redone.
+Moved out of :mod:`spladekit.train.loop`, which uses them.
+
+Checkpoints hold only tensors, numbers, strings and containers of them, read back with
+``torch.load(weights_only=True)`` (torch's unpickler of tensors and plain data: a checkpoint file
+replaced by a hostile pickle cannot run code).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import warnings
 from pathlib import Path
@@ -11,7 +19,8 @@ from pathlib import Path
 import torch
 
 import spladekit.train.distributed as D
-from spladekit.io import replace_folder, write_yaml
+from spladekit.errors import DataFormatError, SpladekitError
+from spladekit.io import read_json, replace_folder, write_yaml
 from spladekit.train.cached import rng_state as _rng_state
 from spladekit.train.cached import set_rng_state as _set_rng_state
 from spladekit.train.config import TrainConfig
@@ -73,9 +82,26 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
     return final
 
 
+def _load_plain(path: Path, device=None) -> dict:
+    """A checkpoint file read by torch's ``weights_only`` unpickler (tensors and plain data only).
+
+    Raises:
+        DataFormatError: naming the file: it is not such a file (a pickle of other objects, cut, corrupt).
+    """
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError (a global outside torch's list), RuntimeError (not a zip)
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise DataFormatError(path, f"not a spladekit checkpoint file readable as tensors and plain data ({first})") from None
+
+
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.DistInfo, device: torch.device) -> int:
-    """Restore a checkpoint written by :func:`save_checkpoint`; returns its step."""
-    state = torch.load(path / "trainer.pt", map_location=device, weights_only=False)
+    """Restore a checkpoint written by :func:`save_checkpoint`; returns its step.
+
+    Raises:
+        DataFormatError: ``trainer.pt`` or ``rng-<rank>.pt`` holds anything but tensors and plain data (named).
+    """
+    state = _load_plain(path / "trainer.pt", device)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -83,8 +109,160 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.Dis
         scaler.load_state_dict(state["scaler"])
     rng_file = path / f"rng-{info.rank}.pt"
     if rng_file.exists():
-        rng = torch.load(rng_file, weights_only=False)["torch"]
+        rng = _load_plain(rng_file)["torch"]
         if rng[1] is not None and device.type != "cuda":
             rng = (rng[0], None)
         _set_rng_state(rng, device)
     return int(state["step"])
+
+
+# ------------------------------------------------------------------------------------ what a run was made from
+RUN_RECORD = "inputs.json"
+RESULT_FILE = "result.json"
+#: settings that change how a run is kept, shown or placed, not what it computes: a rerun may change them
+BOOKKEEPING = ("resume", "device", "checkpoint_every", "keep_checkpoints", "log_every", "curves")
+
+
+class RunChangedError(SpladekitError, ValueError):
+    """``out`` holds a training made from other settings or other input files (it is left as it is)."""
+
+
+def _local_path(value: str, base: str | None = None) -> Path | str:
+    path = Path(value).expanduser()
+    if path.exists():
+        return path
+    if base and (Path(base) / value).exists():  # the naver layout's files relative to data.path
+        return Path(base) / value
+    return str(value)
+
+
+def _model_path(value: str) -> Path | str:
+    from spladekit.data.resolve import resolve_model
+
+    found = resolve_model(value)  # the folder load_model reads (a hub id is fetched there, as it would be next)
+    return Path(found) if Path(found).is_dir() else found
+
+
+def _dataset_path(value: str) -> Path | str:
+    from spladekit.data.resolve import resolve_dataset
+    from spladekit.errors import ResolutionError
+
+    if Path(value).is_dir() or str(value).startswith("irds:"):
+        return _local_path(value)  # an ir_datasets id names a versioned dataset of its registry
+    try:
+        return resolve_dataset(value, download=False)
+    except ResolutionError:
+        return str(value)  # read later by its own reader, which names what is missing
+
+
+def input_files(config: TrainConfig, examples_given: bool = False) -> dict[str, Path | str]:
+    """What a training run reads, by setting: a local file or folder, or the name of a dataset or model
+    read from elsewhere (a hub dataset id, an ``irds:`` id). ``examples_given``: the training examples
+    come from the caller (the ``data.*`` files are not read).
+
+    Raises:
+        ResolutionError: ``model.path`` cannot be found (as loading it would say).
+    """
+    data = config.data
+    found: dict[str, Path | str] = {"model.path": _model_path(config.model.path)}
+    if not examples_given:
+        found["data.path"] = _dataset_path(data.path) if data.format == "beir" else _local_path(data.path)
+        base = data.path if data.format == "naver" else None
+        for name in ("teacher_scores", "queries", "corpus"):
+            if getattr(data, name):
+                found[f"data.{name}"] = _local_path(getattr(data, name), base)
+        if data.format == "beir" and data.negatives == "model" and data.negatives_model:
+            found["data.negatives_model"] = _model_path(data.negatives_model)
+    if config.eval_every and config.dev.data:
+        found["dev.data"] = _dataset_path(config.dev.data)
+    return found
+
+
+def _examples_digest(examples) -> str:
+    digest = hashlib.sha256()
+    for e in examples:
+        digest.update(json.dumps([e.qid, e.query, e.positives, e.negatives, e.teacher], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def run_record(config: TrainConfig, examples=None) -> dict:
+    """What a run computes from: its settings (less :data:`BOOKKEEPING`) and the size and SHA-256 of
+    every file it reads (:func:`input_files`, :func:`spladekit.data.resolve.fingerprint_files`), or a
+    digest of the ``examples`` a caller gives. Written to ``out/inputs.json`` when a run starts."""
+    from spladekit.data.resolve import fingerprint_files
+
+    settings = {k: v for k, v in config.model_dump(mode="json").items() if k not in BOOKKEEPING}
+    inputs: dict = {name: fingerprint_files(p) if isinstance(p, Path) else p
+                    for name, p in input_files(config, examples is not None).items()}
+    if examples is not None:
+        inputs["examples"] = _examples_digest(examples)
+    return json.loads(json.dumps({"settings": settings, "inputs": inputs}))
+
+
+def _flat(node, prefix: str = "") -> dict:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()} if node else {prefix: {}}
+
+
+def _differences(stored: dict | None, record: dict) -> list[str]:
+    """What differs between two run records, one phrase each (settings as ``field: old → new``)."""
+    if not isinstance(stored, dict) or not {"settings", "inputs"} <= set(stored):
+        return [f"no readable {RUN_RECORD} (a folder of another version, or of another command)"]
+    old, new = _flat(stored["settings"]), _flat(record["settings"])
+    found = [f"{k.rstrip('.')}: {old.get(k, '(unset)')!r} → {new.get(k, '(unset)')!r}"
+             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    for name in sorted(set(stored["inputs"]) | set(record["inputs"])):
+        before, after = stored["inputs"].get(name), record["inputs"].get(name)
+        if before == after:
+            continue
+        if isinstance(before, list) and isinstance(after, list):
+            a, b = {f[0]: f[1:] for f in before}, {f[0]: f[1:] for f in after}
+            files = [f for f in sorted(set(a) | set(b)) if a.get(f) != b.get(f)]
+            found.append(f"{name}: its file{'s' if len(files) > 1 else ''} {', '.join(files[:3])}{' …' if len(files) > 3 else ''} changed")
+        else:
+            found.append(f"{name}: another input ({before!r} → {after!r})" if name != "examples" else "the training examples changed")
+    return found
+
+
+def check_run_folder(out: str | Path, config: TrainConfig, record: dict) -> dict | None:
+    """Before a run writes into ``out``: what ``out`` holds of a run to resume or that is done.
+
+    With ``config.resume`` and a checkpoint or a finished run (``result.json``) in ``out``, the run
+    there must have been made from ``record`` (:func:`run_record`: the same settings, less
+    bookkeeping, and the same input files); it is then resumed, or, when finished, its
+    ``result.json`` is returned (nothing to do). Without ``resume``, or with nothing to resume, the
+    run starts afresh (None).
+
+    Raises:
+        RunChangedError: ``out`` holds a run of other settings or inputs (naming what differs); nothing
+            in ``out`` is changed.
+    """
+    out = Path(out)
+    finished = (out / RESULT_FILE).is_file()
+    if not config.resume or not (finished or latest_checkpoint(out) is not None):
+        return None
+    path = out / RUN_RECORD
+    try:
+        stored = read_json(path) if path.is_file() else None
+    except DataFormatError:
+        stored = None
+    if stored != record:
+        changes = _differences(stored, record)
+        raise RunChangedError(
+            f"{out}: holds a {'finished ' if finished else ''}training made from other settings or inputs ("
+            + "; ".join(changes[:4]) + (f"; {len(changes) - 4} more" if len(changes) > 4 else "") + "); it is left as "
+            f"it is: give another output folder, or remove {out} to train there from the start (resume: false "
+            "starts over in it)")
+    return read_json(out / RESULT_FILE) if finished else None
+
+
+def finished_result(out: str | Path, stored: dict) -> dict:
+    """The fields of :class:`spladekit.train.loop.TrainResult` of the finished run in ``out`` (its ``result.json``)."""
+    out = Path(out)
+    return {"model_dir": out / "model", "metrics_path": out / "metrics.jsonl", "last_metrics": stored.get("last_metrics") or {},
+            "steps": int(stored.get("steps", 0)), "alarms": list(stored.get("alarms") or []),
+            "validation": stored.get("validation"), "best": stored.get("best"), "dev": stored.get("dev"),
+            "curves": out / "training_curves.png" if (out / "training_curves.png").is_file() else None,
+            "last_dir": out / "last" if (out / "last").is_dir() else None,
+            "early_stopped": bool(stored.get("early_stopped")), "already_done": True}

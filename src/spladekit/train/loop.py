@@ -56,8 +56,9 @@ from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
 # moved to rooms of their own (whole functions and classes; their old import path stays): the MLM
 # head's set-up, the checkpoints (with the RNG state they hold), the metrics log
 from spladekit.train.head_setup import PAD_BIAS, apply_rescale, suppress_pad_column  # noqa: F401
-from spladekit.train.checkpoints import (CHECKPOINTS, _checkpoints, _rng_state, _set_rng_state,  # noqa: F401
-                                         latest_checkpoint, load_checkpoint, save_checkpoint)
+from spladekit.train.checkpoints import (CHECKPOINTS, RUN_RECORD, _checkpoints, _rng_state, _set_rng_state,  # noqa: F401
+                                         check_run_folder, finished_result, latest_checkpoint, load_checkpoint,
+                                         run_record, save_checkpoint)
 from spladekit.train.metrics_log import METRICS_FILE, _Log  # noqa: F401
 
 MODEL_DIR = "model"
@@ -84,6 +85,8 @@ class TrainResult:
         last_dir: with ``eval_every``: the final model (``last/``); None otherwise.
         dev: the last dev-set record, if any.
         early_stopped: True when ``dev.patience`` stopped the run before ``steps``.
+        already_done: True when ``out`` held this run finished (same settings and inputs): nothing was
+            computed, the fields are read from its ``result.json``.
     """
 
     model_dir: Path | None
@@ -97,6 +100,7 @@ class TrainResult:
     last_dir: Path | None = None
     dev: dict | None = None
     early_stopped: bool = False
+    already_done: bool = False
 
 
 # ------------------------------------------------------------------------------------ model
@@ -389,7 +393,9 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
     step), ``last/`` the final model, and ``dev.patience`` may stop the run early. An existing
     checkpoint in ``out`` is resumed when ``config.resume``; a best model saved after that checkpoint
     (its dev record is dropped with the rest of the lost steps) is removed, and the selection restarts
-    from the resumed step's history.
+    from the resumed step's history. Only a run made from the same settings and input files is resumed
+    (``inputs.json``, :func:`spladekit.train.checkpoints.check_run_folder`); a finished one is returned
+    as it is (``already_done``).
 
     Args:
         config: the run's :class:`TrainConfig`.
@@ -403,6 +409,7 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
         CollapseError: a collapse alarm with ``monitor.stop_on_collapse``.
         DataFormatError: malformed training data.
         ValueError: a dev set from a test split.
+        RunChangedError: ``out`` holds a run of other settings or inputs (left as it is).
     """
     from tqdm.auto import tqdm
 
@@ -412,14 +419,20 @@ def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExampl
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
+        given = examples
         if examples is None:  # read and checked before OUT is made: bad data leaves nothing behind
             examples = load_training_examples(config.data)
         train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
         if config.loss.kind != "infonce":
             check_distillation(train_examples, config.data.num_negatives, str(config.data.path),
                                short_negatives_hint(config.data))
+        record = run_record(config, given)  # what OUT's run must have been made from to be resumed
+        finished = check_run_folder(out, config, record)
+        if finished is not None:
+            return TrainResult(**finished_result(out, finished))
         if info.is_main:
             out.mkdir(parents=True, exist_ok=True)
+            write_json(out / RUN_RECORD, record)
             write_yaml(out / "config.yaml", config.model_dump(mode="json"))
         torch.manual_seed(config.seed)
         rescale_texts = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
