@@ -450,6 +450,70 @@ def test_push_refuses_a_folder_without_a_card_before_any_request(tmp_path):
     assert done.exit_code == 2 and "README.md" in done.stderr and "does not parse" in done.stderr, done.stderr
 
 
+def _pushable(trained, folder: Path) -> Path:
+    """A copy of the trained model folder (its card included) to change freely."""
+    import shutil
+
+    shutil.copytree(trained["model"], folder)
+    return folder
+
+
+@pytest.mark.parametrize("link", ["file", "folder", "dangling"])
+def test_push_refuses_a_link_out_of_the_folder_by_name(trained, tmp_path, monkeypatch, link):
+    """notes.txt -> a file outside (upload_folder would send the target's bytes), a sub-folder linked
+    outside, a dangling link: refused naming the link and its target, by --dry-run and by a push, before
+    any request (the endpoint is a closed port: a request would fail as 'cannot reach' instead)."""
+    from huggingface_hub import constants
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    folder = _pushable(trained, tmp_path / "model")
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("not for the hub")
+    name, target = {"file": ("notes.txt", secret), "folder": ("extra", secret.parent),
+                    "dangling": ("gone.txt", tmp_path / "nowhere.txt")}[link]
+    (folder / name).symlink_to(target)
+    (folder / ".hidden-link").symlink_to(secret)  # hidden files are never uploaded: not refused
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    for extra in (["--dry-run"], []):
+        done = CliRunner().invoke(app, ["push", str(folder), "someone/x", *extra])
+        lines = done.stderr.strip().splitlines()
+        assert done.exit_code == 2 and len(lines) == 1, done.output
+        assert f"{name}: a link to {target}" in lines[0] and "cannot reach" not in lines[0], lines
+
+
+def test_push_dry_run_lists_exactly_what_upload_folder_would_send(trained, tmp_path):
+    """The dry run's files equal huggingface_hub's own upload plan of the folder (its
+    _prepare_upload_folder_additions, what upload_folder commits; offline: README.md, whose front matter
+    it would send to the hub to validate, is compared apart), and the commit push_folder sends is that list:
+    nested folders, hidden files, .git/ and .cache/huggingface/, a link inside the folder (sent as its target's
+    bytes, as upload_folder sends it)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
+
+    from spladekit.publish.push import IGNORE_PATTERNS, folder_files, plan_push
+
+    folder = _pushable(trained, tmp_path / "model")
+    for name, text in (("sub/deeper/notes.txt", "x" * 7), (".git/HEAD", "ref"), (".cache/huggingface/x", "y"),
+                       ("sub/.tmp", "t"), ("a b[1].txt", "odd name")):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    (folder / "sub" / "alias.json").symlink_to(folder / "config.json")
+    plan = plan_push(folder, "someone/x")
+    theirs = HfApi(endpoint="http://127.0.0.1:9")._prepare_upload_folder_additions(  # as upload_folder calls it
+        folder, "", ignore_patterns=[*IGNORE_PATTERNS, *DEFAULT_IGNORE_PATTERNS, "README.md"])
+    assert [n for n, _ in plan.files if n != "README.md"] == [op.path_in_repo for op in theirs]
+    assert [size for n, size in plan.files if n != "README.md"] == [op.upload_info.size for op in theirs]
+    ours = [op for op in plan.operations() if op.path_in_repo != "README.md"]
+    assert [(op.path_in_repo, op.upload_info.sha256) for op in ours] == [(op.path_in_repo, op.upload_info.sha256) for op in theirs]
+    assert "README.md" in dict(plan.files) and "sub/alias.json" in dict(plan.files) and "sub/.tmp" not in dict(plan.files)
+    assert dict(plan.files)["sub/alias.json"] == (folder / "config.json").stat().st_size
+    assert list(folder_files(folder)) == [n for n, _ in plan.files]
+
+
 # ------------------------------------------------------------------------------------------ licences
 def _model_folder(trained, folder: Path) -> Path:
     folder.mkdir()

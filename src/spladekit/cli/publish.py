@@ -55,7 +55,7 @@ def push(
     create_pr: bool = typer.Option(False, "--create-pr", help="open a pull request instead of committing to the branch"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list the files and print the card; send nothing"),
 ):
-    """Upload a saved model folder to the Hugging Face hub (huggingface_hub create_repo + upload_folder).
+    """Upload a saved model folder to the Hugging Face hub (huggingface_hub create_repo + create_commit of the listed files).
 
     The token is huggingface_hub's (HF_TOKEN or `hf auth login`); HF_ENDPOINT selects another hub.
     Nothing in FOLDER is changed."""

@@ -6,6 +6,13 @@ Before anything is sent the folder is checked: a model folder (``config.json``, 
 (``.name``: temporary files of atomic writes) are not uploaded, nor what ``upload_folder`` itself
 ignores (``.git/``, ``.cache/huggingface/``). Nothing in the folder is written, by a dry run or a
 push, whatever happens; the token is ``huggingface_hub``'s own (``HF_TOKEN`` or ``hf auth login``).
+
+Only files inside the folder leave the machine: a symbolic link whose target lies outside the folder
+(a file or a folder, or a dangling link) is refused by name before anything is sent, since
+``upload_folder`` would follow it and send the target's bytes. The files are listed as
+``upload_folder`` lists them (``Path.glob("**/*")`` regular files, links followed, filtered by
+``huggingface_hub.utils.filter_repo_objects``), and the push sends exactly that list in one
+``create_commit``: what ``--dry-run`` shows is what is sent.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ class PushError(SpladekitError, RuntimeError):
 
 @dataclass
 class PushPlan:
-    """What a push sends: ``files`` (path in the repo, bytes), the card's text, where to."""
+    """What a push sends: ``files`` (path in the repo, bytes; each the file ``folder / path``), the card's text, where to."""
 
     folder: Path
     repo_id: str
@@ -36,6 +43,13 @@ class PushPlan:
     private: bool = False
     revision: str | None = None
     create_pr: bool = False
+
+    def operations(self) -> list:
+        """``huggingface_hub.CommitOperationAdd`` of every file of ``files``, in order: the commit a push sends."""
+        from huggingface_hub import CommitOperationAdd
+
+        root = self.folder.expanduser().resolve()
+        return [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(root / name)) for name, _ in self.files]
 
     def describe(self) -> str:
         """The dry run's listing: target, every file with its size, then the card."""
@@ -64,10 +78,9 @@ def plan_push(folder: str | Path, repo_id: str, *, private: bool = False, revisi
         SpladekitError (DataFormatError): not a model folder, or no ``README.md`` (``spladekit card
             FOLDER`` writes it), or a ``README.md`` whose front matter does not parse or whose
             ``license`` the Hub refuses (not a Hub identifier; ``other`` without ``license_name``).
+        DataFormatError: a link out of the folder (:func:`folder_files`).
     """
     from huggingface_hub import ModelCard
-    from huggingface_hub.utils import filter_repo_objects
-    from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
 
     from spladekit.errors import DataFormatError
     from spladekit.publish.licenses import license_problem
@@ -89,10 +102,48 @@ def plan_push(folder: str | Path, repo_id: str, *, private: bool = False, revisi
         problem = license_problem(card.data.license, getattr(card.data, "license_name", None))
         if problem:
             raise DataFormatError(card_path, problem, field="license")
-    every = {p.relative_to(folder).as_posix(): p for p in sorted(folder.glob("**/*")) if p.is_file()}
-    kept = filter_repo_objects(list(every), ignore_patterns=[*IGNORE_PATTERNS, *DEFAULT_IGNORE_PATTERNS])
-    files = [(name, every[name].stat().st_size) for name in kept]
+    files = [(name, path.stat().st_size) for name, path in folder_files(folder).items()]
     return PushPlan(folder, repo_id, files, str(card), _endpoint(), private, revision, create_pr)
+
+
+def folder_files(folder: str | Path) -> dict[str, Path]:
+    """``{path in the repo: file}`` of what a push of ``folder`` uploads: ``upload_folder``'s own listing
+    (see the module docstring) less :data:`IGNORE_PATTERNS`, after refusing links out of the folder.
+
+    Raises:
+        DataFormatError: a link (not ignored) whose target is outside ``folder``, naming it and its target.
+    """
+    from huggingface_hub.utils import filter_repo_objects
+    from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
+
+    patterns = [*IGNORE_PATTERNS, *DEFAULT_IGNORE_PATTERNS]
+    root = Path(folder).expanduser().resolve()
+    _refuse_links_out(root, patterns)
+    every = {p.relative_to(root).as_posix(): p for p in sorted(root.glob("**/*")) if p.is_file()}
+    return {name: every[name] for name in filter_repo_objects(list(every), ignore_patterns=patterns)}
+
+
+def _refuse_links_out(root: Path, patterns: list[str]) -> None:
+    """Raise for the first link under ``root`` (a file's or a folder's, not matched by ``patterns``)
+    whose target is outside ``root`` or missing."""
+    import os
+
+    from huggingface_hub.utils import filter_repo_objects
+
+    from spladekit.errors import DataFormatError
+
+    links = []
+    for here, folders, files in os.walk(root):  # links to folders are listed, not entered
+        for name in folders + files:
+            path = Path(here) / name
+            if path.is_symlink():
+                links.append(path.relative_to(root).as_posix())
+    for name in filter_repo_objects(links, ignore_patterns=patterns):
+        target = Path(os.path.realpath(root / name))
+        if not target.exists() or not target.is_relative_to(root):
+            where = "a missing file" if not target.exists() else "outside the folder"
+            raise DataFormatError(root / name, f"a link to {os.readlink(root / name)} ({where}); a push sends only the "
+                                  "files inside the folder: replace the link by the file it points to, or remove it")
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -119,7 +170,8 @@ def _hub_failure(step: str, exc: Exception) -> PushError:
 
 def push_folder(plan: PushPlan, token: str | None = None) -> str:
     """Send ``plan`` (:func:`plan_push`): create the repository (kept if it exists), the branch
-    ``revision`` when given without ``create_pr``, then upload the folder in one commit.
+    ``revision`` when given without ``create_pr``, then upload exactly ``plan.files`` in one commit
+    (``create_commit``; a file added to the folder since the plan is not sent).
 
     Returns:
         The URL of the commit (or of the pull request with ``create_pr``).
@@ -140,12 +192,10 @@ def push_folder(plan: PushPlan, token: str | None = None) -> str:
         except Exception as exc:
             raise _hub_failure(f"create_branch {plan.revision!r}", exc) from None
     try:
-        info = api.upload_folder(repo_id=plan.repo_id, folder_path=str(plan.folder), repo_type="model",
-                                 revision=plan.revision, create_pr=plan.create_pr,
-                                 ignore_patterns=list(IGNORE_PATTERNS),  # a new list: upload_folder extends it
-                                 commit_message=f"Upload {plan.folder.name} with spladekit")
+        info = api.create_commit(repo_id=plan.repo_id, operations=plan.operations(), repo_type="model", revision=plan.revision,
+                                 create_pr=plan.create_pr, commit_message=f"Upload {plan.folder.name} with spladekit")
     except Exception as exc:
-        raise _hub_failure("upload_folder", exc) from None
+        raise _hub_failure("create_commit", exc) from None
     return str(getattr(info, "pr_url", None) or getattr(info, "commit_url", info))
 
 
