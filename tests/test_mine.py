@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -447,3 +448,54 @@ def test_a_teacher_whose_vocab_changed_at_the_same_path_is_scored_again(ce, text
     assert [r["scores"] for r in again] == [r["scores"] for r in reference]  # the same computation twice
     # the old chunks' first query: its positive's score first (as mine() lists a query's pairs), now another
     assert not close(old["teacher-00000.json"][0][0], reference[0]["scores"][0])
+
+
+@pytest.mark.parametrize("case", ["no weights", "tokenizer past the embedding"])
+def test_a_teacher_that_cannot_score_is_refused_in_one_line_before_out_is_made(ce, texts, tmp_path, case):
+    """A teacher folder without weights (transformers' OSError), or whose tokenizer gives ids past its
+    embedding's rows (an IndexError once a text holds such a token): `spladekit mine` ends with one
+    `error:` line naming the file, and --out is not made (no work/ left behind)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    folder, pairs, _ = texts
+    teacher = tmp_path / "teacher"
+    shutil.copytree(ce, teacher)
+    data = folder / "pairs.tsv"
+    if case == "no weights":
+        (teacher / "model.safetensors").unlink()
+        expect = rf"^error: {teacher}: teacher .* has no weights \(none of model.safetensors, "
+    else:
+        tokenizer = json.loads((teacher / "tokenizer.json").read_text())
+        vocab = tokenizer["model"]["vocab"]
+        for i in range(50):  # ids 155..204; the embedding has 155 rows
+            vocab[f"extra{i}"] = len(vocab)
+        (teacher / "tokenizer.json").write_text(json.dumps(tokenizer))
+        data = tmp_path / "pairs.tsv"
+        data.write_text("".join(f"{q} extra40\t{p}\n" for q, p in pairs))
+        expect = rf"^error: {teacher}/tokenizer.json: field 'vocab': teacher .* has 205 token ids, its embedding 155 rows"
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "spladekit", "mine", "--format", "tsv", "--data", str(data),
+                           "--corpus", str(folder / "corpus.tsv"), "--teacher", str(teacher), "--out", str(out),
+                           "--num-negatives", "2", "--no-progress"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("Loading weights")]
+    assert done.returncode == 2 and len(errors) == 1 and re.match(expect, errors[0]), done.stderr[-2000:]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--relative-margin", "--absolute-margin"])
+def test_a_negative_margin_is_refused(texts, tmp_path, option):
+    """A margin is a distance below the positive's score (sentence-transformers' definition); a negative one
+    puts the threshold above the positive, keeping negatives that score higher than it."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    folder, _, _ = texts
+    done = CliRunner().invoke(app, ["mine", "--format", "tsv", "--data", str(folder / "pairs.tsv"), "--out", str(tmp_path / "o"),
+                                    option, "-0.5"])
+    assert done.exit_code == 2 and option in done.stderr and "greater than or equal to 0" in done.stderr, done.output
+    assert not (tmp_path / "o").exists()

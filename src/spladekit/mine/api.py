@@ -63,6 +63,11 @@ def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> Min
     out = Path(out)
     data = read_mining_input(config)
     teacher = bool(config.teachers)
+    if teacher:  # checked before the candidates are mined and anything is written
+        from spladekit.mine.teacher import check_teacher_files
+
+        for name in config.teachers:
+            check_teacher_files(name)
     settings = FilterSettings(config.num_negatives, config.range_min, config.range_max, config.max_score, config.min_score,
                               config.absolute_margin, config.relative_margin, config.sampling)
     max_positives = max(len(p) for p in data.positives.values())

@@ -55,8 +55,8 @@ class MineConfig(Settings):
     range_max: int | None = Field(None, ge=1)
     max_score: float | None = None
     min_score: float | None = None
-    absolute_margin: float | None = None
-    relative_margin: float | None = None
+    absolute_margin: float | None = Field(None, ge=0.0, description="a distance: negative, the threshold lies above the positive")
+    relative_margin: float | None = Field(None, ge=0.0, description="a fraction of |positive score|: negative, the threshold lies above the positive")
     sampling: Literal["top", "random"] = "top"
     seed: int = Field(0, ge=0, description="random sampling: random.Random(seed)")
     device: str | None = None

@@ -28,16 +28,22 @@ def load_cross_encoder(name: str, activation: str = "identity", max_length: int 
 
     Raises:
         ResolutionError: the model folder or hub id cannot be found (:func:`spladekit.data.resolve.resolve_model`).
-        DataFormatError: the teacher has more than one label, or its checkpoint lacks the classifier head.
+        DataFormatError: the folder does not load (the loader's first line, which names the file);
+            more than one label; no trained classifier head.
     """
     import torch
     from sentence_transformers import CrossEncoder
 
     from spladekit.data.resolve import resolve_model
+    from spladekit.errors import DataFormatError
 
     activation_fn = {"identity": torch.nn.Identity(), "sigmoid": torch.nn.Sigmoid(), "model": None}[activation]
     folder = resolve_model(name)
-    model = CrossEncoder(folder, activation_fn=activation_fn, max_length=max_length, device=device)
+    try:
+        model = CrossEncoder(folder, activation_fn=activation_fn, max_length=max_length, device=device)
+    except (OSError, ValueError, KeyError) as exc:  # transformers' "no file named model.safetensors ...", a bad config
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise DataFormatError(_transformer_folder(Path(folder)), f"teacher {name!r} does not load: {first}") from None
     check_loaded_cross_encoder(model, name, Path(folder))
     return model
 
@@ -107,6 +113,41 @@ def check_loaded_cross_encoder(model, name: str, folder: Path) -> None:
                               "(a *ForSequenceClassification checkpoint with its head)")
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def check_teacher_files(name: str) -> None:
+    """Refuse, from its files and without loading its weights, a teacher that could not score: not a
+    one-label cross-encoder (:func:`check_cross_encoder`), no weight file, or a tokenizer giving ids past
+    the embedding's rows (``config.json``'s ``vocab_size``: an ``IndexError`` in the middle of scoring
+    otherwise). A mining run checks every teacher so before it mines candidates or writes anything.
+
+    Raises:
+        ResolutionError: the teacher cannot be found. DataFormatError: naming the teacher's file.
+    """
+    from transformers import AutoTokenizer
+
+    from spladekit.data.resolve import resolve_model
+    from spladekit.errors import DataFormatError
+
+    check_cross_encoder(name)
+    home = _transformer_folder(Path(resolve_model(name)))
+    if not any((home / f).is_file() for f in WEIGHT_FILES):
+        raise DataFormatError(home, f"teacher {name!r} has no weights (none of {', '.join(WEIGHT_FILES)})")
+    rows = (read_json(home / "config.json") or {}).get("vocab_size") if (home / "config.json").is_file() else None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(home))
+    except (OSError, ValueError, KeyError) as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise DataFormatError(home, f"teacher {name!r}: its tokenizer does not load: {first}") from None
+    ids = max(tokenizer.get_vocab().values(), default=-1) + 1
+    if isinstance(rows, int) and ids > rows:
+        source = next((home / f for f in ("tokenizer.json", "vocab.txt") if (home / f).is_file()), home)
+        raise DataFormatError(source, f"teacher {name!r}: its tokenizer has {ids} token ids, its embedding {rows} rows "
+                              "(config.json vocab_size): a text with a later id could not be scored; give the tokenizer "
+                              "the model was trained with", field="vocab")
+
+
 def teacher_fingerprint(name: str) -> list:
     """What a teacher's scores depend on in its folder: every file its loaders may read (weights,
     config, every tokenizer file such as ``vocab.txt``, the sentence-transformers module files), by
@@ -156,6 +197,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
                 batch_size: int = 32, chunk_queries: int = 256, max_length: int | None = None, device: str | None = None,
                 show_progress: bool = True) -> list[list[float]]:
     """Teacher scores of each query's pairs: ``groups[i]`` is query i's ``[(query text, doc text)]``.
+    Each teacher is loaded when a chunk needs it (a resumed run whose chunks are all done loads none).
 
     Returns:
         ``scores[i][j]``: the mean over ``teachers`` of the score of ``groups[i][j]`` (float32
@@ -163,8 +205,8 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
 
     Raises:
         ValueError: no teacher; a non-finite score (naming the teacher and the pair).
-        DataFormatError: a teacher that is no one-label cross-encoder with its trained head
-            (:func:`check_cross_encoder`, :func:`check_loaded_cross_encoder`).
+        DataFormatError: a teacher that is no one-label cross-encoder with its trained head, or cannot
+            score (:func:`check_teacher_files`, :func:`check_loaded_cross_encoder`).
     """
     import math
 
@@ -173,7 +215,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
     if not teachers:
         raise ValueError("no teacher given")
     for name in teachers:
-        check_cross_encoder(name)
+        check_teacher_files(name)
     fingerprints = [teacher_fingerprint(name) for name in teachers]
     work.mkdir(parents=True, exist_ok=True)
     models: dict[str, object] = {}
