@@ -134,3 +134,31 @@ def test_partial_checkpoint_of_a_killed_run_is_named_before_it_is_rewritten(tmp_
     import torch
 
     assert torch.load(out / "checkpoints" / "step-0000002" / "trainer.pt", weights_only=False)["step"] == 2
+
+
+def test_an_export_killed_inside_its_graph_stage_is_named_by_the_next_export(tmp_path):
+    """`spladekit export-model` SIGKILLed right after torch.onnx.export wrote the graph: the graph's
+    temporary folder sits beside --out (a temporary of export-model's own temporary, ``..out.*.tmp``).
+    The next export names each leftover beside --out that is not empty, removes the empty ones, and
+    succeeds; nothing hidden is left unnamed."""
+    from train_helpers import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "model")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    driver = [sys.executable, str(Path(__file__).resolve().parent / "signal_driver.py"), "torch.onnx:export", "1", "after",
+              "SIGKILL", "--"]
+    killed = subprocess.run([*driver, "export-model", "--model", str(model), "--out", str(out)], capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    left = sorted(p for p in tmp_path.iterdir() if p.name.startswith("."))
+    assert any(p.name.startswith("..out.") and (p / "model.onnx").is_file() for p in left), left
+    holding = [p for p in left if any(p.iterdir())]
+    again = subprocess.run([sys.executable, "-m", "spladekit", "export-model", "--model", str(model), "--out", str(out)],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0 and (out / "model.onnx").is_file(), again.stderr[-2000:]
+    for item in left:  # each kept one named (with the command that removes it); only empty ones removed
+        if item.exists():
+            assert f"warning: {item}: a temporary folder left by a run that did not finish" in again.stderr, again.stderr
+        else:
+            assert item not in holding

@@ -99,20 +99,23 @@ def warn_stale_temporaries(path: str | Path) -> list[Path]:
     """Warn (``RuntimeWarning``, once per process each) naming every temporary sibling of ``path``
     (``.NAME.*.tmp``, file or folder, as :func:`atomic_write` and :func:`atomic_folder` write them)
     that no running process is writing: what a killed run (``SIGKILL``, a power cut) leaves behind.
-    Such leftovers are never used nor deleted here: a folder may hold the only copy of a long
-    computation's partial output, so the user decides; an empty folder holds nothing and is removed
-    (a run killed before it wrote anything, e.g. an import still reading its input). Siblings of a
-    live process (its PID is in the name) are skipped; older names without a PID count as left
-    over. Returns the ones named.
+    The temporaries of those temporaries count too (``..NAME.*.tmp``: a folder written atomically
+    inside a folder being written atomically, e.g. an export's graph inside ``export-model``'s
+    stage), whose parent temporary may be gone already. Such leftovers are never used nor deleted
+    here: a folder may hold the only copy of a long computation's partial output, so the user
+    decides; an empty folder holds nothing and is removed (a run killed before it wrote anything,
+    e.g. an import still reading its input). Siblings of a live process (its PID is in the name)
+    are skipped; older names without a PID count as left over. Returns the ones named.
     """
     path = Path(path)
     stale = []
+    own, nested = f".{path.name}.", f"..{path.name}."
     try:
-        candidates = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+        candidates = sorted({*path.parent.glob(f"{glob.escape(own)}*.tmp"), *path.parent.glob(f"{glob.escape(nested)}*.tmp")})
     except OSError:
         return stale
     for item in candidates:
-        writer = item.name[len(path.name) + 2:].split("-", 1)[0]
+        writer = item.name[len(own if item.name.startswith(own) else nested):].split("-", 1)[0]
         if writer.isdigit() and (int(writer) == os.getpid() or _process_alive(int(writer))):
             continue
         try:
