@@ -499,3 +499,23 @@ def test_a_negative_margin_is_refused(texts, tmp_path, option):
                                     option, "-0.5"])
     assert done.exit_code == 2 and option in done.stderr and "greater than or equal to 0" in done.stderr, done.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_teacher_module_path_out_of_its_folder_is_refused(ce, texts, tmp_path):
+    """modules.json pointing the Transformer module outside the teacher's folder: refused naming
+    modules.json and the field, before --out is made."""
+    import shutil
+
+    from spladekit.errors import DataFormatError
+
+    folder, _, _ = texts
+    teacher = tmp_path / "teacher"
+    shutil.copytree(ce, teacher)
+    shutil.copytree(ce, tmp_path / "outside")
+    (teacher / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "../outside",
+                                                       "type": "sentence_transformers.cross_encoder.CrossEncoder.Transformer"}]))
+    out = tmp_path / "out"
+    with pytest.raises(DataFormatError, match=r"modules.json: field 'path': path '../outside' leaves the model folder"):
+        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
+                        teachers=[str(teacher)], num_negatives=3), out, show_progress=False)
+    assert not out.exists()

@@ -140,6 +140,22 @@ def test_a_truncated_graph_is_refused_naming_the_file(tiny_pair, tmp_path):
     assert info.value.path == graph
 
 
+def test_a_graph_path_out_of_the_folder_is_refused(tiny_pair, tmp_path):
+    """spladekit.json naming its graph outside the folder (``../``, an absolute path): refused naming the
+    file and the field, though a graph is there to load."""
+    from spladekit.errors import DataFormatError
+
+    encoder, _ = tiny_pair
+    folder = export_onnx(encoder, tmp_path / "x")
+    (tmp_path / "elsewhere.onnx").write_bytes((folder / "model.onnx").read_bytes())
+    meta = json.loads((folder / "spladekit.json").read_text())
+    for named in ("../elsewhere.onnx", str(tmp_path / "elsewhere.onnx")):
+        meta["extra"]["onnx"]["file"] = named
+        (folder / "spladekit.json").write_text(json.dumps(meta))
+        with pytest.raises(DataFormatError, match=r"spladekit.json: field 'extra.onnx.file': path .* leaves the model folder"):
+            OnnxSpladeEncoder(folder)
+
+
 @pytest.mark.slow
 def test_splade_tiny_matches_torch(splade_tiny, tmp_path):
     encoder = SpladeEncoder.from_pretrained(splade_tiny, head_impl="plain", device="cpu")

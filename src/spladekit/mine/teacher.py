@@ -50,12 +50,19 @@ def load_cross_encoder(name: str, activation: str = "identity", max_length: int 
 
 def _transformer_folder(folder: Path) -> Path:
     """The folder of a sentence-transformers model's Transformer module (``modules.json``; the folder
-    itself when there is none)."""
+    itself when there is none).
+
+    Raises:
+        DataFormatError: the module's path leaves the model folder (naming ``modules.json``).
+    """
+    from spladekit.io import path_inside
+
     modules = folder / "modules.json"
     if modules.is_file():
-        for module in read_json(modules) or []:
+        listed = read_json(modules)
+        for module in listed if isinstance(listed, list) else []:
             if isinstance(module, dict) and str(module.get("type", "")).endswith("Transformer"):
-                return folder / str(module.get("path") or "")
+                return path_inside(folder, str(module.get("path") or ""), modules, "path")
     return folder
 
 

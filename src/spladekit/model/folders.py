@@ -283,11 +283,11 @@ def _module_dir(root: Path, relative, named_in: Path | None = None, field: str =
     """``root / relative``, which must stay inside ``root`` (and exist, as a ``kind`` ``"folder"`` or
     ``"file"``, unless ``kind`` is None); errors name ``named_in`` (the file that says the path; default
     ``root/modules.json``) and ``field``."""
+    from spladekit.io import path_inside
+
     named_in = named_in if named_in is not None else root / MODULES_FILE
     relative = "" if relative in (None, ".", "") else str(relative)
-    folder = (root / relative).resolve()
-    if root.resolve() not in (folder, *folder.parents):
-        raise DataFormatError(named_in, f"module path {relative!r} leaves the model folder", field=field)
+    folder = path_inside(root, relative, named_in, field)
     if kind is not None and not (folder.is_dir() if kind == "folder" else folder.is_file()):
         raise DataFormatError(named_in, f"{kind} {relative!r} does not exist in {root}", field=field)
     return folder

@@ -367,7 +367,8 @@ class OnnxSpladeEncoder(SpladeEncoder):
 
     Raises:
         ImportError: onnxruntime is missing.
-        DataFormatError: the folder's ``spladekit.json`` has no ONNX record.
+        DataFormatError: the folder's ``spladekit.json`` has no ONNX record, or one whose graph file
+            lies outside the folder.
     """
 
     def __init__(self, folder: str | Path, batch_size: int = 32, providers: Sequence[str] = ("CPUExecutionProvider",),
@@ -375,6 +376,7 @@ class OnnxSpladeEncoder(SpladeEncoder):
         from transformers import AutoTokenizer
 
         from spladekit.errors import DataFormatError
+        from spladekit.io import path_inside
 
         ort = require_extra("onnxruntime", "ONNX inference", "onnxruntime", "onnx")
         folder = Path(folder)
@@ -386,7 +388,8 @@ class OnnxSpladeEncoder(SpladeEncoder):
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
-        graph = folder / record["file"]
+        graph = path_inside(folder, record.get("file") if isinstance(record, dict) else None, folder / "spladekit.json",
+                            "extra.onnx.file")
         try:
             self.session = ort.InferenceSession(str(graph), options, providers=list(providers))
         except Exception as exc:  # onnxruntime's own error types (InvalidProtobuf, NoSuchFile, Fail, ...)
