@@ -137,7 +137,7 @@ def test_columns_mapped_by_config(tmp_path):
     (3, {"positive": ""}, "row 3 (dataset[3]): expected a non-empty text"),
     (1, {"negative_2": None}, "row 1 (dataset[1]): expected a non-empty text"),
     (2, {"score": [1.0, 2.0]}, "row 2 (dataset[2]): 2 score(s) for 1 positive and 3 negative(s)"),
-    (4, {"score": [1.0, float("nan"), 0.0, 0.0]}, "row 4 (dataset[4]): expected finite numbers"),
+    (4, {"score": [1.0, float("nan"), 0.0, 0.0]}, "row 4 (dataset[4]): expected a finite number, got nan"),
 ])
 def test_bad_rows_are_named(tmp_path, row, change, words):
     rows = [{"query": q, "positive": p, "negative_1": n[0], "negative_2": n[1], "negative_3": n[2], "score": s}

@@ -98,17 +98,14 @@ _WARNED_STALE: set[str] = set()
 def warn_stale_temporaries(path: str | Path) -> list[Path]:
     """Warn (``RuntimeWarning``, once per process each) naming every temporary sibling of ``path``
     (``.NAME.*.tmp``, file or folder, as :func:`atomic_write` and :func:`atomic_folder` write them)
-    that no running process is writing: what a killed run (``SIGKILL``, a power cut) leaves behind.
-    The temporaries of those temporaries count too (``..NAME.*.tmp``: a folder written atomically
-    inside a folder being written atomically, e.g. an export's graph inside ``export-model``'s
-    stage), whose parent temporary may be gone already. Such leftovers are never used nor deleted
-    here: a folder may hold the only copy of a long computation's partial output, so the user
-    decides; an empty folder holds nothing and is removed (a run killed before it wrote anything,
-    e.g. an import still reading its input). Siblings of a live process (its PID is in the name)
-    are skipped; older names without a PID count as left over. Returns the ones named.
+    that no running process is writing: what a killed run (``SIGKILL``, a power cut) leaves behind,
+    and theirs (``..NAME.*.tmp``: an atomic folder inside one, e.g. an export's graph in
+    ``export-model``'s stage). Such leftovers are never used nor deleted here: a folder may hold the
+    only copy of a long computation's partial output, so the user decides; an empty folder holds
+    nothing and is removed (a run killed before it wrote anything). Siblings of a live process (its
+    PID is in the name) are skipped; older names without a PID count as left over. Returns the ones named.
     """
-    path = Path(path)
-    stale = []
+    path, stale = Path(path), []
     own, nested = f".{path.name}.", f"..{path.name}."
     try:
         candidates = sorted({*path.parent.glob(f"{glob.escape(own)}*.tmp"), *path.parent.glob(f"{glob.escape(nested)}*.tmp")})
@@ -333,26 +330,6 @@ def staged_files(path: str | Path) -> Iterator[Path]:
                 os.replace(item, path / item.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def path_inside(root: str | Path, relative: Any, named_in: str | Path, field: str | None = None) -> Path:
-    """``root / relative`` resolved, for a path that an input file names inside its folder (a module's
-    folder in ``modules.json``, an export's graph in ``spladekit.json``): the one rule that no such path
-    leaves its folder, whether by ``..``, an absolute path or a link out.
-
-    Raises:
-        DataFormatError: naming ``named_in`` (the file that says the path) and ``field``: not a string,
-            or a path outside ``root``.
-    """
-    from spladekit.errors import DataFormatError
-
-    if not isinstance(relative, str):
-        raise DataFormatError(named_in, f"expected a relative path, got {relative!r}", field=field)
-    base = Path(root).resolve()
-    target = (base / relative).resolve()
-    if target != base and base not in target.parents:
-        raise DataFormatError(named_in, f"path {relative!r} leaves the model folder {root}", field=field)
-    return target
 
 
 def write_json(path: str | Path, obj: Any) -> None:

@@ -55,7 +55,7 @@ def _transformer_folder(folder: Path) -> Path:
     Raises:
         DataFormatError: the module's path leaves the model folder (naming ``modules.json``).
     """
-    from spladekit.io import path_inside
+    from spladekit.data.paths import path_inside
 
     modules = folder / "modules.json"
     if modules.is_file():

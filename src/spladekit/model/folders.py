@@ -283,7 +283,7 @@ def _module_dir(root: Path, relative, named_in: Path | None = None, field: str =
     """``root / relative``, which must stay inside ``root`` (and exist, as a ``kind`` ``"folder"`` or
     ``"file"``, unless ``kind`` is None); errors name ``named_in`` (the file that says the path; default
     ``root/modules.json``) and ``field``."""
-    from spladekit.io import path_inside
+    from spladekit.data.paths import path_inside
 
     named_in = named_in if named_in is not None else root / MODULES_FILE
     relative = "" if relative in (None, ".", "") else str(relative)

@@ -376,7 +376,7 @@ class OnnxSpladeEncoder(SpladeEncoder):
         from transformers import AutoTokenizer
 
         from spladekit.errors import DataFormatError
-        from spladekit.io import path_inside
+        from spladekit.data.paths import path_inside
 
         ort = require_extra("onnxruntime", "ONNX inference", "onnxruntime", "onnx")
         folder = Path(folder)

@@ -37,7 +37,6 @@ list of hard negatives while ``data.num_negatives`` > 0) raise
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -104,11 +103,13 @@ def _texts(value, row: int, column: str, source: str) -> list[str]:
 
 def _teacher(value, n_neg: int, kind: str, row: int, column: str, source: str) -> list[float]:
     """Teacher scores ``[positive, negative_1, …]`` from a score cell (scores or margins, see the module docstring)."""
+    from spladekit.data.numbers import finite_number
+
     values = list(value) if isinstance(value, (list, tuple)) else [value]
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise DataFormatError(source, f"row {row} (dataset[{row}]): expected finite numbers, got {v!r}", field=column)
-    values = [float(v) for v in values]
+    try:
+        values = [finite_number(v, source, column) for v in values]
+    except DataFormatError as exc:  # the row named as every message of this reader names it
+        raise DataFormatError(source, f"row {row} (dataset[{row}]): {exc.message}", field=column) from None
     if kind == "auto":
         kind = "scores" if len(values) == n_neg + 1 else "margins" if len(values) == n_neg else "?"
     if kind == "scores" and len(values) == n_neg + 1:

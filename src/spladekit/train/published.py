@@ -21,49 +21,26 @@
 
 Ids follow :mod:`spladekit.data.ids` (the pickles hold ``int`` keys, the TSV files strings: ``10``
 and ``"10"`` are one id, and two raw ids of one table that are one id are refused), every score
-:func:`finite_number`. A pickle is read by :mod:`spladekit.data.pickles` (plain data only: no code
+:func:`spladekit.data.numbers.finite_number`. A pickle is read by :mod:`spladekit.data.pickles` (plain data only: no code
 runs). A bad line, an id missing from the corpus or queries, or a pair without a teacher score raises
 :class:`~spladekit.errors.DataFormatError` naming the file and the line (or row).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 import warnings
 from pathlib import Path
 
 from spladekit.data.ids import normalise_id, unique_ids
+from spladekit.data.numbers import finite_number
 from spladekit.errors import DataFormatError
 from spladekit.train.examples import TrainingExample
-
-
-def finite_number(value, path, field: str, line: int | None = None) -> float:
-    """``value`` of a score or qrel file as a float: the one check of every number read from outside.
-
-    Numbers are Python's ``int``/``float`` and numpy's number scalars (``np.float32`` scores read like
-    ``np.float64`` ones).
-
-    Raises:
-        DataFormatError: naming ``path``, ``line`` and ``field``: a bool, a non-number, NaN, Infinity,
-            or a number beyond float range (``1e400`` is read as Infinity; a 400-digit integer overflows).
-    """
-    number = None
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except (OverflowError, TypeError, ValueError):
-            pass
-    if number is None or not math.isfinite(number):
-        shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) and len(str(value)) >= 30 else repr(value)
-        raise DataFormatError(path, f"expected a finite number, got {shown}", line=line, field=field)
-    return number
 
 
 def read_score_pickle(path: str | Path) -> dict[str, dict[str, float]]:
     """Read a (gzipped, when the name ends in ``.gz``) pickle ``{qid: {pid: score}}`` of plain data
     (:func:`spladekit.data.pickles.load_plain_pickle`: no code runs, whatever the file holds); ids by
-    :func:`spladekit.data.ids.unique_ids`, scores by :func:`finite_number`.
+    :func:`spladekit.data.ids.unique_ids`, scores by :func:`spladekit.data.numbers.finite_number`.
 
     Raises:
         DataFormatError: missing; a global that is not plain data (named); not a pickle; not a nested
