@@ -261,6 +261,33 @@ def test_half_done_training_is_not_resumed_with_another_config(tmp_path):
     assert run_grid(config, tmp_path, RecordingRunner(), cells=[bad], log=silent).done == [bad]
 
 
+def test_changed_input_files_are_seen_by_the_fingerprints(tmp_path):
+    """An evaluation set whose qrels changed at the same path is evaluated again; a backbone folder
+    whose files changed makes the grid refuse to reuse what was built from it (unless forced)."""
+    backbone, beir = tmp_path / "backbone", tmp_path / "beir"
+    (backbone).mkdir()
+    (backbone / "config.json").write_text("{}")
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    data = base_dict()
+    for spec in data["backbones"]:
+        spec["path"] = str(backbone)
+    for spec in data["evaluation"]["out_of_domain"]:
+        spec["path"] = str(beir)
+    config = ReproduceConfig.model_validate(data)
+    out = tmp_path / "out"
+    run_grid(config, out, RecordingRunner(), log=silent)
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\n")
+    again = RecordingRunner()
+    run_grid(config, out, again, log=silent)
+    cells = [c.id for c in plan_grid(config)]
+    assert sorted(again.calls) == sorted(("eval", f"trained:{c}", name) for c in cells for name in ("ood1", "ood2"))
+    (backbone / "config.json").write_text('{"vocab_size": 10}')
+    assert {cell_status(config, c, out) for c in plan_grid(config)} == {"stale"}
+    with pytest.raises(StaleCellError):
+        run_grid(config, out, RecordingRunner(), log=silent)
+
+
 def test_only_selected_cells(tmp_path):
     config = ReproduceConfig.model_validate(base_dict())
     runner = RecordingRunner()

@@ -12,7 +12,8 @@ Output folder layout (``OUT``)::
                         result.json       the cell's summary, written last: the done-marker
 
 Every marker is written atomically (:func:`spladekit.io.write_json`) and carries the fingerprint of
-what produced it (a SHA-256 of the stage's inputs); a stage writes ``started.json`` with the same
+what produced it (a SHA-256 of the stage's inputs: its settings and every local file it reads, by
+size and SHA-256); a stage writes ``started.json`` with the same
 fingerprint before it begins, so a half-done stage (e.g. training with checkpoints) is resumed only
 with the same inputs. On a rerun a stage whose marker exists with the
 same fingerprint is skipped; a marker with another fingerprint means the config changed: the
@@ -25,6 +26,7 @@ recorded with ``status: "diverged"`` and not retried; any other error leaves the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -79,26 +81,71 @@ def plan_grid(config: ReproduceConfig) -> list[Cell]:
 
 
 # ------------------------------------------------------------------------------ stage fingerprints
+def local_files(value: str | None, kind: str) -> tuple | None:
+    """The files a stage reads for ``value`` (a ``kind`` ``"model"`` or ``"dataset"`` resolved as the
+    stage resolves it, or a ``"file"``), each with its size and SHA-256
+    (:func:`spladekit.data.resolve.fingerprint_files`); None when ``value`` names nothing on this
+    machine (a hub id not fetched yet, an ``irds:`` id: named by the spec itself). The digests are
+    computed again only when a file's size or modification time changed since the last call."""
+    from spladekit.data.resolve import resolve_dataset, resolve_model
+    from spladekit.errors import ResolutionError
+
+    if not value or str(value).startswith("irds:"):
+        return None
+    try:
+        found = {"model": lambda: resolve_model(value, allow_hub=False), "dataset": lambda: resolve_dataset(value, download=False),
+                 "file": lambda: value}[kind]()
+    except ResolutionError:
+        return None
+    path = Path(found)
+    if not path.exists():
+        return None
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return _digests(str(path), tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+@functools.lru_cache(maxsize=256)
+def _digests(path: str, stats: tuple) -> tuple:
+    """:func:`local_files`'s digests of ``path``, cached by the files' sizes and modification times."""
+    from spladekit.data.resolve import fingerprint_files
+
+    return tuple(tuple(f) for f in fingerprint_files(path))
+
+
+def _with_files(spec: dict, key: str, files: dict) -> dict:
+    """``spec`` plus ``key: files`` (those found locally only: a spec of inputs named elsewhere is unchanged)."""
+    found = {name: list(map(list, f)) for name, f in files.items() if f is not None}
+    return {**spec, key: found} if found else spec
+
+
 def backbone_spec(backbone: BackboneSpec) -> dict:
-    """Inputs of the backbone stage (``emulate`` only when set, so grids run before it existed stay valid)."""
+    """Inputs of the backbone stage (``emulate`` only when set, so grids run before it existed stay valid),
+    with the files of a local backbone (:func:`local_files`)."""
     spec = {"path": backbone.path, "inflate": backbone.inflate}
     if backbone.emulate is not None:
         spec["emulate"] = backbone.emulate.model_dump()
-    return spec
+    return _with_files(spec, "files", {"path": local_files(backbone.path, "model")})
 
 
 def init_spec(config: ReproduceConfig, cell: Cell) -> dict:
-    """Inputs of the init stage (diagnose, rescale)."""
-    return {
+    """Inputs of the init stage (diagnose, rescale), with the files of the diagnosis texts' dataset."""
+    spec = {
         "backbone": backbone_spec(cell.backbone),
         "rescale": cell.treatment.rescale.model_dump(exclude={"force"}) if cell.treatment.rescale else None,
         "diagnosis": config.diagnosis.model_dump(),
     }
+    return _with_files(spec, "files", {"diagnosis.dataset": local_files(config.diagnosis.dataset, "dataset")})
 
 
 def train_spec(config: ReproduceConfig, cell: Cell) -> dict:
-    """Inputs of the training stage (the init stage's plus the training config and seed)."""
-    return {"init": init_spec(config, cell), "train": config.train_dict("<init>", cell.seed)}
+    """Inputs of the training stage (the init stage's plus the training config and seed), with the
+    files of its training and dev data (those :func:`spladekit.train.checkpoints.input_files` reads)."""
+    train = config.train_dict("<init>", cell.seed)
+    data, dev = train.get("data") or {}, train.get("dev") or {}
+    files = {"data.path": local_files(data.get("path"), "dataset" if data.get("format", "beir") == "beir" else "file"),
+             "dev.data": local_files(dev.get("data"), "dataset")}
+    files.update({f"data.{k}": local_files(data.get(k), "file") for k in ("teacher_scores", "queries", "corpus")})
+    return _with_files({"init": init_spec(config, cell), "train": train}, "files", files)
 
 
 #: Evaluation-set fields added after grids were already run: left out of the fingerprint when unset,
@@ -114,7 +161,9 @@ def eval_spec(config: ReproduceConfig, cell: Cell, dataset: EvalDatasetSpec, sta
     encoding = {"k": ev.k, "query_max_length": ev.query_max_length, "doc_max_length": ev.doc_max_length}
     if ev.backend != "exact":  # added after grids were run: exact evaluations keep their fingerprints
         encoding["backend"] = ev.backend
-    return {"model": model, "stage": stage, "dataset": dataset.model_dump(exclude=unset), "encoding": encoding}
+    spec = {"model": model, "stage": stage, "dataset": dataset.model_dump(exclude=unset), "encoding": encoding}
+    return _with_files(spec, "files", {"path": local_files(dataset.path, "dataset"), "qrels": local_files(dataset.qrels, "file"),
+                                       "queries": local_files(dataset.queries, "file")})
 
 
 # ------------------------------------------------------------------------------ the runner
@@ -388,7 +437,8 @@ def _evals_current(config: ReproduceConfig, cell: Cell, out: Path) -> bool:
 
 
 def cell_status(config: ReproduceConfig, cell: Cell, out: str | Path) -> str:
-    """``"done"``, ``"diverged"``, ``"stale"`` (produced by another config), ``"partial: <stages>"`` or ``"pending"``."""
+    """``"done"``, ``"diverged"``, ``"stale"`` (produced by another config or other input files),
+    ``"partial: <stages>"`` or ``"pending"``."""
     folder = Path(out) / "cells" / cell.id
     summary = _read_marker(folder / RESULT)
     if summary is not None:
