@@ -799,6 +799,30 @@ def test_read_yaml_refuses_repeated_keys_naming_the_line(tmp_path):
     assert (info.value.line, info.value.field) == (4, "lr")
 
 
+def test_yaml_that_would_run_code_is_refused(tmp_path):
+    """A config with PyYAML's python tags (``!!python/object/apply:os.system``): read_yaml (the safe
+    loader) and --set values (overrides) refuse it naming the file and line; the command never runs;
+    the judge: PyYAML's unsafe loader runs it."""
+    import yaml
+
+    from spladekit.errors import DataFormatError
+    from spladekit.io import read_yaml
+    from spladekit.train import load_config
+
+    marker = tmp_path / "marker"
+    path = tmp_path / "config.yaml"
+    path.write_text(f"steps: 2\nlr: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(DataFormatError, match=r"config.yaml, line 2: not valid YAML"):
+        read_yaml(path)
+    with pytest.raises(DataFormatError, match=r"config.yaml, line 2"):
+        load_config(path)
+    with pytest.raises(DataFormatError, match=r"<overrides>: override .*: not a YAML value"):
+        load_config(None, [f"lr=!!python/object/apply:os.system ['touch {marker}']"])
+    assert not marker.exists()
+    yaml.unsafe_load(path.read_text())  # the judge
+    assert marker.exists()
+
+
 @pytest.mark.parametrize("line, field, words", [
     ('{"_id": "31715818 X", "text": "t"}', "_id", "white space"),  # would fail only when the run is written
     ('{"_id": "d2", "_id": "zz", "text": "t"}', "_id", "more than once"),  # json kept "zz" in silence

@@ -519,3 +519,24 @@ def test_a_teacher_module_path_out_of_its_folder_is_refused(ce, texts, tmp_path)
         mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
                         teachers=[str(teacher)], num_negatives=3), out, show_progress=False)
     assert not out.exists()
+
+
+def test_a_teacher_with_its_own_code_is_refused(ce, texts, tmp_path):
+    """A cross-encoder whose config.json maps its class to the folder's own code (auto_map): refused
+    naming config.json before anything is imported from it or --out is made."""
+    import shutil
+
+    from spladekit.errors import UnsupportedModelError
+
+    folder, _, _ = texts
+    teacher, marker = tmp_path / "teacher", tmp_path / "marker"
+    shutil.copytree(ce, teacher)
+    (teacher / "modeling_evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    config = json.loads((teacher / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_evil.Evil"}
+    (teacher / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map'"):
+        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
+                        teachers=[str(teacher)], num_negatives=3), out, show_progress=False)
+    assert not out.exists() and not marker.exists()

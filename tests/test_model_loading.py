@@ -146,3 +146,60 @@ def test_spec_apply_scales_the_decoder(models):
     assert torch.equal(find_mlm_head(mlm).weight.detach(), before * 0.5)
     assert torch.equal(find_mlm_head(mlm).bias.detach(), bias)  # scale_bias=False
     assert RescaleSpec().apply(mlm) is None
+
+
+def test_a_folder_with_its_own_code_is_refused_before_anything_runs(models, tmp_path):
+    """config.json mapping the model to the folder's own modeling_evil.py (auto_map), whose import writes
+    a marker: refused naming config.json and auto_map, before transformers would import it (or ask on the
+    terminal); the same in tokenizer_config.json; the judge: transformers with trust_remote_code=True runs it."""
+    import json
+
+    from transformers import AutoModelForMaskedLM
+
+    from spladekit.errors import UnsupportedModelError
+    from spladekit.model.encoder import SpladeEncoder
+
+    good, _ = models
+    folder, marker = tmp_path / "custom", tmp_path / "marker"
+    shutil.copytree(good, folder)
+    (folder / "modeling_evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+                                             "from transformers import BertForMaskedLM as EvilForMaskedLM\n")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}}))
+    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map': .*modeling_evil.EvilForMaskedLM"):
+        SpladeEncoder.from_pretrained(str(folder))
+    assert not marker.exists()
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer, "auto_map": {"AutoTokenizer": [None, "tokenization_evil.Evil"]}}))
+    with pytest.raises(UnsupportedModelError, match=r"tokenizer_config.json: field 'auto_map'"):
+        SpladeEncoder.from_pretrained(str(folder))
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}}))
+    AutoModelForMaskedLM.from_pretrained(str(folder), trust_remote_code=True)  # the judge: the code is real
+    assert marker.exists()
+
+
+def test_pickled_weights_that_would_run_code_are_refused(models, tmp_path):
+    """pytorch_model.bin holding an object whose __reduce__ runs a command: torch's weights_only loader
+    (transformers') refuses it naming the file; the command never runs; torch.load without it would run it."""
+    import os
+
+    from spladekit.errors import DataFormatError
+    from spladekit.model.encoder import SpladeEncoder
+
+    good, _ = models
+    folder, marker = tmp_path / "pickled", tmp_path / "marker"
+    shutil.copytree(good, folder)
+    (folder / "model.safetensors").unlink()
+
+    class WritesMarker:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    torch.save({"bert.embeddings.word_embeddings.weight": WritesMarker()}, folder / "pytorch_model.bin")
+    with pytest.raises(DataFormatError, match=r"pytorch_model.bin: cannot read the model's weights \(UnpicklingError"):
+        SpladeEncoder.from_pretrained(str(folder))
+    assert not marker.exists()
+    torch.load(folder / "pytorch_model.bin", weights_only=False)  # the judge
+    assert marker.exists()

@@ -10,8 +10,12 @@ from typing import Any
 import yaml
 
 
-def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text) if text.strip() else ""
+def _parse_value(text: str, item: str) -> Any:
+    """``text`` read by PyYAML's safe loader (plain data: a ``!!python/...`` tag is refused, never run)."""
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ValueError(f"override {item!r}: not a YAML value ({getattr(exc, 'problem', None) or exc})") from None
 
 
 def _index(node: list, part: str, item: str) -> int:
@@ -26,7 +30,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     A numeric part indexes a list (``backbones.0.path=...``).
 
     Raises:
-        ValueError: an override without ``=``, or a path through something that is not a mapping/list.
+        ValueError: an override without ``=``, a path through something that is not a mapping/list, or a
+            value that is not plain YAML (a ``!!python/...`` tag).
     """
     for item in overrides:
         if "=" not in item:
@@ -39,7 +44,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             if not isinstance(node, (dict, list)):
                 raise ValueError(f"override {item!r}: {part!r} is not a section")
         if isinstance(node, list):
-            node[_index(node, last, item)] = _parse_value(value)
+            node[_index(node, last, item)] = _parse_value(value, item)
         else:
-            node[last] = _parse_value(value)
+            node[last] = _parse_value(value, item)
     return data

@@ -125,7 +125,8 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 def check_teacher_files(name: str) -> None:
     """Refuse, from its files and without loading its weights, a teacher that could not score: not a
-    one-label cross-encoder (:func:`check_cross_encoder`), no weight file, or a tokenizer giving ids past
+    one-label cross-encoder (:func:`check_cross_encoder`), custom code (``auto_map``:
+    :func:`spladekit.model.folders.refuse_custom_code`), no weight file, or a tokenizer giving ids past
     the embedding's rows (``config.json``'s ``vocab_size``: an ``IndexError`` in the middle of scoring
     otherwise). A mining run checks every teacher so before it mines candidates or writes anything.
 
@@ -137,8 +138,11 @@ def check_teacher_files(name: str) -> None:
     from spladekit.data.resolve import resolve_model
     from spladekit.errors import DataFormatError
 
+    from spladekit.model.folders import refuse_custom_code
+
     check_cross_encoder(name)
     home = _transformer_folder(Path(resolve_model(name)))
+    refuse_custom_code(home)
     if not any((home / f).is_file() for f in WEIGHT_FILES):
         raise DataFormatError(home, f"teacher {name!r} has no weights (none of {', '.join(WEIGHT_FILES)})")
     rows = (read_json(home / "config.json") or {}).get("vocab_size") if (home / "config.json").is_file() else None

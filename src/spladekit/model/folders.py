@@ -525,6 +525,31 @@ def _read_sentence_transformers(root: Path) -> ModelFolder:
                        pooling=pooling, activation=activation, max_length=length[0], max_length_file=length[1], top_k=top_k)
 
 
+#: the files whose ``auto_map`` can name Python code of the folder, which transformers would import and run
+CODE_MAPS = ("config.json", "tokenizer_config.json")
+
+
+def refuse_custom_code(*folders: str | Path) -> None:
+    """Refuse a model folder whose ``config.json`` or ``tokenizer_config.json`` maps a class to Python
+    code of its own (an ``auto_map`` entry ``module.Class``): transformers would import and run that
+    file, or ask on the terminal whether to. spladekit never passes ``trust_remote_code``: it loads
+    only transformers' own architectures, and says so before anything is loaded.
+
+    Raises:
+        UnsupportedModelError: naming the file, the field ``auto_map`` and the code it names.
+    """
+    for folder in folders:
+        for name in CODE_MAPS:
+            path = Path(folder) / name
+            mapping = _json_object(path).get("auto_map") if path.is_file() else None
+            values = mapping.values() if isinstance(mapping, dict) else [mapping] if mapping else []
+            code = [v for value in values for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and "." in v]
+            if code:
+                raise UnsupportedModelError(path, f"the folder maps classes to its own Python code ({', '.join(code)}); "
+                                            "spladekit runs no code from a model folder (it never passes "
+                                            "trust_remote_code): use a model of a transformers architecture", field="auto_map")
+
+
 def read_model_folder(location: str | Path) -> ModelFolder:
     """What the model at ``location`` (a folder, or a hub id that transformers resolves itself) says.
 
@@ -532,7 +557,8 @@ def read_model_folder(location: str | Path) -> ModelFolder:
 
     Raises:
         ResolutionError: a folder without ``config.json`` or ``modules.json``.
-        UnsupportedModelError: a layout that spladekit cannot compute exactly (module docstring).
+        UnsupportedModelError: a layout that spladekit cannot compute exactly (module docstring), or
+            custom code (:func:`refuse_custom_code`).
         DataFormatError: a damaged file (naming it and the field).
     """
     from spladekit.errors import ResolutionError
@@ -560,6 +586,7 @@ def read_model_folder(location: str | Path) -> ModelFolder:
         raise ResolutionError(f"model folder {root} has neither config.json (a masked LM) nor modules.json "
                               "(sentence-transformers)")
     folder.spladekit_json = spladekit_json
+    refuse_custom_code(folder.mlm_dir, folder.tokenizer_dir)
     if spladekit_json is not None and spladekit_json.get("query_encoder") == "inference-free":
         from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
 

@@ -239,7 +239,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = read_yaml(path)
         if not isinstance(data, dict):
             raise DataFormatError(path, "expected a mapping at the top level")
-    apply_overrides(data, overrides or [])
+    try:
+        apply_overrides(data, overrides or [])
+    except ValueError as exc:  # not key=value, a path through a value, not a YAML value
+        raise DataFormatError("<overrides>", str(exc)) from None
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
