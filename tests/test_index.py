@@ -216,6 +216,34 @@ def test_a_resumed_build_encodes_again_a_chunk_whose_documents_changed(tiny, tmp
     assert np.allclose(index.docs[1].toarray(), encoder.encode_documents(["an edited text"]).toarray(), atol=1e-5)
 
 
+def test_a_resumed_build_encodes_again_when_the_model_changed_at_the_same_path(tiny, tmp_path):
+    """The model folder was retrained in place between the kill and the resume (same path, same
+    spladekit.json): no chunk of the old model is reused; the index equals a fresh build's."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from spladekit.model.encoder import SpladeEncoder
+
+    model, beir = tiny
+    folder = tmp_path / "model"
+    shutil.copytree(model, folder)
+    out = tmp_path / "index"
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(CountingEncoder(SpladeEncoder.from_pretrained(str(folder), head_impl="plain"), fail_after=2), beir, out,
+                    chunk_size=2)
+    weights = load_file(folder / "model.safetensors")
+    weights = {name: (t * 1.5 if t.dtype == torch.float32 else t) for name, t in weights.items()}
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    encoder = SpladeEncoder.from_pretrained(str(folder), head_impl="plain")
+    resumed = CountingEncoder(encoder)
+    index = Index.build(resumed, beir, out, chunk_size=2)
+    assert index.build_stats["reused"] == 0 and resumed.encoded == [DOCS[i : i + 2] for i in range(0, len(DOCS), 2)]
+    fresh = Index.build(encoder, beir, tmp_path / "fresh", chunk_size=2)
+    assert (index.docs != fresh.docs).nnz == 0  # the same computation twice
+
+
 def test_seismic_index_is_built_once_stored_and_reopened(tmp_path):
     pytest.importorskip("seismic")
     from spladekit.index.seismic import SeismicBuildParams

@@ -68,6 +68,37 @@ def _chunk_digest(chunk: list[tuple[str, str]]) -> str:
     return hashlib.sha256(json.dumps(chunk, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
+def encoder_digest(encoder) -> str | None:
+    """SHA-256 of what an encoder computes with: every tensor of its model's state (names, dtypes,
+    bytes), its inference-free query weights, and its tokenizer's definition (a fast tokenizer's JSON
+    less the per-call truncation and padding, else its vocabulary): a resumed build reuses chunks only from the same model, whatever
+    folder it was loaded from. None for an encoder without a torch model (an ONNX one: its
+    ``metadata`` names the export)."""
+    import hashlib
+
+    import torch
+
+    model = getattr(encoder, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        return None
+    digest = hashlib.sha256()
+    tensors = sorted(model.state_dict().items())
+    weights = getattr(encoder, "query_weights", None)
+    if isinstance(weights, torch.Tensor):
+        tensors.append(("query_weights", weights))
+    for name, tensor in tensors:
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    tokenizer = getattr(encoder, "tokenizer", None)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # less the truncation and padding of the last call (set per call by the encoder)
+        spec = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+    else:
+        spec = sorted(tokenizer.get_vocab().items()) if tokenizer is not None else None
+    digest.update(json.dumps(spec, sort_keys=True).encode("utf-8"))
+    return digest.hexdigest()
+
+
 def _stored_digest(path: Path) -> str | None:
     try:
         with np.load(path) as f:

@@ -64,7 +64,7 @@ from spladekit.index.seismic_shards import open_or_build, verify_files
 # moved to rooms of their own (mechanically; their old import path stays): the records of a search,
 # and the chunk files of a resumable build
 from spladekit.index.results import LatencyStats, SearchResult, SearchSettings, recall_at_k  # noqa: F401
-from spladekit.index.build_chunks import (_ChunkIds, _chunk_digest, _chunks, _corpus_size, _documents,  # noqa: F401
+from spladekit.index.build_chunks import (_ChunkIds, _chunk_digest, _chunks, _corpus_size, _documents, encoder_digest,  # noqa: F401
                                           _load_chunk, _reports_batches, _save_chunk, _stored_digest)
 
 log = logging.getLogger(__name__)
@@ -295,7 +295,7 @@ class Index:
         sync = barrier if distributed else (lambda: None)
         work = out.with_name(f".{out.name}.build")
         encoder_meta = asdict(encoder.metadata) if getattr(encoder, "metadata", None) is not None else {}
-        fingerprint = {"format": FORMAT, "chunk_size": chunk_size, "vocab_size": int(encoder.vocab_size), "encoder": encoder_meta,
+        fingerprint = {"format": FORMAT, "chunk_size": chunk_size, "vocab_size": int(encoder.vocab_size), "encoder": encoder_meta, "model": encoder_digest(encoder),
                        "corpus": str(corpus) if isinstance(corpus, (str, Path)) else None,
                        "metadata": json.loads(json.dumps(metadata or {}, default=str))}
         try:
