@@ -42,6 +42,28 @@ def test_download_beir_from_file_url_with_checksum(tmp_path):
     assert not (tmp_path / "cache" / "toy2").exists()
 
 
+def test_a_zip_whose_members_leave_its_folder_writes_nothing_outside(tmp_path):
+    """A downloaded BEIR zip naming members ``../../outside.txt`` and ``/abs.txt`` (zip slip): nothing is
+    written outside the unpacking folder (zipfile's extractall drops the ``..`` and the root), the
+    dataset is still read."""
+    archive = tmp_path / "dl" / "evil.zip"
+    archive.parent.mkdir()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("evil/corpus.jsonl", json.dumps({"_id": "d1", "text": "hello"}) + "\n")
+        zf.writestr("evil/queries.jsonl", json.dumps({"_id": "q1", "text": "hi"}) + "\n")
+        zf.writestr("evil/qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+        zf.writestr("../../outside.txt", "escaped")
+        zf.writestr("/abs.txt", "escaped")
+    archive.write_bytes(buf.getvalue())
+    before = {p for p in tmp_path.rglob("*")}
+    folder = resolve.download_beir("evil", tmp_path / "cache", url=archive.as_uri(), md5="")
+    assert (folder / "corpus.jsonl").is_file()
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert all(p == tmp_path / "cache" or (tmp_path / "cache") in p.parents for p in written), written
+    assert not (tmp_path / "outside.txt").exists() and not any(p.name in ("outside.txt", "abs.txt") for p in written)
+
+
 def test_unknown_dataset_without_download(tmp_path, monkeypatch):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path))
     with pytest.raises(ResolutionError, match="not found"):
