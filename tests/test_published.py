@@ -306,3 +306,26 @@ def test_a_beir_corpus_is_read_as_title_and_text(tmp_path):
                                 "body2": list(PASSAGES.values())}).to_parquet(str(parquet))
     with pytest.raises(DataFormatError, match=r"which column is the text\? string columns \['head', 'body2'\]"):
         load_training_examples(DataConfig(**{**config, "corpus": str(parquet)}))
+
+
+def test_spladekit_train_on_a_hostile_pickle_ends_in_one_line_before_out(tmp_path):
+    """`spladekit train` with data.teacher_scores a pickle that would run a command: one `error:` line
+    naming the file and the global, exit 2, the command never runs and --out is not made."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = st_hard_negatives(tmp_path / "st")
+    marker = tmp_path / "marker"
+    _pickle(Path(config["teacher_scores"]), {101: {1: _WritesMarker(marker)}})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"data": config, "steps": 1}))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "spladekit", "train", str(tmp_path / "c.yaml"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith(f"error: {config['teacher_scores']}: refused: the pickle names the global {os.name}.system")
+    assert not out.exists() and not marker.exists()
