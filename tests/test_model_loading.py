@@ -153,8 +153,9 @@ def test_a_folder_with_its_own_code_is_refused_before_anything_runs(models, tmp_
     a marker: refused naming config.json and auto_map, before transformers would import it (or ask on the
     terminal); the same in tokenizer_config.json; the judge: transformers with trust_remote_code=True runs it."""
     import json
-
-    from transformers import AutoModelForMaskedLM
+    import os
+    import subprocess
+    import sys
 
     from spladekit.errors import UnsupportedModelError
     from spladekit.model.encoder import SpladeEncoder
@@ -176,7 +177,11 @@ def test_a_folder_with_its_own_code_is_refused_before_anything_runs(models, tmp_
         SpladeEncoder.from_pretrained(str(folder))
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}}))
-    AutoModelForMaskedLM.from_pretrained(str(folder), trust_remote_code=True)  # the judge: the code is real
+    # the judge: transformers with trust_remote_code=True runs the code (in another process: it registers
+    # the folder's class for BERT configs in this process's auto classes)
+    judge = f"from transformers import AutoModelForMaskedLM; AutoModelForMaskedLM.from_pretrained({str(folder)!r}, trust_remote_code=True)"
+    subprocess.run([sys.executable, "-c", judge], check=True, capture_output=True, timeout=300,
+                   env=dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules")))
     assert marker.exists()
 
 
