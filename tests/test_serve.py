@@ -377,7 +377,7 @@ def test_a_pipelined_head_is_refused_after_the_answer_before_it(impatient, scifa
     start of a head, which 0.1 s later grows past 64 KiB in later reads: the search is answered
     first (200, or 503 if it timed out), then 431 naming the headers, then the connection is closed.
     (The 431 used to be written at once, before the search's answer, whose own write then failed.)"""
-    from spladekit.serve.app import MAX_HEAD_BYTES
+    from spladekit.serve.connection import MAX_HEAD_BYTES
 
     _, queries = scifact_index
     body = json.dumps({"query": [((q + " ") * 20)[:1900] for q in queries], "k": K}).encode()
@@ -563,7 +563,7 @@ def _raw_exchange(port: int, head: bytes, body: bytes = b"") -> tuple[int, bytes
 def test_an_over_long_head_gets_431_and_a_long_one_is_served(server):
     """A request head over MAX_HEAD_BYTES (64 KiB) is answered 431 and its connection closed, not
     buffered without end (a 64 MiB header was, before); a 32 KiB header is served as usual."""
-    from spladekit.serve.app import MAX_HEAD_BYTES
+    from spladekit.serve.connection import MAX_HEAD_BYTES
 
     body = json.dumps({"query": "protein folding", "k": 3}).encode()
 

@@ -347,7 +347,7 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
     require_protobuf()
     from google.protobuf.message import DecodeError
 
-    from spladekit.index.io import DocIds
+    from spladekit.index.layout import DocIds
 
     scale = check_scale(scale)
     path, spill = Path(path), Path(spill)
