@@ -305,7 +305,9 @@ def test_elastic_bulk_round_trip_and_query_scores_dot_product(tmp_path, keys, fi
 
 # ------------------------------------------------------------------ index folder
 def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
-    from spladekit.index.io import content_hash, load_index, load_vocabulary, save_index
+    from spladekit.index.index import load_index
+    from spladekit.index.layout import content_hash, load_vocabulary
+    from spladekit.index.writer import save_index
 
     raw = sp.csr_matrix((np.array([1.0, 2.0, 0.5, 0.0], np.float32), np.array([4, 1, 4, 2]), np.array([0, 4])), shape=(1, 6))
     save_index(tmp_path / "i", raw, ["d"], {"model": "m"}, vocabulary=list("abcdef"))

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import tempfile
-from dataclasses import replace
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from spladekit.index.exact import exact_search
-from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams, recall_at_k
+from spladekit.index.results import recall_at_k
+from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
 
 pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
 
@@ -206,7 +206,7 @@ def test_knn_graph_finds_the_neighbours_static_pruning_dropped(tmp_path):
     assert [r for r, _ in without] == [2 * i for i in range(pairs)]  # the A's only: pairs hits, not k
     with pytest.raises(ValueError, match="no|holds \\(0\\)"):
         plain.search(query, k=k, params=SeismicSearchParams(**every, n_knn=1))  # no graph: refused, not ignored
-    graph = SeismicSearcher(docs, replace(build, nknn=1))
+    graph = SeismicSearcher(docs, build.model_copy(update={"nknn": 1}))
     assert graph.knn_len == 1
     folder = tempfile.mkdtemp(dir=tmp_path)
     graph.save(folder)
