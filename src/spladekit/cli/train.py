@@ -10,7 +10,7 @@ import typer
 
 from spladekit.cli.app import app, fail
 
-TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.loop)
+TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.trainer)
 
 
 @app.command()
