@@ -36,10 +36,12 @@ Example::
 from __future__ import annotations
 
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from spladekit.io import read_json, write_json
 from spladekit.train.dev import DEV_SPLIT, BestTracker
@@ -152,7 +154,7 @@ class Alarms(Callback):
         trainer.pending_stats.update(stats)
         if message and trainer.info.is_main:
             trainer.alarms.append(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            _warn([message])
 
     def on_log(self, trainer, record: dict) -> None:
         config = trainer.config
@@ -163,11 +165,17 @@ class Alarms(Callback):
         record["alarms"] = fired
         trainer.alarms.extend(fired)
         if trainer.info.is_main:
-            for message in fired:
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
+            _warn(fired)
         if config.monitor.stop_on_collapse:
             trainer.log.write(record)
             raise CollapseError(fired[0])
+
+
+def _warn(messages: list[str]) -> None:
+    """Each message as a ``RuntimeWarning``, written between the lines of an open progress bar."""
+    with tqdm.external_write_mode(file=sys.stderr):
+        for message in messages:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 class ModelCards(Callback):

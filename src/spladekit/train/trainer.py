@@ -104,6 +104,11 @@ class Trainer:
     ``dev`` (the last such records), ``best``; ``model_dir``, ``last_dir`` at the end. State they
     set: ``pending_stats`` (joins the next training record), ``stop_requested`` (read after each
     in-loop dev evaluation; rank 0's decision holds on every process), ``best``.
+
+    Example::
+
+        trainer = Trainer(config, "outputs/run", callbacks=default_callbacks(config))
+        result = trainer.fit()   # what train(config, "outputs/run") does
     """
 
     def __init__(self, config: TrainConfig, out: str | Path, *, examples: Sequence[TrainingExample] | None = None,
@@ -123,6 +128,8 @@ class Trainer:
         self.validation = self.dev = self.best = None
         self.stop_requested = self.should_stop = False
         self.model_dir = self.last_dir = self.curves = None
+        self.params: list[torch.nn.Parameter] = []
+        self.warm_q = self.warm_d = None
 
     # ------------------------------------------------------------------------------------ the run
     def fit(self) -> TrainResult:
@@ -302,7 +309,8 @@ class Trainer:
             self.validation = self._evaluated(record)
         if dev and self.dev_set is not None:
             with self.phase("dev"):
-                record = evaluate_dev(self.model, self.tokenizer, self.config, self.dev_set, step, self.device)
+                record = evaluate_dev(self.model, self.tokenizer, self.config, self.dev_set, step, self.device,
+                                      show_progress=self.show_progress)
             self.dev = self._evaluated(record)
 
     def _evaluated(self, record: dict) -> dict:
