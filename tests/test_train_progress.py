@@ -55,7 +55,7 @@ def test_spladekit_train_says_each_phase_in_order(tiny, tmp_path):
     for step, val, row in ((2, validation[1], dev[1]), (4, validation[2], dev[2])):
         expected += ["training:", f"validation at step {step}: ranking loss {val['val_loss_rank']:.4f}",
                      f"dev evaluation at step {step}", f"dev at step {step}: nDCG@10 {row['nDCG@10']:.4f}"]
-    expected += ["saving the final model", f"final model (step 4): {out / 'last'}", "model cards written",
+    expected += ["saving the final model", f"final model (step 4): {out / 'last'}", "done: 4 steps in ",
                  f"trained 4 steps; best dev nDCG@10 {best['value']:.4f} at step {best['step']}: {out / 'model'}; "
                  f"last model (step 4): {out / 'last'}"]
     position = 0

@@ -10,7 +10,7 @@ On stderr, main process only, in the order of the run:
   as a line before it, the corpus-encoding bar, and a line with its scores (``*`` marks a new best);
 - a bar over the training steps. It closes before each evaluation and reopens after it, carrying the
   training time so far, so its rate and ETA count training steps only;
-- a line for the final model, the curves and the cards.
+- a line for the final model and the curves, and the time spent training and evaluating.
 """
 
 from __future__ import annotations
@@ -138,9 +138,8 @@ class Progress(Callback):
 
     def on_train_end(self, trainer) -> None:
         self._close_bar()
-        if trainer.model_dir is not None:
-            self.say(f"model cards written; {trainer.end} steps: {self.trained_s:.0f} s training, "
-                     f"{self.evaluated_s:.0f} s evaluating")
+        self.say(f"done: {trainer.end - trainer.start} steps in {self.trained_s:.0f} s of training, "
+                 f"{self.evaluated_s:.0f} s of evaluation")
 
     def _close_bar(self) -> None:
         if self.bar is not None:
