@@ -254,10 +254,7 @@ def test_checker_finds_an_upward_import():
 MOVED = {
     "spladekit.model.encoder": ("spladekit.model.metadata", ["METADATA_FILE", "EncoderMetadata", "check_top_k",
                                                              "damaged_weights_error"]),
-    "spladekit.train.export": ("spladekit.model.st_modules", ["write_sentence_transformers_files",
-                                                              "write_inference_free_sentence_transformers_files"]),
     "spladekit.train.data": ("spladekit.train.examples", ["TrainingExample"]),
-    "spladekit.train.loop": ("spladekit.train.checkpoints", ["latest_checkpoint", "save_checkpoint", "load_checkpoint"]),
     "spladekit.pipeline": ("spladekit.evaluate.retrieval", ["evaluate_splade", "SystemResult", "conventions_for"]),
     "spladekit.index": ("spladekit.index.merge", ["merge_shards"]),
 }

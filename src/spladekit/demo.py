@@ -230,12 +230,13 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped
         write_system(system, out / folder)
     print(f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
-          f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)")
+          f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)", flush=True)  # before the training's lines (stderr)
     print(f"fine-tuning on {data} train: {config.steps} steps, batch {config.batch_size}, lr {config.lr}, "
-          f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}")
+          f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}", flush=True)
     started = time.perf_counter()
     result = run_training(config, out / "train")
     train_seconds = time.perf_counter() - started
+    print(result.summary(), flush=True)  # as `spladekit train` ends
     best = result.best
     label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
     after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)

@@ -139,7 +139,7 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
     """``spladekit inference-free``: ``model``'s document encoder with an inference-free query side
     whose weights are the IDF of the corpus of ``data`` (or of ``documents``), saved into ``out``
     atomically with the sentence-transformers ``Router`` files (where expressible, see
-    :func:`spladekit.train.export.write_inference_free_sentence_transformers_files`).
+    :func:`spladekit.model.st_modules.write_inference_free_sentence_transformers_files`).
 
     Returns:
         The :class:`SpladeEncoder` (its ``query_weights`` set).

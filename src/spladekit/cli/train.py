@@ -10,7 +10,7 @@ import typer
 
 from spladekit.cli.app import app, fail
 
-TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.loop)
+TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.trainer)
 
 
 @app.command()
@@ -18,7 +18,7 @@ def train(
     config: Optional[Path] = typer.Argument(None, help="YAML training config (see configs/); defaults when omitted"),
     out: Path = typer.Option(Path("outputs/train"), help="output folder (checkpoints, metrics.jsonl, curves, model/)"),
     set_: List[str] = typer.Option([], "--set", help="override a config field: --set regularizer.lambda_d=1e-3"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress lines and bars (stderr)"),
 ):
     """Train a SPLADE model; resumes from the newest checkpoint in OUT (unless resume=false)."""
     from spladekit.errors import SpladekitError
@@ -38,11 +38,13 @@ def train(
         fail(exc)
     if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: only the main process reports
         return
-    last = result.last_metrics
-    typer.echo(f"trained {result.steps} steps; final model: {result.model_dir}")
-    if last:
-        typer.echo(f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}")
-    if result.validation:
-        typer.echo(f"validation: {result.validation}")
+    typer.echo(result.summary())
+    last, held_out = result.last_metrics, result.validation
+    details = [f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}"] if last else []
+    if held_out:
+        details.append(f"held-out validation at step {held_out['step']}: ranking loss {held_out['val_loss_rank']:.4f}, "
+                       f"accuracy {held_out['val_accuracy']:.3f}")
+    if details:
+        typer.echo("; ".join(details))
     for alarm in result.alarms:
         typer.secho(f"alarm: {alarm}", fg=typer.colors.YELLOW, err=True)

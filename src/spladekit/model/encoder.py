@@ -306,8 +306,12 @@ class SpladeEncoder:
         meta.doc_max_length = encoder.check_max_length(meta.doc_max_length)
         return encoder
 
-    def save_pretrained(self, folder: str | Path) -> None:
+    def save_pretrained(self, folder: str | Path, *, config: dict | None = None) -> None:
         """Save model, tokenizer, ``spladekit.json`` and the sentence-transformers module files into ``folder``.
+
+        ``config``: the configuration that made the model (a training run's), saved as ``config.yaml``
+        beside it when given. The writes go straight into ``folder``; a caller wanting the folder whole
+        or not at all wraps the call in :func:`spladekit.io.atomic_folder`.
 
         A rescaling record of the MLM head (``config.spladekit_rescale``, see
         :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
@@ -345,6 +349,10 @@ class SpladeEncoder:
             save_query_weights(folder, self.query_weights)
             meta.query_encoder = INFERENCE_FREE
         meta.save(folder)
+        if config is not None:
+            from spladekit.io import write_yaml
+
+            write_yaml(folder / "config.yaml", config)
 
     # ------------------------------------------------------------------ encoding
     @property

@@ -168,7 +168,7 @@ class ModelFolder:
                         raise UnsupportedModelError(path, f"says {name} {written!r} but the sentence-transformers "
                                                     f"SpladePooling module says {getattr(self, name)!r}; the two "
                                                     "libraries would compute different vectors", field=name)
-                # spladekit writes max_seq_length = doc_max_length (train.export); sentence-transformers
+                # spladekit writes max_seq_length = doc_max_length (model.st_modules); sentence-transformers
                 # truncates both sides there, spladekit documents at doc_max_length
                 if self.max_length_file is not None and meta.doc_max_length != self.max_length:
                     raise UnsupportedModelError(path, f"says doc_max_length {meta.doc_max_length} but "
