@@ -99,6 +99,19 @@ def require_extra(module: str, feature: str, package: str, extra: str):
         raise MissingExtraError(feature, package, extra) from exc
 
 
+class CardMismatchError(SpladekitError, ValueError):
+    """A model card edited by hand describes another model than the one it would sit beside (its
+    record line, :mod:`spladekit.publish.card_record`, differs from the model's facts). Attributes:
+    ``path`` (the card), ``differences`` (one ``"FACT: X in the card, Y in this model"`` each)."""
+
+    def __init__(self, path, differences: list[str], remedy: str):
+        self.path, self.differences, self.remedy = path, list(differences), remedy
+        super().__init__(f"{path}: edited by hand, and it describes another model ({'; '.join(self.differences)}); {remedy}")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.differences, self.remedy)
+
+
 class RepeatedIdError(SpladekitError, ValueError):
     """A document id given twice. Attributes: ``doc_id``, and ``first`` < ``second``, the 0-based
     positions of its two occurrences in input order (a reader of a file turns them into lines)."""
