@@ -29,6 +29,7 @@ def evaluate(
 ):
     """Evaluate a model on a BEIR split (or an existing run against qrels)."""
     from spladekit.cli.evaluate import build_conventions
+    from spladekit.data.irds import check_irds
     from spladekit.errors import SpladekitError
     from spladekit.io import write_json
 
@@ -38,6 +39,7 @@ def evaluate(
     else:  # no preset: the pipeline picks the one matching the dataset name
         conventions = build_conventions(preset, rel, remove_query_id, dedupe) if custom else None
     try:
+        check_irds(data)  # before the model loads
         if run is not None:
             from spladekit.data.trec import read_qrels, read_run
             from spladekit.evaluate.metrics import evaluate as evaluate_run
@@ -77,10 +79,13 @@ def demo(
     set_: list[str] = typer.Option([], "--set", help="override a training-config field, e.g. --set steps=50"),
 ):
     """The main job on the embedded default: SPLADE vs BM25 on SciFact test, then fine-tune and compare."""
-    from spladekit.demo import run_demo
+    from spladekit.data.irds import check_irds
     from spladekit.errors import SpladekitError
 
     try:
+        check_irds(data)  # before torch and the model load
+        from spladekit.demo import run_demo
+
         run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_)
     except (SpladekitError, ValueError) as exc:
         fail(exc)

@@ -14,6 +14,8 @@ from spladekit.data.resolve import DEFAULT_MODEL
 FORMATS = ("onnx",)
 #: engines whose own contract is written (spladekit.model.engines; docs/engines.md)
 ENGINE_FORMATS = ("elasticsearch", "opensearch", "fastembed", "anserini")
+#: the engine formats whose graph is ONNX (spladekit.model.engines.common.require_onnx)
+ONNX_ENGINES = ("fastembed", "anserini")
 #: the end of the refusal when OUT's README.md was edited by hand and describes another model
 CARD_REMEDY = ("nothing was exported (the folder is as it was): give --overwrite to replace it with this model's card "
                "(move it away first to keep your edits)")
@@ -43,9 +45,7 @@ def export_model(
 ):
     """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime, or
     (--format elasticsearch|opensearch|fastembed|anserini) the form that engine runs itself, with HOW_TO_LOAD.md."""
-    from spladekit.errors import SpladekitError
-    from spladekit.model.encoder import SpladeEncoder
-
+    from spladekit.errors import SpladekitError, check_extra
     from spladekit.io import check_output_folder
 
     try:
@@ -53,14 +53,18 @@ def export_model(
             if quantize or quantize_head or opset is not None:
                 raise ValueError(f"--quantize/--quantize-head/--opset apply to --format onnx only, not {format} (the "
                                  "engine's own contract fixes its graph)")
+            if format in ONNX_ENGINES:  # before the model loads
+                check_extra("onnx", f"the {format} export (it writes ONNX)", ("onnx",))
             return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation, overwrite)
-        check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
-        opset = 17 if opset is None else opset
         if format not in FORMATS:
             raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS + ENGINE_FORMATS)}")
+        check_extra("onnx", "ONNX export (and its onnxruntime check)")  # before the model loads
+        check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
+        opset = 17 if opset is None else opset
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        from spladekit.model.encoder import SpladeEncoder
         from spladekit.model.onnx_export import check_export, export_onnx
 
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,

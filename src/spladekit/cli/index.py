@@ -34,7 +34,13 @@ def index_command(
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
 ):
     """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
+    from spladekit.data.irds import check_irds
     from spladekit.errors import SpladekitError
+
+    try:
+        check_irds(data)  # before torch and the model load
+    except SpladekitError as exc:
+        fail(exc)
     from spladekit.index.index import Index
     from spladekit.index.builder import IndexConfig, build_index
     from spladekit.index.writer import parse_size
