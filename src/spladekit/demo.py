@@ -2,8 +2,8 @@
 (by default) fine-tune the model on SciFact train and evaluate again: a before/after table.
 
 The training recipes are :data:`DEMO_RECIPES` (the same as ``configs/demo.yaml`` and
-``configs/scifact-splade-tiny.yaml``): the default one is sized for 2 CPU cores (the whole demo in
-under 15 minutes), ``full`` is the stronger GPU recipe. Both evaluate retrieval on held-out training
+``configs/scifact-splade-tiny.yaml``): the default one is sized for 2 CPU cores (its timings:
+docs/demo.md), ``full`` is the stronger GPU recipe. Both evaluate retrieval on held-out training
 queries during training (``eval_every``) and the demo scores the best checkpoint by that dev nDCG@10
 (``train/model/``) on the test split; the final model (``train/last/``) gets its own row when it differs.
 """
