@@ -195,6 +195,27 @@ def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary[rrf.name]["fusion"]["rrf_k"] == 60
     assert (tmp_path / "demo" / "fused_rrf" / "run.trec").exists()
+    _check_delta_plot(tmp_path / "demo", results, [splade.name, "bm25", "inference_free", "fused_rrf", "fused_minmax"],
+                      [("bm25", splade.name), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
+                      [("BM25", splade.name), ("BM25", f"fused RRF ({splade.name} + BM25)"),
+                       ("BM25", f"fused min-max ({splade.name} + BM25)")])
+
+
+def _check_delta_plot(out, results, folders, pairs, labels):
+    """``per_query_ndcg10.png`` draws, for each pair of output folders (A, B), the per-query nDCG@10
+    differences B − A of the ``per_query.json`` files the demo wrote there (subtracted here), one panel a
+    pair; ``folders`` are the systems' folders in the order of ``results`` (the layout docs/demo.md gives)."""
+    import matplotlib.image
+
+    from spladekit.demo import delta_pairs
+
+    written = {folder: json.loads((out / folder / "per_query.json").read_text())["nDCG@10"] for pair in pairs for folder in pair}
+    expected = [(label_a, label_b, {q: written[b][q] - written[a][q] for q in written[a]})
+                for (a, b), (label_a, label_b) in zip(pairs, labels)]
+    assert all(set(written[a]) == set(written[b]) for a, b in pairs)  # every judged query on both sides
+    assert delta_pairs(results, folders) == expected
+    image = matplotlib.image.imread(out / "per_query_ndcg10.png")  # 120 dpi; panels of 3.2 in stacked, 9 in wide
+    assert image.shape[0] > 2.5 * 120 * len(pairs) and image.shape[1] > 7 * 120, image.shape
 
 
 def json_lines(path):
