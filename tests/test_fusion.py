@@ -102,6 +102,11 @@ def test_fuse_cli(tmp_path):
     assert saved["MRR@10"] == pytest.approx(0.5) and saved["qrels"] == str(qrels)
     # c is the only relevant document, ranked 2nd after a (tie broken by doc id): MRR@10 = 1/2
     assert json.loads(result.stdout.split("\nconventions")[0])["MRR@10"] == pytest.approx(0.5)
+    chosen = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(out),
+                                      "--qrels", str(qrels), "-m", "MRR@10", "-m", "R@2"])  # -m as in evaluate and compare
+    assert chosen.exit_code == 0, chosen.output
+    saved = json.loads((tmp_path / "fused.trec.metrics.json").read_text())
+    assert {k for k in saved if "@" in k} == {"MRR@10", "R@2"} and saved["R@2"] == 1.0  # c at rank 2
     bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(tmp_path / "x.trec"),
                                    "--weight", "1", "--weight", "2", "--weight", "3"])
     assert bad.exit_code == 2 and "3 fusion weights for 2 runs" in bad.output
@@ -132,6 +137,7 @@ def test_one_run_or_all_zero_weights_are_refused():
     # a copy of A: document a scores 1 in both, 1e308 + 1e308 = inf
     (["{a}", "{a2}", "--method", "score", "--weight", "1e308", "--weight", "1e308"], ["error: query 'q1': a fused score overflowed"]),
     (["{a}", "{out}"], ["error: {out}: a run to fuse is also the --out"]),
+    (["{a}", "{b}", "-m", "nDCG@10"], ["error: --measure goes with --qrels"]),
     # two bad options: one line each, naming the option (no pydantic dump)
     (["{a}", "{b}", "--rrf-k", "0", "--depth", "0"], ["error: --rrf-k: Input should be greater than 0",
                                                       "error: --depth: Input should be greater than or equal to 1"]),
