@@ -36,8 +36,6 @@ def reproduce(
 
     try:
         grid = load_reproduce_config(config, set_ or [])
-        if not report_only:
-            check_grid_extras(grid)
     except SpladekitError as exc:
         fail(exc)
     folder = out or Path(grid.output_dir)
@@ -79,22 +77,3 @@ def reproduce(
             for cell_id, error in outcome.failed.items():
                 typer.secho(f"  {cell_id}: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=1)
-
-
-def check_grid_extras(grid) -> None:
-    """Refuse a grid (:class:`~spladekit.reproduce.config.ReproduceConfig`) whose stages need an extra
-    that is not installed, before its first stage (hours before the evaluation that would fail):
-    ``evaluation.backend: seismic``, ``irds:`` evaluation sets or training data, ``train.data.format: hf``.
-
-    Raises:
-        MissingExtraError: the first extra missing (:func:`spladekit.errors.check_extra`).
-    """
-    from spladekit.data.irds import check_irds
-    from spladekit.errors import check_extra
-
-    if grid.evaluation.backend == "seismic":
-        check_extra("seismic", "the grid's evaluation (evaluation.backend: seismic)")
-    data = (grid.train or {}).get("data") or {}
-    if isinstance(data, dict) and data.get("format") == "hf":
-        check_extra("datasets", "the grid's training data (train.data.format: hf)")
-    check_irds(*(spec.path for _, spec in grid.evaluation.datasets()), data.get("path") if isinstance(data, dict) else None)
