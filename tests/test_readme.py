@@ -18,6 +18,7 @@ a heading of the file it points to (GitHub's slug rule).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -138,9 +139,75 @@ def test_readme_run_blocks(tmp_path):
         assert proc.returncode == 0, (
             f"README.md block at line {b['line']} failed (exit {proc.returncode}):\n{b['code']}\n"
             f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}")
+    started = time.monotonic()
+    _run_python_snippet(work, env, tmp_path)
+    report.append(f"the Python snippet: {time.monotonic() - started:.1f} s")
+    ignored = _ignored_by_git([entry.name + ("/" if entry.is_dir() else "") for entry in work.iterdir()])
+    if ignored is not None:  # a checkout (git present): what the blocks wrote, written in it, would stay untracked
+        assert all(ignored.values()), f"written by the README's blocks but not ignored by git: {ignored}"
     print("README blocks run:", "; ".join(report))
     if not_run:
         pytest.skip(f"README blocks run: {'; '.join(report)}; not run: {'; '.join(not_run)}")
+
+
+def python_snippet() -> str:
+    """The README's one ``python`` block."""
+    blocks = [b for b in readme_blocks(README.read_text(encoding="utf-8")) if b["lang"] == "python"]
+    assert len(blocks) == 1, [b["line"] for b in blocks]
+    return blocks[0]["code"]
+
+
+def _run_python_snippet(work: Path, env: dict, scratch: Path) -> None:
+    """The README's Python snippet run as a script in ``work`` on the ``mydata`` collection the shell blocks
+    wrote (instead of SciFact: minutes of encoding); the line it prints equals, at its 4 decimals, what
+    ``spladekit evaluate`` gives for the run that ``spladekit search`` wrote of the same model and documents."""
+    code = python_snippet()
+    assert code.count('load_beir("scifact"') == 1, code
+    script = scratch / "snippet.py"
+    script.write_text(code.replace('load_beir("scifact"', 'load_beir("mydata"'), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=BLOCK_TIMEOUT_S)
+    assert done.returncode == 0, f"the README's Python snippet failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    printed = re.fullmatch(r"nDCG@10 (\d\.\d{4})  MRR@10 (\d\.\d{4})  R@1000 (\d\.\d{4})", done.stdout.strip().splitlines()[-1])
+    assert printed, f"the snippet's last line is not its result: {done.stdout[-2000:]!r}"
+    measures = ["nDCG@10", "MRR@10", "R@1000"]
+    cli = subprocess.run(["spladekit", "evaluate", "--run", "mydata.trec", "--qrels", "mydata/qrels/test.tsv",
+                          *[a for m in measures for a in ("-m", m)]], cwd=work, env=env, capture_output=True, text=True,
+                         timeout=BLOCK_TIMEOUT_S)
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)
+    assert list(printed.groups()) == [f"{expected[m]:.4f}" for m in measures], (printed.group(0), expected)
+
+
+def _ignored_by_git(paths: list[str]) -> dict[str, bool] | None:
+    """``{path: ignored}`` by this checkout's ``.gitignore`` (``git check-ignore --no-index``; paths relative
+    to the checkout, a folder ending with ``/``), or None without git or outside a checkout."""
+    if shutil.which("git") is None or subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode:
+        return None
+    return {path: subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", "--", path]).returncode == 0
+            for path in paths}
+
+
+def test_the_python_snippet_ends_by_printing_its_result():
+    """Run as a script, a bare expression at the end prints nothing (the interpreter's echo is interactive only)."""
+    import ast
+
+    last = ast.parse(python_snippet()).body[-1]
+    assert isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and getattr(last.value.func, "id", None) == "print", \
+        ast.unparse(last)
+
+
+def test_the_readmes_outputs_are_ignored_by_git():
+    """Every ``--out`` of the README's shell blocks (the skipped ones too) and the snippet's index folder lie
+    where git ignores them (under outputs/, or the mydata files), so that following the README in the
+    checkout leaves nothing untracked."""
+    outs = [m.group(1) for b in shell_blocks() for m in re.finditer(r"--out[ =](\S+)", b["code"])]
+    outs += re.findall(r"Index\.build\([^)]*?\"([^\"]+)\"", python_snippet())
+    assert len(outs) >= 8, outs
+    ignored = _ignored_by_git(outs)
+    if ignored is None:
+        pytest.skip("git or the checkout's .git is not here: .gitignore cannot be asked")
+    assert all(ignored.values()), {path: flag for path, flag in ignored.items() if not flag}
 
 
 # ---- every spladekit command line of the README names a command and options that exist ----------------

@@ -341,6 +341,12 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
     for folder, name in (("before", names[0]), ("bm25", "bm25")):
         assert json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
+    from test_fusion import _check_delta_plot
+
+    folders = ["before", "after", *(["last"] if len(names) == 3 else []), "bm25", "inference_free", "fused_rrf", "fused_minmax"]
+    _check_delta_plot(tmp_path / "demo", results, folders, [("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
+                      [("before fine-tuning", "fine-tuned"), ("BM25", "fused RRF (fine-tuned + BM25)"),
+                       ("BM25", "fused min-max (fine-tuned + BM25)")])
 
 
 def test_the_demo_names_truncation_once_for_the_systems_that_share_it():

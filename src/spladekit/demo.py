@@ -2,8 +2,8 @@
 (by default) fine-tune the model on SciFact train and evaluate again: a before/after table.
 
 The training recipes are :data:`DEMO_RECIPES` (the same as ``configs/demo.yaml`` and
-``configs/scifact-splade-tiny.yaml``): the default one is sized for 2 CPU cores (the whole demo in
-under 15 minutes), ``full`` is the stronger GPU recipe. Both evaluate retrieval on held-out training
+``configs/scifact-splade-tiny.yaml``): the default one is sized for 2 CPU cores (its timings:
+docs/demo.md), ``full`` is the stronger GPU recipe. Both evaluate retrieval on held-out training
 queries during training (``eval_every``) and the demo scores the best checkpoint by that dev nDCG@10
 (``train/model/``) on the test split; the final model (``train/last/``) gets its own row when it differs.
 """
@@ -18,7 +18,7 @@ from spladekit.index.index import Index
 from spladekit.io import atomic_write, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.pipeline import SystemResult, evaluate_bm25, evaluate_splade, write_system
-from spladekit.plots import per_query_comparison
+from spladekit.plots import per_query_deltas
 
 QUALITY_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000")
 TABLE_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000", "avg_query_terms", "avg_doc_terms", "flops", "query_ms",
@@ -163,11 +163,38 @@ def _report(results: list[SystemResult], folders: list[str], dataset, out: Path,
     write_json(out / "summary.json", summary)
     with atomic_write(out / "table.md") as handle:
         handle.write(table + "\n")
-    per_query_comparison({r.name: r.per_query["nDCG@10"] for r in results}, "nDCG@10", out / "per_query_ndcg10.png",
-                         title=f"{dataset.name} test: per-query nDCG@10")
+    per_query_deltas(delta_pairs(results, folders), "nDCG@10", out / "per_query_ndcg10.png",
+                     title=f"{dataset.name} test: per-query nDCG@10, wins and losses")
     print(table)
     for line in truncation_lines(results, len(dataset.corpus)):
         print(line)
+
+
+#: The demo's per-query comparisons (``per_query_ndcg10.png``) as (baseline, compared) output folders:
+#: fine-tuning, then fusion against BM25; without training, the SPLADE row against BM25 comes first.
+DELTA_PAIRS = (("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax"))
+
+
+def delta_pairs(results: list[SystemResult], folders: list[str], measure: str = "nDCG@10") -> list[tuple[str, str, dict]]:
+    """``[(label A, label B, {qid: B − A})]`` of :data:`DELTA_PAIRS` (those whose two systems ran), from the
+    systems' per-query values of ``measure`` (every judged query, 0 where unretrieved:
+    :func:`spladekit.evaluate.metrics.evaluate`), for :func:`spladekit.plots.per_query_deltas`.
+
+    ``folders`` are the systems' output folders, in the order of ``results``.
+    """
+    by_folder = dict(zip(folders, results))
+    splade = "after" if "after" in by_folder else folders[0]
+    wanted = list(DELTA_PAIRS) if splade == "after" else [("bm25", splade), *DELTA_PAIRS[1:]]
+    labels = {"before": "before fine-tuning", "after": "fine-tuned", "bm25": "BM25"}
+    labels.setdefault(splade, by_folder[splade].name)
+    labels.update(fused_rrf=f"fused RRF ({labels[splade]} + BM25)", fused_minmax=f"fused min-max ({labels[splade]} + BM25)")
+    pairs = []
+    for a, b in wanted:
+        if a in by_folder and b in by_folder:
+            values_a, values_b = by_folder[a].per_query[measure], by_folder[b].per_query[measure]
+            deltas = {q: values_b.get(q, 0.0) - values_a.get(q, 0.0) for q in values_a.keys() | values_b.keys()}
+            pairs.append((labels[a], labels[b], deltas))
+    return pairs
 
 
 def truncation_lines(results: list[SystemResult], documents: int) -> list[str]:

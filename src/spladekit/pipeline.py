@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from spladekit.data.beir import BeirDataset, load_beir
-from spladekit.data.trec import write_run
+from spladekit.data.trec import RUN_TAG, write_run
 from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
 from spladekit.evaluate.retrieval import SystemResult, conventions_for, evaluate_splade  # noqa: F401  (moved there)
 from spladekit.index.exact import results_to_run
@@ -91,7 +91,7 @@ def evaluate_bm25(dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES
 def write_system(result: SystemResult, out: Path, config: dict | None = None) -> None:
     """Write ``run.trec``, ``metrics.json``, ``per_query.json`` (and ``config.json``) into ``out``."""
     ensure_folder(out)
-    tag = "_".join(result.name.split()) or "spladekit"  # a TREC tag is one column: "m (before)" -> "m_(before)"
+    tag = "_".join(result.name.split()) or RUN_TAG  # a TREC tag is one column: "m (before)" -> "m_(before)"
     write_run(result.run, out / "run.trec", tag=tag)
     metrics = dict(result.metrics)
     metrics["wall_time_s"] = round(result.seconds, 3)
@@ -126,7 +126,8 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     )
     dataset = load_beir(config.data, config.split)
     result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
-                             conventions=conventions or config.conventions, searcher=searcher_config(config.backend), index=config.index)
+                             conventions=conventions or config.conventions, searcher=searcher_config(config.backend),
+                             index=config.index, name=RUN_TAG)  # the run's tag, as `spladekit search` writes it
     saved = asdict(config)
     saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
                  pooling=encoder.metadata.pooling, activation=encoder.metadata.activation,

@@ -1,13 +1,36 @@
 """The typer application every command module registers on."""
 
 import typer
+from typer.core import TyperGroup
+
+
+class HelpGroup(TyperGroup):
+    """The command group, its help in click's plain layout (``rich_markup_mode=None`` on :data:`app`):
+    each option on its line, its help wrapped beside it from column 34 on or, for a longer option
+    name, below it, so that no name is cut and the help keeps most of an 80-column terminal (rich's
+    option table gives the help column what its widest name leaves, 20 characters at 80 columns,
+    and cuts the names it cannot fit). The command list shows each command's whole first sentence,
+    wrapped (click's default cuts it to one line with ``...``)."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1_000_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="spladekit",
+    cls=HelpGroup,
     help="SPLADE from any MLM encoder: diagnose and rescale the head, train, encode, index, search, evaluate.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
 
 

@@ -34,7 +34,13 @@ def index_command(
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
 ):
     """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
+    from spladekit.data.irds import check_irds
     from spladekit.errors import SpladekitError
+
+    try:
+        check_irds(data)  # before torch and the model load
+    except SpladekitError as exc:
+        fail(exc)
     from spladekit.index.index import Index
     from spladekit.index.builder import IndexConfig, build_index
     from spladekit.index.writer import parse_size
@@ -87,7 +93,7 @@ def search(
     from dataclasses import asdict
 
     from spladekit.data.trec import write_run
-    from spladekit.errors import SpladekitError
+    from spladekit.errors import SpladekitError, check_extra
     from spladekit.index.index import open_index
     from spladekit.index.results import recall_at_k
     from spladekit.io import write_json
@@ -101,6 +107,8 @@ def search(
         searcher = _searcher_options(backend, dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn),
                                      dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
                                           max_fraction=max_fraction, knn=knn), memory_budget, recall_k)
+        if backend == "seismic":  # before the queries, the index (its hashes) or the model are read
+            check_extra("seismic", "Seismic search")
         topics = _topics(queries, data, split)
         searched = open_index(index, verify=verify)
         searched.check(searcher)  # before any query is encoded or index built

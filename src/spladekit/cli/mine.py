@@ -45,7 +45,15 @@ def mine(
     from pydantic import ValidationError
 
     from spladekit.cli.app import options_error
-    from spladekit.errors import SpladekitError
+    from spladekit.data.irds import check_irds
+    from spladekit.errors import SpladekitError, check_extra
+
+    try:  # before torch, a model or the data load: the dataset/ output needs datasets, a teacher sentence-transformers
+        check_extra("mine", "spladekit mine" + (" with a --teacher" if teacher else ""),
+                    ("datasets", "sentence_transformers") if teacher else ("datasets",))
+        check_irds(data, corpus)
+    except SpladekitError as exc:
+        fail(exc)
     from spladekit.io import check_output_folder
     from spladekit.mine import MineConfig
     from spladekit.mine import mine as run_mining
