@@ -205,12 +205,14 @@ def export_command(
     format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="export folder (files + export.json)"),
     queries: Optional[Path] = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
-    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats and ciff)"),
+    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats, ciff, qdrant with --idf)"),
     keys: str = typer.Option("token", help="elastic: token (escaped: % -> %25, . -> %2E) or id"),
     field_type: str = typer.Option("rank_features", help="elastic: rank_features or sparse_vector"),
     query_top_k: Optional[int] = typer.Option(None, help="anserini-queries: keep each query's k heaviest terms (≤ 1024, Lucene's clause limit; default: a longer query is an error)"),
     hnsw: bool = typer.Option(False, help="pgvector: add an HNSW index to schema.sql (approximate; ≤ 1000 non-zeros per vector)"),
     table: str = typer.Option("splade", help="pgvector: table name"),
+    idf: bool = typer.Option(False, help="qdrant: a collection with Qdrant's IDF modifier (collection.json: modifier idf; "
+                                         "points with integer impacts at --scale, no IDF folded in)"),
 ):
     """Export an index to Anserini, Seismic, Qdrant, Milvus, PostgreSQL/pgvector, Elasticsearch/OpenSearch or CIFF files."""
     from spladekit.errors import SpladekitError
@@ -231,9 +233,10 @@ def export_command(
             encoder = query_encoder(meta, path=Path(index) / "index.json")
             q = encoder.encode_queries(list(topics.values()))
             manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"), query_top_k=query_top_k,
-                                      keys=keys, field_type=field_type, hnsw=hnsw, table=table)  # refused there: not for this format
+                                      keys=keys, field_type=field_type, hnsw=hnsw, table=table, idf=idf)  # refused there: not for this format
         else:
-            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw, table=table)
+            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw,
+                                    table=table, idf=idf)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {out} ({manifest.count} vectors, format {manifest.format})")
