@@ -162,7 +162,9 @@ def test_pt_experiment_on_scifact_gives_spladekit_evaluate_numbers(shared, splad
     bm25_index = pisa.PisaIndex(str(tmp_path / "pisa"), text_field="text")
     bm25_index.index({"docno": d, "text": t} for d, t in dataset.corpus.items())
     splade = SpladeKit(str(splade_tiny), doc_max_length=64, device="cpu").retriever(tmp_path / "idx", k=config.k)
-    table = pt.Experiment([bm25_index.bm25(num_results=1000), splade], topics, qrels, ["nDCG@10", "R@100"],
+    from pyterrier.measures import R, nDCG  # PyTerrier takes ir_measures objects (its strings are TREC names)
+
+    table = pt.Experiment([bm25_index.bm25(num_results=1000), splade], topics, qrels, [nDCG@10, R@100],
                           names=["bm25", "spladekit"])
     row = table.set_index("name").loc["spladekit"]
     assert metrics["num_queries"] == len(topics) == 300
