@@ -87,7 +87,7 @@ def test_mteb_ndcg_on_scifact_is_spladekit_evaluate_ndcg(shared, splade_tiny, tm
     assert abs(scores["recall_at_100"] - ours["R@100"]) <= 5e-6 + 1e-12
     predicted = json.loads(next((tmp_path / "mteb").glob("*predictions.json")).read_text())
     run = read_run(tmp_path / "eval" / "run.trec")
-    runs = predicted.get("test", predicted).get("default", predicted.get("test", predicted))
+    runs = predicted["default"]["test"]  # mteb's layout: {subset: {split: {qid: {docid: score}}}}
     for qid, hits in run.items():
         top = sorted(hits.items(), key=lambda h: (-h[1], h[0]))[:10]
         theirs = sorted(runs[qid].items(), key=lambda h: (-h[1], h[0]))[:10]

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
 FORMATS = ("onnx",)
@@ -34,11 +34,13 @@ def export_model(
     vocab_tile: int = typer.Option(512, help="vocabulary columns per in-graph tile (memory O(batch x length x tile))"),
     pooling: Optional[str] = typer.Option(None, help="max or sum (default: the model's own)"),
     activation: Optional[str] = typer.Option(None, help="relu or log1p_relu (default: the model's own)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime, or
     (--format elasticsearch|opensearch|fastembed|anserini) the form that engine runs itself, with HOW_TO_LOAD.md."""
     from spladekit.errors import SpladekitError
     from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
 
     from spladekit.io import check_output_folder
 
@@ -47,7 +49,7 @@ def export_model(
             if quantize or quantize_head or opset is not None:
                 raise ValueError(f"--quantize/--quantize-head/--opset apply to --format onnx only, not {format} (the "
                                  "engine's own contract fixes its graph)")
-            return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation)
+            return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation, trust_remote_code)
         check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
         opset = 17 if opset is None else opset
         if format not in FORMATS:
@@ -58,7 +60,8 @@ def export_model(
         from spladekit.model.onnx_export import check_export, export_onnx
 
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                                                head_impl="plain", device="cpu")
+                                                head_impl="plain", device="cpu", trust_remote_code=trust_remote_code)
+        require_masked_lm(encoder)
         limit = encoder.max_positions
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
             if value is not None and limit is not None and value > limit:
@@ -88,16 +91,19 @@ def export_model(
         typer.echo(f"onnxruntime not installed: the export was not run ({install_line('onnx')})")
 
 
-def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max_length, pooling, activation) -> None:
+def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max_length, pooling, activation,
+                   trust_remote_code: bool = False) -> None:
     """``--format elasticsearch|opensearch|fastembed|anserini`` (spladekit.model.engines)."""
     from spladekit.io import check_output_folder
     from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
     from spladekit.model.engines import export_for_engine
     from spladekit.model.engines.common import HOW_TO_LOAD
 
     check_output_folder(out, f"{engine} export", (HOW_TO_LOAD,), {"--model": model})
     encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                                            head_impl="plain", device="cpu")
+                                            head_impl="plain", device="cpu", trust_remote_code=trust_remote_code)
+    require_masked_lm(encoder)
     from spladekit.index.formats.elastic import mapping
     from spladekit.io import atomic_folder
     from spladekit.publish.card import write_model_card

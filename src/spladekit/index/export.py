@@ -549,20 +549,27 @@ def recorded_model(source: str | Path) -> tuple[str, str | None] | None:
     return (str(manifest.model), manifest.model_revision) if manifest.model else None
 
 
-def model_vocabulary(model: str | Path) -> list[str]:
-    """The V token strings of a model's output columns (its tokenizer, V from its config).
+def model_vocabulary(model: str | Path, trust_remote_code: bool = False) -> list[str]:
+    """The V token strings of a model's output columns (its tokenizer, V from its config; a model
+    run by its own sentence-transformers modules: its encoder's vocabulary).
 
     Columns the tokenizer does not name (padded vocabularies) are called ``[spladekit:ID]``.
 
     Raises:
         ResolutionError: the model cannot be found.
+        UnsupportedModelError: the folder's own code, not trusted (``trust_remote_code``).
     """
     from transformers import AutoConfig, AutoTokenizer
 
     from spladekit.data.resolve import resolve_model
     from spladekit.model.folders import read_model_folder
+    from spladekit.model.remote_code import CUSTOM_LAYOUT
 
-    folder = read_model_folder(resolve_model(model))  # the masked LM may be in a sentence-transformers module's folder
-    size = AutoConfig.from_pretrained(folder.mlm_dir).vocab_size
-    tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir).convert_ids_to_tokens(list(range(size)))
+    folder = read_model_folder(resolve_model(model), trust_remote_code)  # the masked LM may be in a sentence-transformers module's folder
+    if folder.layout == CUSTOM_LAYOUT:
+        from spladekit.model.encoder import SpladeEncoder
+
+        return list(SpladeEncoder.from_pretrained(model, trust_remote_code=True, device="cpu").vocabulary)
+    size = AutoConfig.from_pretrained(folder.mlm_dir, trust_remote_code=trust_remote_code).vocab_size
+    tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir, trust_remote_code=trust_remote_code).convert_ids_to_tokens(list(range(size)))
     return [t if t is not None else f"[spladekit:{j}]" for j, t in enumerate(tokens)]

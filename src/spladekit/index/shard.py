@@ -35,6 +35,7 @@ class IndexConfig:
         doc_top_k: keep the k largest weights per document (None: the model's saved value).
         head_impl: SPLADE head, ``"plain"`` / ``"fused"`` / None (default).
         chunk_size: documents per chunk (unit of memory, resumption and parallelism).
+        trust_remote_code: run the model folder's own code (:mod:`spladekit.model.remote_code`).
     """
 
     model: str
@@ -45,6 +46,7 @@ class IndexConfig:
     doc_top_k: int | None = None
     head_impl: str | None = None
     chunk_size: int = 10_000
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         """Refuse values the encoder would refuse, at construction: before a model loads or the
@@ -109,6 +111,7 @@ def build_index(config: IndexConfig, show_progress: bool = False, memory_budget:
             doc_top_k=config.doc_top_k,
             batch_size=config.batch_size,
             head_impl=config.head_impl,
+            trust_remote_code=config.trust_remote_code,
             device=dist.device(),  # one GPU per rank under torchrun; else SpladeEncoder's default
         )
         metadata = dict(model_record(config.model, location), data=str(folder), config=asdict(config))
