@@ -142,7 +142,7 @@ def test_no_model_loads_until_a_transformer_runs():
 
 # ------------------------------------------------------------------------------------- SciFact
 @pytest.mark.slow
-def test_pt_experiment_on_scifact_gives_spladekit_evaluate_numbers(shared, splade_tiny, tmp_path):
+def test_pt_experiment_on_scifact_gives_spladekit_evaluate_numbers(shared, splade_tiny, tmp_path, record_property):
     """``pt.Experiment([bm25, splade], topics, qrels, ["nDCG@10", "R@100"])``: the spladekit row equals
     the metrics of ``spladekit evaluate`` (:func:`spladekit.pipeline.run_evaluation`, whose index the
     retriever searches) — the same run evaluated by the same library (ir_measures over pytrec_eval),
@@ -167,6 +167,10 @@ def test_pt_experiment_on_scifact_gives_spladekit_evaluate_numbers(shared, splad
     table = pt.Experiment([bm25_index.bm25(num_results=1000), splade], topics, qrels, [nDCG@10, R@100],
                           names=["bm25", "spladekit"])
     row = table.set_index("name").loc["spladekit"]
+    for measure in ("nDCG@10", "R@100"):  # the numbers compared, in a --junitxml report
+        record_property(f"pt_{measure}", row[measure])
+        record_property(f"spladekit_{measure}", metrics[measure])
+    record_property("pt_bm25_nDCG@10", table.set_index("name").loc["bm25", "nDCG@10"])
     assert metrics["num_queries"] == len(topics) == 300
     assert row["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)
     assert row["R@100"] == pytest.approx(metrics["R@100"], abs=1e-12)
