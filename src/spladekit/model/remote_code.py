@@ -39,13 +39,15 @@ class CustomCode:
     """One class a folder names outside its library: ``kind`` ``"module"`` (sentence-transformers) or
     ``"auto_map"`` (transformers); ``reference`` as written (``"file.Class"``); ``named_in`` the JSON
     file that names it and ``field`` where; ``file`` the Python file it would run (None: not in the
-    folder, an installed module of that name would be imported)."""
+    folder, an installed module of that name would be imported); ``module`` the sentence-transformers
+    module's id."""
 
     kind: str
     reference: str
     named_in: Path
     field: str
     file: Path | None
+    module: str | None = None
 
     @property
     def class_name(self) -> str:
@@ -60,8 +62,8 @@ def _code_file(folder: Path, reference: str) -> Path | None:
 
 
 def _module_types(root: Path) -> list[tuple[Path, str, str]]:
-    """``(file, field, type)`` of every sentence-transformers module type of ``root`` (modules.json and,
-    for a Router, its router_config.json ``types``)."""
+    """``(file, module id, type)`` of every sentence-transformers module type of ``root`` (modules.json
+    and, for a Router, its router_config.json ``types``)."""
     from spladekit.io import read_json
 
     found = []
@@ -70,13 +72,13 @@ def _module_types(root: Path) -> list[tuple[Path, str, str]]:
         raise DataFormatError(root / "modules.json", "expected a JSON array")
     for number, module in enumerate(modules):
         if isinstance(module, dict) and isinstance(module.get("type"), str):
-            found.append((root / "modules.json", f"{number}.type", module["type"]))
+            found.append((root / "modules.json", str(module.get("name", number)), module["type"]))
             if module["type"].endswith(".Router"):
                 path = (root / str(module.get("path") or "")) / "router_config.json"
                 types = read_json(path).get("types") if path.is_file() else None
                 for key, value in (types.items() if isinstance(types, dict) else ()):
                     if isinstance(value, str):
-                        found.append((path, f"types.{key}", value))
+                        found.append((path, str(key), value))
     return found
 
 
@@ -94,9 +96,9 @@ def find_custom_code(root: str | Path) -> list[CustomCode]:
         return []
     found = []
     if (root / "modules.json").is_file():
-        for path, field, reference in _module_types(root):
+        for path, module_id, reference in _module_types(root):
             if not reference.startswith("sentence_transformers."):
-                found.append(CustomCode("module", reference, path, field, _code_file(root, reference)))
+                found.append(CustomCode("module", reference, path, "type", _code_file(root, reference), module_id))
     for folder in sorted({root, *(p.parent for p in root.glob("*/config.json"))}):
         for name, keys in _AUTO_CLASSES.items():
             config = read_json(folder / name) if (folder / name).is_file() else None
@@ -112,8 +114,8 @@ def find_custom_code(root: str | Path) -> list[CustomCode]:
 def refusal(code: CustomCode) -> UnsupportedModelError:
     """The error of a folder whose custom code the user did not trust: names the class, its file and the flag."""
     where = f"{code.file.name} in {code.file.parent}" if code.file else f"the Python module {code.reference.rsplit('.', 1)[0]!r} (not in the folder)"
-    library = "sentence-transformers module" if code.kind == "module" else "transformers class"
-    return UnsupportedModelError(code.named_in, f"the {library} {code.class_name!r} ({code.reference}) is code from {where}; "
+    library = f"module {code.module!r}: the sentence-transformers module" if code.kind == "module" else "the transformers class"
+    return UnsupportedModelError(code.named_in, f"{library} {code.class_name!r} ({code.reference}) is code from {where}; "
                                  f"spladekit runs a model folder's code only when asked: {FLAG}", field=code.field)
 
 
