@@ -216,3 +216,14 @@ def test_every_model_command_takes_the_flag():
                  "export-model", "inference-free", "serve", "mine"):
         options = {opt for param in commands[name].params for opt in param.opts}
         assert "--trust-remote-code" in options, name
+
+
+def test_a_type_naming_a_path_outside_the_folder_is_refused_without_naming_a_file_there(custom_module_folder, witness):
+    """A hostile ``type`` (``../../evil.Pwn``: a dotted name whose file would be ``/evil.py``) is refused
+    like any custom class, naming no file outside the folder, and nothing runs."""
+    modules = json.loads((custom_module_folder / "modules.json").read_text())
+    modules[1]["type"] = "../../evil.Pwn"
+    (custom_module_folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(UnsupportedModelError, match="not in the folder") as caught:
+        SpladeEncoder.from_pretrained(custom_module_folder)
+    assert "--trust-remote-code" in str(caught.value) and not witness.exists()

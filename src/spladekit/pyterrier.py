@@ -272,6 +272,7 @@ class Retriever(pt.Transformer):
         self.index, self.model, self.k, self.backend = index, model, k, backend
         self.seismic, self.seismic_build = seismic, seismic_build
         self._open = None
+        self._names: list[str] | None = None
 
     def _index(self):
         from spladekit.index.index import Index
@@ -285,10 +286,11 @@ class Retriever(pt.Transformer):
         if QUERY_TOKS in inp.columns:
             from spladekit.index.layout import load_vocabulary
 
-            names = load_vocabulary(index.folder)
-            if names is None:
+            if self._names is None:
+                self._names = load_vocabulary(index.folder)
+            if self._names is None:
                 raise DataFormatError(index.folder / "vocab.json", "the index has no vocabulary: query_toks cannot be mapped to columns")
-            return toks_to_rows(inp[QUERY_TOKS].tolist(), names)
+            return toks_to_rows(inp[QUERY_TOKS].tolist(), self._names)
         pt.validate.query_frame(inp, ["query"])
         encoder = index.query_encoder() if self.model is None else _encoder_of(self.model)
         return encoder.encode_queries(inp["query"].tolist())

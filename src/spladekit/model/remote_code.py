@@ -55,10 +55,11 @@ class CustomCode:
 
 
 def _code_file(folder: Path, reference: str) -> Path | None:
-    """The file of ``"module.Class"`` (``"repo--module.Class"``: another hub repository's) in ``folder``."""
+    """The file of ``"module.Class"`` (``"repo--module.Class"``: another hub repository's) in ``folder``;
+    None when there is none there (a name that would leave the folder included)."""
     module = reference.split("--")[-1].rsplit(".", 1)[0]
-    path = folder / (module.replace(".", "/") + ".py")
-    return path if path.is_file() else None
+    path = (folder / (module.replace(".", "/") + ".py")).resolve()
+    return path if folder.resolve() in path.parents and path.is_file() else None
 
 
 def _module_types(root: Path) -> list[tuple[Path, str, str]]:
