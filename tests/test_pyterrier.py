@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import scipy.sparse as sp
 
 pt = pytest.importorskip("pyterrier")
 
