@@ -26,9 +26,9 @@ def test_evaluate_writes_metrics_and_run(tiny_bert_dir, tiny_beir, tmp_path):
     assert json.loads(again.output)["nDCG@10"] == metrics["nDCG@10"]
 
 
-def test_encode_then_search(tiny_bert_dir, tiny_beir, tmp_path):
+def test_index_then_search(tiny_bert_dir, tiny_beir, tmp_path):
     index = tmp_path / "index"
-    r1 = runner.invoke(app, ["encode", "--model", str(tiny_bert_dir), "--data", str(tiny_beir), "--out", str(index)])
+    r1 = runner.invoke(app, ["index", "--model", str(tiny_bert_dir), "--data", str(tiny_beir), "--out", str(index)])
     assert r1.exit_code == 0, r1.output
     r2 = runner.invoke(app, ["search", "--index", str(index), "--data", str(tiny_beir), "--out", str(tmp_path / "run.trec")])
     assert r2.exit_code == 0, r2.output

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 import engine_helpers as eh
 from spladekit.index.exact import exact_search
 from spladekit.index.export import export_vectors, import_vectors
-from spladekit.index.formats import anserini, bmp, ciff, elastic, iter_json_records, milvus, pgvector, pisa, qdrant, quantise
+from spladekit.index.formats import anserini, bmp, ciff, elastic, iter_json_records, milvus, pgvector, pisa, qdrant
 
 pytestmark = pytest.mark.engines
 K = 10
@@ -99,11 +99,30 @@ def _without(m: sp.csr_matrix, ids, drop):
     return m[keep], [ids[i] for i in keep]
 
 
-def _quantised(m):
+def _quantised(m, scale=SCALE):
+    """``m`` as integer impacts ``⌊w · scale + 1/2⌋`` (round half up), zeros dropped: the rule of
+    docs/serving.md computed here, not by the exporter. In float64, as the rule says; at scale 100 the
+    product of a float32 weight and 100 (7 significant bits) fits float64's 53 bits, so it is exact and
+    so is the rounding."""
     q = sp.csr_matrix(m, dtype=np.float32, copy=True)
-    q.data = quantise(q.data, SCALE).astype(np.float32)
+    q.data = np.floor(q.data.astype(np.float64) * scale + 0.5).astype(np.float32)
     q.eliminate_zeros()
     return q
+
+
+def _bmp_queries(queries, indexed_columns):
+    """The integer queries BMP is given, by its rule (formats/bmp.py): terms no document has after
+    quantisation dropped first, then ``⌊w_j · 32 / max w + 1/2⌋``, zeros dropped."""
+    rows = []
+    for q in range(queries.shape[0]):
+        row = sp.csr_matrix(queries[q], dtype=np.float64)
+        keep = np.isin(row.indices, indexed_columns)
+        cols, vals = row.indices[keep], row.data[keep]
+        weights = np.floor(vals * (bmp.MAX_QUERY_WEIGHT / vals.max()) + 0.5) if vals.size else vals
+        rows.append(sp.csr_matrix((weights.astype(np.float32), (np.zeros(cols.size, int), cols)), shape=(1, queries.shape[1])))
+    out = sp.vstack(rows).tocsr()
+    out.eliminate_zeros()
+    return out
 
 
 def _check_float_engine(name, got, queries, docs, doc_ids):
@@ -131,7 +150,7 @@ def anserini_index(corpus, tmp_path_factory):
     output = anserini.index_collection(eh.anserini_jar(), root / "docs", root / "index")  # export.json is not fed to Anserini
     assert "Total 299 documents indexed" in output  # the empty document is counted "empty", not indexed
     back, back_ids = import_vectors("anserini", root / "docs", vocab, scale=1.0)  # integer impacts as written
-    want = _quantised(docs)  # computed here, independently of the exporter: round(100·w)
+    want = _quantised(docs)  # ⌊100·w + 1/2⌋, computed here
     assert back_ids == doc_ids and (back != want).nnz == 0
     return root, want  # Anserini is judged against this, not against our reader of its input
 
@@ -157,7 +176,7 @@ def test_anserini_scores_equal_exact_on_quantised_vectors(corpus, anserini_index
     run = _read_run(tmp_path / "run", doc_ids)
     assert "q0" not in run and "q1" not in run and "q2" not in run  # q2: its only term is in no document
     q_back, q_back_ids = import_vectors("anserini-queries", tmp_path / "q", vocab, scale=1.0)
-    q_int = _quantised(q)[2:]  # the expected impacts, computed independently of the exporter
+    q_int = _quantised(q)[2:]  # ⌊100·w + 1/2⌋, computed here
     assert q_back_ids == qids[2:] and (q_back != q_int).nnz == 0
     got = [run.get(qid, []) for qid in q_back_ids]
     identical = _check_integer_engine("Anserini", got, q_int, docs_int, doc_ids)
@@ -395,14 +414,14 @@ def test_bmp_top_k_from_the_ciff_export_equals_exact_on_quantised_vectors(corpus
     bmp.build(tmp_path / "index.bmp", tmp_path / "exp" / "index.ciff", stats["max_tf"])
     searcher = bmp_engine.Searcher(str(tmp_path / "index.bmp"))
     indexed = bmp.indexed_terms(docs, vocab, scale)
-    q_int = bmp.quantised_queries(queries, vocab, indexed)
+    d_int = _quantised(docs, scale)
+    assert indexed == {vocab[j] for j in np.unique(d_int.indices)}
+    q_int = _bmp_queries(queries, np.unique(d_int.indices))
+    assert (bmp.quantised_queries(queries, vocab, indexed) != q_int).nnz == 0
     maxima = [row.max() for row in q_int if row.nnz]
     assert max(maxima) == min(maxima) == bmp.MAX_QUERY_WEIGHT  # BMP's rescaling (> 32) never applies
     got = bmp.search(searcher, queries, vocab, doc_ids, indexed, k=K)
     assert got[special["empty"]] == got[special["unmatched"]] == []
-    d_int = sp.csr_matrix(docs, copy=True)
-    d_int.data = quantise(d_int.data, scale).astype(np.float32)
-    d_int.eliminate_zeros()
     # BMP's 16-bit scores and bounds: checked for the queries whose bound stays below 2^16: all but
     # the 1,100-term one (bound ≈ 6 × 2^16) and one just above (67,506)
     inside = np.flatnonzero(bmp.score_bound(q_int, d_int) < 2**16)

@@ -104,6 +104,36 @@ def test_retriever_takes_query_toks_from_a_query_encoder(kit, tmp_path):
     pd.testing.assert_frame_equal(direct, piped.drop(columns=["query_toks"]))
 
 
+def test_retriever_searches_by_the_searcher_configuration(kit, tmp_path):
+    """``searcher=SeismicConfig(...)``: the retriever's rows are :meth:`Index.search`'s with that
+    configuration, each score the document's dot product up to Seismic's float16 storage (the bound of
+    ``tests/test_index_seismic.py``); a configuration the index cannot honour (``n_knn`` above the
+    graph's ``nknn``, 0 by default) is refused before any model loads or query is encoded."""
+    pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
+    from test_index_seismic import f16_score_tolerance
+
+    from spladekit.index.seismic import SeismicSearchParams
+    from spladekit.index.seismic_store import SeismicConfig
+
+    index = kit.indexer(tmp_path / "idx").index(DOCS.to_dict("records"))
+    searcher = SeismicConfig(search=SeismicSearchParams(query_cut=50, heap_factor=1.0))
+    results = kit.retriever(tmp_path / "idx", k=5, searcher=searcher)(TOPICS)
+    queries = kit.encoder.encode_queries(TOPICS["query"].tolist())
+    hits = index.search(queries, k=5, searcher=searcher, query_ids=list(TOPICS["qid"])).hits
+    docs = {docno: row for row, docno in enumerate(DOCS["docno"])}
+    dense = kit.encoder.encode_documents(DOCS["text"].tolist()).toarray().astype(np.float64)
+    for (qid, group), want in zip(results.groupby("qid", sort=False), hits):
+        assert [(d, s) for d, s in zip(group["docno"], group["score"])] == want and want
+        q = queries[list(TOPICS["qid"]).index(qid)].toarray().ravel().astype(np.float64)
+        for docno, score in want:
+            exact = float(dense[docs[docno]] @ q)
+            assert abs(score - exact) <= f16_score_tolerance(q, exact), (qid, docno, score, exact)
+    unloaded = SpladeKit("/nonexistent/model")
+    with pytest.raises(ValueError, match="--n-knn 3 asks for more neighbours"):
+        unloaded.retriever(tmp_path / "idx", searcher=SeismicConfig(search=SeismicSearchParams(n_knn=3)))(TOPICS)
+    assert unloaded._encoder is None
+
+
 def test_text_loader(tmp_path, tiny_beir):
     results = pd.DataFrame({"qid": ["q1", "q1"], "docno": ["d3", "d1"], "score": [2.0, 1.0]})
     loaded = TextLoader(tiny_beir)(results)  # a BEIR folder: title + " " + text

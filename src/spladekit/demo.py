@@ -185,7 +185,7 @@ def truncation_lines(results: list[SystemResult], documents: int) -> list[str]:
 def _model_record(model: str | Path) -> dict:
     """``index.json``'s model record for the demo's index, as ``spladekit index`` writes it."""
     from spladekit.data.resolve import resolve_model
-    from spladekit.index.shard import model_record
+    from spladekit.index.layout import model_record
 
     return model_record(model, resolve_model(str(model)))
 

@@ -14,6 +14,7 @@ from spladekit.data.trec import write_run
 from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
 from spladekit.evaluate.retrieval import SystemResult, conventions_for, evaluate_splade  # noqa: F401  (moved there)
 from spladekit.index.exact import results_to_run
+from spladekit.index.index import searcher_config
 from spladekit.io import atomic_folder, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 
@@ -126,7 +127,7 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     )
     dataset = load_beir(config.data, config.split)
     result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
-                             conventions=conventions or config.conventions, backend=config.backend, index=config.index)
+                             conventions=conventions or config.conventions, searcher=searcher_config(config.backend), index=config.index)
     saved = asdict(config)
     saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
                  pooling=encoder.metadata.pooling, activation=encoder.metadata.activation,

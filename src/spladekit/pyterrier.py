@@ -94,10 +94,11 @@ class SpladeKit:
         """Documents → the spladekit index folder ``path`` (see :class:`Indexer`)."""
         return Indexer(self, path, text_field=text_field, chunk_size=chunk_size, verbose=verbose)
 
-    def retriever(self, index, k: int = 1000, backend: str = "exact", seismic=None, seismic_build=None) -> "Retriever":
-        """Queries → results from ``index`` (a folder or an open :class:`~spladekit.index.index.Index`),
-        queries encoded with this model (see :class:`Retriever`)."""
-        return Retriever(index, self, k=k, backend=backend, seismic=seismic, seismic_build=seismic_build)
+    def retriever(self, index, k: int = 1000, searcher=None) -> "Retriever":
+        """Queries → results from ``index`` (a folder or an open :class:`~spladekit.index.index.Index`)
+        by ``searcher`` (a :class:`~spladekit.index.searcher.SearcherConfig`; None: exact), queries
+        encoded with this model (see :class:`Retriever`)."""
+        return Retriever(index, self, k=k, searcher=searcher)
 
     @staticmethod
     def text_loader(corpus, field: str = "text") -> "TextLoader":
@@ -265,12 +266,20 @@ class Retriever(pt.Transformer):
         index: an index folder or an open :class:`~spladekit.index.index.Index`.
         model: a :class:`SpladeKit`, a model name, an encoder, or None (the index's model).
         k: results per query (≥ 1).
-        backend: ``exact`` or ``seismic`` (:meth:`Index.search`); seismic, seismic_build: its parameters.
+        searcher: the search method and its parameters (:meth:`Index.search`): ``ExactConfig()``
+            (None: the default), ``SeismicConfig(search=SeismicSearchParams(...), build=...)``
+            (:mod:`spladekit.index.searcher`, :mod:`spladekit.index.seismic_store`).
+
+    Raises (when transforming):
+        MissingExtraError, ValueError: the searcher's refusal (:meth:`Index.check`), before any
+            query is encoded.
     """
 
-    def __init__(self, index, model=None, k: int = 1000, backend: str = "exact", seismic=None, seismic_build=None):
-        self.index, self.model, self.k, self.backend = index, model, k, backend
-        self.seismic, self.seismic_build = seismic, seismic_build
+    def __init__(self, index, model=None, k: int = 1000, searcher=None):
+        from spladekit.index.searcher import ExactConfig
+
+        self.index, self.model, self.k = index, model, k
+        self.searcher = ExactConfig() if searcher is None else searcher
         self._open = None
         self._names: list[str] | None = None
 
@@ -300,10 +309,10 @@ class Retriever(pt.Transformer):
 
         pt.validate.query_frame(inp)
         index = self._index()
+        index.check(self.searcher)  # before any query is encoded
         vectors = self._queries(inp, index)
         ids = [str(i) for i in range(len(inp))]
-        result = index.search(vectors, k=self.k, backend=self.backend, query_ids=ids, seismic=self.seismic,
-                              seismic_build=self.seismic_build)
+        result = index.search(vectors, k=self.k, searcher=self.searcher, query_ids=ids)
         position, docnos, scores, ranks = [], [], [], []
         for row, hits in enumerate(result.hits):
             for rank, (doc_id, score) in enumerate(hits):

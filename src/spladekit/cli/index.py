@@ -1,4 +1,4 @@
-"""index (alias: encode), search, export, import."""
+"""index, search, export, import."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
-INDEX_MARKERS = ("index.json",)  # what marks a folder as an index (spladekit.index.io)
+INDEX_MARKERS = ("index.json",)  # what marks a folder as an index (spladekit.index.layout)
 EXPORT_MARKERS = ("export.json",)  # what marks a folder as an export (spladekit.index.export)
 
 
@@ -37,7 +37,7 @@ def index_command(
     """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
     from spladekit.errors import SpladekitError
     from spladekit.index.index import Index
-    from spladekit.index.shard import IndexConfig, build_index
+    from spladekit.index.builder import IndexConfig, build_index
     from spladekit.index.writer import parse_size
     from spladekit.io import check_output_folder
 
@@ -56,33 +56,6 @@ def index_command(
         truncated, length = opened.metadata.get("truncated_docs"), opened.metadata.get("doc_max_length")
         cut = f"; {truncated} truncated to {length} tokens" if truncated else ""
         typer.echo(f"wrote {written} ({docs.shape[0]} documents, {docs.nnz / max(1, docs.shape[0]):.1f} active terms/doc{cut})")
-
-
-@app.command("index-upgrade")
-def index_upgrade_command(index: Path = typer.Argument(..., help="old index folder (format 1 vectors.npz, or doc_ids.json)")):
-    """Rewrite an old index folder in the current memory-mapped layout, in place and atomically."""
-    from spladekit.errors import SpladekitError
-    from spladekit.index.index import Index
-
-    try:
-        changed = Index.upgrade(index)
-    except (SpladekitError, ValueError) as exc:
-        fail(exc)
-    typer.echo(f"upgraded {index}" if changed else f"{index}: already in the current layout; nothing written")
-
-
-@app.command("encode", hidden=True)
-def encode_command(
-    model: str = typer.Option(DEFAULT_MODEL),
-    data: str = typer.Option(...),
-    out: Path = typer.Option(...),
-    batch_size: int = typer.Option(32),
-    doc_max_length: Optional[int] = typer.Option(None),
-    doc_top_k: Optional[int] = typer.Option(None),
-):
-    """Old name of `index`."""
-    index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None,
-                  chunk_size=10_000, memory_budget=None, trust_remote_code=False)
 
 
 @app.command()
@@ -116,75 +89,29 @@ def search(
     (the settings record) and RUN.latency.json. The Seismic index is built once and stored in the folder."""
     from dataclasses import asdict
 
-    from spladekit.data.beir import load_beir
-    from spladekit.data.trec import check_trec_id, write_run
-    from spladekit.data.tsv import read_tsv
+    from spladekit.data.trec import write_run
     from spladekit.errors import SpladekitError
-    from spladekit.index.index import BACKENDS, open_index, recall_at_k
-    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams, import_seismic
+    from spladekit.index.index import open_index
+    from spladekit.index.results import recall_at_k
     from spladekit.io import write_json
 
     try:
         if k < 1:
             raise ValueError(f"--k must be ≥ 1, got {k}")
-        if backend not in BACKENDS:  # before any query is encoded
-            raise ValueError(f"unknown --backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if recall_k is not None and recall_k < 1:
             raise ValueError(f"--recall-k must be ≥ 1, got {recall_k}")
-        if queries is not None and data is not None:
-            raise ValueError("give --data or --queries, not both")
-        for given, what in [*((folder, "index folder") for folder in index), *([(queries, "queries file")] if queries else [])]:
-            if out.resolve() == given.resolve() or given.resolve() in out.resolve().parents:
-                raise ValueError(f"--out {out} is {'inside ' if out.resolve() != given.resolve() else ''}the {what} {given}: "
-                                 "the run would overwrite it; write the run elsewhere")
-        asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
-                                          max_fraction=max_fraction, nknn=knn).items() if v is not None}
-        searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn).items() if v is not None}
-        if memory_budget is not None:
-            from spladekit.index.writer import parse_size
-
-            asked_budget = parse_size(memory_budget)
-        if backend != "seismic" and (asked or searching or recall_k is not None or memory_budget is not None):
-            given = [f"--{'knn' if n == 'nknn' else n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else []) + (
-                ["--memory-budget"] if memory_budget is not None else [])
-            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
-                             f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
-        params = SeismicSearchParams(**searching)
-        builds = [None] * len(index)  # None: each folder's stored Seismic index as it is (else the defaults)
-        if backend == "seismic":  # before any query is encoded or index built
-            from dataclasses import replace
-
-            from spladekit.index.seismic_shards import stored_build
-
-            import_seismic()  # the install line, not a traceback
-            if asked:  # each folder's stored parameters, with those asked for changed (one asked for does not reset the others)
-                builds = [replace(stored_build(folder) or SeismicBuildParams(), **asked) for folder in index]
-            for folder, build in zip(index, builds):
-                graph = (build or stored_build(folder) or SeismicBuildParams()).nknn
-                if params.n_knn > graph:
-                    raise ValueError(f"--n-knn {params.n_knn} asks for more neighbours than the k-NN graph of {folder}'s Seismic index "
-                                     f"{'would hold' if build else 'holds'} ({graph}): give --knn ≥ {params.n_knn}, or a smaller --n-knn")
-        if queries is not None:
-            topics = read_tsv(queries)
-        elif data is not None:
-            topics = load_beir(data, split).queries
-        else:
-            raise typer.BadParameter("give --data or --queries")
-        for qid in topics:  # a run file cannot hold it: said before the search, naming the queries' file
-            check_trec_id(qid, queries if queries is not None else f"{data}:{split}", "query id")
+        _check_run_path(out, index, queries, data)
+        searcher = _searcher_options(backend, dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn),
+                                     dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
+                                          max_fraction=max_fraction, knn=knn), memory_budget, recall_k)
+        topics = _topics(queries, data, split)
         searched = open_index(index, verify=verify)
+        searched.check(searcher)  # before any query is encoded or index built
         q = searched.query_encoder(model, trust_remote_code=trust_remote_code)
         vectors = q.encode_queries(list(topics.values()), show_progress=True)
-        kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params)
-        stored = {folder: _seismic_stamp(folder) for folder in index}
-        if memory_budget is not None or asked:  # each folder's (built now, or the stored one when it matches); searches then use it
-            for part, build in zip(getattr(searched, "shards", [searched]), builds):
-                part.seismic(build, asked_budget if memory_budget is not None else None)
-        result = searched.search(vectors, k=k, **kwargs)
-        for folder, before in stored.items():
-            if backend == "seismic" and _seismic_stamp(folder) != before:
-                typer.echo(f"built the Seismic index and stored it in {Path(folder) / 'seismic'} "
-                           "(searches and `spladekit serve` reuse it)")
+        result = searched.search(vectors, k=k, searcher=searcher, query_ids=list(topics), one_at_a_time=one_at_a_time)
+        for what in result.built:
+            typer.echo(f"built {what} (searches and `spladekit serve` reuse it)")
         write_run(result.run, out)
         settings = result.settings.record()
         settings.update(queries=str(queries or f"{data}:{split}"), num_queries=len(topics), model=model or searched.metadata.get("model"),
@@ -192,7 +119,8 @@ def search(
         write_json(Path(str(out) + ".config.json"), settings)
         write_json(Path(str(out) + ".latency.json"), asdict(result.latency))
         if recall_k:
-            approx = result if recall_k <= k else searched.search(vectors, k=recall_k, **kwargs)
+            approx = result if recall_k <= k else searched.search(vectors, k=recall_k, searcher=searcher, query_ids=list(topics),
+                                                                  one_at_a_time=one_at_a_time)
             exact = searched.search(vectors, k=recall_k, query_ids=list(topics))
             recall = {f"recall@{recall_k}": recall_at_k(approx.hits, exact.hits, k=recall_k)}
             write_json(Path(str(out) + ".recall.json"), dict(recall, **settings))
@@ -200,6 +128,77 @@ def search(
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {out} ({len(topics)} queries, {result.latency.mean_ms:.2f} ms/query)")
+
+
+def _check_run_path(out: Path, index: list[Path], queries: Path | None, data: str | None) -> None:
+    """Refuse ``--out`` inside an index folder or on the queries file, and ``--data`` with ``--queries``.
+
+    Raises:
+        ValueError: naming the options.
+    """
+    if queries is not None and data is not None:
+        raise ValueError("give --data or --queries, not both")
+    for given, what in [*((folder, "index folder") for folder in index), *([(queries, "queries file")] if queries else [])]:
+        if out.resolve() == given.resolve() or given.resolve() in out.resolve().parents:
+            raise ValueError(f"--out {out} is {'inside ' if out.resolve() != given.resolve() else ''}the {what} {given}: "
+                             "the run would overwrite it; write the run elsewhere")
+
+
+def _searcher_options(backend: str, searching: dict, building: dict, memory_budget: str | None, recall_k: int | None):
+    """The searcher configuration of ``spladekit search``'s options (``searching``: Seismic's search
+    options, ``building``: its build options, None where not given).
+
+    Raises:
+        ValueError: an unknown backend; Seismic options with another backend; a value a
+            configuration refuses (its message, naming the parameter).
+    """
+    from pydantic import ValidationError
+
+    from spladekit.errors import validation_problems
+    from spladekit.index.index import searcher_config
+    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
+
+    searching = {name: value for name, value in searching.items() if value is not None}
+    building = {"nknn" if name == "knn" else name: value for name, value in building.items() if value is not None}
+    if backend != "seismic":
+        given = [f"--{'knn' if n == 'nknn' else n.replace('_', '-')}" for n in [*building, *searching]]
+        given += (["--recall-k"] if recall_k is not None else []) + (["--memory-budget"] if memory_budget is not None else [])
+        if given:
+            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
+                             f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
+        return searcher_config(backend)
+    try:
+        budget = None
+        if memory_budget is not None:
+            from spladekit.index.writer import parse_size
+
+            budget = parse_size(memory_budget)
+        return searcher_config(backend, search=SeismicSearchParams(**searching), build=SeismicBuildParams(**building) if building else None,
+                               memory_budget=budget)
+    except ValidationError as exc:
+        raise ValueError("\n".join(message for _, message in validation_problems(exc))) from None
+
+
+def _topics(queries: Path | None, data: str | None, split: str) -> dict[str, str]:
+    """The queries of ``--queries`` (id<TAB>text) or of ``--data``'s ``--split``, each id one a run can hold.
+
+    Raises:
+        typer.BadParameter: neither given.
+        DataFormatError: an unreadable file, or an id a run file cannot hold (naming the file).
+    """
+    from spladekit.data.beir import load_beir
+    from spladekit.data.trec import check_trec_id
+    from spladekit.data.tsv import read_tsv
+
+    if queries is not None:
+        topics = read_tsv(queries)
+    elif data is not None:
+        topics = load_beir(data, split).queries
+    else:
+        raise typer.BadParameter("give --data or --queries")
+    for qid in topics:  # a run file cannot hold it: said before the search, naming the queries' file
+        check_trec_id(qid, queries if queries is not None else f"{data}:{split}", "query id")
+    return topics
 
 
 @app.command("export")
@@ -221,7 +220,7 @@ def export_command(
     """Export an index to Anserini, Seismic, Qdrant, Milvus, PostgreSQL/pgvector, Elasticsearch/OpenSearch or CIFF files."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import export_index, export_vectors
-    from spladekit.index.io import load_metadata, load_vocabulary
+    from spladekit.index.layout import load_metadata, load_vocabulary
     from spladekit.index.search import query_encoder
     from spladekit.io import check_output_folder
 
@@ -260,7 +259,7 @@ def import_command(
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import import_to_index, model_vocabulary, recorded_model
-    from spladekit.index.io import load_metadata, load_vocabulary
+    from spladekit.index.layout import load_metadata, load_vocabulary
     from spladekit.io import check_output_folder
 
     try:
@@ -293,12 +292,3 @@ def import_command(
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}")
-
-
-def _seismic_stamp(folder) -> tuple | None:
-    """When the Seismic index stored in an index folder was last written (None: none stored)."""
-    try:
-        stat = (Path(folder) / "seismic" / "params.json").stat()
-    except FileNotFoundError:
-        return None
-    return stat.st_mtime_ns, stat.st_size

@@ -40,7 +40,8 @@ import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, RepeatedIdError
 from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, quantise, seismic_jsonl
-from spladekit.index.io import DEFAULT_BUDGET, DocIds, load_index, load_vocabulary
+from spladekit.index.index import load_index
+from spladekit.index.layout import DEFAULT_BUDGET, DocIds, load_vocabulary
 from spladekit.io import atomic_write, scratch_folder, staged_files, write_json
 
 FORMATS = ("anserini", "anserini-queries", "seismic", "qdrant", "milvus", "pgvector", "elastic", "ciff")
@@ -376,7 +377,7 @@ def import_vectors(
 
 def packed_ids(ids: Iterable[str], source: Path) -> DocIds:
     """Ids read one at a time, kept as their UTF-8 bytes end to end plus ``[N + 1]`` int64 offsets
-    (:class:`spladekit.index.io.DocIds`, ≈ ``N × (L + 16)`` bytes for ids of ``L`` bytes while
+    (:class:`spladekit.index.layout.DocIds`, ≈ ``N × (L + 16)`` bytes for ids of ``L`` bytes while
     growing) instead of N Python strings (≈ ``N × (L + 57)``). ``source`` is named by errors.
 
     Raises:
@@ -471,7 +472,7 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     end), and the writer reads them back block by block. Held in memory: the ids (``N × (L + 16)``
     bytes for ids of ``L`` UTF-8 bytes; ``anserini-queries`` also keeps a set of the ids to refuse a
     repeat, as :func:`spladekit.data.tsv.iter_tsv` does), one record, one block, and the writer's
-    budget. The folder is the one :func:`spladekit.index.io.save_index` writes from
+    budget. The folder is the one :func:`spladekit.index.writer.save_index` writes from
     :func:`import_vectors`'s matrix, byte for byte (``tests/test_import_streamed.py``).
 
     ``ciff`` (postings lists, term-major) is transposed on disk

@@ -238,6 +238,7 @@ class SpladekitRunner:
 
     def evaluate(self, model: str, dataset: EvalDatasetSpec, config: ReproduceConfig, folder: Path) -> dict:
         from spladekit.model.encoder import SpladeEncoder
+        from spladekit.index.index import searcher_config
         from spladekit.pipeline import evaluate_splade, write_system
 
         ev = config.evaluation
@@ -249,7 +250,7 @@ class SpladekitRunner:
         if key not in self._datasets:
             self._datasets[key] = load_eval_dataset(dataset)
         result = evaluate_splade(encoder, self._datasets[key], k=ev.k, measures=dataset.measures,
-                                 show_progress=self.show_progress, name=dataset.name, backend=ev.backend)
+                                 show_progress=self.show_progress, name=dataset.name, searcher=searcher_config(ev.backend))
         write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
                                       "query_max_length": encoder.metadata.query_max_length,
                                       "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k,

@@ -81,7 +81,7 @@ class ServeConfig(BaseModel):
     def _deadline_exceeds_batch_wait(cls, value, info):
         wait = info.data.get("max_wait_ms")
         if value is not None and wait is not None and value <= wait:
-            raise ValueError(f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for company before its batch is formed")
+            raise ValueError(f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for more requests before its batch is formed")
         return value
 
     @model_validator(mode="after")
