@@ -51,6 +51,9 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("pipeline", ("spladekit.pipeline",)),  # the stages strung together: one evaluation run
     ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
     ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)
+    # adapters to the harnesses researchers evaluate in (PyTerrier transformers, an MTEB model): like the
+    # command line they string the stages together for an outside library; no stage imports them
+    ("harness", ("spladekit.pyterrier", "spladekit.mteb")),
     # the command line and the package's facade (``spladekit/__init__`` re-exports from every stage)
     ("cli", ("spladekit.cli", "spladekit.__main__", "spladekit")),
 ]

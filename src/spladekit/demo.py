@@ -126,7 +126,7 @@ def _load(model: str, data: str, batch_size: int, **encoder_options):
     encoder = SpladeEncoder.from_pretrained(model, batch_size=batch_size, **encoder_options)
     meta = encoder.metadata
     print(f"model {model}: vocabulary {encoder.vocab_size}, max lengths q/d {meta.query_max_length}/"
-          f"{meta.doc_max_length}, head {encoder.model.head_impl}")
+          f"{meta.doc_max_length}, head {getattr(encoder.model, 'head_impl', 'its own modules')}")
     return dataset, encoder
 
 
@@ -218,19 +218,21 @@ def _model_record(model: str | Path) -> dict:
 
 
 def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool = True, full: bool = False,
-             overrides: list[str] | None = None) -> list[SystemResult]:
+             overrides: list[str] | None = None, trust_remote_code: bool = False) -> list[SystemResult]:
     """Evaluate ``model`` and BM25 on ``data`` (test split); with ``train``, fine-tune ``model`` on the
     train split (:func:`demo_config`) and evaluate the result the same way. Writes runs, metrics,
     the table (``table.md``), per-query plot and, with training, ``train/`` (curves, metrics, model).
     With training, ``before/`` and ``bm25/`` are written before training starts, so a demo stopped
     during training keeps its baseline evaluation (``summary.json`` and the table come at the end).
+    ``trust_remote_code``: run the model folder's own code (the training config's ``model.trust_remote_code``).
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError before any work
     if train:
-        return _run_train_demo(model, data, out, batch_size, full, overrides)
-    dataset, encoder = _load(model, data, batch_size)
+        trusted = ["model.trust_remote_code=true"] if trust_remote_code else []
+        return _run_train_demo(model, data, out, batch_size, full, list(overrides or []) + trusted)
+    dataset, encoder = _load(model, data, batch_size, trust_remote_code=trust_remote_code)
     splade = evaluate_splade(encoder, dataset, name=Path(model).name or model, index=out / "index",
                              index_metadata=_model_record(model))
     bm25 = evaluate_bm25(dataset)
@@ -249,7 +251,8 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     config = demo_config(model, data, full, overrides)
     lengths = dict(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length)
     name = Path(model).name or model
-    dataset, before_encoder = _load(model, data, batch_size, head_impl=config.model.head_impl, **lengths)
+    dataset, before_encoder = _load(model, data, batch_size, head_impl=config.model.head_impl,
+                                    trust_remote_code=config.model.trust_remote_code, **lengths)
     before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
     del before_encoder
     bm25 = evaluate_bm25(dataset)
@@ -266,14 +269,17 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     print(result.summary(), flush=True)  # as `spladekit train` ends
     best = result.best
     label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
-    after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
+    trusted = config.model.trust_remote_code  # a model saved from one with its own classes carries their code
+    after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl,
+                                                  trust_remote_code=trusted, **lengths)
     after = evaluate_splade(after_encoder, dataset, name=label, index=out / "index",
                             index_metadata=_model_record(result.model_dir))
     extra = query_side_rows(after_encoder, after, bm25, dataset)
     systems, folders = [before, after], ["before", "after"]
     if best and result.last_dir is not None and best["step"] != result.steps:  # the final model differs from the selected one
         del after_encoder
-        last_encoder = SpladeEncoder.from_pretrained(result.last_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
+        last_encoder = SpladeEncoder.from_pretrained(result.last_dir, batch_size=batch_size, head_impl=config.model.head_impl,
+                                                     trust_remote_code=trusted, **lengths)
         systems.append(evaluate_splade(last_encoder, dataset, name=f"{name} (fine-tuned, last step {result.steps})"))
         folders.append("last")
     training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),

@@ -34,6 +34,7 @@ class EvalConfig:
     conventions: str | None = None  # evaluation preset; None: chosen from the dataset name
     backend: str = "exact"  # retrieval backend of the index (exact or seismic)
     index: str | None = None  # keep the index folder here (None: a temporary folder, removed)
+    trust_remote_code: bool = False  # run the model folder's own code (spladekit.model.remote_code)
 
 
 def query_latency(encoders: dict[str, SpladeEncoder], queries: list[str], warmup: int = 5) -> dict[str, float]:
@@ -122,7 +123,7 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
         ensure_folder(out)  # raises OutputPathError before any work
     encoder = SpladeEncoder.from_pretrained(
         config.model, query_max_length=config.query_max_length, doc_max_length=config.doc_max_length,
-        batch_size=config.batch_size,
+        batch_size=config.batch_size, trust_remote_code=config.trust_remote_code,
     )
     dataset = load_beir(config.data, config.split)
     result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
@@ -136,7 +137,8 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     return result
 
 
-def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None):
+def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None,
+                         trust_remote_code: bool = False):
     """``spladekit inference-free``: ``model``'s document encoder with an inference-free query side
     whose weights are the IDF of the corpus of ``data`` (or of ``documents``), saved into ``out``
     atomically with the sentence-transformers ``Router`` files (where expressible, see
@@ -159,7 +161,7 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
         if data is None:
             raise ValueError("give the corpus: a BEIR folder (data) or the documents")
         documents = list(load_corpus(data).values())
-    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu"), documents)
+    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu", trust_remote_code=trust_remote_code), documents)
     with atomic_folder(out) as tmp:
         encoder.save_pretrained(tmp)  # with the sentence-transformers Router files where expressible
         from spladekit.publish.card import write_model_card

@@ -34,6 +34,13 @@ app = typer.Typer(
 )
 
 
+def trust_option():
+    """``--trust-remote-code``: the one spelling of the flag of every command that loads a model
+    (passed on to the one loader, :func:`spladekit.model.folders.read_model_folder`)."""
+    return typer.Option(False, "--trust-remote-code", help="run Python code of the model folder (custom sentence-transformers "
+                        "modules, transformers auto_map classes); only for a folder whose code you trust")
+
+
 def fail(exc: Exception) -> None:
     """Print ``error: <exc>`` in red on stderr (``error: `` before each line of a multi-line message)
     and exit with status 2 (every command's error path)."""

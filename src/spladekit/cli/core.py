@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
 
@@ -29,6 +29,7 @@ def evaluate(
     rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
     remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
     dedupe: bool = typer.Option(False, help="with --run: keep the best score of a document listed twice instead of failing"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Evaluate a model on a BEIR split (or an existing run against qrels). The metrics are printed as JSON
     on stdout; where they were written, on stderr."""
@@ -65,7 +66,8 @@ def evaluate(
             if model is None or data is None:
                 raise typer.BadParameter("give --model and --data (or --run and --qrels)")
             out = out or Path("outputs/eval")
-            config = EvalConfig(model=model, data=data, split=split, k=k, batch_size=batch_size, measures=measures)
+            config = EvalConfig(model=model, data=data, split=split, k=k, batch_size=batch_size, measures=measures,
+                                trust_remote_code=trust_remote_code)
             metrics = run_evaluation(config, out, conventions=conventions).metrics
             written = "metrics.json, per_query.json, run.trec, config.json"
     except (SpladekitError, ValueError) as exc:
@@ -88,6 +90,7 @@ def demo(
     train: bool = typer.Option(True, "--train/--no-train", help="fine-tune on the train split and evaluate again"),
     full: bool = typer.Option(False, "--full", help="the stronger (GPU) training recipe instead of the 2-core CPU one"),
     set_: list[str] = typer.Option([], "--set", help="override a training-config field, e.g. --set steps=50"),
+    trust_remote_code: bool = trust_option(),
 ):
     """The main job on the embedded default: SPLADE vs BM25 on SciFact test, then fine-tune and compare."""
     from spladekit.data.irds import check_irds
@@ -97,7 +100,8 @@ def demo(
         check_irds(data)  # before torch and the model load
         from spladekit.demo import run_demo
 
-        run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_)
+        run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_,
+                 trust_remote_code=trust_remote_code)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback (each file was written whole: temporary file, then renamed)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
 FORMATS = ("onnx",)
@@ -42,6 +42,7 @@ def export_model(
     overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT's README.md with this model's card even when it "
                                    "was edited by hand (default: a card spladekit wrote is rewritten; an edited one is "
                                    "kept while its record matches this model, else the export is refused)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime, or
     (--format elasticsearch|opensearch|fastembed|anserini) the form that engine runs itself, with HOW_TO_LOAD.md."""
@@ -55,7 +56,8 @@ def export_model(
                                  "engine's own contract fixes its graph)")
             if format in ONNX_ENGINES:  # before the model loads
                 check_extra("onnx", f"the {format} export (it writes ONNX)", ("onnx",))
-            return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation, overwrite)
+            return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation, overwrite,
+                                  trust_remote_code)
         if format not in FORMATS:
             raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS + ENGINE_FORMATS)}")
         check_extra("onnx", "ONNX export (and its onnxruntime check)")  # before the model loads
@@ -66,9 +68,11 @@ def export_model(
                 raise ValueError(f"{name} must be >= 1, got {value}")
         from spladekit.model.encoder import SpladeEncoder
         from spladekit.model.onnx_export import check_export, export_onnx
+        from spladekit.model.remote_code import require_masked_lm
 
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                                                head_impl="plain", device="cpu")
+                                                head_impl="plain", device="cpu", trust_remote_code=trust_remote_code)
+        require_masked_lm(encoder)
         limit = encoder.max_positions
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
             if value is not None and limit is not None and value > limit:
@@ -99,16 +103,18 @@ def export_model(
 
 
 def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max_length, pooling, activation,
-                   overwrite: bool) -> None:
+                   overwrite: bool, trust_remote_code: bool = False) -> None:
     """``--format elasticsearch|opensearch|fastembed|anserini`` (spladekit.model.engines)."""
     from spladekit.io import check_output_folder
     from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
     from spladekit.model.engines import export_for_engine
     from spladekit.model.engines.common import HOW_TO_LOAD
 
     check_output_folder(out, f"{engine} export", (HOW_TO_LOAD,), {"--model": model})
     encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                                            head_impl="plain", device="cpu")
+                                            head_impl="plain", device="cpu", trust_remote_code=trust_remote_code)
+    require_masked_lm(encoder)
     from spladekit.index.formats.elastic import mapping
     from spladekit.io import atomic_folder
     from spladekit.publish.card import write_model_card

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 
 TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.trainer)
 
@@ -19,6 +19,7 @@ def train(
     out: Path = typer.Option(Path("outputs/train"), help="output folder (checkpoints, metrics.jsonl, curves, model/)"),
     set_: List[str] = typer.Option([], "--set", help="override a config field: --set regularizer.lambda_d=1e-3"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress lines and bars (stderr)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Train a SPLADE model; resumes from the newest checkpoint in OUT (unless resume=false)."""
     from spladekit.errors import SpladekitError
@@ -28,7 +29,7 @@ def train(
     from spladekit.io import check_output_folder
 
     try:
-        cfg = load_config(config, set_)
+        cfg = load_config(config, list(set_) + (["model.trust_remote_code=true"] if trust_remote_code else []))
         inputs = {"model.path": cfg.model.path, "data.path": cfg.data.path, "data.negatives_model": cfg.data.negatives_model,
                   "data.teacher_scores": cfg.data.teacher_scores, "data.queries": cfg.data.queries,
                   "data.corpus": cfg.data.corpus}

@@ -79,7 +79,8 @@ def load_model(config: TrainConfig, texts=None):
     from spladekit.model.splade import SpladeModel
 
     location = resolve_model(config.model.path)
-    mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head)
+    mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head,
+                                               trust_remote_code=config.model.trust_remote_code)
     check_max_lengths(config, mlm.config)
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
@@ -100,7 +101,7 @@ def attach_query_weights(model, tokenizer, examples: list[TrainingExample], conf
     from spladekit.model.folders import read_model_folder
     from spladekit.model.inference_free import QueryTermWeights, idf_weights
 
-    folder = read_model_folder(resolve_model(config.model.path))
+    folder = read_model_folder(resolve_model(config.model.path), config.model.trust_remote_code)
     weights = folder.load_query_weights(tokenizer, model.vocab_size) if folder.metadata().query_encoder != "splade" else None
     init = f"the start model's query weights ({folder.layout})"
     if weights is None:
