@@ -153,7 +153,9 @@ def test_equals_sentence_transformers_mine_hard_negatives(ce, texts, tmp_path, s
     cosines tie within ~1e-7 at the cut, which random embeddings of 40 documents do not); both rank
     the candidates by the cross-encoder's score once it is given; the cross-encoder scores pairs in
     different batches (padding), hence the float tolerance on scores, while texts must be equal."""
+    import sentence_transformers
     import torch
+    from packaging.version import Version
     from sentence_transformers import CrossEncoder
     from sentence_transformers.util import mine_hard_negatives
 
@@ -165,7 +167,9 @@ def test_equals_sentence_transformers_mine_hard_negatives(ce, texts, tmp_path, s
     cosine = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (d / np.linalg.norm(d, axis=1, keepdims=True)).T
     doc_ids = list(corpus)
     settings = dict(num_negatives=3, range_min=1, relative_margin=0.05)
-    depth = default_range_max(FilterSettings(**settings), 2, True) + 2 + 1  # sentence-transformers' candidate_count
+    # sentence-transformers' candidate_count: range_max + max_positives, and one more from 6.3 on
+    extra = 1 if Version(sentence_transformers.__version__) >= Version("6.3") else 0
+    depth = default_range_max(FilterSettings(**settings), 2, True) + 2 + extra
     with open(tmp_path / "dense.run", "w") as run:
         for i, row in enumerate(cosine):
             for rank, j in enumerate(np.argsort(-row, kind="stable")[:depth], 1):
@@ -536,7 +540,40 @@ def test_a_teacher_with_its_own_code_is_refused(ce, texts, tmp_path):
     config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_evil.Evil"}
     (teacher / "config.json").write_text(json.dumps(config))
     out = tmp_path / "out"
-    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map'"):
+    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map.AutoModelForSequenceClassification': "
+                       r".*'Evil' .*modeling_evil.py .*--trust-remote-code"):
         mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
                         teachers=[str(teacher)], num_negatives=3), out, show_progress=False)
     assert not out.exists() and not marker.exists()
+
+
+def test_a_teacher_with_its_own_code_runs_when_trusted(ce, texts, mined, tmp_path):
+    """The same teacher with trust_remote_code: its modeling file runs (the marker) and, being BERT's
+    classifier under another name, it scores as the plain teacher does (the dataset of ``mined``). In
+    another process: transformers registers the folder's class for BERT configs in the process that loads it."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    folder, _, _ = texts
+    teacher, marker, out = tmp_path / "teacher", tmp_path / "marker", tmp_path / "out"
+    shutil.copytree(ce, teacher)
+    (teacher / "modeling_evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+                                              "from transformers import BertForSequenceClassification as Evil\n")
+    config = json.loads((teacher / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_evil.Evil"}
+    (teacher / "config.json").write_text(json.dumps(config))
+    script = ("from spladekit.mine import MineConfig, mine\n"
+              f"mine(MineConfig(data={str(folder / 'pairs.tsv')!r}, format='tsv', corpus={str(folder / 'corpus.tsv')!r}, "
+              f"teachers=[{str(teacher)!r}], num_negatives=3, chunk_queries=3, trust_remote_code=True), {str(out)!r}, "
+              "show_progress=False)\n")
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert marker.exists()
+    rows, reference = datasets.load_from_disk(str(out / "dataset")), datasets.load_from_disk(str(mined / "dataset"))
+    assert [r["query"] for r in rows] == [r["query"] for r in reference]
+    for row, ref in zip(rows, reference):
+        assert [row[f"negative_{k}"] for k in (1, 2, 3)] == [ref[f"negative_{k}"] for k in (1, 2, 3)]
+        assert all(close(a, b) for a, b in zip(row["scores"], ref["scores"])), (row["scores"], ref["scores"])

@@ -150,8 +150,9 @@ def test_spec_apply_scales_the_decoder(models):
 
 def test_a_folder_with_its_own_code_is_refused_before_anything_runs(models, tmp_path):
     """config.json mapping the model to the folder's own modeling_evil.py (auto_map), whose import writes
-    a marker: refused naming config.json and auto_map, before transformers would import it (or ask on the
-    terminal); the same in tokenizer_config.json; the judge: transformers with trust_remote_code=True runs it."""
+    a marker: refused without trust_remote_code naming config.json, the auto_map entry, the class, its file
+    and the flag, before transformers would import it (or ask on the terminal); the same in
+    tokenizer_config.json; the judge: transformers with trust_remote_code=True runs it."""
     import json
     import os
     import subprocess
@@ -167,13 +168,14 @@ def test_a_folder_with_its_own_code_is_refused_before_anything_runs(models, tmp_
                                              "from transformers import BertForMaskedLM as EvilForMaskedLM\n")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}}))
-    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map': .*modeling_evil.EvilForMaskedLM"):
+    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map.AutoModelForMaskedLM': .*'EvilForMaskedLM' "
+                       r"\(modeling_evil.EvilForMaskedLM\) is code from modeling_evil.py .*--trust-remote-code"):
         SpladeEncoder.from_pretrained(str(folder))
     assert not marker.exists()
     (folder / "config.json").write_text(json.dumps(config))
     tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer, "auto_map": {"AutoTokenizer": [None, "tokenization_evil.Evil"]}}))
-    with pytest.raises(UnsupportedModelError, match=r"tokenizer_config.json: field 'auto_map'"):
+    with pytest.raises(UnsupportedModelError, match=r"tokenizer_config.json: field 'auto_map.AutoTokenizer': .*'Evil' .*--trust-remote-code"):
         SpladeEncoder.from_pretrained(str(folder))
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}}))

@@ -309,8 +309,8 @@ def test_a_beir_corpus_is_read_as_title_and_text(tmp_path):
 
 
 def test_spladekit_train_on_a_hostile_pickle_ends_in_one_line_before_out(tmp_path):
-    """`spladekit train` with data.teacher_scores a pickle that would run a command: one `error:` line
-    naming the file and the global, exit 2, the command never runs and --out is not made."""
+    """`spladekit train` with data.teacher_scores a pickle that would run a command: one `error:` line, the
+    last, naming the file and the global, exit 2, the command never runs and --out is not made."""
     import os
     import subprocess
     import sys
@@ -325,7 +325,8 @@ def test_spladekit_train_on_a_hostile_pickle_ends_in_one_line_before_out(tmp_pat
     done = subprocess.run([sys.executable, "-m", "spladekit", "train", str(tmp_path / "c.yaml"), "--out", str(out)],
                           capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
-    assert lines[0].startswith(f"error: {config['teacher_scores']}: refused: the pickle names the global {os.name}.system")
+    lines = done.stderr.strip().splitlines()  # the run's progress lines (reading the data), then the error
+    errors = [line for line in lines if line.startswith("error:")]
+    assert done.returncode == 2 and errors == lines[-1:] and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert errors[0].startswith(f"error: {config['teacher_scores']}: refused: the pickle names the global {os.name}.system")
     assert not out.exists() and not marker.exists()

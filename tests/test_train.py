@@ -184,7 +184,7 @@ def _tree(folder: Path) -> dict:
 
 def test_a_finished_run_is_not_redone_nor_continued_with_other_settings(tiny, tmp_path):
     """Rerun into its --out: with the same config and data, nothing is computed (the stored result is
-    returned, the CLI says so); with another learning rate, or after its data file changed, refused
+    returned, the CLI says so, also with --trust-remote-code); with another learning rate, or after its data file changed, refused
     naming the difference, and nothing in --out changes (config.yaml included)."""
     from typer.testing import CliRunner
 
@@ -203,6 +203,8 @@ def test_a_finished_run_is_not_redone_nor_continued_with_other_settings(tiny, tm
     assert (again.steps, again.last_metrics, again.model_dir) == (first.steps, first.last_metrics, first.model_dir)
     done = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress"])
     assert done.exit_code == 0 and "already trained" in done.output and "nothing was done" in done.output, done.output
+    trusted = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress", "--trust-remote-code"])
+    assert trusted.exit_code == 0 and "already trained" in trusted.output, trusted.output  # a permission, not a setting
     bad = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "lr=0.002", "--no-progress"])
     assert bad.exit_code == 2 and "lr: 0.001 → 0.002" in bad.stderr and "left as it is" in bad.stderr, bad.output
     assert len(bad.stderr.strip().splitlines()) == 1 and _tree(out) == before
@@ -409,6 +411,12 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
     for folder, name in (("before", names[0]), ("bm25", "bm25")):
         assert json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
+    from test_fusion import _check_delta_plot
+
+    folders = ["before", "after", *(["last"] if len(names) == 3 else []), "bm25", "inference_free", "fused_rrf", "fused_minmax"]
+    _check_delta_plot(tmp_path / "demo", results, folders, [("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
+                      [("before fine-tuning", "fine-tuned"), ("BM25", "fused RRF (fine-tuned + BM25)"),
+                       ("BM25", "fused min-max (fine-tuned + BM25)")])
 
 
 def test_the_demo_names_truncation_once_for_the_systems_that_share_it():

@@ -1,9 +1,11 @@
 """`spladekit train` ended by SIGTERM (what `kill` and job schedulers send) in each phase of a run.
 
 Each case runs the real command line in a subprocess (tests/signal_driver.py) that sends SIGTERM to
-its main thread at an exact point of one phase (the N-th call of a function of that phase, as
-`kill` would at that moment): mining hard negatives with a model, the dev evaluation, an optimiser
-step, writing a checkpoint, writing the final model. Judged from outside: the exit status is 143
+its main thread at an exact point of one phase of :class:`spladekit.train.trainer.Trainer` (the N-th
+call of a function of that phase, as `kill` would at that moment): the set-up's data phase (mining
+hard negatives with a model), the set-up after ``inputs.json`` and ``config.yaml`` are written (before
+the model), the dev evaluation, the optimiser step, writing a checkpoint, writing the final model, and
+the model cards of the end of the run (``on_train_end``). Judged from outside: the exit status is 143
 (128 + SIGTERM) with no abort message nor traceback, no temporary file or folder is left beside or
 inside ``--out`` (nor in ``TMPDIR``), and every file that is there is complete (it parses, and a
 checkpoint holds all its parts).
@@ -87,6 +89,8 @@ def _check_left_complete(out: Path, tmp: Path) -> None:
         return
     if (out / "config.yaml").exists():
         assert read_yaml(out / "config.yaml")["steps"] == 3
+    if (out / "inputs.json").exists():
+        assert set(json.loads((out / "inputs.json").read_text())) == {"settings", "inputs"}
     if (out / "metrics.jsonl").exists():
         list(read_jsonl(out / "metrics.jsonl"))
     for step in sorted((out / "checkpoints").glob("*")):
@@ -97,17 +101,21 @@ def _check_left_complete(out: Path, tmp: Path) -> None:
     for name in ("model", "last"):
         if (out / name).exists():
             assert (out / name / "model.safetensors").is_file() and (out / name / "config.json").is_file()
+            if (out / name / "README.md").exists():
+                assert (out / name / "README.md").read_text().rstrip().splitlines()[-1].startswith("<!-- spladekit-card ")
 
 
 PHASES = {
     # phase: (what the driver wraps, which call, before/after it, config fields)
     "mining": ("spladekit.model.splade:SpladeModel._forward", 1, "before",
                {"data__format": "beir", "data__negatives": "model", "data__mining_depth": 4}),
+    "set-up, the model not loaded": ("spladekit.train.trainer:Trainer._setup_model", 1, "before", {}),
     "dev evaluation": ("spladekit.model.splade:SpladeModel._forward", 1, "before", {"eval_every": 2}),
-    "a step": ("torch.optim.adamw:AdamW.step", 2, "before", {"checkpoint_every": 1}),
+    "a step": ("spladekit.train.trainer:Trainer.optimizer_step", 2, "before", {"checkpoint_every": 1}),
     "writing a checkpoint": ("transformers.modeling_utils:PreTrainedModel.save_pretrained", 2, "after",
                              {"checkpoint_every": 1}),
     "writing the final model": ("transformers.modeling_utils:PreTrainedModel.save_pretrained", 1, "after", {}),
+    "the model cards": ("spladekit.train.callbacks:ModelCards.on_train_end", 1, "before", {}),
 }
 
 
@@ -128,3 +136,12 @@ def test_sigterm_in_each_phase_exits_143_leaving_only_complete_files(inputs, tmp
         assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-0000001"]
     if phase == "writing a checkpoint":
         assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-0000001"]
+    if phase == "set-up, the model not loaded":  # the run's record written, nothing of the model yet
+        assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "inputs.json"]
+    if phase == "the model cards":  # the final model written, its card not yet, nor result.json (written last)
+        assert (out / "model" / "model.safetensors").is_file() and not (out / "model" / "README.md").exists()
+        assert not (out / "result.json").exists()
+        again = subprocess.run([sys.executable, "-m", "spladekit", "train", str(config), "--out", str(out), "--no-progress"],
+                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(SRC)), timeout=300)
+        assert again.returncode == 0 and "already trained" not in again.stdout, again.stderr[-3000:]
+        assert (out / "model" / "README.md").is_file() and (out / "result.json").is_file()

@@ -36,7 +36,7 @@ def _candidates(config: MineConfig, queries, corpus, depth: int, show_progress: 
     if config.candidates == "bm25":
         return bm25_candidates(queries, corpus, depth)
     if config.candidates == "model":
-        return model_candidates(queries, corpus, depth, config.model, config.index, show_progress)
+        return model_candidates(queries, corpus, depth, config.model, config.index, show_progress, config.trust_remote_code)
     return run_candidates(config.run, queries, corpus, depth)
 
 
@@ -67,7 +67,7 @@ def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> Min
         from spladekit.mine.teacher import check_teacher_files
 
         for name in config.teachers:
-            check_teacher_files(name)
+            check_teacher_files(name, config.trust_remote_code)
     settings = FilterSettings(config.num_negatives, config.range_min, config.range_max, config.max_score, config.min_score,
                               config.absolute_margin, config.relative_margin, config.sampling)
     max_positives = max(len(p) for p in data.positives.values())
@@ -84,7 +84,8 @@ def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> Min
         groups = [[(data.queries[q], data.corpus[d]) for d in data.positives[q]] + [(data.queries[q], data.corpus[d]) for d, _ in pool[q]]
                   for q in qids]
         scored = score_pairs(groups, config.teachers, out / "work", config.activation, config.teacher_batch_size,
-                             config.chunk_queries, config.teacher_max_length, config.device, show_progress)
+                             config.chunk_queries, config.teacher_max_length, config.device, show_progress,
+                             config.trust_remote_code)
         positive_scores, candidate_scores = {}, {}
         for q, scores in zip(qids, scored):
             n_pos = len(data.positives[q])

@@ -22,9 +22,11 @@ from typing import Sequence
 from spladekit.io import read_json, write_json
 
 
-def load_cross_encoder(name: str, activation: str = "identity", max_length: int | None = None, device: str | None = None):
+def load_cross_encoder(name: str, activation: str = "identity", max_length: int | None = None, device: str | None = None,
+                       trust_remote_code: bool = False):
     """A sentence-transformers ``CrossEncoder`` with the chosen activation (see the module docstring),
-    checked by :func:`check_loaded_cross_encoder`.
+    checked by :func:`check_loaded_cross_encoder`; ``trust_remote_code`` passed on (a folder's own code
+    is refused before by :func:`check_teacher_files` unless it is set).
 
     Raises:
         ResolutionError: the model folder or hub id cannot be found (:func:`spladekit.data.resolve.resolve_model`).
@@ -40,7 +42,8 @@ def load_cross_encoder(name: str, activation: str = "identity", max_length: int 
     activation_fn = {"identity": torch.nn.Identity(), "sigmoid": torch.nn.Sigmoid(), "model": None}[activation]
     folder = resolve_model(name)
     try:
-        model = CrossEncoder(folder, activation_fn=activation_fn, max_length=max_length, device=device)
+        model = CrossEncoder(folder, activation_fn=activation_fn, max_length=max_length, device=device,
+                             trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:  # transformers' "no file named model.safetensors ...", a bad config
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise DataFormatError(_transformer_folder(Path(folder)), f"teacher {name!r} does not load: {first}") from None
@@ -123,31 +126,35 @@ def check_loaded_cross_encoder(model, name: str, folder: Path) -> None:
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
-def check_teacher_files(name: str) -> None:
-    """Refuse, from its files and without loading its weights, a teacher that could not score: not a
-    one-label cross-encoder (:func:`check_cross_encoder`), custom code (``auto_map``:
-    :func:`spladekit.model.folders.refuse_custom_code`), no weight file, or a tokenizer giving ids past
-    the embedding's rows (``config.json``'s ``vocab_size``: an ``IndexError`` in the middle of scoring
-    otherwise). A mining run checks every teacher so before it mines candidates or writes anything.
+def check_teacher_files(name: str, trust_remote_code: bool = False) -> None:
+    """Refuse, from its files and without loading its weights, a teacher that could not score or would
+    run code not trusted: the folder's own code (``auto_map`` classes, custom modules:
+    :func:`spladekit.model.remote_code.find_custom_code`) without ``trust_remote_code``, not a
+    one-label cross-encoder (:func:`check_cross_encoder`), no weight file, or a tokenizer giving ids
+    past the embedding's rows (``config.json``'s ``vocab_size``: an ``IndexError`` in the middle of
+    scoring otherwise). A mining run checks every teacher so before it mines candidates or writes anything.
 
     Raises:
-        ResolutionError: the teacher cannot be found. DataFormatError: naming the teacher's file.
+        ResolutionError: the teacher cannot be found. UnsupportedModelError: code not trusted (naming
+            the class, its file and ``--trust-remote-code``). DataFormatError: naming the teacher's file.
     """
     from transformers import AutoTokenizer
 
     from spladekit.data.resolve import resolve_model
     from spladekit.errors import DataFormatError
+    from spladekit.model.remote_code import find_custom_code, refusal
 
-    from spladekit.model.folders import refuse_custom_code
-
+    root = Path(resolve_model(name))
+    custom = find_custom_code(root)
+    if custom and not trust_remote_code:
+        raise refusal(custom[0])
     check_cross_encoder(name)
-    home = _transformer_folder(Path(resolve_model(name)))
-    refuse_custom_code(home)
+    home = _transformer_folder(root)
     if not any((home / f).is_file() for f in WEIGHT_FILES):
         raise DataFormatError(home, f"teacher {name!r} has no weights (none of {', '.join(WEIGHT_FILES)})")
     rows = (read_json(home / "config.json") or {}).get("vocab_size") if (home / "config.json").is_file() else None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(home))
+        tokenizer = AutoTokenizer.from_pretrained(str(home), trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise DataFormatError(home, f"teacher {name!r}: its tokenizer does not load: {first}") from None
@@ -206,9 +213,10 @@ def _digest(teachers: Sequence[str], activation: str, pairs: list[tuple[str, str
 
 def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], work: Path, activation: str = "identity",
                 batch_size: int = 32, chunk_queries: int = 256, max_length: int | None = None, device: str | None = None,
-                show_progress: bool = True) -> list[list[float]]:
+                show_progress: bool = True, trust_remote_code: bool = False) -> list[list[float]]:
     """Teacher scores of each query's pairs: ``groups[i]`` is query i's ``[(query text, doc text)]``.
-    Each teacher is loaded when a chunk needs it (a resumed run whose chunks are all done loads none).
+    Each teacher is loaded when a chunk needs it (a resumed run whose chunks are all done loads none);
+    ``trust_remote_code``: a teacher folder's own code may run (:func:`check_teacher_files`).
 
     Returns:
         ``scores[i][j]``: the mean over ``teachers`` of the score of ``groups[i][j]`` (float32
@@ -226,7 +234,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
     if not teachers:
         raise ValueError("no teacher given")
     for name in teachers:
-        check_teacher_files(name)
+        check_teacher_files(name, trust_remote_code)
     fingerprints = [teacher_fingerprint(name) for name in teachers]
     work.mkdir(parents=True, exist_ok=True)
     models: dict[str, object] = {}
@@ -247,7 +255,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
             sums = [0.0] * len(flat)
             for name in teachers:
                 if name not in models:
-                    models[name] = load_cross_encoder(name, activation, max_length, device)
+                    models[name] = load_cross_encoder(name, activation, max_length, device, trust_remote_code)
                 if flat:
                     predicted = models[name].predict(flat, batch_size=batch_size, show_progress_bar=False,
                                                      convert_to_numpy=True)

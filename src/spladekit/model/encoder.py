@@ -66,7 +66,8 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
                          shape=tuple(weights.shape), copy=False)
 
 
-def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                   trust_remote_code: bool = False):
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
     The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
@@ -78,7 +79,9 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     produce meaningless SPLADE vectors. Here any parameter that transformers reports as missing
     (``output_loading_info=True``, ``missing_keys``: newly initialised) outside the backbone
     (``model.base_model_prefix``) is an error, unless ``allow_random_head`` (training option
-    ``model.allow_random_head: true``), which only warns.
+    ``model.allow_random_head: true``), which only warns. ``trust_remote_code`` is passed on to
+    transformers (a folder's own model classes, ``config.json`` ``auto_map``; refused before this by
+    :func:`~spladekit.model.folders.read_model_folder` unless trusted).
 
     Raises:
         ResolutionError: the folder has no weights file (or transformers cannot find it).
@@ -93,7 +96,8 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
 
     kwargs = {"dtype": dtype} if dtype else {}
     try:
-        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, **kwargs)
+        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, trust_remote_code=trust_remote_code,
+                                                         **kwargs)
     except Exception as exc:
         if isinstance(exc, MemoryError):
             raise
@@ -137,7 +141,8 @@ def _unreadable_weights(location: str) -> Path | None:
     return pickled[0] if len(pickled) == 1 else None
 
 
-def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                      trust_remote_code: bool = False):
     """The one loader of model folders: ``(mlm, tokenizer, folder)``.
 
     ``folder`` is :func:`spladekit.model.folders.read_model_folder` of ``location`` (read first, so
@@ -147,12 +152,16 @@ def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_ran
 
     Raises:
         ResolutionError: no weights or no tokenizer in ``location``.
-        UnsupportedModelError, DataFormatError: see :func:`~spladekit.model.folders.read_model_folder`.
+        UnsupportedModelError, DataFormatError: see :func:`~spladekit.model.folders.read_model_folder`
+            (also: a folder run by custom sentence-transformers modules, which has no masked LM to give).
         HeadNotFoundError: see :func:`load_masked_lm`.
     """
     from spladekit.model.folders import read_model_folder
+    from spladekit.model.remote_code import CUSTOM_LAYOUT, masked_lm_refusal
 
-    folder = read_model_folder(location)
+    folder = read_model_folder(location, trust_remote_code)
+    if folder.layout == CUSTOM_LAYOUT:
+        raise masked_lm_refusal(folder)
     return (*_load_weights(folder, dtype, allow_random_head), folder)
 
 
@@ -163,11 +172,11 @@ def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: b
     from spladekit.errors import DataFormatError, ResolutionError
     from spladekit.model.folders import check_tokenizer_files
 
-    mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head)
+    mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head, folder.trust_remote_code)
     if Path(folder.tokenizer_dir).is_dir():  # (a hub id: transformers resolves it)
         check_tokenizer_files(Path(folder.tokenizer_dir))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir)
+        tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir, trust_remote_code=folder.trust_remote_code)
     except OSError as exc:
         raise ResolutionError(f"model {folder.root}: cannot load its tokenizer ({_first_line(exc)})") from exc
     except MemoryError:
@@ -206,14 +215,15 @@ def check_vocabulary_sizes(tokens: int, head_rows: int, tokenizer_dir) -> None:
                               f"{VOCAB_PADDING} less (vocabulary padding), and at least half: is it the model's tokenizer?")
 
 
-def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                                  trust_remote_code: bool = False):
     """``(mlm, tokenizer)`` of :func:`load_model_folder`, for callers that use only the MLM head
     (the pooling and activation of the folder are in :func:`load_model_folder`'s third value).
 
     Raises:
         See :func:`load_model_folder`.
     """
-    mlm, tokenizer, _ = load_model_folder(location, dtype, allow_random_head)
+    mlm, tokenizer, _ = load_model_folder(location, dtype, allow_random_head, trust_remote_code)
     return mlm, tokenizer
 
 
@@ -261,6 +271,7 @@ class SpladeEncoder:
         device=None,
         dtype: torch.dtype | None = None,
         head_impl: str | None = None,
+        trust_remote_code: bool = False,
     ) -> "SpladeEncoder":
         """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`) in
         any layout :func:`spladekit.model.folders.read_model_folder` reads (spladekit, Hugging Face
@@ -270,10 +281,17 @@ class SpladeEncoder:
         sentence-transformers or OpenSearch files say, else the defaults 64/256); pooling, activation
         and the inference-free query side always come from the folder.
 
+        Code from the folder runs only with ``trust_remote_code`` (:mod:`spladekit.model.remote_code`):
+        a folder of custom sentence-transformers modules then gives a
+        :class:`~spladekit.model.remote_code.RemoteCodeEncoder` (sentence-transformers computes its
+        vectors; one max length; ``head_impl`` does not apply), custom transformers classes a
+        :class:`SpladeEncoder` as usual.
+
         Raises:
             ResolutionError: the model cannot be found, or its folder lacks weights or tokenizer.
             UnsupportedModelError: the folder describes something spladekit cannot compute (before any
-                weights load; see :mod:`spladekit.model.folders`).
+                weights load; see :mod:`spladekit.model.folders`), or names code of its own and not
+                ``trust_remote_code``.
             HeadNotFoundError: it is not a supported masked-LM family, or its checkpoint has no
                 MLM-head weights (see :func:`load_masked_lm`).
         """
@@ -281,7 +299,12 @@ class SpladeEncoder:
         from spladekit.model.folders import read_model_folder
 
         location = resolve_model(name_or_path)
-        folder = read_model_folder(location)
+        from spladekit.model.remote_code import CUSTOM_LAYOUT, RemoteCodeEncoder
+
+        folder = read_model_folder(location, trust_remote_code)
+        if folder.layout == CUSTOM_LAYOUT:
+            return RemoteCodeEncoder.load(folder, max_lengths=(query_max_length, doc_max_length), query_top_k=query_top_k,
+                                          doc_top_k=doc_top_k, batch_size=batch_size, device=device, source=str(name_or_path))
         meta = folder.metadata()  # refusals before any weights load
         mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
@@ -306,8 +329,12 @@ class SpladeEncoder:
         meta.doc_max_length = encoder.check_max_length(meta.doc_max_length)
         return encoder
 
-    def save_pretrained(self, folder: str | Path) -> None:
+    def save_pretrained(self, folder: str | Path, *, config: dict | None = None) -> None:
         """Save model, tokenizer, ``spladekit.json`` and the sentence-transformers module files into ``folder``.
+
+        ``config``: the configuration that made the model (a training run's), saved as ``config.yaml``
+        beside it when given. The writes go straight into ``folder``; a caller wanting the folder whole
+        or not at all wraps the call in :func:`spladekit.io.atomic_folder`.
 
         A rescaling record of the MLM head (``config.spladekit_rescale``, see
         :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
@@ -345,6 +372,10 @@ class SpladeEncoder:
             save_query_weights(folder, self.query_weights)
             meta.query_encoder = INFERENCE_FREE
         meta.save(folder)
+        if config is not None:
+            from spladekit.io import write_yaml
+
+            write_yaml(folder / "config.yaml", config)
 
     # ------------------------------------------------------------------ encoding
     @property

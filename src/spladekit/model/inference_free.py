@@ -239,6 +239,9 @@ def make_inference_free(encoder, documents: Sequence[str]):
     Raises:
         ValueError: no documents.
     """
+    from spladekit.model.remote_code import require_masked_lm
+
+    require_masked_lm(encoder)  # a model run by its own modules would ignore query_weights
     encoder.query_weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size)
     encoder.metadata.query_encoder = INFERENCE_FREE
     encoder.metadata.extra["inference_free"] = {"init": "idf", "idf_documents": len(documents), "trained": False,

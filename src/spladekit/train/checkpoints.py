@@ -1,7 +1,7 @@
 """Training checkpoints: ``out/checkpoints/step-NNNNNNN`` written atomically, found and restored (with
 every process's RNG state), and the record of what the run in ``out`` was made from (``inputs.json``:
 its settings and a fingerprint of every file it reads), checked before a run resumes or is redone.
-Moved out of :mod:`spladekit.train.loop`, which uses them.
+Used by :class:`spladekit.train.trainer.Trainer`.
 
 Checkpoints hold only tensors, numbers, strings and containers of them, read back with
 ``torch.load(weights_only=True)`` (torch's unpickler of tensors and plain data: a checkpoint file
@@ -119,8 +119,11 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.Dis
 # ------------------------------------------------------------------------------------ what a run was made from
 RUN_RECORD = "inputs.json"
 RESULT_FILE = "result.json"
-#: settings that change how a run is kept, shown or placed, not what it computes: a rerun may change them
-BOOKKEEPING = ("resume", "device", "checkpoint_every", "keep_checkpoints", "log_every", "curves")
+#: settings that change how a run is kept, shown or placed, or what it may run, not what it computes: a
+#: rerun may change them (a model folder's own code is fingerprinted with its files; loading it again
+#: without ``model.trust_remote_code`` is refused by the loader)
+BOOKKEEPING = ("resume", "device", "checkpoint_every", "keep_checkpoints", "log_every", "curves",
+               "model.trust_remote_code")
 
 
 class RunChangedError(SpladekitError, ValueError):
@@ -191,7 +194,13 @@ def run_record(config: TrainConfig, examples=None) -> dict:
     digest of the ``examples`` a caller gives. Written to ``out/inputs.json`` when a run starts."""
     from spladekit.data.resolve import fingerprint_files
 
-    settings = {k: v for k, v in config.model_dump(mode="json").items() if k not in BOOKKEEPING}
+    settings = config.model_dump(mode="json")
+    for name in BOOKKEEPING:
+        *parents, last = name.split(".")
+        node = settings
+        for part in parents:
+            node = node.get(part, {})
+        node.pop(last, None)
     inputs: dict = {name: fingerprint_files(p) if isinstance(p, Path) else p
                     for name, p in input_files(config, examples is not None).items()}
     if examples is not None:
@@ -258,7 +267,7 @@ def check_run_folder(out: str | Path, config: TrainConfig, record: dict) -> dict
 
 
 def finished_result(out: str | Path, stored: dict) -> dict:
-    """The fields of :class:`spladekit.train.loop.TrainResult` of the finished run in ``out`` (its ``result.json``)."""
+    """The fields of :class:`spladekit.train.trainer.TrainResult` of the finished run in ``out`` (its ``result.json``)."""
     out = Path(out)
     return {"model_dir": out / "model", "metrics_path": out / "metrics.jsonl", "last_metrics": stored.get("last_metrics") or {},
             "steps": int(stored.get("steps", 0)), "alarms": list(stored.get("alarms") or []),

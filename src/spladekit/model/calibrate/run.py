@@ -75,6 +75,7 @@ class DiagnoseConfig:
     max_length: int = 128
     max_tokens: int = 1024
     batch_size: int = 16
+    trust_remote_code: bool = False  # run the model folders' own code (spladekit.model.remote_code)
 
 
 @dataclass
@@ -96,6 +97,7 @@ class RescaleConfig:
     max_length: int = 128
     max_tokens: int = 1024
     batch_size: int = 16
+    trust_remote_code: bool = False  # run the model folder's own code (spladekit.model.remote_code)
 
     def mode(self) -> str:
         """``"factor"``, ``"match_norm"`` or ``"target_logit"``.
@@ -144,10 +146,14 @@ def _number_or_name(value: str | None):
     return number if math.isfinite(number) else value
 
 
-def _load(name: str):
+def _load(name: str, trust_remote_code: bool = False):
+    """The plain-head encoder of ``name``; refused when it has no masked LM (custom modules run it)."""
     from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
 
-    return SpladeEncoder.from_pretrained(name, head_impl="plain")
+    encoder = SpladeEncoder.from_pretrained(name, head_impl="plain", trust_remote_code=trust_remote_code)
+    require_masked_lm(encoder)
+    return encoder
 
 
 def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
@@ -168,7 +174,7 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
     kwargs = dict(max_length=config.max_length, max_tokens=config.max_tokens, batch_size=config.batch_size, seed=config.source.seed)
 
     def measure(name: str, reference=None) -> Diagnosis:
-        encoder = _load(name)
+        encoder = _load(name, config.trust_remote_code)
         text_args = {"queries": sample[0], "documents": sample[1]} if sample else {}
         return diagnose_mlm_head(encoder.model, encoder.tokenizer, name=name, reference=reference, **text_args, **kwargs)
 
@@ -218,7 +224,7 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> float:
     if mode == "factor" and not (math.isfinite(config.factor) and config.factor > 0):  # before loading the model
         raise ValueError(f"the factor must be finite and > 0, got {config.factor}")
     spec = config.spec()
-    encoder = _load(config.model)
+    encoder = _load(config.model, config.trust_remote_code)
     texts = calibration = None
     if mode == "target_logit":
         sample = config.source.load() if config.source else None
