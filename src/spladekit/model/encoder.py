@@ -23,7 +23,12 @@ as in naver/splade and sentence-transformers' ``SparseEncoder``; a trained SPLAD
 gets every special-token column zeroed the same way.
 
 Pooling and activation (max/sum, relu/log1p_relu) are the model's (``EncoderMetadata.pooling`` /
-``.activation``, :mod:`spladekit.model.pooling`), read from its folder.
+``.activation``, :mod:`spladekit.model.pooling`), read from its folder, as are its head options: a
+cap on each position's expansion (``position_top_k``) and a folded vocabulary (``fold``,
+:mod:`spladekit.model.folding`). With a fold, a vector's columns are the ``V'`` folded terms:
+:attr:`SpladeEncoder.vocab_size` is ``V'``, :attr:`SpladeEncoder.vocabulary` their names (what an
+index built with the encoder stores, what :meth:`SpladeEncoder.decode` shows), and the ``[PAD]`` and
+special-token columns zeroed are their terms (each alone in its own term).
 """
 
 from __future__ import annotations
@@ -217,6 +222,79 @@ def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None
     return mlm, tokenizer
 
 
+def saved_fold(meta: EncoderMetadata, location, vocab_size: int):
+    """The :class:`~spladekit.model.folding.VocabularyFold` a model folder's metadata saves (None without one).
+
+    Raises:
+        DataFormatError: a map :meth:`~spladekit.model.folding.VocabularyFold.from_record` refuses
+            (naming ``spladekit.json`` and the field), or one that does not cover the head's ``vocab_size`` columns.
+    """
+    if meta.fold is None:
+        return None
+    from spladekit.model.folding import VocabularyFold
+
+    return VocabularyFold.from_record(meta.fold, Path(str(location)) / METADATA_FILE, vocab_size)
+
+
+def write_model_folder(folder: str | Path, model: SpladeModel, tokenizer, metadata: EncoderMetadata,
+                       query_weights: torch.Tensor | None = None) -> None:
+    """The one writer of spladekit model folders: the masked LM, its tokenizer, ``spladekit.json`` and
+    the sentence-transformers module files, into ``folder`` (the caller stages it: a temporary folder,
+    then rename).
+
+    ``spladekit.json`` records what the model computes: ``metadata`` with the model's pooling,
+    activation, per-position cap and folded vocabulary (``fold``: the map itself), and a rescaling
+    record of the MLM head (``config.spladekit_rescale``, :mod:`spladekit.model.calibrate.rescale`)
+    copied into ``extra["rescale"]``. The sentence-transformers files (:mod:`spladekit.model.st_modules`:
+    ``SpladePooling`` with this model's pooling and activation; the ``Router`` layout for an
+    inference-free query side) are not written where that library would compute other vectors
+    (special-token columns zeroed, a per-position cap, a folded vocabulary, a query side whose size
+    differs from the tokenizer's vocabulary); ``extra["sentence_transformers"]`` then says why.
+    """
+    from transformers.utils import logging as hf_logging
+
+    from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+
+    folder = Path(folder)
+    meta = metadata
+    meta.pooling, meta.activation, meta.position_top_k = model.pooling, model.activation, model.position_top_k
+    meta.fold = None if model.fold is None else model.fold.to_record()
+    record = getattr(model.mlm.config, "spladekit_rescale", None)
+    if record:
+        meta.extra["rescale"] = record
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar: noise inside a training bar
+    try:
+        model.mlm.save_pretrained(folder)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+    tokenizer.save_pretrained(folder)
+    unwritable = _sentence_transformers_cannot(meta)
+    if unwritable:
+        meta.extra["sentence_transformers"] = f"not written: {unwritable}"
+    elif query_weights is None:
+        write_sentence_transformers_files(folder, meta.doc_max_length, meta.pooling, meta.activation)
+    elif write_inference_free_sentence_transformers_files(folder, tokenizer, query_weights,
+                                                          meta.doc_max_length, meta.pooling, meta.activation) is None:
+        meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
+    if query_weights is not None:
+        save_query_weights(folder, query_weights)
+        meta.query_encoder = INFERENCE_FREE
+    meta.save(folder)
+
+
+def _sentence_transformers_cannot(meta: EncoderMetadata) -> str:
+    """Why sentence-transformers' ``SpladePooling`` cannot compute this model's vectors ("" when it can)."""
+    if meta.zero_special_tokens:
+        return "SpladePooling cannot zero the special-token columns"
+    if meta.position_top_k is not None:
+        return "SpladePooling has no per-position cap (position_top_k)"
+    if meta.fold is not None:
+        return "SpladePooling has no folded vocabulary"
+    return ""
+
+
 class SpladeEncoder:
     """Encode texts into SPLADE sparse vectors.
 
@@ -237,6 +315,8 @@ class SpladeEncoder:
             model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation)
         # the model computes, the metadata records: they say the same
         metadata.pooling, metadata.activation = model.pooling, model.activation
+        metadata.position_top_k = model.position_top_k
+        metadata.fold = None if model.fold is None else model.fold.to_record()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -290,7 +370,8 @@ class SpladeEncoder:
         ).items():
             if value is not None:
                 setattr(meta, key, value)
-        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation)
+        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation,
+                            position_top_k=meta.position_top_k, fold=saved_fold(meta, location, int(mlm.config.vocab_size)))
         query_weights = None
         if meta.query_encoder == INFERENCE_FREE:
             query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
@@ -299,6 +380,11 @@ class SpladeEncoder:
 
             raise DataFormatError(Path(location) / METADATA_FILE, f"unknown query_encoder {meta.query_encoder!r}; "
                                   f"expected 'splade' or {INFERENCE_FREE!r}", field="query_encoder")
+        if query_weights is not None and model.fold is not None:
+            from spladekit.errors import UnsupportedModelError
+
+            raise UnsupportedModelError(Path(location) / METADATA_FILE, "a folded vocabulary with an inference-free query "
+                                        "side (its weights are per vocabulary entry, not per term)", field="fold")
         encoder = cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
         # a length above the model's positions (max_seq_length, spladekit.json, an argument) is lowered
         # to them here, with a warning, so that the metadata recorded (index, run config) is what runs
@@ -307,50 +393,14 @@ class SpladeEncoder:
         return encoder
 
     def save_pretrained(self, folder: str | Path) -> None:
-        """Save model, tokenizer, ``spladekit.json`` and the sentence-transformers module files into ``folder``.
-
-        A rescaling record of the MLM head (``config.spladekit_rescale``, see
-        :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
-        The sentence-transformers files (:mod:`spladekit.model.st_modules`: ``SpladePooling`` with this
-        model's pooling and activation; the ``Router`` layout for an inference-free query side) are
-        not written where that library would compute other vectors (special-token columns zeroed,
-        a query side whose size differs from the tokenizer's vocabulary); ``metadata.extra
-        ["sentence_transformers"]`` then says why.
-        """
-        from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
-
-        folder = Path(folder)
-        record = getattr(self.model.mlm.config, "spladekit_rescale", None)
-        if record:
-            self.metadata.extra["rescale"] = record
-        from transformers.utils import logging as hf_logging
-
-        shown = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar: noise inside a training bar
-        try:
-            self.model.mlm.save_pretrained(folder)
-        finally:
-            if shown:
-                hf_logging.enable_progress_bar()
-        self.tokenizer.save_pretrained(folder)
-        meta = self.metadata
-        if meta.zero_special_tokens:
-            meta.extra["sentence_transformers"] = "not written: SpladePooling cannot zero the special-token columns"
-        elif self.query_weights is None:
-            write_sentence_transformers_files(folder, meta.doc_max_length, meta.pooling, meta.activation)
-        elif write_inference_free_sentence_transformers_files(folder, self.tokenizer, self.query_weights,
-                                                              meta.doc_max_length, meta.pooling, meta.activation) is None:
-            meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-        if self.query_weights is not None:
-            save_query_weights(folder, self.query_weights)
-            meta.query_encoder = INFERENCE_FREE
-        meta.save(folder)
+        """Write the encoder as a model folder (:func:`write_model_folder`) into ``folder``."""
+        write_model_folder(folder, self.model, self.tokenizer, self.metadata, self.query_weights)
 
     # ------------------------------------------------------------------ encoding
     @property
     def vocab_size(self) -> int:
-        """V: number of columns of every vector."""
-        return self.model.vocab_size
+        """Number of columns of every vector: ``V``, or ``V'`` terms with a folded vocabulary."""
+        return self.model.output_size
 
     def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
         """Tokenize with truncation to ``max_length`` and padding to the longest text of the batch."""
@@ -367,11 +417,12 @@ class SpladeEncoder:
         """``[B, V]`` float32 weights on the CPU of one tokenized batch (:meth:`tokenize`'s output)."""
         weights = self.model(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
         weights = weights.float().cpu()
+        vocab = self.model.vocab_size  # token ids are vocabulary columns; their output column is their term's
         pad_id = getattr(self.tokenizer, "pad_token_id", None)
-        if pad_id is not None and 0 <= pad_id < weights.shape[1]:
-            weights[:, pad_id] = 0.0
+        if pad_id is not None and 0 <= pad_id < vocab:
+            weights[:, self.model.output_column(pad_id)] = 0.0
         if self.metadata.zero_special_tokens:
-            special = [j for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < weights.shape[1]]
+            special = [self.model.output_column(j) for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < vocab]
             weights[:, special] = 0.0
         return weights
 
@@ -494,7 +545,10 @@ class SpladeEncoder:
     # ------------------------------------------------------------------ reading vectors
     @property
     def vocabulary(self) -> list[str]:
-        """Token string of each column id (``[spladekit:ID]`` for ids the tokenizer does not name)."""
+        """The name of each column: its term under a folded vocabulary (``metadata.fold``), else the
+        token string of the id (``[spladekit:ID]`` for ids the tokenizer does not name)."""
+        if self._vocab is None and self.metadata.fold is not None:
+            self._vocab = list(self.metadata.fold["terms"])
         if self._vocab is None:
             tokens = self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
             # ids the tokenizer does not name (padded vocabularies, gaps) get a placeholder, as in
