@@ -55,7 +55,7 @@ from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
 
 # moved to rooms of their own (whole functions and classes; their old import path stays): the MLM
 # head's set-up, the checkpoints (with the RNG state they hold), the metrics log
-from spladekit.train.head_setup import PAD_BIAS, apply_rescale, suppress_pad_column  # noqa: F401
+from spladekit.train.head_setup import PAD_BIAS, apply_rescale, head_options, suppress_pad_column  # noqa: F401
 from spladekit.train.checkpoints import (CHECKPOINTS, _checkpoints, _rng_state, _set_rng_state,  # noqa: F401
                                          latest_checkpoint, load_checkpoint, save_checkpoint)
 from spladekit.train.metrics_log import METRICS_FILE, _Log  # noqa: F401
@@ -143,10 +143,12 @@ def load_model(config: TrainConfig, texts=None):
     check_max_lengths(config, mlm.config)
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
-    record = apply_rescale(mlm, config.rescale, tokenizer, texts)
+    model = SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation,
+                        **head_options(config.head, folder, tokenizer, int(mlm.config.vocab_size)))
+    record = apply_rescale(model, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)
-    return SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation), tokenizer, record
+    return model, tokenizer, record
 
 
 def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:
@@ -348,31 +350,19 @@ def _device(config: TrainConfig, info: D.DistInfo) -> torch.device:
 def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra: dict) -> Path:
     """Write the final model folder atomically: the masked-LM and tokenizer (``AutoModelForMaskedLM``),
     ``spladekit.json`` (max lengths, training record) and the sentence-transformers module files."""
-    from spladekit.model.encoder import EncoderMetadata
-    from spladekit.train.export import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+    from spladekit.model.encoder import EncoderMetadata, write_model_folder
 
     with atomic_folder(folder) as tmp:
-        model.mlm.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
         meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                               source=config.model.path, extra=extra, pooling=model.pooling, activation=model.activation)
-        if model.query_weights is None:
-            write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length, pooling=model.pooling,
-                                              activation=model.activation)
-        else:  # inference-free: relu(θ) saved, the query side spladekit and sentence-transformers encode with
-            from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
-
+                               source=config.model.path, extra=extra)
+        weights = None
+        if model.query_weights is not None:  # inference-free: relu(θ) saved, the query side spladekit and sentence-transformers encode with
             weights = model.query_weights.saved_weights()
-            save_query_weights(tmp, weights)
-            meta.query_encoder = INFERENCE_FREE
             init = getattr(model.query_weights, "init", "idf of the training documents")
             meta.extra["inference_free"] = {"init": init, "trained": config.model.train_query_weights}
             if init.startswith("idf"):
                 meta.extra["inference_free"]["formula"] = "ln(1 + (N - df + 0.5) / (df + 0.5))"
-            if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length,
-                                                                model.pooling, model.activation) is None:
-                meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-        meta.save(tmp)
+        write_model_folder(tmp, model, tokenizer, meta, weights)
         write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
     return folder
 
