@@ -297,7 +297,7 @@ def test_diagnose_weight_and_text_statistics():
     assert diagnosis.suggested_factor == pytest.approx(0.25)
     assert "4× the reference" in diagnosis.verdict and "collapse" in diagnosis.verdict
     json.dumps(diagnosis.to_dict())  # JSON-ready
-    assert "row norm mean" in diagnosis.table()
+    assert "mean decoder row norm" in diagnosis.table()
 
 
 def test_diagnose_query_document_scores_and_reference_diagnosis():

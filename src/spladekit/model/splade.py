@@ -107,16 +107,25 @@ class SpladeModel(nn.Module):
                  position_top_k: int | None = None, fold=None):
         super().__init__()
         check_pooling(pooling, activation)
-        check_position_top_k(position_top_k)
         self.mlm = mlm
         self.query_weights = None
         self.pooling = pooling
         self.activation = activation
-        self.position_top_k = position_top_k
         self.head_impl = head_impl or default_head_impl()
         get_head_fn(self.head_impl, pooling)  # validate early
+        self.configure_head(position_top_k, fold)
+
+    def configure_head(self, position_top_k: int | None, fold) -> None:
+        """Set the head options ``position_top_k`` and ``fold`` (see the class docstring).
+
+        Raises:
+            ValueError: a ``position_top_k`` that is not None or ≥ 1, a fold whose map does not cover
+                the head's ``V`` columns.
+        """
+        check_position_top_k(position_top_k)
         if fold is not None and len(fold.columns) != self.vocab_size:
             raise ValueError(f"the vocabulary fold maps {len(fold.columns)} columns but the MLM head has {self.vocab_size}")
+        self.position_top_k = position_top_k
         self.fold = fold
 
     @property

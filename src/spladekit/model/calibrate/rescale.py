@@ -228,12 +228,24 @@ def calibrated_factor(
         ValueError: unknown statistic or no text.
         CalibrationError: no positive factor reaches the target.
     """
+    parse_statistic(statistic)
+    mlm = unwrap(model)
+    hidden = token_hidden_states(mlm, tokenizer, texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+    return factor_for_statistic(find_mlm_head(mlm), hidden, target, statistic, scale_bias)
+
+
+def factor_for_statistic(head: MLMHead, hidden: torch.Tensor, target: float, statistic: str = "p99",
+                         scale_bias: bool = False) -> float:
+    """The factor of :func:`calibrated_factor` for given decoder inputs ``hidden`` ``[N, H']`` (the
+    token sample), by the same rule (closed form with ``scale_bias``, else the root nearest ``F = 1``).
+
+    Raises:
+        ValueError: unknown statistic.
+        CalibrationError: no positive factor reaches the target.
+    """
     from scipy.optimize import brentq
 
     parse_statistic(statistic)
-    mlm = unwrap(model)
-    head = find_mlm_head(mlm)
-    hidden = token_hidden_states(mlm, tokenizer, texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
 
     def stat(factor: float) -> float:
         return logit_statistic(decoder_logits(head, hidden, factor, scale_bias), statistic)

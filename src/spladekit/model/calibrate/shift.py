@@ -22,7 +22,9 @@ so the shift that reaches a target is read off the sorted values (:func:`shift_f
 midpoint of the ``K``-th and ``(K+1)``-th largest value, and exactly ``K`` values exceed it. The
 activity reached is ``K / n``: within ``1 / (2n)`` terms per text of the target (``1 / (2N·V)`` for
 the fraction), up to values within float32 rounding of ``s`` once the model computes ``z − s``
-(the tests count them). The spread (``std``) does not move with a shift, so a joint calibration
+(the tests count them). Where the ``K``-th and ``(K+1)``-th values are equal (a tie no shift can
+split: a token repeated in the sample), the nearest count a shift can give is taken and the
+activity it reaches is recorded beside the target. The spread (``std``) does not move with a shift, so a joint calibration
 chooses ``F`` on the spread first and then ``s`` on the activity at that ``F``.
 """
 
@@ -103,32 +105,35 @@ def pooled_maxima(model: nn.Module, tokenizer, texts: Sequence[str], factor: flo
     return maxima if fold is None else fold.apply(maxima, "max", fill=float("-inf"))
 
 
-def shift_for_count(values: torch.Tensor, count: int) -> float:
-    """The shift ``s`` above which exactly ``count`` of ``values`` lie (module docstring): the midpoint
-    of the ``count``-th and ``(count+1)``-th largest finite value; one above the largest for 0, one
-    below the smallest for all of them.
+def shift_for_count(values: torch.Tensor, count: int) -> tuple[float, int]:
+    """``(s, c)``: a shift above which exactly ``c`` of the finite ``values`` lie, ``c`` the count
+    nearest ``count`` that a shift can give (module docstring). ``s`` is the midpoint of the ``c``-th
+    and ``(c+1)``-th largest value; one above the largest for ``c = 0``, one below the smallest when
+    every value counts. ``c = count`` unless the ``count``-th and ``(count+1)``-th largest are equal
+    (a tie: no shift separates them), when the nearest boundary between distinct values is taken
+    (the lower count on a draw).
 
     Raises:
-        CalibrationError: ``count`` outside ``[0, number of finite values]``, or a tie at the
-            boundary (the two values are equal: no shift separates them).
+        CalibrationError: no finite value.
     """
     from spladekit.model.calibrate.rescale import CalibrationError
 
     flat = values.reshape(-1).double()
-    flat = flat[torch.isfinite(flat)]
-    n = flat.numel()
-    if not 0 <= count <= n:
-        raise CalibrationError(f"cannot make {count} of {n} values active")
-    if count == 0:
-        return float(flat.max()) + 1.0
-    if count == n:
-        return float(flat.min()) - 1.0
-    upper = float(flat.kthvalue(n - count + 1).values)  # the count-th largest
-    lower = float(flat.kthvalue(n - count).values)  # the (count+1)-th largest
-    if not upper > lower:
-        raise CalibrationError(f"the {count}-th and {count + 1}-th largest logits are equal ({upper:.6g}): no shift "
-                               "makes exactly that many active; choose another target")
-    return (upper + lower) / 2.0
+    ordered = torch.sort(flat[torch.isfinite(flat)], descending=True).values
+    n = ordered.numel()
+    if n == 0:
+        raise CalibrationError("no finite logit to place a shift among")
+    count = min(max(int(count), 0), n)
+    # counts a shift can give: 0, n, and every c with ordered[c-1] > ordered[c]
+    cuts = torch.nonzero(ordered[:-1] > ordered[1:]).flatten() + 1
+    cuts = torch.cat([torch.tensor([0, n], dtype=cuts.dtype), cuts])
+    distance = (cuts - count).abs() * 2 + (cuts > count).long()  # nearest first, the lower one on a draw
+    chosen = int(cuts[int(torch.argmin(distance))])
+    if chosen == 0:
+        return float(ordered[0]) + 1.0, 0
+    if chosen == n:
+        return float(ordered[-1]) - 1.0, n
+    return (float(ordered[chosen - 1]) + float(ordered[chosen])) / 2.0, chosen
 
 
 def activity(values: torch.Tensor, statistic: str, shift: float = 0.0) -> float:
@@ -158,7 +163,7 @@ def calibrated_shift(values: torch.Tensor, target: float, statistic: str) -> tup
 
     Raises:
         ValueError: a target that is not finite or outside ``[0, V]`` terms per text / ``[0, 1]``.
-        CalibrationError: a tie at the boundary (:func:`shift_for_count`).
+        CalibrationError: no finite value (:func:`shift_for_count`).
     """
     check_activity_statistic(statistic)
     rows, cols = values.shape
@@ -168,7 +173,7 @@ def calibrated_shift(values: torch.Tensor, target: float, statistic: str) -> tup
         limit, count = 1.0, (round(target * rows * cols) if math.isfinite(target) else -1)
     if not (math.isfinite(target) and 0 <= target <= limit):
         raise ValueError(f"activity target {target} for {statistic} must be within [0, {limit}]")
-    shift = shift_for_count(values, min(count, int(torch.isfinite(values).sum())))
+    shift, _ = shift_for_count(values, count)
     return shift, activity(values, statistic, shift)
 
 

@@ -92,8 +92,11 @@ class RescaleSpec(Settings):
         """
         if not self.changes_head:
             raise ValueError("no rescaling mode, shift or activity: nothing to apply")
-        args: dict = {"mode": self.mode, "scale_bias": self.scale_bias, "force": self.force if force is None else force,
-                      "shift": self.shift, "activity": self.activity, "activity_statistic": self.activity_statistic}
+        args: dict = {"mode": self.mode, "scale_bias": self.scale_bias, "force": self.force if force is None else force}
+        if self.shift is not None:
+            args["shift"] = self.shift
+        if self.activity is not None or self.mode == "joint":
+            args.update(activity=self.activity, activity_statistic=self.activity_statistic)
         if self.mode == "factor":
             args["factor"] = self.factor
         elif self.mode == "match_norm":
