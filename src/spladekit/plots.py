@@ -114,8 +114,8 @@ def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: 
     low, high = ax.get_xlim()
     ax.set_xlim(low, max(high, *((marks or {}).values() or [high])) + 0.02 * (high - low))
     ax.legend(fontsize=8)
-    if lines:
-        ax.text(0.01, 0.98, "\n".join(lines), transform=ax.transAxes, va="top", fontsize=7)
+    if lines:  # under the title, above the axes: never over the bars or the legend
+        ax.set_title(ax.get_title() + "\n" + "\n".join(lines), fontsize=8)
     return _save(fig, path)
 
 

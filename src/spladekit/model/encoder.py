@@ -311,8 +311,10 @@ class SpladeEncoder:
     def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
                  query_weights: torch.Tensor | None = None):
         metadata = metadata or EncoderMetadata()
-        if not isinstance(model, SpladeModel):
-            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation)
+        if not isinstance(model, SpladeModel):  # a bare masked LM: the metadata describes its head
+            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation,
+                                position_top_k=metadata.position_top_k,
+                                fold=saved_fold(metadata, metadata.source or ".", int(model.config.vocab_size)))
         # the model computes, the metadata records: they say the same
         metadata.pooling, metadata.activation = model.pooling, model.activation
         metadata.position_top_k = model.position_top_k

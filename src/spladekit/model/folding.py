@@ -124,15 +124,15 @@ class VocabularyFold:
         return self._groups
 
     def apply(self, weights: torch.Tensor, pooling: str = "max", fill: float = 0.0) -> torch.Tensor:
-        """Fold ``[B, V]`` SPLADE weights (≥ 0) into ``[B, V']``: the max of each term's columns
+        """Fold SPLADE weights ``[..., V]`` (≥ 0) into ``[..., V']``: the max of each term's columns
         (``pooling="max"``), their sum (``"sum"``). Differentiable; traceable (gathers and
         elementwise max/add, one per member rank). ``fill``: the value of the padding column (0 for
         weights, ``-inf`` to fold raw pooled logits by max)."""
         groups = self.groups().to(weights.device)
-        padded = torch.cat([weights, weights.new_full((weights.shape[0], 1), fill)], dim=1)
-        out = padded[:, groups[:, 0]]
+        padded = torch.cat([weights, weights.new_full((*weights.shape[:-1], 1), fill)], dim=-1)
+        out = padded[..., groups[:, 0]]
         for rank in range(1, groups.shape[1]):
-            member = padded[:, groups[:, rank]]
+            member = padded[..., groups[:, rank]]
             out = torch.maximum(out, member) if pooling == "max" else out + member
         return out
 

@@ -361,7 +361,7 @@ def verdict(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | No
     """The verdict sentences: each ratio to the reference against its healthy range
     (:data:`HEALTHY_RANGES`), the active fraction against :data:`ACTIVE_FRACTION_HIGH`, the
     suggested ``(F, s)`` and whether it is needed."""
-    parts: list[str] = []
+    checks: list[str] = []
     name = ref.get("name", "the reference")
     for quantity, ratio in _ratios(head, logits, splade, ref).items():
         low, high = HEALTHY_RANGES[quantity]
@@ -374,7 +374,8 @@ def verdict(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | No
         else:
             what = "healthy"
         label = "head scale" if quantity == "row norm" else quantity
-        parts.append(f"{label} {ratio:.3g}× the reference ({name}; healthy: {low:g}–{high:g}×): {what}")
+        checks.append(f"{label} {ratio:.3g}× (healthy {low:g}–{high:g}×): {what}")
+    parts = [f"against the reference ({name}): " + ", ".join(checks)]
     if splade is not None:
         parts.append(f"{splade.active_terms['mean']:.1f} active terms per text at initialisation "
                      f"({100 * splade.active_fraction:.2f}% of V" + (f", above {100 * ACTIVE_FRACTION_HIGH:.0f}%: inflated)"
