@@ -295,7 +295,7 @@ def test_diagnose_weight_and_text_statistics():
 
     assert diagnosis.scale_ratio == pytest.approx(4.0)
     assert diagnosis.suggested_factor == pytest.approx(0.25)
-    assert "4× the reference" in diagnosis.verdict and "collapse" in diagnosis.verdict
+    assert "head scale 4×" in diagnosis.verdict and "collapse" in diagnosis.verdict
     json.dumps(diagnosis.to_dict())  # JSON-ready
     assert "mean decoder row norm" in diagnosis.table()
 
