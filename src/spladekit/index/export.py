@@ -528,19 +528,25 @@ def recorded_model(source: str | Path) -> tuple[str, str | None] | None:
 
 
 def model_vocabulary(model: str | Path) -> list[str]:
-    """The V token strings of a model's output columns (its tokenizer, V from its config).
+    """The names of a model's output columns: its folded terms when its ``spladekit.json`` folds the
+    vocabulary (:mod:`spladekit.model.folding`), else the V token strings of its tokenizer (V from its config).
 
     Columns the tokenizer does not name (padded vocabularies) are called ``[spladekit:ID]``.
 
     Raises:
         ResolutionError: the model cannot be found.
+        DataFormatError: a saved fold that is malformed.
     """
     from transformers import AutoConfig, AutoTokenizer
 
     from spladekit.data.resolve import resolve_model
+    from spladekit.model.encoder import saved_fold
     from spladekit.model.folders import read_model_folder
 
     folder = read_model_folder(resolve_model(model))  # the masked LM may be in a sentence-transformers module's folder
     size = AutoConfig.from_pretrained(folder.mlm_dir).vocab_size
+    fold = saved_fold(folder.metadata(), folder.root, size)
+    if fold is not None:
+        return list(fold.terms)
     tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir).convert_ids_to_tokens(list(range(size)))
     return [t if t is not None else f"[spladekit:{j}]" for j, t in enumerate(tokens)]
