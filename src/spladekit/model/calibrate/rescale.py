@@ -246,6 +246,8 @@ def factor_for_statistic(head: MLMHead, hidden: torch.Tensor, target: float, sta
     from scipy.optimize import brentq
 
     parse_statistic(statistic)
+    if statistic == "std" and not scale_bias and head.bias is not None:
+        return _std_factor(head, hidden, target)
 
     def stat(factor: float) -> float:
         return logit_statistic(decoder_logits(head, hidden, factor, scale_bias), statistic)
@@ -286,6 +288,32 @@ def factor_for_statistic(head: MLMHead, hidden: torch.Tensor, target: float, sta
         + ("; the decoder bias is not scaled, so it bounds what small factors reach: scale it too (scale_bias=True, "
            "CLI --scale-bias) or choose a target inside this range" if head.bias is not None else "")
     )
+
+
+def _std_factor(head: MLMHead, hidden: torch.Tensor, target: float) -> float:
+    """The ``F > 0`` nearest 1 (in ``|log F|``) with ``std(F·x + b) = target``, ``x = W h``, in closed form.
+
+    Over the ``N × V`` logits (``b`` broadcast over the tokens) the variance is a quadratic in ``F``:
+    ``Var(F·x + b) = F²·Var(x) + 2F·Cov(x, b) + Var(b)``, so ``F`` is a root of
+    ``Var(x)·F² + 2·Cov(x, b)·F + Var(b) − target² = 0`` (float64 moments). The same root the grid
+    scan of :func:`factor_for_statistic` would refine, found without scanning.
+
+    Raises:
+        CalibrationError: no positive root (the target is below the smallest std any ``F`` gives).
+    """
+    x = hidden.double() @ head.weight.detach().double().T  # [N, V]
+    b = head.bias.detach().double()
+    dx, db = x - x.mean(), b - b.mean()
+    var_x, cov, var_b = float((dx**2).mean()), float((dx * db).mean()), float((db**2).mean())
+    disc = cov**2 - var_x * (var_b - target**2)
+    roots = [] if var_x <= 0 or disc < 0 else [(-cov + sign * math.sqrt(disc)) / var_x for sign in (1.0, -1.0)]
+    roots = [r for r in roots if r > 0]
+    if not roots:
+        lowest = math.sqrt(max(var_b - cov**2 / var_x, 0.0)) if var_x > 0 else math.sqrt(var_b)
+        raise CalibrationError(f"cannot reach std = {target}: no positive factor gives a std below {lowest:.6g} (the "
+                               "unscaled decoder bias keeps it); scale the bias too (scale_bias=True, CLI --scale-bias) "
+                               "or choose a larger target")
+    return float(min(roots, key=lambda r: abs(math.log(r))))
 
 
 # ---------------------------------------------------------------------------------------------- rescale
