@@ -418,7 +418,8 @@ def suggest_head(model: nn.Module, tokenizer, texts: Sequence[str], hidden: torc
         pass  # a std the bias bounds: keep the norm match
     if ref_active:
         values = pooled_maxima(model, tokenizer, texts, out["factor"], max_length=max_length, batch_size=batch_size)
-        goal = min(ref_active, values.shape[1])  # a vocabulary smaller than the reference's activity: all of it
+        # a vocabulary smaller than the reference's activity: all of it ([PAD] never counts)
+        goal = min(ref_active, float(torch.isfinite(values).sum(dim=1).double().mean()))
         out["shift"], out["reached"]["active_terms"] = calibrated_shift(values, goal, "active_terms")
         out["targets"]["active_terms"] = goal
         out["method"] += " and the active terms per text"
