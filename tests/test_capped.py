@@ -210,3 +210,113 @@ def test_kept_entries_never_form_b_l_v_and_hold_n_times_k(monkeypatch):
     tokens = int(m.sum())
     assert all(s == (tokens, min(64, 500 - lo)) for s, lo in zip(shapes, range(0, 500, 64)))
     assert entries.values.numel() == tokens * 4
+
+
+@pytest.mark.slow
+def test_under_the_triton_interpreter_auto_runs_the_capped_search():
+    """``TRITON_INTERPRET=1`` (Triton on the CPU): ``auto`` would run the kernel on CPU tensors; with a
+    cap it runs the capped search instead and equals the plain head; ``triton`` refuses by name."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    script = textwrap.dedent("""
+        import torch
+        from spladekit.model.fused import _kernel_device, fused_splade_head
+        from spladekit.model.pooling import plain_splade_head
+        from test_capped import _inputs
+        h, m, w, b, _ = _inputs()
+        assert _kernel_device(h), "the interpreter must be what auto would pick"
+        assert torch.equal(fused_splade_head(h, m, w, b, backend="auto", position_top_k=3),
+                           plain_splade_head(h, m, w, b, position_top_k=3))
+        assert torch.equal(fused_splade_head(h, m, w, b, backend="auto"), plain_splade_head(h, m, w, b))
+        try:
+            fused_splade_head(h, m, w, b, backend="triton", position_top_k=3)
+        except ValueError as exc:
+            assert "Triton kernel has no per-position cap" in str(exc)
+        else:
+            raise AssertionError("triton with a cap was not refused")
+        print("CAPPED-TRITON-OK")
+    """)
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{root / 'src'}:{root / 'tests'}")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "CAPPED-TRITON-OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_exports_with_a_cap_give_the_capped_vectors_or_refuse(tmp_path):
+    """ONNX (pooling inside), OpenSearch, fastembed and Anserini carry the cap; Elasticsearch refuses it
+    by name. Tolerance: ``tests/test_engine_exports.py``'s (8× torch's float32 error + the roundings of
+    ``log(1 + x)``), once every position's gap between its k-th and (k+1)-th logit is far above float32
+    rounding (so both evaluations keep the same entries)."""
+    import copy
+    import json
+    import zipfile
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from mlm_families import TEXTS
+    from spladekit.errors import UnsupportedModelError
+    from spladekit.model.engines import export_for_engine
+    from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
+    from test_engine_exports import LENGTH, assert_vectors, djl_call, make_encoder, tolerance
+
+    encoder = make_encoder(tmp_path, "bert", position_top_k=5)
+    assert encoder.model.position_top_k == 5 and encoder.metadata.position_top_k == 5
+    batch = encoder.tokenize(TEXTS, LENGTH)
+    with torch.no_grad():
+        model = copy.deepcopy(encoder.model).double()
+        z = model.hidden_states(batch["input_ids"], batch["attention_mask"]) @ model.head.weight.T + model.head.bias
+    ordered = torch.sort(z, dim=-1, descending=True).values
+    assert float((ordered[..., 4] - ordered[..., 5])[batch["attention_mask"].bool()].min()) > 1e-4
+    want = encoder.encode_dense(TEXTS, LENGTH).numpy()
+    tol = tolerance(encoder, TEXTS) + 2 * 2.0**-24
+    assert (want > 0).sum(axis=1).max() < (make_encoder(tmp_path, "bert").encode_dense(TEXTS, LENGTH).numpy() > 0).sum(axis=1).max()
+
+    export_onnx(encoder, tmp_path / "onnx", vocab_tile=24)
+    onnx_encoder = OnnxSpladeEncoder(tmp_path / "onnx")
+    assert onnx_encoder.metadata.position_top_k == 5 and onnx_encoder.record["position_top_k"] == 5
+    assert_vectors(onnx_encoder.encode_dense(TEXTS, LENGTH).numpy(), want, tol)
+    out = export_for_engine("opensearch", encoder, tmp_path / "os")
+    with zipfile.ZipFile(out / "model.zip") as archive:
+        archive.extract("model.pt", tmp_path / "os-pt")
+    assert_vectors(djl_call(torch.jit.load(str(tmp_path / "os-pt" / "model.pt")), encoder, TEXTS)["output"].numpy(), want, tol)
+    out = export_for_engine("fastembed", encoder, tmp_path / "fe")
+    feeds = {"input_ids": batch["input_ids"].numpy(), "attention_mask": batch["attention_mask"].numpy()}
+    y = ort.InferenceSession(str(out / "model.onnx")).run(None, feeds)[0]
+    assert_vectors((np.log1p(np.maximum(y, 0)) * feeds["attention_mask"][..., None]).max(axis=1), want, tol)
+    out = export_for_engine("anserini", encoder, tmp_path / "ans")
+    assert json.loads((out / "spladekit.json").read_text())["extra"]["anserini"]["position_top_k"] == 5
+    session = ort.InferenceSession(str(out / "splade-pp-ed-optimized.onnx"))
+    for text, row in zip(TEXTS, want):
+        ids = encoder.tokenize([text], LENGTH)["input_ids"].numpy()
+        idx, values = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)})
+        got = np.zeros_like(row)
+        got[idx] = values
+        assert_vectors(got, row, tol)
+    with pytest.raises(UnsupportedModelError, match="position_top_k=5"):
+        export_for_engine("elasticsearch", encoder, tmp_path / "es")
+    assert not (tmp_path / "es").exists()
+
+
+@pytest.mark.parametrize("value", [0, -3, "12", True, 2.5])
+def test_a_bad_saved_position_top_k_is_refused_naming_the_field(tmp_path, value):
+    import json
+
+    from spladekit.errors import DataFormatError
+    from spladekit.model.encoder import SpladeEncoder
+    from test_engine_exports import make_encoder
+
+    encoder = make_encoder(tmp_path, "bert", position_top_k=5)
+    encoder.save_pretrained(tmp_path / "m")
+    path = tmp_path / "m" / "spladekit.json"
+    meta = json.loads(path.read_text())
+    meta["position_top_k"] = value
+    path.write_text(json.dumps(meta))
+    with pytest.raises(DataFormatError) as caught:
+        SpladeEncoder.from_pretrained(tmp_path / "m", device="cpu")
+    assert "spladekit.json" in str(caught.value) and caught.value.field == "position_top_k"

@@ -282,7 +282,8 @@ def test_rescale_writes_its_record_and_keeps_a_card(trained, tmp_path):
     assert done.exit_code == 0, done.output
     card = _load(out)
     step = read_json(out / "config.json")["spladekit_rescale"]["history"][0]
-    row = f"| 1 | factor | 0.5000 | no | {step['norms_before']['row_norm_mean']:.4f} | {step['norms_after']['row_norm_mean']:.4f} |"
+    row = (f"| 1 | factor | 0.5000 | no | {step['shift']:.4f} | {step['norms_before']['row_norm_mean']:.4f} | "
+           f"{step['norms_after']['row_norm_mean']:.4f} |")
     assert row in card.text
     assert step["norms_after"]["row_norm_mean"] == pytest.approx(0.5 * step["norms_before"]["row_norm_mean"], rel=1e-6)
     (out / "README.md").write_text("# kept\n")

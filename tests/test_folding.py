@@ -215,3 +215,13 @@ def test_an_inference_free_folded_folder_is_refused(tokenizer, tmp_path):
     with pytest.raises(UnsupportedModelError, match="inference-free"):
         SpladeEncoder.from_pretrained(tmp_path / "model", device="cpu")
     assert Path(path).exists()
+
+
+def test_no_inference_free_query_side_on_a_folded_model(tokenizer, tmp_path):
+    from spladekit.model.inference_free import make_inference_free
+    from spladekit.train.config import TrainConfig
+
+    with pytest.raises(ValueError, match="folded vocabulary"):
+        make_inference_free(encoder_for(tokenizer, fold=True), QUERIES)
+    with pytest.raises(ValueError, match="fold_vocabulary"):
+        TrainConfig.model_validate({"head": {"fold_vocabulary": True}, "model": {"query_encoder": "inference-free"}})

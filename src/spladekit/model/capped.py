@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
+from spladekit.model.sparse_backward import sparse_products
+
 #: Bytes of logits a capped chunk ``[N, Vc]`` may hold, per device type (a ``topk`` per chunk
 #: amortises better over wider chunks than the uncapped max's cache-sized CPU chunks).
 CHUNK_BUDGET_BYTES = {"cuda": 512 * 2**20, "cpu": 4 * 2**20}
@@ -203,7 +205,7 @@ class CappedSumHead(torch.autograd.Function):
 
     Backward, with ``g_e = grad_w[b, j] · a'(logit_e)`` per kept entry ``e = (b, t, j)``:
     ``dh[b, t] += g_e · W_j``, ``dW_j += g_e · h[b, t]``, ``db_j += g_e``, as two sparse-dense products
-    (:func:`spladekit.model.fused.sparse_products`), O(N·k·H); float32, cast to the input dtypes.
+    (:func:`spladekit.model.sparse_backward.sparse_products`), O(N·k·H); float32, cast to the input dtypes.
     """
 
     @staticmethod
@@ -217,8 +219,6 @@ class CappedSumHead(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_w):
-        from spladekit.model.fused import sparse_products
-
         hidden, weight, rows, positions, cols, values = ctx.saved_tensors
         need_h, _, need_w, need_b, _, _ = ctx.needs_input_grad
         g = grad_w.float()[rows, cols] * _derivative(values, ctx.activation)

@@ -58,11 +58,11 @@ import warnings
 
 import torch
 
+from spladekit.model.sparse_backward import BACKWARD_CHUNK, sparse_products
+
 #: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized,
 #: see :func:`_cpu_chunk`).
 CHUNK_BUDGET_BYTES = {"cuda": 512 * 2**20, "cpu": 2**20}
-#: Active entries processed per backward step (bounds the ``[n, H]`` gather buffers).
-BACKWARD_CHUNK = 1 << 16
 
 _BACKENDS = ("auto", "torch", "triton")
 
@@ -369,67 +369,6 @@ def sparse_head_backward(
     g = scale[rows, cols]
     positions = rows * length + argmax[rows, cols].long()  # row of hidden.view(B*L, H)
     return sparse_products(g, positions, cols, hidden, weight, need, chunk, method)
-
-
-def sparse_products(
-    g: torch.Tensor,
-    positions: torch.Tensor,
-    cols: torch.Tensor,
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    need: tuple[bool, bool, bool],
-    chunk: int = BACKWARD_CHUNK,
-    method: str | None = None,
-) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """The gradients of a head from the gradients ``g`` of a set of its logits (distinct entries).
-
-    Entry ``e`` is the logit of flat position ``positions[e]`` (a row of ``hidden.view(B·L, H)``) and
-    column ``cols[e]``; then ``dh[p] += g_e · W_c``, ``dW_c += g_e · h[p]``, ``db_c += g_e``. Shared by
-    :func:`sparse_head_backward` and the capped sum head (:mod:`spladekit.model.capped`).
-
-    Args:
-        g: ``[n]`` float32; positions, cols: ``[n]`` int64, distinct ``(position, col)`` pairs.
-        hidden: ``[B, L, H]``; weight ``[V, H]``; need, chunk, method: as :func:`sparse_head_backward`.
-
-    Returns:
-        ``(d hidden [B, L, H], d weight [V, H], d bias [V])`` float32, None where not needed.
-    """
-    batch, length, dim = hidden.shape
-    vocab = weight.shape[0]
-    need_h, need_w, need_b = need
-    flat_h = hidden.reshape(batch * length, dim)
-    d_hidden = d_weight = None
-    method = method or os.environ.get("SPLADEKIT_FUSED_BACKWARD", "csr")
-    if method == "csr":
-        if need_h:  # [B·L, V] (nnz) @ [V, H]
-            d_hidden = _csr(positions, cols, g, batch * length, vocab) @ weight.float()
-        if need_w:  # [V, B·L] (nnz) @ [B·L, H]
-            d_weight = _csr(cols, positions, g, vocab, batch * length) @ flat_h.float()
-    elif method == "index_add":
-        if need_h:
-            d_hidden = torch.zeros(batch * length, dim, dtype=torch.float32, device=hidden.device)
-        if need_w:
-            d_weight = torch.zeros(vocab, dim, dtype=torch.float32, device=hidden.device)
-        for lo in range(0, g.numel(), chunk):
-            gi, ci, pi = g[lo : lo + chunk], cols[lo : lo + chunk], positions[lo : lo + chunk]
-            if need_h:
-                d_hidden.index_add_(0, pi, weight.index_select(0, ci).float() * gi[:, None])
-            if need_w:
-                d_weight.index_add_(0, ci, flat_h.index_select(0, pi).float() * gi[:, None])
-    else:
-        raise ValueError(f"unknown backward method {method!r}; choose 'csr' or 'index_add'")
-    d_bias = torch.zeros(vocab, dtype=torch.float32, device=hidden.device).index_add_(0, cols, g) if need_b else None
-    return (None if d_hidden is None else d_hidden.view(batch, length, dim)), d_weight, d_bias
-
-
-def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows: int, n_cols: int) -> torch.Tensor:
-    """A ``[n_rows, n_cols]`` sparse CSR matrix from COO triplets with distinct ``(row, col)`` pairs."""
-    order = torch.argsort(rows * n_cols + cols)
-    crow = torch.zeros(n_rows + 1, dtype=torch.int64, device=rows.device)
-    crow[1:] = torch.bincount(rows, minlength=n_rows).cumsum(0)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, cols[order], values[order], size=(n_rows, n_cols))
 
 
 class FusedSpladeHead(torch.autograd.Function):

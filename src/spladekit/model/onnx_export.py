@@ -370,22 +370,8 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
             quantize_graph(traced, tmp / ONNX_FILE, n_tiles * (2 if cap else 1), quantize_head)
             traced.unlink()
         encoder.tokenizer.save_pretrained(tmp)
-        fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
-                              "activation", "zero_special_tokens", "position_top_k", "fold")
-                  if k in EncoderMetadata.__dataclass_fields__]
-        meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
-        meta.extra = dict(encoder.metadata.extra, onnx={
-            "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": opset,
-            "vocab_size": encoder.vocab_size, "head_rows": model.vocab_size, "max_positions": encoder.max_positions,
-            "pooling": pooling, "activation": activation, "vocab_tile": vocab_tile,
-            "quantize": quantize, "quantize_head": bool(quantize and quantize_head),
-            "weight_bits": 7 if quantize else None,  # reduce_range (module docstring)
-            "position_top_k": model.position_top_k, "folded_terms": None if model.fold is None else model.fold.size,
-            "graph": f"{pooling} over non-padding positions of {activation} activation of the logits"
-                     + (f" (each position's {cap} largest)" if cap else "") + f", {n_tiles} vocabulary tiles; "
-                     + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed")
-                     + (f"; folded into {model.fold.size} terms" if model.fold is not None else ""),
-        })
+        meta = _export_metadata(encoder, model, dict(opset=opset, pooling=pooling, activation=activation,
+                                                     vocab_tile=vocab_tile, quantize=quantize, quantize_head=quantize_head))
         if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
             from spladekit.model.inference_free import save_query_weights
 
@@ -393,6 +379,32 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
             meta.query_encoder = INFERENCE_FREE
         meta.save(tmp)
     return out
+
+
+def _export_metadata(encoder: SpladeEncoder, model, options: dict) -> EncoderMetadata:
+    """The export's ``spladekit.json``: the model's metadata fields (its head options included) and the
+    ``extra.onnx`` record of :func:`export_onnx` (module docstring)."""
+    fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
+                          "activation", "zero_special_tokens", "position_top_k", "fold")
+              if k in EncoderMetadata.__dataclass_fields__]
+    meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
+    pooling, activation, quantize = options["pooling"], options["activation"], options["quantize"]
+    n_tiles = -(-model.vocab_size // options["vocab_tile"])
+    cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
+    zero_special = bool(getattr(encoder.metadata, "zero_special_tokens", False))
+    meta.extra = dict(encoder.metadata.extra, onnx={
+        "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": options["opset"],
+        "vocab_size": encoder.vocab_size, "head_rows": model.vocab_size, "max_positions": encoder.max_positions,
+        "pooling": pooling, "activation": activation, "vocab_tile": options["vocab_tile"],
+        "quantize": quantize, "quantize_head": bool(quantize and options["quantize_head"]),
+        "weight_bits": 7 if quantize else None,  # reduce_range (module docstring)
+        "position_top_k": model.position_top_k, "folded_terms": None if model.fold is None else model.fold.size,
+        "graph": f"{pooling} over non-padding positions of {activation} activation of the logits"
+                 + (f" (each position's {cap} largest)" if cap else "") + f", {n_tiles} vocabulary tiles; "
+                 + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed")
+                 + (f"; folded into {model.fold.size} terms" if model.fold is not None else ""),
+    })
+    return meta
 
 
 class OnnxSpladeEncoder(SpladeEncoder):

@@ -99,6 +99,11 @@ def _what(records, name: str, base_model: str | None) -> str:
              else "64 / 256 in spladekit (its defaults: the folder states none)"]]
     if sk.get("query_top_k") or sk.get("doc_top_k"):
         rows.append(["top-k kept: queries / documents", f"{sk.get('query_top_k')} / {sk.get('doc_top_k')}"])
+    if sk.get("position_top_k"):
+        rows.append(["pooled per position", f"its {sk['position_top_k']} largest logits (`position_top_k`)"])
+    if isinstance(sk.get("fold"), dict):
+        rows.append(["folded vocabulary", f"{len(sk['fold'].get('terms') or [])} terms: case and word-start variants "
+                     "of one word are one term (`spladekit.json` `fold`)"])
     if base_model or records.source:
         rows.append(["made from", f"`{base_model or records.source}`"])
     lines += ["", _table(["", ""], rows)]

@@ -221,6 +221,9 @@ class TrainConfig(Settings):
                              "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
+        if self.head.fold_vocabulary and self.model.query_encoder == "inference-free":
+            raise ValueError("head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
+                             "vocabulary entry, the vectors per folded term")
         return self
 
     def to_yaml(self) -> str:

@@ -31,16 +31,21 @@ def apply_rescale(model, rescale, tokenizer=None, texts=None) -> dict | None:
     return {"mode": step["mode"], "factor": factor, "shift": step.get("shift", 0.0)}
 
 
-def head_options(head, folder, tokenizer, vocab_size: int) -> dict:
+def head_options(config, folder, tokenizer, vocab_size: int) -> dict:
     """``{"position_top_k", "fold"}`` of the :class:`~spladekit.model.splade.SpladeModel` to train:
     the ``head:`` options of the config (:class:`~spladekit.model.calibrate.spec.HeadSpec`) over the
     start model's (``folder``, a :class:`~spladekit.model.folders.ModelFolder`).
 
     Raises:
-        ValueError: ``fold_vocabulary`` with a tokenizer that is not byte-level BPE.
+        ValueError: ``fold_vocabulary`` with a tokenizer that is not byte-level BPE; a fold with an
+            inference-free query side (its weights are per vocabulary entry, not per term).
         DataFormatError: the start model's saved fold is malformed.
     """
-    return head.resolve(folder.metadata(), tokenizer, vocab_size, folder.root)
+    options = config.head.resolve(folder.metadata(), tokenizer, vocab_size, folder.root)
+    if options["fold"] is not None and config.model.query_encoder == "inference-free":
+        raise ValueError("model.query_encoder inference-free with a folded vocabulary (head.fold_vocabulary, or the "
+                         "start model's): the query weights are per vocabulary entry, the vectors per folded term")
+    return options
 
 
 PAD_BIAS = -1.0e4

@@ -144,7 +144,7 @@ def load_model(config: TrainConfig, texts=None):
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
     model = SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation,
-                        **head_options(config.head, folder, tokenizer, int(mlm.config.vocab_size)))
+                        **head_options(config, folder, tokenizer, int(mlm.config.vocab_size)))
     record = apply_rescale(model, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)

@@ -55,6 +55,7 @@ from torch import nn
 
 from spladekit.errors import SpladekitError
 from spladekit.model.calibrate.stats import (
+    CalibrationError,
     decoder_logits,
     logit_statistic,
     parse_statistic,
@@ -72,10 +73,6 @@ RECORD_KEY = "spladekit_rescale"
 
 class AlreadyRescaledError(SpladekitError, RuntimeError):
     """The model's head was already rescaled (see ``config.spladekit_rescale``); pass ``force=True`` to compound."""
-
-
-class CalibrationError(SpladekitError, ValueError):
-    """No factor reaches the requested target (e.g. the bias alone already exceeds it)."""
 
 
 # ---------------------------------------------------------------------------------------------- record

@@ -36,7 +36,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from spladekit.model.calibrate.stats import decoder_logits, token_hidden_states, unwrap
+from spladekit.model.calibrate.stats import CalibrationError, decoder_logits, token_hidden_states, unwrap
 from spladekit.model.heads import find_mlm_head
 
 ACTIVITY_STATISTICS = ("active_terms", "frac_positive")
@@ -116,8 +116,6 @@ def shift_for_count(values: torch.Tensor, count: int) -> tuple[float, int]:
     Raises:
         CalibrationError: no finite value.
     """
-    from spladekit.model.calibrate.rescale import CalibrationError
-
     flat = values.reshape(-1).double()
     ordered = torch.sort(flat[torch.isfinite(flat)], descending=True).values
     n = ordered.numel()
