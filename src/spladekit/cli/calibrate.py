@@ -71,9 +71,8 @@ def rescale(
     activity_statistic: str = typer.Option("active_terms", help="active_terms (per text) or frac_positive (of the logits)"),
     position_top_k: Optional[int] = typer.Option(None, help="head option: pool each token position's K largest "
                                                  "vocabulary entries only (0: no cap)"),
-    fold_vocabulary: Optional[bool] = typer.Option(None, "--fold-vocabulary/--no-fold-vocabulary",
-                                                   help="head option: fold case and word-start variants of a "
-                                                   "byte-level BPE vocabulary into one term"),
+    fold_vocabulary: bool = typer.Option(False, "--fold-vocabulary", help="head option: fold case and word-start "
+                                         "variants of a byte-level BPE vocabulary into one term"),
     scale_bias: bool = typer.Option(False, "--scale-bias/--no-scale-bias", help="scale the decoder bias by F too"),
     force: bool = typer.Option(False, help="rescale an already rescaled model (factors compound); allow --out = MODEL (in place)"),
     texts: Optional[Path] = typer.Option(None, help="sample text for --target-logit: one text per line"),
@@ -102,7 +101,7 @@ def rescale(
         target_activity=target_activity,
         activity_statistic=activity_statistic,
         position_top_k=position_top_k,
-        fold_vocabulary=fold_vocabulary,
+        fold_vocabulary=True if fold_vocabulary else None,  # not given: the start model's
         scale_bias=scale_bias,
         force=force,
         source=source,
