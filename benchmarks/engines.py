@@ -218,7 +218,8 @@ def main() -> None:
         return subset(args.data, args.docs, args.out)
 
     from spladekit.data.beir import load_beir
-    from spladekit.index.io import load_index, load_vocabulary
+    from spladekit.index.index import load_index
+    from spladekit.index.layout import load_vocabulary
     from spladekit.index.search import query_encoder
 
     docs, doc_ids, meta = load_index(args.index)

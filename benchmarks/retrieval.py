@@ -22,7 +22,7 @@ written by ``spladekit.index.writer`` under ``$SPLADEKIT_BENCH_BUDGET`` bytes, d
 :mod:`spladekit.index.seismic_shards`: for each count of ``$SPLADEKIT_BENCH_SHARDS``, default
 1,2,4, a build process (peak RSS, time, size) and a search process (loaded RSS; three settings along
 the recall/latency curve, the documented one in the middle; k = 10 and 1000; recall against exact)), ``seismic_reopen`` (a new process:
-``Index.open`` + the stored index, then ``Index.search(backend="seismic")`` at query_cut 20 /
+``Index.open`` + the stored index, then ``Index.search(searcher=SeismicConfig(...))`` at query_cut 20 /
 heap_factor 0.5, the setting of docs/serving.md, and a sweep), ``seismic_direct`` (pyseismic alone
 on the same stored file: ``SeismicIndex.load`` and its own ``batch_search``/``search`` calls with
 the query arrays made beforehand: the anchor of the wrapper's cost). 1 thread everywhere. Times are
@@ -224,9 +224,10 @@ def phase_build(corpus: str, work: Path) -> dict:
 
 def phase_search(corpus: str, work: Path) -> dict:
     """Exact search as users get it (pruned: MaxScore over blocks) and with every posting added
-    (``Index.prune = False``, the anchor), k = 10 and 1000, batch and one per call; then the two
+    (``ExactConfig(prune=False)``, the anchor), k = 10 and 1000, batch and one per call; then the two
     interleaved query by query (:func:`pruned_anchor`)."""
     from spladekit.index.index import Index
+    from spladekit.index.searcher import ExactConfig
 
     q, qids = queries(corpus)
     with Clock() as c:
@@ -236,10 +237,10 @@ def phase_search(corpus: str, work: Path) -> dict:
         index.search(q, k=10)  # as PISA's open reads its whole index into memory
     out.update(first_pass_s=c.wall, first_pass_cpu_s=c.cpu)
     for prune in (True, False):
-        index.prune = prune
+        exact = ExactConfig(prune=prune)
         for k in (10, 1000):
-            r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk).hits],
-                             lambda qq, i, kk: index.search(qq[i : i + 1], k=kk), q, k)
+            r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, searcher=exact).hits],
+                             lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, searcher=exact), q, k)
             hits = r.pop("hits")
             out.update(r if prune else {f"unpruned_{key}": v for key, v in r.items()})
             path = work / corpus / f"exact-top{k}.json"
@@ -247,7 +248,6 @@ def phase_search(corpus: str, work: Path) -> dict:
                 path.write_text(json.dumps(hits))
             else:
                 out[f"pruned_same_as_unpruned_k{k}"] = hits == json.loads(path.read_text())
-    index.prune = True
     out.update(pruned_anchor(index, q))
     out["search_rss"] = peak_rss()
     return out
@@ -257,21 +257,19 @@ def pruned_anchor(index, q) -> dict:
     """One per call, k = 10 and 1000: exact search pruned and with every posting added, interleaved
     query by query in this process (alternating which runs first: the second runs on warm caches):
     CPU ms of each and their ratio."""
+    from spladekit.index.searcher import ExactConfig
+
     n, out = min(ONE_AT_A_TIME, q.shape[0]), {}
-    try:
-        for k in (10, 1000):
-            pruned, every = [], []
-            for i in range(n):
-                pair = ((True, pruned), (False, every))
-                for prune, into in pair if i % 2 == 0 else pair[::-1]:
-                    index.prune = prune
-                    began = time.process_time()
-                    index.search(q[i : i + 1], k=k)
-                    into.append(time.process_time() - began)
-            out.update({f"interleaved_pruned_cpu_ms_k{k}": 1000 * float(np.mean(pruned)), f"interleaved_unpruned_cpu_ms_k{k}": 1000 * float(np.mean(every)),
-                        f"pruned_over_unpruned_k{k}": float(np.sum(pruned) / np.sum(every))})
-    finally:
-        index.prune = True
+    for k in (10, 1000):
+        pruned, every = [], []
+        for i in range(n):
+            pair = ((True, pruned), (False, every))
+            for prune, into in pair if i % 2 == 0 else pair[::-1]:
+                began = time.process_time()
+                index.search(q[i : i + 1], k=k, searcher=ExactConfig(prune=prune))
+                into.append(time.process_time() - began)
+        out.update({f"interleaved_pruned_cpu_ms_k{k}": 1000 * float(np.mean(pruned)), f"interleaved_unpruned_cpu_ms_k{k}": 1000 * float(np.mean(every)),
+                    f"pruned_over_unpruned_k{k}": float(np.sum(pruned) / np.sum(every))})
     return out
 
 
@@ -412,11 +410,12 @@ def phase_seismic_direct(corpus: str, work: Path) -> dict:
 def phase_seismic_interleaved(corpus: str, work: Path, rounds: int = 3) -> dict:
     """The wrapper's cost, in one process on one loaded index: pyseismic's own ``search`` /
     ``batch_search`` on the very ``SeismicIndex`` object that spladekit's searcher holds (query arrays
-    made beforehand, results untouched) against ``Index.search(backend="seismic")`` (named hits,
+    made beforehand, results untouched) against ``Index.search(searcher=SeismicConfig(...))`` (named hits,
     the tie rule, the settings record), interleaved query by query (one per call) or call by call
     (batch), ``rounds`` rounds; medians of per-call CPU times (``process_time``) and their ratio."""
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicSearchParams
+    from spladekit.index.seismic_store import SeismicConfig
 
     q, _ = queries(corpus)
     index = Index.open(work / corpus / "spladekit")
@@ -431,9 +430,9 @@ def phase_seismic_interleaved(corpus: str, work: Path, rounds: int = 3) -> dict:
     for k in (10, 1000):
         opts = dict(k=k, query_cut=at.query_cut, heap_factor=at.heap_factor, n_knn=0, sorted=True)
         calls = {"direct_one": lambda i: engine.search(str(i), comps[i], vals[i], **opts),
-                 "spladekit_one": lambda i: index.search(rows[i], k=k, backend="seismic", seismic=at),
+                 "spladekit_one": lambda i: index.search(rows[i], k=k, searcher=SeismicConfig(search=at)),
                  "direct_batch": lambda i: engine.batch_search(qids, comps, vals, num_threads=1, **opts),
-                 "spladekit_batch": lambda i: index.search(q, k=k, backend="seismic", seismic=at)}
+                 "spladekit_batch": lambda i: index.search(q, k=k, searcher=SeismicConfig(search=at))}
         spent = {name: [] for name in calls}
         for i in range(20):  # warm-up
             calls["direct_one"](i), calls["spladekit_one"](i)
@@ -467,10 +466,11 @@ def phase_seismic_index(corpus: str, work: Path) -> dict:
 
 
 def phase_seismic_reopen(corpus: str, work: Path) -> dict:
-    """A new process: Index.open + the stored Seismic index reopened, then Index.search(backend="seismic")
+    """A new process: Index.open + the stored Seismic index reopened, then Index.search(searcher=SeismicConfig(...))
     at SEISMIC_AT (k = 10 and 1000, batch and one per call; named hits, the tie rule) and the sweep."""
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicSearchParams
+    from spladekit.index.seismic_store import SeismicConfig
 
     q, _ = queries(corpus)
     with Clock() as c:
@@ -479,8 +479,8 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
     out = {"reopen_s": c.wall, "reopen_cpu_s": c.cpu}
     at = SeismicSearchParams(num_threads=1, **SEISMIC_AT)
     for k in (10, 1000):
-        r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, backend="seismic", seismic=at).hits],
-                         lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, backend="seismic", seismic=at), q, k)
+        r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, searcher=SeismicConfig(search=at)).hits],
+                         lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, searcher=SeismicConfig(search=at)), q, k)
         hits = r.pop("hits")
         out.update(r)
         if k == 10:
@@ -491,7 +491,7 @@ def phase_seismic_reopen(corpus: str, work: Path) -> dict:
         for heap in SWEEP_HEAPS:
             params = SeismicSearchParams(query_cut=cut, heap_factor=heap, num_threads=1)
             with Clock() as t:
-                hits = index.search(q, k=10, backend="seismic", seismic=params).hits
+                hits = index.search(q, k=10, searcher=SeismicConfig(search=params)).hits
             sweep.append({"query_cut": cut, "heap_factor": heap, "ms": 1000 * t.wall / q.shape[0], "cpu_ms": 1000 * t.cpu / q.shape[0],
                           "recall@10": recall10([[d for d, _ in h] for h in hits], exact10)})
     out.update(sweep=sweep, rss=peak_rss(), n_postings=index.seismic().params.n_postings)
@@ -523,7 +523,8 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicBuildParams
     from spladekit.index.seismic_rule import budget_for, rule_corpus
-    from spladekit.index.seismic_shards import build_shards, shard_ranges
+    from spladekit.index.seismic_shards import shard_ranges
+    from spladekit.index.seismic_store import build_shards
 
     index = Index.open(work / corpus / "spladekit")
     count = _shard_count()
@@ -545,12 +546,13 @@ def phase_seismic_shards_build(corpus: str, work: Path) -> dict:
 
 
 def phase_seismic_shards_search(corpus: str, work: Path) -> dict:
-    """The stored shards reopened (a new process) and searched through ``Index.search(backend="seismic")``
+    """The stored shards reopened (a new process) and searched through ``Index.search(searcher=SeismicConfig(...))``
     at :data:`SHARD_SETTINGS` (k = 10 batch and one per call, k = 1000 batch): CPU and wall ms/query,
     recall@10 and recall@1000 against exact, loaded RSS. Shards are searched one after the other, each with
     ``num_threads`` 1."""
     from spladekit.index.index import Index
     from spladekit.index.seismic import SeismicSearchParams
+    from spladekit.index.seismic_store import SeismicConfig
 
     q, _ = queries(corpus)
     with Clock() as c:
@@ -563,8 +565,8 @@ def phase_seismic_shards_search(corpus: str, work: Path) -> dict:
         at = SeismicSearchParams(num_threads=1, **setting)
         row = dict(setting)
         for k in (10, 1000):
-            r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, backend="seismic", seismic=at).hits],
-                             lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, backend="seismic", seismic=at), q, k)
+            r = timed_search(lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, searcher=SeismicConfig(search=at)).hits],
+                             lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, searcher=SeismicConfig(search=at)), q, k)
             hits = r.pop("hits")
             row.update(r)
             truth = exact10 if k == 10 else exact1000

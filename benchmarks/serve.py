@@ -116,7 +116,8 @@ def synthetic_index(n: int, vocabulary_from):
     import retrieval
 
     from spladekit.index.index import Index
-    from spladekit.index.io import load_vocabulary, write_index
+    from spladekit.index.layout import load_vocabulary
+    from spladekit.index.writer import write_index
 
     folder = CACHE / f"synthetic-{n}"
     if not (folder / "index.json").exists():
@@ -490,12 +491,13 @@ def run_all(args) -> None:
     route, opts = {}, {}
     if args.backend == "seismic":
         from spladekit.index.seismic import SeismicSearchParams
+        from spladekit.index.seismic_store import SeismicConfig
 
         began = time.perf_counter()
         shards = len(index.seismic(memory_budget=args.seismic_budget))  # built (or reopened) here, once, before any server
         print(f"seismic: {shards} shards ready in {time.perf_counter() - began:.0f} s", flush=True)
         route = {"backend": "seismic", "seismic": {"query_cut": args.query_cut, "heap_factor": args.heap_factor}}
-        opts = {"backend": "seismic", "seismic": SeismicSearchParams(**route["seismic"])}  # the requests' own settings, in process
+        opts = {"searcher": SeismicConfig(search=SeismicSearchParams(**route["seismic"]))}  # the requests' own settings, in process
     arrays_mib = sum(f.stat().st_size for f in index.folder.glob("*.npy")) / 2**20
     bodies = {"text": encoded([{"query": t, "k": K, **route} for t in texts]),
               "vector": encoded([{"vector": {"indices": [int(j) for j in vectors[i].indices], "values": [float(w) for w in vectors[i].data]},

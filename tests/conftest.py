@@ -1,13 +1,69 @@
-"""Shared fixtures: tiny random masked-LM models built in code, and the real files in ../shared."""
+"""Shared fixtures: tiny random masked-LM models built in code, and the real files in ../shared;
+and the suite's skip rule under CI.
+
+The skip rule: with ``CI`` set to ``true`` (or ``1``/``yes``) in the environment, as CI machines set
+it and ``.ci/run`` exports it, a test or module that skips fails instead, unless its reason is one of
+:data:`ALLOWED_SKIPS` word for word. A missing engine, engine venv, Python package, Java or Anserini
+jar, tool or ``../shared`` file is something the project's set-up provides, so on CI its skip is a
+guard gone missing, not a pass. Only what no CI machine can have (a CUDA device) stays a skip. An
+expected failure (``xfail``) is not a skip and is left alone. Without ``CI`` every skip stays a skip.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from spladekit.data.resolve import shared_roots
+
+#: skip reasons that stay skips under CI, each word for word as the test gives it, with why no CI
+#: machine can meet it (tests/test_ci_skips.py checks that each is still given by some test)
+ALLOWED_SKIPS = {
+    "needs a CUDA device (run on the GPU machine)": "CI machines have no GPU; the GPU machine runs these tests",
+}
+
+
+def on_ci() -> bool:
+    """True when the environment says this is a CI run (``CI`` = ``true``, ``1`` or ``yes``, any case)."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def skip_reason(report) -> str | None:
+    """The reason of a skipped test or collection report (``Skipped: `` prefix removed); None when the
+    report is not a skip (an ``xfail`` is reported as skipped too, with ``wasxfail``: not a skip)."""
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return None
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def fail_disallowed_skip(report) -> None:
+    """Under CI, turn ``report`` from skipped into failed when its reason is not in ALLOWED_SKIPS."""
+    reason = skip_reason(report)
+    if reason is None or not on_ci() or reason in ALLOWED_SKIPS:
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"skipped under CI={os.environ['CI']}, where a skip fails the run: {reason}\n"
+                       "(set up what it needs, as `make test` does; a reason no CI machine can meet belongs in "
+                       "ALLOWED_SKIPS of tests/conftest.py)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    fail_disallowed_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield  # a module-level importorskip skips the whole module here
+    fail_disallowed_skip(report)
+    return report
 
 WORDS = (
     "the a of and to in is for on with protein cell cells gene genes cancer risk study patients "

@@ -48,10 +48,11 @@ def test_errors_with_their_own_arguments_pickle():
     the classes whose __init__ takes more than the message rebuild from their own arguments."""
     import pickle
 
-    from spladekit.errors import DataFormatError, MissingExtraError, RepeatedIdError, UnsupportedModelError
+    from spladekit.errors import CardMismatchError, DataFormatError, MissingExtraError, RepeatedIdError, UnsupportedModelError
 
     for error in (DataFormatError("a.jsonl", "bad weight", line=3, field="vector"), UnsupportedModelError("m/modules.json", "mean pooling"),
-                  MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"), RepeatedIdError("d1", 0, 4)):
+                  MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"), RepeatedIdError("d1", 0, 4),
+                  CardMismatchError(Path("onnx/README.md"), ["training steps: 0 in the card, 100 in this model"], "give --overwrite")):
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
 
@@ -89,7 +90,7 @@ def test_save_index_onto_an_existing_file_keeps_the_file(tmp_path):
     import numpy as np
     import scipy.sparse as sp
 
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
 
     target = tmp_path / "index"
     target.write_text("precious", encoding="utf-8")
@@ -131,7 +132,7 @@ def _small_index(folder: Path, meta: dict | None = None) -> Path:
     import numpy as np
     import scipy.sparse as sp
 
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
 
     matrix = sp.csr_matrix(np.array([[0, 1.5, 0], [2.0, 0, 0.5]], dtype=np.float32))
     return save_index(folder, matrix, ["d1", "d2"], meta if meta is not None else {"model": "m"}, vocabulary=["a", "b", "c"])
@@ -150,7 +151,8 @@ def _small_index(folder: Path, meta: dict | None = None) -> Path:
 )
 def test_tampered_index_files_name_the_file(tmp_path, name, content, message):
     from spladekit.errors import DataFormatError
-    from spladekit.index.io import load_index, load_vocabulary
+    from spladekit.index.index import load_index
+    from spladekit.index.layout import load_vocabulary
 
     folder = _small_index(tmp_path / "index")
     (folder / name).write_bytes(content)
@@ -164,7 +166,7 @@ def test_an_altered_or_missing_vocabulary_is_refused_not_exported_under_other_na
     """Term names are what an export writes (CIFF, Anserini, Elasticsearch): two tokens swapped in
     vocab.json would name each other's postings, so the file is checked against index.json's hash."""
     from spladekit.errors import DataFormatError
-    from spladekit.index.io import load_vocabulary
+    from spladekit.index.layout import load_vocabulary
 
     folder = _small_index(tmp_path / "index")
     assert load_vocabulary(folder) == ["a", "b", "c"]
@@ -194,7 +196,7 @@ def test_a_missing_index_folder_and_a_folder_without_index_json_are_told_apart(t
 
 def test_index_without_hash_and_with_too_few_ids_is_an_error(tmp_path):
     from spladekit.errors import DataFormatError
-    from spladekit.index.io import load_index
+    from spladekit.index.index import load_index
 
     folder = _small_index(tmp_path / "index")
     meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
@@ -215,7 +217,7 @@ def test_index_without_hash_and_with_too_few_ids_is_an_error(tmp_path):
 )
 def test_inconsistent_doc_id_files_are_an_error(tmp_path, offsets, utf8, message):
     from spladekit.errors import DataFormatError
-    from spladekit.index.io import load_index
+    from spladekit.index.index import load_index
 
     folder = _small_index(tmp_path / "index")
     np.save(folder / "doc_ids.offsets.npy", np.array(offsets))
@@ -339,7 +341,8 @@ def test_vocabulary_names_every_column_and_index_folder_exports(encoder, tmp_pat
     """The tiny tokenizer's vocab.txt repeats "a", so id 6 has no token string: it used to be None in
     vocab.json, and `export` then refused the index folder."""
     from spladekit.index.export import export_index
-    from spladekit.index.io import load_vocabulary, save_index
+    from spladekit.index.layout import load_vocabulary
+    from spladekit.index.writer import save_index
 
     vocab = encoder.vocabulary
     assert len(vocab) == encoder.vocab_size and all(isinstance(t, str) for t in vocab)
@@ -390,7 +393,7 @@ def test_empty_texts_are_read_with_a_warning_naming_count_ids_and_lines(tmp_path
 
 def test_search_and_query_export_warn_about_empty_queries(encoder, tiny_bert_dir, tmp_path):
     from spladekit.data.trec import read_run
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
 
     docs = encoder.encode(["protein cells", "cancer risk"], 16)
     folder = save_index(tmp_path / "index", docs, ["d1", "d2"], {"model": str(tiny_bert_dir)}, vocabulary=encoder.vocabulary)
@@ -562,7 +565,7 @@ def test_import_refuses_an_id_that_is_not_a_string_or_an_integer(tmp_path, doc_i
         (["--query-cut", "5"], "--query-cut applies to --backend seismic only"),  # exact search would ignore them
         (["--n-postings", "100", "--heap-factor", "0.5"], "--n-postings, --heap-factor apply to --backend seismic only"),
         (["--recall-k", "10"], "--recall-k applies to --backend seismic only"),
-        (["--backend", "bogus"], "unknown --backend 'bogus'"),
+        (["--backend", "bogus"], "unknown backend 'bogus'"),
     ],
 )
 def test_search_cli_rejects_bad_options_before_any_work(tmp_path, tiny_beir, option, message):
@@ -604,10 +607,11 @@ def test_seismic_search_without_pyseismic_names_the_extra(tmp_path, tiny_beir, m
         SeismicSearcher(sp.csr_matrix(np.eye(3, dtype=np.float32)))
     assert isinstance(raised.value, MissingExtraError) and raised.value.extra == "seismic"
     from spladekit.index.index import Index
+    from spladekit.index.seismic_store import SeismicConfig
 
     index = Index.open(folder)
     with pytest.raises(MissingExtraError):
-        index.search(["some text"], backend="seismic")
+        index.search(["some text"], searcher=SeismicConfig())
     assert index._encoder is None  # refused before the query model was loaded
     with pytest.raises(MissingExtraError):
         index.seismic()
@@ -718,7 +722,7 @@ def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
     import numpy as np
     import scipy.sparse as sp
 
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
     from spladekit.io import write_json
 
     old = os.umask(0o022)
@@ -737,7 +741,7 @@ def test_an_export_that_fails_on_the_data_leaves_no_folder(tmp_path):
     neither the folder nor a partial file is left; an existing folder keeps its other files."""
     import scipy.sparse as sp
 
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
 
     vocab = [f"t{j}" for j in range(1100)]
     save_index(tmp_path / "q", sp.csr_matrix(np.ones((1, 1100), dtype=np.float32)), ["q1"], {"model": "m"}, vocabulary=vocab)
@@ -819,7 +823,7 @@ def test_corpus_ids_a_run_cannot_hold_and_repeated_keys_are_refused_when_read(tm
 def test_index_config_refuses_bad_values_before_anything_is_made(tmp_path, field, value):
     """The library's IndexConfig refuses what the encoder would, at construction (the CLI gets the same
     message): no model is loaded and no temporary .OUT.build folder is left."""
-    from spladekit.index.shard import IndexConfig
+    from spladekit.index.builder import IndexConfig
 
     with pytest.raises(ValueError, match="--" + field.replace("_", "-") + " must be an integer"):
         IndexConfig(model="m", data="d", out=str(tmp_path / "ix"), **{field: value})

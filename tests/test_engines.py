@@ -33,7 +33,7 @@ import scipy.sparse as sp
 import engine_helpers as eh
 from spladekit.index.exact import exact_search
 from spladekit.index.export import export_vectors, import_vectors
-from spladekit.index.formats import anserini, bmp, ciff, elastic, iter_json_records, milvus, pgvector, pisa, qdrant, quantise
+from spladekit.index.formats import anserini, bmp, ciff, elastic, iter_json_records, milvus, pgvector, pisa, qdrant
 
 pytestmark = pytest.mark.engines
 K = 10
@@ -99,11 +99,30 @@ def _without(m: sp.csr_matrix, ids, drop):
     return m[keep], [ids[i] for i in keep]
 
 
-def _quantised(m):
+def _quantised(m, scale=SCALE):
+    """``m`` as integer impacts ``⌊w · scale + 1/2⌋`` (round half up), zeros dropped: the rule of
+    docs/serving.md computed here, not by the exporter. In float64, as the rule says; at scale 100 the
+    product of a float32 weight and 100 (7 significant bits) fits float64's 53 bits, so it is exact and
+    so is the rounding."""
     q = sp.csr_matrix(m, dtype=np.float32, copy=True)
-    q.data = quantise(q.data, SCALE).astype(np.float32)
+    q.data = np.floor(q.data.astype(np.float64) * scale + 0.5).astype(np.float32)
     q.eliminate_zeros()
     return q
+
+
+def _bmp_queries(queries, indexed_columns):
+    """The integer queries BMP is given, by its rule (formats/bmp.py): terms no document has after
+    quantisation dropped first, then ``⌊w_j · 32 / max w + 1/2⌋``, zeros dropped."""
+    rows = []
+    for q in range(queries.shape[0]):
+        row = sp.csr_matrix(queries[q], dtype=np.float64)
+        keep = np.isin(row.indices, indexed_columns)
+        cols, vals = row.indices[keep], row.data[keep]
+        weights = np.floor(vals * (bmp.MAX_QUERY_WEIGHT / vals.max()) + 0.5) if vals.size else vals
+        rows.append(sp.csr_matrix((weights.astype(np.float32), (np.zeros(cols.size, int), cols)), shape=(1, queries.shape[1])))
+    out = sp.vstack(rows).tocsr()
+    out.eliminate_zeros()
+    return out
 
 
 def _check_float_engine(name, got, queries, docs, doc_ids):
@@ -131,7 +150,7 @@ def anserini_index(corpus, tmp_path_factory):
     output = anserini.index_collection(eh.anserini_jar(), root / "docs", root / "index")  # export.json is not fed to Anserini
     assert "Total 299 documents indexed" in output  # the empty document is counted "empty", not indexed
     back, back_ids = import_vectors("anserini", root / "docs", vocab, scale=1.0)  # integer impacts as written
-    want = _quantised(docs)  # computed here, independently of the exporter: round(100·w)
+    want = _quantised(docs)  # ⌊100·w + 1/2⌋, computed here
     assert back_ids == doc_ids and (back != want).nnz == 0
     return root, want  # Anserini is judged against this, not against our reader of its input
 
@@ -157,7 +176,7 @@ def test_anserini_scores_equal_exact_on_quantised_vectors(corpus, anserini_index
     run = _read_run(tmp_path / "run", doc_ids)
     assert "q0" not in run and "q1" not in run and "q2" not in run  # q2: its only term is in no document
     q_back, q_back_ids = import_vectors("anserini-queries", tmp_path / "q", vocab, scale=1.0)
-    q_int = _quantised(q)[2:]  # the expected impacts, computed independently of the exporter
+    q_int = _quantised(q)[2:]  # ⌊100·w + 1/2⌋, computed here
     assert q_back_ids == qids[2:] and (q_back != q_int).nnz == 0
     got = [run.get(qid, []) for qid in q_back_ids]
     identical = _check_integer_engine("Anserini", got, q_int, docs_int, doc_ids)
@@ -235,6 +254,49 @@ def test_qdrant_edge_scores_exported_points_like_exact(corpus, tmp_path):
         shard.close()
     assert got[special["empty"]] == [] and got[special["unmatched"]] == []
     _check_float_engine("Qdrant Edge", got, queries, docs, doc_ids)
+
+
+@pytest.mark.xdist_group("qdrant")
+def test_qdrant_edge_idf_modifier_scores_like_bm25_idf_by_hand(corpus, tmp_path):
+    """``export --format qdrant --idf``: ``collection.json`` declares ``modifier: idf``, the points carry
+    the impacts ``⌊100·w + ½⌋`` (no IDF in them), and Qdrant Edge, built with that modifier, scores
+    ``Σ_t idf(t)·q_t·d_t`` with Qdrant's documented ``idf(t) = ln((N − n(t) + 0.5)/(n(t) + 0.5) + 1)``
+    (N the points holding a vector with a term, n(t) those holding t), computed here in float64.
+
+    Tolerance: Qdrant's float32 sum of products (:func:`engine_helpers.float32_sum_tolerance` of the
+    IDF-weighted query) plus its float32 IDF: the ratio and the ``+ 1`` round twice, so ``ln`` moves by
+    at most 2u absolutely, ``ln`` and the product ``q·idf`` round once each (2u relative): per term
+    ``q_t·d_t·(2u + 2u·idf(t))``, u = 2⁻²⁴."""
+    reason = eh.missing_module("qdrant_edge", "qdrant-edge-py==0.9.0")
+    if reason:
+        pytest.skip(reason)
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    manifest = export_vectors("qdrant", tmp_path / "exp", docs, doc_ids, None, idf=True)
+    assert json.loads((tmp_path / "exp" / "collection.json").read_text()) == {"sparse_vectors": {"splade": {"modifier": "idf"}}}
+    assert manifest.scale == SCALE and manifest.options["modifier"] == "idf" and manifest.files == ["points.jsonl", "collection.json"]
+    impacts = sp.csr_matrix(docs, dtype=np.float64, copy=True)
+    impacts.data = np.floor(impacts.data * SCALE + 0.5)  # round half up, by hand
+    impacts.eliminate_zeros()
+    written, written_ids = qdrant.read_points(tmp_path / "exp" / "points.jsonl", V)  # the file's own values
+    assert written_ids == doc_ids and np.array_equal(written.toarray(), impacts.toarray())
+    back, _ = import_vectors("qdrant", tmp_path / "exp", vocab)  # the export folder: divided by its scale again
+    assert np.abs(back.toarray() - docs.toarray()).max() <= 0.5 / SCALE + 1e-7
+    shard = qdrant.create_edge_shard(tmp_path / "shard", idf=True)
+    try:
+        qdrant.upload_edge(shard, (r for _, r in iter_json_records(tmp_path / "exp" / "points.jsonl")))
+        got = qdrant.search_edge(shard, queries, k=K, doc_ids=doc_ids)
+    finally:
+        shard.close()
+    n_docs = int((np.diff(impacts.indptr) > 0).sum())  # the empty document holds no term: not an indexed vector
+    df = np.bincount(impacts.indices, minlength=V).astype(np.float64)
+    idf = np.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
+    weighted = sp.csr_matrix(queries, dtype=np.float64) @ sp.diags(idf)
+    scores = eh.dense_scores(weighted, impacts)
+    unweighted = eh.dense_scores(queries, impacts)  # Σ q_t·d_t
+    tol = eh.float32_sum_tolerance(weighted, scores) + 2 * eh.U32 * (unweighted + scores)
+    want = exact_search(weighted.astype(np.float32), impacts.astype(np.float32), k=K, doc_ids=doc_ids)
+    agree = eh.assert_top_k_agrees("Qdrant Edge (IDF)", got, want, scores, tol, K, doc_ids)
+    assert agree >= 0.9 and got[special["empty"]] == [] and got[special["unmatched"]] == []
 
 
 # ------------------------------------------------------------------ Milvus (C++ engine, milvus-lite)
@@ -352,14 +414,14 @@ def test_bmp_top_k_from_the_ciff_export_equals_exact_on_quantised_vectors(corpus
     bmp.build(tmp_path / "index.bmp", tmp_path / "exp" / "index.ciff", stats["max_tf"])
     searcher = bmp_engine.Searcher(str(tmp_path / "index.bmp"))
     indexed = bmp.indexed_terms(docs, vocab, scale)
-    q_int = bmp.quantised_queries(queries, vocab, indexed)
+    d_int = _quantised(docs, scale)
+    assert indexed == {vocab[j] for j in np.unique(d_int.indices)}
+    q_int = _bmp_queries(queries, np.unique(d_int.indices))
+    assert (bmp.quantised_queries(queries, vocab, indexed) != q_int).nnz == 0
     maxima = [row.max() for row in q_int if row.nnz]
     assert max(maxima) == min(maxima) == bmp.MAX_QUERY_WEIGHT  # BMP's rescaling (> 32) never applies
     got = bmp.search(searcher, queries, vocab, doc_ids, indexed, k=K)
     assert got[special["empty"]] == got[special["unmatched"]] == []
-    d_int = sp.csr_matrix(docs, copy=True)
-    d_int.data = quantise(d_int.data, scale).astype(np.float32)
-    d_int.eliminate_zeros()
     # BMP's 16-bit scores and bounds: checked for the queries whose bound stays below 2^16: all but
     # the 1,100-term one (bound ≈ 6 × 2^16) and one just above (67,506)
     inside = np.flatnonzero(bmp.score_bound(q_int, d_int) < 2**16)

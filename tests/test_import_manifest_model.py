@@ -21,7 +21,8 @@ from index_helpers import DOCS, make_beir, make_model, vocabulary
 from spladekit.cli import app
 from spladekit.errors import DataFormatError
 from spladekit.index.export import FILES, export_vectors, import_to_index
-from spladekit.index.io import load_index, load_vocabulary
+from spladekit.index.index import load_index
+from spladekit.index.layout import load_vocabulary
 
 V = 6
 VOCAB = [f"t{j}" for j in range(V)]

@@ -242,7 +242,7 @@ def test_petabyte_units_parse_up_to_the_stated_limit():
 def test_a_queue_wait_deadline_not_below_the_request_timeout_is_refused():
     from pydantic import ValidationError
 
-    from spladekit.serve.app import ServeConfig
+    from spladekit.serve.config import ServeConfig
 
     with pytest.raises(ValidationError, match=r"must be below the request timeout \(1000 ms\)"):
         ServeConfig(index="x", max_queue_wait_ms=1000, request_timeout_s=1.0)

@@ -1,6 +1,6 @@
 """The streamed import (spladekit.index.export.import_to_index for row-major formats).
 
-What it is compared with, computed another way: the folder :func:`spladekit.index.io.save_index`
+What it is compared with, computed another way: the folder :func:`spladekit.index.writer.save_index`
 writes from the matrix :func:`spladekit.index.export.import_vectors` reads whole (the in-memory
 import, the path every format took before), file by file and byte by byte; the blocks the import
 hands the writer are checked against that matrix's rows (scipy slices). Peak memory is the
@@ -26,7 +26,7 @@ from spladekit.errors import DataFormatError
 from spladekit.index import writer
 from spladekit.index.export import resolve_import, export_vectors, import_to_index, import_vectors, streamed_import
 from spladekit.index.index import Index
-from spladekit.index.io import save_index
+from spladekit.index.writer import save_index
 
 V = 60
 VOCAB = [f"t{j}" for j in range(V - 2)] + ["a.m.", "50%"]  # elastic escapes '.' and '%' in its keys
@@ -136,7 +136,7 @@ PROBE = textwrap.dedent('''
     import json, re, sys, time
     from pathlib import Path
     from spladekit.index.export import import_to_index, import_vectors
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
 
     def status(key):
         return int(re.search(rf"^{key}:\\s+(\\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) * 1024

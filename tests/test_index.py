@@ -1,23 +1,21 @@
-"""The Index: built once (streamed, resumable), opened memory-mapped, searched; shards; old folders.
+"""The Index: built once (streamed, resumable), opened memory-mapped, searched; shards; older folders refused.
 
-Reference values are computed independently: scores by a dense float64 dot product (numpy), old
-folders written by hand with ``scipy.sparse.save_npz`` and their hash by ``hashlib`` here.
+Reference values are computed independently: scores by a dense float64 dot product (numpy); older
+folders are written by hand (``scipy.sparse.save_npz``, JSON).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from typer.testing import CliRunner
 
 from index_helpers import DOCS, QUERIES, make_beir, make_model
-from spladekit.cli import app
 from spladekit.errors import DataFormatError
-from spladekit.index.index import Index, ShardedIndex, recall_at_k
+from spladekit.index.index import Index, ShardedIndex
+from spladekit.index.results import recall_at_k
 from spladekit.io import atomic_folder, recover_folder
 
 EPS32 = np.finfo(np.float32).eps
@@ -219,81 +217,76 @@ def test_a_resumed_build_encodes_again_a_chunk_whose_documents_changed(tiny, tmp
 def test_seismic_index_is_built_once_stored_and_reopened(tmp_path):
     pytest.importorskip("seismic")
     from spladekit.index.seismic import SeismicBuildParams
+    from spladekit.index.seismic_store import SeismicConfig
 
     docs, queries = random_vectors(800, 80, 0.08, 12), random_vectors(30, 80, 0.1, 13)
     ids = [f"d{i}" for i in range(800)]
     Index.from_vectors(tmp_path / "i", docs, ids)
-    first = Index.open(tmp_path / "i").search(queries, k=10, backend="seismic")
+    first = Index.open(tmp_path / "i").search(queries, k=10, searcher=SeismicConfig())
     stored = tmp_path / "i" / "seismic" / "index.index.seismic"
     params = json.loads((tmp_path / "i" / "seismic" / "params.json").read_text())
     assert stored.exists() and params["build"]["n_postings"] == SeismicBuildParams().n_postings
     mtime = stored.stat().st_mtime_ns
-    again = Index.open(tmp_path / "i").search(queries, k=10, backend="seismic")
+    again = Index.open(tmp_path / "i").search(queries, k=10, searcher=SeismicConfig())
     assert stored.stat().st_mtime_ns == mtime  # reopened, not rebuilt
     assert again.hits == first.hits and again.settings.seismic_build == params["build"]
     exact = Index.open(tmp_path / "i").search(queries, k=10)
     assert recall_at_k(first.hits, exact.hits, k=10) >= 0.95  # lists of 800 docs fit Seismic's 3500 budget
+    assert first.built == ["the Seismic index and stored it in " + str(tmp_path / "i" / "seismic")] and again.built == []
     other = SeismicBuildParams(n_postings=50, summary_energy=0.2)
-    Index.open(tmp_path / "i").search(queries, k=10, backend="seismic", seismic_build=other)
+    Index.open(tmp_path / "i").search(queries, k=10, searcher=SeismicConfig(build=other))
     assert json.loads((tmp_path / "i" / "seismic" / "params.json").read_text())["build"]["n_postings"] == 50
+    # build fields not asked for keep the stored index's: n_postings 50 stays, summary_energy changes
+    Index.open(tmp_path / "i").search(queries, k=10, searcher=SeismicConfig(build=SeismicBuildParams(summary_energy=0.3)))
+    built = json.loads((tmp_path / "i" / "seismic" / "params.json").read_text())["build"]
+    assert built == dict(SeismicBuildParams().model_dump(), n_postings=50, summary_energy=0.3)
 
 
-def old_content_hash(matrix: sp.csr_matrix, ids: list[str]) -> str:
-    """The format-1 content hash, written out here from its definition."""
-    digest = hashlib.sha256()
-    digest.update(matrix.indptr.astype(np.int64).tobytes())
-    digest.update(matrix.indices.astype(np.int64).tobytes())
-    digest.update(matrix.data.astype(np.float32).tobytes())
-    digest.update(json.dumps(ids).encode())
-    digest.update(str(matrix.shape).encode())
-    return digest.hexdigest()
-
-
-def test_old_folders_open_and_upgrade(tmp_path, caplog):
-    docs, queries = random_vectors(200, 30, 0.15, 14, integer=True), random_vectors(10, 30, 0.2, 15, integer=True)
-    docs.sort_indices()
-    ids = shuffled_ids(200, 16)
+def test_folders_of_an_older_layout_are_refused_naming_the_file(tmp_path):
+    """No reader of older layouts: format 1 (vectors.npz), ids in doc_ids.json, a folder without its
+    tie ranks or hashes, and a Seismic params.json without an entry are each refused, saying rebuild it."""
+    docs, ids = random_vectors(60, 30, 0.15, 14, integer=True), shuffled_ids(60, 16)
     old = tmp_path / "old"
     old.mkdir()
     sp.save_npz(old / "vectors.npz", docs)  # format 1, written by hand
     (old / "doc_ids.json").write_text(json.dumps(ids))
-    (old / "index.json").write_text(json.dumps({"model": "m", "content_hash": old_content_hash(docs, ids)}))
-    index = Index.open(old)
-    assert index.legacy and "index-upgrade" in caplog.text
-    want = truth_ranking(queries.toarray(), docs.toarray(), ids, 5)
-    assert index.search(queries, k=5).hits == want
-    assert Index.upgrade(old)
-    upgraded = Index.open(old, verify=True)
-    assert not upgraded.legacy and not (old / "vectors.npz").exists() and not (old / "doc_ids.json").exists()
-    assert upgraded.search(queries, k=5).hits == want
-    assert upgraded.metadata["content_hash"] == old_content_hash(docs, ids)  # same vectors, same digest
-    assert not Index.upgrade(old)  # already current: nothing written
-
-
-def test_format2_folders_with_json_ids_open_and_upgrade_keeping_seismic(tmp_path):
-    """Format-2 folders written before the ids were memory-mapped (ids in doc_ids.json) still open,
-    and `index-upgrade` rewrites them keeping the stored Seismic index."""
-    docs, queries = random_vectors(120, 30, 0.15, 24, integer=True), random_vectors(6, 30, 0.2, 25, integer=True)
-    ids = shuffled_ids(120, 26)
+    (old / "index.json").write_text(json.dumps({"model": "m"}))
+    with pytest.raises(DataFormatError, match="rebuild it") as raised:
+        Index.open(old)
+    assert raised.value.path == old / "index.json" and raised.value.field == "format"
     folder = tmp_path / "i"
     Index.from_vectors(folder, docs, ids, {"model": "m"})
-    for name in ("doc_ids.offsets.npy", "doc_ids.utf8.npy"):  # the earlier layout, written by hand
+    for name in ("doc_ids.offsets.npy", "doc_ids.utf8.npy"):  # the ids of an older layout, written by hand
         (folder / name).unlink()
     (folder / "doc_ids.json").write_text(json.dumps(ids))
-    (folder / "seismic").mkdir()
-    (folder / "seismic" / "params.json").write_text("{}")
-    old = Index.open(folder, verify=True)
-    assert isinstance(old.doc_ids, list) and old.doc_ids == ids
-    want = truth_ranking(queries.toarray(), docs.toarray(), ids, 5)
-    assert old.search(queries, k=5).hits == want
-    result = CliRunner().invoke(app, ["index-upgrade", str(folder)])
-    assert result.exit_code == 0 and "upgraded" in result.output
-    new = Index.open(folder, verify=True)
-    assert not isinstance(new.doc_ids, list) and list(new.doc_ids) == ids
-    assert new.search(queries, k=5).hits == want
-    assert (folder / "seismic" / "params.json").read_text() == "{}" and not (folder / "doc_ids.json").exists()
-    result = CliRunner().invoke(app, ["index-upgrade", str(folder)])
-    assert result.exit_code == 0 and "already in the current layout" in result.output
+    with pytest.raises(DataFormatError, match="rebuild") as raised:
+        Index.open(folder)
+    assert raised.value.path == folder / "doc_ids.json"
+    Index.from_vectors(folder, docs, ids, {"model": "m"})
+    (folder / "tie_rank.npy").unlink()
+    with pytest.raises(DataFormatError, match="missing") as raised:
+        Index.open(folder)
+    assert raised.value.path == folder / "tie_rank.npy"
+    Index.from_vectors(folder, docs, ids, {"model": "m"})
+    meta = json.loads((folder / "index.json").read_text())
+    del meta["postings_hash"]
+    (folder / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(DataFormatError, match="no postings_hash"):
+        Index.open(folder, verify=True)
+
+
+def test_a_seismic_params_json_of_an_older_spladekit_is_refused(tmp_path):
+    pytest.importorskip("seismic")
+    docs, ids = random_vectors(60, 30, 0.15, 14), [f"d{i}" for i in range(60)]
+    index = Index.from_vectors(tmp_path / "i", docs, ids)
+    index.seismic()
+    params = tmp_path / "i" / "seismic" / "params.json"
+    record = json.loads(params.read_text())
+    for key in ("shards", "shard_postings", "shard_files"):  # the three entries older folders lacked
+        params.write_text(json.dumps({name: value for name, value in record.items() if name != key}))
+        with pytest.raises(DataFormatError, match="older spladekit.*rebuild it") as raised:
+            Index.open(tmp_path / "i").seismic()
+        assert raised.value.path == params and raised.value.field == key
 
 
 @pytest.mark.parametrize("ids", [[], ["only"], ["d1", "", "ünï/cødé", "x" * 300, "日本"]])

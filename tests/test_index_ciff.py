@@ -114,14 +114,14 @@ def test_the_external_transpose_gives_read_ciffs_matrix_in_runs_and_blocks(tmp_p
     for part in ("indptr", "indices", "data"):
         np.testing.assert_array_equal(getattr(got, part), getattr(want, part))  # same float32(tf / scale), same order
     write_index(tmp_path / "a", blocks, got_ids, len(vocab), {}, vocab)
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
 
     save_index(tmp_path / "b", want, want_ids, {}, vocabulary=vocab)
     assert _folder_bytes(tmp_path / "a") == _folder_bytes(tmp_path / "b")
 
 
 def test_bounded_ciff_import_equals_the_in_memory_import(tmp_path):
-    from spladekit.index.io import save_index
+    from spladekit.index.writer import save_index
 
     m, ids, vocab = quantised_corpus(seed=5, rows=500, vocab=70)
     Index.from_vectors(tmp_path / "src", m, ids, vocabulary=vocab)
@@ -139,7 +139,7 @@ import sys
 from pathlib import Path
 from spladekit.index.export import import_to_index
 from spladekit.index.formats import ciff
-from spladekit.index.io import save_index
+from spladekit.index.writer import save_index
 import google.protobuf, spladekit.index.writer  # loaded before the baseline
 ciff.messages()
 

@@ -17,7 +17,8 @@ from spladekit.cli import app
 from spladekit.data.resolve import sha256_file
 from spladekit.data.trec import read_run
 from spladekit.index.exact import exact_search
-from spladekit.index.io import content_hash, load_index, load_vocabulary
+from spladekit.index.index import load_index
+from spladekit.index.layout import content_hash, load_vocabulary
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -229,7 +230,7 @@ def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     common = ["-m", "spladekit", "index", "--model", str(model), "--data", str(beir), "--batch-size", "2", "--head-impl", "plain", "--chunk-size", "2"]
     import torch
 
-    from spladekit.index.shard import IndexConfig, build_index
+    from spladekit.index.builder import IndexConfig, build_index
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as torchrun's workers (OMP_NUM_THREADS=1): the same kernels
@@ -244,7 +245,7 @@ def test_torchrun_two_processes_equal_one_process(tiny, tmp_path):
     b, ids_b, meta_b = load_index(tmp_path / "two")
     assert meta_b["world_size"] == 2 and meta_a["world_size"] == 1
     assert ids_a == ids_b and meta_a["truncated_docs"] == meta_b["truncated_docs"]
-    # Every batch holds the same documents and padding in both builds (index/shard.py), so each
+    # Every batch holds the same documents and padding in both builds (index/builder.py), so each
     # vector comes from the same float32 computation; no BLAS promises the same bits in another
     # process (MKL without MKL_CBWR may pick its code path per call and per memory alignment), so
     # the contract is float32 rounding: the weights are log1p of logits that are H = 32-term dot

@@ -2,7 +2,7 @@
 
 The expected folder is computed independently: the document arrays by scipy (canonical CSR), the
 term-major copy by scipy's transpose (``docs.T.tocsr()``), the tie ranks by sorting the Python id
-strings, the hashes by :func:`spladekit.index.io.hash_arrays` over those arrays. Peak memory is the
+strings, the hashes by :func:`spladekit.index.layout.hash_arrays` over those arrays. Peak memory is the
 ``VmHWM`` of a fresh subprocess minus its ``VmRSS`` just before the write (Linux ``/proc``), with the
 pages of a memory-mapped input (the caller's file, read in place) subtracted as the kernel reports
 them for that mapping (``/proc/self/smaps``).
@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from spladekit.index import writer
 from spladekit.index.exact import tie_ranks
 from spladekit.index.index import Index
-from spladekit.index.io import hash_arrays
+from spladekit.index.layout import hash_arrays
 from spladekit.index.merge import merge_shards
 from spladekit.index.writer import matrix_blocks, write_index
 

@@ -16,6 +16,7 @@ import spladekit.index.exact as exact
 import spladekit.index.maxscore as maxscore
 from spladekit.index.exact import exact_search, search_postings, tie_ranks
 from spladekit.index.index import Index, ShardedIndex
+from spladekit.index.searcher import ExactConfig
 from spladekit.index.maxscore import BlockMaxima, pruned_top_k, rescore
 
 
@@ -155,8 +156,7 @@ def test_index_search_prunes_with_the_same_hits(tmp_path):
     index = Index.from_vectors(tmp_path / "ix", docs, ids)
     reopened = Index.open(tmp_path / "ix")
     pruned = reopened.search(queries, k=10)
-    reopened.prune = False
-    assert reopened.search(queries, k=10).hits == pruned.hits
+    assert reopened.search(queries, k=10, searcher=ExactConfig(prune=False)).hits == pruned.hits
     half = docs.shape[0] // 2
     shards = ShardedIndex([Index.from_vectors(tmp_path / "a", docs[:half], ids[:half]), Index.from_vectors(tmp_path / "b", docs[half:], ids[half:])])
     assert shards.search(queries, k=10).hits == pruned.hits

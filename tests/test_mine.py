@@ -152,7 +152,9 @@ def test_equals_sentence_transformers_mine_hard_negatives(ce, texts, tmp_path, s
     cosines tie within ~1e-7 at the cut, which random embeddings of 40 documents do not); both rank
     the candidates by the cross-encoder's score once it is given; the cross-encoder scores pairs in
     different batches (padding), hence the float tolerance on scores, while texts must be equal."""
+    import sentence_transformers
     import torch
+    from packaging.version import Version
     from sentence_transformers import CrossEncoder
     from sentence_transformers.util import mine_hard_negatives
 
@@ -164,7 +166,9 @@ def test_equals_sentence_transformers_mine_hard_negatives(ce, texts, tmp_path, s
     cosine = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (d / np.linalg.norm(d, axis=1, keepdims=True)).T
     doc_ids = list(corpus)
     settings = dict(num_negatives=3, range_min=1, relative_margin=0.05)
-    depth = default_range_max(FilterSettings(**settings), 2, True) + 2 + 1  # sentence-transformers' candidate_count
+    # sentence-transformers' candidate_count: range_max + max_positives, and one more from 6.3 on
+    extra = 1 if Version(sentence_transformers.__version__) >= Version("6.3") else 0
+    depth = default_range_max(FilterSettings(**settings), 2, True) + 2 + extra
     with open(tmp_path / "dense.run", "w") as run:
         for i, row in enumerate(cosine):
             for rank, j in enumerate(np.argsort(-row, kind="stable")[:depth], 1):

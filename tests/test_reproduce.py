@@ -11,6 +11,7 @@ import copy
 import csv
 import itertools
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -311,6 +312,32 @@ def test_a_seismic_grid_without_pyseismic_stops_before_any_work(tmp_path, monkey
     result = CliRunner().invoke(app, ["reproduce", str(path), "--dry-run", "--out", str(tmp_path / "o")])
     assert result.exit_code == 0 and "evaluate (seismic)" in result.output
     assert "pyseismic-lsr, which is not installed" in result.output and "refuses to start" in result.output
+
+
+@pytest.mark.parametrize("blocked, change, words", [
+    ("ir_datasets", {"evaluation": {"in_domain": [{"name": "ind", "path": "irds:beir/scifact/test"}]}},
+     "irds:beir/scifact/test needs ir_datasets"),
+    ("datasets", {"train": {"steps": 2, "batch_size": 2, "data": {"format": "hf", "path": "someone/pairs"}}},
+     "train.data.format: hf) needs datasets"),
+])
+def test_a_grid_missing_another_extra_stops_before_any_work(tmp_path, monkeypatch, blocked, change, words):
+    """An irds: evaluation set or Hugging Face training data without their packages: refused before the first
+    stage (the evaluation or the training data would fail hours in), and the dry run says so."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, blocked, None)  # as where the package is not installed
+    settings = {**base_dict(), **change}
+    runner = RecordingRunner()
+    with pytest.raises(MissingExtraError, match=re.escape(words)):
+        run_grid(ReproduceConfig.model_validate(settings), tmp_path / "o", runner, log=silent)
+    assert runner.calls == []
+    result = CliRunner().invoke(app, ["reproduce", str(_write(tmp_path, settings)), "--dry-run", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0 and words in result.output and "refuses to start" in result.output, result.output
 
 
 # ------------------------------------------------------------------------------------ report

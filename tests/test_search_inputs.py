@@ -18,6 +18,7 @@ from index_helpers import DOCS, make_model
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import exact_search
 from spladekit.index.index import Index
+from spladekit.index.searcher import ExactConfig
 from spladekit.io import count_records, read_jsonl
 
 
@@ -186,7 +187,6 @@ def test_damaged_posting_lists_are_refused_naming_the_term(tmp_path, monkeypatch
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
     monkeypatch.setattr(exact, "DOC_BLOCK", 2)
     opened = Index.open(tmp_path / "ix")
-    opened.prune = prune
     with pytest.raises(ValueError, match="posting list of term 0 holds .*damaged"):
-        opened.search(sp.csr_matrix(np.array([[1.0, 1.0]], np.float32)), k=6)
+        opened.search(sp.csr_matrix(np.array([[1.0, 1.0]], np.float32)), k=6, searcher=ExactConfig(prune=prune))
     del index

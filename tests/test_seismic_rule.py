@@ -56,7 +56,7 @@ def big(tmp_path):
 
 
 def test_new_build_parameters_keep_the_stored_budget(big):
-    from spladekit.index.seismic_shards import open_or_build
+    from spladekit.index.seismic_store import open_or_build
 
     h = big.metadata["content_hash"]
     first = open_or_build(big.folder, big.docs, h, SeismicBuildParams(n_postings=40), memory_budget=LEAST)
@@ -69,7 +69,7 @@ def test_new_build_parameters_keep_the_stored_budget(big):
 
 
 def test_a_budget_giving_the_same_shards_reuses_them(big):
-    from spladekit.index.seismic_shards import open_or_build
+    from spladekit.index.seismic_store import open_or_build
 
     h = big.metadata["content_hash"]
     first = open_or_build(big.folder, big.docs, h, SeismicBuildParams(n_postings=40), memory_budget=LEAST)
@@ -81,7 +81,7 @@ def test_a_budget_giving_the_same_shards_reuses_them(big):
 
 
 def test_knn_refusal_names_the_budget_and_both_sizes_are_refused(tmp_path):
-    from spladekit.index.seismic_shards import open_or_build
+    from spladekit.index.seismic_store import open_or_build
 
     docs = rows_of(1500, 3000, 200)  # 300k entries; nknn 1000: 48 + 5.2 + 80 = 133.2 B an entry, 3 shards of 500 documents
     index = Index.from_vectors(tmp_path / "idx", docs, [f"d{i}" for i in range(docs.shape[0])])

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,8 @@ import scipy.sparse as sp
 
 from spladekit.index.index import Index
 from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams
-from spladekit.index.seismic_shards import ShardedSeismic, open_or_build, shard_params, shard_ranges
+from spladekit.index.seismic_shards import ShardedSeismic, shard_params, shard_ranges
+from spladekit.index.seismic_store import SeismicConfig, open_or_build
 
 pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
 
@@ -92,42 +92,27 @@ def test_each_shard_keeps_its_share_of_n_postings():
     assert shard_params(params, np.zeros(4, np.int64), [(0, 1), (1, 3)]) == [params, params]  # no entry at all
 
 
-def _stored_before_the_share(index, params):
-    """Four shards of ``params`` stored, then their params.json rewritten as a folder of before the
-    share records it (no "shard_postings", no "shard_n_postings"); returns that file."""
+def test_a_folder_stored_by_an_older_spladekit_is_refused(corpus):
+    """A params.json without the share rule (every shard kept n_postings) is refused, naming the file
+    and the entry, whether or not build parameters are asked for; a build asked for anew replaces it."""
+    from spladekit.errors import DataFormatError
+
+    index, docs, ids, queries = corpus
+    params = SeismicBuildParams(n_postings=60)
     open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, max_entries=3000)
     record = index.folder / "seismic" / "params.json"
     old = json.loads(record.read_text())
     old.pop("shard_postings"), old.pop("shard_n_postings")
     record.write_text(json.dumps(old))
-    return record
-
-
-def test_a_folder_built_before_the_share_opens_as_built_and_is_rebuilt_when_asked(corpus):
-    """A multi-shard params.json without "shard_postings" (every shard kept n_postings): the stored
-    shards open when no build parameters are asked for, and are rebuilt with the share when they are."""
-    index, docs, ids, queries = corpus
-    params = SeismicBuildParams(n_postings=60)
-    record = _stored_before_the_share(index, params)
+    for build in (None, params):
+        with pytest.raises(DataFormatError, match="older spladekit.*rebuild it") as raised:
+            open_or_build(index.folder, index.docs, index.metadata["content_hash"], build)
+        assert raised.value.path == record
+    shutil.rmtree(index.folder / "seismic")
     built = []
-    kept = open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, on_shard=built.append)
-    assert built == [] and [s.params.n_postings for _, s in kept.shards] == [60] * 4  # opened, read as the old rule built it
     again = open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, on_shard=built.append, max_entries=3000)
     assert built == [0, 1, 2, 3] and json.loads(record.read_text())["shard_postings"] == "share"
     assert [s.params.n_postings for _, s in again.shards] == [-(-60 * (b - a) // 900) for a, b in again.ranges]  # 12 entries a row
-
-
-def test_an_open_index_rebuilds_a_folder_built_before_the_share_when_asked(corpus):
-    """The same check through ``Index.seismic`` in one process: the shards it holds open are replaced
-    when build parameters are asked for and they were not built with the share."""
-    index, docs, ids, queries = corpus
-    params = SeismicBuildParams(n_postings=60)
-    record = _stored_before_the_share(index, params)
-    opened = Index.open(index.folder)
-    before = opened.seismic()
-    assert not before.built_with(params) and [s.params.n_postings for _, s in before.shards] == [60] * 4
-    after = opened.seismic(params)
-    assert after is not before and after.built_with(params) and json.loads(record.read_text())["shard_postings"] == "share"
 
 
 @pytest.mark.parametrize("shares", [5, ["x"] * 4, [0] * 4, [-1] * 4, [True] * 4, [2.9] * 4, ["7"] * 4, [15] * 3, [61] * 4, None])
@@ -175,7 +160,7 @@ def test_each_shard_equals_pyseismic_built_directly_on_its_range(corpus):
     reopened = Index.open(index.folder).seismic(params)  # from the folder, not rebuilt
     for (start, stop), (got_start, got), share in zip(ranges, reopened.shards, shares):
         assert got.params.n_postings == share
-        direct = SeismicSearcher(docs[start:stop], replace(params, n_postings=share))  # pyseismic on the same rows, same parameters
+        direct = SeismicSearcher(docs[start:stop], params.model_copy(update={"n_postings": share}))  # pyseismic on the same rows, same parameters
         assert got_start == start and structure(got) == structure(direct)
         a = got.search_arrays(got.prepare(queries), 10, EXHAUSTIVE)
         b = direct.search_arrays(direct.prepare(queries), 10, EXHAUSTIVE)
@@ -189,7 +174,7 @@ def test_merged_top_k_is_the_by_hand_merge_of_the_shards_hits(corpus):
     at = SeismicSearchParams(query_cut=5, heap_factor=0.7, num_threads=1)
     open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, max_entries=2000)
     index = Index.open(index.folder)  # searches the stored shards
-    got = index.search(queries, k=10, backend="seismic", seismic=at).hits
+    got = index.search(queries, k=10, searcher=SeismicConfig(search=at)).hits
     sharded = index.seismic()
     assert len(sharded) == 6
     ties = 0
@@ -217,24 +202,10 @@ def test_one_shard_answers_exactly_as_the_single_searcher(corpus):
         np.testing.assert_array_equal(sa, sb)
 
 
-def test_a_folder_stored_before_shards_still_opens(corpus):
-    """params.json without "shards" (written before this module): one shard over every row."""
-    index, docs, ids, queries = corpus
-    searcher = SeismicSearcher(docs)
-    folder = index.folder / "seismic"
-    folder.mkdir()
-    searcher.save(folder)
-    from dataclasses import asdict
-
-    (folder / "params.json").write_text(json.dumps({"build": asdict(searcher.params), "content_hash": index.metadata["content_hash"], "empty": False}))
-    opened = Index.open(index.folder).seismic()
-    assert opened.ranges == [(0, 900)] and structure(opened.shards[0][1]) == structure(searcher)
-
-
 KILLED_BUILD = """
 import os, signal, sys
 from spladekit.index.index import Index
-from spladekit.index.seismic_shards import open_or_build
+from spladekit.index.seismic_store import open_or_build
 index = Index.open(sys.argv[1])
 def stop(number):
     if number == 1:  # shards 0 and 1 are stored: the process dies before shard 2
@@ -286,7 +257,8 @@ index = Index.open(folder)
 import seismic  # the library's fixed cost is loaded before the baseline
 from spladekit.index.seismic import SeismicSearcher
 from spladekit.index.seismic_rule import max_shard_entries, DEFAULT_SEISMIC_BUDGET
-from spladekit.index.seismic_shards import build_shards, row_slice, shard_ranges
+from spladekit.index.seismic_shards import row_slice, shard_ranges
+from spladekit.index.seismic_store import build_shards
 from spladekit.index.seismic import SeismicBuildParams
 
 def status(key):
@@ -430,14 +402,18 @@ def test_a_shard_file_swapped_copied_or_altered_is_refused_naming_it(tmp_path):
     params = read_json(target / "params.json")
     with pytest.raises(DataFormatError, match=r"shard-000000/index\.index\.seismic: "):
         reopen()
-    # the same without the recorded sizes (a folder stored before them): the first row gives it away
-    (target / "params.json").write_text(json.dumps({k: v for k, v in params.items() if k != "shard_files"}))
+    # the same with params.json's records rewritten to the files there (sizes that match): the first row gives it away
+    def forge():
+        (target / "params.json").write_text(json.dumps(dict(params, shard_files=[[f.stat().st_size, _digest(f)] for f in files])))
+
+    forge()
     with pytest.raises(DataFormatError, match=r"shard-000000/index\.index\.seismic: its document 0 is not row 0 of the index"):
         reopen()
     # shards 0 and 3 swapped (their document counts differ)
     restore()
     files[0].write_bytes(saved[3])
     files[3].write_bytes(saved[0])
+    forge()
     with pytest.raises(DataFormatError, match=rf"shard-000000/index\.index\.seismic: holds {sizes[3]} documents and {12 * sizes[3]} "
                                               rf"entries where shard 0, rows \[0, {sizes[0]}\) has {sizes[0]} and {12 * sizes[0]}"):
         reopen()
@@ -476,13 +452,13 @@ def test_shards_with_a_knn_graph_answer_the_exact_top_k_pruning_dropped(tmp_path
     k = 2 * pairs
     scores = docs[:, 0].toarray().ravel()
     exact = [(ids[r], float(scores[r])) for r in np.argsort(-scores, kind="stable")[:k]]  # no ties: the weights differ
-    without = reopened.search(query, k=k, backend="seismic", seismic=SeismicSearchParams(**every)).hits[0]
+    without = reopened.search(query, k=k, searcher=SeismicConfig(search=SeismicSearchParams(**every))).hits[0]
     assert sorted(without) == sorted(exact[:pairs])  # the A's only: each shard's list of term 0 lost its B's
-    got = reopened.search(query, k=k, backend="seismic", seismic=SeismicSearchParams(**every, n_knn=1)).hits[0]
+    got = reopened.search(query, k=k, searcher=SeismicConfig(search=SeismicSearchParams(**every, n_knn=1))).hits[0]
     assert [d for d, _ in got] == [d for d, _ in exact]
     np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2 ** -10)  # Seismic stores f16 values
-    with pytest.raises(ValueError, match="n_knn ≤ 1"):
-        reopened.search(query, k=k, backend="seismic", seismic=SeismicSearchParams(**every, n_knn=2))
+    with pytest.raises(ValueError, match=r"n-knn 2 asks for more neighbours than the k-NN graph .* holds \(1\)"):  # before any search
+        reopened.search(query, k=k, searcher=SeismicConfig(search=SeismicSearchParams(**every, n_knn=2)))
 
 
 def test_a_shard_too_small_for_the_knn_graph_is_refused_before_any_shard_is_built(tmp_path):

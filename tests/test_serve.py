@@ -22,6 +22,7 @@ import pytest
 
 from serve_helpers import (RUNNING, Server, assert_close_ranking, assert_quiet_stop, die_with_parent, free_port, hits_of, scifact_index_with_seismic, smaps, snapshot,
                            stop, vector_body, wait_for_workers, workers_of)
+from spladekit.index.index import searcher_config
 from spladekit.serve.batching import MicroBatcher, Overloaded
 
 httpx = pytest.importorskip("httpx")
@@ -79,7 +80,7 @@ async def _concurrent(url: str, bodies: list[dict], headers: dict | None = None)
 def test_vector_queries_under_concurrency_equal_index_search(server, scifact_index, backend):
     index, queries = scifact_index
     vectors = index.query_encoder().encode_queries(queries)
-    want = index.search(vectors, k=K, backend=backend).hits
+    want = index.search(vectors, k=K, searcher=searcher_config(backend)).hits
     bodies = [{"vector": vector_body(vectors[i]), "k": K, "backend": backend} for i in range(len(queries))]
     responses = asyncio.run(_concurrent(server.url, bodies))
     assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:2]
@@ -94,7 +95,7 @@ def test_vector_queries_under_concurrency_equal_index_search(server, scifact_ind
 @pytest.mark.parametrize("backend", ["exact", "seismic"])
 def test_text_queries_equal_index_search(server, scifact_index, backend):
     index, queries = scifact_index
-    want = index.search(queries, k=K, backend=backend).hits
+    want = index.search(queries, k=K, searcher=searcher_config(backend)).hits
     one = httpx.post(server.url + "/search", json={"query": queries, "k": K, "backend": backend}, timeout=60)  # a list in one request
     assert one.status_code == 200, one.text
     assert_close_ranking(hits_of(one.json()), want)
@@ -377,7 +378,7 @@ def test_a_pipelined_head_is_refused_after_the_answer_before_it(impatient, scifa
     start of a head, which 0.1 s later grows past 64 KiB in later reads: the search is answered
     first (200, or 503 if it timed out), then 431 naming the headers, then the connection is closed.
     (The 431 used to be written at once, before the search's answer, whose own write then failed.)"""
-    from spladekit.serve.app import MAX_HEAD_BYTES
+    from spladekit.serve.connection import MAX_HEAD_BYTES
 
     _, queries = scifact_index
     body = json.dumps({"query": [((q + " ") * 20)[:1900] for q in queries], "k": K}).encode()
@@ -563,7 +564,7 @@ def _raw_exchange(port: int, head: bytes, body: bytes = b"") -> tuple[int, bytes
 def test_an_over_long_head_gets_431_and_a_long_one_is_served(server):
     """A request head over MAX_HEAD_BYTES (64 KiB) is answered 431 and its connection closed, not
     buffered without end (a 64 MiB header was, before); a 32 KiB header is served as usual."""
-    from spladekit.serve.app import MAX_HEAD_BYTES
+    from spladekit.serve.connection import MAX_HEAD_BYTES
 
     body = json.dumps({"query": "protein folding", "k": 3}).encode()
 

@@ -165,7 +165,7 @@ def test_a_deadline_not_above_the_batch_wait_is_refused(deadline, wait, problem)
 def test_the_serve_option_is_checked_naming_it(tmp_path):
     from pydantic import ValidationError
 
-    from spladekit.serve.app import ServeConfig
+    from spladekit.serve.config import ServeConfig
 
     assert ServeConfig(index="x").max_queue_wait_ms is None  # off unless asked
     with pytest.raises(ValidationError, match="max_queue_wait_ms"):
@@ -325,7 +325,7 @@ def test_answered_jobs_stay_within_the_latency_limit():
 def test_a_latency_limit_not_above_the_batch_wait_is_refused():
     from pydantic import ValidationError
 
-    from spladekit.serve.app import ServeConfig
+    from spladekit.serve.config import ServeConfig
 
     with pytest.raises(ValueError, match="max_latency_s .*must be finite and exceed max_wait_s"):
         MicroBatcher(lambda p: p, max_wait_s=0.002, max_latency_s=0.002)
@@ -335,7 +335,7 @@ def test_a_latency_limit_not_above_the_batch_wait_is_refused():
         ServeConfig(index="x", max_latency_ms=20_000, request_timeout_s=10)
 
 
-# ----------------------------------------------------------------------------------- waiting for company
+# ----------------------------------------------------------------------------------- waiting for more requests only when more can come
 def test_a_batch_holding_every_open_connections_request_is_not_held_back():
     """With ``max_wait_s`` = 1 s: one open connection and its request in the batch: computed at once
     (well under the wait); three open connections: the batch waits for company, and a request
@@ -343,7 +343,7 @@ def test_a_batch_holding_every_open_connections_request_is_not_held_back():
 
     async def main(connections, second_after):
         record: list = []
-        batcher = MicroBatcher(_sleeping_batch(record), max_batch=8, max_wait_s=1.0, queue_size=10, company=lambda: connections)
+        batcher = MicroBatcher(_sleeping_batch(record), max_batch=8, max_wait_s=1.0, queue_size=10, open_connections=lambda: connections)
         batcher.start()
         try:
             began = time.monotonic()

@@ -20,6 +20,7 @@ import pytest
 
 from serve_helpers import (Server, assert_close_ranking, assert_quiet_stop, hits_of, scifact_index_with_seismic, smaps, vector_body,
                            wait_for_workers, workers_of)
+from spladekit.index.index import searcher_config
 
 httpx = pytest.importorskip("httpx")
 pytestmark = [pytest.mark.xdist_group("serve-shared"),
@@ -65,7 +66,7 @@ def test_each_forked_worker_answers_like_index_search(shared, index_and_queries,
     index, queries = index_and_queries
     queries = queries[:8]
     vectors = index.query_encoder().encode_queries(queries)
-    want = index.search(vectors, k=K, backend=backend).hits
+    want = index.search(vectors, k=K, searcher=searcher_config(backend)).hits
     bodies = [{"vector": vector_body(vectors[i]), "k": K, "backend": backend} for i in range(len(queries))]
     bodies.append({"query": queries, "k": K, "backend": backend})
     for pid, answers in _answers_by_worker(shared.url, bodies, 2).items():
@@ -119,7 +120,7 @@ def test_a_killed_forked_worker_is_replaced_by_a_fork_that_answers(shared, index
     (new,) = set(now) - set(before)
     assert smaps(new)["Shared_Dirty"] >= 0.5 * smaps(new)["Anonymous"]  # forked from the server again, not spawned
     vectors = index.query_encoder().encode_queries(queries[:2])
-    want = index.search(vectors, k=K, backend="seismic").hits
+    want = index.search(vectors, k=K, searcher=searcher_config("seismic")).hits
     body = {"vector": vector_body(vectors[0]), "k": K, "backend": "seismic"}
     answers = _answers_by_worker(shared.url, [body], 2)
     assert new in answers and hits_of(answers[new][0])[0] == want[0]

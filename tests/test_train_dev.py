@@ -163,14 +163,41 @@ def test_eval_every_needs_a_dev_set():
     load_config(None, ["eval_every=5", "data.validation_fraction=0.1"])
 
 
-def test_curves_draw_the_dev_row(tmp_path):
-    from spladekit.plots import training_curves
+def test_curves_draw_the_dev_row(tmp_path, monkeypatch):
+    """The figure has a third row whose panels hold the dev records' values at their steps, the best
+    one marked; and the PNG shows that mark (gold, a colour no other line has) in the third row's
+    first panel. Without dev records: two rows, no mark."""
+    import matplotlib.image
+    import numpy as np
 
+    from spladekit import plots
+
+    figures = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
     records = [{"step": s, "loss": 1.0 / s, "active_q": 10, "active_d": 20} for s in range(1, 5)]
-    records += [{"step": s, "split": "dev", "nDCG@10": 0.1 * s, "MRR@10": 0.1, "avg_query_terms": 5,
-                 "avg_doc_terms": 9, "flops": 2.0, "best": s == 4} for s in (0, 2, 4)]
-    path = training_curves(records, tmp_path / "c.png")
-    assert path.exists() and path.stat().st_size > 0
+    dev = [{"step": s, "split": "dev", "nDCG@10": 0.1 * s, "MRR@10": 0.1, "avg_query_terms": 5,
+            "avg_doc_terms": 9, "flops": 2.0, "best": s == 2} for s in (0, 2, 4)]
+    path = plots.training_curves(records + dev, tmp_path / "c.png")
+    plots.training_curves(records, tmp_path / "plain.png")
+    with_dev, plain = figures
+    panels = {ax.get_title(): ax for ax in with_dev.axes if ax.get_visible()}
+    assert {ax.get_subplotspec().rowspan.start for ax in plain.axes} == {0, 1} and "dev retrieval" not in \
+        {ax.get_title() for ax in plain.axes}
+    drawn = {}
+    for title in ("dev retrieval", "dev active terms", "dev FLOPS"):
+        assert panels[title].get_subplotspec().rowspan.start == 2, title  # the third row
+        drawn.update({line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in panels[title].lines})
+    steps = [0, 2, 4]
+    assert drawn == {"nDCG@10": (steps, [0.0, 0.2, 0.4]), "MRR@10": (steps, [0.1] * 3), "best": ([2], [0.2]),
+                     "avg_query_terms": (steps, [5] * 3), "avg_doc_terms": (steps, [9] * 3), "flops": (steps, [2.0] * 3)}
+    # the PNG: gold pixels (matplotlib's "gold", #FFD700) only in the left quarter of the lower third
+    pixels = matplotlib.image.imread(path)[..., :3]
+    rows, cols = np.nonzero(np.all(np.abs(pixels - np.array([1.0, 215 / 255, 0.0])) < 0.02, axis=-1))
+    height, width = pixels.shape[:2]
+    assert rows.size > 20 and rows.min() > 2 * height / 3 and cols.max() < width / 4, (rows.size, height, width)
+    plain_pixels = matplotlib.image.imread(tmp_path / "plain.png")[..., :3]
+    assert not np.any(np.all(np.abs(plain_pixels - np.array([1.0, 215 / 255, 0.0])) < 0.02, axis=-1))
 
 
 def test_resume_keeps_the_selection_consistent(tiny, tmp_path):

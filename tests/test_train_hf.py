@@ -64,16 +64,17 @@ def test_triplets_equal_the_triples_tsv(tmp_path):
     assert _texts(hf) == _texts(iter_triples(tsv))
 
 
-def _naver(folder: Path) -> Path:
-    """The naver/splade layout of the same data: qrel.json, queries, collection, teacher scores."""
+def _naver(folder: Path, negatives: int = 3) -> Path:
+    """The naver/splade layout of the same data: qrel.json, queries, collection, teacher scores (of the
+    positive and the first ``negatives`` negatives)."""
     for sub in ("qrel", "train_queries", "full_collection"):
         (folder / sub).mkdir(parents=True)
     collection, qrel, scores = [], {}, {}
     for i in range(5):
-        ids = [f"p{i}"] + [f"n{i}-{k}" for k in range(3)]
-        collection += [f"{d}\t{t}" for d, t in zip(ids, [POS[i]] + NEGS[i])]
+        ids = [f"p{i}"] + [f"n{i}-{k}" for k in range(negatives)]
+        collection += [f"{d}\t{t}" for d, t in zip(ids, [POS[i]] + NEGS[i][:negatives])]
         qrel[str(i)] = {f"p{i}": 1}
-        scores[str(i)] = dict(zip(ids, SCORES[i]))
+        scores[str(i)] = dict(zip(ids, SCORES[i][:1 + negatives]))
     (folder / "full_collection" / "raw.tsv").write_text("\n".join(collection) + "\n")
     (folder / "train_queries" / "raw.tsv").write_text("".join(f"{i}\t{q}\n" for i, q in enumerate(QUERIES)))
     (folder / "qrel" / "qrel.json").write_text(json.dumps(qrel))
@@ -204,13 +205,33 @@ def test_missing_local_source_and_hub_id_offline(tmp_path):
 
 
 def test_training_on_a_dataset_with_margin_mse(tmp_path):
+    """MarginMSE on a dataset (query, positive, negative_1, score = [s⁺, s⁻]) trains as on the naver
+    layout of the same texts and teacher scores: the same loss at every step, bit for bit (the same
+    examples in the same order, the same teacher margins s⁺ − s⁻ from the same numbers, the same seed);
+    and the teacher's scores are what the loss uses (another s⁻ gives another loss from step 1)."""
     from spladekit.train import train
 
     model = make_tiny_model(tmp_path / "model")
     path = tmp_path / "hard.parquet"
     columns = {"query": QUERIES, "positive": POS, "negative_1": [n[0] for n in NEGS], "score": [s[:2] for s in SCORES]}
     datasets.Dataset.from_dict(columns).to_parquet(str(path))
-    config = tiny_config(model, steps=2, loss__kind="margin_mse", data={"format": "hf", "path": str(path), "num_negatives": 1,
+    config = tiny_config(model, steps=3, loss__kind="margin_mse", data={"format": "hf", "path": str(path), "num_negatives": 1,
                                                                          "cache_dir": str(tmp_path / "cache")})
     result = train(config, tmp_path / "out", show_progress=False)
-    assert result.steps == 2 and result.model_dir.is_dir()
+    assert result.steps == 3 and result.model_dir.is_dir()
+    naver = _naver(tmp_path / "naver", negatives=1)
+    data = {"format": "naver", "path": str(naver), "teacher_scores": str(naver / "scores.json"), "num_negatives": 1}
+    train(tiny_config(model, steps=3, loss__kind="margin_mse", data=data), tmp_path / "naver-out", show_progress=False)
+    scores = json.loads((naver / "scores.json").read_text())
+    for i in range(5):
+        scores[str(i)][f"n{i}-0"] += 4.0  # every teacher margin 4 smaller
+    (naver / "scores.json").write_text(json.dumps(scores))
+    train(tiny_config(model, steps=3, loss__kind="margin_mse", data=data), tmp_path / "other-out", show_progress=False)
+
+    def losses(out: Path) -> list[tuple]:
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        return [(r["step"], r["loss"], r["loss_rank"]) for r in rows if "split" not in r]
+
+    assert [step for step, *_ in losses(tmp_path / "out")] == [1, 2, 3]
+    assert losses(tmp_path / "out") == losses(tmp_path / "naver-out")
+    assert losses(tmp_path / "other-out")[0][2] != losses(tmp_path / "out")[0][2]

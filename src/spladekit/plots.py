@@ -22,29 +22,6 @@ def _save(fig, path: str | Path) -> Path:
     return path
 
 
-def per_query_comparison(
-    values: Mapping[str, Mapping[str, float]], measure: str, path: str | Path, title: str = ""
-) -> Path:
-    """Per-query values of several systems, queries sorted by the first system's value.
-
-    Args:
-        values: ``{system: {qid: value}}`` (same qids for every system).
-        measure: axis label, e.g. ``"nDCG@10"``.
-    """
-    systems = list(values)
-    first = values[systems[0]]
-    qids = sorted(first, key=lambda q: (-first[q], q))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for system in systems:
-        ax.plot(range(len(qids)), [values[system].get(q, 0.0) for q in qids], ".", ms=4, label=system, alpha=0.8)
-    ax.set_xlabel(f"query (sorted by {systems[0]})")
-    ax.set_ylabel(measure)
-    ax.set_title(title or f"per-query {measure}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
-
-
 def overlaid_histograms(
     series: Mapping[str, Sequence[float]],
     path: str | Path,
@@ -119,6 +96,27 @@ def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: 
     return _save(fig, path)
 
 
+def _delta_bars(ax, deltas: Mapping[str, float], measure: str, name_a: str, name_b: str, title: str = "",
+                limit: float | None = None) -> None:
+    """Draw per-query differences ``B − A`` on ``ax`` as bars sorted from the largest gain to the largest
+    loss (green better, red worse, grey equal), the counts under the axis and the mean in the title, on a
+    y axis symmetric about 0 up to ``limit`` (default: the largest |Δ|), so gains and losses compare."""
+    qids = sorted(deltas, key=lambda q: (-deltas[q], q))
+    values = [deltas[q] for q in qids]
+    colours = ["tab:green" if v > 0 else "tab:red" if v < 0 else "tab:gray" for v in values]
+    ax.bar(range(len(qids)), values, width=1.0, color=colours)
+    ax.axhline(0.0, color="black", lw=0.8)
+    wins, losses = sum(v > 0 for v in values), sum(v < 0 for v in values)
+    mean = sum(values) / len(values)
+    ax.set_xlabel(f"query (sorted by Δ; {wins} better, {losses} worse, {len(values) - wins - losses} equal)")
+    ax.set_ylabel(f"Δ {measure} ({name_b} − {name_a})")
+    ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
+    ax.set_xlim(-0.5, len(qids) - 0.5)
+    limit = limit or max(abs(v) for v in values) or 1.0
+    ax.set_ylim(-1.08 * limit, 1.08 * limit)
+    ax.grid(alpha=0.3, axis="y")
+
+
 def per_query_delta(
     deltas: Mapping[str, float], measure: str, path: str | Path, name_a: str = "A", name_b: str = "B", title: str = ""
 ) -> Path:
@@ -133,19 +131,35 @@ def per_query_delta(
     """
     if not deltas:
         raise ValueError("no per-query differences to plot")
-    qids = sorted(deltas, key=lambda q: (-deltas[q], q))
-    values = [deltas[q] for q in qids]
-    colours = ["tab:green" if v > 0 else "tab:red" if v < 0 else "tab:gray" for v in values]
     fig, ax = plt.subplots(figsize=(9, 4))
-    ax.bar(range(len(qids)), values, width=1.0, color=colours)
-    ax.axhline(0.0, color="black", lw=0.8)
-    wins, losses = sum(v > 0 for v in values), sum(v < 0 for v in values)
-    mean = sum(values) / len(values)
-    ax.set_xlabel(f"query (sorted by Δ; {wins} better, {losses} worse, {len(values) - wins - losses} equal)")
-    ax.set_ylabel(f"Δ {measure} ({name_b} − {name_a})")
-    ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
-    ax.set_xlim(-0.5, len(qids) - 0.5)
-    ax.grid(alpha=0.3, axis="y")
+    _delta_bars(ax, deltas, measure, name_a, name_b, title)
+    return _save(fig, path)
+
+
+def per_query_deltas(
+    pairs: Sequence[tuple[str, str, Mapping[str, float]]], measure: str, path: str | Path, title: str = ""
+) -> Path:
+    """Several comparisons of per-query values, one panel of :func:`per_query_delta`'s bars each, stacked
+    on one Δ axis (e.g. the demo's fine-tuned model against the model before, and fusion against BM25).
+
+    Args:
+        pairs: ``[(name_a, name_b, {qid: value_B − value_A})]``, one panel each, in order.
+        measure: axis label, e.g. ``"nDCG@10"``.
+        title: the figure's title.
+
+    Raises:
+        ValueError: no pair, or a pair without differences.
+    """
+    if not pairs or any(not deltas for _, _, deltas in pairs):
+        raise ValueError("no per-query differences to plot")
+    limit = max(abs(v) for _, _, deltas in pairs for v in deltas.values()) or 1.0  # one Δ scale for every panel
+    fig, axes = plt.subplots(len(pairs), 1, figsize=(9, 3.2 * len(pairs)), sharey=True, squeeze=False)
+    for ax, (name_a, name_b, deltas) in zip(axes[:, 0], pairs):
+        _delta_bars(ax, deltas, measure, name_a, name_b, limit=limit)
+        ax.set_ylabel(f"Δ {measure}")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
     return _save(fig, path)
 
 

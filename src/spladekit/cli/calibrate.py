@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 
 
 def _text_source(texts: Optional[Path], data: Optional[str], n_queries: int, n_docs: int, seed: int):
@@ -30,6 +30,7 @@ def diagnose(
     max_length: int = typer.Option(128, help="tokens per text"),
     max_tokens: int = typer.Option(1024, help="tokens sampled for the logit statistics"),
     batch_size: int = typer.Option(16),
+    trust_remote_code: bool = trust_option(),
 ):
     """Measure an MLM head: decoder norms, logits and SPLADE activity on sample text; a verdict and a
     suggested factor and shift, against --reference or the built-in splade-tiny one."""
@@ -43,6 +44,7 @@ def diagnose(
         max_length=max_length,
         max_tokens=max_tokens,
         batch_size=batch_size,
+        trust_remote_code=trust_remote_code,
     )
     try:
         diagnosis = run_diagnose(config, out, progress=lambda line: typer.echo(line, err=True))
@@ -83,6 +85,7 @@ def rescale(
     max_length: int = typer.Option(128),
     max_tokens: int = typer.Option(1024),
     batch_size: int = typer.Option(16),
+    trust_remote_code: bool = trust_option(),
 ):
     """Rescale the MLM-head projection by a constant F, shift its logits by s, set its options; save the model."""
     from spladekit.errors import SpladekitError
@@ -108,6 +111,7 @@ def rescale(
         max_length=max_length,
         max_tokens=max_tokens,
         batch_size=batch_size,
+        trust_remote_code=trust_remote_code,
     )
     from spladekit.cli.inference_free import MODEL_MARKERS
     from spladekit.errors import OutputPathError

@@ -1,4 +1,4 @@
-"""index (alias: encode), search, export, import."""
+"""index, search, export, import."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
-INDEX_MARKERS = ("index.json",)  # what marks a folder as an index (spladekit.index.io)
+INDEX_MARKERS = ("index.json",)  # what marks a folder as an index (spladekit.index.layout)
 EXPORT_MARKERS = ("export.json",)  # what marks a folder as an export (spladekit.index.export)
 
 
@@ -32,17 +32,25 @@ def index_command(
     head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
     chunk_size: int = typer.Option(10_000, help="documents per chunk (memory bound; a killed run resumes at the first unfinished chunk)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
+    trust_remote_code: bool = trust_option(),
 ):
     """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
+    from spladekit.data.irds import check_irds
     from spladekit.errors import SpladekitError
+
+    try:
+        check_irds(data)  # before torch and the model load
+    except SpladekitError as exc:
+        fail(exc)
     from spladekit.index.index import Index
-    from spladekit.index.shard import IndexConfig, build_index
+    from spladekit.index.builder import IndexConfig, build_index
     from spladekit.index.writer import parse_size
     from spladekit.io import check_output_folder
 
     try:
         config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
-                             doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size)  # options checked here
+                             doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size,
+                             trust_remote_code=trust_remote_code)  # options checked here
         check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--model": model, "--data": data})
         budget = None if memory_budget is None else parse_size(memory_budget)
         written = build_index(config, show_progress=True, memory_budget=budget)
@@ -54,33 +62,6 @@ def index_command(
         truncated, length = opened.metadata.get("truncated_docs"), opened.metadata.get("doc_max_length")
         cut = f"; {truncated} truncated to {length} tokens" if truncated else ""
         typer.echo(f"wrote {written} ({docs.shape[0]} documents, {docs.nnz / max(1, docs.shape[0]):.1f} active terms/doc{cut})")
-
-
-@app.command("index-upgrade")
-def index_upgrade_command(index: Path = typer.Argument(..., help="old index folder (format 1 vectors.npz, or doc_ids.json)")):
-    """Rewrite an old index folder in the current memory-mapped layout, in place and atomically."""
-    from spladekit.errors import SpladekitError
-    from spladekit.index.index import Index
-
-    try:
-        changed = Index.upgrade(index)
-    except (SpladekitError, ValueError) as exc:
-        fail(exc)
-    typer.echo(f"upgraded {index}" if changed else f"{index}: already in the current layout; nothing written")
-
-
-@app.command("encode", hidden=True)
-def encode_command(
-    model: str = typer.Option(DEFAULT_MODEL),
-    data: str = typer.Option(...),
-    out: Path = typer.Option(...),
-    batch_size: int = typer.Option(32),
-    doc_max_length: Optional[int] = typer.Option(None),
-    doc_top_k: Optional[int] = typer.Option(None),
-):
-    """Old name of `index`."""
-    index_command(model=model, data=data, out=out, batch_size=batch_size, doc_max_length=doc_max_length, doc_top_k=doc_top_k, head_impl=None,
-                  chunk_size=10_000, memory_budget=None)
 
 
 @app.command()
@@ -108,80 +89,37 @@ def search(
                                                 "(the index is built as one Seismic index per range of documents that fits; "
                                                 "default: the stored index's shards, else 11GiB)"),
     verify: bool = typer.Option(True, help="check the folder's content hashes first (reads every array once: seconds at 1M documents)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Search an index with queries; write a TREC run (exact dot product, or Seismic), RUN.config.json
     (the settings record) and RUN.latency.json. The Seismic index is built once and stored in the folder."""
     from dataclasses import asdict
 
-    from spladekit.data.beir import load_beir
-    from spladekit.data.trec import check_trec_id, write_run
-    from spladekit.data.tsv import read_tsv
-    from spladekit.errors import SpladekitError
-    from spladekit.index.index import BACKENDS, open_index, recall_at_k
-    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams, import_seismic
+    from spladekit.data.trec import write_run
+    from spladekit.errors import SpladekitError, check_extra
+    from spladekit.index.index import open_index
+    from spladekit.index.results import recall_at_k
     from spladekit.io import write_json
 
     try:
         if k < 1:
             raise ValueError(f"--k must be ≥ 1, got {k}")
-        if backend not in BACKENDS:  # before any query is encoded
-            raise ValueError(f"unknown --backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if recall_k is not None and recall_k < 1:
             raise ValueError(f"--recall-k must be ≥ 1, got {recall_k}")
-        if queries is not None and data is not None:
-            raise ValueError("give --data or --queries, not both")
-        for given, what in [*((folder, "index folder") for folder in index), *([(queries, "queries file")] if queries else [])]:
-            if out.resolve() == given.resolve() or given.resolve() in out.resolve().parents:
-                raise ValueError(f"--out {out} is {'inside ' if out.resolve() != given.resolve() else ''}the {what} {given}: "
-                                 "the run would overwrite it; write the run elsewhere")
-        asked = {n: v for n, v in dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
-                                          max_fraction=max_fraction, nknn=knn).items() if v is not None}
-        searching = {n: v for n, v in dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn).items() if v is not None}
-        if memory_budget is not None:
-            from spladekit.index.writer import parse_size
-
-            asked_budget = parse_size(memory_budget)
-        if backend != "seismic" and (asked or searching or recall_k is not None or memory_budget is not None):
-            given = [f"--{'knn' if n == 'nknn' else n.replace('_', '-')}" for n in [*asked, *searching]] + (["--recall-k"] if recall_k is not None else []) + (
-                ["--memory-budget"] if memory_budget is not None else [])
-            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
-                             f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
-        params = SeismicSearchParams(**searching)
-        builds = [None] * len(index)  # None: each folder's stored Seismic index as it is (else the defaults)
-        if backend == "seismic":  # before any query is encoded or index built
-            from dataclasses import replace
-
-            from spladekit.index.seismic_shards import stored_build
-
-            import_seismic()  # the install line, not a traceback
-            if asked:  # each folder's stored parameters, with those asked for changed (one asked for does not reset the others)
-                builds = [replace(stored_build(folder) or SeismicBuildParams(), **asked) for folder in index]
-            for folder, build in zip(index, builds):
-                graph = (build or stored_build(folder) or SeismicBuildParams()).nknn
-                if params.n_knn > graph:
-                    raise ValueError(f"--n-knn {params.n_knn} asks for more neighbours than the k-NN graph of {folder}'s Seismic index "
-                                     f"{'would hold' if build else 'holds'} ({graph}): give --knn ≥ {params.n_knn}, or a smaller --n-knn")
-        if queries is not None:
-            topics = read_tsv(queries)
-        elif data is not None:
-            topics = load_beir(data, split).queries
-        else:
-            raise typer.BadParameter("give --data or --queries")
-        for qid in topics:  # a run file cannot hold it: said before the search, naming the queries' file
-            check_trec_id(qid, queries if queries is not None else f"{data}:{split}", "query id")
+        _check_run_path(out, index, queries, data)
+        searcher = _searcher_options(backend, dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn),
+                                     dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
+                                          max_fraction=max_fraction, knn=knn), memory_budget, recall_k)
+        if backend == "seismic":  # before the queries, the index (its hashes) or the model are read
+            check_extra("seismic", "Seismic search")
+        topics = _topics(queries, data, split)
         searched = open_index(index, verify=verify)
-        q = searched.query_encoder(model)
+        searched.check(searcher)  # before any query is encoded or index built
+        q = searched.query_encoder(model, trust_remote_code=trust_remote_code)
         vectors = q.encode_queries(list(topics.values()), show_progress=True)
-        kwargs = dict(backend=backend, query_ids=list(topics), one_at_a_time=one_at_a_time, seismic=params)
-        stored = {folder: _seismic_stamp(folder) for folder in index}
-        if memory_budget is not None or asked:  # each folder's (built now, or the stored one when it matches); searches then use it
-            for part, build in zip(getattr(searched, "shards", [searched]), builds):
-                part.seismic(build, asked_budget if memory_budget is not None else None)
-        result = searched.search(vectors, k=k, **kwargs)
-        for folder, before in stored.items():
-            if backend == "seismic" and _seismic_stamp(folder) != before:
-                typer.echo(f"built the Seismic index and stored it in {Path(folder) / 'seismic'} "
-                           "(searches and `spladekit serve` reuse it)")
+        result = searched.search(vectors, k=k, searcher=searcher, query_ids=list(topics), one_at_a_time=one_at_a_time)
+        for what in result.built:
+            typer.echo(f"built {what} (searches and `spladekit serve` reuse it)")
         write_run(result.run, out)
         settings = result.settings.record()
         settings.update(queries=str(queries or f"{data}:{split}"), num_queries=len(topics), model=model or searched.metadata.get("model"),
@@ -189,7 +127,8 @@ def search(
         write_json(Path(str(out) + ".config.json"), settings)
         write_json(Path(str(out) + ".latency.json"), asdict(result.latency))
         if recall_k:
-            approx = result if recall_k <= k else searched.search(vectors, k=recall_k, **kwargs)
+            approx = result if recall_k <= k else searched.search(vectors, k=recall_k, searcher=searcher, query_ids=list(topics),
+                                                                  one_at_a_time=one_at_a_time)
             exact = searched.search(vectors, k=recall_k, query_ids=list(topics))
             recall = {f"recall@{recall_k}": recall_at_k(approx.hits, exact.hits, k=recall_k)}
             write_json(Path(str(out) + ".recall.json"), dict(recall, **settings))
@@ -199,23 +138,97 @@ def search(
     typer.echo(f"wrote {out} ({len(topics)} queries, {result.latency.mean_ms:.2f} ms/query)")
 
 
+def _check_run_path(out: Path, index: list[Path], queries: Path | None, data: str | None) -> None:
+    """Refuse ``--out`` inside an index folder or on the queries file, and ``--data`` with ``--queries``.
+
+    Raises:
+        ValueError: naming the options.
+    """
+    if queries is not None and data is not None:
+        raise ValueError("give --data or --queries, not both")
+    for given, what in [*((folder, "index folder") for folder in index), *([(queries, "queries file")] if queries else [])]:
+        if out.resolve() == given.resolve() or given.resolve() in out.resolve().parents:
+            raise ValueError(f"--out {out} is {'inside ' if out.resolve() != given.resolve() else ''}the {what} {given}: "
+                             "the run would overwrite it; write the run elsewhere")
+
+
+def _searcher_options(backend: str, searching: dict, building: dict, memory_budget: str | None, recall_k: int | None):
+    """The searcher configuration of ``spladekit search``'s options (``searching``: Seismic's search
+    options, ``building``: its build options, None where not given).
+
+    Raises:
+        ValueError: an unknown backend; Seismic options with another backend; a value a
+            configuration refuses (its message, naming the parameter).
+    """
+    from pydantic import ValidationError
+
+    from spladekit.errors import validation_problems
+    from spladekit.index.index import searcher_config
+    from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
+
+    searching = {name: value for name, value in searching.items() if value is not None}
+    building = {"nknn" if name == "knn" else name: value for name, value in building.items() if value is not None}
+    if backend != "seismic":
+        given = [f"--{'knn' if n == 'nknn' else n.replace('_', '-')}" for n in [*building, *searching]]
+        given += (["--recall-k"] if recall_k is not None else []) + (["--memory-budget"] if memory_budget is not None else [])
+        if given:
+            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
+                             f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
+        return searcher_config(backend)
+    try:
+        budget = None
+        if memory_budget is not None:
+            from spladekit.index.writer import parse_size
+
+            budget = parse_size(memory_budget)
+        return searcher_config(backend, search=SeismicSearchParams(**searching), build=SeismicBuildParams(**building) if building else None,
+                               memory_budget=budget)
+    except ValidationError as exc:
+        raise ValueError("\n".join(message for _, message in validation_problems(exc))) from None
+
+
+def _topics(queries: Path | None, data: str | None, split: str) -> dict[str, str]:
+    """The queries of ``--queries`` (id<TAB>text) or of ``--data``'s ``--split``, each id one a run can hold.
+
+    Raises:
+        typer.BadParameter: neither given.
+        DataFormatError: an unreadable file, or an id a run file cannot hold (naming the file).
+    """
+    from spladekit.data.beir import load_beir
+    from spladekit.data.trec import check_trec_id
+    from spladekit.data.tsv import read_tsv
+
+    if queries is not None:
+        topics = read_tsv(queries)
+    elif data is not None:
+        topics = load_beir(data, split).queries
+    else:
+        raise typer.BadParameter("give --data or --queries")
+    for qid in topics:  # a run file cannot hold it: said before the search, naming the queries' file
+        check_trec_id(qid, queries if queries is not None else f"{data}:{split}", "query id")
+    return topics
+
+
 @app.command("export")
 def export_command(
     index: Path = typer.Option(..., help="index folder (documents), or one written by `import`"),
     format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="export folder (files + export.json)"),
     queries: Optional[Path] = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
-    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats and ciff)"),
+    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats, ciff, qdrant with --idf)"),
     keys: str = typer.Option("token", help="elastic: token (escaped: % -> %25, . -> %2E) or id"),
     field_type: str = typer.Option("rank_features", help="elastic: rank_features or sparse_vector"),
     query_top_k: Optional[int] = typer.Option(None, help="anserini-queries: keep each query's k heaviest terms (≤ 1024, Lucene's clause limit; default: a longer query is an error)"),
     hnsw: bool = typer.Option(False, help="pgvector: add an HNSW index to schema.sql (approximate; ≤ 1000 non-zeros per vector)"),
     table: str = typer.Option("splade", help="pgvector: table name"),
+    trust_remote_code: bool = trust_option(),
+    idf: bool = typer.Option(False, help="qdrant: a collection with Qdrant's IDF modifier (collection.json: modifier idf; "
+                                         "points with integer impacts at --scale, no IDF folded in)"),
 ):
     """Export an index to Anserini, Seismic, Qdrant, Milvus, PostgreSQL/pgvector, Elasticsearch/OpenSearch or CIFF files."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import export_index, export_vectors
-    from spladekit.index.io import load_metadata, load_vocabulary
+    from spladekit.index.layout import load_metadata, load_vocabulary
     from spladekit.index.search import query_encoder
     from spladekit.io import check_output_folder
 
@@ -228,12 +241,13 @@ def export_command(
                 raise typer.BadParameter("--queries goes with --format anserini-queries")
             meta = load_metadata(index)
             topics = read_tsv(queries)
-            encoder = query_encoder(meta, path=Path(index) / "index.json")
+            encoder = query_encoder(meta, path=Path(index) / "index.json", trust_remote_code=trust_remote_code)
             q = encoder.encode_queries(list(topics.values()))
             manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"), query_top_k=query_top_k,
-                                      keys=keys, field_type=field_type, hnsw=hnsw, table=table)  # refused there: not for this format
+                                      keys=keys, field_type=field_type, hnsw=hnsw, table=table, idf=idf)  # refused there: not for this format
         else:
-            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw, table=table)
+            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw,
+                                    table=table, idf=idf)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {out} ({manifest.count} vectors, format {manifest.format})")
@@ -248,11 +262,12 @@ def import_command(
     like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
     scale: Optional[float] = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
+    trust_remote_code: bool = trust_option(),
 ):
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
     from spladekit.errors import SpladekitError
     from spladekit.index.export import import_to_index, model_vocabulary, recorded_model
-    from spladekit.index.io import load_metadata, load_vocabulary
+    from spladekit.index.layout import load_metadata, load_vocabulary
     from spladekit.io import check_output_folder
 
     try:
@@ -266,7 +281,7 @@ def import_command(
                 raise typer.BadParameter(f"{like} has no vocab.json")
             meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k") if k in meta}
         elif model is not None:
-            vocabulary, meta = model_vocabulary(model), {"model": model}
+            vocabulary, meta = model_vocabulary(model, trust_remote_code), {"model": model}
         else:  # the model export.json names, when it names one
             recorded = recorded_model(input)
             if recorded is None:
@@ -275,7 +290,7 @@ def import_command(
             meta = {"model": recorded[0], **({"model_revision": recorded[1]} if recorded[1] else {})}
             typer.echo(f"model: {recorded[0]} (from {input / 'export.json'})", err=True)
             try:
-                vocabulary = model_vocabulary(recorded[0])
+                vocabulary = model_vocabulary(recorded[0], trust_remote_code)
             except SpladekitError as exc:
                 raise ValueError(f"{exc} (the model {input / 'export.json'} names; give --model or --like)") from exc
         from spladekit.index.writer import parse_size
@@ -285,12 +300,3 @@ def import_command(
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {written}")
-
-
-def _seismic_stamp(folder) -> tuple | None:
-    """When the Seismic index stored in an index folder was last written (None: none stored)."""
-    try:
-        stat = (Path(folder) / "seismic" / "params.json").stat()
-    except FileNotFoundError:
-        return None
-    return stat.st_mtime_ns, stat.st_size

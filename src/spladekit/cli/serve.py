@@ -10,13 +10,14 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail, options_error
+from spladekit.cli.app import app, fail, options_error, trust_option
 
 
 @app.command()
 def serve(
     index: Path = typer.Option(..., help="index folder written by `spladekit index` (only read)"),
     model: Optional[str] = typer.Option(None, help="query model (default: the one recorded in the index; an ONNX export folder runs in onnxruntime)"),
+    trust_remote_code: bool = trust_option(),
     host: str = typer.Option("127.0.0.1", help="address to bind (default loopback only; anything else: put it behind a TLS reverse proxy)"),
     port: int = typer.Option(8000),
     workers: int = typer.Option(1, help="worker processes (each maps the same index files)"),
@@ -47,43 +48,46 @@ def serve(
     """Serve an index over HTTP: POST /search (texts or sparse vectors), GET /health, GET /info, /docs."""
     from pydantic import ValidationError
 
-    from spladekit.errors import SpladekitError
-
     try:
-        import uvicorn
-
-        from spladekit.serve.app import exit_quietly
-        from spladekit.serve.config import CONFIG_ENV, ServeConfig, read_api_key
+        from spladekit.serve.app import create_app  # noqa: F401  (FastAPI and uvicorn: refused here, before any work)
+        from spladekit.serve.config import ServeConfig
     except ImportError as exc:
         from spladekit.errors import install_line
 
         fail(ImportError(f"serving needs FastAPI and uvicorn: {install_line('serve')} ({exc})"))
     try:
-        config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
+        config = ServeConfig(index=str(index.resolve()), model=model, trust_remote_code=trust_remote_code, host=host, port=port, workers=workers, threads=threads,
                              max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
                              max_queue_wait_ms=max_queue_wait_ms, max_latency_ms=max_latency_ms, request_timeout_s=request_timeout_s,
-                             head_timeout_s=head_timeout_s, body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k, max_query_chars=max_query_chars,
-                             max_queries=max_queries,
-                             max_connections=max_connections, api_key_file=str(api_key_file.resolve()) if api_key_file else None,
-                             access_log=access_log, share_index=share_index)
+                             head_timeout_s=head_timeout_s, body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k,
+                             max_query_chars=max_query_chars, max_queries=max_queries, max_connections=max_connections,
+                             api_key_file=str(api_key_file.resolve()) if api_key_file else None, access_log=access_log,
+                             share_index=share_index)
     except ValidationError as exc:
         fail(options_error(exc, {"request_timeout_s": "--request-timeout", "head_timeout_s": "--head-timeout",
                                     "body_timeout_s": "--body-timeout"}))
+    _run(config, _load(config))
+
+
+def _load(config):
+    """The :class:`~spladekit.serve.service.Service` of ``config``, loaded once here before uvicorn
+    starts (a bad folder or model is one clear error, exit 2, not a traceback in every worker nor
+    uvicorn restarting workers that die on it), after the key file and the address are checked;
+    None when each worker loads its own (spawned workers)."""
+    from spladekit.errors import SpladekitError
+    from spladekit.serve.config import read_api_key
+
     try:
         if config.api_key_file:
             read_api_key(config.api_key_file)  # refused here, before any worker starts
-        elif not _loopback(host):
-            typer.secho(f"warning: serving on {host} without --api-key-file: anyone who reaches it may search", fg=typer.colors.YELLOW, err=True)
-        from spladekit.serve.app import preload
+        elif not _loopback(config.host):
+            typer.secho(f"warning: serving on {config.host} without --api-key-file: anyone who reaches it may search",
+                        fg=typer.colors.YELLOW, err=True)
         from spladekit.serve.service import Service
         from spladekit.serve.workers import probe
 
-        probe(host, port)  # a port in use or a bad host: refused now, before the model loads
-
-        # the index and its query encoder are loaded once here, before uvicorn starts: a bad folder or
-        # model is one clear error (exit 2), not a traceback in every worker, nor uvicorn restarting
-        # workers that die on it without end; one worker keeps what was loaded
-        shared = share_index and workers > 1
+        probe(config.host, config.port)  # a port in use or a bad host: refused now, before the model loads
+        shared = config.share_index and config.workers > 1
         if shared:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # a tokenizer's thread pool does not survive fork
         # one thread for a service its workers are forked from: torch's OpenMP pool, once it has run
@@ -94,30 +98,38 @@ def serve(
     except Exception as exc:  # a library's own error on a damaged file (safetensors, onnxruntime, ...)
         fail(RuntimeError(f"could not load index {config.index} or its query encoder"
                           f"{' ' + config.model if config.model else ''}: {type(exc).__name__}: {exc}"))
-    if workers == 1:
-        preload(service)
-    elif shared:
+    if config.workers == 1:
+        return service  # uvicorn runs the app in this process: nothing loads twice
+    if shared:
         service.share()
-        preload(service)  # every forked worker finds it (spladekit.serve.app.app_from_environment)
-    else:
-        del service
+        return service  # every forked worker finds it (spladekit.serve.app.app_from_environment)
+    return None
+
+
+def _run(config, service) -> None:
+    """Run uvicorn with ``config`` (one process, or ``workers`` processes each on its own
+    ``SO_REUSEPORT`` socket: :mod:`spladekit.serve.workers`), ``service`` preloaded; exit 0 when it
+    stops (SIGINT / SIGTERM), 2 when it cannot start."""
+    from spladekit.serve.app import exit_quietly, preload
+    from spladekit.serve.config import CONFIG_ENV
+    from spladekit.serve.connection import server_config
+
+    if service is not None:
+        preload(service)
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # timeout_worker_healthcheck (uvicorn ≥ 0.37): uvicorn's supervisor kills a worker that has not answered its ping
-    # within it, and its default of 5 s was shorter than a spawned worker's start on a busy 2-core
-    # machine (importing torch alone takes 2 s idle): the workers were killed and restarted in turn
-    settings = dict(factory=True, host=host, port=port, workers=workers, http="spladekit.serve.connection:NoDelayHTTPProtocol",
-                    access_log=access_log, log_level="info", timeout_graceful_shutdown=5,
-                    timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+    server = server_config("spladekit.serve.app:app_from_environment", factory=True, host=config.host, port=config.port, workers=config.workers,
+                          http="spladekit.serve.connection:NoDelayHTTPProtocol", access_log=config.access_log, log_level="info",
+                          timeout_graceful_shutdown=5, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S, head_timeout_s=config.head_timeout_s)
     try:
-        if workers == 1:
-            uvicorn.run("spladekit.serve.app:app_from_environment", **settings)
+        if config.workers == 1:
+            from spladekit.serve.workers import run_one
+
+            run_one(server)
         else:
             from spladekit.serve.workers import run_workers
 
-            # each worker on its own SO_REUSEPORT socket: with uvicorn's one shared socket, the worker
-            # that woke first took the connections then waiting (spladekit.serve.workers)
-            run_workers(uvicorn.Config("spladekit.serve.app:app_from_environment", **settings), fork=shared)
+            run_workers(server, fork=config.share_index)
     except (OSError, RuntimeError) as exc:  # RuntimeError: --share-index where workers cannot be forked
         fail(exc)
     except (SystemExit, KeyboardInterrupt):  # uvicorn re-raises the stopping signal once it has shut down
@@ -126,7 +138,9 @@ def serve(
 
 
 WORKER_HEALTHCHECK_S = 120
-"""Seconds uvicorn's supervisor waits for a worker's answer to its health ping before killing it."""
+"""Seconds uvicorn's supervisor waits for a worker's answer to its health ping before killing it
+(``timeout_worker_healthcheck``): a spawned worker imports torch and loads the model before it
+answers, longer than uvicorn's default on a busy machine."""
 
 
 def _loopback(host: str) -> bool:

@@ -170,7 +170,11 @@ def check_trec_id(value: str, path: str | Path, field: str) -> None:
         )
 
 
-def write_run(run: Run, path: str | Path, tag: str = "spladekit") -> None:
+#: The run tag (sixth column) of the runs spladekit writes for a single model (`search`, `evaluate`).
+RUN_TAG = "spladekit"
+
+
+def write_run(run: Run, path: str | Path, tag: str = RUN_TAG) -> None:
     """Write ``run`` as a TREC run file, atomically, ranks in :func:`sorted_ranking` order; each score
     in Python's shortest form that reads back as the same float64 (``repr``): with a fixed number of
     decimals, scores closer than the last one (fused RRF scores deep in a list) would read back as

@@ -17,7 +17,7 @@ from spladekit.data.beir import BeirDataset
 from spladekit.evaluate.efficiency import efficiency_stats
 from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
 from spladekit.index.index import Index
-from spladekit.index.seismic import SeismicBuildParams, SeismicSearchParams
+from spladekit.index.searcher import SearcherConfig
 from spladekit.model.encoder import SpladeEncoder
 
 
@@ -46,13 +46,12 @@ class SystemResult:
 
 def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES,
                     show_progress: bool = True, name: str = "splade",
-                    conventions: EvalConventions | str | None = None, backend: str = "exact",
-                    index: str | Path | Index | None = None, seismic: SeismicSearchParams | None = None,
-                    seismic_build: SeismicBuildParams | None = None, chunk_size: int = 10_000,
+                    conventions: EvalConventions | str | None = None, searcher: SearcherConfig | None = None,
+                    index: str | Path | Index | None = None, chunk_size: int = 10_000,
                     index_metadata: dict | None = None) -> SystemResult:
     """Evaluate an encoder on a dataset through an :class:`~spladekit.index.index.Index`: the corpus is
     indexed (in the folder ``index``, or a temporary one removed afterwards; an open ``Index`` is
-    searched as it is), the judged queries are searched with ``backend``, the run is evaluated.
+    searched as it is), the judged queries are searched with ``searcher`` (None: exact search), the run is evaluated.
 
     The index is built by this process alone (also under ``torchrun``: evaluation during training
     runs on one rank).
@@ -77,7 +76,7 @@ def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000,
             folder = Path(index) if index is not None else Path(scratch) / "index"
             searched = Index.build(encoder, dataset.corpus, folder, chunk_size=chunk_size, metadata=index_metadata,
                                    show_progress=show_progress, distributed=False)
-        result = searched.search(dataset.queries, k=k, backend=backend, encoder=encoder, seismic=seismic, seismic_build=seismic_build)
+        result = searched.search(dataset.queries, k=k, searcher=searcher, encoder=encoder)
         truncated_queries = encoder.last_truncated
         per_query: dict = {}
         metrics = evaluate(result.run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query)

@@ -2,9 +2,10 @@
 and exports to serving engines (:mod:`spladekit.index.formats`)."""
 
 from spladekit.index.exact import exact_search, results_to_run
-from spladekit.index.index import Index, ShardedIndex, open_index
-from spladekit.index.io import load_index, load_metadata, load_vocabulary, save_index
+from spladekit.index.index import Index, ShardedIndex, load_index, open_index
+from spladekit.index.layout import load_metadata, load_vocabulary
 from spladekit.index.merge import merge_shards
+from spladekit.index.writer import save_index
 
-__all__ = ["Index", "ShardedIndex", "open_index", "exact_search", "results_to_run", "save_index", "load_index", "load_metadata", "load_vocabulary",
-           "merge_shards"]
+__all__ = ["Index", "ShardedIndex", "open_index", "exact_search", "results_to_run", "save_index", "load_index", "load_metadata",
+           "load_vocabulary", "merge_shards"]

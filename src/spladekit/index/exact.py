@@ -93,18 +93,14 @@ TAAT_FROM = 1 << 15
 """Mean posting-list length (over one query's terms) from which the query is scored term at a time;
 below it, blocks of such queries go through scipy's sparse product. The product's cost per posting
 grows with the score row (``D``: cache misses, and its sparse result to build), while each list
-segment costs a call (a few µs). Measured on this project's 2-core machine (1 Dec 2026, with the
-unblocked term-at-a-time kernel of then; SciFact queries on the synthetic corpora of
-``benchmarks/retrieval.py``, k = 10, ms per query product / term at a time): 20k documents (mean
-list 3.1k) 1.4 / 2.6; 100k (15.5k) 7.3 / 8.6; 300k (46k) 23–26 / 14–20; 1M (157k) ≈ 96 / 37."""
+segment costs a call; the cross-over was measured with ``benchmarks/retrieval.py``
+(``benchmarks/runs/2026-12-07-index-constants.md``)."""
 
 PRUNE_FROM = 2500
 """A long-list query is pruned (given the block maxima) when ``D ≥ PRUNE_FROM · k``: with few
 documents per wanted result the pruned kernel's bookkeeping (per block and term) and its candidates
-outweigh the postings it skips. Measured with ``benchmarks/exact_kernels.py --prune`` on this
-project's 2-core machine (6 Dec 2026, beside another process; 100 SciFact queries in one call, CPU
-pruned ÷ every posting, k = 10 / 100 / 1000): 200k documents 0.93–1.07 / 1.14 / 1.5; 500k 0.72 /
-0.88–0.94 / 1.25; 1M 0.62–0.70 / 0.78 / 0.92–0.99 (``benchmarks/RESULTS.md``)."""
+outweigh the postings it skips (``benchmarks/exact_kernels.py --prune``;
+``benchmarks/runs/2026-12-07-index-constants.md``)."""
 
 DOC_BLOCK = 1 << 19
 """Documents per block of the term-at-a-time kernel (2 MiB of float32 scores, inside a current

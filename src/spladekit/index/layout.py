@@ -1,9 +1,8 @@
 """The index folder on disk: what ``spladekit index`` writes and :class:`spladekit.index.index.Index` opens
 (the layout constants, the format rules, and the readers of its small files).
 
-A room below :mod:`spladekit.index.writer` and :mod:`spladekit.index.index`, which both build on it
-(it imports neither). :mod:`spladekit.index.io` re-exports every name of it beside
-:func:`~spladekit.index.io.save_index` and :func:`~spladekit.index.io.load_index`.
+Below :mod:`spladekit.index.writer` and :mod:`spladekit.index.index`, which both build on it (it
+imports neither).
 
 Layout of format 2 (see :mod:`spladekit.index.index` for what each file is for)::
 
@@ -15,10 +14,7 @@ Layout of format 2 (see :mod:`spladekit.index.index` for what each file is for):
       postings.{indptr,indices,data}.npy   CSR [V, D] (term-major copy)
       seismic/                             stored approximate index (optional)
 
-Format 1 (before): ``vectors.npz`` (``scipy.sparse.save_npz``, compressed), ``doc_ids.json``,
-``index.json``, ``vocab.json``; :func:`load_legacy` reads it, :meth:`Index.upgrade` converts it.
-Format-2 folders written before the ids were memory-mapped keep them in ``doc_ids.json`` (read whole
-at open: ≈ 0.2 s per million ids); :func:`read_doc_ids` still reads it, :meth:`Index.upgrade` converts it.
+A folder of another layout (``vectors.npz``, ``doc_ids.json``: an older spladekit's) is refused: rebuild it.
 
 Everything is written into a temporary folder and swapped in by :func:`spladekit.io.atomic_folder`,
 under a memory budget (:mod:`spladekit.index.writer`, which writes every folder).
@@ -170,21 +166,16 @@ def take_ids(doc_ids: Sequence[str], rows: Sequence[int] | np.ndarray) -> list[s
 
 
 def read_doc_ids(folder: Path, num_docs: int) -> Sequence[str]:
-    """The ids of a format-2 folder: memory-mapped :class:`DocIds`, or the list in ``doc_ids.json``
-    of folders written before it. O(1) for the former apart from checking the offsets (8 bytes per
-    document, read once).
+    """The ids of a folder: memory-mapped :class:`DocIds`, O(1) apart from checking the offsets (8
+    bytes per document, read once).
 
     Raises:
-        DataFormatError: the files are missing, unreadable, inconsistent, or not ``num_docs`` ids.
+        DataFormatError: the files are missing (an older spladekit's ``doc_ids.json``: rebuild it),
+            unreadable, inconsistent, or not ``num_docs`` ids.
     """
     offsets_path, utf8_path = (folder / name for name in DOC_ID_FILES)
     if not offsets_path.exists() and (folder / "doc_ids.json").exists():
-        doc_ids = read_json(folder / "doc_ids.json")
-        if not isinstance(doc_ids, list) or not all(isinstance(d, str) for d in doc_ids):
-            raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
-        if len(doc_ids) != num_docs:
-            raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {num_docs} vectors in docs.*.npy")
-        return doc_ids
+        raise DataFormatError(folder / "doc_ids.json", "document ids in an older spladekit's layout; rebuild the index folder")
     arrays = []
     for path, dtype in ((offsets_path, np.int64), (utf8_path, np.uint8)):
         if not path.exists():
@@ -232,38 +223,12 @@ def release_mapped_pages(*arrays: np.ndarray) -> int:
 
 def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
     """SHA-256 over the canonical CSR arrays and the document ids: equal iff the same vectors for the
-    same ids (:func:`hash_arrays`; the digest of format-1 folders is unchanged)."""
+    same ids (:func:`hash_arrays`)."""
     matrix = sp.csr_matrix(matrix)
     if not matrix.has_sorted_indices:
         matrix = matrix.copy()
         matrix.sort_indices()
     return hash_arrays(matrix.indptr, matrix.indices, matrix.data, doc_ids, matrix.shape)
-
-
-def load_legacy(folder: str | Path) -> tuple[sp.csr_matrix, list[str], dict]:
-    """Read a format-1 folder (``vectors.npz``): ``(vectors [D, V], doc_ids, metadata)``.
-
-    Raises:
-        DataFormatError: a file is missing, unreadable or malformed (naming it), the number of ids
-            is not the number of vectors, or the content hash does not match.
-    """
-    folder = Path(folder)
-    for name in ("vectors.npz", "doc_ids.json", "index.json"):
-        if not (folder / name).exists():
-            raise DataFormatError(folder / name, "missing: not a spladekit index folder")
-    try:
-        matrix = sp.load_npz(folder / "vectors.npz").tocsr()
-    except Exception as exc:  # BadZipFile, a missing array, a malformed CSR (ValueError), ...
-        raise DataFormatError(folder / "vectors.npz", f"cannot read the sparse vectors ({type(exc).__name__}: {exc})") from exc
-    doc_ids = read_json(folder / "doc_ids.json")
-    if not isinstance(doc_ids, list) or not all(isinstance(d, str) for d in doc_ids):
-        raise DataFormatError(folder / "doc_ids.json", "expected a JSON list of document id strings")
-    if len(doc_ids) != matrix.shape[0]:
-        raise DataFormatError(folder / "doc_ids.json", f"{len(doc_ids)} document ids for {matrix.shape[0]} vectors in vectors.npz")
-    meta = load_metadata(folder)
-    if meta.get("content_hash") and meta["content_hash"] != content_hash(matrix, doc_ids):
-        raise DataFormatError(folder / "index.json", "content hash does not match vectors.npz/doc_ids.json", field="content_hash")
-    return matrix, doc_ids, meta
 
 
 def load_metadata(folder: str | Path) -> dict:
@@ -285,8 +250,8 @@ def load_metadata(folder: str | Path) -> dict:
 
 def load_vocabulary(folder: str | Path) -> list[str] | None:
     """The index's ``vocab.json`` (V token strings), or ``None`` for folders written without one.
-    Checked against ``index.json``: its ``vocab_size`` (V) and, when recorded (folders written since
-    6 Dec 2026), ``vocab_hash``, the SHA-256 of the file: a term's name is what an export writes.
+    Checked against ``index.json``: its ``vocab_size`` (V) and its ``vocab_hash`` (SHA-256 of the
+    file, when recorded): a term's name is what an export writes.
 
     Raises:
         DataFormatError: the file is not a JSON list of V strings, does not match ``vocab_hash``, or

@@ -193,17 +193,11 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
     """
     if terms.size == 0:
         return []
-    if weights.min() < 0:
+    prepared = _bounds(maxima, terms, weights)
+    if prepared is None:
         return None
+    bounds, cuts, g, eta = prepared
     postings = maxima.postings
-    found = [maxima.of(int(t)) for t in terms.tolist()]
-    if min(lowest for _, _, lowest in found) < 0:
-        return None
-    bounds = weights.astype(np.float64)[:, None] * np.stack([m for m, _, _ in found])  # [T, blocks], exact in float64
-    cuts = np.stack([c for _, c, _ in found])  # [T, blocks + 1]
-    g, eta = 2 * (terms.size + 1) * U32, terms.size * SMALLEST  # relative and absolute (underflow) rounding: module docstring
-    if float(bounds.sum(axis=0).max()) * (1 + 3 * g) + eta >= FLOAT32_MAX:
-        return None  # a sum could overflow to inf: bounds say nothing there
     doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data)  # plain views: slicing a memmap costs µs
     pointer = np.zeros(2, dtype=doc_rows.dtype)
     term_weights = [np.array([w], np.float32) for w in weights.tolist()]
@@ -254,8 +248,33 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
         pool_rows, pool_low, pool_high = pool_rows[keep], pool_low[keep], pool_high[keep]
     if pool_rows.size == 0:
         return []
-    # step 4: rescored in batches by upper bound, highest first (k, then doubling); a real score is its
-    # own lower bound, so θ rises to the k-th real score and the pool stops at the first bound below it
+    return _rescore_pool(postings, pool_rows, pool_high, theta, terms, weights, k, tie_rank)
+
+
+def _bounds(maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+    """``(bounds [T, blocks], cuts [T, blocks + 1], g, eta)`` of one query (module docstring): each term's
+    weight × its block maxima (exact in float64), where its list crosses each block edge, and the
+    relative and absolute (underflow) rounding terms; None where bounds say nothing (a negative weight
+    or impact, or a sum that could overflow to inf)."""
+    if weights.min() < 0:
+        return None
+    found = [maxima.of(int(t)) for t in terms.tolist()]
+    if min(lowest for _, _, lowest in found) < 0:
+        return None
+    bounds = weights.astype(np.float64)[:, None] * np.stack([m for m, _, _ in found])
+    cuts = np.stack([c for _, c, _ in found])
+    g, eta = 2 * (terms.size + 1) * U32, terms.size * SMALLEST
+    if float(bounds.sum(axis=0).max()) * (1 + 3 * g) + eta >= FLOAT32_MAX:
+        return None
+    return bounds, cuts, g, eta
+
+
+def _rescore_pool(postings, pool_rows: np.ndarray, pool_high: np.ndarray, theta: float, terms: np.ndarray, weights: np.ndarray, k: int,
+                  tie_rank: np.ndarray | None) -> list[tuple[int, float]]:
+    """Step 4 (module docstring): the pool's candidates rescored exactly in batches by upper bound,
+    highest first (k, then doubling); a real score is its own lower bound, so θ rises to the k-th real
+    score and the pool stops at the first bound below it. The top ``k`` ``(row, score)``, scores > 0,
+    ties by ``tie_rank`` (row order when None)."""
     order = np.argsort(-pool_high, kind="stable")
     done_rows, done_scores = [], []
     at, size = 0, max(k, 64)

@@ -1,9 +1,7 @@
 """Shard folders of one corpus written as one index folder: :func:`merge_shards`.
 
 Above both :mod:`spladekit.index.writer` (which writes the folder) and :class:`spladekit.index.index.Index`
-(which opens the shards and the result), so a room of its own: in the writer it made the writer and
-the index import each other. Formerly ``spladekit.index.writer.merge_shards``; also
-``spladekit.index.merge_shards``.
+(which opens the shards and the result), which it uses.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The records of a search: its settings (:class:`SearchSettings`, saved next to every run), its
-latency (:class:`LatencyStats`) and its result (:class:`SearchResult`); :func:`recall_at_k`.
-
-Moved out of :mod:`spladekit.index.index` (which re-exports them) to keep that module under the
-line limit; :class:`spladekit.index.index.Index` returns them.
+latency (:class:`LatencyStats`) and its result (:class:`SearchResult`, what
+:meth:`spladekit.index.index.Index.search` returns); :func:`recall_at_k` of one run against another.
 """
 
 from __future__ import annotations
@@ -22,11 +20,13 @@ class SearchSettings(BaseModel):
     """The settings record of a retrieval run (saved next to every run as ``*.config.json``/``config.json``).
 
     Attributes:
-        backend: ``exact`` (dot product over all documents) or ``seismic`` (approximate).
+        backend: the searcher's name (:data:`spladekit.index.index.SEARCHERS`): ``exact`` (dot product
+            over all documents) or ``seismic`` (approximate).
         k: results per query.
         one_at_a_time: each query searched in its own call (latency per call) instead of in batches.
         seismic_build: parameters the Seismic index was built with (seismic only).
-        seismic_search: Seismic's search parameters (seismic only).
+        seismic_search: Seismic's search parameters (seismic only). A searcher's own entries
+            (:meth:`spladekit.index.searcher.Searcher.record`) are fields of this record.
         tie_rule: :data:`TIE_RULE`.
         index, index_hash, num_docs: the index searched (filled by :meth:`Index.search`).
         model, query_max_length, query_top_k: how queries were encoded (text queries).
@@ -97,6 +97,8 @@ class SearchResult:
         settings: :class:`SearchSettings` of the search.
         queries: the ``[Q, V]`` query vectors searched.
         seconds: ``[Q]`` retrieval seconds of each query (what :attr:`latency` summarises).
+        built: what opening the searcher built and stored, a phrase per folder
+            (:attr:`spladekit.index.searcher.Searcher.built`); empty when nothing was built.
     """
 
     query_ids: list[str]
@@ -105,6 +107,7 @@ class SearchResult:
     settings: SearchSettings
     queries: sp.csr_matrix | None = field(default=None, repr=False)
     seconds: np.ndarray | None = field(default=None, repr=False)
+    built: list[str] = field(default_factory=list)
 
     @property
     def run(self) -> dict[str, dict[str, float]]:
@@ -119,6 +122,11 @@ def recall_at_k(approx: Sequence[Sequence[tuple]], exact: Sequence[Sequence[tupl
     Raises:
         ValueError: the two lists differ in length.
     """
-    from spladekit.index.seismic import recall_at_k as recall
-
-    return recall(approx, exact, k=k)
+    if len(approx) != len(exact):
+        raise ValueError(f"{len(approx)} approximate result lists for {len(exact)} exact ones")
+    values = []
+    for a, e in zip(approx, exact):
+        truth = {doc for doc, _ in e[:k]}
+        if truth:
+            values.append(len(truth & {doc for doc, _ in a[:k]}) / len(truth))
+    return float(np.mean(values)) if values else 1.0

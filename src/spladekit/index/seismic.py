@@ -16,18 +16,22 @@ Seismic returns is Seismic's choice; the order of what it returns follows the ru
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
-from dataclasses import dataclass
+import time
+from abc import abstractmethod
 from operator import itemgetter
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from spladekit.errors import require_extra
 from spladekit.index.exact import tie_ranks
+from spladekit.index.searcher import Searcher
 
 _SCORE, _DOC = itemgetter(1), itemgetter(2)  # a pyseismic hit is (query id, score, document id)
 
@@ -65,8 +69,7 @@ def import_seismic():
     return require_extra("seismic", "Seismic search", "pyseismic-lsr", "seismic")
 
 
-@dataclass
-class SeismicBuildParams:
+class SeismicBuildParams(BaseModel):
     """``SeismicIndex.build_from_dataset`` parameters (names of pyseismic-lsr 0.5; its defaults but
     ``max_fraction``, which follows Seismic's guidelines, ``docs/Guidelines.md`` of TusKANNy/seismic).
 
@@ -81,15 +84,21 @@ class SeismicBuildParams:
         max_fraction: longest posting list = ``n_postings × max_fraction``. 6, the guidelines'
             value (pyseismic's own default is 1.5): lists of frequent, heavy terms keep more than the
             average, and near-duplicate documents then keep their postings (recall against
-            ``max_fraction`` in ``benchmarks/RESULTS.md``, "The 8.8M row").
+            ``max_fraction``: ``benchmarks/RESULTS.md``).
         doc_cut: document terms used when clustering.
         nknn: neighbours kept per document in a k-NN graph built with the index (0: none): a
             search then also scores the ``n_knn`` nearest neighbours of each document it found
             (Bruch, Nardini, Rulli, Venturini, "Pairing Clustered Inverted Indexes with κ-NN Graphs
             for Fast Approximate Retrieval over Learned Sparse Representations", CIKM 2024). The
             graph is found by searching every document as a query: its build costs several times
-            the index's (``benchmarks/RESULTS.md``).
+            the index's.
+
+    Raises:
+        ValueError (pydantic's ``ValidationError``): a value outside its range (it would build a
+            degenerate index), naming the field.
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     n_postings: int = 3500
     centroid_fraction: float = 0.1
@@ -99,29 +108,42 @@ class SeismicBuildParams:
     doc_cut: int = 15
     nknn: int = 0
 
-    def __post_init__(self):
-        """Raises ValueError for a value outside its range (they would build a degenerate index)."""
-        _check_int(self, "n_postings", 1, MAX_N_POSTINGS)
-        _check_int(self, "min_cluster_size", 1)
-        _check_int(self, "doc_cut", 1)
-        _check_int(self, "nknn", 0, MAX_NKNN)
-        _check_fraction(self, "centroid_fraction")
-        _check_fraction(self, "summary_energy")
-        if not (isinstance(self.max_fraction, (int, float)) and math.isfinite(self.max_fraction) and self.max_fraction >= 1):
-            raise ValueError(f"seismic max_fraction must be a finite number ≥ 1, got {self.max_fraction!r}")
+    @field_validator("n_postings", "min_cluster_size", "doc_cut", "nknn", mode="before")
+    @classmethod
+    def _integers(cls, value, info):
+        low, high = {"n_postings": (1, MAX_N_POSTINGS), "nknn": (0, MAX_NKNN)}.get(info.field_name, (1, None))
+        return _check_int(info.field_name, value, low, high)
+
+    @field_validator("centroid_fraction", "summary_energy", mode="before")
+    @classmethod
+    def _fractions(cls, value, info):
+        if not (_is_number(value) and math.isfinite(value) and 0 < value <= 1):
+            raise ValueError(f"seismic {info.field_name} must be in (0, 1], got {value!r}")
+        return value
+
+    @field_validator("max_fraction", mode="before")
+    @classmethod
+    def _max_fraction(cls, value):
+        if not (_is_number(value) and math.isfinite(value) and value >= 1):
+            raise ValueError(f"seismic max_fraction must be a finite number ≥ 1, got {value!r}")
+        return value
 
 
-@dataclass
-class SeismicSearchParams:
+class SeismicSearchParams(BaseModel):
     """``SeismicIndex.batch_search`` parameters.
 
     Attributes:
-        query_cut: the query's ``query_cut`` heaviest terms are traversed.
+        query_cut: the query's ``query_cut`` heaviest terms are traversed (0 would return nothing).
         heap_factor: a block is scored when its summary score ≥ ``heap_factor`` × the heap's minimum.
         n_knn: neighbours of each found document scored as well (the k-NN graph: ≤ the build's ``nknn``).
         sorted: visit blocks by summary score.
         num_threads: 0 = Rayon's default.
+
+    Raises:
+        ValueError (pydantic's ``ValidationError``): a value outside its range, naming the field.
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     query_cut: int = 20
     heap_factor: float = 0.8
@@ -129,26 +151,33 @@ class SeismicSearchParams:
     sorted: bool = True
     num_threads: int = 0
 
-    def __post_init__(self):
-        """Raises ValueError for a value outside its range (``query_cut`` 0 returns nothing at all)."""
-        _check_int(self, "query_cut", 1)
-        _check_int(self, "n_knn", 0)
-        _check_int(self, "num_threads", 0)
-        if not (isinstance(self.heap_factor, (int, float)) and math.isfinite(self.heap_factor) and self.heap_factor > 0):
-            raise ValueError(f"seismic heap_factor must be a finite number > 0, got {self.heap_factor!r}")
+    @field_validator("query_cut", "n_knn", "num_threads", mode="before")
+    @classmethod
+    def _integers(cls, value, info):
+        return _check_int(info.field_name, value, 1 if info.field_name == "query_cut" else 0)
+
+    @field_validator("heap_factor", mode="before")
+    @classmethod
+    def _heap_factor(cls, value):
+        if not (_is_number(value) and math.isfinite(value) and value > 0):
+            raise ValueError(f"seismic heap_factor must be a finite number > 0, got {value!r}")
+        return value
 
 
-def _check_int(params, name: str, low: int, high: int | None = None) -> None:
-    value = getattr(params, name)
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value, low: int, high: int | None = None) -> int:
+    """``value`` when it is an integer (not a bool) in ``[low, high]``.
+
+    Raises:
+        ValueError: naming the parameter and its range.
+    """
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
         within = f"≥ {low}" if high is None else f"in [{low}, {high}]"
         raise ValueError(f"seismic {name} must be an integer {within}, got {value!r}")
-
-
-def _check_fraction(params, name: str) -> None:
-    value = getattr(params, name)
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 1):
-        raise ValueError(f"seismic {name} must be in (0, 1], got {value!r}")
+    return value
 
 
 @contextlib.contextmanager
@@ -164,7 +193,81 @@ def _quiet():
         os.close(saved)
 
 
-class SeismicSearcher:
+class SeismicBase(Searcher):
+    """What the Seismic searchers share (:class:`SeismicSearcher`, one pyseismic index; and
+    :class:`~spladekit.index.seismic_shards.ShardedSeismic`, one per range of rows): the queries'
+    preparation, the search as Python pairs, and the :class:`~spladekit.index.searcher.Searcher`
+    interface with the query-time parameters :attr:`search_params`.
+
+    Subclasses set ``params`` (:class:`SeismicBuildParams`), ``num_docs``, ``vocab_size`` and
+    ``empty``, and give :meth:`component_names` and :meth:`search_arrays`.
+    """
+
+    search_params: SeismicSearchParams = SeismicSearchParams()
+    """The parameters :meth:`search_rows` searches with (:meth:`with_search` sets them)."""
+
+    @abstractmethod
+    def component_names(self) -> np.ndarray:
+        """``[V]`` Seismic's name of each column (``"0"``, ``"1"``, ... in its string type)."""
+
+    @abstractmethod
+    def search_arrays(self, queries: "SeismicQueries", k: int, params: SeismicSearchParams | None = None,
+                      tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Top-``k`` of prepared queries as arrays: per query ``(rows [n] int64, scores [n] float32)``,
+        scores > 0, score descending then ``tie_rank`` ascending (row ascending without it)."""
+
+    def with_search(self, params: SeismicSearchParams) -> "SeismicBase":
+        """This searcher (the same built index, nothing copied) answering :meth:`search_rows` with ``params``."""
+        view = copy.copy(self)
+        view.search_params = params
+        return view
+
+    def search_rows(self, queries, k, tie_rank=None, timings=None):
+        """:meth:`search_arrays` with :attr:`search_params` (the :class:`~spladekit.index.searcher.Searcher`
+        interface); a batch is timed as a whole (its preparation included), each query given an equal share."""
+        began = time.perf_counter()
+        found = self.search_arrays(self.prepare(queries), k, self.search_params, tie_rank)
+        if timings is not None:
+            timings.extend([(time.perf_counter() - began) / max(1, queries.shape[0])] * queries.shape[0])
+        return [(rows, scores.tolist()) for rows, scores in found]
+
+    def record(self) -> dict:
+        """``seismic_build`` (the parameters the index was built with) and ``seismic_search``."""
+        return {"seismic_build": self.params.model_dump(), "seismic_search": self.search_params.model_dump()}
+
+    def search(
+        self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None,
+        tie_rank: np.ndarray | None = None,
+    ) -> list[list[tuple[int, float]]]:
+        """Approximate top-``k`` dot-product search of each ``[Q, V]`` query row: per query
+        ``(row, score)`` pairs (:meth:`search_arrays` as Python pairs).
+
+        Args:
+            params: search parameters (None: the defaults).
+            doc_ids: when given, ties are listed by document id ascending (the exact-search rule).
+            tie_rank: the same rule given as each row's rank in document-id order (instead of ``doc_ids``).
+
+        Raises:
+            ValueError: vocabulary mismatch, ``k`` < 1, or ``doc_ids`` of the wrong length.
+        """
+        if doc_ids is not None and len(doc_ids) != self.num_docs:
+            raise ValueError(f"{len(doc_ids)} document ids for {self.num_docs} document vectors")
+        ranks = tie_rank if tie_rank is not None else tie_ranks(doc_ids) if doc_ids is not None else None
+        return [list(zip(rows.tolist(), scores.tolist())) for rows, scores in self.search_arrays(self.prepare(queries), k, params, ranks)]
+
+    def prepare(self, queries: sp.spmatrix) -> "SeismicQueries":
+        """The queries in pyseismic's input form (:class:`SeismicQueries`), made once for any number
+        of searches.
+
+        Raises:
+            ValueError: vocabulary mismatch.
+        """
+        if queries.shape[1] != self.vocab_size:
+            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}")
+        return SeismicQueries(queries, self.component_names())
+
+
+class SeismicSearcher(SeismicBase):
     """A Seismic index over the rows of a ``[D, V]`` matrix.
 
     Args:
@@ -253,36 +356,6 @@ class SeismicSearcher:
                 raise DataFormatError(path, f"cannot load the Seismic index ({type(exc).__name__}: {exc})") from exc
         return self
 
-    def search(
-        self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None,
-        tie_rank: np.ndarray | None = None,
-    ) -> list[list[tuple[int, float]]]:
-        """Approximate top-``k`` dot-product search of each ``[Q, V]`` query row: per query
-        ``(row, score)`` pairs (:meth:`search_arrays` as Python pairs).
-
-        Args:
-            doc_ids: when given, ties are listed by document id ascending (the exact-search rule).
-            tie_rank: the same rule given as each row's rank in document-id order (instead of ``doc_ids``).
-
-        Raises:
-            ValueError: vocabulary mismatch, ``k`` < 1, or ``doc_ids`` of the wrong length.
-        """
-        if doc_ids is not None and len(doc_ids) != self.num_docs:
-            raise ValueError(f"{len(doc_ids)} document ids for {self.num_docs} document vectors")
-        ranks = tie_rank if tie_rank is not None else tie_ranks(doc_ids) if doc_ids is not None else None
-        return [list(zip(rows.tolist(), scores.tolist())) for rows, scores in self.search_arrays(self.prepare(queries), k, params, ranks)]
-
-    def prepare(self, queries: sp.spmatrix) -> "SeismicQueries":
-        """The queries in pyseismic's input form (:class:`SeismicQueries`), made once for any number
-        of searches.
-
-        Raises:
-            ValueError: vocabulary mismatch.
-        """
-        if queries.shape[1] != self.vocab_size:
-            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}")
-        return SeismicQueries(queries, self.component_names())
-
     def component_names(self) -> np.ndarray:
         """``[V]`` Seismic's name of each column (``"0"``, ``"1"``, ... in its string type), made on
         first use: a query's components are then one gather, not a string conversion per term."""
@@ -370,20 +443,3 @@ class SeismicQueries:
         self.ids = np.array([str(i) for i in self.todo.tolist()], dtype=component_names.dtype)
         self.components = [component_names[matrix.indices[indptr[i] : indptr[i + 1]]] for i in self.todo.tolist()]
         self.values = [np.ascontiguousarray(matrix.data[indptr[i] : indptr[i + 1]]) for i in self.todo.tolist()]
-
-
-def recall_at_k(approx: Sequence[Sequence[tuple[int, float]]], exact: Sequence[Sequence[tuple[int, float]]], k: int = 10) -> float:
-    """Mean over queries of ``|approx top-k ∩ exact top-k| / |exact top-k|`` (queries whose exact
-    list is empty are skipped; 1.0 when all are).
-
-    Raises:
-        ValueError: the two lists differ in length.
-    """
-    if len(approx) != len(exact):
-        raise ValueError(f"{len(approx)} approximate result lists for {len(exact)} exact ones")
-    values = []
-    for a, e in zip(approx, exact):
-        truth = {doc for doc, _ in e[:k]}
-        if truth:
-            values.append(len(truth & {doc for doc, _ in a[:k]}) / len(truth))
-    return float(np.mean(values)) if values else 1.0

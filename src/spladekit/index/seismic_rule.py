@@ -17,21 +17,20 @@ from spladekit.index.writer import check_budget
 
 SEISMIC_ENTRY_BYTES = 48
 """Bytes of pyseismic build memory per entry of its input (spladekit's copy of it, int64
-components and float32 values, its forward index and its unpruned lists): above the 46 B an entry
-measured at 8.8M passages, 145M and 290M entries a shard (``benchmarks/RESULTS.md``, "Seismic by shards")."""
+components and float32 values, its forward index and its unpruned lists), fitted with a margin to
+measured builds (``benchmarks/runs/2026-12-07-index-constants.md``)."""
 
 SEISMIC_POSTING_BYTES = 52
 """Bytes per posting kept (blocks, summaries): with :data:`SEISMIC_ENTRY_BYTES`, 100 B an entry when
-every entry is kept (small corpora: ≈ 80-100 B measured, 11.2M entries and 640k)."""
+every entry is kept."""
 
 SEISMIC_NEIGHBOUR_BYTES = 16
-"""Bytes per neighbour of the k-NN graph (``nknn`` per document; 14 B measured at 8.8M)."""
+"""Bytes per neighbour of the k-NN graph (``nknn`` per document)."""
 
 DEFAULT_SEISMIC_BUDGET = 11 << 30
-"""Build memory of one shard when none is given: 11 GiB, so that a build peaks under 12 GB and fits a
-24 GB machine (8.8M SPLADE passages, 1.74 billion entries: 8 shards of 217M, with or without a k-NN
-graph of 30). Fewest shards, because each adds its own query time, more than fewer larger ones
-(``benchmarks/RESULTS.md``, "Seismic by shards" and "The 8.8M row")."""
+"""Build memory of one shard when none is given: 11 GiB, so that a build fits a 24 GB machine with
+the fewest shards (each adds its own query time, more than fewer larger ones;
+``benchmarks/RESULTS.md``, "Seismic by shards")."""
 
 
 def build_bytes_per_entry(params: SeismicBuildParams, entries: int = 0, rows: int = 0, vocab_size: int = 0) -> float:

@@ -1,10 +1,10 @@
 """Writing an index under a memory budget: both layouts of a folder, block by block, at any N.
 
 Every way into an index folder (:meth:`Index.build`, :meth:`Index.from_vectors`,
-:func:`spladekit.index.io.save_index`, the importers of :mod:`spladekit.index.export` (row-major
+:func:`save_index`, the importers of :mod:`spladekit.index.export` (row-major
 files parsed once into a :class:`RowSpill` on disk, then read back block by block; CIFF read whole
 into a CSR first), and :func:`spladekit.index.merge.merge_shards`) goes through :func:`write_index`, which writes the folder of
-:mod:`spladekit.index.io` (the same files, the same bytes as an in-memory build) while holding at
+one layout (the same files, the same bytes as an in-memory build) while holding at
 most ``memory_budget`` bytes of working memory for the vectors, whatever the number of documents:
 
 1. **Counting pass** over the row blocks: shapes, finiteness (:func:`check_finite`, naming the
@@ -19,7 +19,7 @@ most ``memory_budget`` bytes of working memory for the vectors, whatever the num
    term range of each output step is chosen so that its postings fit the budget; a single list
    longer than that is copied run by run in pieces. The output (``postings.*.npy``) is written
    sequentially; the runs (as large as the postings) are deleted before the folder is renamed.
-4. **Hashes** (``content_hash``, ``postings_hash``: :func:`spladekit.index.io.hash_arrays`) are
+4. **Hashes** (``content_hash``, ``postings_hash``: :func:`spladekit.index.layout.hash_arrays`) are
    computed by reading the files back in budget-sized pieces.
 
 The run idea is the classic external sort of inverted-file construction (Witten, Moffat & Bell,
@@ -137,7 +137,7 @@ def iter_npy(path: Path, count: int) -> Iterator[np.ndarray]:
 
 
 def hash_files(folder: Path, name: str, doc_ids: Iterable[str], shape: tuple[int, int], count: int) -> str:
-    """:func:`spladekit.index.io.hash_arrays` of the matrix ``name`` stored in ``folder`` (the same
+    """:func:`spladekit.index.layout.hash_arrays` of the matrix ``name`` stored in ``folder`` (the same
     digest: int64 ``indptr``, int64 ``indices``, float32 ``data``, the JSON list of ids as
     ``json.dumps`` writes it, ``str(shape)``), reading ``count`` values at a time."""
     digest = hashlib.sha256()
@@ -154,7 +154,7 @@ def hash_files(folder: Path, name: str, doc_ids: Iterable[str], shape: tuple[int
 
 # ----------------------------------------------------------------------------------- ids
 def write_ids(folder: Path, doc_ids: Collection[str], block: int = 1 << 16) -> None:
-    """Write ``doc_ids.offsets.npy``, ``doc_ids.utf8.npy`` (:class:`spladekit.index.io.DocIds`) and
+    """Write ``doc_ids.offsets.npy``, ``doc_ids.utf8.npy`` (:class:`spladekit.index.layout.DocIds`) and
     ``tie_rank.npy`` (rank of each row in id order, :func:`spladekit.index.exact.tie_ranks`), from
     ids that are iterated three times and never held as Python strings all at once.
 
@@ -438,6 +438,32 @@ def write_index(
     return out
 
 
+def save_index(folder: str | Path, matrix: sp.csr_matrix, doc_ids: Sequence[str], metadata: dict, vocabulary: Sequence[str] | None = None,
+               memory_budget: int = DEFAULT_BUDGET) -> Path:
+    """Write in-memory (or memory-mapped) vectors as an index folder, atomically, within
+    ``memory_budget`` bytes of working memory (:func:`write_index` of the matrix's blocks).
+
+    Args:
+        folder: the index folder (replaced when it exists).
+        matrix: ``[D, V]`` document vectors (stored canonically).
+        doc_ids: D document ids, row order.
+        metadata: written to ``index.json`` (format, counts and the content hash are added).
+        vocabulary: V token strings (column order), written to ``vocab.json`` when given.
+        memory_budget: bytes (:data:`~spladekit.index.layout.DEFAULT_BUDGET`).
+
+    Raises:
+        ValueError: ``matrix`` rows and ``doc_ids`` differ in number, ids repeat, or the
+            vocabulary length is not V or holds a non-string.
+        OutputPathError: ``folder`` is an existing file (left untouched) or cannot be created.
+    """
+    if vocabulary is not None and len(vocabulary) != matrix.shape[1]:
+        raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {matrix.shape[1]} columns")
+    if matrix.shape[0] != len(doc_ids):
+        raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")
+    return write_index(folder, matrix_blocks(sp.csr_matrix(matrix), memory_budget), list(doc_ids), matrix.shape[1], metadata, vocabulary,
+                       memory_budget)
+
+
 # ----------------------------------------------------------------------------------- sources
 def _block_end(indptr, start: int, rows: int, limit: int) -> int:
     """The row after the last of a block starting at ``start`` that holds at most ``limit`` entries
@@ -449,7 +475,7 @@ def _block_end(indptr, start: int, rows: int, limit: int) -> int:
 def matrix_blocks(matrix: sp.csr_matrix, memory_budget: int = DEFAULT_BUDGET, assume_canonical: bool = False
                   ) -> Callable[[], Iterator[sp.csr_matrix]]:
     """Blocks of consecutive rows of a CSR matrix (in memory or memory-mapped), each holding at most
-    ``memory_budget / 8 / 48`` entries, made canonical (:func:`spladekit.index.io.canonical`) unless
+    ``memory_budget / 8 / 48`` entries, made canonical (:func:`spladekit.index.layout.canonical`) unless
     ``assume_canonical`` (then the rows are copied as they are: an index folder's are canonical).
     Only one block is in memory at a time; a memory-mapped matrix is read in place."""
     budget = check_budget(memory_budget)

@@ -41,7 +41,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from spladekit.model.inference_free import INFERENCE_FREE, encode_bag, save_query_weights
+from spladekit.model.inference_free import INFERENCE_FREE, encode_bag
 # the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
 from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
 from spladekit.model.splade import SpladeModel
@@ -71,7 +71,8 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
                          shape=tuple(weights.shape), copy=False)
 
 
-def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                   trust_remote_code: bool = False):
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
     The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
@@ -83,7 +84,9 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     produce meaningless SPLADE vectors. Here any parameter that transformers reports as missing
     (``output_loading_info=True``, ``missing_keys``: newly initialised) outside the backbone
     (``model.base_model_prefix``) is an error, unless ``allow_random_head`` (training option
-    ``model.allow_random_head: true``), which only warns.
+    ``model.allow_random_head: true``), which only warns. ``trust_remote_code`` is passed on to
+    transformers (a folder's own model classes, ``config.json`` ``auto_map``; refused before this by
+    :func:`~spladekit.model.folders.read_model_folder` unless trusted).
 
     Raises:
         ResolutionError: the folder has no weights file (or transformers cannot find it).
@@ -98,7 +101,8 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
 
     kwargs = {"dtype": dtype} if dtype else {}
     try:
-        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, **kwargs)
+        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, trust_remote_code=trust_remote_code,
+                                                         **kwargs)
     except Exception as exc:
         if isinstance(exc, MemoryError):
             raise
@@ -142,7 +146,8 @@ def _unreadable_weights(location: str) -> Path | None:
     return pickled[0] if len(pickled) == 1 else None
 
 
-def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                      trust_remote_code: bool = False):
     """The one loader of model folders: ``(mlm, tokenizer, folder)``.
 
     ``folder`` is :func:`spladekit.model.folders.read_model_folder` of ``location`` (read first, so
@@ -152,12 +157,16 @@ def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_ran
 
     Raises:
         ResolutionError: no weights or no tokenizer in ``location``.
-        UnsupportedModelError, DataFormatError: see :func:`~spladekit.model.folders.read_model_folder`.
+        UnsupportedModelError, DataFormatError: see :func:`~spladekit.model.folders.read_model_folder`
+            (also: a folder run by custom sentence-transformers modules, which has no masked LM to give).
         HeadNotFoundError: see :func:`load_masked_lm`.
     """
     from spladekit.model.folders import read_model_folder
+    from spladekit.model.remote_code import CUSTOM_LAYOUT, masked_lm_refusal
 
-    folder = read_model_folder(location)
+    folder = read_model_folder(location, trust_remote_code)
+    if folder.layout == CUSTOM_LAYOUT:
+        raise masked_lm_refusal(folder)
     return (*_load_weights(folder, dtype, allow_random_head), folder)
 
 
@@ -168,11 +177,11 @@ def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: b
     from spladekit.errors import DataFormatError, ResolutionError
     from spladekit.model.folders import check_tokenizer_files
 
-    mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head)
+    mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head, folder.trust_remote_code)
     if Path(folder.tokenizer_dir).is_dir():  # (a hub id: transformers resolves it)
         check_tokenizer_files(Path(folder.tokenizer_dir))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir)
+        tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir, trust_remote_code=folder.trust_remote_code)
     except OSError as exc:
         raise ResolutionError(f"model {folder.root}: cannot load its tokenizer ({_first_line(exc)})") from exc
     except MemoryError:
@@ -211,14 +220,15 @@ def check_vocabulary_sizes(tokens: int, head_rows: int, tokenizer_dir) -> None:
                               f"{VOCAB_PADDING} less (vocabulary padding), and at least half: is it the model's tokenizer?")
 
 
-def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                                  trust_remote_code: bool = False):
     """``(mlm, tokenizer)`` of :func:`load_model_folder`, for callers that use only the MLM head
     (the pooling and activation of the folder are in :func:`load_model_folder`'s third value).
 
     Raises:
         See :func:`load_model_folder`.
     """
-    mlm, tokenizer, _ = load_model_folder(location, dtype, allow_random_head)
+    mlm, tokenizer, _ = load_model_folder(location, dtype, allow_random_head, trust_remote_code)
     return mlm, tokenizer
 
 
@@ -234,65 +244,6 @@ def saved_fold(meta: EncoderMetadata, location, vocab_size: int):
     from spladekit.model.folding import VocabularyFold
 
     return VocabularyFold.from_record(meta.fold, Path(str(location)) / METADATA_FILE, vocab_size)
-
-
-def write_model_folder(folder: str | Path, model: SpladeModel, tokenizer, metadata: EncoderMetadata,
-                       query_weights: torch.Tensor | None = None) -> None:
-    """The one writer of spladekit model folders: the masked LM, its tokenizer, ``spladekit.json`` and
-    the sentence-transformers module files, into ``folder`` (the caller stages it: a temporary folder,
-    then rename).
-
-    ``spladekit.json`` records what the model computes: ``metadata`` with the model's pooling,
-    activation, per-position cap and folded vocabulary (``fold``: the map itself), and a rescaling
-    record of the MLM head (``config.spladekit_rescale``, :mod:`spladekit.model.calibrate.rescale`)
-    copied into ``extra["rescale"]``. The sentence-transformers files (:mod:`spladekit.model.st_modules`:
-    ``SpladePooling`` with this model's pooling and activation; the ``Router`` layout for an
-    inference-free query side) are not written where that library would compute other vectors
-    (special-token columns zeroed, a per-position cap, a folded vocabulary, a query side whose size
-    differs from the tokenizer's vocabulary); ``extra["sentence_transformers"]`` then says why.
-    """
-    from transformers.utils import logging as hf_logging
-
-    from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
-
-    folder = Path(folder)
-    meta = metadata
-    meta.pooling, meta.activation, meta.position_top_k = model.pooling, model.activation, model.position_top_k
-    meta.fold = None if model.fold is None else model.fold.to_record()
-    record = getattr(model.mlm.config, "spladekit_rescale", None)
-    if record:
-        meta.extra["rescale"] = record
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar: noise inside a training bar
-    try:
-        model.mlm.save_pretrained(folder)
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
-    tokenizer.save_pretrained(folder)
-    unwritable = _sentence_transformers_cannot(meta)
-    if unwritable:
-        meta.extra["sentence_transformers"] = f"not written: {unwritable}"
-    elif query_weights is None:
-        write_sentence_transformers_files(folder, meta.doc_max_length, meta.pooling, meta.activation)
-    elif write_inference_free_sentence_transformers_files(folder, tokenizer, query_weights,
-                                                          meta.doc_max_length, meta.pooling, meta.activation) is None:
-        meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-    if query_weights is not None:
-        save_query_weights(folder, query_weights)
-        meta.query_encoder = INFERENCE_FREE
-    meta.save(folder)
-
-
-def _sentence_transformers_cannot(meta: EncoderMetadata) -> str:
-    """Why sentence-transformers' ``SpladePooling`` cannot compute this model's vectors ("" when it can)."""
-    if meta.zero_special_tokens:
-        return "SpladePooling cannot zero the special-token columns"
-    if meta.position_top_k is not None:
-        return "SpladePooling has no per-position cap (position_top_k)"
-    if meta.fold is not None:
-        return "SpladePooling has no folded vocabulary"
-    return ""
 
 
 class SpladeEncoder:
@@ -343,6 +294,7 @@ class SpladeEncoder:
         device=None,
         dtype: torch.dtype | None = None,
         head_impl: str | None = None,
+        trust_remote_code: bool = False,
     ) -> "SpladeEncoder":
         """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`) in
         any layout :func:`spladekit.model.folders.read_model_folder` reads (spladekit, Hugging Face
@@ -352,10 +304,17 @@ class SpladeEncoder:
         sentence-transformers or OpenSearch files say, else the defaults 64/256); pooling, activation
         and the inference-free query side always come from the folder.
 
+        Code from the folder runs only with ``trust_remote_code`` (:mod:`spladekit.model.remote_code`):
+        a folder of custom sentence-transformers modules then gives a
+        :class:`~spladekit.model.remote_code.RemoteCodeEncoder` (sentence-transformers computes its
+        vectors; one max length; ``head_impl`` does not apply), custom transformers classes a
+        :class:`SpladeEncoder` as usual.
+
         Raises:
             ResolutionError: the model cannot be found, or its folder lacks weights or tokenizer.
             UnsupportedModelError: the folder describes something spladekit cannot compute (before any
-                weights load; see :mod:`spladekit.model.folders`).
+                weights load; see :mod:`spladekit.model.folders`), or names code of its own and not
+                ``trust_remote_code``.
             HeadNotFoundError: it is not a supported masked-LM family, or its checkpoint has no
                 MLM-head weights (see :func:`load_masked_lm`).
         """
@@ -363,7 +322,12 @@ class SpladeEncoder:
         from spladekit.model.folders import read_model_folder
 
         location = resolve_model(name_or_path)
-        folder = read_model_folder(location)
+        from spladekit.model.remote_code import CUSTOM_LAYOUT, RemoteCodeEncoder
+
+        folder = read_model_folder(location, trust_remote_code)
+        if folder.layout == CUSTOM_LAYOUT:
+            return RemoteCodeEncoder.load(folder, max_lengths=(query_max_length, doc_max_length), query_top_k=query_top_k,
+                                          doc_top_k=doc_top_k, batch_size=batch_size, device=device, source=str(name_or_path))
         meta = folder.metadata()  # refusals before any weights load
         mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
@@ -394,9 +358,16 @@ class SpladeEncoder:
         meta.doc_max_length = encoder.check_max_length(meta.doc_max_length)
         return encoder
 
-    def save_pretrained(self, folder: str | Path) -> None:
-        """Write the encoder as a model folder (:func:`write_model_folder`) into ``folder``."""
-        write_model_folder(folder, self.model, self.tokenizer, self.metadata, self.query_weights)
+    def save_pretrained(self, folder: str | Path, *, config: dict | None = None) -> None:
+        """Write the encoder as a model folder (:func:`spladekit.model.writer.write_model_folder`) into ``folder``.
+
+        ``config``: the configuration that made the model (a training run's), saved as ``config.yaml``
+        beside it when given. The writes go straight into ``folder``; a caller wanting the folder whole
+        or not at all wraps the call in :func:`spladekit.io.atomic_folder`.
+        """
+        from spladekit.model.writer import write_model_folder
+
+        write_model_folder(folder, self.model, self.tokenizer, self.metadata, self.query_weights, config=config)
 
     # ------------------------------------------------------------------ encoding
     @property

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spladekit.reproduce.config import ReproduceConfig
-from spladekit.reproduce.grid import cell_status, plan_grid
+from spladekit.reproduce.grid import cell_status, check_extras, plan_grid
 
 OFFLINE = "not available offline"
 
@@ -143,14 +143,12 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
                      + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "") + ")"
                      for role, d in config.evaluation.datasets())
     lines.append(f"  4. evaluate ({config.evaluation.backend}): {sets}")
-    if config.evaluation.backend == "seismic":
-        from spladekit.errors import MissingExtraError
-        from spladekit.index.seismic import import_seismic
+    from spladekit.errors import MissingExtraError
 
-        try:
-            import_seismic()
-        except MissingExtraError as exc:
-            lines.append(f"     {exc}: the grid refuses to start without it")
+    try:
+        check_extras(config)
+    except MissingExtraError as exc:
+        lines.append(f"     {exc}: the grid refuses to start without it")
     lines.append("")
     lines.append("treatments:")
     for treatment in config.treatments:

@@ -124,8 +124,9 @@ def _save_model(mlm, tokenizer, folder: Path, source) -> Path:
     :class:`~spladekit.model.folders.ModelFolder` it was loaded from) and the head options, so training
     from it keeps them."""
     from spladekit.io import atomic_folder
-    from spladekit.model.encoder import EncoderMetadata, write_model_folder
+    from spladekit.model.encoder import EncoderMetadata
     from spladekit.model.splade import SpladeModel
+    from spladekit.model.writer import write_model_folder
 
     described = source.metadata()
     model = mlm if isinstance(mlm, SpladeModel) else SpladeModel(mlm, "plain", described.pooling, described.activation)
@@ -191,8 +192,9 @@ class SpladekitRunner:
         show_progress: tqdm bars for training and encoding.
     """
 
-    def __init__(self, show_progress: bool = True):
+    def __init__(self, show_progress: bool = True, trust_remote_code: bool = False):
         self.show_progress = show_progress
+        self.trust_remote_code = trust_remote_code  # run the model folders' own code (spladekit.model.remote_code)
         self._texts: list[str] | None = None
         self._datasets: dict[str, object] = {}
 
@@ -211,7 +213,7 @@ class SpladekitRunner:
             return {"model": location, "source": location}
         from spladekit.model.calibrate import emulate_large_head
 
-        mlm, tokenizer, source = load_model_folder(location)
+        mlm, tokenizer, source = load_model_folder(location, trust_remote_code=self.trust_remote_code)
         if backbone.emulate is not None:
             e = backbone.emulate
             done = {"emulation": emulate_large_head(mlm, e.kind, e.factor, sigma=e.sigma, seed=e.seed)}
@@ -224,7 +226,7 @@ class SpladekitRunner:
         from spladekit.model.calibrate import diagnose_mlm_head, rescale_record
         from spladekit.model.encoder import load_model_folder
 
-        mlm, tokenizer, source = load_model_folder(base_model)
+        mlm, tokenizer, source = load_model_folder(base_model, trust_remote_code=self.trust_remote_code)
         texts = self._diagnosis_texts(config)
         d = config.diagnosis
         kwargs = dict(max_length=d.max_length, max_tokens=d.max_tokens)
@@ -247,6 +249,8 @@ class SpladekitRunner:
         from spladekit.train import train
 
         train_config = config.train_config(init_model, cell.seed)
+        if self.trust_remote_code:
+            train_config.model.trust_remote_code = True
         result = train(train_config, folder, show_progress=self.show_progress)
         records = read_metrics_log(result.metrics_path)
         return {"model": str(result.model_dir), "metrics_path": str(result.metrics_path),
@@ -254,17 +258,19 @@ class SpladekitRunner:
 
     def evaluate(self, model: str, dataset: EvalDatasetSpec, config: ReproduceConfig, folder: Path) -> dict:
         from spladekit.model.encoder import SpladeEncoder
+        from spladekit.index.index import searcher_config
         from spladekit.pipeline import evaluate_splade, write_system
 
         ev = config.evaluation
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=ev.query_max_length, doc_max_length=ev.doc_max_length,
                                                 query_top_k=dataset.query_top_k, doc_top_k=dataset.doc_top_k,
-                                                batch_size=ev.batch_size, head_impl=ev.head_impl, device=config.device)
+                                                batch_size=ev.batch_size, head_impl=ev.head_impl, device=config.device,
+                                                trust_remote_code=self.trust_remote_code)
         key = dataset.model_dump_json(include={"path", "split", "qrels", "queries", "max_docs"})
         if key not in self._datasets:
             self._datasets[key] = load_eval_dataset(dataset)
         result = evaluate_splade(encoder, self._datasets[key], k=ev.k, measures=dataset.measures,
-                                 show_progress=self.show_progress, name=dataset.name, backend=ev.backend)
+                                 show_progress=self.show_progress, name=dataset.name, searcher=searcher_config(ev.backend))
         write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
                                       "query_max_length": encoder.metadata.query_max_length,
                                       "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k,

@@ -29,11 +29,12 @@ Several worker processes (``workers``) each run this application: each maps the 
 ``share_index`` they are forked from the server after it loaded the index, so the index's memory
 (the Seismic shards' included) is held once.
 
-The rooms of the server: this module (the endpoints, status codes and error bodies; the application
-of one worker), :mod:`spladekit.serve.service` (the index, the query encoder and the batch function
-of one worker), :mod:`spladekit.serve.config` (:class:`ServeConfig`), :mod:`spladekit.serve.limits`
-(the ASGI limits on connections and bodies), :mod:`spladekit.serve.connection` (uvicorn's HTTP
-protocol with the bounds on a request's head).
+The handlers are functions of this module that read what they need from the application's state
+(``request.app.state``: ``config``, ``service``, ``batcher``, ``api_key``), which :func:`create_app`
+fills; the rest of the server: :mod:`spladekit.serve.service` (the index, the query encoder and the
+batch function of one worker), :mod:`spladekit.serve.config` (:class:`ServeConfig`),
+:mod:`spladekit.serve.limits` (the ASGI limits on connections and bodies),
+:mod:`spladekit.serve.connection` (uvicorn's HTTP protocol with the bounds on a request's head).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import os
 import sys
 import time
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -60,8 +62,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from spladekit.io import repeated_key
 from spladekit.serve.batching import Abandoned, MicroBatcher, Overloaded
 from spladekit.serve.config import CONFIG_ENV, ServeConfig, read_api_key
-from spladekit.serve.connection import ARRIVED, MAX_HEAD_BYTES, NoDelayHTTPProtocol
-from spladekit.serve.connection import open_connections as _open_connections
+from spladekit.serve.connection import ARRIVED, open_connections
 from spladekit.serve.limits import BodyLimit, ConnectionLimit
 from spladekit.serve.limits import error_response as _error
 from spladekit.serve.schemas import ErrorResponse, SearchResponse
@@ -69,14 +70,16 @@ from spladekit.serve.service import NoQueryModel, Service
 
 log = logging.getLogger("spladekit.serve")
 
-# names of this module before the split, kept for their importers
-__all__ = ["create_app", "app_from_environment", "preload", "exit_quietly", "ServeConfig", "CONFIG_ENV",
-           "read_api_key", "Service", "NoQueryModel", "NoDelayHTTPProtocol", "MAX_HEAD_BYTES", "ARRIVED",
-           "BodyLimit", "ConnectionLimit"]
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 413, 415, 422, 503)}
+"""The error bodies ``/search`` documents in the OpenAPI schema."""
+
+BEARER = HTTPBearer(auto_error=False, description="the key of --api-key-file, as `Authorization: Bearer KEY`")
 
 
-def create_app(config: ServeConfig, service: Service | None = None):
+def create_app(config: ServeConfig, service: Service | None = None) -> FastAPI:
     """The FastAPI application for ``config`` (``service``: an already loaded one, else loaded here).
+    Its state holds what the handlers read: ``config``, ``service``, ``batcher`` and ``api_key``
+    (bytes, or None when no key is asked).
 
     Raises:
         ValueError: the API key file is unreadable or empty.
@@ -86,134 +89,151 @@ def create_app(config: ServeConfig, service: Service | None = None):
 
     key = read_api_key(config.api_key_file) if config.api_key_file else None
     service = service or Service(config)
-    NoDelayHTTPProtocol.head_timeout_s = config.head_timeout_s  # one application per worker process
     batcher = MicroBatcher(service.run_batch, config.max_batch, config.max_wait_ms / 1000.0, config.queue_size,
                            None if config.max_queue_wait_ms is None else config.max_queue_wait_ms / 1000.0,
                            None if config.max_latency_ms is None else config.max_latency_ms / 1000.0,
-                           company=_open_connections)
-    bearer = HTTPBearer(auto_error=False, description="the key of --api-key-file, as `Authorization: Bearer KEY`")
-
-    @asynccontextmanager
-    async def lifespan(_app):
-        # the ~425,000 objects of torch, transformers and the model, loaded once, out of the garbage
-        # collector's sight (gc.freeze): a full collection walked them all, 300 ms on the SciFact
-        # server, stalling every request in flight (the p99 of 330 ms against a p50 of 39 ms in
-        # benchmarks/serve.py); after the freeze a full collection takes microseconds
-        gc.collect()
-        gc.freeze()
-        batcher.start()
-        yield
-        await batcher.stop()
-        if multiprocessing.parent_process() is not None:  # a worker of uvicorn's supervisor, shut down
-            uvicorn_log = logging.getLogger("uvicorn.error")  # the lines uvicorn would print after this
-            uvicorn_log.info("Application shutdown complete.")
-            uvicorn_log.info("Finished server process [%d]", os.getpid())
-            exit_quietly(0)
-
+                           open_connections=open_connections)
     app = FastAPI(title="spladekit", version=__version__, lifespan=lifespan,
                   description=f"SPLADE retrieval over {service.num_docs} documents (index {Path(config.index).name}).")
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
-    app.add_middleware(ConnectionLimit, max_connections=config.max_connections, connections=_open_connections)  # outermost
-    app.state.service, app.state.batcher = service, batcher
-    SearchRequest = service.request_model
-
-    class Unauthorized(Exception):
-        pass
-
-    async def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if key is None:
-            return
-        # the header's own bytes: Starlette decodes headers as Latin-1, so encoding back to Latin-1 is
-        # exact, and a key sent as UTF-8 (curl, httpx) meets the key file's UTF-8 bytes
-        given = credentials.credentials.encode("latin-1") if credentials is not None else b""
-        if not hmac.compare_digest(given, key):  # constant time in the key's length
-            raise Unauthorized()
-
-    @app.exception_handler(Unauthorized)
-    async def _unauthorised(_request, _exc):
-        return _error(401, "missing or wrong API key (send `Authorization: Bearer KEY`)", headers={"WWW-Authenticate": "Bearer"})
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request, exc):
-        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_request, exc):
-        problems = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()]
-        return _error(422, "; ".join(f"{p['field']}: {p['message']}" for p in problems), problems)
-
-    errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
-              415: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
-
-    @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(authorised)],
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": SearchRequest.model_json_schema(
-                  ref_template="#/components/schemas/{model}")}}}})
-    async def search(request: Request):
-        """Top-k documents of each query (texts are encoded with the index's query model)."""
-        arrived = request.scope.get(ARRIVED, time.perf_counter())  # its head parsed (NoDelayHTTPProtocol)
-        content_type = request.headers.get("content-type")
-        if not _is_json(content_type):
-            return _error(415, f"content-type: the body must be sent as application/json (got {content_type or 'no Content-Type'}; "
-                               "curl: -H 'Content-Type: application/json')", [{"field": "content-type", "message": "not JSON"}])
-        raw = await request.body()
-        # pydantic's parser keeps the last of repeated keys ({"k": 5, "k": 500} asked for 500): refused, as
-        # read_json does and as Elasticsearch does since 6.0 ("Breaking changes in 6.0": duplicate keys),
-        # before validation, which would judge only the last value; a body Python's json cannot read
-        # (malformed, nested too deep) is left to pydantic's parser, whose 400 names line and column
-        try:
-            repeated = repeated_key(raw)
-        except (ValueError, RecursionError):
-            repeated = None
-        if repeated is not None:
-            message = f"'{repeated.rpartition('.')[2]}' appears more than once in one object (which value is meant?)"
-            return _error(422, f"{repeated}: {message}", [{"field": repeated, "message": message}])
-        try:
-            body = SearchRequest.model_validate_json(raw)
-        except ValidationError as exc:
-            return _refusal(exc)
-        try:
-            answer = await batcher.submit(body, body.size, config.request_timeout_s, time.perf_counter() - arrived,
-                                          gone=lambda: _disconnected(request))
-        except Abandoned:
-            return Response(status_code=499)  # nobody reads it (nginx's code for "client closed request")
-        except Overloaded as exc:
-            return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
-        except asyncio.TimeoutError:
-            return _error(503, f"not answered within the request timeout ({config.request_timeout_s:g} s); the server is busy",
-                          headers={"Retry-After": "1"})
-        except NoQueryModel as exc:
-            return _error(422, f"query: {exc}", [{"field": "query", "message": str(exc)}])
-        except Exception:  # noqa: BLE001
-            log.exception("a search failed")
-            return _error(500, "the search failed (see the server's log); the server goes on")
-        answer["took_ms"] = (time.perf_counter() - arrived) * 1000.0
-        return JSONResponse(answer)
-
-    @app.get("/health")
-    async def health():
-        """Liveness: the index and the encoder are loaded (no API key needed)."""
-        return {"status": "ok", "pid": os.getpid(), "waiting": batcher.waiting, "queue_size": config.queue_size,
-                "batches": batcher.batches, "queries": batcher.queries, "abandoned": batcher.abandoned, "refused": batcher.refused,
-                "refused_by_cause": dict(batcher.refused_by_cause), "seconds_per_query": batcher.seconds_per_query,
-                "expected_seconds_per_query": batcher.expected_seconds_per_query}
-
-    @app.get("/info", dependencies=[Depends(authorised)], responses={401: {"model": ErrorResponse}})
-    async def info():
-        """The index's settings record, the query encoder, the backends, the server's settings and version."""
-        return service.info()
-
-    # the schemas the request body refers to ($defs) go where the OpenAPI page looks for them
-    original = app.openapi
-
-    def openapi():
-        if app.openapi_schema is None:
-            schema = original()
-            defs = SearchRequest.model_json_schema(ref_template="#/components/schemas/{model}").get("$defs", {})
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(defs)
-        return app.openapi_schema
-
-    app.openapi = openapi
+    app.add_middleware(ConnectionLimit, max_connections=config.max_connections, connections=open_connections)  # outermost
+    app.state.config, app.state.service, app.state.batcher, app.state.api_key = config, service, batcher, key
+    app.add_exception_handler(Unauthorized, _unauthorised)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    schema = service.request_model.model_json_schema(ref_template="#/components/schemas/{model}")
+    app.add_api_route("/search", search, methods=["POST"], response_model=SearchResponse, responses=ERRORS,
+                      dependencies=[Depends(authorised)],
+                      openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}})
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/info", info, methods=["GET"], dependencies=[Depends(authorised)], responses={401: {"model": ErrorResponse}})
+    app.openapi = partial(_openapi, app, app.openapi, schema.get("$defs", {}))
     return app
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    """Start the app's batcher (and freeze what is loaded out of the garbage collector's sight); at
+    the end stop it and, in a worker of uvicorn's supervisor, exit quietly after uvicorn's own lines.
+
+    The objects of torch, transformers and the model are loaded once: ``gc.freeze`` keeps a full
+    collection from walking them all, which stalled every request in flight."""
+    batcher = app.state.batcher
+    gc.collect()
+    gc.freeze()
+    batcher.start()
+    yield
+    await batcher.stop()
+    if multiprocessing.parent_process() is not None:  # a worker of uvicorn's supervisor, shut down
+        uvicorn_log = logging.getLogger("uvicorn.error")  # the lines uvicorn would print after this
+        uvicorn_log.info("Application shutdown complete.")
+        uvicorn_log.info("Finished server process [%d]", os.getpid())
+        exit_quietly(0)
+
+
+class Unauthorized(Exception):
+    """A request without the server's API key (answered 401)."""
+
+
+async def authorised(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> None:
+    """Refuse a request whose bearer token is not the app's ``api_key`` (none asked: every request passes).
+
+    Raises:
+        Unauthorized: a missing or wrong key.
+    """
+    key = request.app.state.api_key
+    if key is None:
+        return
+    # the header's own bytes: Starlette decodes headers as Latin-1, so encoding back to Latin-1 is
+    # exact, and a key sent as UTF-8 (curl, httpx) meets the key file's UTF-8 bytes
+    given = credentials.credentials.encode("latin-1") if credentials is not None else b""
+    if not hmac.compare_digest(given, key):  # constant time in the key's length
+        raise Unauthorized()
+
+
+async def _unauthorised(_request, _exc):
+    return _error(401, "missing or wrong API key (send `Authorization: Bearer KEY`)", headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _http_error(_request, exc):
+    return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+async def _invalid(_request, exc):
+    problems = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()]
+    return _error(422, "; ".join(f"{p['field']}: {p['message']}" for p in problems), problems)
+
+
+async def search(request: Request):
+    """Top-k documents of each query (texts are encoded with the index's query model)."""
+    arrived = request.scope.get(ARRIVED, time.perf_counter())  # its head parsed (NoDelayHTTPProtocol)
+    state = request.app.state
+    content_type = request.headers.get("content-type")
+    if not _is_json(content_type):
+        return _error(415, f"content-type: the body must be sent as application/json (got {content_type or 'no Content-Type'}; "
+                           "curl: -H 'Content-Type: application/json')", [{"field": "content-type", "message": "not JSON"}])
+    body = _request_body(await request.body(), state.service.request_model)
+    if isinstance(body, Response):
+        return body
+    timeout_s = state.config.request_timeout_s
+    try:
+        answer = await state.batcher.submit(body, body.size, timeout_s, time.perf_counter() - arrived, gone=lambda: _disconnected(request))
+    except Abandoned:
+        return Response(status_code=499)  # nobody reads it (nginx's code for "client closed request")
+    except Overloaded as exc:
+        return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
+    except asyncio.TimeoutError:
+        return _error(503, f"not answered within the request timeout ({timeout_s:g} s); the server is busy", headers={"Retry-After": "1"})
+    except NoQueryModel as exc:
+        return _error(422, f"query: {exc}", [{"field": "query", "message": str(exc)}])
+    except Exception:  # noqa: BLE001
+        log.exception("a search failed")
+        return _error(500, "the search failed (see the server's log); the server goes on")
+    answer["took_ms"] = (time.perf_counter() - arrived) * 1000.0
+    return JSONResponse(answer)
+
+
+def _request_body(raw: bytes, model):
+    """A ``/search`` body validated by the request ``model``, or the error response refusing it.
+
+    pydantic's parser keeps the last of repeated keys (``{"k": 5, "k": 500}`` asked for 500): they are
+    refused first, as :func:`spladekit.io.read_json` does and as Elasticsearch does since 6.0, before
+    validation would judge only the last value; a body Python's ``json`` cannot read (malformed,
+    nested too deep) is left to pydantic's parser, whose 400 names line and column."""
+    try:
+        repeated = repeated_key(raw)
+    except (ValueError, RecursionError):
+        repeated = None
+    if repeated is not None:
+        message = f"'{repeated.rpartition('.')[2]}' appears more than once in one object (which value is meant?)"
+        return _error(422, f"{repeated}: {message}", [{"field": repeated, "message": message}])
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        return _refusal(exc)
+
+
+async def health(request: Request):
+    """Liveness: the index and the encoder are loaded (no API key needed)."""
+    batcher = request.app.state.batcher
+    return {"status": "ok", "pid": os.getpid(), "waiting": batcher.waiting, "queue_size": request.app.state.config.queue_size,
+            "batches": batcher.batches, "queries": batcher.queries, "abandoned": batcher.abandoned, "refused": batcher.refused,
+            "refused_by_cause": dict(batcher.refused_by_cause), "seconds_per_query": batcher.seconds_per_query,
+            "expected_seconds_per_query": batcher.expected_seconds_per_query}
+
+
+async def info(request: Request):
+    """The index's settings record, the query encoder, the backends, the server's settings and version."""
+    return request.app.state.service.info()
+
+
+def _openapi(app: FastAPI, original, definitions: dict) -> dict:
+    """The app's OpenAPI schema, with the schemas the request body refers to (``$defs``) where the
+    OpenAPI page looks for them."""
+    if app.openapi_schema is None:
+        schema = original()
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(definitions)
+    return app.openapi_schema
 
 
 def _is_json(content_type: str | None) -> bool:

@@ -10,18 +10,11 @@ a batch is computed). A batch may exceed ``max_batch`` by the last request's que
 never split). While a batch runs the next one collects, so under load batches fill up without
 waiting.
 
-Waiting for company only when company can come (``company``, optional: the number of open client
-connections of this worker). With HTTP/1.1 a connection holds at most one request at a time, so
-once the batch holds a request of every open connection no other request can join it before it is
-answered: the batch is handed on at once instead of waiting out ``max_wait_s``. A lone client then
-pays no wait at all, and a wait is only spent where other clients exist. Measured with
-``benchmarks/serve.py``'s shapes (1 worker, 8 closed-loop text clients, 2 December 2026): with
-``max_wait_s`` 2 ms (the server's default) the batches held 4.4–4.7 queries on average, 3.8 at
-0.5 ms, 7.3 at 5 ms (the answers of one batch go out one by one and their clients' next requests
-come back spread over a few milliseconds; 5 ms gave text queries 202 answers/s against 161–169 at
-2 ms in the same script, side by side; vector queries, computed in about a millisecond, gave 588
-answers/s at 8 clients with 5 ms in a later run against 649–722 in two earlier runs with 2 ms, not
-side by side).
+Waiting for more requests only when more can come (``open_connections``, optional: the number of
+open client connections of this worker). With HTTP/1.1 a connection holds at most one request at a
+time, so once the batch holds a request of every open connection no other request can join it
+before it is answered: the batch is handed on at once instead of waiting out ``max_wait_s``. A lone
+client then pays no wait at all.
 
 A request whose caller stopped waiting (its timeout passed, or its client left: ``submit``'s
 ``gone``; either cancels its future) is skipped when its batch is formed and counted in
@@ -29,42 +22,37 @@ A request whose caller stopped waiting (its timeout passed, or its client left: 
 
 Queue-wait deadline (``max_queue_wait_s``, optional). The bounded queue bounds how many requests
 wait, but their wait only as ``queue_size`` × the time per query, and that time grows when the
-server slows down: under overload, refusing requests (HTTP parsing, validation, a JSON 503) takes
-CPU from the batches, and ``benchmarks/serve.py`` measured answers/s at 80 % of the capacity and
-the answered requests' latency up to 2× the queue's drain time at capacity. With a deadline, a
+server slows down (under overload, refusing requests takes CPU from the batches). With a deadline, a
 request that has waited in the queue (from :meth:`MicroBatcher.submit` to the moment its batch is
 handed to ``run_batch``) longer than ``max_queue_wait_s`` is not computed but answered
 :class:`Overloaded`; so an answered request spends at most ``max_queue_wait_s`` plus the time of the
 one batch it is computed in inside the batcher, whatever the rate at which the queue drains. The
-wait for company (``max_wait_s``) ends early enough that no member of the batch passes its deadline
-(or the latency limit below) by it; the batch is then handed on without a second check, so a lone
-request that spent most of its deadline in the server before it was queued is computed, not refused
-for the batcher's own wait (``tests/test_serve_batching.py``, the lone-request test); that hand-off
-can still be late by the event loop's timer lateness (microseconds idle; up to tens of ms when the
-process is descheduled on a loaded machine). The
-idea is deadline-based load shedding: CoDel bounds a packet's sojourn time in a queue rather than
-the queue's length (Nichols & Jacobson, "Controlling Queue Delay", ACM Queue 10(5), 2012); gRPC
-drops a call whose deadline has passed instead of computing it; Envoy's overload manager and
-adaptive-concurrency filter shed requests that would wait too long. Requests are also refused at
-admission when the work ahead of them already exceeds the deadline (the queries waiting × the smoothed
-seconds per query ``S`` of "Latency limit" below): such a request would be refused when its batch is formed anyway,
-and this way it neither waits for that nor holds a place in the queue. That estimate leaves out the
-batch running at the time (it errs towards admitting); the check when a batch is formed is what
-guarantees the bound.
+wait for more requests (``max_wait_s``) ends early enough that no member of the batch passes its
+deadline (or the latency limit below) by it; the batch is then handed on without a second check, so
+a lone request that spent most of its deadline in the server before it was queued is computed, not
+refused for the batcher's own wait; that hand-off can still be late by the event loop's timer
+lateness. The idea is deadline-based load shedding: CoDel bounds a packet's sojourn time in a queue
+rather than the queue's length (Nichols & Jacobson, "Controlling Queue Delay", ACM Queue 10(5),
+2012); gRPC drops a call whose deadline has passed instead of computing it. Requests are also
+refused at admission when the work ahead of them already exceeds the deadline (the queries waiting ×
+the smoothed seconds per query ``S`` of "Latency limit" below): such a request would be refused when
+its batch is formed anyway. That estimate leaves out the batch running at the time (it errs towards
+admitting); the check when a batch is formed is what guarantees the bound.
 
 Latency limit (``max_latency_s``, optional). The deadline above bounds the wait, not the batch's own
-compute time, and under overload that time grows too (the refusals' parsing and the clients take
-CPU from the batches: ``benchmarks/serve.py`` measured batches up to 2.3× slower than at capacity).
-With a latency limit, a request is computed only if its wait so far plus its batch's expected compute
-time fits within ``max_latency_s``: when a batch is formed, its oldest requests are answered
-:class:`Overloaded` (``latency``) until the oldest one left fits (the others waited less), and a
-request is refused on arrival when the queries ahead of it and its own, at the expected time per
-query, would not fit. The expected time per query is a conservative estimate from the batches
-already computed, as TCP's retransmission timer estimates a round trip (RFC 6298, §2: smoothed mean
-``S ← (1 − α)·S + α·R`` and mean deviation ``D ← (1 − β)·D + β·|S − R|``, α = 1/8, β = 1/4, the
-estimate ``S + 4·D``; first sample ``S = R``, ``D = R/2``), here with ``R`` a batch's seconds per
-query. An estimate can still be exceeded by a batch slower than all before it; before the first
-batch only requests that already waited past the limit are refused.
+compute time, which also grows under overload. With a latency limit, a request is computed only if
+its wait so far plus its batch's expected compute time fits within ``max_latency_s``: when a batch
+is formed, its oldest requests are answered :class:`Overloaded` (``latency``) until the oldest one
+left fits (the others waited less), and a request is refused on arrival when the queries ahead of it
+and its own, at the expected time per query, would not fit. The expected time per query is a
+conservative estimate from the batches already computed, as TCP's retransmission timer estimates a
+round trip (RFC 6298, §2: smoothed mean ``S ← (1 − α)·S + α·R`` and mean deviation
+``D ← (1 − β)·D + β·|S − R|``, α = 1/8, β = 1/4, the estimate ``S + 4·D``; first sample ``S = R``,
+``D = R/2``), here with ``R`` a batch's seconds per query. An estimate can still be exceeded by a
+batch slower than all before it; before the first batch only requests that already waited past the
+limit are refused.
+
+Measurements of these choices: ``benchmarks/RESULTS.md`` (``spladekit serve``) and its logs.
 """
 
 from __future__ import annotations
@@ -135,13 +123,13 @@ class MicroBatcher:
         max_queue_wait_s: queue-wait deadline, seconds (None: none). A request that has waited
             longer when its batch is formed is answered :class:`Overloaded` (``queue_wait``) and not
             computed; one whose expected wait at admission already exceeds it is refused then
-            (``expected_wait``). Must exceed ``max_wait_s`` (else every wait for company would be
+            (``expected_wait``). Must exceed ``max_wait_s`` (else every wait for more requests would be
             cut short by it).
         max_latency_s: latency limit, seconds (None: none): wait plus the batch's expected compute
             time (module docstring, "Latency limit"). Must exceed ``max_wait_s``.
-        company: returns the number of open client connections (None, or a count of 0: unknown,
-            e.g. the app under another server than ``spladekit serve``'s protocol; always wait up to
-            ``max_wait_s``); a batch holding as many requests as that is not held back for more.
+        open_connections: returns the number of open client connections (None, or a count of 0:
+            unknown, e.g. the app under another server than ``spladekit serve``'s protocol; always
+            wait up to ``max_wait_s``); a batch holding as many requests as that is not held back for more.
 
     Raises:
         ValueError: a knob outside its range (named).
@@ -149,7 +137,7 @@ class MicroBatcher:
 
     def __init__(self, run_batch: Callable[[Sequence[Any]], list], max_batch: int = 32, max_wait_s: float = 0.002, queue_size: int = 256,
                  max_queue_wait_s: float | None = None, max_latency_s: float | None = None,
-                 company: Callable[[], int] | None = None):
+                 open_connections: Callable[[], int] | None = None):
         if max_batch < 1 or queue_size < 1 or not (max_wait_s >= 0 and math.isfinite(max_wait_s)):
             raise ValueError(f"max_batch ({max_batch}) and queue_size ({queue_size}) must be ≥ 1, max_wait_s ({max_wait_s}) ≥ 0")
         if max_queue_wait_s is not None and not (math.isfinite(max_queue_wait_s) and max_queue_wait_s > max_wait_s):
@@ -162,7 +150,7 @@ class MicroBatcher:
         self.queue_size = queue_size
         self.max_queue_wait_s = max_queue_wait_s
         self.max_latency_s = max_latency_s
-        self.company = company
+        self.open_connections = open_connections
         self._mean_per_query: float | None = None  # RFC 6298's S and D over batches' seconds per query (None: no batch yet)
         self._deviation_per_query = 0.0
         self._queue: asyncio.Queue[Job] | None = None
@@ -344,9 +332,9 @@ class MicroBatcher:
                                                 f"(not computed)"))
         return batch
 
-    def _company_until(self, batch: list[Job], size: int, until: float) -> float:
+    def _gather_until(self, batch: list[Job], size: int, until: float) -> float:
         """When to stop waiting for more requests to join ``batch`` (``size`` queries): ``until``, or
-        earlier so that waiting for company never makes a member miss the queue-wait deadline (the
+        earlier so that waiting for more requests never makes a member miss the queue-wait deadline (the
         earliest member's queueing time + ``max_queue_wait_s``) or the latency limit (+ ``max_latency_s``
         − ``size`` × the expected seconds per query). Loop clock, seconds."""
         oldest = min(job.queued for job in batch)
@@ -363,13 +351,13 @@ class MicroBatcher:
             if not self._take(first, loop.time()):
                 continue
             batch, size = [first], first.size
-            deadline = self._company_until(batch, size, loop.time() + self.max_wait_s)
+            deadline = self._gather_until(batch, size, loop.time() + self.max_wait_s)
             ended_by_timer = False
             while size < self.max_batch:
                 try:
                     job = self._queue.get_nowait()
                 except asyncio.QueueEmpty:
-                    open_connections = self.company() if self.company is not None else 0
+                    open_connections = self.open_connections() if self.open_connections is not None else 0
                     if 0 < open_connections <= len(batch):
                         break  # every open connection has its request in this batch: none can join it
                     left = deadline - loop.time()
@@ -384,10 +372,10 @@ class MicroBatcher:
                 if self._take(job, loop.time()):
                     batch.append(job)
                     size += job.size
-                    deadline = self._company_until(batch, size, deadline)
+                    deadline = self._gather_until(batch, size, deadline)
             # the batch is formed: what timed out meanwhile is not computed; what waited past the deadline
-            # or the latency limit meanwhile too, unless the wait was the batcher's own for company, which
-            # ends by then (_company_until): its timer's lateness is the event loop's, not the request's
+            # or the latency limit meanwhile too, unless the wait was the batcher's own for more requests, which
+            # ends by then (_gather_until): its timer's lateness is the event loop's, not the request's
             batch = [job for job in batch if not job.future.done()]
             if not ended_by_timer:
                 now = loop.time()

@@ -47,12 +47,14 @@ class ServeConfig(BaseModel):
         max_k, max_query_chars, max_queries: request limits (422 past them).
         max_connections: open connections (and requests in flight) per worker; 503 past it (:class:`~spladekit.serve.limits.ConnectionLimit`).
         api_key_file: file holding the key (first line); None: no key asked.
+        trust_remote_code: run the query model folder's own code (:mod:`spladekit.model.remote_code`).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     index: str
     model: str | None = None
+    trust_remote_code: bool = False
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1)
@@ -79,7 +81,7 @@ class ServeConfig(BaseModel):
     def _deadline_exceeds_batch_wait(cls, value, info):
         wait = info.data.get("max_wait_ms")
         if value is not None and wait is not None and value <= wait:
-            raise ValueError(f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for company before its batch is formed")
+            raise ValueError(f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for more requests before its batch is formed")
         return value
 
     @model_validator(mode="after")

@@ -2,19 +2,22 @@
 
 Why a protocol subclass and not middleware: an ASGI application sees a request only once its head
 (request line and headers) has been parsed whole, and uvicorn bounds neither the head's size nor its
-time. httptools, uvicorn's parser here, buffered a client's single 64 MiB header whole (+74 MB of
-RSS) and answered it; and uvicorn times nothing before a head is complete (its ``timeout_keep_alive``
-runs between requests and stops at any byte received), so a connection opened with nothing sent, or
-a head sent a byte at a time, stayed open as long as its client wished, holding one of
-``max_connections`` ("slowloris"). :class:`NoDelayHTTPProtocol` therefore counts the bytes of an
-incomplete head (431 past :data:`MAX_HEAD_BYTES`), times it (408 past ``head_timeout_s``, as nginx's
-``client_header_timeout``), keeps answers in the requests' order under pipelining, closes refused
-connections lingering (as nginx does), sets ``TCP_NODELAY`` on every connection (uvicorn's own
-socket with ``workers`` > 1 lacked it: 52 ms instead of 8 ms per request), counts the open
-connections of the worker (:func:`open_connections`) and stamps when each head was parsed
-(:data:`ARRIVED`, from which the latency limit and ``took_ms`` count).
+time (with httptools, its parser here). :class:`NoDelayHTTPProtocol` therefore counts the bytes of
+an incomplete head (431 past :data:`MAX_HEAD_BYTES`), times it (408 past ``head_timeout_s``, as
+nginx's ``client_header_timeout``: a connection opened with nothing sent, or a head sent a byte at a
+time, would otherwise hold one of ``max_connections`` as long as its client wished), keeps answers in
+the requests' order under pipelining, closes refused connections lingering (as nginx does), sets
+``TCP_NODELAY`` on every connection (uvicorn's own listening socket with ``workers`` > 1 lacks it),
+counts the open connections of the worker (:func:`open_connections`) and stamps when each head was
+parsed (:data:`ARRIVED`, from which the latency limit and ``took_ms`` count).
 
-``spladekit serve`` runs it as ``uvicorn.run(..., http="spladekit.serve.connection:NoDelayHTTPProtocol")``.
+Its settings come through uvicorn's configuration (:func:`server_config`: ``head_timeout_s``).
+``spladekit serve`` runs it as ``server_config(..., http="spladekit.serve.connection:NoDelayHTTPProtocol")``.
+
+The protocol overrides methods of uvicorn's ``HttpToolsProtocol`` and reads its state (``cycle``,
+``pipeline``, ``url``, ``headers``, ``scope``, ``transport``, ``config``): it is bound to the uvicorn
+versions it is tested on (``pyproject.toml``), and ``tests/test_serve_connection.py`` fails when
+those methods of uvicorn change.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import socket
 import time
 
+import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 try:
@@ -46,25 +50,46 @@ parser ``spladekit[serve]`` installs (its callbacks mark a head's start and end)
 LINGER_S = 2.0
 """Seconds a connection refused for its head is still read (and dropped) before it is closed."""
 
+HEAD_TIMEOUT_S = 10.0
+"""Seconds a request's head may take when the configuration names none (:func:`server_config`)."""
+
+
+def server_config(app, head_timeout_s: float = HEAD_TIMEOUT_S, **kwargs) -> uvicorn.Config:
+    """uvicorn's configuration carrying the settings of :class:`NoDelayHTTPProtocol` (its
+    ``head_timeout_s`` attribute, which the protocol reads from the configuration it is given).
+
+    Args:
+        app: what ``uvicorn.Config`` takes (an import string with ``factory=True`` here).
+        head_timeout_s: seconds a request's head (request line and headers) may take, from the
+            connection's opening or the head's first byte (:attr:`ServeConfig.head_timeout_s
+            <spladekit.serve.config.ServeConfig.head_timeout_s>`).
+        kwargs: the rest of ``uvicorn.Config``'s arguments.
+    """
+    config = uvicorn.Config(app, **kwargs)
+    config.head_timeout_s = head_timeout_s
+    return config
+
 
 class NoDelayHTTPProtocol(AutoHTTPProtocol):
-    """uvicorn's HTTP protocol with ``TCP_NODELAY`` set on every connection.
+    """uvicorn's HTTP protocol with ``TCP_NODELAY`` set on every connection and bounds on a request's
+    head (module docstring); ``head_timeout_s`` from its configuration (:func:`server_config`).
 
     With ``workers`` > 1 uvicorn binds the listening socket itself with protocol number 0, and
     asyncio sets ``TCP_NODELAY`` only on sockets whose protocol is TCP; without it a response
-    written in two parts (head, body) waited for the client's delayed ACK: measured 52 ms instead of
-    8 ms per request on loopback (Nagle's algorithm against Linux's 40 ms delayed ACK)."""
+    written in two parts (head, body) waits for the client's delayed ACK (Nagle's algorithm)."""
 
     open_connections = 0
-    """Client connections open in this process (one worker per process): the batcher's ``company``."""
+    """Client connections open in this process (one worker per process): the batcher's ``open_connections``."""
 
     _head_bytes = 0  # bytes received since the request began, while its head is not complete
     _in_head = True
 
-    head_timeout_s = 10.0
-    """Seconds a request's head may take (:attr:`ServeConfig.head_timeout_s`; :func:`create_app` sets it)."""
-
     _head_timer = None
+
+    @property
+    def head_timeout_s(self) -> float:
+        """Seconds a request's head may take (the configuration's ``head_timeout_s``)."""
+        return getattr(self.config, "head_timeout_s", HEAD_TIMEOUT_S)
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
@@ -75,22 +100,16 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
         if BOUNDS_HEAD:
             self._arm_head_timer()
 
-    # Bounds on a request's head (request line + headers), in size and in time. httptools, uvicorn's
-    # parser here, has neither: a client sending one 64 MiB header had all of it buffered (+74 MB of
-    # RSS) and answered; so the bytes received while a head is incomplete are counted, and past
-    # MAX_HEAD_BYTES the request gets 431 and the connection is closed (h11, uvicorn's other parser,
-    # bounds the size itself at 16 KiB). And uvicorn times nothing before a head is complete (its
-    # timeout_keep_alive runs between requests and stops at any byte received): a connection opened
-    # with nothing sent, or a head sent a byte at a time, stayed open as long as its client wished,
-    # holding one of max_connections ("slowloris"). A head must now be whole within head_timeout_s of
-    # the connection's opening (first request) or of its first byte (later requests on the
-    # connection, after uvicorn's keep-alive wait): else 408 and the connection closed, as nginx's
-    # client_header_timeout; a connection that sent nothing is closed without an answer (an
-    # unasked 408 would be read as the answer to a request the client sends later). Pipelined
-    # requests (the next head sent before the answer to the one before): answers go out in the
-    # requests' order, so a 431 for the next head waits for the pending answer, and the next head's
-    # clock starts when that answer is written; a head that begins inside a read after the previous
-    # request's body counts only what the parser has taken of it in that read (see data_received).
+    # Bounds on a request's head (request line + headers), in size and in time (module docstring).
+    # Past MAX_HEAD_BYTES the request gets 431 and the connection is closed (h11, uvicorn's other
+    # parser, bounds the size itself). A head must be whole within head_timeout_s of the connection's
+    # opening (first request) or of its first byte (later requests on the connection, after uvicorn's
+    # keep-alive wait): else 408 and the connection closed; a connection that sent nothing is closed
+    # without an answer (an unasked 408 would be read as the answer to a request the client sends
+    # later). Pipelined requests (the next head sent before the answer to the one before): answers go
+    # out in the requests' order, so a 431 for the next head waits for the pending answer, and the next
+    # head's clock starts when that answer is written; a head that begins inside a read after the
+    # previous request's body counts only what the parser has taken of it in that read (data_received).
     if BOUNDS_HEAD:
 
         def _arm_head_timer(self) -> None:

@@ -59,13 +59,12 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         texts) or ``vector`` (list of ``SparseVector``) set, never both.
     """
 
-    def _text(text: str) -> str:
-        """One query text's rules (pydantic names the failing one ``query.N``)."""
-        if not _visible(text):
-            raise ValueError("empty text (nothing but whitespace, control or format characters: the tokenizer would give no token of it)")
-        if len(text) > max_query_chars:
-            raise ValueError(f"the text has {len(text)} characters; at most {max_query_chars}")
-        return text
+    return _search_request_model(_sparse_vector_model(vocab_size), _seismic_model(vocab_size, max_knn), backends, max_k,
+                                 max_query_chars, max_queries, max_top_terms, unavailable or {})
+
+
+def _sparse_vector_model(vocab_size: int) -> type[BaseModel]:
+    """``SparseVector``: a query vector over ``vocab_size`` columns (the module's rules)."""
 
     class SparseVector(BaseModel):
         """A sparse query vector: weight ``values[i]`` at vocabulary column ``indices[i]``."""
@@ -103,6 +102,12 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
                 raise ValueError(f"indices and values differ in length ({len(self.indices)} vs {len(self.values)})")
             return self
 
+    return SparseVector
+
+
+def _seismic_model(vocab_size: int, max_knn: int) -> type[BaseModel]:
+    """``SeismicParams``: a request's Seismic search parameters (``n_knn`` at most ``max_knn``)."""
+
     class SeismicParams(BaseModel):
         """Seismic's search parameters (:class:`spladekit.index.seismic.SeismicSearchParams`)."""
 
@@ -121,6 +126,21 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
                 raise ValueError(f"{n_knn} neighbours asked for; the index's k-NN graph holds {max_knn} per document" if max_knn else
                                  "this index has no k-NN graph (built with nknn 0): n_knn must be 0")
             return n_knn
+
+    return SeismicParams
+
+
+def _search_request_model(SparseVector: type[BaseModel], SeismicParams: type[BaseModel], backends: tuple[str, ...], max_k: int,
+                          max_query_chars: int, max_queries: int, max_top_terms: int, unavailable: dict[str, str]) -> type[BaseModel]:
+    """``SearchRequest``: the ``POST /search`` body (the module's rules)."""
+
+    def _text(text: str) -> str:
+        """One query text's rules (pydantic names the failing one ``query.N``)."""
+        if not _visible(text):
+            raise ValueError("empty text (nothing but whitespace, control or format characters: the tokenizer would give no token of it)")
+        if len(text) > max_query_chars:
+            raise ValueError(f"the text has {len(text)} characters; at most {max_query_chars}")
+        return text
 
     class SearchRequest(BaseModel):
         """``POST /search``: one query or a list, as texts (encoded by the server) or sparse vectors."""
@@ -147,7 +167,7 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         @classmethod
         def _available(cls, backend: str) -> str:
             if backend not in backends:
-                why = (unavailable or {}).get(backend, "Seismic needs a Seismic index stored in the index folder")
+                why = unavailable.get(backend, "Seismic needs a Seismic index stored in the index folder")
                 raise ValueError(f"backend {backend!r} is not available on this server (available: {', '.join(backends)}; {why})")
             return backend
 

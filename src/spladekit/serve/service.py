@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.index.searcher import SearcherConfig
 from spladekit.serve.config import ServeConfig
 from spladekit.serve.schemas import request_model
 
@@ -62,7 +63,7 @@ class Service:
         self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
 
     def _load_encoder(self) -> None:
-        self.encoder, self.encoder_kind = _query_encoder(self.index, self.config.model, self.config.max_batch)
+        self.encoder, self.encoder_kind = _query_encoder(self.index, self.config.model, self.config.max_batch, self.config.trust_remote_code)
         if self.encoder is not None:  # the first forward pass is slow (allocations, kernels): not a request's
             self.encoder.encode_queries(["warm up"])
 
@@ -111,10 +112,8 @@ class Service:
     # ------------------------------------------------------------------ one micro-batch
     def run_batch(self, requests: Sequence) -> list:
         """Answer a batch of validated requests: the texts of all of them encoded in one call, then
-        one :meth:`Index.search` per group of requests with the same backend, ``k`` and parameters.
+        one :meth:`Index.search` per group of requests with the same searcher configuration and ``k``.
         A group that fails gets its exception (the other groups are answered)."""
-        from spladekit.index.seismic import SeismicSearchParams
-
         answers: list = [None] * len(requests)
         vectors: list[sp.csr_matrix | None] = [None] * len(requests)
         texts = [(i, r.query) for i, r in enumerate(requests) if r.query is not None]
@@ -138,17 +137,12 @@ class Service:
         groups: dict[tuple, list[int]] = {}
         for i, r in enumerate(requests):
             if answers[i] is None:
-                params = (r.seismic.query_cut, r.seismic.heap_factor, r.seismic.n_knn) if r.seismic is not None else None
-                groups.setdefault((r.backend, r.k, params), []).append(i)
+                groups.setdefault((self._searcher(r), r.k), []).append(i)
         batch_queries = sum(r.size for r in requests)
-        for (backend, k, params), members in groups.items():
+        for (searcher, k), members in groups.items():
             try:
-                seismic = None
-                if backend == "seismic":
-                    cut, factor, n_knn = params or (SeismicSearchParams.query_cut, SeismicSearchParams.heap_factor, SeismicSearchParams.n_knn)
-                    seismic = SeismicSearchParams(query_cut=cut, heap_factor=factor, n_knn=n_knn, num_threads=self.threads)
                 stacked = sp.vstack([vectors[i] for i in members], format="csr")
-                result = self.index.search(stacked, k=k, backend=backend, seismic=seismic)
+                result = self.index.search(stacked, k=k, searcher=searcher)
                 start = 0
                 for i in members:
                     size = vectors[i].shape[0]
@@ -159,6 +153,18 @@ class Service:
                 for i in members:
                     answers[i] = exc
         return answers
+
+    def _searcher(self, request) -> SearcherConfig:
+        """The searcher configuration of a validated request: its ``backend`` with its parameters
+        (Seismic: the request's ``seismic`` fields, this worker's threads; never a build: the stored
+        index as loaded)."""
+        from spladekit.index.index import searcher_config
+        from spladekit.index.seismic import SeismicSearchParams
+
+        if request.backend != "seismic":
+            return searcher_config(request.backend)
+        asked = request.seismic.model_dump(include={"query_cut", "heap_factor", "n_knn"}) if request.seismic is not None else {}
+        return searcher_config("seismic", search=SeismicSearchParams(**asked, num_threads=self.threads))
 
     def _answer(self, request, hits: list[list[tuple[str, float]]], vectors: sp.csr_matrix, batch_queries: int) -> dict:
         results = []
@@ -196,7 +202,7 @@ def _csr(vectors, vocab_size: int) -> sp.csr_matrix:
     return matrix
 
 
-def _query_encoder(index, model: str | None, batch_size: int):
+def _query_encoder(index, model: str | None, batch_size: int, trust_remote_code: bool = False):
     """``(encoder, kind)`` of the index's queries (:meth:`Index.query_encoder`: an exported ONNX folder
     runs in onnxruntime, any other model in torch); ``kind`` says which, and ``inference-free`` when the
     query side is a term-weight table. ``(None, None)`` when neither the index nor ``model`` names one."""
@@ -204,8 +210,8 @@ def _query_encoder(index, model: str | None, batch_size: int):
 
     if not (model or index.metadata.get("model")):
         return None, None
-    encoder = index.query_encoder(model, batch_size=batch_size)
-    kind = "onnx" if isinstance(encoder, OnnxSpladeEncoder) else f"torch ({getattr(encoder.model, 'head_impl', 'plain')} head)"
+    encoder = index.query_encoder(model, batch_size=batch_size, trust_remote_code=trust_remote_code)
+    kind = "onnx" if isinstance(encoder, OnnxSpladeEncoder) else f"torch ({getattr(encoder.model, 'head_impl', 'its own modules')} head)"
     if encoder.query_weights is not None:
         kind = f"inference-free (term weights; {kind} for documents)"
     return encoder, kind
@@ -235,7 +241,7 @@ def _seismic_unavailable(index) -> str | None:
 
 
 def _vocabulary(index, encoder) -> list[str] | None:
-    from spladekit.index.io import load_vocabulary
+    from spladekit.index.layout import load_vocabulary
 
     vocab = load_vocabulary(index.folder)
     if vocab is None and encoder is not None:

@@ -88,6 +88,31 @@ def reserve(host: str, port: int) -> ReservedAddress:
     return sock
 
 
+STARTUP_FAILURE = 3
+"""Exit status of a server that could not start (uvicorn's own for it)."""
+
+
+def run_one(config) -> None:
+    """Run ``config`` (a ``uvicorn.Config`` of one worker) in this process, as ``uvicorn.run`` does.
+    Returns when the server stops (SIGINT / SIGTERM; uvicorn may re-raise the signal once it has shut down).
+
+    Raises:
+        SystemExit: :data:`STARTUP_FAILURE` when the server could not start (an address in use, the
+            app failing to load).
+    """
+    import sys
+
+    import uvicorn
+
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
+
+
 def run_workers(config, fork: bool = False) -> None:
     """Run ``config`` (a ``uvicorn.Config`` with ``workers`` > 1) under uvicorn's supervisor, each
     worker on its own ``SO_REUSEPORT`` socket (:class:`ReservedAddress`). Returns when the

@@ -38,6 +38,8 @@ class ModelConfig(Settings):
         "(spladekit.json or sentence-transformers' SpladePooling; max for a plain masked LM)")
     activation: Literal["relu", "log1p_relu"] | None = Field(
         None, description="relu: log(1 + ReLU(x)); log1p_relu: log(1 + log(1 + ReLU(x))) (OpenSearch v3); None: the start model's")
+    trust_remote_code: bool = Field(False, description="run the model folder's own code (transformers auto_map classes; "
+                                    "spladekit.model.remote_code); only for a folder whose code you trust")
 
 
 class RescaleConfig(RescaleSpec):

@@ -347,26 +347,12 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
     require_protobuf()
     from google.protobuf.message import DecodeError
 
-    from spladekit.index.io import DocIds
+    from spladekit.index.layout import DocIds
 
     scale = check_scale(scale)
     path, spill = Path(path), Path(spill)
     columns = token_index(vocabulary)
-    capacity = max(1, int(memory_budget) // RUN_ENTRY_BYTES)
-    buffer = np.empty((3, capacity), np.int32)  # rows, columns, impacts
-    held, runs = 0, []
-
-    def flush():
-        nonlocal held
-        if not held:
-            return
-        rows, cols, tfs = buffer[:, :held]
-        order = np.argsort(rows.astype(np.int64) * len(vocabulary) + cols)  # (row, column): unique keys
-        run = spill / f"run-{len(runs):06d}"
-        for name, values in (("rows", rows), ("cols", cols), ("tfs", tfs)):
-            np.save(f"{run}.{name}.npy", values[order])
-        runs.append((run, held))
-        held = 0
+    runs = _SortedRuns(spill, max(1, int(memory_budget) // RUN_ENTRY_BYTES), len(vocabulary))
 
     with open(path, "rb") as file:
         try:
@@ -379,18 +365,9 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
                 keep = impacts != 0  # tf 0: no entry (read_ciff's eliminate_zeros)
                 docids, impacts = docids[keep], impacts[keep]
                 counts += np.bincount(docids, minlength=num_docs)
-                start = 0
-                while start < docids.size:  # a list longer than the room left spans runs
-                    take = min(docids.size - start, capacity - held)
-                    buffer[0, held : held + take] = docids[start : start + take]
-                    buffer[1, held : held + take] = column
-                    buffer[2, held : held + take] = impacts[start : start + take]
-                    held += take
-                    start += take
-                    if held == capacity:
-                        flush()
-            flush()
-            del buffer
+                runs.add(docids, column, impacts)
+            runs.flush()
+            runs.release()
             utf8, lengths = bytearray(), np.zeros(num_docs + 1, np.int64)
             for row, doc_id in enumerate(_read_records(file, path, num_docs)):
                 encoded = doc_id.encode("utf-8")
@@ -402,35 +379,88 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
     indptr = np.zeros(num_docs + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
     limit = max(1, int(memory_budget) // 8 // BLOCK_ENTRY_BYTES)
-    vocab_size = len(vocabulary)
 
     def blocks() -> Iterator[sp.csr_matrix]:
-        cursors = [0] * len(runs)
-        mapped = [np.load(f"{run}.rows.npy", mmap_mode="r") for run, _ in runs]  # only searched: a few pages each
-        start = 0
-        while start < num_docs:
-            end = int(np.searchsorted(indptr, indptr[start] + limit, side="right")) - 1
-            end = min(num_docs, max(end, start + 1))  # a row longer than the limit is a block of its own
-            parts = []
-            for r, (run, _) in enumerate(runs):
-                stop = int(np.searchsorted(mapped[r], end, side="left"))
-                if stop > cursors[r]:
-                    parts.append([_read_slice(f"{run}.{name}.npy", cursors[r], stop) for name in ("rows", "cols", "tfs")])
-                    cursors[r] = stop
-            if parts:
-                rows, cols, tfs = (np.concatenate([p[i] for p in parts]) for i in range(3))
-                order = np.argsort((rows.astype(np.int64) - start) * vocab_size + cols)
-                rows, cols, tfs = rows[order], cols[order], tfs[order]
-            else:
-                rows = cols = tfs = np.zeros(0, np.int32)
-            block_ptr = np.zeros(end - start + 1, np.int64)
-            np.cumsum(np.bincount(rows - start, minlength=end - start), out=block_ptr[1:])
-            block = sp.csr_matrix((_weights(tfs, scale, path), cols, block_ptr), shape=(end - start, vocab_size))
-            block.has_sorted_indices = True
-            yield block
-            start = end
+        return _merged_blocks(runs.runs, indptr, limit, len(vocabulary), scale, path)
 
     return ids, num_docs, blocks
+
+
+class _SortedRuns:
+    """The sorted runs of an external transpose (:func:`transposed_blocks`): postings gathered into a
+    buffer of ``capacity`` entries; a full buffer is sorted by (row, column) and written to ``spill``
+    as three int32 ``.npy`` files (rows, columns, impacts).
+
+    Attributes:
+        runs: ``[(file stem, entries)]`` of the runs written, in order.
+    """
+
+    def __init__(self, spill: Path, capacity: int, vocab_size: int):
+        self.spill, self.capacity, self.vocab_size = spill, capacity, vocab_size
+        self.buffer = np.empty((3, capacity), np.int32)  # rows, columns, impacts
+        self.held = 0
+        self.runs: list[tuple[Path, int]] = []
+
+    def add(self, docids: np.ndarray, column: int, impacts: np.ndarray) -> None:
+        """One term's postings (a list longer than the room left spans runs)."""
+        start = 0
+        while start < docids.size:
+            take = min(docids.size - start, self.capacity - self.held)
+            self.buffer[0, self.held : self.held + take] = docids[start : start + take]
+            self.buffer[1, self.held : self.held + take] = column
+            self.buffer[2, self.held : self.held + take] = impacts[start : start + take]
+            self.held += take
+            start += take
+            if self.held == self.capacity:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write the buffer's postings as a run, sorted by (row, column) (unique keys)."""
+        if not self.held:
+            return
+        rows, cols, tfs = self.buffer[:, : self.held]
+        order = np.argsort(rows.astype(np.int64) * self.vocab_size + cols)
+        run = self.spill / f"run-{len(self.runs):06d}"
+        for name, values in (("rows", rows), ("cols", cols), ("tfs", tfs)):
+            np.save(f"{run}.{name}.npy", values[order])
+        self.runs.append((run, self.held))
+        self.held = 0
+
+    def release(self) -> None:
+        """Free the buffer (every posting is in the runs)."""
+        self.buffer = None
+
+
+def _merged_blocks(runs: list[tuple[Path, int]], indptr: np.ndarray, limit: int, vocab_size: int, scale: float,
+                   path: Path) -> Iterator[sp.csr_matrix]:
+    """The runs merged into document-major CSR blocks of at most ``limit`` entries (a longer row is a
+    block of its own), row range by row range: each run holds ascending rows, so a range is one
+    contiguous slice of every run, found by binary search of its memory-mapped rows."""
+    num_docs = len(indptr) - 1
+    cursors = [0] * len(runs)
+    mapped = [np.load(f"{run}.rows.npy", mmap_mode="r") for run, _ in runs]  # only searched: a few pages each
+    start = 0
+    while start < num_docs:
+        end = int(np.searchsorted(indptr, indptr[start] + limit, side="right")) - 1
+        end = min(num_docs, max(end, start + 1))
+        parts = []
+        for r, (run, _) in enumerate(runs):
+            stop = int(np.searchsorted(mapped[r], end, side="left"))
+            if stop > cursors[r]:
+                parts.append([_read_slice(f"{run}.{name}.npy", cursors[r], stop) for name in ("rows", "cols", "tfs")])
+                cursors[r] = stop
+        if parts:
+            rows, cols, tfs = (np.concatenate([p[i] for p in parts]) for i in range(3))
+            order = np.argsort((rows.astype(np.int64) - start) * vocab_size + cols)
+            rows, cols, tfs = rows[order], cols[order], tfs[order]
+        else:
+            rows = cols = tfs = np.zeros(0, np.int32)
+        block_ptr = np.zeros(end - start + 1, np.int64)
+        np.cumsum(np.bincount(rows - start, minlength=end - start), out=block_ptr[1:])
+        block = sp.csr_matrix((_weights(tfs, scale, path), cols, block_ptr), shape=(end - start, vocab_size))
+        block.has_sorted_indices = True
+        yield block
+        start = end
 
 
 def _weights(tfs: np.ndarray, scale: float, path: Path) -> np.ndarray:

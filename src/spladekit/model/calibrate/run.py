@@ -76,6 +76,7 @@ class DiagnoseConfig:
     max_length: int = 128
     max_tokens: int = 1024
     batch_size: int = 16
+    trust_remote_code: bool = False  # run the model folders' own code (spladekit.model.remote_code)
 
 
 @dataclass
@@ -108,6 +109,7 @@ class RescaleConfig:
     max_length: int = 128
     max_tokens: int = 1024
     batch_size: int = 16
+    trust_remote_code: bool = False  # run the model folder's own code (spladekit.model.remote_code)
 
     def mode(self) -> str | None:
         """``"factor"``, ``"match_norm"``, ``"target_logit"``, ``"joint"`` or None (a shift or head options alone).
@@ -170,10 +172,14 @@ def _number_or_name(value: str | None):
     return number if math.isfinite(number) else value
 
 
-def _load(name: str):
+def _load(name: str, trust_remote_code: bool = False):
+    """The plain-head encoder of ``name``; refused when it has no masked LM (custom modules run it)."""
     from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
 
-    return SpladeEncoder.from_pretrained(name, head_impl="plain")
+    encoder = SpladeEncoder.from_pretrained(name, head_impl="plain", trust_remote_code=trust_remote_code)
+    require_masked_lm(encoder)
+    return encoder
 
 
 def run_diagnose(config: DiagnoseConfig, out: str | Path, progress=None) -> Diagnosis:
@@ -204,7 +210,7 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path, progress=None) -> Diag
 
     def measure(name: str, reference=None) -> Diagnosis:
         say(f"loading {name}")
-        encoder = _load(name)
+        encoder = _load(name, config.trust_remote_code)
         text_args = {"queries": sample[0], "documents": sample[1]} if sample else {}
         return diagnose_mlm_head(encoder.model, encoder.tokenizer, name=name, reference=reference, progress=progress,
                                  **text_args, **kwargs)
@@ -276,7 +282,7 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> dict:
     sample = config.source.load() if config.source else None
     if spec.needs_text and not sample:
         raise ValueError("--target-logit, --joint and --target-activity need sample text: --texts FILE or --data DIR")
-    encoder = _load(config.model)
+    encoder = _load(config.model, config.trust_remote_code)
     head = config.head()
     if head.changes_head:  # before the calibration: the activity counts what the capped, folded head outputs
         encoder.model.configure_head(**head.resolve(encoder.metadata, encoder.tokenizer, encoder.model.vocab_size, config.model))
