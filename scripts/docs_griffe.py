@@ -7,7 +7,8 @@ The docstrings are Google style with two reST habits, which Markdown would print
   documents it (mkdocs-autorefs' optional reference), its name in code otherwise; a name without a
   package (``:class:`SpladeModel```) is looked up from the docstring's object outwards, as Python would;
 - a literal block, a paragraph ending in ``::`` and an indented block: the paragraph ends in ``:`` and
-  the block becomes a fenced Python block (``Example::`` stays a title of its own, not a Google section).
+  the block becomes a fenced block at the paragraph's indentation, Python after ``Example...::``, plain
+  text (a folder layout, a formula, a command) otherwise.
 
 Only the text griffe parses changes; the source files are left as they are.
 """
@@ -50,7 +51,8 @@ def _fence(match: re.Match) -> str:
     lines = block.rstrip("\n").split("\n")
     width = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
     body = "\n".join(indent + line[width:] if line.strip() else "" for line in lines)
-    return f"{indent}{match.group('text')}:\n\n{indent}```python\n{body}\n{indent}```\n" + "\n" * trailing
+    language = "python" if match.group("text").startswith("Example") else "text"
+    return f"{indent}{match.group('text')}:\n\n{indent}```{language}\n{body}\n{indent}```\n" + "\n" * trailing
 
 
 def markdown(obj: griffe.Object, text: str) -> str:
