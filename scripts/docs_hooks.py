@@ -3,10 +3,10 @@ the benchmark results as its pages.
 
 The README and the guides in ``docs/`` link each other and ``benchmarks/RESULTS.md`` by their paths in
 the repository (``docs/demo.md``, ``../benchmarks/RESULTS.md``), which work where the repository is read
-as files. The site publishes the README as ``index.md``, ``benchmarks/RESULTS.md`` and the dated logs of
-``benchmarks/runs/`` under ``benchmarks/`` with an index of the logs, and points those links at these
-pages, so that every link lands on a page of the site and ``mkdocs build --strict`` checks each one,
-anchors included.
+as files. The site publishes the README as ``index.md``, and ``benchmarks/RESULTS.md`` and the dated
+logs of ``benchmarks/runs/`` under ``benchmarks/`` with an index of the logs (``run-logs.md``), and
+points those links at these pages, so that every link lands on a page of the site and
+``mkdocs build --strict`` checks each one, anchors included.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from mkdocs.structure.files import File, Files, InclusionLevel
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
-README_LINKS = [(re.compile(r"\]\(docs/"), "]("), (re.compile(r"\]\(benchmarks/runs/\)"), "](benchmarks/runs/index.md)")]
+README_LINKS = [(re.compile(r"\]\(docs/"), "]("), (re.compile(r"\]\(benchmarks/runs/\)"), "](benchmarks/run-logs.md)")]
 OUT_OF_DOCS = re.compile(r"\]\(\.\./benchmarks/")  # a guide's link to the results, as the repository reads it
 RUNS_FOLDER = re.compile(r"\]\(runs/\)")  # RESULTS.md's link to the folder of its logs
 
 
 def _runs_index(runs: list[Path]) -> str:
-    lines = ["# Benchmark run logs", "", "The dated logs behind [the current figures](../RESULTS.md), newest first.", ""]
-    lines += [f"- [{path.stem}]({path.name})" for path in sorted(runs, reverse=True)]
+    lines = ["# Benchmark run logs", "", "The dated logs behind [the current figures](RESULTS.md), newest first.", ""]
+    lines += [f"- [{path.stem}](runs/{path.name})" for path in sorted(runs, reverse=True)]
     return "\n".join(lines) + "\n"
 
 
@@ -38,7 +38,7 @@ def on_files(files: Files, config) -> Files:
     for path in runs:
         log = File.generated(config, f"benchmarks/runs/{path.name}", abs_src_path=str(path), inclusion=InclusionLevel.NOT_IN_NAV)
         files.append(log)
-    files.append(File.generated(config, "benchmarks/runs/index.md", content=_runs_index(runs)))
+    files.append(File.generated(config, "benchmarks/run-logs.md", content=_runs_index(runs)))
     return files
 
 
@@ -50,7 +50,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             markdown = pattern.sub(replacement, markdown)
         return markdown
     if uri == "benchmarks/RESULTS.md":
-        return RUNS_FOLDER.sub("](runs/index.md)", markdown)
+        return RUNS_FOLDER.sub("](run-logs.md)", markdown)
     if uri.startswith("benchmarks/"):
         return markdown
     return OUT_OF_DOCS.sub("](" + "../" * uri.count("/") + "benchmarks/", markdown)

@@ -307,7 +307,7 @@ def test_hooks_rewrite_repository_links():
             self.file = type("F", (), {"src_uri": uri})()
 
     assert hooks.on_page_markdown("[a](docs/demo.md#x) [b](benchmarks/runs/)", Page("index.md"), None, None) == \
-        "[a](demo.md#x) [b](benchmarks/runs/index.md)"
+        "[a](demo.md#x) [b](benchmarks/run-logs.md)"
     assert hooks.on_page_markdown("[r](../benchmarks/RESULTS.md#h)", Page("serving.md"), None, None) == "[r](benchmarks/RESULTS.md#h)"
     assert hooks.on_page_markdown("[r](../benchmarks/RESULTS.md)", Page("api/x.md"), None, None) == "[r](../benchmarks/RESULTS.md)"
-    assert hooks.on_page_markdown("[logs](runs/)", Page("benchmarks/RESULTS.md"), None, None) == "[logs](runs/index.md)"
+    assert hooks.on_page_markdown("[logs](runs/)", Page("benchmarks/RESULTS.md"), None, None) == "[logs](run-logs.md)"
