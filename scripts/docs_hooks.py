@@ -19,6 +19,8 @@ from mkdocs.structure.files import File, Files, InclusionLevel
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 README_LINKS = [(re.compile(r"\]\(docs/"), "]("), (re.compile(r"\]\(benchmarks/runs/\)"), "](benchmarks/run-logs.md)")]
+# GitHub needs ``\|`` for a pipe in code inside a table cell; Python-Markdown's tables take ``|`` there as it is
+TABLE_PIPE = re.compile(r"\\\|(?=[^`\n]*`[^\n]*\|\s*$)", re.M)
 OUT_OF_DOCS = re.compile(r"\]\(\.\./benchmarks/")  # a guide's link to the results, as the repository reads it
 RUNS_FOLDER = re.compile(r"\]\(runs/\)")  # RESULTS.md's link to the folder of its logs
 
@@ -43,12 +45,13 @@ def on_files(files: Files, config) -> Files:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    """Point the README's and the guides' links at the published pages, and RESULTS.md's ``runs/`` at its index."""
+    """Point the README's and the guides' links at the published pages, and RESULTS.md's ``runs/`` at its
+    index; the README's escaped pipes in a table's code become plain ones."""
     uri = page.file.src_uri
     if uri == "index.md":
         for pattern, replacement in README_LINKS:
             markdown = pattern.sub(replacement, markdown)
-        return markdown
+        return TABLE_PIPE.sub("|", markdown)
     if uri == "benchmarks/RESULTS.md":
         return RUNS_FOLDER.sub("](run-logs.md)", markdown)
     if uri.startswith("benchmarks/"):

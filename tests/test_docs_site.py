@@ -311,3 +311,5 @@ def test_hooks_rewrite_repository_links():
     assert hooks.on_page_markdown("[r](../benchmarks/RESULTS.md#h)", Page("serving.md"), None, None) == "[r](benchmarks/RESULTS.md#h)"
     assert hooks.on_page_markdown("[r](../benchmarks/RESULTS.md)", Page("api/x.md"), None, None) == "[r](../benchmarks/RESULTS.md)"
     assert hooks.on_page_markdown("[logs](runs/)", Page("benchmarks/RESULTS.md"), None, None) == "[logs](run-logs.md)"
+    row = "| [e](docs/engines.md) | `--format a\\|b\\|c` |"
+    assert hooks.on_page_markdown(row, Page("index.md"), None, None) == "| [e](engines.md) | `--format a|b|c` |"
