@@ -282,7 +282,8 @@ def test_rescale_writes_its_record_and_keeps_a_card(trained, tmp_path):
     assert done.exit_code == 0, done.output
     card = _load(out)
     step = read_json(out / "config.json")["spladekit_rescale"]["history"][0]
-    row = f"| 1 | factor | 0.5000 | no | {step['norms_before']['row_norm_mean']:.4f} | {step['norms_after']['row_norm_mean']:.4f} |"
+    row = (f"| 1 | factor | 0.5000 | no | {step['shift']:.4f} | {step['norms_before']['row_norm_mean']:.4f} | "
+           f"{step['norms_after']['row_norm_mean']:.4f} |")
     assert row in card.text
     assert step["norms_after"]["row_norm_mean"] == pytest.approx(0.5 * step["norms_before"]["row_norm_mean"], rel=1e-6)
     (out / "README.md").write_text("# kept\n")
@@ -290,6 +291,37 @@ def test_rescale_writes_its_record_and_keeps_a_card(trained, tmp_path):
         done = CliRunner().invoke(app, ["rescale", str(out), "--out", str(out), "--factor", "0.5", "--force"])
     assert done.exit_code == 0, done.output
     assert (out / "README.md").read_text() == "# kept\n"
+
+
+def test_a_shift_and_a_cap_are_rows_and_facts_of_the_card(trained, tmp_path):
+    """``rescale --shift --position-top-k``: the card shows the shift in the head's table and the cap
+    among the model's rows, and its record line states both (a hand-edited card of the uncapped model
+    is then another model's)."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.errors import CardMismatchError
+    from spladekit.io import read_json
+    from spladekit.publish.card import write_model_card
+    from spladekit.publish.card_record import read_card_record
+
+    out = tmp_path / "shifted"
+    done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(out), "--shift", "1.5",
+                                    "--position-top-k", "4"])
+    assert done.exit_code == 0, done.output
+    text = (out / "README.md").read_text(encoding="utf-8")
+    step = read_json(out / "config.json")["spladekit_rescale"]["history"][0]
+    assert step["shift"] == 1.5
+    assert f"| 1 | shift | 1.0000 | no | 1.5000 | {step['norms_before']['row_norm_mean']:.4f} |" in text
+    assert "| pooled per position | its 4 largest logits (`position_top_k`) |" in text
+    facts = read_card_record(text).facts
+    assert facts["head shift"] == 1.5 and facts["pooled per position"] == 4
+    plain = tmp_path / "plain"
+    done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(plain), "--shift", "1.5"])
+    assert done.exit_code == 0, done.output
+    (plain / "README.md").write_text(text.replace("## ", "## Edited: ", 1), encoding="utf-8")  # the capped model's, edited
+    with pytest.raises(CardMismatchError, match="pooled per position: 4 in the card, none in this model"):
+        write_model_card(plain)
 
 
 def test_a_diagnosis_goes_into_the_card(trained, tmp_path):

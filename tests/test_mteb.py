@@ -84,7 +84,7 @@ def test_mteb_ndcg_on_scifact_is_spladekit_evaluate_ndcg(shared, splade_tiny, tm
     scores = result.task_results[0].scores["test"][0]
     for key, value in (("mteb_ndcg_at_10", scores["ndcg_at_10"]), ("spladekit_nDCG@10", ours["nDCG@10"]),
                        ("mteb_recall_at_100", scores["recall_at_100"]), ("spladekit_R@100", ours["R@100"])):
-        record_property(key, value)  # the numbers compared, in a --junitxml report
+        record_property(key, float(value))  # the numbers compared, in a --junitxml report
     assert abs(scores["ndcg_at_10"] - ours["nDCG@10"]) <= 5e-6 + 1e-12
     assert abs(scores["recall_at_100"] - ours["R@100"]) <= 5e-6 + 1e-12
     predicted = json.loads(next((tmp_path / "mteb").glob("*predictions.json")).read_text())

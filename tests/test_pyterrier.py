@@ -197,9 +197,9 @@ def test_pt_experiment_on_scifact_gives_spladekit_evaluate_numbers(shared, splad
                           names=["bm25", "spladekit"])
     row = table.set_index("name").loc["spladekit"]
     for measure in ("nDCG@10", "R@100"):  # the numbers compared, in a --junitxml report
-        record_property(f"pt_{measure}", row[measure])
-        record_property(f"spladekit_{measure}", metrics[measure])
-    record_property("pt_bm25_nDCG@10", table.set_index("name").loc["bm25", "nDCG@10"])
+        record_property(f"pt_{measure}", float(row[measure]))
+        record_property(f"spladekit_{measure}", float(metrics[measure]))
+    record_property("pt_bm25_nDCG@10", float(table.set_index("name").loc["bm25", "nDCG@10"]))
     assert metrics["num_queries"] == len(topics) == 300
     assert row["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)
     assert row["R@100"] == pytest.approx(metrics["R@100"], abs=1e-12)

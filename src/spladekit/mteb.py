@@ -34,6 +34,8 @@ mteb = require_extra("mteb", "spladekit.mteb", "mteb", "mteb")
 from mteb.models.abs_encoder import AbsEncoder  # noqa: E402
 from mteb.models.model_meta import ModelMeta, ScoringFunction  # noqa: E402
 
+__all__ = ["SpladeMTEB", "beir_task"]
+
 
 class SpladeMTEB(AbsEncoder):
     """A spladekit encoder as an mteb sparse encoder (module docstring).

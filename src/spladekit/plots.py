@@ -29,13 +29,15 @@ def overlaid_histograms(
     title: str = "",
     bins: int = 80,
     log_y: bool = False,
-) -> Path:
+    keep_open: bool = False,
+):
     """Histograms of several value sets on shared bins, overlaid (first series = this model).
 
     Args:
         series: ``{label: values}``; empty series are skipped.
         xlabel: axis label with units, e.g. ``"decoder row norm ‖W_v‖₂"``.
         log_y: logarithmic count axis (for long-tailed logits).
+        keep_open: return ``(figure, axes)`` for the caller to add to and save, instead of the saved path.
 
     Raises:
         ValueError: every series is empty.
@@ -57,7 +59,7 @@ def overlaid_histograms(
     ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return (fig, ax) if keep_open else _save(fig, path)
 
 
 def head_row_norms(norms: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
@@ -65,9 +67,33 @@ def head_row_norms(norms: Mapping[str, Sequence[float]], path: str | Path, title
     return overlaid_histograms(norms, path, "decoder row norm ‖W_v‖₂", title or "MLM-head decoder row norms")
 
 
-def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
-    """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density."""
-    return overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True)
+def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: str = "",
+                marks: Mapping[str, float] | None = None, note: str = "") -> Path:
+    """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density.
+
+    ``marks`` (``{label: value}``, e.g. the p99 and max of all logits, not only of the sample) are drawn
+    as vertical lines, the x axis reaching the largest; where a mark lies beyond the sample's range
+    (the sample cut the tail), the plot says so. ``note`` is written under the title.
+    """
+    import numpy as np
+
+    fig_path = overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True,
+                                   keep_open=bool(marks or note))
+    if not (marks or note):
+        return fig_path
+    fig, ax = fig_path
+    drawn = max(float(np.nanmax(np.asarray(v, dtype=np.float64))) for v in logits.values() if len(v))
+    lines = [note] if note else []
+    for (label, value), style in zip((marks or {}).items(), ("--", ":", "-.")):
+        ax.axvline(value, color="black", ls=style, lw=1, label=f"{label}: {value:.4g}")
+        if value > drawn:
+            lines.append(f"{label} ({value:.4g}) lies beyond the sample's largest ({drawn:.4g}): the sample cuts the tail")
+    low, high = ax.get_xlim()
+    ax.set_xlim(low, max(high, *((marks or {}).values() or [high])) + 0.02 * (high - low))
+    ax.legend(fontsize=8)
+    if lines:  # under the title, above the axes: never over the bars or the legend
+        ax.set_title(ax.get_title() + "\n" + "\n".join(lines), fontsize=8)
+    return _save(fig, path)
 
 
 def _delta_bars(ax, deltas: Mapping[str, float], measure: str, name_a: str, name_b: str, title: str = "",

@@ -48,7 +48,12 @@ from spladekit.errors import DataFormatError, require_extra
 pt = require_extra("pyterrier", "spladekit.pyterrier", "python-terrier", "pyterrier")
 
 QUERY_TOKS = "query_toks"
+"""The column of a query's sparse vector, ``{token: weight}`` (pyt_splade's and pyterrier-pisa's name)."""
 DOC_TOKS = "toks"
+"""The column of a document's sparse vector, ``{token: weight}`` (pyt_splade's and pyterrier-pisa's name)."""
+
+__all__ = ["SpladeKit", "QueryEncoder", "DocEncoder", "Indexer", "Retriever", "TextLoader", "token_names", "rows_to_toks",
+           "toks_to_rows", "QUERY_TOKS", "DOC_TOKS"]
 
 
 class SpladeKit:
@@ -195,6 +200,7 @@ class QueryEncoder(pt.Transformer):
         self.model, self.scale, self.verbose = model, _check_scale(scale), verbose
 
     def transform(self, inp):
+        """``inp`` (a query frame with ``query``) with a ``query_toks`` column added, one dict a row."""
         pt.validate.query_frame(inp, ["query"])
         encoder = _encoder_of(self.model)
         vectors = encoder.encode_queries(inp["query"].tolist(), **({"show_progress": True} if self.verbose else {}))
@@ -215,6 +221,7 @@ class DocEncoder(pt.Transformer):
         self.model, self.text_field, self.scale, self.verbose = model, text_field, _check_scale(scale), verbose
 
     def transform(self, inp):
+        """``inp`` (a frame with ``text_field``) with a ``toks`` column added, one dict a row."""
         pt.validate.columns(inp, includes=[self.text_field])
         encoder = _encoder_of(self.model)
         vectors = encoder.encode_documents(inp[self.text_field].tolist(), **({"show_progress": True} if self.verbose else {}))
@@ -235,9 +242,15 @@ class Indexer(pt.Indexer):
         self.chunk_size, self.verbose = chunk_size, verbose
 
     def index_inputs(self):
+        """The fields :meth:`index` reads from each document: ``docno`` and ``text_field``."""
         return [["docno", self.text_field]]
 
     def index(self, iter_dict):
+        """Encode the documents of ``iter_dict`` into the index folder and return it open (class docstring).
+
+        Raises:
+            DataFormatError: a document without ``docno`` or ``text_field`` (naming its position).
+        """
         from spladekit.index.index import Index
 
         field = self.text_field
@@ -305,6 +318,7 @@ class Retriever(pt.Transformer):
         return encoder.encode_queries(inp["query"].tolist())
 
     def transform(self, inp):
+        """``inp`` (a query frame) searched: its result frame (class docstring)."""
         import pandas as pd
 
         pt.validate.query_frame(inp)
@@ -349,6 +363,7 @@ class TextLoader(pt.Transformer):
         return self._texts
 
     def transform(self, inp):
+        """``inp`` (a frame with ``docno``) with the ``field`` column of each document's text added."""
         pt.validate.columns(inp, includes=["docno"])
         texts = self._lookup()
         missing = next((d for d in inp["docno"] if str(d) not in texts), None)

@@ -32,6 +32,8 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
+"""The ``spladekit`` command (a typer application): each module of :mod:`spladekit.cli` registers its
+commands on it; ``app()`` runs the command line (:func:`spladekit.cli.main` does, for the console script)."""
 
 
 def trust_option():

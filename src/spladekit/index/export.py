@@ -551,18 +551,21 @@ def recorded_model(source: str | Path) -> tuple[str, str | None] | None:
 
 
 def model_vocabulary(model: str | Path, trust_remote_code: bool = False) -> list[str]:
-    """The V token strings of a model's output columns (its tokenizer, V from its config; a model
-    run by its own sentence-transformers modules: its encoder's vocabulary).
+    """The names of a model's output columns: its folded terms when its ``spladekit.json`` folds the
+    vocabulary (:mod:`spladekit.model.folding`), else the V token strings of its tokenizer (V from its
+    config; a model run by its own sentence-transformers modules: its encoder's vocabulary).
 
     Columns the tokenizer does not name (padded vocabularies) are called ``[spladekit:ID]``.
 
     Raises:
         ResolutionError: the model cannot be found.
+        DataFormatError: a saved fold that is malformed.
         UnsupportedModelError: the folder's own code, not trusted (``trust_remote_code``).
     """
     from transformers import AutoConfig, AutoTokenizer
 
     from spladekit.data.resolve import resolve_model
+    from spladekit.model.encoder import saved_fold
     from spladekit.model.folders import read_model_folder
     from spladekit.model.remote_code import CUSTOM_LAYOUT
 
@@ -572,5 +575,8 @@ def model_vocabulary(model: str | Path, trust_remote_code: bool = False) -> list
 
         return list(SpladeEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, device="cpu").vocabulary)
     size = AutoConfig.from_pretrained(folder.mlm_dir, trust_remote_code=trust_remote_code).vocab_size
+    fold = saved_fold(folder.metadata(), folder.root, size)
+    if fold is not None:
+        return list(fold.terms)
     tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir, trust_remote_code=trust_remote_code).convert_ids_to_tokens(list(range(size)))
     return [t if t is not None else f"[spladekit:{j}]" for j, t in enumerate(tokens)]

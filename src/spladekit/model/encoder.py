@@ -23,7 +23,12 @@ as in naver/splade and sentence-transformers' ``SparseEncoder``; a trained SPLAD
 gets every special-token column zeroed the same way.
 
 Pooling and activation (max/sum, relu/log1p_relu) are the model's (``EncoderMetadata.pooling`` /
-``.activation``, :mod:`spladekit.model.pooling`), read from its folder.
+``.activation``, :mod:`spladekit.model.pooling`), read from its folder, as are its head options: a
+cap on each position's expansion (``position_top_k``) and a folded vocabulary (``fold``,
+:mod:`spladekit.model.folding`). With a fold, a vector's columns are the ``V'`` folded terms:
+:attr:`SpladeEncoder.vocab_size` is ``V'``, :attr:`SpladeEncoder.vocabulary` their names (what an
+index built with the encoder stores, what :meth:`SpladeEncoder.decode` shows), and the ``[PAD]`` and
+special-token columns zeroed are their terms (each alone in its own term).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from spladekit.model.inference_free import INFERENCE_FREE, encode_bag, save_query_weights
+from spladekit.model.inference_free import INFERENCE_FREE, encode_bag
 # the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
 from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
 from spladekit.model.splade import SpladeModel
@@ -227,6 +232,20 @@ def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None
     return mlm, tokenizer
 
 
+def saved_fold(meta: EncoderMetadata, location, vocab_size: int):
+    """The :class:`~spladekit.model.folding.VocabularyFold` a model folder's metadata saves (None without one).
+
+    Raises:
+        DataFormatError: a map :meth:`~spladekit.model.folding.VocabularyFold.from_record` refuses
+            (naming ``spladekit.json`` and the field), or one that does not cover the head's ``vocab_size`` columns.
+    """
+    if meta.fold is None:
+        return None
+    from spladekit.model.folding import VocabularyFold
+
+    return VocabularyFold.from_record(meta.fold, Path(str(location)) / METADATA_FILE, vocab_size)
+
+
 class SpladeEncoder:
     """Encode texts into SPLADE sparse vectors.
 
@@ -243,10 +262,14 @@ class SpladeEncoder:
     def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
                  query_weights: torch.Tensor | None = None):
         metadata = metadata or EncoderMetadata()
-        if not isinstance(model, SpladeModel):
-            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation)
+        if not isinstance(model, SpladeModel):  # a bare masked LM: the metadata describes its head
+            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation,
+                                position_top_k=metadata.position_top_k,
+                                fold=saved_fold(metadata, metadata.source or ".", int(model.config.vocab_size)))
         # the model computes, the metadata records: they say the same
         metadata.pooling, metadata.activation = model.pooling, model.activation
+        metadata.position_top_k = model.position_top_k
+        metadata.fold = None if model.fold is None else model.fold.to_record()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -313,7 +336,8 @@ class SpladeEncoder:
         ).items():
             if value is not None:
                 setattr(meta, key, value)
-        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation)
+        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation,
+                            position_top_k=meta.position_top_k, fold=saved_fold(meta, location, int(mlm.config.vocab_size)))
         query_weights = None
         if meta.query_encoder == INFERENCE_FREE:
             query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
@@ -322,6 +346,11 @@ class SpladeEncoder:
 
             raise DataFormatError(Path(location) / METADATA_FILE, f"unknown query_encoder {meta.query_encoder!r}; "
                                   f"expected 'splade' or {INFERENCE_FREE!r}", field="query_encoder")
+        if query_weights is not None and model.fold is not None:
+            from spladekit.errors import UnsupportedModelError
+
+            raise UnsupportedModelError(Path(location) / METADATA_FILE, "a folded vocabulary with an inference-free query "
+                                        "side (its weights are per vocabulary entry, not per term)", field="fold")
         encoder = cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
         # a length above the model's positions (max_seq_length, spladekit.json, an argument) is lowered
         # to them here, with a warning, so that the metadata recorded (index, run config) is what runs
@@ -330,58 +359,21 @@ class SpladeEncoder:
         return encoder
 
     def save_pretrained(self, folder: str | Path, *, config: dict | None = None) -> None:
-        """Save model, tokenizer, ``spladekit.json`` and the sentence-transformers module files into ``folder``.
+        """Write the encoder as a model folder (:func:`spladekit.model.writer.write_model_folder`) into ``folder``.
 
         ``config``: the configuration that made the model (a training run's), saved as ``config.yaml``
         beside it when given. The writes go straight into ``folder``; a caller wanting the folder whole
         or not at all wraps the call in :func:`spladekit.io.atomic_folder`.
-
-        A rescaling record of the MLM head (``config.spladekit_rescale``, see
-        :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
-        The sentence-transformers files (:mod:`spladekit.model.st_modules`: ``SpladePooling`` with this
-        model's pooling and activation; the ``Router`` layout for an inference-free query side) are
-        not written where that library would compute other vectors (special-token columns zeroed,
-        a query side whose size differs from the tokenizer's vocabulary); ``metadata.extra
-        ["sentence_transformers"]`` then says why.
         """
-        from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+        from spladekit.model.writer import write_model_folder
 
-        folder = Path(folder)
-        record = getattr(self.model.mlm.config, "spladekit_rescale", None)
-        if record:
-            self.metadata.extra["rescale"] = record
-        from transformers.utils import logging as hf_logging
-
-        shown = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar: noise inside a training bar
-        try:
-            self.model.mlm.save_pretrained(folder)
-        finally:
-            if shown:
-                hf_logging.enable_progress_bar()
-        self.tokenizer.save_pretrained(folder)
-        meta = self.metadata
-        if meta.zero_special_tokens:
-            meta.extra["sentence_transformers"] = "not written: SpladePooling cannot zero the special-token columns"
-        elif self.query_weights is None:
-            write_sentence_transformers_files(folder, meta.doc_max_length, meta.pooling, meta.activation)
-        elif write_inference_free_sentence_transformers_files(folder, self.tokenizer, self.query_weights,
-                                                              meta.doc_max_length, meta.pooling, meta.activation) is None:
-            meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-        if self.query_weights is not None:
-            save_query_weights(folder, self.query_weights)
-            meta.query_encoder = INFERENCE_FREE
-        meta.save(folder)
-        if config is not None:
-            from spladekit.io import write_yaml
-
-            write_yaml(folder / "config.yaml", config)
+        write_model_folder(folder, self.model, self.tokenizer, self.metadata, self.query_weights, config=config)
 
     # ------------------------------------------------------------------ encoding
     @property
     def vocab_size(self) -> int:
-        """V: number of columns of every vector."""
-        return self.model.vocab_size
+        """Number of columns of every vector: ``V``, or ``V'`` terms with a folded vocabulary."""
+        return self.model.output_size
 
     def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
         """Tokenize with truncation to ``max_length`` and padding to the longest text of the batch."""
@@ -398,11 +390,12 @@ class SpladeEncoder:
         """``[B, V]`` float32 weights on the CPU of one tokenized batch (:meth:`tokenize`'s output)."""
         weights = self.model(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
         weights = weights.float().cpu()
+        vocab = self.model.vocab_size  # token ids are vocabulary columns; their output column is their term's
         pad_id = getattr(self.tokenizer, "pad_token_id", None)
-        if pad_id is not None and 0 <= pad_id < weights.shape[1]:
-            weights[:, pad_id] = 0.0
+        if pad_id is not None and 0 <= pad_id < vocab:
+            weights[:, self.model.output_column(pad_id)] = 0.0
         if self.metadata.zero_special_tokens:
-            special = [j for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < weights.shape[1]]
+            special = [self.model.output_column(j) for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < vocab]
             weights[:, special] = 0.0
         return weights
 
@@ -525,7 +518,10 @@ class SpladeEncoder:
     # ------------------------------------------------------------------ reading vectors
     @property
     def vocabulary(self) -> list[str]:
-        """Token string of each column id (``[spladekit:ID]`` for ids the tokenizer does not name)."""
+        """The name of each column: its term under a folded vocabulary (``metadata.fold``), else the
+        token string of the id (``[spladekit:ID]`` for ids the tokenizer does not name)."""
+        if self._vocab is None and self.metadata.fold is not None:
+            self._vocab = list(self.metadata.fold["terms"])
         if self._vocab is None:
             tokens = self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
             # ids the tokenizer does not name (padded vocabularies, gaps) get a placeholder, as in

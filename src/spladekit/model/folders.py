@@ -172,6 +172,11 @@ class ModelFolder:
                         raise UnsupportedModelError(path, f"says {name} {written!r} but the sentence-transformers "
                                                     f"SpladePooling module says {getattr(self, name)!r}; the two "
                                                     "libraries would compute different vectors", field=name)
+                for name in ("position_top_k", "fold"):  # the writer leaves the module files out for these
+                    if getattr(meta, name) is not None:
+                        raise UnsupportedModelError(path, f"sets {name}, which sentence-transformers' SpladePooling "
+                                                    "(the folder's module files) does not compute; the two libraries "
+                                                    "would compute different vectors", field=name)
                 # spladekit writes max_seq_length = doc_max_length (model.st_modules); sentence-transformers
                 # truncates both sides there, spladekit documents at doc_max_length
                 if self.max_length_file is not None and meta.doc_max_length != self.max_length:

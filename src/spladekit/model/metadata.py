@@ -33,6 +33,10 @@ class EncoderMetadata:
         zero_special_tokens: document (and model-encoded query) vectors get 0 in every special-token
             column (``tokenizer.all_special_ids``), as OpenSearch's doc-only models are used; the
             ``[PAD]`` column is 0 in any case.
+        position_top_k: SPLADE pooling over each token position's ``k`` largest vocabulary entries only
+            (:mod:`spladekit.model.pooling`); None: all of them.
+        fold: the folded vocabulary (``{"rule", "columns", "terms"}``, :mod:`spladekit.model.folding`):
+            vectors have one column per term; None: one per vocabulary entry.
     """
 
     query_max_length: int = 64
@@ -45,6 +49,8 @@ class EncoderMetadata:
     pooling: str = "max"
     activation: str = "relu"
     zero_special_tokens: bool = False
+    position_top_k: int | None = None
+    fold: dict | None = None
 
     @classmethod
     def load(cls, folder: str | Path) -> "EncoderMetadata":
@@ -53,8 +59,9 @@ class EncoderMetadata:
         Raises:
             DataFormatError: not a JSON object, a key that is not a field (:meth:`save` writes exactly
                 the fields; anything else belongs in ``extra``), or a field of the wrong type (lengths
-                integers ≥ 2, top-k null or integers ≥ 1, ``zero_special_tokens`` a boolean, ``extra``
-                an object, the others strings); names the file and the field.
+                integers ≥ 2, top-k and ``position_top_k`` null or integers ≥ 1, ``zero_special_tokens``
+                a boolean, ``extra`` an object, ``fold`` null or an object, the others strings); names
+                the file and the field.
         """
         path = Path(folder) / METADATA_FILE
         if not path.exists():
@@ -88,12 +95,14 @@ def _field_problem(key: str, value) -> str | None:
 
     if key in ("query_max_length", "doc_max_length"):
         return None if integer(2) else "an integer >= 2 (special tokens included)"
-    if key in ("query_top_k", "doc_top_k"):
+    if key in ("query_top_k", "doc_top_k", "position_top_k"):
         return None if value is None or integer(1) else "null or an integer >= 1"
     if key == "zero_special_tokens":
         return None if isinstance(value, bool) else "true or false (a JSON boolean)"
     if key == "extra":
         return None if isinstance(value, dict) else "a JSON object"
+    if key == "fold":  # its content is checked where the model loads (VocabularyFold.from_record, with V)
+        return None if value is None or isinstance(value, dict) else "null or a JSON object"
     return None if isinstance(value, str) else "a string"
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from spladekit.model.heads import MLMHead, find_mlm_head
-from spladekit.model.pooling import check_pooling, plain_splade_head
+from spladekit.model.pooling import check_pooling, check_position_top_k, plain_splade_head
 
 #: ``head(hidden [B, L, H], attention_mask [B, L], weight [V, H], bias [V] | None, *, activation) → [B, V]``
 HeadFn = Callable[..., torch.Tensor]
@@ -37,7 +37,7 @@ def get_head_fn(name: str, pooling: str = "max") -> HeadFn:
     ``"fused"``: the memory-lean heads, :mod:`spladekit.model.fused` (max pooling) and
     :mod:`spladekit.model.fused_sum` (sum pooling).
 
-    Every returned function takes ``(hidden, attention_mask, weight, bias, *, activation)``.
+    Every returned function takes ``(hidden, attention_mask, weight, bias, *, activation, position_top_k)``.
 
     Raises:
         ValueError: unknown name or pooling.
@@ -81,20 +81,30 @@ class SpladeModel(nn.Module):
         pooling: ``"max"`` (SPLADE v2) or ``"sum"`` (SPLADE v1) over positions.
         activation: ``"relu"`` (``log(1 + ReLU(x))``) or ``"log1p_relu"`` (``log(1 + log(1 + ReLU(x)))``),
             see :mod:`spladekit.model.pooling`.
+        position_top_k: pool only each position's ``k`` largest logits (:mod:`spladekit.model.pooling`,
+            both heads); None: all.
+        fold: a :class:`~spladekit.model.folding.VocabularyFold` applied after pooling (its ``V'`` terms
+            become the vector's columns); None: the ``V`` vocabulary columns.
 
     Forward:
         ``input_ids`` ``[B, L]`` (int64), ``attention_mask`` ``[B, L]`` (0/1) →
-        ``[B, V]`` float32 SPLADE weights, e.g. ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t
-        (max pooling, ``"relu"``).
+        ``[B, V]`` float32 SPLADE weights (``[B, V']`` with a fold), e.g.
+        ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t (max pooling, ``"relu"``).
 
     Attributes:
         query_weights: None, or the inference-free query side being trained
             (:class:`spladekit.model.inference_free.QueryTermWeights`; a submodule, so the optimiser,
             checkpoints and the distributed broadcast include it). ``forward`` never uses it.
-        pooling, activation: as given (part of the model's description, saved in ``spladekit.json``).
+        pooling, activation, position_top_k, fold: as given (part of the model's description, saved in
+            ``spladekit.json``).
+
+    Raises:
+        ValueError: an unknown pooling, activation or head, a ``position_top_k`` that is not None or
+            ≥ 1, a fold whose map does not cover the head's ``V`` columns.
     """
 
-    def __init__(self, mlm: nn.Module, head_impl: str | None = None, pooling: str = "max", activation: str = "relu"):
+    def __init__(self, mlm: nn.Module, head_impl: str | None = None, pooling: str = "max", activation: str = "relu",
+                 position_top_k: int | None = None, fold=None):
         super().__init__()
         check_pooling(pooling, activation)
         self.mlm = mlm
@@ -103,6 +113,20 @@ class SpladeModel(nn.Module):
         self.activation = activation
         self.head_impl = head_impl or default_head_impl()
         get_head_fn(self.head_impl, pooling)  # validate early
+        self.configure_head(position_top_k, fold)
+
+    def configure_head(self, position_top_k: int | None, fold) -> None:
+        """Set the head options ``position_top_k`` and ``fold`` (see the class docstring).
+
+        Raises:
+            ValueError: a ``position_top_k`` that is not None or ≥ 1, a fold whose map does not cover
+                the head's ``V`` columns.
+        """
+        check_position_top_k(position_top_k)
+        if fold is not None and len(fold.columns) != self.vocab_size:
+            raise ValueError(f"the vocabulary fold maps {len(fold.columns)} columns but the MLM head has {self.vocab_size}")
+        self.position_top_k = position_top_k
+        self.fold = fold
 
     @property
     def head(self) -> MLMHead:
@@ -111,8 +135,17 @@ class SpladeModel(nn.Module):
 
     @property
     def vocab_size(self) -> int:
-        """V, the number of vocabulary columns."""
+        """V, the number of vocabulary columns (rows of the MLM head's decoder)."""
         return int(self.head.weight.shape[0])
+
+    @property
+    def output_size(self) -> int:
+        """Columns of the vectors :meth:`forward` returns: ``V'`` terms with a fold, else ``V``."""
+        return self.fold.size if self.fold is not None else self.vocab_size
+
+    def output_column(self, column: int) -> int:
+        """The output column of vocabulary column ``column`` (its term under a fold)."""
+        return int(self.fold.columns[column]) if self.fold is not None else int(column)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Transformed hidden states ``[B, L, H']``: backbone then the MLM head's transform."""
@@ -175,5 +208,6 @@ class SpladeModel(nn.Module):
         hidden = head.transform(
             head.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
         )
-        return get_head_fn(self.head_impl, self.pooling)(hidden, attention_mask, head.weight, head.bias,
-                                                         activation=self.activation)
+        weights = get_head_fn(self.head_impl, self.pooling)(hidden, attention_mask, head.weight, head.bias,
+                                                            activation=self.activation, position_top_k=self.position_top_k)
+        return weights if self.fold is None else self.fold.apply(weights, self.pooling)

@@ -208,8 +208,9 @@ def read_records(folder: str | Path, run_dir: str | Path | None = None, diagnosi
 def model_facts(records: FolderRecords) -> dict:
     """What a card states about its model, ``{fact: JSON scalar}`` (facts a folder does not record left
     out): where it was made from, backbone, vocabulary, pooling, activation, max lengths, top-k, an
-    inference-free query side, the head's rescaling, the training step, the selected dev score and the
-    training config (a SHA-256 of it, first 12 digits), the ONNX opset and quantisation. Two folders with
+    inference-free query side, the head's rescaling and shift, its per-position cap and folded
+    vocabulary, the training step, the selected dev score and the training config (a SHA-256 of it,
+    first 12 digits), the ONNX opset and quantisation. Two folders with
     the same facts get the same card (the framework versions and the snippets' path aside); written in
     the card's record line (:mod:`spladekit.publish.card_record`)."""
     import hashlib
@@ -226,7 +227,11 @@ def model_facts(records: FolderRecords) -> dict:
         "query top-k": sk.get("query_top_k"), "document top-k": sk.get("doc_top_k"),
         "inference-free queries": records.inference_free or None,
         "head rescaling factor": (records.rescale or {}).get("total_factor"),
+        "head shift": (records.rescale or {}).get("total_shift") or None,
         "rescaled before training": (training.get("rescale") or {}).get("factor"),
+        "shifted before training": (training.get("rescale") or {}).get("shift") or None,
+        "pooled per position": sk.get("position_top_k"),
+        "folded terms": len(sk["fold"].get("terms") or []) if isinstance(sk.get("fold"), dict) else None,
         "training steps": training.get("steps"),
         "selected": f"{selected.get('metric')} {selected.get('value')} at step {selected.get('step')}" if selected else None,
         "training config": (hashlib.sha256(json.dumps(train_config, sort_keys=True, default=str).encode()).hexdigest()[:12]

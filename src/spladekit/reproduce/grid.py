@@ -129,11 +129,13 @@ def backbone_spec(backbone: BackboneSpec) -> dict:
 
 def init_spec(config: ReproduceConfig, cell: Cell) -> dict:
     """Inputs of the init stage (diagnose, rescale), with the files of the diagnosis texts' dataset."""
-    spec = {
-        "backbone": backbone_spec(cell.backbone),
-        "rescale": cell.treatment.rescale.model_dump(exclude={"force"}) if cell.treatment.rescale else None,
-        "diagnosis": config.diagnosis.model_dump(),
-    }
+    rescale = cell.treatment.rescale
+    if rescale is not None:  # the shift's fields only off their defaults, so grids run before they existed stay valid
+        new = {k for k in ("shift", "activity", "activity_statistic") if getattr(rescale, k) == type(rescale).model_fields[k].default}
+        rescale = rescale.model_dump(exclude={"force"} | new)
+    spec = {"backbone": backbone_spec(cell.backbone), "rescale": rescale, "diagnosis": config.diagnosis.model_dump()}
+    if cell.treatment.head is not None:  # only when set, so grids run before head options existed stay valid
+        spec["head"] = cell.treatment.head.model_dump()
     return _with_files(spec, "files", {"diagnosis.dataset": local_files(config.diagnosis.dataset, "dataset")})
 
 

@@ -33,7 +33,7 @@ import spladekit.train.distributed as D
 from spladekit.train.cached import cached_step, mini_batch_bounds
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch
-from spladekit.train.head_setup import apply_rescale, suppress_pad_column
+from spladekit.train.head_setup import apply_rescale, head_options, suppress_pad_column
 from spladekit.train.losses import info_nce, kl_distillation, margin_mse
 from spladekit.train.monitor import TrainingDivergedError
 from spladekit.train.regularizers import REGULARIZERS
@@ -84,10 +84,12 @@ def load_model(config: TrainConfig, texts=None):
     check_max_lengths(config, mlm.config)
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
-    record = apply_rescale(mlm, config.rescale, tokenizer, texts)
+    model = SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation,
+                        **head_options(config, folder, tokenizer, int(mlm.config.vocab_size)))
+    record = apply_rescale(model, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)
-    return SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation), tokenizer, record
+    return model, tokenizer, record
 
 
 def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:

@@ -18,7 +18,9 @@ ml-cpp passes ``arange(L)``, the positions spladekit's encoder uses.
 Refused by name: ModernBERT (no Elasticsearch tokenization for its tokenizer, and its rotary
 embeddings use ``aten::sin``/``cos``, not allowlisted), a slow tokenizer (no ``tokenizer.json``),
 a vocabulary whose size is not the decoder's V, an inference-free model (``text_expansion`` runs
-the same model on queries).
+the same model on queries), a per-position cap (``position_top_k``: a top-k needs ``aten::topk`` or
+``aten::sort``, neither allowlisted), a folded vocabulary (Elasticsearch names output column ``j``
+by ``vocabulary[j]``, the tokenizer's vocabulary; a folded vector's columns are terms).
 
 Folder::
 
@@ -162,6 +164,12 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     if v.inference_free:
         common.refuse(v, "an inference-free model (text_expansion encodes queries with the same model; "
                       "Elasticsearch has no doc-only form)")
+    if v.position_top_k is not None:
+        common.refuse(v, f"position_top_k={v.position_top_k}: a per-position top-k needs aten::topk or aten::sort, "
+                      "which ml-cpp's allowlist refuses")
+    if v.folded:
+        common.refuse(v, "a folded vocabulary: Elasticsearch names output column j by vocabulary[j], the tokenizer's "
+                      "vocabulary, and a folded vector's columns are terms")
     kind = tokenization_type(encoder, v)
     vocabulary = vocabulary_file(encoder, kind, v)
     max_length = max_length or encoder.metadata.doc_max_length
