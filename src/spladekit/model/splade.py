@@ -153,6 +153,13 @@ class SpladeModel(nn.Module):
         return head.transform(out.last_hidden_state)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """SPLADE vectors of a batch: ``input_ids`` and ``attention_mask`` ``[B, L]`` → ``[B, V]`` float
+        (the pooling, activation, cap and fold of this model; padding positions masked out).
+
+        On the CPU at more than one torch thread, outside training and autograd, the fused head runs
+        short inputs at one thread and longer batches in slices over worker threads
+        (:meth:`_forward_slices`); the values are those of the single-threaded forward.
+        """
         threads = torch.get_num_threads()
         # not with the masked LM in training mode: its dropout in worker threads would draw in a
         # thread-dependent order (and trimmed shapes), so a gradient cache's no-grad pass
