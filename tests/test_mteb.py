@@ -3,15 +3,14 @@ SciFact in mteb's own format, mteb's nDCG@10 is spladekit's own."""
 
 from __future__ import annotations
 
-import gzip
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 mteb = pytest.importorskip("mteb")
 
+from harness_helpers import scifact_part  # noqa: E402
 from spladekit.mteb import SpladeMTEB, beir_task  # noqa: E402
 
 
@@ -51,21 +50,6 @@ def test_beir_task_is_the_folder(tiny_beir):
     assert data["relevant_docs"] == {"q1": {"d1": 1, "d4": 1}, "q2": {"d2": 2}, "q3": {"d3": 1}}
 
 
-def _scifact_part(scifact: Path, out: Path, every: int = 6) -> Path:
-    """A BEIR folder of SciFact's test split: every judged document and each ``every``-th other one
-    (about 1,200 documents, so that the test encodes them in seconds), all 300 judged queries."""
-    qrels = (scifact / "qrels" / "test.tsv").read_text().splitlines()
-    judged = {line.split("\t")[1] for line in qrels[1:]}
-    (out / "qrels").mkdir(parents=True)
-    with gzip.open(scifact / "corpus.jsonl.gz", "rt", encoding="utf-8") as lines, open(out / "corpus.jsonl", "w") as kept:
-        for number, line in enumerate(lines):
-            if json.loads(line)["_id"] in judged or number % every == 0:
-                kept.write(line)
-    (out / "queries.jsonl").write_text((scifact / "queries.jsonl").read_text())
-    (out / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
-    return out
-
-
 @pytest.mark.slow
 def test_mteb_ndcg_on_scifact_is_spladekit_evaluate_ndcg(shared, splade_tiny, tmp_path, record_property):
     """mteb.evaluate(SpladeMTEB, SciFact task) and ``spladekit evaluate`` (:func:`run_evaluation`) on
@@ -75,7 +59,7 @@ def test_mteb_ndcg_on_scifact_is_spladekit_evaluate_ndcg(shared, splade_tiny, tm
     from spladekit.data.trec import read_run
     from spladekit.pipeline import EvalConfig, run_evaluation
 
-    folder = _scifact_part(shared / "data" / "beir" / "scifact", tmp_path / "scifact-part")
+    folder = scifact_part(shared / "data" / "beir" / "scifact", tmp_path / "scifact-part")
     options = dict(doc_max_length=64, head_impl="fused")
     config = EvalConfig(model=str(splade_tiny), data=str(folder), doc_max_length=64)
     ours = run_evaluation(config, tmp_path / "eval", show_progress=False).metrics

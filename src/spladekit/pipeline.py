@@ -6,8 +6,9 @@ This is the only module that strings the stages together; the CLI calls it.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pydantic import Field
 
 from spladekit.data.beir import BeirDataset, load_beir
 from spladekit.data.trec import RUN_TAG, write_run
@@ -17,11 +18,12 @@ from spladekit.index.exact import results_to_run
 from spladekit.index.index import searcher_config
 from spladekit.io import atomic_folder, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
+from spladekit.settings import Settings
 
 
-@dataclass
-class EvalConfig:
-    """What an evaluation run did, saved as ``config.json`` next to its outputs."""
+class EvalConfig(Settings):
+    """What an evaluation run did, saved as ``config.json`` next to its outputs (a settings record:
+    :class:`spladekit.settings.Settings`)."""
 
     model: str
     data: str
@@ -30,7 +32,7 @@ class EvalConfig:
     batch_size: int = 32
     query_max_length: int | None = None
     doc_max_length: int | None = None
-    measures: list[str] = field(default_factory=lambda: list(DEFAULT_MEASURES))
+    measures: list[str] = Field(default_factory=lambda: list(DEFAULT_MEASURES))
     conventions: str | None = None  # evaluation preset; None: chosen from the dataset name
     backend: str = "exact"  # retrieval backend of the index (exact or seismic)
     index: str | None = None  # keep the index folder here (None: a temporary folder, removed)
@@ -129,7 +131,7 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
                              conventions=conventions or config.conventions, searcher=searcher_config(config.backend),
                              index=config.index, name=RUN_TAG)  # the run's tag, as `spladekit search` writes it
-    saved = asdict(config)
+    saved = config.model_dump()
     saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
                  pooling=encoder.metadata.pooling, activation=encoder.metadata.activation,
                  conventions=result.metrics["conventions"])  # what was used, not just what was asked

@@ -7,14 +7,28 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail, trust_option
+from spladekit.cli.app import app, fail, options_error, trust_option
+
+
+def _record(cls, **values):
+    """``cls(**values)``: a settings record of the command's options.
+
+    Raises:
+        ValueError: a value the record refuses (a non-finite number), naming its option.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        raise options_error(exc) from None
 
 
 def _text_source(texts: Optional[Path], data: Optional[str], n_queries: int, n_docs: int, seed: int):
     """The sample text of ``--texts`` / ``--data`` as a ``TextSource`` (sizes kept only with ``--data``)."""
     from spladekit.model.calibrate.run import TextSource
 
-    return TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
+    return _record(TextSource, texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
 
 
 @app.command()
@@ -37,16 +51,10 @@ def diagnose(
     from spladekit.errors import SpladekitError
     from spladekit.model.calibrate.run import DiagnoseConfig, run_diagnose
 
-    config = DiagnoseConfig(
-        model=model,
-        source=_text_source(texts, data, n_queries, n_docs, seed),
-        reference=reference,
-        max_length=max_length,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-        trust_remote_code=trust_remote_code,
-    )
     try:
+        config = _record(DiagnoseConfig, model=model, source=_text_source(texts, data, n_queries, n_docs, seed),
+                         reference=reference, max_length=max_length, max_tokens=max_tokens, batch_size=batch_size,
+                         trust_remote_code=trust_remote_code)
         diagnosis = run_diagnose(config, out, progress=lambda line: typer.echo(line, err=True))
     except (SpladekitError, ValueError) as exc:
         fail(exc)
@@ -91,28 +99,32 @@ def rescale(
     from spladekit.errors import SpladekitError
     from spladekit.model.calibrate.run import RescaleConfig, run_rescale
 
-    source = _text_source(texts, data, n_queries, n_docs, seed) if texts or data else None
-    config = RescaleConfig(
-        model=model,
-        factor=factor,
-        match_norm=match_norm,
-        target_logit=target_logit,
-        joint=joint,
-        reference=reference,
-        statistic=statistic,
-        shift=shift,
-        target_activity=target_activity,
-        activity_statistic=activity_statistic,
-        position_top_k=position_top_k,
-        fold_vocabulary=True if fold_vocabulary else None,  # not given: the start model's
-        scale_bias=scale_bias,
-        force=force,
-        source=source,
-        max_length=max_length,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-        trust_remote_code=trust_remote_code,
-    )
+    try:
+        source = _text_source(texts, data, n_queries, n_docs, seed) if texts or data else None
+        config = _record(
+            RescaleConfig,
+            model=model,
+            factor=factor,
+            match_norm=match_norm,
+            target_logit=target_logit,
+            joint=joint,
+            reference=reference,
+            statistic=statistic,
+            shift=shift,
+            target_activity=target_activity,
+            activity_statistic=activity_statistic,
+            position_top_k=position_top_k,
+            fold_vocabulary=True if fold_vocabulary else None,  # not given: the start model's
+            scale_bias=scale_bias,
+            force=force,
+            source=source,
+            max_length=max_length,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            trust_remote_code=trust_remote_code,
+        )
+    except ValueError as exc:
+        fail(exc)
     from spladekit.cli.inference_free import MODEL_MARKERS
     from spladekit.errors import OutputPathError
     from spladekit.io import check_output_folder, staged_files

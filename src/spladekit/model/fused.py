@@ -135,12 +135,10 @@ def _cpu_chunk(tokens: int, vocab: int, element_bytes: int) -> int:
     """Vocabulary columns per CPU product ``[n, H] @ [H, Vc]`` (``n`` real tokens of one row or group of rows).
 
     The ``[n, Vc]`` logits of one product are read again at once by the max; keeping them within
-    :data:`CHUNK_BUDGET_BYTES` (1 MiB, half of this Xeon's 2 MiB L2 per core) keeps that read in
-    cache. Measured with splade-tiny's shapes (H = 128, one thread): n = 256 tokens, 1024 columns
-    ran at 80 GFLOP/s, 4096 at 74, the whole vocabulary at 64; n = 14 (a query), the whole
-    vocabulary in one product (what this rule gives: short inputs get the plain head's single
-    product, without its masked copy) at 52 GFLOP/s, 512 columns at 34. At least 32 columns, a
-    multiple of 32.
+    :data:`CHUNK_BUDGET_BYTES` (1 MiB, half of a 2 MiB per-core L2 cache) keeps that read in cache.
+    Short inputs (a query) get the whole vocabulary in one product (the plain head's single product,
+    without its masked copy), which ran faster than chunks of it. At least 32 columns, a multiple of
+    32. The speeds behind the rule: ``benchmarks/runs/2026-12-07-source-notes.md``.
     """
     cols = CHUNK_BUDGET_BYTES["cpu"] // max(1, tokens * element_bytes)
     cols = max(32, (cols // 32) * 32)
@@ -155,14 +153,10 @@ def _row_groups(rows: list[int], counts: list[int], limit: int = GROUP_TOKENS) -
     """Consecutive ``rows`` in groups of at most ``limit`` real tokens (a longer row alone).
 
     A group's tokens, contiguous in the packed ``[N, H]`` matrix, share one product per vocabulary
-    chunk, so short rows (queries) do not each read the whole ``[V, H]`` decoder weight. Measured
-    with splade-tiny (H = 128, V = 30,522), the 300 SciFact test queries, one thread, AMD EPYC with
-    AVX2, 2 December 2026 (``benchmarks/query_encoding.py``, whose "row by row" case sets
-    :data:`GROUP_TOKENS` to 1): whole ``encode_queries`` calls took 3.87 ms per query in batches of
-    8 and 3.77 in batches of 32, against 7.32 and 7.09 row by row (10.4 ms for a query alone). Past
-    ~256 tokens a product is already large enough (head alone, same machine: 2.1 ms per query in a
-    product of 16 queries, ~255 tokens, 2.2 ms in one of 32, ~517), so longer rows stay alone, as
-    before. The grouping depends on the rows' token counts only (never on the thread count), so each row's products are the same
+    chunk, so short rows (queries) do not each read the whole ``[V, H]`` decoder weight
+    (``benchmarks/query_encoding.py``'s "row by row" case sets :data:`GROUP_TOKENS` to 1; its figures:
+    ``benchmarks/runs/2026-12-02-serve.md``, run 6). Past ~256 tokens a product is already large
+    enough, so longer rows stay alone (``benchmarks/runs/2026-12-07-source-notes.md``). The grouping depends on the rows' token counts only (never on the thread count), so each row's products are the same
     whatever ``threads``.
     """
     groups: list[list[int]] = []

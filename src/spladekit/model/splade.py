@@ -24,9 +24,8 @@ HeadFn = Callable[..., torch.Tensor]
 SLICE_ROWS = 4
 #: CPU inference inputs of at most this many positions (batch × length: a query or two) run on the
 #: calling thread at one torch thread. Their products are too small to gain from a second thread, and
-#: waking one costs more than they do: on the project's 2-vCPU KVM machine a 64×128 by 128×128
-#: product took 24 µs at one thread and 4–8 ms at two (torch's OpenMP team, default wait policy),
-#: and a batch-1 SciFact query 5.0 ms at one thread against 9.2 ms handed to a worker (issue 22).
+#: waking one (torch's OpenMP team, default wait policy) costs more than they do
+#: (``benchmarks/runs/2026-12-02-encode-cpu.md``, ``SHORT_TOKENS``).
 SHORT_TOKENS = 64
 
 
@@ -154,6 +153,13 @@ class SpladeModel(nn.Module):
         return head.transform(out.last_hidden_state)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """SPLADE vectors of a batch: ``input_ids`` and ``attention_mask`` ``[B, L]`` → ``[B, V]`` float
+        (the pooling, activation, cap and fold of this model; padding positions masked out).
+
+        On the CPU at more than one torch thread, outside training and autograd, the fused head runs
+        short inputs at one thread and longer batches in slices over worker threads
+        (:meth:`_forward_slices`); the values are those of the single-threaded forward.
+        """
         threads = torch.get_num_threads()
         # not with the masked LM in training mode: its dropout in worker threads would draw in a
         # thread-dependent order (and trimmed shapes), so a gradient cache's no-grad pass
@@ -177,8 +183,8 @@ class SpladeModel(nn.Module):
         its remaining slices to the others), and single-threaded worker threads
         (:func:`spladekit.model.cpu_pool.run_units`) each run the whole forward (backbone, transform,
         fused head) on one slice at a time: one wait per batch instead of one barrier per operation
-        of torch's intra-op parallelism (issue 22: measured faster at 2 threads than the intra-op
-        body plus a head split over threads). Each slice drops the trailing columns where all of its
+        of torch's intra-op parallelism (faster at 2 threads than the intra-op body plus a head split
+        over threads: ``benchmarks/runs/2026-12-02-encode-cpu.md``). Each slice drops the trailing columns where all of its
         rows are padding (their keys are masked out of attention; real tokens keep their positions),
         so short texts are not computed at the batch's longest length.
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from spladekit.model.inference_free import INFERENCE_FREE
+
 
 def apply_rescale(model, rescale, tokenizer=None, texts=None) -> dict | None:
     """Rescale (and shift) the MLM head at initialisation (:meth:`RescaleSpec.apply
@@ -42,7 +44,7 @@ def head_options(config, folder, tokenizer, vocab_size: int) -> dict:
         DataFormatError: the start model's saved fold is malformed.
     """
     options = config.head.resolve(folder.metadata(), tokenizer, vocab_size, folder.root)
-    if options["fold"] is not None and config.model.query_encoder == "inference-free":
+    if options["fold"] is not None and config.model.query_encoder == INFERENCE_FREE:
         raise ValueError("model.query_encoder inference-free with a folded vocabulary (head.fold_vocabulary, or the "
                          "start model's): the query weights are per vocabulary entry, the vectors per folded term")
     return options

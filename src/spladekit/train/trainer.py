@@ -475,12 +475,18 @@ def train(config: TrainConfig, out: str | Path, *, examples: Sequence[TrainingEx
         ValueError: a dev set from a test split.
         RunChangedError: ``out`` holds a run of other settings or inputs (left as it is).
 
-    Example::
+    Example (a config from YAML: ``train(load_config("configs/demo.yaml"), "outputs/demo-train")``)::
 
-        from spladekit.train import load_config, train
-
-        result = train(load_config("configs/demo.yaml"), "outputs/demo-train")
-        print(result.summary())
+        >>> import tempfile
+        >>> from spladekit.train import TrainConfig, train
+        >>> from spladekit.train.examples import TrainingExample
+        >>> config = TrainConfig.model_validate({"model": {"path": "rasyosef/splade-tiny", "query_max_length": 16,
+        ...                                                "doc_max_length": 32}, "steps": 1, "batch_size": 2})
+        >>> examples = [TrainingExample(f"q{i}", "what do proteins do", [(f"p{i}", "proteins do the work of cells")],
+        ...                             [(f"n{i}", "the moon orbits the earth")]) for i in range(2)]
+        >>> result = train(config, tempfile.mkdtemp(), examples=examples, show_progress=False)
+        >>> result.steps, (result.model_dir / "spladekit.json").exists()
+        (1, True)
     """
     trainer = Trainer(config, out, examples=examples, callbacks=default_callbacks(config, show_progress, callbacks),
                       stop_after=stop_after, show_progress=show_progress)

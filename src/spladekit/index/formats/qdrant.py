@@ -75,7 +75,7 @@ def read_points(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VE
     divided by ``scale`` (the ``export.json`` scale of an IDF-modifier export; 1: floats as written).
 
     Raises:
-        DataFormatError: invalid JSON, missing fields, mismatched lengths, or an index ≥ V.
+        DataFormatError: a line that is not valid JSON, missing fields, mismatched lengths, or an index ≥ V.
     """
     return collect_rows(point_rows(path, vocab_size, vector_name, scale), vocab_size)
 

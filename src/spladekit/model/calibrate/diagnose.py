@@ -76,7 +76,9 @@ class HeadStats:
     """Weights of the MLM head (no text needed).
 
     Attributes:
-        family, vocab_size (V), hidden_size (H', decoder input width).
+        family: the model family (``bert``, ``modernbert``, ...; :func:`~spladekit.model.heads.find_mlm_head`).
+        vocab_size: V, the decoder's rows.
+        hidden_size: H', the decoder's input width.
         tied: the decoder weight shares storage with the input embeddings.
         frobenius: ``‖W‖_F``.
         row_norm: statistics of ``‖W_v‖₂`` over the V rows (mean, std, min, median, p99, max).
@@ -481,6 +483,17 @@ def diagnose_mlm_head(
     Raises:
         HeadNotFoundError: unsupported model.
         ValueError: text given without a tokenizer, or a non-positive reference number.
+
+    Example::
+
+        >>> from spladekit import SpladeEncoder, diagnose_mlm_head
+        >>> encoder = SpladeEncoder.from_pretrained("rasyosef/splade-tiny")
+        >>> diagnosis = diagnose_mlm_head(encoder.model, encoder.tokenizer, queries=["what do proteins do"],
+        ...                               documents=["proteins do most of the work in cells"])
+        >>> diagnosis.head.vocab_size, diagnosis.head.hidden_size
+        (30522, 128)
+        >>> round(diagnosis.scale_ratio, 2)  # its mean decoder-row norm ÷ the built-in reference's (splade-tiny)
+        1.0
     """
     say = progress or (lambda line: None)
     mlm = unwrap(model)

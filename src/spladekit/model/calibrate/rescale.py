@@ -66,6 +66,7 @@ from spladekit.model.calibrate.stats import (
 from spladekit.model.heads import MLMHead, find_mlm_head
 
 MODES = ("factor", "match_norm", "target_logit", "joint")
+"""The factor modes of :func:`rescale_mlm_head` (its ``mode``; None: no factor, a shift alone)."""
 #: calibrated_factor scans F over [10^-GRID_DECADES, 10^GRID_DECADES] with GRID_STEPS points per decade.
 GRID_DECADES, GRID_STEPS = 4, 8
 RECORD_KEY = "spladekit_rescale"
@@ -367,9 +368,12 @@ def rescale_mlm_head(
         scale_bias: scale the decoder bias by ``F`` as well.
         reference: for ``match_norm``: a number (reference mean row norm), a model, or a model path/id;
             for ``joint``: a model path/id or ``(model, tokenizer)`` whose std and activity are the targets.
-        target, statistic: for ``target_logit``: the logit statistic and the value it should reach;
-            for ``joint``: the ``std`` to reach (``statistic`` must be ``std`` or left as it is).
-        tokenizer, texts: sample text for ``target_logit``, ``joint`` and ``activity``.
+        target: for ``target_logit``: the value ``statistic`` of the logits should reach; for ``joint``:
+            the ``std`` to reach.
+        statistic: for ``target_logit``: the logit statistic (``mean``, ``std``, ``max`` or a percentile
+            such as ``p99``); for ``joint`` it must be ``std`` or left as it is.
+        tokenizer: the model's tokenizer, for the sample text of ``target_logit``, ``joint`` and ``activity``.
+        texts: that sample text.
         force: rescale a model that was already rescaled; the factors compound and are recorded.
         calibration: extra keyword arguments for the calibrations (``max_length``, ``max_tokens``,
             ``batch_size``, ``seed``).
@@ -388,6 +392,18 @@ def rescale_mlm_head(
         AlreadyRescaledError: the model carries a rescaling record and ``force`` is False.
         CalibrationError: ``target_logit``, ``joint`` or ``activity`` cannot reach the target.
         HeadNotFoundError: unsupported model family.
+
+    Example::
+
+        >>> import torch
+        >>> from spladekit import SpladeEncoder, rescale_mlm_head
+        >>> from spladekit.model.heads import find_mlm_head
+        >>> encoder = SpladeEncoder.from_pretrained("rasyosef/splade-tiny")
+        >>> before = find_mlm_head(encoder.model.mlm).weight.detach().clone()
+        >>> rescale_mlm_head(encoder.model, mode="factor", factor=0.5)
+        0.5
+        >>> torch.equal(find_mlm_head(encoder.model.mlm).weight.detach(), before * 0.5)  # halving is exact in float32
+        True
     """
     mlm = unwrap(model)
     head = find_mlm_head(mlm)

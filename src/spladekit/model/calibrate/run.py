@@ -1,22 +1,24 @@
 """Folder-to-folder runs of diagnosis and rescaling, with typed configs saved next to the outputs.
 
 The CLI (``spladekit diagnose`` / ``spladekit rescale``) is a thin layer over :func:`run_diagnose`
-and :func:`run_rescale`.
+and :func:`run_rescale`. The configs are settings records (:class:`spladekit.settings.Settings`):
+unknown keys, non-finite numbers and booleans for numbers are refused when one is made.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from pydantic import model_validator
 
 from spladekit.model.calibrate.diagnose import Diagnosis, diagnose_mlm_head
 from spladekit.model.calibrate.rescale import rescale_record
 from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec
+from spladekit.settings import Settings
 
 
-@dataclass
-class TextSource:
+class TextSource(Settings):
     """Where sample text comes from: a file with one text per line, or a BEIR folder (sampled).
 
     Attributes:
@@ -32,12 +34,15 @@ class TextSource:
     n_docs: int | None = None
     seed: int = 0
 
-    def __post_init__(self):
-        if self.data:
-            self.n_queries = 64 if self.n_queries is None else self.n_queries
-            self.n_docs = 64 if self.n_docs is None else self.n_docs
-        else:
-            self.n_queries = self.n_docs = None
+    @model_validator(mode="before")
+    @classmethod
+    def _sample_sizes(cls, values):
+        """64 queries and 64 documents by default with ``data``; no sizes without it."""
+        if isinstance(values, dict):
+            values = dict(values)
+            for key in ("n_queries", "n_docs"):
+                values[key] = (64 if values.get(key) is None else values[key]) if values.get("data") else None
+        return values
 
     def load(self) -> tuple[list[str], list[str]] | None:
         """``(queries_or_texts, documents)`` (documents empty for a text file), or None without a source.
@@ -61,8 +66,7 @@ class TextSource:
         return None
 
 
-@dataclass
-class DiagnoseConfig:
+class DiagnoseConfig(Settings):
     """Settings of :func:`run_diagnose` (saved as ``config.json`` in the output folder).
 
     Attributes:
@@ -79,8 +83,7 @@ class DiagnoseConfig:
     trust_remote_code: bool = False  # run the model folders' own code (spladekit.model.remote_code)
 
 
-@dataclass
-class RescaleConfig:
+class RescaleConfig(Settings):
     """Settings of :func:`run_rescale` (saved as ``rescale_config.json`` next to the model).
 
     At most one factor mode: ``factor``, ``match_norm`` (model or number), ``target_logit`` or
@@ -89,6 +92,10 @@ class RescaleConfig:
     number, or a model whose activity on the same text is the target, by ``activity_statistic``).
     ``statistic`` and ``source`` serve the calibrations; ``position_top_k`` and ``fold_vocabulary``
     are the head options recorded with the model (:class:`~spladekit.model.calibrate.spec.HeadSpec`).
+
+    Raises:
+        ValueError (pydantic's ``ValidationError``): an unknown field, a non-finite number, a boolean
+            for a number (the rules of :class:`~spladekit.settings.Settings`), naming the field.
     """
 
     model: str
@@ -220,7 +227,7 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path, progress=None) -> Diag
         reference = measure(reference)
     diagnosis = measure(config.model, reference)
     say(f"writing {out}: diagnosis.json, diagnosis.txt, row_norms.png" + (", logits.png" if diagnosis.logits else ""))
-    write_json(out / "config.json", asdict(config))
+    write_json(out / "config.json", config.model_dump())
     _write_diagnosis(diagnosis, reference, out)
     return diagnosis
 
@@ -297,5 +304,5 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> dict:
         step = rescale_record(encoder.model)["history"][-1]
         applied = {"mode": step["mode"], "factor": factor, "shift": step.get("shift", 0.0)}
     encoder.save_pretrained(out)  # the one writer: the record into extra.rescale, the head options
-    write_json(Path(out) / "rescale_config.json", asdict(config))
+    write_json(Path(out) / "rescale_config.json", config.model_dump())
     return applied

@@ -84,7 +84,10 @@ class RescaleSpec(Settings):
         """The keyword arguments of :func:`rescale_mlm_head` for this spec.
 
         Args:
-            tokenizer, texts, calibration: sample text for the calibrations (ignored otherwise).
+            tokenizer: the model's tokenizer, for the calibrations' sample text (ignored otherwise).
+            texts: the sample text of the calibrations (ignored otherwise).
+            calibration: the calibrations' keyword arguments (``max_length``, ``max_tokens``,
+                ``batch_size``, ``seed``; ignored otherwise).
             force: overrides ``self.force`` when not None.
 
         Raises:

@@ -1,7 +1,7 @@
 """Anserini / Pyserini ONNX query encoders (``io.anserini.encoder.sparse.*``): an ONNX graph from one
 query's ids to its active terms, and the WordPiece vocabulary, under the names an encoder class reads.
 
-Contract (issue 33's table; read from the classes in Anserini 0.25.0's fat jar, ``javap -c``):
+Contract (read from the classes in Anserini 0.25.0's fat jar, ``javap -c``):
 ``SpladePlusPlusEnsembleDistilEncoder`` tokenizes with DJL's ``BertFullTokenizer`` (lower-casing
 WordPiece over ``splade-pp-ed-vocab.txt``), prepends ``[CLS]``, appends ``[SEP]``, truncates at
 512 ids, feeds ``input_ids``, ``token_type_ids`` (zeros), ``attention_mask`` (ones) ``[1, L]``

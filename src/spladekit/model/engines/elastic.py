@@ -1,13 +1,13 @@
 """Elasticsearch (eland → ml-cpp ``pytorch_inference``, ``text_expansion`` task): TorchScript whose
 output is already the SPLADE vector.
 
-Contract (issue 33's table; eland 9.2 ``transformers.py``, ml-cpp ``Main.cc``): ml-cpp calls the
+Contract (eland 9.2 ``transformers.py``, ml-cpp ``Main.cc``): ml-cpp calls the
 module once per sequence with ``[1, L]`` int64 tensors, as many as the tokenization type has
 arguments: ``bert`` (WordPiece) 4 (``input_ids, attention_mask, token_type_ids, position_ids``),
 ``roberta`` / ``xlm_roberta`` 2 (``input_ids, attention_mask``); it takes element 0 of a tuple
 output, and Elasticsearch's text-expansion processor reads ``result[0][0]``, the entries ``> 0``,
 as ``{token: weight}`` (tokens with ``.`` renamed ``__``). eland's own tracer traces the bare
-masked LM, so ``result[0][0]`` is the raw logits of position 0 (eland#827): this writer puts the
+masked LM, so ``result[0][0]`` is the raw logits of position 0 (elastic/eland#827): this writer puts the
 SPLADE pooling inside, so the output is ``[B, 1, V]`` and ``result[0][0]`` is the vector.
 
 Pooling and backbone are traced with SDPA attention (``aten::scaled_dot_product_attention`` is on

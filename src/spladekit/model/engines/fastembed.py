@@ -1,7 +1,7 @@
 """fastembed ``SparseTextEmbedding`` (its SPLADE++ class, ``SpladePP``): an ONNX graph of MLM logits
 ``[B, L, V]`` that fastembed pools itself.
 
-Contract (issue 33's table; fastembed 0.9 ``sparse/splade_pp.py`` and ``common/preprocessor_utils.py``):
+Contract (fastembed 0.9 ``sparse/splade_pp.py`` and ``common/preprocessor_utils.py``):
 fastembed feeds ``input_ids`` and ``attention_mask`` (and zero ``token_type_ids`` only if the graph
 has that input: this one does not), takes the first output ``y [B, L, V]`` and computes
 ``w = max_t (log(1 + max(y, 0)) · mask_t)``; it tokenizes with ``tokenizer.json``, truncating at

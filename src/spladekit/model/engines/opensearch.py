@@ -1,7 +1,7 @@
 """OpenSearch ML Commons (DJL, ``SPARSE_ENCODING``): a zip of TorchScript + ``tokenizer.json`` and the
 register JSON; doc-only models also get the ``SPARSE_TOKENIZE`` query side.
 
-Contract (issue 33's table; opensearch-py-ml 1.3 ``SparseEncodingModel``/``NeuralSparseModel``):
+Contract (opensearch-py-ml 1.3 ``SparseEncodingModel``/``NeuralSparseModel``):
 DJL calls the module with one dict ``{"input_ids": [B, L], "attention_mask": [B, L]}`` (int64) and
 reads ``{"output": [B, V]}``, whose non-zeros it decodes per token (or as ``TOKEN_ID``). The model
 pools; it is traced with eager attention, as opensearch-py-ml does (``_attn_implementation="eager"``).
@@ -103,7 +103,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
                       "vector's columns are terms")
     max_length = max_length or encoder.metadata.doc_max_length
     name = name or Path(str(encoder.metadata.source or "spladekit-model")).name
-    model = common.cpu_model(encoder, attention="eager")  # DJL has no SDPA (issue 33's table)
+    model = common.cpu_model(encoder, attention="eager")  # DJL has no SDPA
     module = OpenSearchSplade(model, ts.SpladePooling(v.pooling, v.activation, v.keep(), v.position_top_k)).eval()
     sample = common.sample_batch(encoder)
     traced = ts.trace(module, ({"input_ids": sample["input_ids"].long(),
