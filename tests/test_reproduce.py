@@ -101,8 +101,9 @@ def test_shipped_configs_validate():
     assert [d.name for d in paper.evaluation.out_of_domain] and len(paper.evaluation.out_of_domain) == 13
     local = load_reproduce_config(ROOT / "configs" / "reproduce-local.yaml")
     ids = [c.id for c in plan_grid(local)]
-    assert ids[:4] == ["tiny--none--s0", "tiny--none--s1", "tiny--none--s2", "tiny-uniform--none--s0"]
-    assert len(ids) == len(set(ids)) == 3 * (1 + 2 + 4 + 4 + 4)  # 3 seeds; treatments of 4 backbones + 4 extra sweep points
+    assert ids[:4] == ["tiny--none--s0", "tiny--none--s1", "tiny--none--s2", "tiny--cap12--s0"]
+    # 3 seeds; treatments of 4 backbones (tiny: none, cap12; uniform: 4; per-row and LayerNorm gain: 6) + 4 extra sweep points
+    assert len(ids) == len(set(ids)) == 3 * (2 + 4 + 6 + 6 + 4)
 
 
 def _write(tmp_path: Path, data: dict) -> Path:
