@@ -33,6 +33,10 @@ class EncoderMetadata:
         zero_special_tokens: document (and model-encoded query) vectors get 0 in every special-token
             column (``tokenizer.all_special_ids``), as OpenSearch's doc-only models are used; the
             ``[PAD]`` column is 0 in any case.
+        query_pruning: a pruning rule applied to every query vector after ``query_top_k``
+            (:class:`spladekit.model.pruning.PruningRule` as its record ``{"kind", "value"}``; None: none).
+            A rule (or its ``KIND=VALUE`` text) given to the constructor is stored as its record.
+        doc_pruning: the same for document vectors (after ``doc_top_k``).
     """
 
     query_max_length: int = 64
@@ -45,6 +49,13 @@ class EncoderMetadata:
     pooling: str = "max"
     activation: str = "relu"
     zero_special_tokens: bool = False
+    query_pruning: dict | None = None
+    doc_pruning: dict | None = None
+
+    def __post_init__(self) -> None:
+        from spladekit.model.pruning import record_of
+
+        self.query_pruning, self.doc_pruning = record_of(self.query_pruning), record_of(self.doc_pruning)
 
     @classmethod
     def load(cls, folder: str | Path) -> "EncoderMetadata":
@@ -54,7 +65,8 @@ class EncoderMetadata:
             DataFormatError: not a JSON object, a key that is not a field (:meth:`save` writes exactly
                 the fields; anything else belongs in ``extra``), or a field of the wrong type (lengths
                 integers ≥ 2, top-k null or integers ≥ 1, ``zero_special_tokens`` a boolean, ``extra``
-                an object, the others strings); names the file and the field.
+                an object, the pruning rules null or a valid rule, the others strings); names the file
+                and the field.
         """
         path = Path(folder) / METADATA_FILE
         if not path.exists():
@@ -94,6 +106,10 @@ def _field_problem(key: str, value) -> str | None:
         return None if isinstance(value, bool) else "true or false (a JSON boolean)"
     if key == "extra":
         return None if isinstance(value, dict) else "a JSON object"
+    if key in ("query_pruning", "doc_pruning"):
+        from spladekit.model.pruning import record_problem
+
+        return record_problem(value)
     return None if isinstance(value, str) else "a string"
 
 
