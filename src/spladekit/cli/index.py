@@ -29,6 +29,10 @@ def index_command(
     batch_size: int = typer.Option(32),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's saved value (spladekit.json) or 256"),
     doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
+    doc_pruning: Optional[str] = typer.Option(None, help="prune every document vector (after --doc-top-k): top_k=K, "
+                                              "mass=ALPHA (fewest heaviest terms holding that share of the L1 mass), "
+                                              "max_ratio=R (weights >= R x the largest), threshold=T (weights >= T); "
+                                              "ties: lower term id first; default: the model's saved rule"),
     head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
     chunk_size: int = typer.Option(10_000, help="documents per chunk (memory bound; a killed run resumes at the first unfinished chunk)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
@@ -42,7 +46,8 @@ def index_command(
 
     try:
         config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
-                             doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size)  # options checked here
+                             doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size,
+                             doc_pruning=doc_pruning)  # options checked here
         check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--model": model, "--data": data})
         budget = None if memory_budget is None else parse_size(memory_budget)
         written = build_index(config, show_progress=True, memory_budget=budget)
@@ -112,7 +117,8 @@ def search(
         write_run(result.run, out)
         settings = result.settings.record()
         settings.update(queries=str(queries or f"{data}:{split}"), num_queries=len(topics), model=model or searched.metadata.get("model"),
-                        query_max_length=q.metadata.query_max_length, query_top_k=q.metadata.query_top_k)
+                        query_max_length=q.metadata.query_max_length, query_top_k=q.metadata.query_top_k,
+                        query_pruning=q.metadata.query_pruning)
         write_json(Path(str(out) + ".config.json"), settings)
         write_json(Path(str(out) + ".latency.json"), asdict(result.latency))
         if recall_k:
@@ -263,7 +269,8 @@ def import_command(
             meta = load_metadata(like)
             if vocabulary is None:
                 raise typer.BadParameter(f"{like} has no vocab.json")
-            meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k") if k in meta}
+            meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k",
+                                         "query_pruning", "doc_pruning") if k in meta}
         elif model is not None:
             vocabulary, meta = model_vocabulary(model), {"model": model}
         else:  # the model export.json names, when it names one

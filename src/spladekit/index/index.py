@@ -312,6 +312,7 @@ class Index:
             settings.model = self.metadata.get("model") if encoder is None else (getattr(meta, "source", None) or None)
             settings.query_max_length = getattr(meta, "query_max_length", None)
             settings.query_top_k = getattr(meta, "query_top_k", None)
+            settings.query_pruning = getattr(meta, "query_pruning", None)
         if len(ids) != vectors.shape[0]:
             raise ValueError(f"{len(ids)} query ids for {vectors.shape[0]} queries")
         if vectors.shape[1] != self.docs.shape[1]:
@@ -469,7 +470,8 @@ class ShardedIndex:
         hits = [sorted(h, key=lambda pair: (-pair[1], pair[0]))[:k] for h in merged]
         settings = result.settings.model_copy(update=dict(
             index=[str(s.folder) for s in self.shards], index_hash=[s.metadata.get("content_hash") for s in self.shards],
-            num_docs=len(self), model=settings.model, query_max_length=settings.query_max_length, query_top_k=settings.query_top_k))
+            num_docs=len(self), model=settings.model, query_max_length=settings.query_max_length, query_top_k=settings.query_top_k,
+            query_pruning=settings.query_pruning))
         return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors, seconds,
                             built=built)
 

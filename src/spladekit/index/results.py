@@ -29,7 +29,8 @@ class SearchSettings(BaseModel):
             (:meth:`spladekit.index.searcher.Searcher.record`) are fields of this record.
         tie_rule: :data:`TIE_RULE`.
         index, index_hash, num_docs: the index searched (filled by :meth:`Index.search`).
-        model, query_max_length, query_top_k: how queries were encoded (text queries).
+        model, query_max_length, query_top_k, query_pruning: how queries were encoded (text queries;
+            ``query_pruning`` the record of a :class:`spladekit.model.pruning.PruningRule`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -46,6 +47,7 @@ class SearchSettings(BaseModel):
     model: str | None = None
     query_max_length: int | None = None
     query_top_k: int | None = None
+    query_pruning: dict | None = None
 
     def record(self) -> dict:
         """The settings as a JSON-ready dict."""

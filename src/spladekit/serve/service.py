@@ -102,7 +102,8 @@ class Service:
         if self.encoder is not None:
             m = self.encoder.metadata
             encoder = {"kind": self.encoder_kind, "model": self.config.model or meta.get("model"),
-                       "query_max_length": m.query_max_length, "query_top_k": m.query_top_k}
+                       "query_max_length": m.query_max_length, "query_top_k": m.query_top_k,
+                       "query_pruning": getattr(m, "query_pruning", None)}
         return {"server": {"name": "spladekit", "version": __version__, "settings": settings},
                 "index": {"num_docs": self.num_docs, "vocab_size": self.vocab_size, "model": meta.get("model"),
                           "query_max_length": meta.get("query_max_length"), "doc_max_length": meta.get("doc_max_length"),
