@@ -303,3 +303,19 @@ def test_a_hostile_index_json_rule_is_refused_naming_the_field(tmp_path):
     with pytest.raises(DataFormatError, match="query_pruning") as info:
         check_query_settings({"query_pruning": {"kind": "top_k", "value": -3}}, tmp_path / "index.json")
     assert "index.json" in str(info.value)
+
+
+def test_an_onnx_export_carries_the_rules_and_its_encoder_applies_them(tiny_bert_dir, tmp_path):
+    pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install 'spladekit[onnx]')")
+    from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
+
+    encoder = SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain", device="cpu", doc_pruning="top_k=4",
+                                            query_pruning="threshold=0.5")
+    folder = export_onnx(encoder, tmp_path / "x")
+    onnx = OnnxSpladeEncoder.from_pretrained(folder)
+    assert (onnx.metadata.query_pruning, onnx.metadata.doc_pruning) == (encoder.metadata.query_pruning, encoder.metadata.doc_pruning)
+    docs = onnx.encode_documents(TEXTS)
+    assert docs.getnnz(axis=1).max() == 4
+    assert (docs != prune(docs, "top_k=4")).nnz == 0 and (onnx.encode_queries(TEXTS).data >= 0.5).all()
+    again = OnnxSpladeEncoder.from_pretrained(folder, doc_pruning="mass=0.3")  # an argument replaces the folder's
+    assert again.metadata.doc_pruning == {"kind": "mass", "value": 0.3}
