@@ -268,7 +268,7 @@ def test_top_k_equals_sentence_transformers_max_active_dims(st_folder):
 
 # ----------------------------------------------------------------------------------- index
 def test_index_config_refuses_a_bad_rule_naming_the_option():
-    from spladekit.index.shard import IndexConfig
+    from spladekit.index.builder import IndexConfig
 
     with pytest.raises(ValueError, match="--doc-pruning: pruning rule 'mass=2'"):
         IndexConfig(model="m", data="d", out="o", doc_pruning="mass=2")
@@ -277,7 +277,7 @@ def test_index_config_refuses_a_bad_rule_naming_the_option():
 def test_index_records_the_rules_and_encodes_queries_with_them(tiny_bert_dir, tiny_beir, tmp_path, plain):
     from spladekit import load_beir
     from spladekit.index.index import Index
-    from spladekit.index.shard import IndexConfig, build_index
+    from spladekit.index.builder import IndexConfig, build_index
 
     model = tmp_path / "model"
     SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain", device="cpu", query_pruning="top_k=3").save_pretrained(model)
