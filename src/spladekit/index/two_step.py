@@ -1,0 +1,164 @@
+"""Two-step search: a pruned copy of the index answers first, and its top ``c`` candidates are
+rescored with the full vectors (Two-step SPLADE, Lassance et al., ECIR 2024, arXiv 2404.13357;
+OpenSearch's two-phase search processor does the same with a pruned query).
+
+1. **First step**: each query, optionally pruned by a rule of its own (``first_query``), is searched
+   exactly (:func:`spladekit.index.exact.search_postings`, MaxScore where it pays) over the index's
+   pruned copy (``INDEX/pruned/``, :mod:`spladekit.index.pruned_store`: every document pruned by the
+   rule ``first``); its top ``max(c, k)`` documents by the pruned dot product are the candidates
+   (ties at the cut by the tie rule).
+2. **Rescoring**: each candidate's score is the full query's dot product with its full vector, from
+   the index's own posting lists (:func:`spladekit.index.maxscore.rescore`: the float32 products
+   ``q_j · d_j`` added in ascending term order, the very sum exact search makes), and the top ``k``
+   follow the tie rule (score descending, then document id).
+
+So the result is exact search restricted to the candidates, with exact's scores: whenever the
+candidates hold every document of exact search's top ``k`` (for instance when ``c`` reaches the number
+of documents with a nonzero first-step score and every document with a nonzero score keeps one of the
+query's terms in the pruned copy) it equals exact search, scores included. A document whose every
+shared term the rule dropped, or that ranks below ``c`` in the first step, can be missed: the recall
+against exact search is the measure of a rule and a ``c`` (``benchmarks/two_step.py``).
+
+Example::
+
+    >>> import numpy as np, scipy.sparse as sp, tempfile
+    >>> from spladekit.index.index import Index
+    >>> docs = sp.csr_matrix(np.array([[3, 1, 0], [0, 2, 5], [1, 0, 1]], dtype=np.float32))
+    >>> index = Index.from_vectors(tempfile.mkdtemp() + "/i", docs, ["a", "b", "c"])
+    >>> query = sp.csr_matrix(np.array([[1, 1, 1]], dtype=np.float32))
+    >>> index.search(query, k=2, searcher=TwoStepConfig(first="top_k=1", candidates=2)).hits
+    [[('b', 7.0), ('a', 4.0)]]
+"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import Field, field_validator
+
+from spladekit.index.exact import check_finite, search_postings
+from spladekit.index.layout import DEFAULT_BUDGET
+from spladekit.index.maxscore import BlockMaxima, rescore
+from spladekit.index.pruned_store import PrunedCopy
+from spladekit.index.searcher import Rows, Searcher, SearcherConfig
+from spladekit.index.writer import MIN_BUDGET
+
+DEFAULT_FIRST = "top_k=32"
+"""The documents' rule of a pruned copy built when none is asked and none is stored: chosen from the
+measurement of ``benchmarks/two_step.py`` (``benchmarks/RESULTS.md``)."""
+
+DEFAULT_CANDIDATES = 1000
+"""Candidates rescored per query (at least ``k`` are): chosen from the same measurement."""
+
+
+class TwoStepSearcher(Searcher):
+    """Two-step search (module docstring) over an index's pruned copy and its full posting lists.
+
+    Args:
+        copy: the index's :class:`~spladekit.index.pruned_store.PrunedCopy` (the first step's postings).
+        postings: the index's full ``[V, D]`` posting matrix (the rescoring's).
+        candidates: documents rescored per query (``max(candidates, k)``).
+        first_query: the record of the rule pruning each query for the first step (None: the whole query).
+        maxima: the copy's :class:`~spladekit.index.maxscore.BlockMaxima` (MaxScore in the first step).
+    """
+
+    def __init__(self, copy: PrunedCopy, postings: sp.csr_matrix, candidates: int, first_query: dict | None = None,
+                 maxima: BlockMaxima | None = None):
+        self.copy, self.postings, self.candidates, self.first_query, self.maxima = copy, postings, candidates, first_query, maxima
+        self.built = copy.built
+
+    def search_rows(self, queries, k, tie_rank=None, timings=None) -> Rows:
+        from spladekit.model.pruning import prune
+
+        if queries.shape[1] != self.postings.shape[0]:
+            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.postings.shape[0]}")
+        queries = sp.csr_matrix(queries, dtype=np.float32, copy=True)
+        queries.sum_duplicates()  # canonical: terms ascending, the order the rescoring adds them in
+        check_finite(queries, "query")
+        first = prune(queries, self.first_query) if self.first_query is not None else queries
+        spent: list[float] = []
+        found = search_postings(first, self.copy.postings, max(self.candidates, k), tie_rank, spent, maxima=self.maxima)
+        out = []
+        for i, hits in enumerate(found):
+            began = time.perf_counter()
+            out.append(self._rescored(queries, i, [row for row, _ in hits], k, tie_rank))
+            if timings is not None:
+                timings.append(spent[i] + time.perf_counter() - began)
+        return out
+
+    def _rescored(self, queries: sp.csr_matrix, i: int, candidates: list[int], k: int, tie_rank) -> tuple[np.ndarray, list[float]]:
+        """The top ``k`` of query ``i``'s candidate rows by their full scores (tie rule)."""
+        if not candidates:
+            return np.zeros(0, np.int64), []
+        rows = np.sort(np.asarray(candidates, np.int64))
+        lo, hi = queries.indptr[i], queries.indptr[i + 1]
+        scores = rescore(self.postings, rows, queries.indices[lo:hi], queries.data[lo:hi])
+        positive = scores > 0
+        rows, scores = rows[positive], scores[positive]
+        ties = rows if tie_rank is None else np.asarray(tie_rank)[rows]
+        order = np.lexsort((ties, -scores))[:k]
+        return rows[order], [float(s) for s in scores[order]]
+
+    def record(self) -> dict:
+        return {"two_step": {"first": self.copy.rule, "first_query": self.first_query, "candidates": self.candidates,
+                             "pruned_hash": self.copy.record.get("postings_hash")}}
+
+
+class TwoStepConfig(SearcherConfig):
+    """Two-step search (:class:`TwoStepSearcher`) over the pruned copy stored in the index folder
+    (built and stored on first use, like the Seismic index).
+
+    Attributes:
+        first: the documents' pruning rule of the copy, ``KIND=VALUE`` (:mod:`spladekit.model.pruning`;
+            a rule or its record are taken too); None: the stored copy as it is, else :data:`DEFAULT_FIRST`.
+            A copy of another rule is rebuilt and stored in its place.
+        candidates: documents rescored per query (at least ``k`` are).
+        first_query: a rule pruning each query for the first step only (None: the whole query);
+            the rescoring always takes the whole query.
+        memory_budget: bytes of working memory of building the copy (the index writer's).
+
+    Raises:
+        ValueError (pydantic's ``ValidationError``): a rule that is not valid, ``candidates`` < 1.
+    """
+
+    name: ClassVar[str] = "two_step"
+    searcher: ClassVar[type[Searcher]] = TwoStepSearcher
+
+    first: str | None = None
+    candidates: int = Field(DEFAULT_CANDIDATES, ge=1)
+    first_query: str | None = None
+    memory_budget: int = Field(DEFAULT_BUDGET, ge=MIN_BUDGET)
+
+    @field_validator("first", "first_query", mode="before")
+    @classmethod
+    def _rule(cls, value):
+        from spladekit.model.pruning import of_record
+
+        return None if value is None else str(of_record(value))
+
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _integer(cls, value):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"candidates must be an integer ≥ 1, got {value!r}")
+        return int(value)
+
+    def check(self, index) -> None:
+        """Refuse a stored copy whose ``pruned.json`` cannot be read, before any query is encoded.
+
+        Raises:
+            DataFormatError: naming the file.
+        """
+        from spladekit.index.pruned_store import stored_rule
+
+        stored_rule(index.folder)
+
+    def open(self, index) -> TwoStepSearcher:
+        """The stored copy (:meth:`Index.pruned`, built there when missing or of another rule)."""
+        from spladekit.model.pruning import record_of
+
+        copy = index.pruned(self.first, self.memory_budget, default=DEFAULT_FIRST)
+        return TwoStepSearcher(copy, index.postings, self.candidates, record_of(self.first_query), copy.block_maxima())
