@@ -37,14 +37,13 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
 from spladekit.index.exact import check_finite, search_postings
 from spladekit.index.layout import DEFAULT_BUDGET
 from spladekit.index.maxscore import BlockMaxima, rescore
 from spladekit.index.pruned_store import PrunedCopy
 from spladekit.index.searcher import Rows, Searcher, SearcherConfig
-from spladekit.index.writer import MIN_BUDGET
 
 DEFAULT_FIRST = "top_k=32"
 """The documents' rule of a pruned copy built when none is asked and none is stored: chosen from the
@@ -128,23 +127,33 @@ class TwoStepConfig(SearcherConfig):
     searcher: ClassVar[type[Searcher]] = TwoStepSearcher
 
     first: str | None = None
-    candidates: int = Field(DEFAULT_CANDIDATES, ge=1)
+    candidates: int = DEFAULT_CANDIDATES
     first_query: str | None = None
-    memory_budget: int = Field(DEFAULT_BUDGET, ge=MIN_BUDGET)
+    memory_budget: int = DEFAULT_BUDGET
 
     @field_validator("first", "first_query", mode="before")
     @classmethod
-    def _rule(cls, value):
+    def _rule(cls, value, info):
         from spladekit.model.pruning import of_record
 
-        return None if value is None else str(of_record(value))
+        try:
+            return None if value is None else str(of_record(value))
+        except ValueError as exc:
+            raise ValueError(f"{info.field_name}: {exc}") from None
 
     @field_validator("candidates", mode="before")
     @classmethod
     def _integer(cls, value):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"candidates must be an integer ≥ 1, got {value!r}")
         return int(value)
+
+    @field_validator("memory_budget", mode="before")
+    @classmethod
+    def _budget(cls, value):
+        from spladekit.index.writer import check_budget
+
+        return check_budget(value)
 
     def check(self, index) -> None:
         """Refuse a stored copy whose ``pruned.json`` cannot be read, before any query is encoded.
