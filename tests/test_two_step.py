@@ -302,3 +302,29 @@ def test_altered_arrays_are_refused_naming_the_file(stored):
     with pytest.raises(DataFormatError, match="postings_hash") as info:
         _open_two_step(index.folder, verify=True)
     assert info.value.path == folder / "pruned.json"
+
+
+# ----------------------------------------------------------------------------------- serve
+def test_serve_offers_two_step_only_with_a_stored_copy(tmp_path):
+    """The service in this process over an index of vectors (no query model): without a stored copy
+    two-step search is refused with the reason, never built; with one it answers as Index.search."""
+    from pydantic import ValidationError
+
+    from spladekit.serve.config import ServeConfig
+    from spladekit.serve.service import Service
+
+    docs, queries, ids = corpus(6)
+    index = Index.from_vectors(tmp_path / "i", docs, ids)
+    service = Service(ServeConfig(index=str(index.folder)), threads=1)
+    assert "two_step" not in service.backends and "pruned copy stored" in service.info()["unavailable_backends"]["two_step"]
+    vector = {"indices": queries[0].indices.tolist(), "values": queries[0].data.tolist()}
+    with pytest.raises(ValidationError, match="backend 'two_step' is not available on this server"):
+        service.request_model.model_validate({"vector": vector, "backend": "two_step"})
+    assert not (index.folder / "pruned").exists()
+    index.pruned("top_k=3")
+    service = Service(ServeConfig(index=str(index.folder)), threads=1)
+    assert service.backends[-1] == "two_step" and "two_step" not in service.info()["unavailable_backends"]
+    request = service.request_model.model_validate({"vector": vector, "backend": "two_step", "k": 7, "two_step": {"candidates": 9}})
+    answer = service.run_batch([request])[0]
+    want = index.search(queries[0], k=7, searcher=TwoStepConfig(candidates=9)).hits[0]
+    assert [(h["id"], h["score"]) for h in answer["results"][0]["hits"]] == want
