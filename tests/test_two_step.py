@@ -147,6 +147,25 @@ def test_ties_follow_the_document_ids(tmp_path):
     assert any(len({s for _, s in hits}) < len(hits) for hits in got)
 
 
+def test_rescoring_adds_in_term_order_as_exact_search():
+    # by hand: document 0 shares terms 4 and 7 with the query, document 1 term 4 only; float32 in term order
+    from spladekit.index.two_step import rescore_rows
+
+    docs = sp.csr_matrix((np.array([0.1, 0.3, 0.7, 2.0], np.float32), np.array([1, 4, 7, 4]), [0, 3, 4]), shape=(2, 8))
+    want0 = np.float32(np.float32(0.3) * np.float32(1.5)) + np.float32(np.float32(0.7) * np.float32(0.9))
+    got = rescore_rows(docs, np.array([0, 1]), np.array([4, 7]), np.array([1.5, 0.9], np.float32))
+    assert got.tolist() == [float(want0), float(np.float32(2.0) * np.float32(1.5))]
+    # against the posting-list rescoring of exact search's pruned kernel, on float weights: the same bits
+    from spladekit.index.maxscore import rescore
+
+    docs, queries, _ = corpus(9, integer=False)
+    postings = docs.T.tocsr()
+    rows = np.sort(np.random.default_rng(0).choice(docs.shape[0], 200, replace=False))
+    for q in queries:
+        assert rescore_rows(docs, rows, q.indices, q.data).tobytes() == rescore(postings, rows, q.indices, q.data).tobytes()
+    assert rescore_rows(docs, np.zeros(0, np.int64), q.indices, q.data).size == 0
+
+
 # ----------------------------------------------------------------------------------- the stored copy
 def test_the_copy_is_stored_reopened_and_replaced_by_another_rule(tmp_path):
     docs, queries, ids = corpus(2)

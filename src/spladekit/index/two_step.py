@@ -7,9 +7,9 @@ OpenSearch's two-phase search processor does the same with a pruned query).
    pruned copy (``INDEX/pruned/``, :mod:`spladekit.index.pruned_store`: every document pruned by the
    rule ``first``); its top ``max(c, k)`` documents by the pruned dot product are the candidates
    (ties at the cut by the tie rule).
-2. **Rescoring**: each candidate's score is the full query's dot product with its full vector, from
-   the index's own posting lists (:func:`spladekit.index.maxscore.rescore`: the float32 products
-   ``q_j · d_j`` added in ascending term order, the very sum exact search makes), and the top ``k``
+2. **Rescoring**: each candidate's score is the full query's dot product with its full vector, read
+   from the index's document rows (:func:`rescore_rows`: the float32 products ``q_j · d_j`` added
+   one after the other in ascending term order, the very sum exact search makes), and the top ``k``
    follow the tie rule (score descending, then document id).
 
 So the result is exact search restricted to the candidates, with exact's scores: whenever the
@@ -41,7 +41,7 @@ from pydantic import field_validator
 
 from spladekit.index.exact import check_finite, search_postings
 from spladekit.index.layout import DEFAULT_BUDGET
-from spladekit.index.maxscore import BlockMaxima, rescore
+from spladekit.index.maxscore import BlockMaxima
 from spladekit.index.pruned_store import PrunedCopy
 from spladekit.index.searcher import Rows, Searcher, SearcherConfig
 
@@ -53,27 +53,65 @@ DEFAULT_CANDIDATES = 1000
 """Candidates rescored per query (at least ``k`` are): chosen from the same measurement."""
 
 
+def rescore_rows(docs: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The float32 dot products of one query with the document ``rows`` of ``docs``, each the sum exact
+    search makes (:func:`spladekit.index.exact.search_postings`): the float32 products
+    ``d_j · q_j`` of the terms the two share, added one after the other in ascending term order
+    (each product and each sum rounded on its own; a document's shared terms are taken rank by
+    rank, so the additions of one rank run over all documents at once).
+
+    Args:
+        docs: ``[D, V]`` canonical CSR document vectors (columns ascending in each row).
+        rows: ``[n]`` document rows.
+        terms, weights: the query's terms (ascending, none repeated) and float32 weights.
+
+    Returns:
+        ``[n]`` float32 scores.
+
+    Cost: the candidates' entries read once (``Σ`` their lengths), and one pass per rank of a shared
+    term (at most the query's length).
+    """
+    dense = np.zeros(docs.shape[1], np.float32)
+    dense[terms] = weights
+    indptr = np.asarray(docs.indptr)
+    starts, lengths = indptr[rows].astype(np.int64), (indptr[rows + 1] - indptr[rows]).astype(np.int64)
+    positions = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+    shared = dense[np.asarray(docs.indices)[positions]]
+    hit = np.flatnonzero(shared != 0)
+    products = np.asarray(docs.data)[positions[hit]] * shared[hit]  # float32 × float32: float32
+    owner = np.repeat(np.arange(rows.size), lengths)[hit]  # ascending, and within a document by term
+    counts = np.bincount(owner, minlength=rows.size)
+    rank = np.arange(hit.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    scores = np.zeros(rows.size, np.float32)
+    order = np.argsort(rank, kind="stable")
+    edges = np.concatenate([[0], np.cumsum(np.bincount(rank))]) if hit.size else np.zeros(1, np.int64)
+    for r in range(edges.size - 1):  # the r-th shared term of every document, each document once
+        take = order[edges[r] : edges[r + 1]]
+        scores[owner[take]] += products[take]
+    return scores
+
+
 class TwoStepSearcher(Searcher):
     """Two-step search (module docstring) over an index's pruned copy and its full posting lists.
 
     Args:
         copy: the index's :class:`~spladekit.index.pruned_store.PrunedCopy` (the first step's postings).
-        postings: the index's full ``[V, D]`` posting matrix (the rescoring's).
+        docs: the index's ``[D, V]`` document vectors (the rescoring's).
         candidates: documents rescored per query (``max(candidates, k)``).
         first_query: the record of the rule pruning each query for the first step (None: the whole query).
         maxima: the copy's :class:`~spladekit.index.maxscore.BlockMaxima` (MaxScore in the first step).
     """
 
-    def __init__(self, copy: PrunedCopy, postings: sp.csr_matrix, candidates: int, first_query: dict | None = None,
+    def __init__(self, copy: PrunedCopy, docs: sp.csr_matrix, candidates: int, first_query: dict | None = None,
                  maxima: BlockMaxima | None = None):
-        self.copy, self.postings, self.candidates, self.first_query, self.maxima = copy, postings, candidates, first_query, maxima
+        self.copy, self.docs, self.candidates, self.first_query, self.maxima = copy, docs, candidates, first_query, maxima
         self.built = copy.built
 
     def search_rows(self, queries, k, tie_rank=None, timings=None) -> Rows:
         from spladekit.model.pruning import prune
 
-        if queries.shape[1] != self.postings.shape[0]:
-            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.postings.shape[0]}")
+        if queries.shape[1] != self.docs.shape[1]:
+            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.docs.shape[1]}")
         queries = sp.csr_matrix(queries, dtype=np.float32, copy=True)
         queries.sum_duplicates()  # canonical: terms ascending, the order the rescoring adds them in
         check_finite(queries, "query")
@@ -94,7 +132,7 @@ class TwoStepSearcher(Searcher):
             return np.zeros(0, np.int64), []
         rows = np.sort(np.asarray(candidates, np.int64))
         lo, hi = queries.indptr[i], queries.indptr[i + 1]
-        scores = rescore(self.postings, rows, queries.indices[lo:hi], queries.data[lo:hi])
+        scores = rescore_rows(self.docs, rows, queries.indices[lo:hi], queries.data[lo:hi])
         positive = scores > 0
         rows, scores = rows[positive], scores[positive]
         ties = rows if tie_rank is None else np.asarray(tie_rank)[rows]
@@ -170,4 +208,4 @@ class TwoStepConfig(SearcherConfig):
         from spladekit.model.pruning import record_of
 
         copy = index.pruned(self.first, self.memory_budget, default=DEFAULT_FIRST)
-        return TwoStepSearcher(copy, index.postings, self.candidates, record_of(self.first_query), copy.block_maxima())
+        return TwoStepSearcher(copy, index.docs, self.candidates, record_of(self.first_query), copy.block_maxima())
