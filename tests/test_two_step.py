@@ -2,8 +2,9 @@
 
 Two-step's scores are compared with exact search's with ``==``: the rescoring adds the same float32
 products ``q_j · d_j`` in the same (ascending term) order as exact search's kernels, each product and
-each sum rounded on its own (``spladekit.index.maxscore.rescore``, as in tests/test_maxscore.py), so a
-candidate's score is exact's float32 value. The candidates themselves are checked against a first
+each sum rounded on its own (``rescore_rows``: scipy's compiled CSR product, as exact search's kernels
+are compiled loops of scipy; the same argument as tests/test_maxscore.py's), so a candidate's score is
+exact's float32 value. The candidates themselves are checked against a first
 step computed here by hand: the pruned documents (``prune``, tested by hand in tests/test_pruning.py)
 times the query in float64, a document a candidate when its product is > 0.
 """
@@ -79,7 +80,7 @@ def exact_over(docs: sp.csr_matrix, rows: np.ndarray, query: sp.csr_matrix, k: i
 
 @pytest.fixture(params=["short-lists", "term-at-a-time"])
 def kernels(request, monkeypatch):
-    """Both kernels of exact search (and MaxScore) on these small corpora."""
+    """Both kernels of exact search, the reference (MaxScore included), on these small corpora."""
     if request.param == "term-at-a-time":
         monkeypatch.setattr(exact, "TAAT_FROM", 0)
         monkeypatch.setattr(exact, "PRUNE_FROM", 0)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +44,6 @@ import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
 from spladekit.index.layout import DEFAULT_BUDGET, PARTS
-from spladekit.index.maxscore import BlockMaxima
 from spladekit.io import read_json
 
 log = logging.getLogger(__name__)
@@ -75,13 +74,6 @@ class PrunedCopy:
     postings: sp.csr_matrix
     record: dict
     built: str | None = None
-    _maxima: BlockMaxima | None = field(default=None, repr=False)
-
-    def block_maxima(self) -> BlockMaxima:
-        """The copy's block maxima (MaxScore in the first step; kept here: they fill as terms are queried)."""
-        if self._maxima is None:
-            self._maxima = BlockMaxima(self.postings)
-        return self._maxima
 
 
 # ----------------------------------------------------------------------------------- open or build

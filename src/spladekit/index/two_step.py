@@ -2,11 +2,11 @@
 rescored with the full vectors (Two-step SPLADE, Lassance et al., ECIR 2024, arXiv 2404.13357;
 OpenSearch's two-phase search processor does the same with a pruned query).
 
-1. **First step**: each query, optionally pruned by a rule of its own (``first_query``), is searched
-   exactly (:func:`spladekit.index.exact.search_postings`, MaxScore where it pays) over the index's
-   pruned copy (``INDEX/pruned/``, :mod:`spladekit.index.pruned_store`: every document pruned by the
-   rule ``first``); its top ``max(c, k)`` documents by the pruned dot product are the candidates
-   (ties at the cut by the tie rule).
+1. **First step**: each query, optionally pruned by a rule of its own (``first_query``), is scored
+   term at a time over the index's pruned copy (``INDEX/pruned/``, :mod:`spladekit.index.pruned_store`:
+   every document pruned by the rule ``first``; :func:`spladekit.index.exact.term_at_a_time`, exact
+   search's long-list kernel); its top ``max(c, k)`` documents by the pruned dot product are the
+   candidates (ties at the cut by the tie rule).
 2. **Rescoring**: each candidate's score is the full query's dot product with its full vector, read
    from the index's document rows (:func:`rescore_rows`: the float32 products ``q_j · d_j`` added
    one after the other in ascending term order, the very sum exact search makes), and the top ``k``
@@ -39,9 +39,8 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import field_validator
 
-from spladekit.index.exact import check_finite, search_postings
+from spladekit.index.exact import check_finite, check_k, term_at_a_time, top_k_arrays
 from spladekit.index.layout import DEFAULT_BUDGET
-from spladekit.index.maxscore import BlockMaxima
 from spladekit.index.pruned_store import PrunedCopy
 from spladekit.index.searcher import Rows, Searcher, SearcherConfig
 
@@ -77,19 +76,19 @@ def rescore_rows(docs: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weigh
 
 
 class TwoStepSearcher(Searcher):
-    """Two-step search (module docstring) over an index's pruned copy and its full posting lists.
+    """Two-step search (module docstring) over an index's pruned copy and its document vectors.
 
     Args:
         copy: the index's :class:`~spladekit.index.pruned_store.PrunedCopy` (the first step's postings).
         docs: the index's ``[D, V]`` document vectors (the rescoring's).
         candidates: documents rescored per query (``max(candidates, k)``).
         first_query: the record of the rule pruning each query for the first step (None: the whole query).
-        maxima: the copy's :class:`~spladekit.index.maxscore.BlockMaxima` (MaxScore in the first step).
+
+    Memory: one ``[D]`` float32 score row per call, reused query after query.
     """
 
-    def __init__(self, copy: PrunedCopy, docs: sp.csr_matrix, candidates: int, first_query: dict | None = None,
-                 maxima: BlockMaxima | None = None):
-        self.copy, self.docs, self.candidates, self.first_query, self.maxima = copy, docs, candidates, first_query, maxima
+    def __init__(self, copy: PrunedCopy, docs: sp.csr_matrix, candidates: int, first_query: dict | None = None):
+        self.copy, self.docs, self.candidates, self.first_query = copy, docs, candidates, first_query
         self.built = copy.built
 
     def search_rows(self, queries, k, tie_rank=None, timings=None) -> Rows:
@@ -97,32 +96,36 @@ class TwoStepSearcher(Searcher):
 
         if queries.shape[1] != self.docs.shape[1]:
             raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.docs.shape[1]}")
+        k = check_k(k)
         queries = sp.csr_matrix(queries, dtype=np.float32, copy=True)
-        queries.sum_duplicates()  # canonical: terms ascending, the order the rescoring adds them in
+        queries.sum_duplicates()  # canonical: terms ascending, the order both steps add them in
         check_finite(queries, "query")
         first = prune(queries, self.first_query) if self.first_query is not None else queries
-        spent: list[float] = []
-        found = search_postings(first, self.copy.postings, max(self.candidates, k), tie_rank, spent, maxima=self.maxima)
+        row = np.empty(self.docs.shape[0], np.float32)
         out = []
-        for i, hits in enumerate(found):
+        for i in range(queries.shape[0]):
             began = time.perf_counter()
-            out.append(self._rescored(queries, i, [row for row, _ in hits], k, tie_rank))
+            row.fill(0)
+            lo, hi = first.indptr[i], first.indptr[i + 1]
+            term_at_a_time(row, self.copy.postings, first.indices[lo:hi], first.data[lo:hi])
+            candidates, _ = top_k_arrays(row, max(self.candidates, k), tie_rank)
+            out.append(self._rescored(queries, i, candidates, k, tie_rank))
             if timings is not None:
-                timings.append(spent[i] + time.perf_counter() - began)
+                timings.append(time.perf_counter() - began)
         return out
 
-    def _rescored(self, queries: sp.csr_matrix, i: int, candidates: list[int], k: int, tie_rank) -> tuple[np.ndarray, list[float]]:
+    def _rescored(self, queries: sp.csr_matrix, i: int, candidates: np.ndarray, k: int, tie_rank) -> tuple[np.ndarray, list[float]]:
         """The top ``k`` of query ``i``'s candidate rows by their full scores (tie rule)."""
-        if not candidates:
+        if not candidates.size:
             return np.zeros(0, np.int64), []
-        rows = np.sort(np.asarray(candidates, np.int64))
+        rows = np.sort(candidates)
         lo, hi = queries.indptr[i], queries.indptr[i + 1]
         scores = rescore_rows(self.docs, rows, queries.indices[lo:hi], queries.data[lo:hi])
         positive = scores > 0
         rows, scores = rows[positive], scores[positive]
         ties = rows if tie_rank is None else np.asarray(tie_rank)[rows]
         order = np.lexsort((ties, -scores))[:k]
-        return rows[order], [float(s) for s in scores[order]]
+        return rows[order], scores[order].tolist()
 
     def record(self) -> dict:
         return {"two_step": {"first": self.copy.rule, "first_query": self.first_query, "candidates": self.candidates,
@@ -193,4 +196,4 @@ class TwoStepConfig(SearcherConfig):
         from spladekit.model.pruning import record_of
 
         copy = index.pruned(self.first, self.memory_budget, default=DEFAULT_FIRST)
-        return TwoStepSearcher(copy, index.docs, self.candidates, record_of(self.first_query), copy.block_maxima())
+        return TwoStepSearcher(copy, index.docs, self.candidates, record_of(self.first_query))
