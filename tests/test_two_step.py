@@ -324,6 +324,19 @@ def test_altered_arrays_are_refused_naming_the_file(stored):
     assert info.value.path == folder / "pruned.json"
 
 
+def test_damaged_document_offsets_are_refused_not_read(stored):
+    # a row offset beyond the entries (the last offset intact, so the folder opens unverified): the
+    # rescoring's compiled gather checks no bound, so the offsets are checked before it runs
+    index, docs, queries, _ = stored
+    path = index.folder / "docs.indptr.npy"
+    indptr = np.load(path)
+    indptr[1 : len(indptr) - 1] = indptr[-1] + 1000
+    np.save(path, indptr)
+    damaged = Index.open(index.folder)
+    with pytest.raises(ValueError, match="docs.indptr.npy is damaged"):
+        damaged.search(queries, k=5, searcher=TwoStepConfig(candidates=docs.shape[0]))
+
+
 # ----------------------------------------------------------------------------------- serve
 def test_serve_offers_two_step_only_with_a_stored_copy(tmp_path):
     """The service in this process over an index of vectors (no query model): without a stored copy

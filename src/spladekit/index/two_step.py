@@ -38,6 +38,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 from pydantic import field_validator
+from scipy.sparse._sparsetools import csr_matvec, csr_row_index  # see rescore_rows
 
 from spladekit.index.exact import check_finite, check_k, term_at_a_time, top_k_arrays
 from spladekit.index.layout import DEFAULT_BUDGET
@@ -57,22 +58,41 @@ def rescore_rows(docs: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weigh
     search makes (:func:`spladekit.index.exact.search_postings`): the float32 products ``d_j · q_j``
     added one after the other in ascending term order, each product and each sum rounded on its own.
 
-    The rows are gathered by scipy's row indexing and multiplied by the dense query with scipy's
-    compiled CSR product (``csr_matvec``: per row, ``sum += d_j · q_j`` over its entries in column
-    order, in float32); a term the query lacks adds ``+0``, which leaves a float32 sum unchanged, so
-    the sum is that of the shared terms in ascending order: the loop exact search's kernels run.
+    The rows are gathered and multiplied by the dense query with scipy's compiled loops (``csr_row_index``,
+    then ``csr_matvec``: per row, ``sum += d_j · q_j`` over its entries in column order, in float32),
+    called directly as :func:`spladekit.index.segments.add_segment` calls ``csc_matvec`` (the public
+    ``docs[rows] @ query`` runs the same loops after building two sparse matrices); a term the query
+    lacks adds ``+0``, which leaves a float32 sum unchanged, so the sum is that of the shared terms in
+    ascending order: the loop exact search's kernels run.
 
     Args:
-        docs: ``[D, V]`` canonical CSR document vectors (columns ascending in each row).
-        rows: ``[n]`` document rows.
+        docs: ``[D, V]`` canonical CSR document vectors (columns ascending in each row; ``indptr`` and
+            ``indices`` of one integer type, float32 ``data``: an index folder's).
+        rows: ``[n]`` document rows in ``[0, D)``.
         terms, weights: the query's terms (none repeated) and float32 weights.
 
     Returns:
         ``[n]`` float32 scores.
+
+    Raises:
+        ValueError: the rows' offsets in ``docs.indptr`` fall outside its entries (a damaged folder).
     """
     dense = np.zeros(docs.shape[1], np.float32)
     dense[terms] = weights
-    return np.asarray(docs[rows] @ dense, dtype=np.float32)
+    indptr, indices, data = np.asarray(docs.indptr), np.asarray(docs.indices), np.asarray(docs.data, dtype=np.float32)
+    rows = np.asarray(rows, dtype=indptr.dtype)
+    starts, ends = indptr[rows], indptr[rows + 1]
+    lengths = ends - starts
+    if rows.size and (lengths.min() < 0 or starts.min() < 0 or ends.max() > indices.size):
+        raise ValueError("the document rows' offsets fall outside the index's entries: docs.indptr.npy is damaged "
+                         "(Index.open(folder, verify=True) checks the stored files)")
+    gathered = np.zeros(rows.size + 1, indptr.dtype)
+    np.cumsum(lengths, out=gathered[1:])
+    columns, values = np.empty(int(gathered[-1]), indices.dtype), np.empty(int(gathered[-1]), np.float32)
+    csr_row_index(rows.size, rows, indptr, indices, data, columns, values)
+    scores = np.zeros(rows.size, np.float32)
+    csr_matvec(rows.size, docs.shape[1], gathered, columns, values, dense, scores)
+    return scores
 
 
 class TwoStepSearcher(Searcher):
@@ -82,13 +102,16 @@ class TwoStepSearcher(Searcher):
         copy: the index's :class:`~spladekit.index.pruned_store.PrunedCopy` (the first step's postings).
         docs: the index's ``[D, V]`` document vectors (the rescoring's).
         candidates: documents rescored per query (``max(candidates, k)``).
-        first_query: the record of the rule pruning each query for the first step (None: the whole query).
+        first_query: the rule pruning each query for the first step (a
+            :class:`~spladekit.model.pruning.PruningRule` or any form it takes; None: the whole query).
 
     Memory: one ``[D]`` float32 score row per call, reused query after query.
     """
 
-    def __init__(self, copy: PrunedCopy, docs: sp.csr_matrix, candidates: int, first_query: dict | None = None):
-        self.copy, self.docs, self.candidates, self.first_query = copy, docs, candidates, first_query
+    def __init__(self, copy: PrunedCopy, docs: sp.csr_matrix, candidates: int, first_query=None):
+        from spladekit.model.pruning import of_record
+
+        self.copy, self.docs, self.candidates, self.first_query = copy, docs, candidates, of_record(first_query)
         self.built = copy.built
 
     def search_rows(self, queries, k, tie_rank=None, timings=None) -> Rows:
@@ -128,7 +151,8 @@ class TwoStepSearcher(Searcher):
         return rows[order], scores[order].tolist()
 
     def record(self) -> dict:
-        return {"two_step": {"first": self.copy.rule, "first_query": self.first_query, "candidates": self.candidates,
+        first_query = None if self.first_query is None else self.first_query.record()
+        return {"two_step": {"first": self.copy.rule, "first_query": first_query, "candidates": self.candidates,
                              "pruned_hash": self.copy.record.get("postings_hash")}}
 
 
@@ -193,7 +217,5 @@ class TwoStepConfig(SearcherConfig):
 
     def open(self, index) -> TwoStepSearcher:
         """The stored copy (:meth:`Index.pruned`, built there when missing or of another rule)."""
-        from spladekit.model.pruning import record_of
-
         copy = index.pruned(self.first, self.memory_budget, default=DEFAULT_FIRST)
-        return TwoStepSearcher(copy, index.docs, self.candidates, record_of(self.first_query))
+        return TwoStepSearcher(copy, index.docs, self.candidates, self.first_query)
