@@ -120,7 +120,7 @@ def test_search_two_step_is_recorded_and_its_copy_stored_once(tiny, built, tmp_p
     base = ["search", "--index", str(folder), "--queries", str(beir / "queries.tsv"), "--k", "5"]
     r = runner.invoke(app, base + ["--out", str(tmp_path / "exact.trec")])
     assert r.exit_code == 0, r.output
-    two = base + ["--backend", "two_step", "--first", "top_k=10000", "--candidates", str(len(DOCS)), "--recall-k", "3"]
+    two = base + ["--backend", "two_step", "--first", "top_k=10000", "--candidates", str(len(DOCS)), "--first-query", "none", "--recall-k", "3"]
     r = runner.invoke(app, two + ["--out", str(tmp_path / "a.trec")])
     assert r.exit_code == 0 and "built the pruned copy (top_k=10000)" in r.output, r.output
     assert read_run(tmp_path / "a.trec") == read_run(tmp_path / "exact.trec")

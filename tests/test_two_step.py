@@ -134,16 +134,16 @@ def test_two_step_equals_exact_when_c_covers_every_document_with_a_nonzero_score
     assert all(set(candidates_by_hand(docs, queries[q], rule)) == set(np.flatnonzero((docs @ queries[q].T).toarray())) for q in range(15))
     for k in (1, 10, 1000):
         want = index.search(queries, k=k, searcher=ExactConfig()).hits
-        assert index.search(queries, k=k, searcher=TwoStepConfig(first=rule, candidates=max(nonzero))).hits == want
-        assert index.search(queries, k=k, searcher=TwoStepConfig(first=rule, candidates=num_docs)).hits == want
-    assert max(nonzero) > 10 and index.search(queries, k=10, searcher=TwoStepConfig(first=rule, candidates=1)).hits != want
+        assert index.search(queries, k=k, searcher=TwoStepConfig(first=rule, candidates=max(nonzero), first_query=None)).hits == want
+        assert index.search(queries, k=k, searcher=TwoStepConfig(first=rule, candidates=num_docs, first_query=None)).hits == want
+    assert max(nonzero) > 10 and index.search(queries, k=10, searcher=TwoStepConfig(first=rule, candidates=1, first_query=None)).hits != want
 
 
 def test_ties_follow_the_document_ids(tmp_path):
     # every document twice (integer impacts): equal scores ordered by id, as exact search orders them
     docs, queries, ids = corpus(3)
     index = Index.from_vectors(tmp_path / "i", docs, ids)
-    got = index.search(queries, k=50, searcher=TwoStepConfig(first="top_k=100", candidates=docs.shape[0])).hits
+    got = index.search(queries, k=50, searcher=TwoStepConfig(first="top_k=100", candidates=docs.shape[0], first_query="none")).hits
     assert got == index.search(queries, k=50).hits  # top_k=100 keeps every term of these documents
     assert any(len({s for _, s in hits}) < len(hits) for hits in got)
 
@@ -183,7 +183,7 @@ def test_the_copy_is_stored_reopened_and_replaced_by_another_rule(tmp_path):
     reopened = again.search(queries, k=10, searcher=TwoStepConfig(candidates=40))  # the stored rule
     assert reopened.built == [] and reopened.hits == first.hits
     assert reopened.settings.backend == "two_step"
-    assert reopened.settings.two_step == {"first": {"kind": "mass", "value": 0.5}, "first_query": None, "candidates": 40,
+    assert reopened.settings.two_step == {"first": {"kind": "mass", "value": 0.5}, "first_query": {"kind": "top_k", "value": 16}, "candidates": 40,
                                           "pruned_hash": record["postings_hash"]}
     other = again.search(queries, k=10, searcher=TwoStepConfig(first="top_k=2", candidates=40))
     assert other.built and json.loads((index.folder / "pruned" / "pruned.json").read_text())["rule"] == {"kind": "top_k", "value": 2}
@@ -194,6 +194,9 @@ def test_the_configuration_is_typed_and_registered():
     assert SEARCHERS["two_step"] is TwoStepConfig
     config = searcher_config("two_step", first={"kind": "top_k", "value": 8}, candidates=300)
     assert (config.first, config.candidates) == ("top_k=8", 300) and hash(config) == hash(TwoStepConfig(first="top_k=8", candidates=300))
+    defaults = TwoStepConfig()
+    assert (defaults.first, defaults.candidates, defaults.first_query) == (None, 700, "top_k=16")  # None: the stored copy's rule
+    assert TwoStepConfig(first_query="none").first_query is None and TwoStepConfig(first_query=None).first_query is None
     for bad in ({"first": "mass=2"}, {"candidates": 0}, {"candidates": True}, {"first_query": "top=3"}, {"unknown": 1}):
         with pytest.raises(ValueError):
             TwoStepConfig(**bad)

@@ -82,12 +82,12 @@ def search(
                                       "builds take several times longer)"),
     n_knn: Optional[int] = typer.Option(None, help="seismic: neighbours of each found document also scored (≤ --knn of the build; default 0)"),
     first: Optional[str] = typer.Option(None, help="two_step: the pruned copy's rule for every document, KIND=VALUE (top_k=K, mass=ALPHA, "
-                                        "max_ratio=R, threshold=T; default: the stored copy's, else top_k=32); "
+                                        "max_ratio=R, threshold=T; default: the stored copy's, else top_k=80); "
                                         "another rule rebuilds the copy stored in the folder"),
     candidates: Optional[int] = typer.Option(None, help="two_step: documents of the first step rescored with the full vectors "
-                                             "per query (at least --k; default 1000)"),
-    first_query: Optional[str] = typer.Option(None, help="two_step: prune each query for the first step only, KIND=VALUE "
-                                              "(default: the whole query)"),
+                                             "per query (at least --k; default 700)"),
+    first_query: Optional[str] = typer.Option(None, help="two_step: prune each query for the first step only, KIND=VALUE, or none "
+                                              "(the whole query; default top_k=16)"),
     recall_k: Optional[int] = typer.Option(None, help="seismic, two_step: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
                                                 "(the index is built as one Seismic index per range of documents that fits; "

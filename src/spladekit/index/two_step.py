@@ -45,12 +45,16 @@ from spladekit.index.layout import DEFAULT_BUDGET
 from spladekit.index.pruned_store import PrunedCopy
 from spladekit.index.searcher import Rows, Searcher, SearcherConfig
 
-DEFAULT_FIRST = "top_k=32"
+DEFAULT_FIRST = "top_k=80"
 """The documents' rule of a pruned copy built when none is asked and none is stored: chosen from the
-measurement of ``benchmarks/two_step.py`` (``benchmarks/RESULTS.md``)."""
+measurement of ``benchmarks/two_step.py`` (``benchmarks/RESULTS.md``, "Two-step search")."""
 
-DEFAULT_CANDIDATES = 1000
+DEFAULT_CANDIDATES = 700
 """Candidates rescored per query (at least ``k`` are): chosen from the same measurement."""
+
+DEFAULT_FIRST_QUERY = "top_k=16"
+"""The rule pruning each query for the first step (the rescoring takes the whole query): chosen from
+the same measurement."""
 
 
 def rescore_rows(docs: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -165,8 +169,8 @@ class TwoStepConfig(SearcherConfig):
             a rule or its record are taken too); None: the stored copy as it is, else :data:`DEFAULT_FIRST`.
             A copy of another rule is rebuilt and stored in its place.
         candidates: documents rescored per query (at least ``k`` are).
-        first_query: a rule pruning each query for the first step only (None: the whole query);
-            the rescoring always takes the whole query.
+        first_query: a rule pruning each query for the first step only (None, or the text ``none``:
+            the whole query); the rescoring always takes the whole query.
         memory_budget: bytes of working memory of building the copy (the index writer's).
 
     Raises:
@@ -178,7 +182,7 @@ class TwoStepConfig(SearcherConfig):
 
     first: str | None = None
     candidates: int = DEFAULT_CANDIDATES
-    first_query: str | None = None
+    first_query: str | None = DEFAULT_FIRST_QUERY
     memory_budget: int = DEFAULT_BUDGET
 
     @field_validator("first", "first_query", mode="before")
@@ -186,8 +190,10 @@ class TwoStepConfig(SearcherConfig):
     def _rule(cls, value, info):
         from spladekit.model.pruning import of_record
 
+        if value is None or (info.field_name == "first_query" and isinstance(value, str) and value.strip().lower() == "none"):
+            return None
         try:
-            return None if value is None else str(of_record(value))
+            return str(of_record(value))
         except ValueError as exc:
             raise ValueError(f"{info.field_name}: {exc}") from None
 
