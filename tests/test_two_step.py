@@ -327,17 +327,25 @@ def test_altered_arrays_are_refused_naming_the_file(stored):
     assert info.value.path == folder / "pruned.json"
 
 
-def test_damaged_document_offsets_are_refused_not_read(stored):
-    # a row offset beyond the entries (the last offset intact, so the folder opens unverified): the
-    # rescoring's compiled gather checks no bound, so the offsets are checked before it runs
+def test_damaged_document_rows_are_refused_not_read(stored):
+    # a row offset beyond the entries (the last offset intact, so the folder opens unverified), then a
+    # column beyond the vocabulary: the rescoring's compiled loops check no bound, so both are checked
+    # before they run
     index, docs, queries, _ = stored
     path = index.folder / "docs.indptr.npy"
-    indptr = np.load(path)
+    original = np.load(path)
+    indptr = original.copy()
     indptr[1 : len(indptr) - 1] = indptr[-1] + 1000
     np.save(path, indptr)
     damaged = Index.open(index.folder)
     with pytest.raises(ValueError, match="docs.indptr.npy is damaged"):
         damaged.search(queries, k=5, searcher=TwoStepConfig(candidates=docs.shape[0]))
+    np.save(path, original)
+    columns = np.load(index.folder / "docs.indices.npy")
+    columns[len(columns) // 2] = docs.shape[1] + 7  # a column outside the vocabulary
+    np.save(index.folder / "docs.indices.npy", columns)
+    with pytest.raises(ValueError, match="docs.indices.npy is damaged"):
+        Index.open(index.folder).search(queries, k=5, searcher=TwoStepConfig(candidates=docs.shape[0], first_query=None))
 
 
 # ----------------------------------------------------------------------------------- serve

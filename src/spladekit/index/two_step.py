@@ -79,7 +79,8 @@ def rescore_rows(docs: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weigh
         ``[n]`` float32 scores.
 
     Raises:
-        ValueError: the rows' offsets in ``docs.indptr`` fall outside its entries (a damaged folder).
+        ValueError: the rows' offsets in ``docs.indptr`` fall outside its entries, or a row holds a
+            column outside ``[0, V)`` (a damaged folder; checked before the compiled loops read them).
     """
     dense = np.zeros(docs.shape[1], np.float32)
     dense[terms] = weights
@@ -94,6 +95,9 @@ def rescore_rows(docs: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weigh
     np.cumsum(lengths, out=gathered[1:])
     columns, values = np.empty(int(gathered[-1]), indices.dtype), np.empty(int(gathered[-1]), np.float32)
     csr_row_index(rows.size, rows, indptr, indices, data, columns, values)
+    if columns.size and (columns.min() < 0 or columns.max() >= docs.shape[1]):  # csr_matvec reads the query at each
+        raise ValueError("a document row holds a column outside the vocabulary: docs.indices.npy is damaged "
+                         "(Index.open(folder, verify=True) checks the stored files)")
     scores = np.zeros(rows.size, np.float32)
     csr_matvec(rows.size, docs.shape[1], gathered, columns, values, dense, scores)
     return scores
