@@ -1,4 +1,5 @@
-# Two entry points: `make demo` (main job on the embedded default) and `make test` (the suite).
+# Two entry points: `make demo` (main job on the embedded default) and `make test` (the suite);
+# `make docs` serves the documentation site (mkdocs.yml) at http://127.0.0.1:8000 with the `docs` extra.
 # Both create .venv on a fresh machine. `make demo` installs only what the demo runs: the package and
 # its core dependencies (stamp $(DEMO_STAMP)); `make test` adds the `test` extra (sentence-transformers,
 # triton, the engines' Python packages, ...), scripts/setup-engines.sh (Java 17 via apt when
@@ -12,9 +13,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.spladekit-demo
+DOCS_STAMP := $(VENV)/.spladekit-docs
 STAMP := $(VENV)/.spladekit-installed
 
-.PHONY: setup setup-demo demo test test-engines test-matrix clean
+.PHONY: setup setup-demo demo test test-engines test-matrix docs clean
 
 # One pip call (CPU torch pinned in it when no torch is there), then the bytecode of the packages
 # and of src/ written in parallel (compileall -j 0), the packages' tests left out (the pattern is matched
@@ -39,6 +41,10 @@ $(STAMP): $(DEMO_STAMP) pyproject.toml scripts/setup-engines.sh tests/engine_ven
 	$(COMPILE) $(VENV)/lib $(COMPILED)
 	touch $(STAMP)
 
+$(DOCS_STAMP): $(DEMO_STAMP) pyproject.toml
+	$(PY) -m pip install -q -e ".[docs]"
+	touch $(DOCS_STAMP)
+
 setup-demo: $(DEMO_STAMP)
 
 setup: $(STAMP)
@@ -48,6 +54,11 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+# The site rebuilt on each change of docs/, the README, src/ (the API reference), benchmarks/ or scripts/;
+# tests/test_docs_site.py builds it with --strict. NO_MKDOCS_2_WARNING: mkdocs-material's banner about mkdocs 2.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 test-engines: $(STAMP)
 	$(PY) -m pytest -q -m engines

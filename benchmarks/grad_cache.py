@@ -94,7 +94,8 @@ def build(args, folder: Path):
 
     from spladekit.model.splade import SpladeModel
     from spladekit.train.config import TrainConfig
-    from spladekit.train.loop import _Encoder, suppress_pad_column
+    from spladekit.train.head_setup import suppress_pad_column
+    from spladekit.train.loop import _Encoder
 
     words = [f"w{i}" for i in range(args.vocab - 5)]
     (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")

@@ -85,8 +85,8 @@ def main() -> None:
         entries = built.nnz
         del dataset, built
 
-        def search(i, k, cut, heap):
-            hits = index.search(str(i), components[i], values[i], k=k, query_cut=cut, heap_factor=heap, n_knn=0, sorted=True)
+        def search(i, k, cut, heap):  # called in this iteration only, before `del index` below frees the build
+            hits = index.search(str(i), components[i], values[i], k=k, query_cut=cut, heap_factor=heap, n_knn=0, sorted=True)  # noqa: F821, B023
             rows = np.fromiter((int(h[2]) for h in hits), np.int64)
             found = np.fromiter((h[1] for h in hits), np.float32) if not keep else (docs[rows] @ q[i].T).toarray().ravel()
             return rows[np.lexsort((rows, -found))[:10]]

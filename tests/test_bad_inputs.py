@@ -48,10 +48,11 @@ def test_errors_with_their_own_arguments_pickle():
     the classes whose __init__ takes more than the message rebuild from their own arguments."""
     import pickle
 
-    from spladekit.errors import DataFormatError, MissingExtraError, RepeatedIdError, UnsupportedModelError
+    from spladekit.errors import CardMismatchError, DataFormatError, MissingExtraError, RepeatedIdError, UnsupportedModelError
 
     for error in (DataFormatError("a.jsonl", "bad weight", line=3, field="vector"), UnsupportedModelError("m/modules.json", "mean pooling"),
-                  MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"), RepeatedIdError("d1", 0, 4)):
+                  MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"), RepeatedIdError("d1", 0, 4),
+                  CardMismatchError(Path("onnx/README.md"), ["training steps: 0 in the card, 100 in this model"], "give --overwrite")):
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
 

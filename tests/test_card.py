@@ -282,7 +282,8 @@ def test_rescale_writes_its_record_and_keeps_a_card(trained, tmp_path):
     assert done.exit_code == 0, done.output
     card = _load(out)
     step = read_json(out / "config.json")["spladekit_rescale"]["history"][0]
-    row = f"| 1 | factor | 0.5000 | no | {step['norms_before']['row_norm_mean']:.4f} | {step['norms_after']['row_norm_mean']:.4f} |"
+    row = (f"| 1 | factor | 0.5000 | no | {step['shift']:.4f} | {step['norms_before']['row_norm_mean']:.4f} | "
+           f"{step['norms_after']['row_norm_mean']:.4f} |")
     assert row in card.text
     assert step["norms_after"]["row_norm_mean"] == pytest.approx(0.5 * step["norms_before"]["row_norm_mean"], rel=1e-6)
     (out / "README.md").write_text("# kept\n")
@@ -290,6 +291,37 @@ def test_rescale_writes_its_record_and_keeps_a_card(trained, tmp_path):
         done = CliRunner().invoke(app, ["rescale", str(out), "--out", str(out), "--factor", "0.5", "--force"])
     assert done.exit_code == 0, done.output
     assert (out / "README.md").read_text() == "# kept\n"
+
+
+def test_a_shift_and_a_cap_are_rows_and_facts_of_the_card(trained, tmp_path):
+    """``rescale --shift --position-top-k``: the card shows the shift in the head's table and the cap
+    among the model's rows, and its record line states both (a hand-edited card of the uncapped model
+    is then another model's)."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.errors import CardMismatchError
+    from spladekit.io import read_json
+    from spladekit.publish.card import write_model_card
+    from spladekit.publish.card_record import read_card_record
+
+    out = tmp_path / "shifted"
+    done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(out), "--shift", "1.5",
+                                    "--position-top-k", "4"])
+    assert done.exit_code == 0, done.output
+    text = (out / "README.md").read_text(encoding="utf-8")
+    step = read_json(out / "config.json")["spladekit_rescale"]["history"][0]
+    assert step["shift"] == 1.5
+    assert f"| 1 | shift | 1.0000 | no | 1.5000 | {step['norms_before']['row_norm_mean']:.4f} |" in text
+    assert "| pooled per position | its 4 largest logits (`position_top_k`) |" in text
+    facts = read_card_record(text).facts
+    assert facts["head shift"] == 1.5 and facts["pooled per position"] == 4
+    plain = tmp_path / "plain"
+    done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(plain), "--shift", "1.5"])
+    assert done.exit_code == 0, done.output
+    (plain / "README.md").write_text(text.replace("## ", "## Edited: ", 1), encoding="utf-8")  # the capped model's, edited
+    with pytest.raises(CardMismatchError, match="pooled per position: 4 in the card, none in this model"):
+        write_model_card(plain)
 
 
 def test_a_diagnosis_goes_into_the_card(trained, tmp_path):
@@ -384,6 +416,106 @@ def test_export_model_swaps_the_card_in_with_the_export(trained, tmp_path, monke
     text = (out / "README.md").read_text()
     assert str(out.resolve()) in text or fmt != "onnx"  # the onnx snippets load OUT
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+# ------------------------------------------------------------------------ a card of another model
+def test_a_reexport_over_another_models_export_refreshes_or_refuses_its_card(trained, tmp_path):
+    """An export into a folder holding another model's export: spladekit's own card is rewritten with
+    the folder's new model; a card edited by hand is kept while its record matches the model, else the
+    export is refused (naming the facts that differ and --overwrite) and the folder is left as it was."""
+    pytest.importorskip("onnx")
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.publish.card import model_facts, read_records
+    from spladekit.publish.card_record import canonical_facts, read_card_record
+
+    out = tmp_path / "onnx"
+
+    def export(model, *extra):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            done = CliRunner().invoke(app, ["export-model", "--model", str(model), "--out", str(out), *extra])
+        return done, [str(w.message) for w in caught if "model card" in str(w.message)]
+
+    def recorded():
+        return read_card_record((out / "README.md").read_text())
+
+    done, kept = export(trained["base"])  # an untrained model: no training record
+    assert done.exit_code == 0, done.output
+    assert not recorded().edited and "## Training" not in (out / "README.md").read_text()
+    done, kept = export(trained["model"])  # the trained model over it: the card is the new model's
+    assert done.exit_code == 0 and not kept, (done.output, kept)
+    record, text = recorded(), (out / "README.md").read_text()
+    assert not record.edited and record.facts == canonical_facts(model_facts(read_records(out)))
+    steps = json.loads((trained["model"] / "spladekit.json").read_text())["extra"]["training"]["steps"]
+    assert record.facts["training steps"] == steps and f"| step of this model | {steps} |" in text
+
+    edited = text.replace("## Usage", "Edited by hand: a note about this model.\n\n## Usage")
+    (out / "README.md").write_text(edited)
+    done, kept = export(trained["model"])  # the same model again: the edited card is kept
+    assert done.exit_code == 0 and (out / "README.md").read_text() == edited, done.output
+    assert kept and "edited by hand; its record matches this model" in kept[0]
+
+    before = _tree(out)
+    done, _ = export(trained["base"])  # another model: refused, the folder left as it was
+    assert done.exit_code == 2, done.output
+    assert "README.md: edited by hand, and it describes another model" in done.stderr
+    assert f"training steps: {steps} in the card, none in this model" in done.stderr
+    assert "--overwrite" in done.stderr and "nothing was exported" in done.stderr
+    assert _tree(out) == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    done, _ = export(trained["base"], "--overwrite")
+    assert done.exit_code == 0, done.output
+    assert "Edited by hand" not in (out / "README.md").read_text() and "training steps" not in recorded().facts
+
+
+def test_the_card_record_line_reads_back_and_refuses_hostile_lines():
+    """The record line is read with json only, bounded, its structure checked: a malformed, deep, huge or
+    non-scalar line is no record; a value holding ``-->`` cannot end the comment; text after the line or an
+    edit before it counts as edited."""
+    from spladekit.publish.card_record import MAX_LINE, PREFIX, SUFFIX, read_card_record, sign_card
+
+    facts = {"made from": "a --> b <!-- c", "training steps": 100, "selected": "nDCG@10 0.6592 at step 0",
+             "inference-free queries": True, "head rescaling factor": 0.5}
+    signed = sign_card("---\nlicense: mit\n---\n\n# m\n", facts)
+    last = signed.splitlines()[-1]
+    assert last.startswith(PREFIX) and last.endswith(SUFFIX) and last.count("-->") == 1 and "<!--" not in last[4:]
+    record = read_card_record(signed)
+    assert record.facts == facts and not record.edited
+    assert read_card_record(signed + "\n  \n").edited is False  # white space after it
+    assert read_card_record(signed + "more text\n").edited is True
+    assert read_card_record(signed.replace("# m", "# M")).edited is True
+    assert read_card_record("# a card written by hand\n") is None
+    digest = "0" * 64
+    hostile = [PREFIX + "{not json" + SUFFIX, PREFIX + "[" * 100_000 + "]" * 100_000 + SUFFIX,
+               PREFIX + json.dumps({"sha256": digest, "model": {"x": "y" * MAX_LINE}}) + SUFFIX,
+               PREFIX + json.dumps({"sha256": digest, "model": {"x": {"nested": 1}}}) + SUFFIX,
+               PREFIX + json.dumps({"sha256": "abc", "model": {}}) + SUFFIX,
+               PREFIX + json.dumps({"sha256": digest, "model": ["x"]}) + SUFFIX,
+               PREFIX + json.dumps({"sha256": digest, "model": {}})]  # the comment never closed
+    for line in hostile:
+        assert read_card_record("# card\n" + line + "\n") is None, line[:80]
+
+
+def test_card_rewrites_its_own_card_and_keeps_one_written_by_hand(trained, tmp_path):
+    """`spladekit card FOLDER` again: its own unedited card is rewritten (here with a new --repo-id); a card
+    edited by hand whose record names another model is refused, left as it was, naming --overwrite."""
+    from spladekit.errors import CardMismatchError
+    from spladekit.publish.card import write_model_card
+
+    folder = _model_folder(trained, tmp_path / "m")
+    assert write_model_card(folder) is not None
+    assert write_model_card(folder, reference="someone/tiny-splade", model_name="someone/tiny-splade") is not None
+    assert "# someone/tiny-splade\n" in (folder / "README.md").read_text()
+    meta = json.loads((folder / "spladekit.json").read_text())
+    edited = (folder / "README.md").read_text().replace("## Usage", "My note.\n\n## Usage")
+    (folder / "README.md").write_text(edited)
+    meta["doc_max_length"] = 77
+    (folder / "spladekit.json").write_text(json.dumps(meta))
+    with pytest.raises(CardMismatchError, match=r"document max length: \d+ in the card, 77 in this model.*--overwrite"):
+        write_model_card(folder)
+    assert (folder / "README.md").read_text() == edited
+    assert write_model_card(folder, overwrite=True) is not None and "My note" not in (folder / "README.md").read_text()
+
 
 # ------------------------------------------------------------------------------------------ push
 def _closed_port() -> int:

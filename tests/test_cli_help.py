@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -93,3 +94,64 @@ def test_lazy_package_names_resolve():
     assert same and is_callable  # the function, not the subpackage of the same name
     assert set(names) >= {"SpladeEncoder", "Index", "load_beir", "evaluate", "export_onnx", "run_grid"}
     assert all(module.startswith("spladekit.") for module in names.values()), names
+
+
+NARROW_PROBE = textwrap.dedent(
+    """
+    import contextlib, io, json
+    import click
+    from typer.main import get_command
+    from spladekit.cli import app
+
+    group = get_command(app)
+    pages = {}
+    for name, command in [("", group)] + sorted(group.commands.items()):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                group.main(([name] if name else []) + ["--help"], standalone_mode=False, prog_name="spladekit")
+            except SystemExit:
+                pass
+        params = [{"names": p.opts + p.secondary_opts, "help": getattr(p, "help", None) or ""}
+                  for p in command.params if isinstance(p, click.Option) and not p.hidden]
+        pages[name] = {"text": out.getvalue(), "params": params, "hidden": command.hidden,
+                       "short": "" if name == "" else command.get_short_help_str(limit=10**6)}
+    print(json.dumps(pages))
+    """
+)
+
+
+def test_every_help_page_is_readable_at_80_columns():
+    """At ``COLUMNS=80`` every page fits the width, names each option whole (rich's table cut them to
+    ``--centroid-fract…``), prints each option's help whole in a column at least 46 characters wide
+    (click's layout: names up to 30 characters, then the help from column 34, or below a longer name),
+    and the command list gives each command's first sentence whole."""
+    done = subprocess.run([sys.executable, "-c", NARROW_PROBE], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"})
+    assert done.returncode == 0, done.stderr
+    pages = json.loads(done.stdout.splitlines()[-1])
+    assert {"search", "export-model", "serve", "train"} <= set(pages)
+
+    def squeezed(text: str) -> str:  # wrapping (at spaces or after a hyphen) changes only white space
+        return "".join(text.split())
+
+    wrapped = False
+    for name, page in pages.items():
+        text = page["text"]
+        assert text.startswith("Usage:"), (name, text[:200])
+        long = [line for line in text.splitlines() if len(line) > 80]
+        assert not long, (name, long)
+        assert "…" not in text, (name, text)
+        for param in page["params"]:
+            for option in param["names"]:
+                assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), (name, option)
+            assert squeezed(param["help"]) in squeezed(text), (name, param["names"])
+        options = text.split("\nOptions:\n", 1)[1].split("\n\n")[0]
+        indents = {len(line) - len(line.lstrip()) for line in options.splitlines() if not line.lstrip().startswith("-")}
+        assert max(indents, default=0) <= 34, (name, indents)  # 80 - 34 = 46 characters of help per line
+        wrapped |= bool(indents)
+    assert wrapped  # the column check saw continuation lines
+    listing = squeezed(pages[""]["text"])
+    for name, page in pages.items():
+        if name and not page["hidden"]:
+            assert squeezed(f"{name}{page['short']}") in listing, name

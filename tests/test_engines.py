@@ -256,6 +256,49 @@ def test_qdrant_edge_scores_exported_points_like_exact(corpus, tmp_path):
     _check_float_engine("Qdrant Edge", got, queries, docs, doc_ids)
 
 
+@pytest.mark.xdist_group("qdrant")
+def test_qdrant_edge_idf_modifier_scores_like_bm25_idf_by_hand(corpus, tmp_path):
+    """``export --format qdrant --idf``: ``collection.json`` declares ``modifier: idf``, the points carry
+    the impacts ``⌊100·w + ½⌋`` (no IDF in them), and Qdrant Edge, built with that modifier, scores
+    ``Σ_t idf(t)·q_t·d_t`` with Qdrant's documented ``idf(t) = ln((N − n(t) + 0.5)/(n(t) + 0.5) + 1)``
+    (N the points holding a vector with a term, n(t) those holding t), computed here in float64.
+
+    Tolerance: Qdrant's float32 sum of products (:func:`engine_helpers.float32_sum_tolerance` of the
+    IDF-weighted query) plus its float32 IDF: the ratio and the ``+ 1`` round twice, so ``ln`` moves by
+    at most 2u absolutely, ``ln`` and the product ``q·idf`` round once each (2u relative): per term
+    ``q_t·d_t·(2u + 2u·idf(t))``, u = 2⁻²⁴."""
+    reason = eh.missing_module("qdrant_edge", "qdrant-edge-py==0.9.0")
+    if reason:
+        pytest.skip(reason)
+    docs, doc_ids, queries, query_ids, vocab, special = corpus
+    manifest = export_vectors("qdrant", tmp_path / "exp", docs, doc_ids, None, idf=True)
+    assert json.loads((tmp_path / "exp" / "collection.json").read_text()) == {"sparse_vectors": {"splade": {"modifier": "idf"}}}
+    assert manifest.scale == SCALE and manifest.options["modifier"] == "idf" and manifest.files == ["points.jsonl", "collection.json"]
+    impacts = sp.csr_matrix(docs, dtype=np.float64, copy=True)
+    impacts.data = np.floor(impacts.data * SCALE + 0.5)  # round half up, by hand
+    impacts.eliminate_zeros()
+    written, written_ids = qdrant.read_points(tmp_path / "exp" / "points.jsonl", V)  # the file's own values
+    assert written_ids == doc_ids and np.array_equal(written.toarray(), impacts.toarray())
+    back, _ = import_vectors("qdrant", tmp_path / "exp", vocab)  # the export folder: divided by its scale again
+    assert np.abs(back.toarray() - docs.toarray()).max() <= 0.5 / SCALE + 1e-7
+    shard = qdrant.create_edge_shard(tmp_path / "shard", idf=True)
+    try:
+        qdrant.upload_edge(shard, (r for _, r in iter_json_records(tmp_path / "exp" / "points.jsonl")))
+        got = qdrant.search_edge(shard, queries, k=K, doc_ids=doc_ids)
+    finally:
+        shard.close()
+    n_docs = int((np.diff(impacts.indptr) > 0).sum())  # the empty document holds no term: not an indexed vector
+    df = np.bincount(impacts.indices, minlength=V).astype(np.float64)
+    idf = np.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
+    weighted = sp.csr_matrix(queries, dtype=np.float64) @ sp.diags(idf)
+    scores = eh.dense_scores(weighted, impacts)
+    unweighted = eh.dense_scores(queries, impacts)  # Σ q_t·d_t
+    tol = eh.float32_sum_tolerance(weighted, scores) + 2 * eh.U32 * (unweighted + scores)
+    want = exact_search(weighted.astype(np.float32), impacts.astype(np.float32), k=K, doc_ids=doc_ids)
+    agree = eh.assert_top_k_agrees("Qdrant Edge (IDF)", got, want, scores, tol, K, doc_ids)
+    assert agree >= 0.9 and got[special["empty"]] == [] and got[special["unmatched"]] == []
+
+
 # ------------------------------------------------------------------ Milvus (C++ engine, milvus-lite)
 @pytest.mark.xdist_group("milvus")
 def test_milvus_sparse_inverted_index_scores_like_exact(corpus, tmp_path):

@@ -102,6 +102,11 @@ def test_fuse_cli(tmp_path):
     assert saved["MRR@10"] == pytest.approx(0.5) and saved["qrels"] == str(qrels)
     # c is the only relevant document, ranked 2nd after a (tie broken by doc id): MRR@10 = 1/2
     assert json.loads(result.stdout.split("\nconventions")[0])["MRR@10"] == pytest.approx(0.5)
+    chosen = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(out),
+                                      "--qrels", str(qrels), "-m", "MRR@10", "-m", "R@2"])  # -m as in evaluate and compare
+    assert chosen.exit_code == 0, chosen.output
+    saved = json.loads((tmp_path / "fused.trec.metrics.json").read_text())
+    assert {k for k in saved if "@" in k} == {"MRR@10", "R@2"} and saved["R@2"] == 1.0  # c at rank 2
     bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(tmp_path / "x.trec"),
                                    "--weight", "1", "--weight", "2", "--weight", "3"])
     assert bad.exit_code == 2 and "3 fusion weights for 2 runs" in bad.output
@@ -132,6 +137,7 @@ def test_one_run_or_all_zero_weights_are_refused():
     # a copy of A: document a scores 1 in both, 1e308 + 1e308 = inf
     (["{a}", "{a2}", "--method", "score", "--weight", "1e308", "--weight", "1e308"], ["error: query 'q1': a fused score overflowed"]),
     (["{a}", "{out}"], ["error: {out}: a run to fuse is also the --out"]),
+    (["{a}", "{b}", "-m", "nDCG@10"], ["error: --measure goes with --qrels"]),
     # two bad options: one line each, naming the option (no pydantic dump)
     (["{a}", "{b}", "--rrf-k", "0", "--depth", "0"], ["error: --rrf-k: Input should be greater than 0",
                                                       "error: --depth: Input should be greater than or equal to 1"]),
@@ -195,6 +201,27 @@ def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary[rrf.name]["fusion"]["rrf_k"] == 60
     assert (tmp_path / "demo" / "fused_rrf" / "run.trec").exists()
+    _check_delta_plot(tmp_path / "demo", results, [splade.name, "bm25", "inference_free", "fused_rrf", "fused_minmax"],
+                      [("bm25", splade.name), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
+                      [("BM25", splade.name), ("BM25", f"fused RRF ({splade.name} + BM25)"),
+                       ("BM25", f"fused min-max ({splade.name} + BM25)")])
+
+
+def _check_delta_plot(out, results, folders, pairs, labels):
+    """``per_query_ndcg10.png`` draws, for each pair of output folders (A, B), the per-query nDCG@10
+    differences B − A of the ``per_query.json`` files the demo wrote there (subtracted here), one panel a
+    pair; ``folders`` are the systems' folders in the order of ``results`` (the layout docs/demo.md gives)."""
+    import matplotlib.image
+
+    from spladekit.demo import delta_pairs
+
+    written = {folder: json.loads((out / folder / "per_query.json").read_text())["nDCG@10"] for pair in pairs for folder in pair}
+    expected = [(label_a, label_b, {q: written[b][q] - written[a][q] for q in written[a]})
+                for (a, b), (label_a, label_b) in zip(pairs, labels)]
+    assert all(set(written[a]) == set(written[b]) for a, b in pairs)  # every judged query on both sides
+    assert delta_pairs(results, folders) == expected
+    image = matplotlib.image.imread(out / "per_query_ndcg10.png")  # 120 dpi; panels of 3.2 in stacked, 9 in wide
+    assert image.shape[0] > 2.5 * 120 * len(pairs) and image.shape[1] > 7 * 120, image.shape
 
 
 def json_lines(path):

@@ -90,7 +90,7 @@ def test_streamed_import_writes_the_in_memory_import_byte_for_byte(tmp_path, mon
     ("qdrant", '{"id": 2, "payload": {"doc_id": "x"}, "vector": {"splade": {"indices": [99], "values": [1.0]}}}',
      "line 3: field 'indices': index 99 ≥ vocabulary size 60"),
     ("pgvector", "2\tx\t{1:0.5}/61", "line 3: field 'v': dimension 61 ≠ vocabulary size 60"),
-    ("anserini", "not json", "line 3: invalid JSON (Expecting value)"),
+    ("anserini", "not json", "line 3: not valid JSON (Expecting value, column 1)"),  # spladekit.io.read_jsonl
 ])
 def test_a_bad_line_fails_the_streamed_import_as_it_fails_the_in_memory_one(tmp_path, fmt, line, message):
     m, ids = vectors(rows=2)

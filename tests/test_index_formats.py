@@ -366,3 +366,35 @@ def test_milvus_rows_round_trip_and_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"id": 0, "doc_id": "x", "splade": {"indices": [99], "values": [1.0]}}\n')
     with pytest.raises(DataFormatError, match=r"line 1.*index 99"):
         milvus.read_rows(tmp_path / "bad.jsonl", len(VOCAB))
+
+
+def test_cli_export_qdrant_idf_writes_the_modifier_and_integer_impacts(tmp_path):
+    """``spladekit export --format qdrant --idf --scale 10``: ``collection.json`` says ``modifier: idf``,
+    the points carry ``⌊10·w + ½⌋`` (by hand below; impacts of 0 left out), ``export.json`` the scale;
+    without ``--idf`` the weights stay floats; ``--idf`` on another format is refused."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.index.writer import save_index
+
+    matrix = sp.csr_matrix(np.array([[0, 1.54, 0.04, 0], [2.0, 0, 0.05, 0.26]], dtype=np.float32))
+    folder = save_index(tmp_path / "idx", matrix, ["d1", "d2"], {"model": "m"}, vocabulary=["a", "b", "c", "d"])
+    runner = CliRunner()
+    result = runner.invoke(app, ["export", "--index", str(folder), "--format", "qdrant", "--idf", "--scale", "10",
+                                 "--out", str(tmp_path / "exp")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "exp" / "collection.json").read_text()) == {"sparse_vectors": {"splade": {"modifier": "idf"}}}
+    points = [json.loads(line) for line in (tmp_path / "exp" / "points.jsonl").read_text().splitlines()]
+    # 1.54·10 + ½ → 15; 0.04·10 + ½ → 0 (left out); 0.05·10 + ½ = 1.0 → 1 (float32 0.05 is above 0.05); 2.6 + ½ → 3
+    assert [p["vector"]["splade"] for p in points] == [{"indices": [1], "values": [15]}, {"indices": [0, 2, 3], "values": [20, 1, 3]}]
+    manifest = ExportManifest.load(tmp_path / "exp")
+    assert manifest.scale == 10 and manifest.options["modifier"] == "idf"
+    back, ids = import_vectors("qdrant", tmp_path / "exp", ["a", "b", "c", "d"])
+    assert ids == ["d1", "d2"] and np.allclose(back.toarray(), [[0, 1.5, 0, 0], [2.0, 0, 0.1, 0.3]])
+    plain = runner.invoke(app, ["export", "--index", str(folder), "--format", "qdrant", "--out", str(tmp_path / "plain")])
+    assert plain.exit_code == 0, plain.output
+    assert json.loads((tmp_path / "plain" / "collection.json").read_text()) == {"sparse_vectors": {"splade": {}}}
+    assert json.loads((tmp_path / "plain" / "points.jsonl").read_text().splitlines()[0])["vector"]["splade"]["values"] == [float(np.float32(1.54)), float(np.float32(0.04))]
+    refused = runner.invoke(app, ["export", "--index", str(folder), "--format", "milvus", "--idf", "--out", str(tmp_path / "m")])
+    assert refused.exit_code == 2 and "idf (--idf) applies to qdrant only, not to format 'milvus'" in refused.output
+    assert not (tmp_path / "m").exists()

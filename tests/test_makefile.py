@@ -61,3 +61,11 @@ def test_the_byte_compile_step_writes_bytecode_skips_tests_and_survives_a_bad_fi
     assert proc.returncode == 0 and "note: some files were not byte-compiled" in proc.stdout, proc.stdout + proc.stderr
     assert list((package / "__pycache__").glob("mod.*.pyc")) and not (package / "tests" / "__pycache__").exists()
     assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == "make test"  # CI calls exactly the README's command
+
+
+def test_docs_installs_the_docs_extra_and_serves_the_site(tmp_path):
+    plan = _plan("docs", tmp_path)
+    core = next(i for i, line in enumerate(plan) if line.endswith("-e ."))
+    extra = next(i for i, line in enumerate(plan) if line.endswith('-e ".[docs]"'))
+    assert core < extra < len(plan) - 1 and plan[-1].endswith("bin/mkdocs serve"), plan
+    assert not any("[test]" in line for line in plan), plan

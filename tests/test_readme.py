@@ -13,11 +13,14 @@ project's shared data and ``spladekit`` on ``PATH`` as this checkout's command l
 offline (``HF_HUB_OFFLINE=1``). A block that fails, or runs past ``BLOCK_TIMEOUT_S``, fails the test with
 its output. The links of the README, ``docs/*.md``, ``benchmarks/RESULTS.md`` and the run logs under
 ``benchmarks/runs/`` are checked too: a relative link names an existing file, and a ``#fragment`` names
-a heading of the file it points to (GitHub's slug rule).
+a heading of the file it points to (GitHub's slug rule). Every ``RESULTS.md#…`` anywhere in the
+repository, and every section of that page named in prose after its name, names one of its headings; the
+page opens with a summary table whose rows carry a date and link each of its sections.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -138,9 +141,77 @@ def test_readme_run_blocks(tmp_path):
         assert proc.returncode == 0, (
             f"README.md block at line {b['line']} failed (exit {proc.returncode}):\n{b['code']}\n"
             f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}")
+    started = time.monotonic()
+    _run_python_snippet(work, env, tmp_path)
+    report.append(f"the Python snippet: {time.monotonic() - started:.1f} s")
+    ignored = _ignored_by_git([entry.name + ("/" if entry.is_dir() else "") for entry in work.iterdir()])
+    if ignored is not None:  # a checkout (git present): what the blocks wrote, written in it, would stay untracked
+        assert all(ignored.values()), f"written by the README's blocks but not ignored by git: {ignored}"
     print("README blocks run:", "; ".join(report))
     if not_run:
         pytest.skip(f"README blocks run: {'; '.join(report)}; not run: {'; '.join(not_run)}")
+
+
+def python_snippet() -> str:
+    """The README's one ``python`` block that runs spladekit alone (the one calling ``load_beir``; the
+    harness block needs PyTerrier's topic frames and the hub)."""
+    blocks = [b for b in readme_blocks(README.read_text(encoding="utf-8"))
+              if b["lang"] == "python" and "load_beir(" in b["code"]]
+    assert len(blocks) == 1, [b["line"] for b in blocks]
+    return blocks[0]["code"]
+
+
+def _run_python_snippet(work: Path, env: dict, scratch: Path) -> None:
+    """The README's Python snippet run as a script in ``work`` on the ``mydata`` collection the shell blocks
+    wrote (instead of SciFact: minutes of encoding); the line it prints equals, at its 4 decimals, what
+    ``spladekit evaluate`` gives for the run that ``spladekit search`` wrote of the same model and documents."""
+    code = python_snippet()
+    assert code.count('load_beir("scifact"') == 1, code
+    script = scratch / "snippet.py"
+    script.write_text(code.replace('load_beir("scifact"', 'load_beir("mydata"'), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=BLOCK_TIMEOUT_S)
+    assert done.returncode == 0, f"the README's Python snippet failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    printed = re.fullmatch(r"nDCG@10 (\d\.\d{4})  MRR@10 (\d\.\d{4})  R@1000 (\d\.\d{4})", done.stdout.strip().splitlines()[-1])
+    assert printed, f"the snippet's last line is not its result: {done.stdout[-2000:]!r}"
+    measures = ["nDCG@10", "MRR@10", "R@1000"]
+    cli = subprocess.run(["spladekit", "evaluate", "--run", "mydata.trec", "--qrels", "mydata/qrels/test.tsv",
+                          *[a for m in measures for a in ("-m", m)]], cwd=work, env=env, capture_output=True, text=True,
+                         timeout=BLOCK_TIMEOUT_S)
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)
+    assert list(printed.groups()) == [f"{expected[m]:.4f}" for m in measures], (printed.group(0), expected)
+
+
+def _ignored_by_git(paths: list[str]) -> dict[str, bool] | None:
+    """``{path: ignored}`` by this checkout's ``.gitignore`` (``git check-ignore --no-index``; paths relative
+    to the checkout, a folder ending with ``/``), or None without git or outside a checkout."""
+    if shutil.which("git") is None or subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode:
+        return None
+    return {path: subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", "--", path]).returncode == 0
+            for path in paths}
+
+
+def test_the_python_snippet_ends_by_printing_its_result():
+    """Run as a script, a bare expression at the end prints nothing (the interpreter's echo is interactive only)."""
+    import ast
+
+    last = ast.parse(python_snippet()).body[-1]
+    assert isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and getattr(last.value.func, "id", None) == "print", \
+        ast.unparse(last)
+
+
+def test_the_readmes_outputs_are_ignored_by_git():
+    """Every ``--out`` of the README's shell blocks (the skipped ones too) and the snippet's index folder lie
+    where git ignores them (under outputs/, or the mydata files), so that following the README in the
+    checkout leaves nothing untracked."""
+    outs = [m.group(1) for b in shell_blocks() for m in re.finditer(r"--out[ =](\S+)", b["code"])]
+    outs += re.findall(r"Index\.build\([^)]*?\"([^\"]+)\"", python_snippet())
+    assert len(outs) >= 8, outs
+    ignored = _ignored_by_git(outs)
+    if ignored is None:
+        pytest.skip("git or the checkout's .git is not here: .gitignore cannot be asked")
+    assert all(ignored.values()), {path: flag for path, flag in ignored.items() if not flag}
 
 
 # ---- every spladekit command line of the README names a command and options that exist ----------------
@@ -204,9 +275,10 @@ def github_slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def anchors(path: Path) -> set[str]:
+def headings(path: Path) -> list[tuple[int, str, str]]:
+    """``(level, text, anchor)`` of each heading outside fenced blocks; a repeated slug gets ``-1``, ``-2``..."""
     seen: dict[str, int] = {}
-    found, in_fence = set(), False
+    found, in_fence = [], False
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("```"):
             in_fence = not in_fence
@@ -216,8 +288,12 @@ def anchors(path: Path) -> set[str]:
             slug = github_slug(m.group(2))
             n = seen.get(slug, 0)
             seen[slug] = n + 1
-            found.add(slug if n == 0 else f"{slug}-{n}")
+            found.append((len(m.group(1)), m.group(2), slug if n == 0 else f"{slug}-{n}"))
     return found
+
+
+def anchors(path: Path) -> set[str]:
+    return {anchor for _, _, anchor in headings(path)}
 
 
 def doc_pages() -> list[Path]:
@@ -236,16 +312,23 @@ def test_documentation_links_resolve():
             if in_fence:
                 continue
             for target in LINK.findall(line):
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target):       # http:, https:, mailto: ...
-                    continue
-                file_part, _, fragment = target.partition("#")
-                dest = (page.parent / file_part).resolve() if file_part else page
-                where = f"{page.relative_to(ROOT)}:{n}: ({target})"
-                if not dest.exists():
-                    problems.append(f"{where} names no file")
-                elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
-                    problems.append(f"{where}: no heading '#{fragment}' in {dest.relative_to(ROOT)}")
+                problem = link_problem(page, target)
+                if problem:
+                    problems.append(f"{page.relative_to(ROOT)}:{n}: ({target}) {problem}")
     assert not problems, "\n".join(problems)
+
+
+def link_problem(page: Path, target: str) -> str | None:
+    """Why a relative link of ``page`` does not resolve (no such file; no such heading), or None."""
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target):                    # http:, https:, mailto: ...
+        return None
+    file_part, _, fragment = target.partition("#")
+    dest = (page.parent / file_part).resolve() if file_part else page
+    if not dest.exists():
+        return "names no file"
+    if fragment and dest.suffix == ".md" and fragment not in anchors(dest):
+        return f"no heading '#{fragment}' in {dest.relative_to(ROOT)}"
+    return None
 
 
 def test_github_slug_rule():
@@ -254,3 +337,110 @@ def test_github_slug_rule():
     assert github_slug("The head's product against one core's peak") == "the-heads-product-against-one-cores-peak"
     assert github_slug("Retrieval: exact search against PISA, BMP and Seismic") == \
         "retrieval-exact-search-against-pisa-bmp-and-seismic"
+
+
+# ---- the results page: every reference into it resolves, its summary links every section --------------
+
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+# A link into the page, in any text file: ``RESULTS.md#…``.
+RESULTS_ANCHOR = re.compile(r"RESULTS\.md#([\w-]+)")
+# A section named in prose: the page's name, then a comma or an opening bracket, then the name in double or
+# single quotes or double backticks (the examples in test_results_references_parser).
+RESULTS_NAMED = re.compile(r"RESULTS(?:\.md)?`{0,2}(?:,\s*|\s+\()(?:\"|'|``)([^\"'`]+)(?:\"|'|``)")
+TEXT_SUFFIXES = {".md", ".py", ".sh", ".toml", ".txt", ".cfg", ".yml", ".yaml", ".rst", ".ini"}
+SKIPPED_DIRS = {"__pycache__", "node_modules", "build", "dist"}
+SUMMARY_HEADING = "Summary"
+# A short heading: one line of the rendered page, an anchor a reader can type.
+MAX_HEADING_CHARS = 100
+
+
+def repo_text_files() -> list[Path]:
+    """The repository's text files (README, docs, sources, tests, benchmarks, scripts), hidden folders skipped."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS
+                         and not d.endswith(".egg-info"))
+        found += [Path(folder) / f for f in sorted(files) if Path(f).suffix in TEXT_SUFFIXES or f == "Makefile"]
+    return found
+
+
+def plain_heading(text: str) -> str:
+    """A heading or a section's name as prose quotes it: no backticks, one space between words, lower case."""
+    return " ".join(text.replace("`", "").split()).lower()
+
+
+def results_references(text: str) -> tuple[list[str], list[str]]:
+    """The anchors of ``RESULTS.md#…`` links in ``text`` and the section names quoted after the page's name."""
+    return RESULTS_ANCHOR.findall(text), [" ".join(n.split()) for n in RESULTS_NAMED.findall(text)]
+
+
+def test_results_references_parser():
+    page = "RESULTS" + ".md"
+    text = (f"see [the page](../benchmarks/{page}#int8-onnx-exports) and ``benchmarks/{page}``, \"Seismic by\n"
+            f"shards\"; `benchmarks/{page}` (\"The 8.8M row\"), ``{page}`` (``spladekit serve``), {page}, 'int8'. "
+            f"Not a name: {page} (lines 1-97), [{page}]({page}).")
+    assert results_references(text) == (["int8-onnx-exports"],
+                                         ["Seismic by shards", "The 8.8M row", "spladekit serve", "int8"])
+
+
+def test_every_reference_into_the_results_page_resolves():
+    """Each ``RESULTS.md#…`` anywhere in the repository names a heading of the page (GitHub's slug rule);
+    each section named in prose after the page's name (see ``RESULTS_NAMED``) begins one of its headings."""
+    page_anchors = anchors(RESULTS)
+    page_headings = [plain_heading(text) for _, text, _ in headings(RESULTS)]
+    problems, seen = [], 0
+    for path in repo_text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "RESULTS" not in text:
+            continue
+        found, named = results_references(text)
+        seen += len(found) + len(named)
+        where = path.relative_to(ROOT)
+        problems += [f"{where}: no heading '#{a}' in benchmarks/RESULTS.md"
+                     for a in found if a not in page_anchors]
+        problems += [f"{where}: no heading of benchmarks/RESULTS.md begins with \"{n}\"" for n in named
+                     if not any(h.startswith(plain_heading(n)) for h in page_headings)]
+    assert seen, "no reference into benchmarks/RESULTS.md found: the scan is broken"
+    assert not problems, "\n".join(problems)
+
+
+def summary_rows() -> list[str]:
+    """The data rows of the table under the page's ``## Summary`` heading."""
+    lines = RESULTS.read_text(encoding="utf-8").splitlines()
+    if f"## {SUMMARY_HEADING}" not in lines:
+        return []
+    start = lines.index(f"## {SUMMARY_HEADING}")
+    rows, table_started = [], False
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            table_started = True
+            rows.append(line)
+        elif table_started or line.startswith("#"):
+            break
+    return rows[2:]                                                 # header and |---| lines dropped
+
+
+def test_results_page_summary_links_each_section():
+    """One screen first: a summary row per benchmark, with a date and links that resolve; every section of the
+    page linked from a row; headings short."""
+    rows = summary_rows()
+    assert rows, "benchmarks/RESULTS.md has no summary table under '## Summary'"
+    problems, linked = [], set()
+    for row in rows:
+        targets = LINK.findall(row)
+        if not targets:
+            problems.append(f"summary row links nothing: {row[:80]}")
+        if not re.search(r"\|\s*\d{4}-\d{2}-\d{2}\s*\|", row):
+            problems.append(f"summary row has no date cell (YYYY-MM-DD): {row[:80]}")
+        for target in targets:
+            problem = link_problem(RESULTS, target)
+            if problem:
+                problems.append(f"summary row link ({target}) {problem}")
+            elif target.startswith("#"):
+                linked.add(target[1:])
+    for level, text, anchor in headings(RESULTS):
+        if len(text) > MAX_HEADING_CHARS:
+            problems.append(f"heading of {len(text)} characters (at most {MAX_HEADING_CHARS}): {text[:60]}...")
+        if level == 2 and text != SUMMARY_HEADING and anchor not in linked:
+            problems.append(f"section '{text}' has no summary row linking '#{anchor}'")
+    assert not problems, "\n".join(problems)

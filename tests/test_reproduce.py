@@ -11,6 +11,7 @@ import copy
 import csv
 import itertools
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -313,6 +314,32 @@ def test_a_seismic_grid_without_pyseismic_stops_before_any_work(tmp_path, monkey
     assert "pyseismic-lsr, which is not installed" in result.output and "refuses to start" in result.output
 
 
+@pytest.mark.parametrize("blocked, change, words", [
+    ("ir_datasets", {"evaluation": {"in_domain": [{"name": "ind", "path": "irds:beir/scifact/test"}]}},
+     "irds:beir/scifact/test needs ir_datasets"),
+    ("datasets", {"train": {"steps": 2, "batch_size": 2, "data": {"format": "hf", "path": "someone/pairs"}}},
+     "train.data.format: hf) needs datasets"),
+])
+def test_a_grid_missing_another_extra_stops_before_any_work(tmp_path, monkeypatch, blocked, change, words):
+    """An irds: evaluation set or Hugging Face training data without their packages: refused before the first
+    stage (the evaluation or the training data would fail hours in), and the dry run says so."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, blocked, None)  # as where the package is not installed
+    settings = {**base_dict(), **change}
+    runner = RecordingRunner()
+    with pytest.raises(MissingExtraError, match=re.escape(words)):
+        run_grid(ReproduceConfig.model_validate(settings), tmp_path / "o", runner, log=silent)
+    assert runner.calls == []
+    result = CliRunner().invoke(app, ["reproduce", str(_write(tmp_path, settings)), "--dry-run", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0 and words in result.output and "refuses to start" in result.output, result.output
+
+
 # ------------------------------------------------------------------------------------ report
 def test_report_tables_and_plots(tmp_path):
     config = ReproduceConfig.model_validate(base_dict())
@@ -541,3 +568,69 @@ def test_moving_average_by_hand():
 
     assert _moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert _moving_average([2.0, 4.0], 1) == [2.0, 4.0]
+
+
+# ------------------------------------------------------------------------------------ head treatments
+SHIFT_TREATMENTS = [
+    {"name": "shift", "rescale": {"activity": "rasyosef/splade-tiny"}},  # calibrated on the activity at initialisation
+    {"name": "scale+shift", "rescale": {"mode": "joint", "reference": "rasyosef/splade-tiny"}},
+    {"name": "cap12", "head": {"position_top_k": 12}},
+]
+
+
+def test_a_grid_naming_shift_scale_shift_and_a_cap_plans_and_validates(tmp_path):
+    from spladekit.reproduce.grid import init_spec
+    from spladekit.reproduce.plan import describe_plan
+
+    data = base_dict()
+    data["treatments"] += SHIFT_TREATMENTS
+    data["backbones"][0]["treatments"] = ["none", "cap12"]
+    config = load_reproduce_config(_write(tmp_path, data))
+    ids = [c.id for c in plan_grid(config)]
+    assert {"orig--cap12--s0", "big--shift--s1", "big--scale+shift--s0"} <= set(ids) and "orig--shift--s0" not in ids
+    text = describe_plan(config, tmp_path / "out")
+    assert "shift so that the active terms match rasyosef/splade-tiny" in text
+    assert "rescale and shift so that the logit std and the active terms match rasyosef/splade-tiny" in text
+    assert "each position's 12 largest logits pooled" in text
+    cells = {c.id: c for c in plan_grid(config)}
+    assert init_spec(config, cells["orig--cap12--s0"])["head"] == {"position_top_k": 12, "fold_vocabulary": None}
+    # a treatment without the new fields keeps its earlier fingerprint (the fields are left out at their defaults)
+    assert set(init_spec(config, cells["big--constant--s0"])["rescale"]) == {"mode", "factor", "reference", "target",
+                                                                          "statistic", "scale_bias"}
+    assert "head" not in init_spec(config, cells["big--constant--s0"])
+    assert init_spec(config, cells["big--shift--s0"])["rescale"]["activity"] == "rasyosef/splade-tiny"
+    for bad, words in (({"name": "x", "rescale": {"shift": 1.0, "activity": 3.0}}, "not both"),
+                       ({"name": "x", "head": {"position_top_k": -1}}, "greater than or equal"),
+                       ({"name": "x", "rescale": {"mode": "joint", "target": 2.0}}, "reference")):
+        broken = base_dict()
+        broken["treatments"].append(bad)
+        with pytest.raises(DataFormatError, match=words):
+            load_reproduce_config(_write(tmp_path, broken))
+
+
+def test_the_runner_sets_the_head_up_for_shift_and_cap_treatments(shared, tmp_path, monkeypatch):
+    """The real runner's init stage on splade-tiny: a shift calibrated on the activity of the original
+    head lands on its own activity (s ≈ 0, the same texts), and a cap is recorded in the initial
+    model's spladekit.json so training and evaluation take it."""
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.reproduce.runner import SpladekitRunner
+
+    monkeypatch.setenv("SPLADEKIT_SHARED", str(shared))
+    data = base_dict(str(shared / "data" / "beir" / "scifact"))
+    data["backbones"] = [{"name": "tiny", "path": str(shared / "models" / "splade-tiny")}]
+    data["treatments"] = [{"name": "shift", "rescale": {"activity": str(shared / "models" / "splade-tiny")}},
+                          {"name": "cap12", "head": {"position_top_k": 12}}]
+    data["diagnosis"] = {"dataset": str(shared / "data" / "beir" / "scifact"), "num_texts": 8, "max_length": 32}
+    config = ReproduceConfig.model_validate(data)
+    cells = {c.treatment.name: c for c in plan_grid(config)}
+    runner = SpladekitRunner(show_progress=False)
+    shifted = runner.init_cell(cells["shift"], str(shared / "models" / "splade-tiny"), config, tmp_path / "shift")
+    step = json.loads((Path(shifted["model"]) / "config.json").read_text())["spladekit_rescale"]["history"][0]
+    assert step["shift_mode"] == "activity" and step["activity_reached"] == step["activity_target"]
+    assert abs(step["shift"]) < 0.5  # the midpoint between two neighbouring pooled logits around the same count
+    capped = runner.init_cell(cells["cap12"], str(shared / "models" / "splade-tiny"), config, tmp_path / "cap")
+    assert SpladeEncoder.from_pretrained(capped["model"], device="cpu").model.position_top_k == 12
+    # the diagnoses count the head that runs: the uncapped start model before, the capped one after (a cap
+    # only removes entries, so a capped vector's active terms are a subset of the uncapped one's)
+    before, after = (capped[k]["splade"]["active_terms"]["mean"] for k in ("diagnosis_before", "diagnosis_after"))
+    assert after < before

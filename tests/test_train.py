@@ -248,10 +248,43 @@ def test_rescale_goes_through_calibrate(tiny):
 
     plain, _, none = load_model(tiny_config(tiny))
     scaled, _, record = load_model(tiny_config(tiny, rescale={"factor": 0.5}))
-    assert none is None and record == {"mode": "factor", "factor": 0.5}
+    assert none is None and record == {"mode": "factor", "factor": 0.5, "shift": 0.0}
     # arXiv 2606.18811 §3 with scale_bias=False: W -> F·W, b unchanged
     torch.testing.assert_close(scaled.head.weight, 0.5 * plain.head.weight)
     torch.testing.assert_close(scaled.head.bias, plain.head.bias)
+
+
+def test_head_options_and_a_shift_train_and_are_saved(tiny, tmp_path):
+    """head.position_top_k and a calibrated shift at initialisation: the trained model is capped in both
+    heads, its bias carries the shift, and the final folder records both (no sentence-transformers
+    files: SpladePooling has no cap)."""
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.train.loop import load_model
+
+    cfg = tiny_config(tiny, steps=2, head={"position_top_k": 3}, rescale={"activity": 4.0, "sample_texts": 8})
+    model, _, record = load_model(cfg, [e.positives[0][1] for e in make_examples()[:8]])
+    assert model.position_top_k == 3 and record["mode"] == "shift" and record["shift"] != 0.0
+    plain, _, _ = load_model(tiny_config(tiny))
+    # every column but [PAD] (id 0, held at -1e4 after the shift by suppress_pad): b - s, one float32 rounding
+    torch.testing.assert_close(model.head.bias[1:], plain.head.bias[1:] - record["shift"], rtol=0, atol=1e-6)
+    result = train(cfg, tmp_path / "out", examples=make_examples(), show_progress=False)
+    meta = json.loads((result.model_dir / "spladekit.json").read_text())
+    assert meta["position_top_k"] == 3 and meta["extra"]["rescale"]["history"][0]["shift_mode"] == "activity"
+    assert not (result.model_dir / "modules.json").exists()
+    # the trainer's records beside the head options: config.yaml and the training record, the card's facts
+    from spladekit.io import read_yaml
+    from spladekit.publish.card_record import read_card_record
+
+    assert read_yaml(result.model_dir / "config.yaml")["head"]["position_top_k"] == 3
+    assert meta["extra"]["training"]["steps"] == 2 and meta["extra"]["training"]["rescale"]["shift"] == record["shift"]
+    facts = read_card_record((result.model_dir / "README.md").read_text(encoding="utf-8")).facts
+    assert facts["pooled per position"] == 3 and facts["shifted before training"] == pytest.approx(record["shift"])
+    encoder = SpladeEncoder.from_pretrained(result.model_dir, head_impl="fused", device="cpu")
+    vectors = encoder.encode(["w1 w2 w3", "w10 w20 w30 w40 w5"], 24)
+    assert encoder.model.position_top_k == 3 and max(np.diff(vectors.indptr)) <= 3 * 7  # ≤ k per real position
+    encoder.model.head_impl = "plain"
+    np.testing.assert_allclose(encoder.encode(["w1 w2 w3", "w10 w20 w30 w40 w5"], 24).toarray(), vectors.toarray(),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_final_model_loads_in_three_libraries_with_the_same_vectors(tiny, tmp_path):
@@ -341,6 +374,12 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
     for folder, name in (("before", names[0]), ("bm25", "bm25")):
         assert json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
+    from test_fusion import _check_delta_plot
+
+    folders = ["before", "after", *(["last"] if len(names) == 3 else []), "bm25", "inference_free", "fused_rrf", "fused_minmax"]
+    _check_delta_plot(tmp_path / "demo", results, folders, [("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
+                      [("before fine-tuning", "fine-tuned"), ("BM25", "fused RRF (fine-tuned + BM25)"),
+                       ("BM25", "fused min-max (fine-tuned + BM25)")])
 
 
 def test_the_demo_names_truncation_once_for_the_systems_that_share_it():

@@ -2,8 +2,8 @@
 (by default) fine-tune the model on SciFact train and evaluate again: a before/after table.
 
 The training recipes are :data:`DEMO_RECIPES` (the same as ``configs/demo.yaml`` and
-``configs/scifact-splade-tiny.yaml``): the default one is sized for 2 CPU cores (the whole demo in
-under 15 minutes), ``full`` is the stronger GPU recipe. Both evaluate retrieval on held-out training
+``configs/scifact-splade-tiny.yaml``): the default one is sized for 2 CPU cores (its timings:
+docs/demo.md), ``full`` is the stronger GPU recipe. Both evaluate retrieval on held-out training
 queries during training (``eval_every``) and the demo scores the best checkpoint by that dev nDCG@10
 (``train/model/``) on the test split; the final model (``train/last/``) gets its own row when it differs.
 """
@@ -18,7 +18,7 @@ from spladekit.index.index import Index
 from spladekit.io import atomic_write, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.pipeline import SystemResult, evaluate_bm25, evaluate_splade, write_system
-from spladekit.plots import per_query_comparison
+from spladekit.plots import per_query_deltas
 
 QUALITY_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000")
 TABLE_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000", "avg_query_terms", "avg_doc_terms", "flops", "query_ms",
@@ -126,7 +126,7 @@ def _load(model: str, data: str, batch_size: int, **encoder_options):
     encoder = SpladeEncoder.from_pretrained(model, batch_size=batch_size, **encoder_options)
     meta = encoder.metadata
     print(f"model {model}: vocabulary {encoder.vocab_size}, max lengths q/d {meta.query_max_length}/"
-          f"{meta.doc_max_length}, head {encoder.model.head_impl}")
+          f"{meta.doc_max_length}, head {getattr(encoder.model, 'head_impl', 'its own modules')}")
     return dataset, encoder
 
 
@@ -163,11 +163,38 @@ def _report(results: list[SystemResult], folders: list[str], dataset, out: Path,
     write_json(out / "summary.json", summary)
     with atomic_write(out / "table.md") as handle:
         handle.write(table + "\n")
-    per_query_comparison({r.name: r.per_query["nDCG@10"] for r in results}, "nDCG@10", out / "per_query_ndcg10.png",
-                         title=f"{dataset.name} test: per-query nDCG@10")
+    per_query_deltas(delta_pairs(results, folders), "nDCG@10", out / "per_query_ndcg10.png",
+                     title=f"{dataset.name} test: per-query nDCG@10, wins and losses")
     print(table)
     for line in truncation_lines(results, len(dataset.corpus)):
         print(line)
+
+
+#: The demo's per-query comparisons (``per_query_ndcg10.png``) as (baseline, compared) output folders:
+#: fine-tuning, then fusion against BM25; without training, the SPLADE row against BM25 comes first.
+DELTA_PAIRS = (("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax"))
+
+
+def delta_pairs(results: list[SystemResult], folders: list[str], measure: str = "nDCG@10") -> list[tuple[str, str, dict]]:
+    """``[(label A, label B, {qid: B − A})]`` of :data:`DELTA_PAIRS` (those whose two systems ran), from the
+    systems' per-query values of ``measure`` (every judged query, 0 where unretrieved:
+    :func:`spladekit.evaluate.metrics.evaluate`), for :func:`spladekit.plots.per_query_deltas`.
+
+    ``folders`` are the systems' output folders, in the order of ``results``.
+    """
+    by_folder = dict(zip(folders, results))
+    splade = "after" if "after" in by_folder else folders[0]
+    wanted = list(DELTA_PAIRS) if splade == "after" else [("bm25", splade), *DELTA_PAIRS[1:]]
+    labels = {"before": "before fine-tuning", "after": "fine-tuned", "bm25": "BM25"}
+    labels.setdefault(splade, by_folder[splade].name)
+    labels.update(fused_rrf=f"fused RRF ({labels[splade]} + BM25)", fused_minmax=f"fused min-max ({labels[splade]} + BM25)")
+    pairs = []
+    for a, b in wanted:
+        if a in by_folder and b in by_folder:
+            values_a, values_b = by_folder[a].per_query[measure], by_folder[b].per_query[measure]
+            deltas = {q: values_b.get(q, 0.0) - values_a.get(q, 0.0) for q in values_a.keys() | values_b.keys()}
+            pairs.append((labels[a], labels[b], deltas))
+    return pairs
 
 
 def truncation_lines(results: list[SystemResult], documents: int) -> list[str]:
@@ -191,19 +218,21 @@ def _model_record(model: str | Path) -> dict:
 
 
 def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool = True, full: bool = False,
-             overrides: list[str] | None = None) -> list[SystemResult]:
+             overrides: list[str] | None = None, trust_remote_code: bool = False) -> list[SystemResult]:
     """Evaluate ``model`` and BM25 on ``data`` (test split); with ``train``, fine-tune ``model`` on the
     train split (:func:`demo_config`) and evaluate the result the same way. Writes runs, metrics,
     the table (``table.md``), per-query plot and, with training, ``train/`` (curves, metrics, model).
     With training, ``before/`` and ``bm25/`` are written before training starts, so a demo stopped
     during training keeps its baseline evaluation (``summary.json`` and the table come at the end).
+    ``trust_remote_code``: run the model folder's own code (the training config's ``model.trust_remote_code``).
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError before any work
     if train:
-        return _run_train_demo(model, data, out, batch_size, full, overrides)
-    dataset, encoder = _load(model, data, batch_size)
+        trusted = ["model.trust_remote_code=true"] if trust_remote_code else []
+        return _run_train_demo(model, data, out, batch_size, full, list(overrides or []) + trusted)
+    dataset, encoder = _load(model, data, batch_size, trust_remote_code=trust_remote_code)
     splade = evaluate_splade(encoder, dataset, name=Path(model).name or model, index=out / "index",
                              index_metadata=_model_record(model))
     bm25 = evaluate_bm25(dataset)
@@ -222,7 +251,8 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     config = demo_config(model, data, full, overrides)
     lengths = dict(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length)
     name = Path(model).name or model
-    dataset, before_encoder = _load(model, data, batch_size, head_impl=config.model.head_impl, **lengths)
+    dataset, before_encoder = _load(model, data, batch_size, head_impl=config.model.head_impl,
+                                    trust_remote_code=config.model.trust_remote_code, **lengths)
     before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
     del before_encoder
     bm25 = evaluate_bm25(dataset)
@@ -230,22 +260,26 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped
         write_system(system, out / folder)
     print(f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
-          f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)")
+          f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)", flush=True)  # before the training's lines (stderr)
     print(f"fine-tuning on {data} train: {config.steps} steps, batch {config.batch_size}, lr {config.lr}, "
-          f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}")
+          f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}", flush=True)
     started = time.perf_counter()
     result = run_training(config, out / "train")
     train_seconds = time.perf_counter() - started
+    print(result.summary(), flush=True)  # as `spladekit train` ends
     best = result.best
     label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
-    after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
+    trusted = config.model.trust_remote_code  # a model saved from one with its own classes carries their code
+    after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl,
+                                                  trust_remote_code=trusted, **lengths)
     after = evaluate_splade(after_encoder, dataset, name=label, index=out / "index",
                             index_metadata=_model_record(result.model_dir))
     extra = query_side_rows(after_encoder, after, bm25, dataset)
     systems, folders = [before, after], ["before", "after"]
     if best and result.last_dir is not None and best["step"] != result.steps:  # the final model differs from the selected one
         del after_encoder
-        last_encoder = SpladeEncoder.from_pretrained(result.last_dir, batch_size=batch_size, head_impl=config.model.head_impl, **lengths)
+        last_encoder = SpladeEncoder.from_pretrained(result.last_dir, batch_size=batch_size, head_impl=config.model.head_impl,
+                                                     trust_remote_code=trusted, **lengths)
         systems.append(evaluate_splade(last_encoder, dataset, name=f"{name} (fine-tuned, last step {result.steps})"))
         folders.append("last")
     training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),

@@ -99,6 +99,60 @@ def require_extra(module: str, feature: str, package: str, extra: str):
         raise MissingExtraError(feature, package, extra) from exc
 
 
+class CardMismatchError(SpladekitError, ValueError):
+    """A model card edited by hand describes another model than the one it would sit beside (its
+    record line, :mod:`spladekit.publish.card_record`, differs from the model's facts). Attributes:
+    ``path`` (the card), ``differences`` (one ``"FACT: X in the card, Y in this model"`` each)."""
+
+    def __init__(self, path, differences: list[str], remedy: str):
+        self.path, self.differences, self.remedy = path, list(differences), remedy
+        super().__init__(f"{path}: edited by hand, and it describes another model ({'; '.join(self.differences)}); {remedy}")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.differences, self.remedy)
+
+
+#: The modules each extra of pyproject.toml's ``[project.optional-dependencies]`` gives to a command
+#: (``{extra: {module: package}}``; those a command does not import, e.g. the tests' httpx, left out).
+EXTRA_MODULES = {
+    "onnx": {"onnx": "onnx", "onnxruntime": "onnxruntime"},
+    "serve": {"fastapi": "fastapi", "uvicorn": "uvicorn"},
+    "seismic": {"seismic": "pyseismic-lsr"},
+    "ciff": {"google.protobuf": "protobuf"},
+    "mine": {"sentence_transformers": "sentence-transformers", "datasets": "datasets"},
+    "datasets": {"datasets": "datasets"},
+    "irds": {"ir_datasets": "ir_datasets"},
+    "bmp": {"bmp": "bmp"},
+}
+
+
+def check_extra(extra: str, feature: str, modules=None) -> None:
+    """Refuse ``feature`` before any work when a module of ``extra`` (:data:`EXTRA_MODULES`; only
+    ``modules`` of it when given) is not installed: what a command calls first, so that a missing extra
+    is said before a model loads or data is read. The modules are looked up
+    (:func:`importlib.util.find_spec`), not imported: milliseconds, where importing them can take
+    seconds; a module that is found but fails to import is reported by :func:`require_extra` where it
+    is used.
+
+    Raises:
+        MissingExtraError: naming the missing packages and :func:`install_line`.
+        KeyError: ``extra`` or a module not in :data:`EXTRA_MODULES` (a programming error).
+    """
+    import importlib.util
+
+    wanted = EXTRA_MODULES[extra]
+    missing = []
+    for module in modules or wanted:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a missing parent package (google of google.protobuf), or __spec__ None
+            found = False
+        if not found:
+            missing.append(wanted[module])
+    if missing:
+        raise MissingExtraError(feature, " and ".join(missing), extra)
+
+
 class RepeatedIdError(SpladekitError, ValueError):
     """A document id given twice. Attributes: ``doc_id``, and ``first`` < ``second``, the 0-based
     positions of its two occurrences in input order (a reader of a file turns them into lines)."""

@@ -6,22 +6,24 @@ This is the only module that strings the stages together; the CLI calls it.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pydantic import Field
+
 from spladekit.data.beir import BeirDataset, load_beir
-from spladekit.data.trec import write_run
+from spladekit.data.trec import RUN_TAG, write_run
 from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
 from spladekit.evaluate.retrieval import SystemResult, conventions_for, evaluate_splade  # noqa: F401  (moved there)
 from spladekit.index.exact import results_to_run
 from spladekit.index.index import searcher_config
 from spladekit.io import atomic_folder, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
+from spladekit.settings import Settings
 
 
-@dataclass
-class EvalConfig:
-    """What an evaluation run did, saved as ``config.json`` next to its outputs."""
+class EvalConfig(Settings):
+    """What an evaluation run did, saved as ``config.json`` next to its outputs (a settings record:
+    :class:`spladekit.settings.Settings`)."""
 
     model: str
     data: str
@@ -30,10 +32,11 @@ class EvalConfig:
     batch_size: int = 32
     query_max_length: int | None = None
     doc_max_length: int | None = None
-    measures: list[str] = field(default_factory=lambda: list(DEFAULT_MEASURES))
+    measures: list[str] = Field(default_factory=lambda: list(DEFAULT_MEASURES))
     conventions: str | None = None  # evaluation preset; None: chosen from the dataset name
     backend: str = "exact"  # retrieval backend of the index (exact or seismic)
     index: str | None = None  # keep the index folder here (None: a temporary folder, removed)
+    trust_remote_code: bool = False  # run the model folder's own code (spladekit.model.remote_code)
 
 
 def query_latency(encoders: dict[str, SpladeEncoder], queries: list[str], warmup: int = 5) -> dict[str, float]:
@@ -91,7 +94,7 @@ def evaluate_bm25(dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES
 def write_system(result: SystemResult, out: Path, config: dict | None = None) -> None:
     """Write ``run.trec``, ``metrics.json``, ``per_query.json`` (and ``config.json``) into ``out``."""
     ensure_folder(out)
-    tag = "_".join(result.name.split()) or "spladekit"  # a TREC tag is one column: "m (before)" -> "m_(before)"
+    tag = "_".join(result.name.split()) or RUN_TAG  # a TREC tag is one column: "m (before)" -> "m_(before)"
     write_run(result.run, out / "run.trec", tag=tag)
     metrics = dict(result.metrics)
     metrics["wall_time_s"] = round(result.seconds, 3)
@@ -122,12 +125,13 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
         ensure_folder(out)  # raises OutputPathError before any work
     encoder = SpladeEncoder.from_pretrained(
         config.model, query_max_length=config.query_max_length, doc_max_length=config.doc_max_length,
-        batch_size=config.batch_size,
+        batch_size=config.batch_size, trust_remote_code=config.trust_remote_code,
     )
     dataset = load_beir(config.data, config.split)
     result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
-                             conventions=conventions or config.conventions, searcher=searcher_config(config.backend), index=config.index)
-    saved = asdict(config)
+                             conventions=conventions or config.conventions, searcher=searcher_config(config.backend),
+                             index=config.index, name=RUN_TAG)  # the run's tag, as `spladekit search` writes it
+    saved = config.model_dump()
     saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
                  pooling=encoder.metadata.pooling, activation=encoder.metadata.activation,
                  conventions=result.metrics["conventions"])  # what was used, not just what was asked
@@ -135,11 +139,12 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     return result
 
 
-def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None):
+def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None,
+                         trust_remote_code: bool = False):
     """``spladekit inference-free``: ``model``'s document encoder with an inference-free query side
     whose weights are the IDF of the corpus of ``data`` (or of ``documents``), saved into ``out``
     atomically with the sentence-transformers ``Router`` files (where expressible, see
-    :func:`spladekit.train.export.write_inference_free_sentence_transformers_files`).
+    :func:`spladekit.model.st_modules.write_inference_free_sentence_transformers_files`).
 
     Returns:
         The :class:`SpladeEncoder` (its ``query_weights`` set).
@@ -158,7 +163,7 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
         if data is None:
             raise ValueError("give the corpus: a BEIR folder (data) or the documents")
         documents = list(load_corpus(data).values())
-    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu"), documents)
+    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu", trust_remote_code=trust_remote_code), documents)
     with atomic_folder(out) as tmp:
         encoder.save_pretrained(tmp)  # with the sentence-transformers Router files where expressible
         from spladekit.publish.card import write_model_card

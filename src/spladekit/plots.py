@@ -22,29 +22,6 @@ def _save(fig, path: str | Path) -> Path:
     return path
 
 
-def per_query_comparison(
-    values: Mapping[str, Mapping[str, float]], measure: str, path: str | Path, title: str = ""
-) -> Path:
-    """Per-query values of several systems, queries sorted by the first system's value.
-
-    Args:
-        values: ``{system: {qid: value}}`` (same qids for every system).
-        measure: axis label, e.g. ``"nDCG@10"``.
-    """
-    systems = list(values)
-    first = values[systems[0]]
-    qids = sorted(first, key=lambda q: (-first[q], q))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for system in systems:
-        ax.plot(range(len(qids)), [values[system].get(q, 0.0) for q in qids], ".", ms=4, label=system, alpha=0.8)
-    ax.set_xlabel(f"query (sorted by {systems[0]})")
-    ax.set_ylabel(measure)
-    ax.set_title(title or f"per-query {measure}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
-
-
 def overlaid_histograms(
     series: Mapping[str, Sequence[float]],
     path: str | Path,
@@ -52,13 +29,15 @@ def overlaid_histograms(
     title: str = "",
     bins: int = 80,
     log_y: bool = False,
-) -> Path:
+    keep_open: bool = False,
+):
     """Histograms of several value sets on shared bins, overlaid (first series = this model).
 
     Args:
         series: ``{label: values}``; empty series are skipped.
         xlabel: axis label with units, e.g. ``"decoder row norm ‖W_v‖₂"``.
         log_y: logarithmic count axis (for long-tailed logits).
+        keep_open: return ``(figure, axes)`` for the caller to add to and save, instead of the saved path.
 
     Raises:
         ValueError: every series is empty.
@@ -80,7 +59,7 @@ def overlaid_histograms(
     ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return (fig, ax) if keep_open else _save(fig, path)
 
 
 def head_row_norms(norms: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
@@ -88,9 +67,54 @@ def head_row_norms(norms: Mapping[str, Sequence[float]], path: str | Path, title
     return overlaid_histograms(norms, path, "decoder row norm ‖W_v‖₂", title or "MLM-head decoder row norms")
 
 
-def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> Path:
-    """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density."""
-    return overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True)
+def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: str = "",
+                marks: Mapping[str, float] | None = None, note: str = "") -> Path:
+    """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density.
+
+    ``marks`` (``{label: value}``, e.g. the p99 and max of all logits, not only of the sample) are drawn
+    as vertical lines, the x axis reaching the largest; where a mark lies beyond the sample's range
+    (the sample cut the tail), the plot says so. ``note`` is written under the title.
+    """
+    import numpy as np
+
+    fig_path = overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True,
+                                   keep_open=bool(marks or note))
+    if not (marks or note):
+        return fig_path
+    fig, ax = fig_path
+    drawn = max(float(np.nanmax(np.asarray(v, dtype=np.float64))) for v in logits.values() if len(v))
+    lines = [note] if note else []
+    for (label, value), style in zip((marks or {}).items(), ("--", ":", "-.")):
+        ax.axvline(value, color="black", ls=style, lw=1, label=f"{label}: {value:.4g}")
+        if value > drawn:
+            lines.append(f"{label} ({value:.4g}) lies beyond the sample's largest ({drawn:.4g}): the sample cuts the tail")
+    low, high = ax.get_xlim()
+    ax.set_xlim(low, max(high, *((marks or {}).values() or [high])) + 0.02 * (high - low))
+    ax.legend(fontsize=8)
+    if lines:  # under the title, above the axes: never over the bars or the legend
+        ax.set_title(ax.get_title() + "\n" + "\n".join(lines), fontsize=8)
+    return _save(fig, path)
+
+
+def _delta_bars(ax, deltas: Mapping[str, float], measure: str, name_a: str, name_b: str, title: str = "",
+                limit: float | None = None) -> None:
+    """Draw per-query differences ``B − A`` on ``ax`` as bars sorted from the largest gain to the largest
+    loss (green better, red worse, grey equal), the counts under the axis and the mean in the title, on a
+    y axis symmetric about 0 up to ``limit`` (default: the largest |Δ|), so gains and losses compare."""
+    qids = sorted(deltas, key=lambda q: (-deltas[q], q))
+    values = [deltas[q] for q in qids]
+    colours = ["tab:green" if v > 0 else "tab:red" if v < 0 else "tab:gray" for v in values]
+    ax.bar(range(len(qids)), values, width=1.0, color=colours)
+    ax.axhline(0.0, color="black", lw=0.8)
+    wins, losses = sum(v > 0 for v in values), sum(v < 0 for v in values)
+    mean = sum(values) / len(values)
+    ax.set_xlabel(f"query (sorted by Δ; {wins} better, {losses} worse, {len(values) - wins - losses} equal)")
+    ax.set_ylabel(f"Δ {measure} ({name_b} − {name_a})")
+    ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
+    ax.set_xlim(-0.5, len(qids) - 0.5)
+    limit = limit or max(abs(v) for v in values) or 1.0
+    ax.set_ylim(-1.08 * limit, 1.08 * limit)
+    ax.grid(alpha=0.3, axis="y")
 
 
 def per_query_delta(
@@ -107,19 +131,35 @@ def per_query_delta(
     """
     if not deltas:
         raise ValueError("no per-query differences to plot")
-    qids = sorted(deltas, key=lambda q: (-deltas[q], q))
-    values = [deltas[q] for q in qids]
-    colours = ["tab:green" if v > 0 else "tab:red" if v < 0 else "tab:gray" for v in values]
     fig, ax = plt.subplots(figsize=(9, 4))
-    ax.bar(range(len(qids)), values, width=1.0, color=colours)
-    ax.axhline(0.0, color="black", lw=0.8)
-    wins, losses = sum(v > 0 for v in values), sum(v < 0 for v in values)
-    mean = sum(values) / len(values)
-    ax.set_xlabel(f"query (sorted by Δ; {wins} better, {losses} worse, {len(values) - wins - losses} equal)")
-    ax.set_ylabel(f"Δ {measure} ({name_b} − {name_a})")
-    ax.set_title(title or f"per-query Δ{measure}: {name_b} vs {name_a} (mean {mean:+.4f})")
-    ax.set_xlim(-0.5, len(qids) - 0.5)
-    ax.grid(alpha=0.3, axis="y")
+    _delta_bars(ax, deltas, measure, name_a, name_b, title)
+    return _save(fig, path)
+
+
+def per_query_deltas(
+    pairs: Sequence[tuple[str, str, Mapping[str, float]]], measure: str, path: str | Path, title: str = ""
+) -> Path:
+    """Several comparisons of per-query values, one panel of :func:`per_query_delta`'s bars each, stacked
+    on one Δ axis (e.g. the demo's fine-tuned model against the model before, and fusion against BM25).
+
+    Args:
+        pairs: ``[(name_a, name_b, {qid: value_B − value_A})]``, one panel each, in order.
+        measure: axis label, e.g. ``"nDCG@10"``.
+        title: the figure's title.
+
+    Raises:
+        ValueError: no pair, or a pair without differences.
+    """
+    if not pairs or any(not deltas for _, _, deltas in pairs):
+        raise ValueError("no per-query differences to plot")
+    limit = max(abs(v) for _, _, deltas in pairs for v in deltas.values()) or 1.0  # one Δ scale for every panel
+    fig, axes = plt.subplots(len(pairs), 1, figsize=(9, 3.2 * len(pairs)), sharey=True, squeeze=False)
+    for ax, (name_a, name_b, deltas) in zip(axes[:, 0], pairs):
+        _delta_bars(ax, deltas, measure, name_a, name_b, limit=limit)
+        ax.set_ylabel(f"Δ {measure}")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
     return _save(fig, path)
 
 

@@ -7,14 +7,28 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, options_error, trust_option
+
+
+def _record(cls, **values):
+    """``cls(**values)``: a settings record of the command's options.
+
+    Raises:
+        ValueError: a value the record refuses (a non-finite number), naming its option.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        raise options_error(exc) from None
 
 
 def _text_source(texts: Optional[Path], data: Optional[str], n_queries: int, n_docs: int, seed: int):
     """The sample text of ``--texts`` / ``--data`` as a ``TextSource`` (sizes kept only with ``--data``)."""
     from spladekit.model.calibrate.run import TextSource
 
-    return TextSource(texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
+    return _record(TextSource, texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
 
 
 @app.command()
@@ -30,21 +44,18 @@ def diagnose(
     max_length: int = typer.Option(128, help="tokens per text"),
     max_tokens: int = typer.Option(1024, help="tokens sampled for the logit statistics"),
     batch_size: int = typer.Option(16),
+    trust_remote_code: bool = trust_option(),
 ):
-    """Measure an MLM head: decoder norms, logits and SPLADE activity on sample text, a verdict."""
+    """Measure an MLM head: decoder norms, logits and SPLADE activity on sample text; a verdict and a
+    suggested factor and shift, against --reference or the built-in splade-tiny one."""
     from spladekit.errors import SpladekitError
     from spladekit.model.calibrate.run import DiagnoseConfig, run_diagnose
 
-    config = DiagnoseConfig(
-        model=model,
-        source=_text_source(texts, data, n_queries, n_docs, seed),
-        reference=reference,
-        max_length=max_length,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-    )
     try:
-        diagnosis = run_diagnose(config, out)
+        config = _record(DiagnoseConfig, model=model, source=_text_source(texts, data, n_queries, n_docs, seed),
+                         reference=reference, max_length=max_length, max_tokens=max_tokens, batch_size=batch_size,
+                         trust_remote_code=trust_remote_code)
+        diagnosis = run_diagnose(config, out, progress=lambda line: typer.echo(line, err=True))
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(diagnosis.table())
@@ -58,8 +69,20 @@ def rescale(
                              "stay); MODEL itself only with --force"),
     factor: Optional[float] = typer.Option(None, help="multiply the head projection by F (< 1 shrinks)"),
     match_norm: Optional[str] = typer.Option(None, help="match the mean decoder-row norm of a model (folder or id) or a number"),
-    target_logit: Optional[float] = typer.Option(None, help="calibrate F on sample text so that --statistic of the logits hits this value"),
+    target_logit: Optional[float] = typer.Option(None, help="calibrate F on sample text so that --statistic of the logits "
+                                                 "hits this value (with --joint: the std)"),
     statistic: str = typer.Option("p99", help="logit statistic for --target-logit: mean, std, max or a percentile (p99, p99.9)"),
+    joint: bool = typer.Option(False, "--joint", help="choose F and the shift together: the logits' std and the SPLADE "
+                               "activity of --reference, or the numbers --target-logit and --target-activity"),
+    reference: Optional[str] = typer.Option(None, help="--joint: the reference model (folder or id)"),
+    shift: Optional[float] = typer.Option(None, help="subtract S from every logit (the decoder bias becomes b - S)"),
+    target_activity: Optional[str] = typer.Option(None, help="calibrate the shift so that --activity-statistic on the "
+                                                  "sample text hits this number, or that of this model (folder or id)"),
+    activity_statistic: str = typer.Option("active_terms", help="active_terms (per text) or frac_positive (of the logits)"),
+    position_top_k: Optional[int] = typer.Option(None, help="head option: pool each token position's K largest "
+                                                 "vocabulary entries only (0: no cap)"),
+    fold_vocabulary: bool = typer.Option(False, "--fold-vocabulary", help="head option: fold case and word-start "
+                                         "variants of a byte-level BPE vocabulary into one term"),
     scale_bias: bool = typer.Option(False, "--scale-bias/--no-scale-bias", help="scale the decoder bias by F too"),
     force: bool = typer.Option(False, help="rescale an already rescaled model (factors compound); allow --out = MODEL (in place)"),
     texts: Optional[Path] = typer.Option(None, help="sample text for --target-logit: one text per line"),
@@ -70,25 +93,38 @@ def rescale(
     max_length: int = typer.Option(128),
     max_tokens: int = typer.Option(1024),
     batch_size: int = typer.Option(16),
+    trust_remote_code: bool = trust_option(),
 ):
-    """Rescale the MLM-head projection by a constant and save the model (untied from the embeddings)."""
+    """Rescale the MLM-head projection by a constant F, shift its logits by s, set its options; save the model."""
     from spladekit.errors import SpladekitError
     from spladekit.model.calibrate.run import RescaleConfig, run_rescale
 
-    source = _text_source(texts, data, n_queries, n_docs, seed) if texts or data else None
-    config = RescaleConfig(
-        model=model,
-        factor=factor,
-        match_norm=match_norm,
-        target_logit=target_logit,
-        statistic=statistic,
-        scale_bias=scale_bias,
-        force=force,
-        source=source,
-        max_length=max_length,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-    )
+    try:
+        source = _text_source(texts, data, n_queries, n_docs, seed) if texts or data else None
+        config = _record(
+            RescaleConfig,
+            model=model,
+            factor=factor,
+            match_norm=match_norm,
+            target_logit=target_logit,
+            joint=joint,
+            reference=reference,
+            statistic=statistic,
+            shift=shift,
+            target_activity=target_activity,
+            activity_statistic=activity_statistic,
+            position_top_k=position_top_k,
+            fold_vocabulary=True if fold_vocabulary else None,  # not given: the start model's
+            scale_bias=scale_bias,
+            force=force,
+            source=source,
+            max_length=max_length,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            trust_remote_code=trust_remote_code,
+        )
+    except ValueError as exc:
+        fail(exc)
     from spladekit.cli.inference_free import MODEL_MARKERS
     from spladekit.errors import OutputPathError
     from spladekit.io import check_output_folder, staged_files
@@ -106,4 +142,11 @@ def rescale(
         write_model_card(out)  # README.md beside the model (an existing one kept)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
-    typer.echo(f"rescaled the MLM head of {model} by F = {applied:.6g} ({config.mode()}); wrote {out}")
+    options = config.head()
+    what = [f"F = {applied['factor']:.6g}", f"shift s = {applied['shift']:.6g}"] if applied["mode"] else []
+    if options.position_top_k is not None:
+        what.append(f"position_top_k = {options.position_top_k or 'none'}")
+    if options.fold_vocabulary is not None:
+        what.append("vocabulary folded" if options.fold_vocabulary else "vocabulary not folded")
+    typer.echo(f"set up the MLM head of {model}: {', '.join(what)}" + (f" ({applied['mode']})" if applied["mode"] else "")
+               + f"; wrote {out}")

@@ -8,12 +8,17 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
 FORMATS = ("onnx",)
 #: engines whose own contract is written (spladekit.model.engines; docs/engines.md)
 ENGINE_FORMATS = ("elasticsearch", "opensearch", "fastembed", "anserini")
+#: the engine formats whose graph is ONNX (spladekit.model.engines.common.require_onnx)
+ONNX_ENGINES = ("fastembed", "anserini")
+#: the end of the refusal when OUT's README.md was edited by hand and describes another model
+CARD_REMEDY = ("nothing was exported (the folder is as it was): give --overwrite to replace it with this model's card "
+               "(move it away first to keep your edits)")
 
 
 @app.command("export-model")
@@ -34,12 +39,14 @@ def export_model(
     vocab_tile: int = typer.Option(512, help="vocabulary columns per in-graph tile (memory O(batch x length x tile))"),
     pooling: Optional[str] = typer.Option(None, help="max or sum (default: the model's own)"),
     activation: Optional[str] = typer.Option(None, help="relu or log1p_relu (default: the model's own)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT's README.md with this model's card even when it "
+                                   "was edited by hand (default: a card spladekit wrote is rewritten; an edited one is "
+                                   "kept while its record matches this model, else the export is refused)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Export the model for serving: an ONNX graph from token ids to the SPLADE vector, run with onnxruntime, or
     (--format elasticsearch|opensearch|fastembed|anserini) the form that engine runs itself, with HOW_TO_LOAD.md."""
-    from spladekit.errors import SpladekitError
-    from spladekit.model.encoder import SpladeEncoder
-
+    from spladekit.errors import SpladekitError, check_extra
     from spladekit.io import check_output_folder
 
     try:
@@ -47,18 +54,25 @@ def export_model(
             if quantize or quantize_head or opset is not None:
                 raise ValueError(f"--quantize/--quantize-head/--opset apply to --format onnx only, not {format} (the "
                                  "engine's own contract fixes its graph)")
-            return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation)
-        check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
-        opset = 17 if opset is None else opset
+            if format in ONNX_ENGINES:  # before the model loads
+                check_extra("onnx", f"the {format} export (it writes ONNX)", ("onnx",))
+            return _export_engine(model, format, out, query_max_length, doc_max_length, pooling, activation, overwrite,
+                                  trust_remote_code)
         if format not in FORMATS:
             raise ValueError(f"unknown --format {format!r}; choose one of {', '.join(FORMATS + ENGINE_FORMATS)}")
+        check_extra("onnx", "ONNX export (and its onnxruntime check)")  # before the model loads
+        check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
+        opset = 17 if opset is None else opset
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        from spladekit.model.encoder import SpladeEncoder
         from spladekit.model.onnx_export import check_export, export_onnx
+        from spladekit.model.remote_code import require_masked_lm
 
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                                                head_impl="plain", device="cpu")
+                                                head_impl="plain", device="cpu", trust_remote_code=trust_remote_code)
+        require_masked_lm(encoder)
         limit = encoder.max_positions
         for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
             if value is not None and limit is not None and value > limit:
@@ -74,7 +88,7 @@ def export_model(
             except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
                 first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
                 raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
-            write_model_card(stage, previous=out, reference=str(out.resolve()))  # OUT's own README.md kept
+            write_model_card(stage, previous=out, reference=str(out.resolve()), overwrite=overwrite, remedy=CARD_REMEDY)
         written = out
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
@@ -88,16 +102,19 @@ def export_model(
         typer.echo(f"onnxruntime not installed: the export was not run ({install_line('onnx')})")
 
 
-def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max_length, pooling, activation) -> None:
+def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max_length, pooling, activation,
+                   overwrite: bool, trust_remote_code: bool = False) -> None:
     """``--format elasticsearch|opensearch|fastembed|anserini`` (spladekit.model.engines)."""
     from spladekit.io import check_output_folder
     from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
     from spladekit.model.engines import export_for_engine
     from spladekit.model.engines.common import HOW_TO_LOAD
 
     check_output_folder(out, f"{engine} export", (HOW_TO_LOAD,), {"--model": model})
     encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                                            head_impl="plain", device="cpu")
+                                            head_impl="plain", device="cpu", trust_remote_code=trust_remote_code)
+    require_masked_lm(encoder)
     from spladekit.index.formats.elastic import mapping
     from spladekit.io import atomic_folder
     from spladekit.publish.card import write_model_card
@@ -106,8 +123,8 @@ def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max
              "opensearch": {"index_mapping": mapping("splade", "rank_features")}}.get(engine, {})
     with atomic_folder(out) as stage:  # export and README.md swapped in together; a failure leaves OUT as it was
         export_for_engine(engine, encoder, stage, pooling=pooling, activation=activation, **extra)
-        write_model_card(stage, previous=out, reference=str(out.resolve()), engine=engine,  # OUT's README.md kept
-                         usage=f"This folder is {engine}'s form of the model: the engine runs it itself. Its own "
+        write_model_card(stage, previous=out, reference=str(out.resolve()), engine=engine, overwrite=overwrite,
+                         remedy=CARD_REMEDY, usage=f"This folder is {engine}'s form of the model: the engine runs it itself. Its own "
                                f"register/import calls, the index mapping and the query body: [{HOW_TO_LOAD}]({HOW_TO_LOAD}).")
     written = out
     typer.echo(f"wrote {written}/ for {engine}: " + ", ".join(sorted(p.name for p in Path(written).iterdir())))

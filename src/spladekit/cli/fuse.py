@@ -22,6 +22,8 @@ def fuse(
     depth: int = typer.Option(1000, help="documents kept per query"),
     qrels: Optional[Path] = typer.Option(None, help="also evaluate the fused run against these qrels"),
     preset: Optional[str] = typer.Option(None, help="evaluation conventions (default: from the qrels path)"),
+    measure: Optional[List[str]] = typer.Option(None, "--measure", "-m", help="with --qrels; repeatable; default nDCG@10 "
+                                                "MRR@10 R@100 R@1000"),
 ):
     """Fuse runs into one (hybrid retrieval); optionally evaluate it with the usual conventions."""
     from pydantic import ValidationError
@@ -35,6 +37,8 @@ def fuse(
 
     try:
         check_distinct(runs, out)
+        if measure and qrels is None:
+            raise ValueError("--measure goes with --qrels (the fused run is evaluated only against qrels)")
         try:
             config = FusionConfig(method=method, rrf_k=rrf_k, norm=norm, weights=weight or None, depth=depth)
         except ValidationError as exc:
@@ -46,9 +50,9 @@ def fuse(
         unused = {"rrf": {"norm"}, "score": {"rrf_k"}}[config.method]  # a setting the method does not read is not recorded
         write_json(Path(str(out) + ".config.json"), {"runs": [str(p) for p in runs], "fusion": config.model_dump(exclude=unused)})
         if judged is not None:
-            from spladekit.evaluate.metrics import evaluate
+            from spladekit.evaluate.metrics import DEFAULT_MEASURES, evaluate
 
-            metrics = evaluate(fused, judged, conventions=conventions)
+            metrics = evaluate(fused, judged, list(measure or DEFAULT_MEASURES), conventions=conventions)
             write_json(Path(str(out) + ".metrics.json"), dict(metrics, qrels=str(qrels)))
             typer.echo(json.dumps(metrics, indent=2))
             typer.echo(f"conventions: {conventions.name}")

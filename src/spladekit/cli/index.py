@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
 INDEX_MARKERS = ("index.json",)  # what marks a folder as an index (spladekit.index.layout)
@@ -36,9 +36,16 @@ def index_command(
     head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
     chunk_size: int = typer.Option(10_000, help="documents per chunk (memory bound; a killed run resumes at the first unfinished chunk)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
+    trust_remote_code: bool = trust_option(),
 ):
     """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
+    from spladekit.data.irds import check_irds
     from spladekit.errors import SpladekitError
+
+    try:
+        check_irds(data)  # before torch and the model load
+    except SpladekitError as exc:
+        fail(exc)
     from spladekit.index.index import Index
     from spladekit.index.builder import IndexConfig, build_index
     from spladekit.index.writer import parse_size
@@ -47,7 +54,7 @@ def index_command(
     try:
         config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
                              doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size,
-                             doc_pruning=doc_pruning)  # options checked here
+                             doc_pruning=doc_pruning, trust_remote_code=trust_remote_code)  # options checked here
         check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--model": model, "--data": data})
         budget = None if memory_budget is None else parse_size(memory_budget)
         written = build_index(config, show_progress=True, memory_budget=budget)
@@ -94,6 +101,7 @@ def search(
                                                 "default: the stored index's shards, else 11GiB); two_step: memory of building "
                                                 "the pruned copy (default 1GiB)"),
     verify: bool = typer.Option(True, help="check the folder's content hashes first (reads every array once: seconds at 1M documents)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Search an index with queries; write a TREC run (exact dot product, Seismic, or two-step), RUN.config.json
     (the settings record) and RUN.latency.json. The Seismic index and the pruned copy of two-step search
@@ -101,7 +109,7 @@ def search(
     from dataclasses import asdict
 
     from spladekit.data.trec import write_run
-    from spladekit.errors import SpladekitError
+    from spladekit.errors import SpladekitError, check_extra
     from spladekit.index.index import open_index
     from spladekit.index.results import recall_at_k
     from spladekit.io import write_json
@@ -116,10 +124,12 @@ def search(
                                      dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
                                           max_fraction=max_fraction, knn=knn),
                                      dict(first=first, candidates=candidates, first_query=first_query), memory_budget, recall_k)
+        if backend == "seismic":  # before the queries, the index (its hashes) or the model are read
+            check_extra("seismic", "Seismic search")
         topics = _topics(queries, data, split)
         searched = open_index(index, verify=verify)
         searched.check(searcher)  # before any query is encoded or index built
-        q = searched.query_encoder(model)
+        q = searched.query_encoder(model, trust_remote_code=trust_remote_code)
         vectors = q.encode_queries(list(topics.values()), show_progress=True)
         result = searched.search(vectors, k=k, searcher=searcher, query_ids=list(topics), one_at_a_time=one_at_a_time)
         for what in result.built:
@@ -226,12 +236,15 @@ def export_command(
     format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="export folder (files + export.json)"),
     queries: Optional[Path] = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
-    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats and ciff)"),
+    scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats, ciff, qdrant with --idf)"),
     keys: str = typer.Option("token", help="elastic: token (escaped: % -> %25, . -> %2E) or id"),
     field_type: str = typer.Option("rank_features", help="elastic: rank_features or sparse_vector"),
     query_top_k: Optional[int] = typer.Option(None, help="anserini-queries: keep each query's k heaviest terms (≤ 1024, Lucene's clause limit; default: a longer query is an error)"),
     hnsw: bool = typer.Option(False, help="pgvector: add an HNSW index to schema.sql (approximate; ≤ 1000 non-zeros per vector)"),
     table: str = typer.Option("splade", help="pgvector: table name"),
+    trust_remote_code: bool = trust_option(),
+    idf: bool = typer.Option(False, help="qdrant: a collection with Qdrant's IDF modifier (collection.json: modifier idf; "
+                                         "points with integer impacts at --scale, no IDF folded in)"),
 ):
     """Export an index to Anserini, Seismic, Qdrant, Milvus, PostgreSQL/pgvector, Elasticsearch/OpenSearch or CIFF files."""
     from spladekit.errors import SpladekitError
@@ -249,12 +262,13 @@ def export_command(
                 raise typer.BadParameter("--queries goes with --format anserini-queries")
             meta = load_metadata(index)
             topics = read_tsv(queries)
-            encoder = query_encoder(meta, path=Path(index) / "index.json")
+            encoder = query_encoder(meta, path=Path(index) / "index.json", trust_remote_code=trust_remote_code)
             q = encoder.encode_queries(list(topics.values()))
             manifest = export_vectors(format, out, q, list(topics), load_vocabulary(index) or encoder.vocabulary, scale=scale, model=meta.get("model"), model_revision=meta.get("model_revision"), query_top_k=query_top_k,
-                                      keys=keys, field_type=field_type, hnsw=hnsw, table=table)  # refused there: not for this format
+                                      keys=keys, field_type=field_type, hnsw=hnsw, table=table, idf=idf)  # refused there: not for this format
         else:
-            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw, table=table)
+            manifest = export_index(index, format, out, scale=scale, keys=keys, field_type=field_type, query_top_k=query_top_k, hnsw=hnsw,
+                                    table=table, idf=idf)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {out} ({manifest.count} vectors, format {manifest.format})")
@@ -269,6 +283,7 @@ def import_command(
     like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
     scale: Optional[float] = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
+    trust_remote_code: bool = trust_option(),
 ):
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""
     from spladekit.errors import SpladekitError
@@ -288,7 +303,7 @@ def import_command(
             meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k",
                                          "query_pruning", "doc_pruning") if k in meta}
         elif model is not None:
-            vocabulary, meta = model_vocabulary(model), {"model": model}
+            vocabulary, meta = model_vocabulary(model, trust_remote_code), {"model": model}
         else:  # the model export.json names, when it names one
             recorded = recorded_model(input)
             if recorded is None:
@@ -297,7 +312,7 @@ def import_command(
             meta = {"model": recorded[0], **({"model_revision": recorded[1]} if recorded[1] else {})}
             typer.echo(f"model: {recorded[0]} (from {input / 'export.json'})", err=True)
             try:
-                vocabulary = model_vocabulary(recorded[0])
+                vocabulary = model_vocabulary(recorded[0], trust_remote_code)
             except SpladekitError as exc:
                 raise ValueError(f"{exc} (the model {input / 'export.json'} names; give --model or --like)") from exc
         from spladekit.index.writer import parse_size

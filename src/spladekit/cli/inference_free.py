@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 from spladekit.data.resolve import DEFAULT_MODEL
 
 MODEL_MARKERS = ("spladekit.json", "config.json")  # what marks a model folder (spladekit's or transformers')
@@ -18,6 +18,7 @@ def inference_free(
     data: str = typer.Option(..., help="BEIR folder or dataset name whose corpus gives the IDF query weights"),
     out: Path = typer.Option(..., help="model folder to write (loads in spladekit and sentence-transformers): a new or empty folder, "
                              "or a model folder (replaced whole)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Write an inference-free model: documents through MODEL, queries a bag of tokens weighted by the corpus IDF.
 
@@ -31,7 +32,7 @@ def inference_free(
 
     try:
         check_output_folder(out, "model folder", MODEL_MARKERS, {"--model": model, "--data": data})
-        encoder = build_inference_free(model, data, out)
+        encoder = build_inference_free(model, data, out, trust_remote_code=trust_remote_code)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     active = int((encoder.query_weights > 0).sum())

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 
 
 @app.command()
@@ -39,13 +39,22 @@ def mine(
     seed: int = typer.Option(0, help="random sampling seed"),
     device: Optional[str] = typer.Option(None, help="cross-encoder device"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Mine hard negatives (BM25, a spladekit model or a run), score them with cross-encoder teachers,
     filter false negatives (sentence-transformers' rules) and write training data."""
     from pydantic import ValidationError
 
     from spladekit.cli.app import options_error
-    from spladekit.errors import SpladekitError
+    from spladekit.data.irds import check_irds
+    from spladekit.errors import SpladekitError, check_extra
+
+    try:  # before torch, a model or the data load: the dataset/ output needs datasets, a teacher sentence-transformers
+        check_extra("mine", "spladekit mine" + (" with a --teacher" if teacher else ""),
+                    ("datasets", "sentence_transformers") if teacher else ("datasets",))
+        check_irds(data, corpus)
+    except SpladekitError as exc:
+        fail(exc)
     from spladekit.io import check_output_folder
     from spladekit.mine import MineConfig
     from spladekit.mine import mine as run_mining
@@ -58,7 +67,7 @@ def mine(
                             teacher_max_length=teacher_max_length, chunk_queries=chunk_queries,
                             num_negatives=num_negatives, range_min=range_min, range_max=range_max, max_score=max_score,
                             min_score=min_score, absolute_margin=absolute_margin, relative_margin=relative_margin,
-                            sampling=sampling, seed=seed, device=device)
+                            sampling=sampling, seed=seed, device=device, trust_remote_code=trust_remote_code)
     except ValidationError as exc:
         fail(options_error(exc, {"teachers": "--teacher"}))
     try:

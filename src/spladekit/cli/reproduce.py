@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 
 
 @app.command()
@@ -24,6 +24,7 @@ def reproduce(
     force: bool = typer.Option(False, help="redo stages that an older, different config produced"),
     report_only: bool = typer.Option(False, "--report-only", help="only (re)write the tables and plots"),
     publish: Optional[Path] = typer.Option(None, help="also write the report here (e.g. docs/results.md), plots in img/ beside it"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Run backbone × head treatment × seed: diagnose, rescale, train, evaluate; write tables and plots.
 
@@ -52,7 +53,10 @@ def reproduce(
 
         previous = signal.signal(signal.SIGTERM, stop)
         try:
-            outcome = run_grid(grid, folder, cells=cell or None, force=force, log=typer.echo)
+            from spladekit.reproduce.runner import SpladekitRunner
+
+            outcome = run_grid(grid, folder, SpladekitRunner(trust_remote_code=trust_remote_code), cells=cell or None, force=force,
+                               log=typer.echo)
         except (SpladekitError, ValueError) as exc:
             fail(exc)
         except KeyboardInterrupt:  # the time spent counts in the report's total wall time

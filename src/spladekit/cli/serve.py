@@ -10,13 +10,14 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, fail, options_error
+from spladekit.cli.app import app, fail, options_error, trust_option
 
 
 @app.command()
 def serve(
     index: Path = typer.Option(..., help="index folder written by `spladekit index` (only read)"),
     model: Optional[str] = typer.Option(None, help="query model (default: the one recorded in the index; an ONNX export folder runs in onnxruntime)"),
+    trust_remote_code: bool = trust_option(),
     host: str = typer.Option("127.0.0.1", help="address to bind (default loopback only; anything else: put it behind a TLS reverse proxy)"),
     port: int = typer.Option(8000),
     workers: int = typer.Option(1, help="worker processes (each maps the same index files)"),
@@ -55,7 +56,7 @@ def serve(
 
         fail(ImportError(f"serving needs FastAPI and uvicorn: {install_line('serve')} ({exc})"))
     try:
-        config = ServeConfig(index=str(index.resolve()), model=model, host=host, port=port, workers=workers, threads=threads,
+        config = ServeConfig(index=str(index.resolve()), model=model, trust_remote_code=trust_remote_code, host=host, port=port, workers=workers, threads=threads,
                              max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
                              max_queue_wait_ms=max_queue_wait_ms, max_latency_ms=max_latency_ms, request_timeout_s=request_timeout_s,
                              head_timeout_s=head_timeout_s, body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k,

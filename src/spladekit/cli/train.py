@@ -8,9 +8,9 @@ from typing import List, Optional
 
 import typer
 
-from spladekit.cli.app import app, fail
+from spladekit.cli.app import app, fail, trust_option
 
-TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.loop)
+TRAIN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.trainer)
 
 
 @app.command()
@@ -18,7 +18,8 @@ def train(
     config: Optional[Path] = typer.Argument(None, help="YAML training config (see configs/); defaults when omitted"),
     out: Path = typer.Option(Path("outputs/train"), help="output folder (checkpoints, metrics.jsonl, curves, model/)"),
     set_: List[str] = typer.Option([], "--set", help="override a config field: --set regularizer.lambda_d=1e-3"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress lines and bars (stderr)"),
+    trust_remote_code: bool = trust_option(),
 ):
     """Train a SPLADE model; resumes from the newest checkpoint in OUT (unless resume=false)."""
     from spladekit.errors import SpladekitError
@@ -28,7 +29,7 @@ def train(
     from spladekit.io import check_output_folder
 
     try:
-        cfg = load_config(config, set_)
+        cfg = load_config(config, list(set_) + (["model.trust_remote_code=true"] if trust_remote_code else []))
         inputs = {"model.path": cfg.model.path, "data.path": cfg.data.path, "data.negatives_model": cfg.data.negatives_model,
                   "data.teacher_scores": cfg.data.teacher_scores, "data.queries": cfg.data.queries,
                   "data.corpus": cfg.data.corpus}
@@ -38,11 +39,13 @@ def train(
         fail(exc)
     if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: only the main process reports
         return
-    last = result.last_metrics
-    typer.echo(f"trained {result.steps} steps; final model: {result.model_dir}")
-    if last:
-        typer.echo(f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}")
-    if result.validation:
-        typer.echo(f"validation: {result.validation}")
+    typer.echo(result.summary())
+    last, held_out = result.last_metrics, result.validation
+    details = [f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}"] if last else []
+    if held_out:
+        details.append(f"held-out validation at step {held_out['step']}: ranking loss {held_out['val_loss_rank']:.4f}, "
+                       f"accuracy {held_out['val_accuracy']:.3f}")
+    if details:
+        typer.echo("; ".join(details))
     for alarm in result.alarms:
         typer.secho(f"alarm: {alarm}", fg=typer.colors.YELLOW, err=True)

@@ -40,6 +40,22 @@ def is_irds(name: str | Path) -> bool:
     return str(name).startswith(PREFIX)
 
 
+def check_irds(*names) -> None:
+    """Before any work: refuse when one of ``names`` (dataset names or folders; None skipped) is an
+    ``irds:`` id and ir_datasets is not installed (:func:`spladekit.errors.check_extra`, the install
+    line of the ``irds`` extra).
+
+    Raises:
+        MissingExtraError: naming the first such id.
+    """
+    from spladekit.errors import check_extra
+
+    for name in names:
+        if name is not None and is_irds(name):
+            check_extra("irds", str(name))
+            return
+
+
 def _offline() -> bool:
     return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("SPLADEKIT_OFFLINE", "HF_DATASETS_OFFLINE"))
 

@@ -19,9 +19,9 @@ from spladekit.io import atomic_write, iter_lines
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 
-# trec_eval (through pytrec_eval / ir_measures) holds one entry per grade value up to the largest
-# grade: measured here +0.8 GB of memory for one grade of 1e8, and a grade of 3e9 gave nDCG@10 = 0.0
-# for every query (or the process killed for memory). Real qrels grade 0-4; 2**20 costs 8 MB.
+# trec_eval (through pytrec_eval / ir_measures) holds one 8-byte entry per grade value up to the largest
+# grade, and a grade past the int32 range breaks its gains (nDCG@10 = 0.0 for every query; the readings:
+# benchmarks/runs/2026-12-07-source-notes.md). Real qrels grade 0-4; 2**20 costs 8 MB.
 GRADE_MIN, GRADE_MAX = -(2**31), 2**20
 
 
@@ -170,7 +170,11 @@ def check_trec_id(value: str, path: str | Path, field: str) -> None:
         )
 
 
-def write_run(run: Run, path: str | Path, tag: str = "spladekit") -> None:
+#: The run tag (sixth column) of the runs spladekit writes for a single model (`search`, `evaluate`).
+RUN_TAG = "spladekit"
+
+
+def write_run(run: Run, path: str | Path, tag: str = RUN_TAG) -> None:
     """Write ``run`` as a TREC run file, atomically, ranks in :func:`sorted_ranking` order; each score
     in Python's shortest form that reads back as the same float64 (``repr``): with a fixed number of
     decimals, scores closer than the last one (fused RRF scores deep in a list) would read back as

@@ -288,7 +288,16 @@ def evaluate(
 
     Raises:
         ValueError: unknown measure, empty qrels, or a grade above :data:`spladekit.data.trec.GRADE_MAX`
-            (trec_eval allocates memory per grade value: a grade of 3e9 gave 0.0 everywhere).
+            (trec_eval allocates memory per grade value, and a grade past int32 breaks its gains).
+
+    Example::
+
+        >>> from spladekit import evaluate
+        >>> run = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d3": 0.5}}
+        >>> qrels = {"q1": {"d2": 1}, "q2": {"d3": 2}}
+        >>> metrics = evaluate(run, qrels, ["nDCG@10", "MRR@10"])
+        >>> round(metrics["nDCG@10"], 4), metrics["MRR@10"], metrics["num_queries"]  # (1/log2(3) + 1) / 2
+        (0.8155, 0.75, 2)
     """
     measures = list(measures)
     conventions = as_conventions(conventions)

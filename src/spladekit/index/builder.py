@@ -236,6 +236,7 @@ class IndexConfig:
             applied after ``doc_top_k``; None: the model's saved rule. ``index.json`` records the rule
             applied (``doc_pruning``, as its record).
         chunk_size: documents per chunk (unit of memory, resumption and parallelism).
+        trust_remote_code: run the model folder's own code (:mod:`spladekit.model.remote_code`).
 
     Raises:
         ValueError: at construction, a value the encoder would refuse (before a model loads or the
@@ -252,6 +253,7 @@ class IndexConfig:
     head_impl: str | None = None
     doc_pruning: str | None = None
     chunk_size: int = 10_000
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         for name, value, least, note in (("doc_max_length", self.doc_max_length, 2, "special tokens included"),
@@ -308,6 +310,7 @@ def build_index(config: IndexConfig, show_progress: bool = False, memory_budget:
         location = resolve_model(config.model)
         encoder = SpladeEncoder.from_pretrained(location, doc_max_length=config.doc_max_length, doc_top_k=config.doc_top_k,
                                                 doc_pruning=config.doc_pruning, batch_size=config.batch_size, head_impl=config.head_impl,
+                                                trust_remote_code=config.trust_remote_code,
                                                 device=dist.device())  # one GPU per rank under torchrun; else SpladeEncoder's default
         metadata = dict(model_record(config.model, location), data=str(folder), config=asdict(config))
         budget = {} if memory_budget is None else {"memory_budget": memory_budget}

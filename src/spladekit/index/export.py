@@ -15,7 +15,9 @@ anserini            ``docs.jsonl``         ``JsonVectorCollection``, integer imp
 anserini-queries    ``queries.tsv``        pre-encoded queries, tokens repeated (empty
                                            queries left out and listed in ``export.json``)
 seismic             ``docs.jsonl``         Seismic JSONL, float weights
-qdrant              ``points.jsonl``       Qdrant points with sparse vectors
+qdrant              ``points.jsonl``       Qdrant points with sparse vectors (``--idf``: integer
+                                           impacts, for the collection's IDF modifier)
+                    ``collection.json``    collection definition (``modifier: idf`` with ``--idf``)
 milvus              ``rows.jsonl``         Milvus rows, ``SPARSE_FLOAT_VECTOR`` field
 pgvector            ``docs.tsv``           COPY text rows ``id, doc_id, sparsevec`` (1-based)
                     ``schema.sql``         table (and optional HNSW index) definition
@@ -53,8 +55,8 @@ FILES = {
     "elastic": "bulk.ndjson",
     "ciff": "index.ciff",
 }
-EXTRA_FILES = {"elastic": ["mapping.json"], "pgvector": ["schema.sql"]}
-QUANTISED = ("anserini", "anserini-queries", "ciff")
+EXTRA_FILES = {"elastic": ["mapping.json"], "pgvector": ["schema.sql"], "qdrant": [qdrant.COLLECTION_FILE]}
+QUANTISED = ("anserini", "anserini-queries", "ciff")  # and qdrant with idf (:func:`quantised`)
 #: The options only some formats use: name → (default, the formats using it, command-line option).
 FORMAT_OPTIONS = {
     "scale": (100.0, QUANTISED, "--scale"),
@@ -65,7 +67,14 @@ FORMAT_OPTIONS = {
     "index_name": ("splade", ("elastic",), None),
     "hnsw": (False, ("pgvector",), "--hnsw"),
     "table": (pgvector.DEFAULT_TABLE, ("pgvector",), "--table"),
+    "idf": (False, ("qdrant",), "--idf"),
 }
+
+
+def quantised(fmt: str, idf: bool = False) -> bool:
+    """Whether format ``fmt`` writes integer impacts (``scale`` applies): :data:`QUANTISED`, and
+    ``qdrant`` with the IDF modifier (:mod:`spladekit.index.formats.qdrant`)."""
+    return fmt in QUANTISED or (fmt == "qdrant" and bool(idf))
 
 
 def _check_format(fmt: str) -> None:
@@ -88,11 +97,13 @@ def check_options(fmt: str, **options) -> None:
     """
     for name, value in options.items():
         default, formats, flag = FORMAT_OPTIONS[name]
+        if name == "scale" and quantised(fmt, options.get("idf")):
+            continue
         if fmt not in formats and value is not None and value != default:
             spelled = f"{name} ({flag})" if flag else name
             names = ", ".join(formats[:-1]) + " and " + formats[-1] if len(formats) > 1 else formats[0]
             raise ValueError(f"{spelled} applies to {names} only, not to format {fmt!r}; drop it")
-    if fmt in QUANTISED:
+    if quantised(fmt, options.get("idf")):
         check_scale(options.get("scale", 100.0))
     if fmt == "anserini-queries":
         anserini.check_query_top_k(options.get("query_top_k"))
@@ -120,10 +131,12 @@ def export_vectors(
     query_top_k: int | None = None,
     hnsw: bool = False,
     table: str = pgvector.DEFAULT_TABLE,
+    idf: bool = False,
 ) -> ExportManifest:
     """Write ``[N, V]`` vectors with their ids in format ``fmt`` into the folder ``out``.
 
-    ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``, ``ciff``) only;
+    ``scale`` applies to the quantised formats (``anserini``, ``anserini-queries``, ``ciff``, and
+    ``qdrant`` with ``idf``: the collection's IDF modifier, integer impacts; :mod:`.formats.qdrant`) only;
     ``query_top_k`` to ``anserini-queries`` (prune each query to its heaviest terms, ≤ 1,024:
     :func:`spladekit.index.formats.anserini.write_preencoded_queries`); ``hnsw`` and ``table`` to
     ``pgvector``; ``keys``, ``field_type``, ``field`` and ``index_name`` to ``elastic``. Any of them
@@ -139,14 +152,14 @@ def export_vectors(
     """
     _check_format(fmt)
     check_options(fmt, scale=scale, query_top_k=query_top_k, keys=keys, field_type=field_type, field=field,
-                  index_name=index_name, hnsw=hnsw, table=table)  # before the folder is made
+                  index_name=index_name, hnsw=hnsw, table=table, idf=idf)  # before the folder is made
     needs_vocab = fmt not in ("qdrant", "milvus", "pgvector") and not (fmt == "elastic" and keys == "id")
     if needs_vocab and vocabulary is None:
         raise ValueError(f"format {fmt!r} writes tokens and needs the vocabulary (vocab.json in the index folder)")
     with staged_files(out) as folder:  # all files or none: a failure (e.g. a vector over a limit) leaves nothing
         return _write_export(fmt, Path(out), folder, matrix, ids, vocabulary, scale=scale, model=model, model_revision=model_revision,
                              keys=keys, field_type=field_type, field=field, index_name=index_name, query_top_k=query_top_k,
-                             hnsw=hnsw, table=table)
+                             hnsw=hnsw, table=table, idf=idf)
 
 
 def rounded_to_zero(matrix: sp.spmatrix, scale: float, target: Path) -> int:
@@ -174,11 +187,11 @@ def rounded_to_zero(matrix: sp.spmatrix, scale: float, target: Path) -> int:
 
 
 def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scale, model, model_revision, keys, field_type, field,
-                  index_name, query_top_k, hnsw, table) -> ExportManifest:
+                  index_name, query_top_k, hnsw, table, idf=False) -> ExportManifest:
     """The body of :func:`export_vectors`: write the files into ``folder`` (staged; ``out`` is named in messages)."""
     target = folder / FILES[fmt]
     options: dict = {}
-    rounded = rounded_to_zero(matrix, scale, out / FILES[fmt]) if fmt in QUANTISED else 0
+    rounded = rounded_to_zero(matrix, scale, out / FILES[fmt]) if quantised(fmt, idf) else 0
     if fmt == "anserini":
         count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
@@ -194,8 +207,9 @@ def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scal
     elif fmt == "seismic":
         count = seismic_jsonl.write_seismic_jsonl(target, matrix, ids, vocabulary)
     elif fmt == "qdrant":
-        count = qdrant.write_points(target, matrix, ids)
-        options = {"vector_name": qdrant.DEFAULT_VECTOR_NAME}
+        count = qdrant.write_points(target, matrix, ids, scale=scale if idf else None)
+        write_json(folder / qdrant.COLLECTION_FILE, qdrant.collection_config(qdrant.DEFAULT_VECTOR_NAME, idf))
+        options = {"vector_name": qdrant.DEFAULT_VECTOR_NAME, "modifier": qdrant.IDF if idf else None}
     elif fmt == "milvus":
         count = milvus.write_rows(target, matrix, ids)
         options = {"field": milvus.DEFAULT_FIELD, "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "IP", "drop_ratio_search": 0.0}
@@ -217,7 +231,7 @@ def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scal
     manifest = ExportManifest(
         format=fmt,
         files=files,
-        scale=scale if fmt in QUANTISED else None,
+        scale=scale if quantised(fmt, idf) else None,
         model=model,
         model_revision=model_revision,
         vocab_size=int(matrix.shape[1]),
@@ -285,6 +299,12 @@ def check_manifest(source: str | Path, vocab_size: int, count: int | None = None
                               f"{source / FILES[manifest.format]} (a file cut short or added to?)", field="count")
 
 
+def _qdrant_scale(scale: float, options: dict) -> float:
+    """What a Qdrant export's values are divided by: its scale when ``export.json`` records the IDF
+    modifier (integer impacts), else 1 (float weights)."""
+    return scale if options.get("modifier") == qdrant.IDF else 1.0
+
+
 def import_rows(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, options: dict) -> Iterator[tuple[str, tuple]]:
     """The rows of a row-major format's file, one at a time: ``(doc id, (column ids int64 [n],
     weights float32 [n]))`` in file order, entries normalised (the ``*_rows`` generator of the
@@ -300,7 +320,8 @@ def import_rows(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, o
     if fmt == "seismic":
         return seismic_jsonl.seismic_rows(path, vocabulary)
     if fmt == "qdrant":
-        return qdrant.point_rows(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME))
+        return qdrant.point_rows(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME),
+                                 scale=_qdrant_scale(scale, options))
     if fmt == "milvus":
         return milvus.field_rows(path, len(vocabulary), field=options.get("field", milvus.DEFAULT_FIELD))
     if fmt == "pgvector":
@@ -338,7 +359,8 @@ def import_vectors(
     elif fmt == "seismic":
         matrix, ids = seismic_jsonl.read_seismic_jsonl(path, vocabulary)
     elif fmt == "qdrant":
-        matrix, ids = qdrant.read_points(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME))
+        matrix, ids = qdrant.read_points(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME),
+                                         scale=_qdrant_scale(scale, options))
     elif fmt == "milvus":
         matrix, ids = milvus.read_rows(path, len(vocabulary), field=options.get("field", milvus.DEFAULT_FIELD))
     elif fmt == "pgvector":
@@ -528,20 +550,33 @@ def recorded_model(source: str | Path) -> tuple[str, str | None] | None:
     return (str(manifest.model), manifest.model_revision) if manifest.model else None
 
 
-def model_vocabulary(model: str | Path) -> list[str]:
-    """The V token strings of a model's output columns (its tokenizer, V from its config).
+def model_vocabulary(model: str | Path, trust_remote_code: bool = False) -> list[str]:
+    """The names of a model's output columns: its folded terms when its ``spladekit.json`` folds the
+    vocabulary (:mod:`spladekit.model.folding`), else the V token strings of its tokenizer (V from its
+    config; a model run by its own sentence-transformers modules: its encoder's vocabulary).
 
     Columns the tokenizer does not name (padded vocabularies) are called ``[spladekit:ID]``.
 
     Raises:
         ResolutionError: the model cannot be found.
+        DataFormatError: a saved fold that is malformed.
+        UnsupportedModelError: the folder's own code, not trusted (``trust_remote_code``).
     """
     from transformers import AutoConfig, AutoTokenizer
 
     from spladekit.data.resolve import resolve_model
+    from spladekit.model.encoder import saved_fold
     from spladekit.model.folders import read_model_folder
+    from spladekit.model.remote_code import CUSTOM_LAYOUT
 
-    folder = read_model_folder(resolve_model(model))  # the masked LM may be in a sentence-transformers module's folder
-    size = AutoConfig.from_pretrained(folder.mlm_dir).vocab_size
-    tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir).convert_ids_to_tokens(list(range(size)))
+    folder = read_model_folder(resolve_model(model), trust_remote_code)  # the masked LM may be in a sentence-transformers module's folder
+    if folder.layout == CUSTOM_LAYOUT:
+        from spladekit.model.encoder import SpladeEncoder
+
+        return list(SpladeEncoder.from_pretrained(model, trust_remote_code=True, device="cpu").vocabulary)
+    size = AutoConfig.from_pretrained(folder.mlm_dir, trust_remote_code=trust_remote_code).vocab_size
+    fold = saved_fold(folder.metadata(), folder.root, size)
+    if fold is not None:
+        return list(fold.terms)
+    tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir, trust_remote_code=trust_remote_code).convert_ids_to_tokens(list(range(size)))
     return [t if t is not None else f"[spladekit:{j}]" for j, t in enumerate(tokens)]

@@ -201,6 +201,14 @@ def fuse(runs: Sequence[Run], config: FusionConfig | None = None, **options) -> 
     Raises:
         ValueError: see :func:`reciprocal_rank_fusion` and :func:`score_fusion`; pydantic's
             ``ValidationError`` (a ``ValueError``) for a bad option.
+
+    Example::
+
+        >>> from spladekit import fuse
+        >>> sparse, bm25 = {"q1": {"a": 3.0, "b": 1.0}}, {"q1": {"b": 9.0, "c": 2.0}}
+        >>> fused = fuse([sparse, bm25], method="rrf", rrf_k=60)  # 1/(60 + rank) summed over the runs
+        >>> {doc: round(score, 5) for doc, score in fused["q1"].items()}
+        {'b': 0.03252, 'a': 0.01639, 'c': 0.01613}
     """
     config = config or FusionConfig(**options)
     if config.method == "rrf":

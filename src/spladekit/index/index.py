@@ -262,13 +262,14 @@ class Index:
             self._maxima = BlockMaxima(self.postings)
         return self._maxima
 
-    def query_encoder(self, model: str | None = None, batch_size: int = 32):
+    def query_encoder(self, model: str | None = None, batch_size: int = 32, trust_remote_code: bool = False):
         """The encoder of this index's queries (the model and query settings of ``index.json``, or
-        ``model``; created once, or the one the index was built with: :meth:`build`)."""
+        ``model``; created once, or the one the index was built with: :meth:`build`;
+        ``trust_remote_code``: run the model folder's own code)."""
         if self._encoder is None or model is not None:
             from spladekit.index.search import query_encoder
 
-            self._encoder = query_encoder(self.metadata, model, batch_size=batch_size, path=self.folder / "index.json")
+            self._encoder = query_encoder(self.metadata, model, batch_size, path=self.folder / "index.json", trust_remote_code=trust_remote_code)
         return self._encoder
 
     def adopt_query_encoder(self, encoder) -> None:
@@ -471,9 +472,9 @@ class ShardedIndex:
     def __len__(self) -> int:
         return sum(len(s) for s in self.shards)
 
-    def query_encoder(self, model: str | None = None, batch_size: int = 32):
+    def query_encoder(self, model: str | None = None, batch_size: int = 32, trust_remote_code: bool = False):
         """The encoder of the queries (the first shard's; every shard has the same model)."""
-        return self.shards[0].query_encoder(model, batch_size=batch_size)
+        return self.shards[0].query_encoder(model, batch_size=batch_size, trust_remote_code=trust_remote_code)
 
     def check(self, searcher: SearcherConfig) -> None:
         """:meth:`Index.check` of every shard."""

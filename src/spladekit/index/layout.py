@@ -89,7 +89,7 @@ class DocIds(Sequence[str]):
     def __init__(self, offsets: np.ndarray, utf8: np.ndarray, path: Path):
         self.offsets, self.utf8, self.path = offsets, utf8, path
         # plain ndarray views of the maps for gathers: the same pages, without np.memmap's wrapping of
-        # every result (≈ 10 µs per gather, most of the cost of naming a query's 10 hits)
+        # every result (most of the cost of naming a query's 10 hits: benchmarks/runs/2026-12-07-source-notes.md)
         self._offsets, self._utf8 = np.asarray(offsets).view(np.ndarray), np.asarray(utf8).view(np.ndarray)
 
     def __len__(self) -> int:

@@ -63,7 +63,7 @@ class LatencyStats:
     """Retrieval time per query, milliseconds: from the query vectors to the ranked ``(doc_id,
     score)`` lists the caller receives (posting-list scoring or the Seismic call, top-k, tie rule,
     decoding the document ids). Left out: encoding text queries, checking the arguments and making
-    the settings record (before the clock starts; ≈ 0.1 ms per call), building the Seismic index on
+    the settings record (before the clock starts), building the Seismic index on
     its first use, and assembling :class:`SearchResult` (one object per call).
 
     In batch mode, exact search times each long-list query on its own and gives each query of a

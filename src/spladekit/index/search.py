@@ -40,7 +40,7 @@ def check_query_settings(meta: dict, path: str | Path = "index.json") -> None:
 
 
 def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, head_impl: str | None = None,
-                  path: str | Path = "index.json"):
+                  path: str | Path = "index.json", trust_remote_code: bool = False):
     """The :class:`SpladeEncoder` an index's queries are encoded with (model and query settings
     from ``index.json`` unless ``model`` overrides the model). A folder written by ``export-model
     --onnx`` (``spladekit.json`` with an ``extra.onnx`` record) runs in onnxruntime
@@ -48,6 +48,7 @@ def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, he
 
     Args:
         path: the ``index.json`` ``meta`` was read from (named by errors).
+        trust_remote_code: run the model folder's own code (never read from ``index.json``: the caller's choice).
 
     Raises:
         DataFormatError: no model recorded and none given; query settings out of range
@@ -58,7 +59,7 @@ def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, he
     if model is None and not meta.get("model"):
         raise DataFormatError(path, "no model recorded in the index; pass the query model (--model)", field="model")
     source = model or meta["model"]
-    encoder = _load(meta, source, batch_size, head_impl)
+    encoder = _load(meta, source, batch_size, head_impl, trust_remote_code)
     if model is None:  # the index's own model: its pooling must be the one the documents were encoded with
         for key in ("pooling", "activation"):
             have = getattr(encoder.metadata, key, None)
@@ -68,7 +69,7 @@ def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, he
     return encoder
 
 
-def _load(meta: dict, source: str, batch_size: int, head_impl: str | None):
+def _load(meta: dict, source: str, batch_size: int, head_impl: str | None, trust_remote_code: bool = False):
     from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 
     if Path(source).is_dir() and EncoderMetadata.load(source).extra.get("onnx"):
@@ -86,4 +87,5 @@ def _load(meta: dict, source: str, batch_size: int, head_impl: str | None):
         query_pruning=meta.get("query_pruning"),
         batch_size=batch_size,
         head_impl=head_impl,
+        trust_remote_code=trust_remote_code,
     )

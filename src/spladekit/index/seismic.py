@@ -394,7 +394,7 @@ class SeismicSearcher(SeismicBase):
             return results
         options = dict(k=int(k), query_cut=p.query_cut, heap_factor=p.heap_factor, n_knn=p.n_knn, sorted=p.sorted)
         try:
-            if queries.todo.size == 1:  # one query: pyseismic's single search (its batch call costs ≈ 0.5 ms more)
+            if queries.todo.size == 1:  # one query: pyseismic's single search (cheaper than its batch call)
                 hits = [self.index.search(str(queries.todo[0]), queries.components[0], queries.values[0], **options)]
             else:
                 hits = self.index.batch_search(queries.ids, queries.components, queries.values, num_threads=p.num_threads, **options)

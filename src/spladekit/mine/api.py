@@ -36,7 +36,7 @@ def _candidates(config: MineConfig, queries, corpus, depth: int, show_progress: 
     if config.candidates == "bm25":
         return bm25_candidates(queries, corpus, depth)
     if config.candidates == "model":
-        return model_candidates(queries, corpus, depth, config.model, config.index, show_progress)
+        return model_candidates(queries, corpus, depth, config.model, config.index, show_progress, config.trust_remote_code)
     return run_candidates(config.run, queries, corpus, depth)
 
 

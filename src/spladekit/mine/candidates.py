@@ -22,10 +22,11 @@ def bm25_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int)
 
 
 def model_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int, model: str | None = None,
-                     index: str | None = None, show_progress: bool = True) -> dict[str, list[tuple[str, float]]]:
+                     index: str | None = None, show_progress: bool = True,
+                     trust_remote_code: bool = False) -> dict[str, list[tuple[str, float]]]:
     """Top-``depth`` documents by the SPLADE dot product: an exact search of ``index`` (its own
     query encoder, or ``model``), or of a temporary :class:`~spladekit.index.index.Index` of
-    ``corpus`` built with ``model``.
+    ``corpus`` built with ``model`` (``trust_remote_code``: run the model folder's own code).
 
     Raises:
         DataFormatError: a document of the index that is not in the corpus (a different collection).
@@ -34,7 +35,7 @@ def model_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int
 
     if index is not None:
         opened = Index.open(index)
-        encoder = opened.query_encoder(model)
+        encoder = opened.query_encoder(model, trust_remote_code=trust_remote_code)
         result = opened.search(queries, k=depth, encoder=encoder)
         unknown = next((d for row in result.hits for d, _ in row if d not in corpus), None)
         if unknown is not None:
@@ -42,7 +43,7 @@ def model_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int
         return {qid: [(d, float(s)) for d, s in row] for qid, row in zip(result.query_ids, result.hits)}
     from spladekit.model.encoder import SpladeEncoder
 
-    encoder = SpladeEncoder.from_pretrained(model)
+    encoder = SpladeEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
     with tempfile.TemporaryDirectory(prefix="spladekit-mine-") as scratch:
         built = Index.build(encoder, corpus, Path(scratch) / "index", show_progress=show_progress, distributed=False)
         result = built.search(queries, k=depth, encoder=encoder)

@@ -39,6 +39,7 @@ class MineConfig(Settings):
     candidates: Literal["bm25", "model", "run"] = "bm25"
     model: str | None = Field(None, description="candidates=model: the spladekit model (and query encoder of index)")
     index: str | None = Field(None, description="candidates=model: an existing spladekit index folder")
+    trust_remote_code: bool = Field(False, description="candidates=model: run the model folder's own code (spladekit.model.remote_code)")
     run: str | None = Field(None, description="candidates=run: a TREC run file of the queries' ids")
     depth: int | None = Field(None, ge=1, description="candidates per query (default range_max + max positives + 1)")
 

@@ -7,7 +7,7 @@ scored them, else the retriever's) and the scores of its positives, in this orde
 1. the positives themselves and any document whose text equals the query are removed;
 2. ``absolute_margin`` m: removed when ``score + m > min(positive scores)``;
 3. ``relative_margin`` r: removed when ``score > p - |p|·r`` with ``p = min(positive scores)``
-   (sentence-transformers #3819: subtract ``|p|·r``, which is sign-safe);
+   (huggingface/sentence-transformers#3819: subtract ``|p|·r``, which is sign-safe);
 4. ``max_score``: removed when ``score > max_score``; 5. ``min_score``: removed when ``score < min_score``;
 6. the survivors are sorted by score (descending; ties by candidate rank) and only ranks
    ``range_min ≤ rank < range_max`` of them are kept (the window);

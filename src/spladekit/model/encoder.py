@@ -23,7 +23,12 @@ as in naver/splade and sentence-transformers' ``SparseEncoder``; a trained SPLAD
 gets every special-token column zeroed the same way.
 
 Pooling and activation (max/sum, relu/log1p_relu) are the model's (``EncoderMetadata.pooling`` /
-``.activation``, :mod:`spladekit.model.pooling`), read from its folder.
+``.activation``, :mod:`spladekit.model.pooling`), read from its folder, as are its head options: a
+cap on each position's expansion (``position_top_k``) and a folded vocabulary (``fold``,
+:mod:`spladekit.model.folding`). With a fold, a vector's columns are the ``V'`` folded terms:
+:attr:`SpladeEncoder.vocab_size` is ``V'``, :attr:`SpladeEncoder.vocabulary` their names (what an
+index built with the encoder stores, what :meth:`SpladeEncoder.decode` shows), and the ``[PAD]`` and
+special-token columns zeroed are their terms (each alone in its own term).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from spladekit.model.inference_free import INFERENCE_FREE, encode_bag, save_query_weights
+from spladekit.model.inference_free import INFERENCE_FREE, encode_bag
 # the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
 from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
 from spladekit.model.pruning import of_record, prune, record_of
@@ -67,7 +72,8 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
                          shape=tuple(weights.shape), copy=False)
 
 
-def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                   trust_remote_code: bool = False):
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
     The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
@@ -79,7 +85,9 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     produce meaningless SPLADE vectors. Here any parameter that transformers reports as missing
     (``output_loading_info=True``, ``missing_keys``: newly initialised) outside the backbone
     (``model.base_model_prefix``) is an error, unless ``allow_random_head`` (training option
-    ``model.allow_random_head: true``), which only warns.
+    ``model.allow_random_head: true``), which only warns. ``trust_remote_code`` is passed on to
+    transformers (a folder's own model classes, ``config.json`` ``auto_map``; refused before this by
+    :func:`~spladekit.model.folders.read_model_folder` unless trusted).
 
     Raises:
         ResolutionError: the folder has no weights file (or transformers cannot find it).
@@ -94,7 +102,8 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
 
     kwargs = {"dtype": dtype} if dtype else {}
     try:
-        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, **kwargs)
+        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, trust_remote_code=trust_remote_code,
+                                                         **kwargs)
     except Exception as exc:
         if isinstance(exc, MemoryError):
             raise
@@ -138,7 +147,8 @@ def _unreadable_weights(location: str) -> Path | None:
     return pickled[0] if len(pickled) == 1 else None
 
 
-def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                      trust_remote_code: bool = False):
     """The one loader of model folders: ``(mlm, tokenizer, folder)``.
 
     ``folder`` is :func:`spladekit.model.folders.read_model_folder` of ``location`` (read first, so
@@ -148,12 +158,16 @@ def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_ran
 
     Raises:
         ResolutionError: no weights or no tokenizer in ``location``.
-        UnsupportedModelError, DataFormatError: see :func:`~spladekit.model.folders.read_model_folder`.
+        UnsupportedModelError, DataFormatError: see :func:`~spladekit.model.folders.read_model_folder`
+            (also: a folder run by custom sentence-transformers modules, which has no masked LM to give).
         HeadNotFoundError: see :func:`load_masked_lm`.
     """
     from spladekit.model.folders import read_model_folder
+    from spladekit.model.remote_code import CUSTOM_LAYOUT, masked_lm_refusal
 
-    folder = read_model_folder(location)
+    folder = read_model_folder(location, trust_remote_code)
+    if folder.layout == CUSTOM_LAYOUT:
+        raise masked_lm_refusal(folder)
     return (*_load_weights(folder, dtype, allow_random_head), folder)
 
 
@@ -164,11 +178,11 @@ def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: b
     from spladekit.errors import DataFormatError, ResolutionError
     from spladekit.model.folders import check_tokenizer_files
 
-    mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head)
+    mlm = load_masked_lm(folder.mlm_dir, dtype, allow_random_head, folder.trust_remote_code)
     if Path(folder.tokenizer_dir).is_dir():  # (a hub id: transformers resolves it)
         check_tokenizer_files(Path(folder.tokenizer_dir))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir)
+        tokenizer = AutoTokenizer.from_pretrained(folder.tokenizer_dir, trust_remote_code=folder.trust_remote_code)
     except OSError as exc:
         raise ResolutionError(f"model {folder.root}: cannot load its tokenizer ({_first_line(exc)})") from exc
     except MemoryError:
@@ -207,15 +221,30 @@ def check_vocabulary_sizes(tokens: int, head_rows: int, tokenizer_dir) -> None:
                               f"{VOCAB_PADDING} less (vocabulary padding), and at least half: is it the model's tokenizer?")
 
 
-def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False):
+def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
+                                  trust_remote_code: bool = False):
     """``(mlm, tokenizer)`` of :func:`load_model_folder`, for callers that use only the MLM head
     (the pooling and activation of the folder are in :func:`load_model_folder`'s third value).
 
     Raises:
         See :func:`load_model_folder`.
     """
-    mlm, tokenizer, _ = load_model_folder(location, dtype, allow_random_head)
+    mlm, tokenizer, _ = load_model_folder(location, dtype, allow_random_head, trust_remote_code)
     return mlm, tokenizer
+
+
+def saved_fold(meta: EncoderMetadata, location, vocab_size: int):
+    """The :class:`~spladekit.model.folding.VocabularyFold` a model folder's metadata saves (None without one).
+
+    Raises:
+        DataFormatError: a map :meth:`~spladekit.model.folding.VocabularyFold.from_record` refuses
+            (naming ``spladekit.json`` and the field), or one that does not cover the head's ``vocab_size`` columns.
+    """
+    if meta.fold is None:
+        return None
+    from spladekit.model.folding import VocabularyFold
+
+    return VocabularyFold.from_record(meta.fold, Path(str(location)) / METADATA_FILE, vocab_size)
 
 
 class SpladeEncoder:
@@ -234,10 +263,14 @@ class SpladeEncoder:
     def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
                  query_weights: torch.Tensor | None = None):
         metadata = metadata or EncoderMetadata()
-        if not isinstance(model, SpladeModel):
-            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation)
+        if not isinstance(model, SpladeModel):  # a bare masked LM: the metadata describes its head
+            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation,
+                                position_top_k=metadata.position_top_k,
+                                fold=saved_fold(metadata, metadata.source or ".", int(model.config.vocab_size)))
         # the model computes, the metadata records: they say the same
         metadata.pooling, metadata.activation = model.pooling, model.activation
+        metadata.position_top_k = model.position_top_k
+        metadata.fold = None if model.fold is None else model.fold.to_record()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -262,6 +295,7 @@ class SpladeEncoder:
         device=None,
         dtype: torch.dtype | None = None,
         head_impl: str | None = None,
+        trust_remote_code: bool = False,
         query_pruning=None,
         doc_pruning=None,
     ) -> "SpladeEncoder":
@@ -275,10 +309,17 @@ class SpladeEncoder:
         ``doc_pruning``: a :class:`~spladekit.model.pruning.PruningRule` (or its record or
         ``KIND=VALUE`` text) applied after the top-k (None: the folder's).
 
+        Code from the folder runs only with ``trust_remote_code`` (:mod:`spladekit.model.remote_code`):
+        a folder of custom sentence-transformers modules then gives a
+        :class:`~spladekit.model.remote_code.RemoteCodeEncoder` (sentence-transformers computes its
+        vectors; one max length; ``head_impl`` does not apply), custom transformers classes a
+        :class:`SpladeEncoder` as usual.
+
         Raises:
             ResolutionError: the model cannot be found, or its folder lacks weights or tokenizer.
             UnsupportedModelError: the folder describes something spladekit cannot compute (before any
-                weights load; see :mod:`spladekit.model.folders`).
+                weights load; see :mod:`spladekit.model.folders`), or names code of its own and not
+                ``trust_remote_code``.
             HeadNotFoundError: it is not a supported masked-LM family, or its checkpoint has no
                 MLM-head weights (see :func:`load_masked_lm`).
         """
@@ -286,7 +327,15 @@ class SpladeEncoder:
         from spladekit.model.folders import read_model_folder
 
         location = resolve_model(name_or_path)
-        folder = read_model_folder(location)
+        from spladekit.model.remote_code import CUSTOM_LAYOUT, RemoteCodeEncoder
+
+        folder = read_model_folder(location, trust_remote_code)
+        if folder.layout == CUSTOM_LAYOUT:
+            if query_pruning is not None or doc_pruning is not None:
+                raise ValueError("query_pruning / doc_pruning: a folder of custom sentence-transformers modules is encoded by "
+                                 "sentence-transformers, which applies no pruning rule; prune the vectors instead (spladekit.model.pruning.prune)")
+            return RemoteCodeEncoder.load(folder, max_lengths=(query_max_length, doc_max_length), query_top_k=query_top_k,
+                                          doc_top_k=doc_top_k, batch_size=batch_size, device=device, source=str(name_or_path))
         meta = folder.metadata()  # refusals before any weights load
         mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
@@ -296,7 +345,8 @@ class SpladeEncoder:
         ).items():
             if value is not None:
                 setattr(meta, key, value)
-        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation)
+        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation,
+                            position_top_k=meta.position_top_k, fold=saved_fold(meta, location, int(mlm.config.vocab_size)))
         query_weights = None
         if meta.query_encoder == INFERENCE_FREE:
             query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
@@ -305,6 +355,11 @@ class SpladeEncoder:
 
             raise DataFormatError(Path(location) / METADATA_FILE, f"unknown query_encoder {meta.query_encoder!r}; "
                                   f"expected 'splade' or {INFERENCE_FREE!r}", field="query_encoder")
+        if query_weights is not None and model.fold is not None:
+            from spladekit.errors import UnsupportedModelError
+
+            raise UnsupportedModelError(Path(location) / METADATA_FILE, "a folded vocabulary with an inference-free query "
+                                        "side (its weights are per vocabulary entry, not per term)", field="fold")
         encoder = cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
         # a length above the model's positions (max_seq_length, spladekit.json, an argument) is lowered
         # to them here, with a warning, so that the metadata recorded (index, run config) is what runs
@@ -312,54 +367,22 @@ class SpladeEncoder:
         meta.doc_max_length = encoder.check_max_length(meta.doc_max_length)
         return encoder
 
-    def save_pretrained(self, folder: str | Path) -> None:
-        """Save model, tokenizer, ``spladekit.json`` and the sentence-transformers module files into ``folder``.
+    def save_pretrained(self, folder: str | Path, *, config: dict | None = None) -> None:
+        """Write the encoder as a model folder (:func:`spladekit.model.writer.write_model_folder`) into ``folder``.
 
-        A rescaling record of the MLM head (``config.spladekit_rescale``, see
-        :mod:`spladekit.model.calibrate.rescale`) is copied into ``metadata.extra["rescale"]``.
-        The sentence-transformers files (:mod:`spladekit.model.st_modules`: ``SpladePooling`` with this
-        model's pooling and activation; the ``Router`` layout for an inference-free query side) are
-        not written where that library would compute other vectors (special-token columns zeroed,
-        a query side whose size differs from the tokenizer's vocabulary); ``metadata.extra
-        ["sentence_transformers"]`` then says why.
+        ``config``: the configuration that made the model (a training run's), saved as ``config.yaml``
+        beside it when given. The writes go straight into ``folder``; a caller wanting the folder whole
+        or not at all wraps the call in :func:`spladekit.io.atomic_folder`.
         """
-        from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+        from spladekit.model.writer import write_model_folder
 
-        folder = Path(folder)
-        record = getattr(self.model.mlm.config, "spladekit_rescale", None)
-        if record:
-            self.metadata.extra["rescale"] = record
-        from transformers.utils import logging as hf_logging
-
-        shown = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar: noise inside a training bar
-        try:
-            self.model.mlm.save_pretrained(folder)
-        finally:
-            if shown:
-                hf_logging.enable_progress_bar()
-        self.tokenizer.save_pretrained(folder)
-        meta = self.metadata
-        if meta.zero_special_tokens:
-            meta.extra["sentence_transformers"] = "not written: SpladePooling cannot zero the special-token columns"
-        elif meta.query_pruning or meta.doc_pruning:  # SparseEncoder would give the unpruned vectors
-            rules = ", ".join(f"{k}={of_record(getattr(meta, k))}" for k in ("query_pruning", "doc_pruning") if getattr(meta, k))
-            meta.extra["sentence_transformers"] = f"not written: sentence-transformers cannot apply the pruning rule ({rules})"
-        elif self.query_weights is None:
-            write_sentence_transformers_files(folder, meta.doc_max_length, meta.pooling, meta.activation)
-        elif write_inference_free_sentence_transformers_files(folder, self.tokenizer, self.query_weights,
-                                                              meta.doc_max_length, meta.pooling, meta.activation) is None:
-            meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-        if self.query_weights is not None:
-            save_query_weights(folder, self.query_weights)
-            meta.query_encoder = INFERENCE_FREE
-        meta.save(folder)
+        write_model_folder(folder, self.model, self.tokenizer, self.metadata, self.query_weights, config=config)
 
     # ------------------------------------------------------------------ encoding
     @property
     def vocab_size(self) -> int:
-        """V: number of columns of every vector."""
-        return self.model.vocab_size
+        """Number of columns of every vector: ``V``, or ``V'`` terms with a folded vocabulary."""
+        return self.model.output_size
 
     def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
         """Tokenize with truncation to ``max_length`` and padding to the longest text of the batch."""
@@ -376,11 +399,12 @@ class SpladeEncoder:
         """``[B, V]`` float32 weights on the CPU of one tokenized batch (:meth:`tokenize`'s output)."""
         weights = self.model(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
         weights = weights.float().cpu()
+        vocab = self.model.vocab_size  # token ids are vocabulary columns; their output column is their term's
         pad_id = getattr(self.tokenizer, "pad_token_id", None)
-        if pad_id is not None and 0 <= pad_id < weights.shape[1]:
-            weights[:, pad_id] = 0.0
+        if pad_id is not None and 0 <= pad_id < vocab:
+            weights[:, self.model.output_column(pad_id)] = 0.0
         if self.metadata.zero_special_tokens:
-            special = [j for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < weights.shape[1]]
+            special = [self.model.output_column(j) for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < vocab]
             weights[:, special] = 0.0
         return weights
 
@@ -509,7 +533,10 @@ class SpladeEncoder:
     # ------------------------------------------------------------------ reading vectors
     @property
     def vocabulary(self) -> list[str]:
-        """Token string of each column id (``[spladekit:ID]`` for ids the tokenizer does not name)."""
+        """The name of each column: its term under a folded vocabulary (``metadata.fold``), else the
+        token string of the id (``[spladekit:ID]`` for ids the tokenizer does not name)."""
+        if self._vocab is None and self.metadata.fold is not None:
+            self._vocab = list(self.metadata.fold["terms"])
         if self._vocab is None:
             tokens = self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
             # ids the tokenizer does not name (padded vocabularies, gaps) get a placeholder, as in

@@ -126,6 +126,8 @@ class ModelFolder:
         spladekit_json: ``spladekit.json``'s content, or None when the folder has none.
         max_length_file: the file that states :attr:`max_length` (``sentence_bert_config.json``'s
             ``max_seq_length``), None when it comes from the tokenizer or is unknown.
+        custom_code: the classes of the folder's own code (:func:`~spladekit.model.remote_code.find_custom_code`),
+            run only when ``trust_remote_code`` (the loaders pass it on to transformers).
     """
 
     root: str
@@ -141,6 +143,8 @@ class ModelFolder:
     zero_special_tokens: bool = False
     spladekit_json: dict | None = field(default=None, repr=False)
     max_length_file: Path | None = None
+    custom_code: list = field(default_factory=list, repr=False)
+    trust_remote_code: bool = False
 
     def metadata(self):
         """The :class:`~spladekit.model.encoder.EncoderMetadata` of the model: ``spladekit.json``
@@ -168,7 +172,12 @@ class ModelFolder:
                         raise UnsupportedModelError(path, f"says {name} {written!r} but the sentence-transformers "
                                                     f"SpladePooling module says {getattr(self, name)!r}; the two "
                                                     "libraries would compute different vectors", field=name)
-                # spladekit writes max_seq_length = doc_max_length (train.export); sentence-transformers
+                for name in ("position_top_k", "fold"):  # the writer leaves the module files out for these
+                    if getattr(meta, name) is not None:
+                        raise UnsupportedModelError(path, f"sets {name}, which sentence-transformers' SpladePooling "
+                                                    "(the folder's module files) does not compute; the two libraries "
+                                                    "would compute different vectors", field=name)
+                # spladekit writes max_seq_length = doc_max_length (model.st_modules); sentence-transformers
                 # truncates both sides there, spladekit documents at doc_max_length
                 if self.max_length_file is not None and meta.doc_max_length != self.max_length:
                     raise UnsupportedModelError(path, f"says doc_max_length {meta.doc_max_length} but "
@@ -525,22 +534,34 @@ def _read_sentence_transformers(root: Path) -> ModelFolder:
                        pooling=pooling, activation=activation, max_length=length[0], max_length_file=length[1], top_k=top_k)
 
 
-def read_model_folder(location: str | Path) -> ModelFolder:
+def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> ModelFolder:
     """What the model at ``location`` (a folder, or a hub id that transformers resolves itself) says.
 
-    Reads JSON files only (and, for a Router's query side, the two tokenizers' vocabularies).
+    Reads JSON files only (and, for a Router's query side, the two tokenizers' vocabularies). A folder
+    naming classes of its own code (:mod:`spladekit.model.remote_code`) is refused unless
+    ``trust_remote_code``; trusted, one with custom sentence-transformers modules has the layout
+    :data:`~spladekit.model.remote_code.CUSTOM_LAYOUT` (sentence-transformers runs it) and is not read further.
 
     Raises:
         ResolutionError: a folder without ``config.json`` or ``modules.json``.
-        UnsupportedModelError: a layout that spladekit cannot compute exactly (module docstring).
+        UnsupportedModelError: a layout that spladekit cannot compute exactly (module docstring), or
+            custom code not trusted (naming the class, its file and ``--trust-remote-code``).
         DataFormatError: a damaged file (naming it and the field).
     """
     from spladekit.errors import ResolutionError
     from spladekit.model.metadata import METADATA_FILE
+    from spladekit.model.remote_code import CUSTOM_LAYOUT, find_custom_code, refusal
 
     root = Path(location)
     if not root.is_dir():  # a hub id resolved by transformers: a plain masked LM
-        return ModelFolder(root=str(location), layout="masked-lm", mlm_dir=str(location), tokenizer_dir=str(location))
+        return ModelFolder(root=str(location), layout="masked-lm", mlm_dir=str(location), tokenizer_dir=str(location),
+                           trust_remote_code=trust_remote_code)
+    custom = find_custom_code(root)
+    if custom and not trust_remote_code:
+        raise refusal(custom[0])
+    if any(code.kind == "module" for code in custom):
+        return ModelFolder(root=str(root), layout=CUSTOM_LAYOUT, mlm_dir=str(root), tokenizer_dir=str(root), custom_code=custom,
+                           trust_remote_code=True)
     own = root / METADATA_FILE
     spladekit_json = _json_object(own) if own.exists() else None
     if spladekit_json is not None and (root / IDF_FILE).exists():
@@ -559,7 +580,7 @@ def read_model_folder(location: str | Path) -> ModelFolder:
     else:
         raise ResolutionError(f"model folder {root} has neither config.json (a masked LM) nor modules.json "
                               "(sentence-transformers)")
-    folder.spladekit_json = spladekit_json
+    folder.spladekit_json, folder.custom_code, folder.trust_remote_code = spladekit_json, custom, trust_remote_code
     if spladekit_json is not None and spladekit_json.get("query_encoder") == "inference-free":
         from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
 

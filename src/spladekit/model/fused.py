@@ -39,6 +39,10 @@ Activation ``"log1p_relu"`` (OpenSearch v3 document models, arXiv 2504.14839):
 Sum pooling (SPLADE v1) is not a max and has no single position per entry: its fused head is
 :mod:`spladekit.model.fused_sum`.
 
+A cap on each position's expansion (``position_top_k``): the forward's ``m`` and ``t*`` come from
+the logits each position keeps, found chunk by chunk by a running top-(k+1) merged per chunk
+(:mod:`spladekit.model.capped`); every active ``m`` is one kept logit, so the backward is the same.
+
 Ties: when several positions reach the maximum, the gradient goes to the first (lowest ``t``),
 which is what ``torch.max(dim=...)`` documents and what the Triton kernel does.
 
@@ -54,11 +58,11 @@ import warnings
 
 import torch
 
+from spladekit.model.sparse_backward import BACKWARD_CHUNK, sparse_products
+
 #: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized,
 #: see :func:`_cpu_chunk`).
 CHUNK_BUDGET_BYTES = {"cuda": 512 * 2**20, "cpu": 2**20}
-#: Active entries processed per backward step (bounds the ``[n, H]`` gather buffers).
-BACKWARD_CHUNK = 1 << 16
 
 _BACKENDS = ("auto", "torch", "triton")
 
@@ -131,12 +135,10 @@ def _cpu_chunk(tokens: int, vocab: int, element_bytes: int) -> int:
     """Vocabulary columns per CPU product ``[n, H] @ [H, Vc]`` (``n`` real tokens of one row or group of rows).
 
     The ``[n, Vc]`` logits of one product are read again at once by the max; keeping them within
-    :data:`CHUNK_BUDGET_BYTES` (1 MiB, half of this Xeon's 2 MiB L2 per core) keeps that read in
-    cache. Measured with splade-tiny's shapes (H = 128, one thread): n = 256 tokens, 1024 columns
-    ran at 80 GFLOP/s, 4096 at 74, the whole vocabulary at 64; n = 14 (a query), the whole
-    vocabulary in one product (what this rule gives: short inputs get the plain head's single
-    product, without its masked copy) at 52 GFLOP/s, 512 columns at 34. At least 32 columns, a
-    multiple of 32.
+    :data:`CHUNK_BUDGET_BYTES` (1 MiB, half of a 2 MiB per-core L2 cache) keeps that read in cache.
+    Short inputs (a query) get the whole vocabulary in one product (the plain head's single product,
+    without its masked copy), which ran faster than chunks of it. At least 32 columns, a multiple of
+    32. The speeds behind the rule: ``benchmarks/runs/2026-12-07-source-notes.md``.
     """
     cols = CHUNK_BUDGET_BYTES["cpu"] // max(1, tokens * element_bytes)
     cols = max(32, (cols // 32) * 32)
@@ -151,14 +153,10 @@ def _row_groups(rows: list[int], counts: list[int], limit: int = GROUP_TOKENS) -
     """Consecutive ``rows`` in groups of at most ``limit`` real tokens (a longer row alone).
 
     A group's tokens, contiguous in the packed ``[N, H]`` matrix, share one product per vocabulary
-    chunk, so short rows (queries) do not each read the whole ``[V, H]`` decoder weight. Measured
-    with splade-tiny (H = 128, V = 30,522), the 300 SciFact test queries, one thread, AMD EPYC with
-    AVX2, 2 December 2026 (``benchmarks/query_encoding.py``, whose "row by row" case sets
-    :data:`GROUP_TOKENS` to 1): whole ``encode_queries`` calls took 3.87 ms per query in batches of
-    8 and 3.77 in batches of 32, against 7.32 and 7.09 row by row (10.4 ms for a query alone). Past
-    ~256 tokens a product is already large enough (head alone, same machine: 2.1 ms per query in a
-    product of 16 queries, ~255 tokens, 2.2 ms in one of 32, ~517), so longer rows stay alone, as
-    before. The grouping depends on the rows' token counts only (never on the thread count), so each row's products are the same
+    chunk, so short rows (queries) do not each read the whole ``[V, H]`` decoder weight
+    (``benchmarks/query_encoding.py``'s "row by row" case sets :data:`GROUP_TOKENS` to 1; its figures:
+    ``benchmarks/runs/2026-12-02-serve.md``, run 6). Past ~256 tokens a product is already large
+    enough, so longer rows stay alone (``benchmarks/runs/2026-12-07-source-notes.md``). The grouping depends on the rows' token counts only (never on the thread count), so each row's products are the same
     whatever ``threads``.
     """
     groups: list[list[int]] = []
@@ -270,8 +268,18 @@ def _packed_masked_max(
     return maxval, argmax
 
 
-def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend: str):
-    """Dispatch the forward to the Triton kernel or the chunked-torch path (see :func:`fused_splade_head`)."""
+def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend: str, position_top_k: int | None = None):
+    """Dispatch the forward to the capped search, the Triton kernel or the chunked-torch path (see
+    :func:`fused_splade_head`)."""
+    if position_top_k is not None and position_top_k < weight.shape[0]:
+        from spladekit.model.capped import entries_max, kept_entries
+
+        if backend == "triton":
+            raise ValueError(f"position_top_k={position_top_k}: the Triton kernel has no per-position cap (it "
+                             "keeps a running max, not a running top-k); use backend='auto' or 'torch', which run the "
+                             "capped search chunk by chunk (spladekit.model.capped) on any device")
+        maxval, argmax = entries_max(kept_entries(hidden, attention_mask, weight, bias, position_top_k))
+        return maxval, (argmax if with_argmax else None)
     if backend == "triton":
         from spladekit.model.triton_head import triton_masked_max
 
@@ -348,59 +356,27 @@ def sparse_head_backward(
         ``(d hidden [B, L, H], d weight [V, H], d bias [V] float32)`` (None where not needed), float32.
         Cost O(nnz·H) with nnz = number of active entries with a non-zero gradient.
     """
-    batch, length, dim = hidden.shape
-    vocab = weight.shape[0]
+    length = hidden.shape[1]
     scale = grad_w.float() / (1.0 + maxval.clamp_min(0.0))
     scale = torch.where(maxval > 0, scale, torch.zeros_like(scale))
     rows, cols = torch.nonzero(scale, as_tuple=True)
     g = scale[rows, cols]
     positions = rows * length + argmax[rows, cols].long()  # row of hidden.view(B*L, H)
-    need_h, need_w, need_b = need
-    flat_h = hidden.reshape(batch * length, dim)
-    d_hidden = d_weight = None
-    method = method or os.environ.get("SPLADEKIT_FUSED_BACKWARD", "csr")
-    if method == "csr":
-        if need_h:  # [B·L, V] (nnz) @ [V, H]
-            d_hidden = _csr(positions, cols, g, batch * length, vocab) @ weight.float()
-        if need_w:  # [V, B·L] (nnz) @ [B·L, H]
-            d_weight = _csr(cols, positions, g, vocab, batch * length) @ flat_h.float()
-    elif method == "index_add":
-        if need_h:
-            d_hidden = torch.zeros(batch * length, dim, dtype=torch.float32, device=hidden.device)
-        if need_w:
-            d_weight = torch.zeros(vocab, dim, dtype=torch.float32, device=hidden.device)
-        for lo in range(0, g.numel(), chunk):
-            gi, ci, pi = g[lo : lo + chunk], cols[lo : lo + chunk], positions[lo : lo + chunk]
-            if need_h:
-                d_hidden.index_add_(0, pi, weight.index_select(0, ci).float() * gi[:, None])
-            if need_w:
-                d_weight.index_add_(0, ci, flat_h.index_select(0, pi).float() * gi[:, None])
-    else:
-        raise ValueError(f"unknown backward method {method!r}; choose 'csr' or 'index_add'")
-    d_bias = torch.zeros(vocab, dtype=torch.float32, device=hidden.device).index_add_(0, cols, g) if need_b else None
-    return (None if d_hidden is None else d_hidden.view(batch, length, dim)), d_weight, d_bias
-
-
-def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows: int, n_cols: int) -> torch.Tensor:
-    """A ``[n_rows, n_cols]`` sparse CSR matrix from COO triplets with distinct ``(row, col)`` pairs."""
-    order = torch.argsort(rows * n_cols + cols)
-    crow = torch.zeros(n_rows + 1, dtype=torch.int64, device=rows.device)
-    crow[1:] = torch.bincount(rows, minlength=n_rows).cumsum(0)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, cols[order], values[order], size=(n_rows, n_cols))
+    return sparse_products(g, positions, cols, hidden, weight, need, chunk, method)
 
 
 class FusedSpladeHead(torch.autograd.Function):
     """Autograd function of the fused head; use :func:`fused_splade_head`.
 
-    ``forward(hidden, attention_mask, weight, bias, backend, activation) → [B, V] float32``. Saves
-    ``hidden``, ``weight`` (references, no copies), ``m`` and ``t*`` (``[B, V]`` each) for the backward.
+    ``forward(hidden, attention_mask, weight, bias, backend, activation, position_top_k) → [B, V] float32``.
+    Saves ``hidden``, ``weight`` (references, no copies), ``m`` and ``t*`` (``[B, V]`` each) for the
+    backward; with a cap, ``m`` and ``t*`` are those of the kept logits (:mod:`spladekit.model.capped`),
+    so the backward is the same.
     """
 
     @staticmethod
-    def forward(ctx, hidden, attention_mask, weight, bias, backend, activation="relu"):
-        maxval, argmax = _masked_max(hidden, attention_mask, weight, bias, True, backend)
+    def forward(ctx, hidden, attention_mask, weight, bias, backend, activation="relu", position_top_k=None):
+        maxval, argmax = _masked_max(hidden, attention_mask, weight, bias, True, backend, position_top_k)
         ctx.save_for_backward(hidden, weight, maxval, argmax)
         ctx.has_bias = bias is not None
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
@@ -411,7 +387,7 @@ class FusedSpladeHead(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_w):
         hidden, weight, maxval, argmax = ctx.saved_tensors
-        need_h, _, need_w, need_b, _, _ = ctx.needs_input_grad
+        need_h, _, need_w, need_b = ctx.needs_input_grad[:4]
         if ctx.activation == "log1p_relu":  # ∂w/∂m = 1/(1 + log(1 + m)) · 1/(1 + m): the first factor here
             grad_w = grad_w.float() / (1.0 + torch.log1p(maxval.clamp_min(0.0)))
         with torch.autocast(hidden.device.type, enabled=False):  # float32 products, even inside autocast
@@ -424,6 +400,7 @@ class FusedSpladeHead(torch.autograd.Function):
             None,
             None if d_w is None else d_w.to(w_dtype),
             None if d_b is None else d_b.to(b_dtype),
+            None,
             None,
             None,
         )
@@ -471,6 +448,7 @@ def fused_splade_head(
     *,
     backend: str = "auto",
     activation: str = "relu",
+    position_top_k: int | None = None,
 ) -> torch.Tensor:
     """SPLADE head ``w[b, j] = a(max_t h[b,t]·W_j + b_j)`` without ``[B, L, V]`` tensors.
 
@@ -491,21 +469,29 @@ def fused_splade_head(
             import: Triton's interpreter, slow, for tests).
         activation: ``"relu"`` (``a(m) = log(1 + ReLU(m))``) or ``"log1p_relu"``
             (``a(m) = log(1 + log(1 + ReLU(m)))``), see the module docstring.
+        position_top_k: pool only each position's ``k`` largest logits (the rule of
+            :mod:`spladekit.model.pooling`; found chunk by chunk by a running top-(k+1),
+            :mod:`spladekit.model.capped`, on every device: the Triton kernel has no cap, so
+            ``"auto"`` runs the capped search in torch and ``"triton"`` refuses it); None: all.
 
     Returns:
         ``[B, V]`` float32 weights ≥ 0. Memory: O(B·V) plus one logits chunk (forward) and
-        O(nnz·H) (backward).
+        O(nnz·H) (backward); with a cap also O(N·k) kept entries (``N`` real tokens).
 
     Raises:
-        ValueError: shapes that do not agree, an unknown backend or activation.
+        ValueError: shapes that do not agree, an unknown backend or activation, a ``position_top_k``
+            that is not None or ≥ 1, or one with ``backend="triton"``.
     """
+    from spladekit.model.pooling import check_position_top_k
+
     if backend not in _BACKENDS:
         raise ValueError(f"unknown fused-head backend {backend!r}; choose one of {_BACKENDS}")
     if activation not in ("relu", "log1p_relu"):
         raise ValueError(f"unknown SPLADE activation {activation!r}; choose 'relu' or 'log1p_relu'")
+    check_position_top_k(position_top_k)
     hidden, weight, bias, wants_grad = head_inputs(hidden, attention_mask, weight, bias)
     with torch.autocast(hidden.device.type, enabled=False):
         if not wants_grad:
-            maxval, _ = _masked_max(hidden, attention_mask, weight, bias, False, backend)
+            maxval, _ = _masked_max(hidden, attention_mask, weight, bias, False, backend, position_top_k)
             return _activate(maxval, activation)
-        return FusedSpladeHead.apply(hidden, attention_mask, weight, bias, backend, activation)
+        return FusedSpladeHead.apply(hidden, attention_mask, weight, bias, backend, activation, position_top_k)

@@ -34,6 +34,11 @@ Backward
 
 Mixed precision: as :func:`spladekit.model.fused.fused_splade_head` (inputs cast to the autocast
 dtype before the head, exactly as ``F.linear`` would in the plain head).
+
+A cap on each position's expansion (``position_top_k = k``): only each position's ``k`` largest logits
+enter the sum (the rule of :mod:`spladekit.model.pooling`); they are found chunk by chunk by a running
+top-(k+1) and summed from the kept entries, whose backward needs no recomputation
+(:mod:`spladekit.model.capped`).
 """
 
 from __future__ import annotations
@@ -140,6 +145,7 @@ def fused_sum_splade_head(
     bias: torch.Tensor | None,
     *,
     activation: str = "relu",
+    position_top_k: int | None = None,
 ) -> torch.Tensor:
     """SPLADE sum-pooling head ``w[b, j] = Σ_t mask[b, t] · a(h[b,t]·W_j + b_j)`` without ``[B, L, V]`` tensors.
 
@@ -151,17 +157,26 @@ def fused_sum_splade_head(
         attention_mask: ``[B, L]``, non-zero for real tokens; padding never contributes.
         weight: decoder weight ``[V, H]``; bias: ``[V]`` or None.
         activation: ``"relu"`` or ``"log1p_relu"``.
+        position_top_k: sum only each position's ``k`` largest logits (module docstring); None: all.
 
     Returns:
         ``[B, V]`` float32 weights ≥ 0. Memory: O(B·V) plus one chunk of :data:`CHUNK_BUDGET_BYTES`.
 
     Raises:
-        ValueError: shapes that do not agree, or an unknown activation.
+        ValueError: shapes that do not agree, an unknown activation, a ``position_top_k`` that is not
+            None or ≥ 1.
     """
+    from spladekit.model.pooling import check_position_top_k
+
     if activation not in _ACTIVATIONS:
         raise ValueError(f"unknown SPLADE activation {activation!r}; choose one of {_ACTIVATIONS}")
+    check_position_top_k(position_top_k)
     hidden, weight, bias, wants_grad = head_inputs(hidden, attention_mask, weight, bias)
     with torch.autocast(hidden.device.type, enabled=False):
+        if position_top_k is not None and position_top_k < weight.shape[0]:
+            from spladekit.model.capped import capped_sum_head
+
+            return capped_sum_head(hidden, attention_mask, weight, bias, activation, position_top_k)
         if not wants_grad:
             return _sum_forward(hidden, attention_mask, weight, bias, activation)
         return FusedSumHead.apply(hidden, attention_mask, weight, bias, activation)

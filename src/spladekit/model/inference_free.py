@@ -237,8 +237,15 @@ def make_inference_free(encoder, documents: Sequence[str]):
         ``encoder``.
 
     Raises:
-        ValueError: no documents.
+        ValueError: no documents, or a model with a folded vocabulary (its vectors' columns are terms,
+            the query side's weights are per vocabulary entry).
     """
+    from spladekit.model.remote_code import require_masked_lm
+
+    require_masked_lm(encoder)  # a model run by its own modules would ignore query_weights
+    if getattr(encoder.model, "fold", None) is not None:
+        raise ValueError("an inference-free query side with a folded vocabulary: the query weights are per vocabulary "
+                         "entry, the document vectors per folded term")
     encoder.query_weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size)
     encoder.metadata.query_encoder = INFERENCE_FREE
     encoder.metadata.extra["inference_free"] = {"init": "idf", "idf_documents": len(documents), "trained": False,

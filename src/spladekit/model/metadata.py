@@ -33,6 +33,10 @@ class EncoderMetadata:
         zero_special_tokens: document (and model-encoded query) vectors get 0 in every special-token
             column (``tokenizer.all_special_ids``), as OpenSearch's doc-only models are used; the
             ``[PAD]`` column is 0 in any case.
+        position_top_k: SPLADE pooling over each token position's ``k`` largest vocabulary entries only
+            (:mod:`spladekit.model.pooling`); None: all of them.
+        fold: the folded vocabulary (``{"rule", "columns", "terms"}``, :mod:`spladekit.model.folding`):
+            vectors have one column per term; None: one per vocabulary entry.
         query_pruning: a pruning rule applied to every query vector after ``query_top_k``
             (:class:`spladekit.model.pruning.PruningRule` as its record ``{"kind", "value"}``; None: none).
             A rule (or its ``KIND=VALUE`` text) given to the constructor is stored as its record.
@@ -49,6 +53,8 @@ class EncoderMetadata:
     pooling: str = "max"
     activation: str = "relu"
     zero_special_tokens: bool = False
+    position_top_k: int | None = None
+    fold: dict | None = None
     query_pruning: dict | None = None
     doc_pruning: dict | None = None
 
@@ -64,9 +70,9 @@ class EncoderMetadata:
         Raises:
             DataFormatError: not a JSON object, a key that is not a field (:meth:`save` writes exactly
                 the fields; anything else belongs in ``extra``), or a field of the wrong type (lengths
-                integers ≥ 2, top-k null or integers ≥ 1, ``zero_special_tokens`` a boolean, ``extra``
-                an object, the pruning rules null or a valid rule, the others strings); names the file
-                and the field.
+                integers ≥ 2, top-k and ``position_top_k`` null or integers ≥ 1, ``zero_special_tokens``
+                a boolean, ``extra`` an object, ``fold`` null or an object, the pruning rules null or a
+                valid rule, the others strings); names the file and the field.
         """
         path = Path(folder) / METADATA_FILE
         if not path.exists():
@@ -100,7 +106,7 @@ def _field_problem(key: str, value) -> str | None:
 
     if key in ("query_max_length", "doc_max_length"):
         return None if integer(2) else "an integer >= 2 (special tokens included)"
-    if key in ("query_top_k", "doc_top_k"):
+    if key in ("query_top_k", "doc_top_k", "position_top_k"):
         return None if value is None or integer(1) else "null or an integer >= 1"
     if key == "zero_special_tokens":
         return None if isinstance(value, bool) else "true or false (a JSON boolean)"
@@ -110,6 +116,8 @@ def _field_problem(key: str, value) -> str | None:
         from spladekit.model.pruning import record_problem
 
         return record_problem(value)
+    if key == "fold":  # its content is checked where the model loads (VocabularyFold.from_record, with V)
+        return None if value is None or isinstance(value, dict) else "null or a JSON object"
     return None if isinstance(value, str) else "a string"
 
 

@@ -12,7 +12,14 @@ logits)::
             sum:  s[:, lo:hi] = Σ over real positions of act(logits + b[lo:hi])   (padding: × 0)
       → concatenation [B, V];  max: w = act(m)  (act is non-decreasing: max and act commute)
       → [PAD] column set to 0                                      (as SpladeEncoder.encode_dense)
-      → weights [B, V] float32
+      → folded vocabulary: [B, V'] (Gather per member rank, then Max, or Add for sum pooling)
+      → weights [B, V] (or [B, V']) float32
+
+A cap on each position's expansion (the model's ``position_top_k = k``, the threshold rule of
+:mod:`spladekit.model.pooling`) adds a first pass over the tiles: each tile's ``k`` largest logits
+(bias included) per position (``TopK``), then the ``k``-th largest of those, ``τ`` ``[B, L, 1]``; the
+second pass pools the logits ``≥ τ`` (the bias is then added before the max). Two products per tile,
+still one tile's logits alive at a time.
 
 with ``act`` the SPLADE activation: ``"relu"``: log(1 + ReLU(x)) (SPLADE v2, Formal et al. 2021,
 eq. 2), ``"log1p_relu"``: log(1 + log(1 + ReLU(x))) (sentence-transformers' ``SpladePooling``
@@ -156,6 +163,36 @@ class SpladeGraph(torch.nn.Module):
         weight, bias = head.weight, head.bias
         hidden = self.model.hidden_states(input_ids, attention_mask)  # [B, L, H]
         real = attention_mask.to(torch.bool).unsqueeze(-1)  # [B, L, 1]
+        k = getattr(self.model, "position_top_k", None)
+        if k is not None and k < weight.shape[0]:
+            pooled = self._capped(hidden, real, weight, bias, k)
+        else:
+            pooled = self._uncapped(hidden, real, weight, bias)
+        pooled = pooled * self.keep
+        fold = getattr(self.model, "fold", None)
+        return pooled if fold is None else fold.apply(pooled, self.pooling)
+
+    def _capped(self, hidden, real, weight, bias, k: int) -> torch.Tensor:
+        """``[B, V]`` pooling of each position's ``k`` largest logits (:mod:`spladekit.model.pooling`'s
+        threshold rule): a first pass over the tiles keeps each tile's ``k`` largest per position, their
+        ``k``-th largest over all tiles is ``τ``; a second pass pools the logits ``≥ τ``."""
+        vocab = weight.shape[0]
+        spans = [(lo, min(vocab, lo + self.vocab_tile)) for lo in range(0, vocab, self.vocab_tile)]
+        best = [torch.topk(F.linear(hidden, weight[lo:hi], None if bias is None else bias[lo:hi]), min(k, hi - lo),
+                           dim=-1).values for lo, hi in spans]
+        threshold = torch.topk(torch.cat(best, dim=-1), k, dim=-1).values[..., k - 1 :]  # τ [B, L, 1]
+        tiles = []
+        for lo, hi in spans:
+            logits = F.linear(hidden, weight[lo:hi], None if bias is None else bias[lo:hi])
+            kept = (logits >= threshold) & real
+            if self.pooling == "max":
+                tiles.append(splade_act(logits.masked_fill(~kept, float("-inf")).amax(dim=1), self.activation))
+            else:
+                tiles.append((splade_act(logits, self.activation) * kept.to(logits.dtype)).sum(dim=1))
+        return torch.cat(tiles, dim=1)
+
+    def _uncapped(self, hidden, real, weight, bias) -> torch.Tensor:
+        """``[B, V]`` pooling of every logit, tile by tile (module docstring)."""
         tiles = []
         for lo in range(0, weight.shape[0], self.vocab_tile):
             hi = min(weight.shape[0], lo + self.vocab_tile)
@@ -169,7 +206,7 @@ class SpladeGraph(torch.nn.Module):
         pooled = torch.cat(tiles, dim=1)  # [B, V]
         if self.pooling == "max":
             pooled = splade_act(pooled, self.activation)  # -inf (no real token) → 0
-        return pooled * self.keep
+        return pooled
 
 
 def _head_matmuls(model_path: Path, n_tiles: int) -> list[str]:
@@ -328,24 +365,14 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
             warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
             torch.onnx.export(graph, args, str(traced), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
                               dynamic_axes=axes, opset_version=opset, dynamo=False)
-        n_tiles = -(-encoder.vocab_size // vocab_tile)
-        if quantize:
-            quantize_graph(traced, tmp / ONNX_FILE, n_tiles, quantize_head)
+        n_tiles = -(-model.vocab_size // vocab_tile)
+        cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
+        if quantize:  # a capped graph forms each tile's logits twice (the threshold pass, then the pooling)
+            quantize_graph(traced, tmp / ONNX_FILE, n_tiles * (2 if cap else 1), quantize_head)
             traced.unlink()
         encoder.tokenizer.save_pretrained(tmp)
-        fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
-                              "activation", "zero_special_tokens", "query_pruning", "doc_pruning")
-                  if k in EncoderMetadata.__dataclass_fields__]
-        meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
-        meta.extra = dict(encoder.metadata.extra, onnx={
-            "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": opset,
-            "vocab_size": encoder.vocab_size, "max_positions": encoder.max_positions,
-            "pooling": pooling, "activation": activation, "vocab_tile": vocab_tile,
-            "quantize": quantize, "quantize_head": bool(quantize and quantize_head),
-            "weight_bits": 7 if quantize else None,  # reduce_range (module docstring)
-            "graph": f"{pooling} over non-padding positions of {activation} activation of the logits, "
-                     f"{n_tiles} vocabulary tiles; " + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed"),
-        })
+        meta = _export_metadata(encoder, model, dict(opset=opset, pooling=pooling, activation=activation,
+                                                     vocab_tile=vocab_tile, quantize=quantize, quantize_head=quantize_head))
         if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
             from spladekit.model.inference_free import save_query_weights
 
@@ -353,6 +380,32 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
             meta.query_encoder = INFERENCE_FREE
         meta.save(tmp)
     return out
+
+
+def _export_metadata(encoder: SpladeEncoder, model, options: dict) -> EncoderMetadata:
+    """The export's ``spladekit.json``: the model's metadata fields (its head options included) and the
+    ``extra.onnx`` record of :func:`export_onnx` (module docstring)."""
+    fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
+                          "activation", "zero_special_tokens", "position_top_k", "fold", "query_pruning", "doc_pruning")
+              if k in EncoderMetadata.__dataclass_fields__]
+    meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
+    pooling, activation, quantize = options["pooling"], options["activation"], options["quantize"]
+    n_tiles = -(-model.vocab_size // options["vocab_tile"])
+    cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
+    zero_special = bool(getattr(encoder.metadata, "zero_special_tokens", False))
+    meta.extra = dict(encoder.metadata.extra, onnx={
+        "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": options["opset"],
+        "vocab_size": encoder.vocab_size, "head_rows": model.vocab_size, "max_positions": encoder.max_positions,
+        "pooling": pooling, "activation": activation, "vocab_tile": options["vocab_tile"],
+        "quantize": quantize, "quantize_head": bool(quantize and options["quantize_head"]),
+        "weight_bits": 7 if quantize else None,  # reduce_range (module docstring)
+        "position_top_k": model.position_top_k, "folded_terms": None if model.fold is None else model.fold.size,
+        "graph": f"{pooling} over non-padding positions of {activation} activation of the logits"
+                 + (f" (each position's {cap} largest)" if cap else "") + f", {n_tiles} vocabulary tiles; "
+                 + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed")
+                 + (f"; folded into {model.fold.size} terms" if model.fold is not None else ""),
+    })
+    return meta
 
 
 class OnnxSpladeEncoder(SpladeEncoder):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from spladekit.model.heads import MLMHead, find_mlm_head
-from spladekit.model.pooling import check_pooling, plain_splade_head
+from spladekit.model.pooling import check_pooling, check_position_top_k, plain_splade_head
 
 #: ``head(hidden [B, L, H], attention_mask [B, L], weight [V, H], bias [V] | None, *, activation) → [B, V]``
 HeadFn = Callable[..., torch.Tensor]
@@ -24,9 +24,8 @@ HeadFn = Callable[..., torch.Tensor]
 SLICE_ROWS = 4
 #: CPU inference inputs of at most this many positions (batch × length: a query or two) run on the
 #: calling thread at one torch thread. Their products are too small to gain from a second thread, and
-#: waking one costs more than they do: on the project's 2-vCPU KVM machine a 64×128 by 128×128
-#: product took 24 µs at one thread and 4–8 ms at two (torch's OpenMP team, default wait policy),
-#: and a batch-1 SciFact query 5.0 ms at one thread against 9.2 ms handed to a worker (issue 22).
+#: waking one (torch's OpenMP team, default wait policy) costs more than they do
+#: (``benchmarks/runs/2026-12-02-encode-cpu.md``, ``SHORT_TOKENS``).
 SHORT_TOKENS = 64
 
 
@@ -37,7 +36,7 @@ def get_head_fn(name: str, pooling: str = "max") -> HeadFn:
     ``"fused"``: the memory-lean heads, :mod:`spladekit.model.fused` (max pooling) and
     :mod:`spladekit.model.fused_sum` (sum pooling).
 
-    Every returned function takes ``(hidden, attention_mask, weight, bias, *, activation)``.
+    Every returned function takes ``(hidden, attention_mask, weight, bias, *, activation, position_top_k)``.
 
     Raises:
         ValueError: unknown name or pooling.
@@ -81,20 +80,30 @@ class SpladeModel(nn.Module):
         pooling: ``"max"`` (SPLADE v2) or ``"sum"`` (SPLADE v1) over positions.
         activation: ``"relu"`` (``log(1 + ReLU(x))``) or ``"log1p_relu"`` (``log(1 + log(1 + ReLU(x)))``),
             see :mod:`spladekit.model.pooling`.
+        position_top_k: pool only each position's ``k`` largest logits (:mod:`spladekit.model.pooling`,
+            both heads); None: all.
+        fold: a :class:`~spladekit.model.folding.VocabularyFold` applied after pooling (its ``V'`` terms
+            become the vector's columns); None: the ``V`` vocabulary columns.
 
     Forward:
         ``input_ids`` ``[B, L]`` (int64), ``attention_mask`` ``[B, L]`` (0/1) →
-        ``[B, V]`` float32 SPLADE weights, e.g. ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t
-        (max pooling, ``"relu"``).
+        ``[B, V]`` float32 SPLADE weights (``[B, V']`` with a fold), e.g.
+        ``w_j = max_t log(1 + ReLU(logit_tj))`` over non-padding t (max pooling, ``"relu"``).
 
     Attributes:
         query_weights: None, or the inference-free query side being trained
             (:class:`spladekit.model.inference_free.QueryTermWeights`; a submodule, so the optimiser,
             checkpoints and the distributed broadcast include it). ``forward`` never uses it.
-        pooling, activation: as given (part of the model's description, saved in ``spladekit.json``).
+        pooling, activation, position_top_k, fold: as given (part of the model's description, saved in
+            ``spladekit.json``).
+
+    Raises:
+        ValueError: an unknown pooling, activation or head, a ``position_top_k`` that is not None or
+            ≥ 1, a fold whose map does not cover the head's ``V`` columns.
     """
 
-    def __init__(self, mlm: nn.Module, head_impl: str | None = None, pooling: str = "max", activation: str = "relu"):
+    def __init__(self, mlm: nn.Module, head_impl: str | None = None, pooling: str = "max", activation: str = "relu",
+                 position_top_k: int | None = None, fold=None):
         super().__init__()
         check_pooling(pooling, activation)
         self.mlm = mlm
@@ -103,6 +112,20 @@ class SpladeModel(nn.Module):
         self.activation = activation
         self.head_impl = head_impl or default_head_impl()
         get_head_fn(self.head_impl, pooling)  # validate early
+        self.configure_head(position_top_k, fold)
+
+    def configure_head(self, position_top_k: int | None, fold) -> None:
+        """Set the head options ``position_top_k`` and ``fold`` (see the class docstring).
+
+        Raises:
+            ValueError: a ``position_top_k`` that is not None or ≥ 1, a fold whose map does not cover
+                the head's ``V`` columns.
+        """
+        check_position_top_k(position_top_k)
+        if fold is not None and len(fold.columns) != self.vocab_size:
+            raise ValueError(f"the vocabulary fold maps {len(fold.columns)} columns but the MLM head has {self.vocab_size}")
+        self.position_top_k = position_top_k
+        self.fold = fold
 
     @property
     def head(self) -> MLMHead:
@@ -111,8 +134,17 @@ class SpladeModel(nn.Module):
 
     @property
     def vocab_size(self) -> int:
-        """V, the number of vocabulary columns."""
+        """V, the number of vocabulary columns (rows of the MLM head's decoder)."""
         return int(self.head.weight.shape[0])
+
+    @property
+    def output_size(self) -> int:
+        """Columns of the vectors :meth:`forward` returns: ``V'`` terms with a fold, else ``V``."""
+        return self.fold.size if self.fold is not None else self.vocab_size
+
+    def output_column(self, column: int) -> int:
+        """The output column of vocabulary column ``column`` (its term under a fold)."""
+        return int(self.fold.columns[column]) if self.fold is not None else int(column)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Transformed hidden states ``[B, L, H']``: backbone then the MLM head's transform."""
@@ -121,6 +153,13 @@ class SpladeModel(nn.Module):
         return head.transform(out.last_hidden_state)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """SPLADE vectors of a batch: ``input_ids`` and ``attention_mask`` ``[B, L]`` → ``[B, V]`` float
+        (the pooling, activation, cap and fold of this model; padding positions masked out).
+
+        On the CPU at more than one torch thread, outside training and autograd, the fused head runs
+        short inputs at one thread and longer batches in slices over worker threads
+        (:meth:`_forward_slices`); the values are those of the single-threaded forward.
+        """
         threads = torch.get_num_threads()
         # not with the masked LM in training mode: its dropout in worker threads would draw in a
         # thread-dependent order (and trimmed shapes), so a gradient cache's no-grad pass
@@ -144,8 +183,8 @@ class SpladeModel(nn.Module):
         its remaining slices to the others), and single-threaded worker threads
         (:func:`spladekit.model.cpu_pool.run_units`) each run the whole forward (backbone, transform,
         fused head) on one slice at a time: one wait per batch instead of one barrier per operation
-        of torch's intra-op parallelism (issue 22: measured faster at 2 threads than the intra-op
-        body plus a head split over threads). Each slice drops the trailing columns where all of its
+        of torch's intra-op parallelism (faster at 2 threads than the intra-op body plus a head split
+        over threads: ``benchmarks/runs/2026-12-02-encode-cpu.md``). Each slice drops the trailing columns where all of its
         rows are padding (their keys are masked out of attention; real tokens keep their positions),
         so short texts are not computed at the batch's longest length.
 
@@ -175,5 +214,6 @@ class SpladeModel(nn.Module):
         hidden = head.transform(
             head.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
         )
-        return get_head_fn(self.head_impl, self.pooling)(hidden, attention_mask, head.weight, head.bias,
-                                                         activation=self.activation)
+        weights = get_head_fn(self.head_impl, self.pooling)(hidden, attention_mask, head.weight, head.bias,
+                                                            activation=self.activation, position_top_k=self.position_top_k)
+        return weights if self.fold is None else self.fold.apply(weights, self.pooling)

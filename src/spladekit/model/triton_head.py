@@ -19,6 +19,11 @@ logits are not rounded to bf16 before the max (the result is the more exact one;
 within bf16 rounding). Under the interpreter, bf16 tiles are widened to float32 before the product
 (its bf16 emulation multiplies wrongly); on the GPU they are not.
 
+No per-position cap (``position_top_k``): the kernel folds each tile into a running max, and a cap
+needs each position's k-th largest logit over the whole vocabulary before any column is pooled. A
+capped fused head runs :mod:`spladekit.model.capped` instead (``backend="auto"`` chooses it on every
+device; ``backend="triton"`` with a cap is refused by :func:`spladekit.model.fused.fused_splade_head`).
+
 Importing this module raises ``ImportError`` when triton is missing. With ``TRITON_INTERPRET=1`` set
 before triton is first imported, the kernel runs in Triton's CPU interpreter on CPU tensors (slow;
 used by the tests on machines without a GPU).

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
-from spladekit.errors import DataFormatError
+from spladekit.errors import CardMismatchError, DataFormatError
 from spladekit.io import atomic_write, read_json, read_jsonl, read_yaml
 
 CARD_FILE = "README.md"
@@ -205,6 +205,43 @@ def read_records(folder: str | Path, run_dir: str | Path | None = None, diagnosi
     return records
 
 
+def model_facts(records: FolderRecords) -> dict:
+    """What a card states about its model, ``{fact: JSON scalar}`` (facts a folder does not record left
+    out): where it was made from, backbone, vocabulary, pooling, activation, max lengths, top-k, an
+    inference-free query side, the head's rescaling and shift, its per-position cap and folded
+    vocabulary, the training step, the selected dev score and the training config (a SHA-256 of it,
+    first 12 digits), the ONNX opset and quantisation. Two folders with
+    the same facts get the same card (the framework versions and the snippets' path aside); written in
+    the card's record line (:mod:`spladekit.publish.card_record`)."""
+    import hashlib
+    import json
+
+    sk, config, onnx, training = records.spladekit, records.config, records.onnx or {}, records.training or {}
+    selected = training.get("selected") or {}
+    train_config = records.train_config
+    facts = {
+        "made from": records.source, "backbone": ", ".join(config.get("architectures") or []) or config.get("model_type"),
+        "vocabulary size": config.get("vocab_size") or onnx.get("vocab_size"),
+        "pooling": sk.get("pooling"), "activation": sk.get("activation"),
+        "query max length": sk.get("query_max_length"), "document max length": sk.get("doc_max_length"),
+        "query top-k": sk.get("query_top_k"), "document top-k": sk.get("doc_top_k"),
+        "inference-free queries": records.inference_free or None,
+        "head rescaling factor": (records.rescale or {}).get("total_factor"),
+        "head shift": (records.rescale or {}).get("total_shift") or None,
+        "rescaled before training": (training.get("rescale") or {}).get("factor"),
+        "shifted before training": (training.get("rescale") or {}).get("shift") or None,
+        "pooled per position": sk.get("position_top_k"),
+        "folded terms": len(sk["fold"].get("terms") or []) if isinstance(sk.get("fold"), dict) else None,
+        "training steps": training.get("steps"),
+        "selected": f"{selected.get('metric')} {selected.get('value')} at step {selected.get('step')}" if selected else None,
+        "training config": (hashlib.sha256(json.dumps(train_config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+                            if train_config else None),
+        "ONNX opset": onnx.get("opset"), "ONNX quantisation": onnx.get("quantize"),
+    }
+    return {name: value if isinstance(value, (str, int, float, bool)) else str(value)
+            for name, value in facts.items() if value not in (None, "")}
+
+
 def dev_evaluation(records: FolderRecords) -> Evaluation | None:
     """The dev evaluation of the saved model as an :class:`Evaluation`, when it was run on a named
     dev set (``dev.data``) with every query and document (no ``max_queries``/``max_docs`` proxy);
@@ -348,42 +385,65 @@ def existing_card(folder: str | Path) -> str | None:
 
 
 def write_model_card(folder: str | Path, *, overwrite: bool = False, keep: str | None = None,
-                     previous: str | Path | None = None, **card_options) -> Path | None:
-    """Write ``folder/README.md`` (atomically) unless a card is already there.
+                     previous: str | Path | None = None, remedy: str | None = None, **card_options) -> Path | None:
+    """Write ``folder/README.md`` (atomically), ending with its record line
+    (:mod:`spladekit.publish.card_record`). A card already there (or ``keep``, or ``previous``'s) is:
+
+    - rewritten from this model's records when spladekit wrote it and nobody edited it since;
+    - kept (a warning says so) when it was edited by hand and its record still matches this model
+      (:func:`model_facts`), or when it holds no spladekit record (a card written by hand: what it
+      describes cannot be checked);
+    - refused (:class:`~spladekit.errors.CardMismatchError`, nothing written) when it was edited by hand
+      and its record names another model;
+
+    and replaced in every case when ``overwrite``.
 
     Args:
         folder: the saved model folder.
         overwrite: replace an existing ``README.md``.
-        keep: the text of the card the folder had before a command replaced it whole
-            (:func:`existing_card`); written back as it was unless ``overwrite``.
-        previous: the folder that ``folder`` (a temporary folder) is about to replace; its
-            ``README.md`` is carried over unless ``overwrite`` (the same as ``keep=existing_card(previous)``).
+        keep: the text of the card the folder had before a command replaced it whole (:func:`existing_card`).
+        previous: the folder that ``folder`` (a temporary folder) is about to replace; its ``README.md``
+            is treated as the existing card (the same as ``keep=existing_card(previous)``).
+        remedy: the end of a refusal's message, what was (not) written and what to do (default: the card is
+            left as it was, ``spladekit card FOLDER --overwrite`` replaces it).
         card_options: see :func:`build_model_card`.
 
     Returns:
         The path written, or None when an existing card was kept.
 
     Raises:
-        DataFormatError, ValueError: see :func:`build_model_card`. OutputPathError: the file cannot be written.
+        CardMismatchError: an edited card describes another model. DataFormatError, ValueError: see
+        :func:`build_model_card`. OutputPathError: the file cannot be written.
     """
+    from spladekit.publish.card_record import canonical_facts, fact_differences, read_card_record, sign_card
+
     path = Path(folder) / CARD_FILE
     if keep is None and previous is not None:
         keep = existing_card(previous)
-    if not overwrite and (path.exists() or keep is not None):
-        if card_options.get("license") is not None:  # a bad --license is refused even when the card is kept
-            from spladekit.publish.licenses import check_license
+    existing = keep if keep is not None else existing_card(folder)
+    shown = Path(card_options.get("reference") or folder) / CARD_FILE
+    if card_options.get("license") is not None:  # a bad --license is refused even when the card is kept
+        from spladekit.publish.licenses import check_license
 
-            check_license(card_options["license"])
+        check_license(card_options["license"])
+    facts = model_facts(read_records(folder, card_options.get("run_dir"), card_options.get("diagnosis")))
+    record = read_card_record(existing) if existing is not None and not overwrite else None
+    if existing is not None and not overwrite and (record is None or record.edited):
+        if record is not None and record.facts != canonical_facts(facts):
+            raise CardMismatchError(shown, fact_differences(record.facts, facts),
+                                    remedy or f"the card is left as it was: `spladekit card {shown.parent} --overwrite` "
+                                               "replaces it with this model's card (move it away first to keep your edits)")
         if keep is not None and not path.exists():
             with atomic_write(path) as handle:
                 handle.write(keep)
-        warnings.warn(f"{Path(card_options.get('reference') or folder) / CARD_FILE}: the existing model card is kept "
-                      f"(`spladekit card FOLDER --overwrite` rewrites it from this model's records)", UserWarning,
-                      stacklevel=2)
+        why = ("edited by hand; its record matches this model" if record is not None else
+               "it holds no spladekit record, so what it describes is not checked against this model")
+        warnings.warn(f"{shown}: the existing model card is kept ({why}; `spladekit card FOLDER --overwrite` "
+                      "rewrites it from this model's records)", UserWarning, stacklevel=2)
         return None
     card = build_model_card(folder, **card_options)
     with atomic_write(path) as handle:
-        handle.write(str(card))
+        handle.write(sign_card(str(card), facts))
     return path
 
 

@@ -99,6 +99,11 @@ def _what(records, name: str, base_model: str | None) -> str:
              else "64 / 256 in spladekit (its defaults: the folder states none)"]]
     if sk.get("query_top_k") or sk.get("doc_top_k"):
         rows.append(["top-k kept: queries / documents", f"{sk.get('query_top_k')} / {sk.get('doc_top_k')}"])
+    if sk.get("position_top_k"):
+        rows.append(["pooled per position", f"its {sk['position_top_k']} largest logits (`position_top_k`)"])
+    if isinstance(sk.get("fold"), dict):
+        rows.append(["folded vocabulary", f"{len(sk['fold'].get('terms') or [])} terms: case and word-start variants "
+                     "of one word are one term (`spladekit.json` `fold`)"])
     if base_model or records.source:
         rows.append(["made from", f"`{base_model or records.source}`"])
     lines += ["", _table(["", ""], rows)]
@@ -149,13 +154,18 @@ def _head(records) -> str:
             how = step.get("mode")
             if step.get("mode") == "match_norm":
                 how += f" (reference {step.get('reference')}, row norm {_number(step.get('reference_row_norm_mean'))})"
-            elif step.get("mode") == "target_logit":
+            elif step.get("mode") in ("target_logit", "joint"):
                 how += f" ({step.get('statistic')} = {_number(step.get('target'))} on {step.get('n_texts')} texts)"
+            if step.get("shift_mode") == "activity":
+                how += (f"; shift: {step.get('activity_statistic')} {_number(step.get('activity_reached'))} "
+                        f"(target {_number(step.get('activity_target'))})")
             before = (step.get("norms_before") or {}).get("row_norm_mean")
             after = (step.get("norms_after") or {}).get("row_norm_mean")
-            rows.append([i, how, step.get("factor"), "yes" if step.get("scale_bias") else "no", before, after])
-        lines += ["", _table(["#", "mode", "F", "bias scaled", "mean decoder-row norm before", "after"], rows), "",
-                  f"Total factor {_number(rescale.get('total_factor'))} (recorded in `config.json` `spladekit_rescale`"
+            rows.append([i, how, step.get("factor"), "yes" if step.get("scale_bias") else "no", step.get("shift", 0.0),
+                         before, after])
+        lines += ["", _table(["#", "mode", "F", "bias scaled", "shift s", "mean decoder-row norm before", "after"], rows), "",
+                  f"Total factor {_number(rescale.get('total_factor'))}, total shift {_number(rescale.get('total_shift', 0.0))} "
+                  "(the decoder bias is b·F_bias − s; recorded in `config.json` `spladekit_rescale`"
                   + (", settings in `rescale_config.json`" if records.rescale_config else "") + ")."]
     elif records.training and (records.training.get("rescale") or {}).get("factor") is not None:
         r = records.training["rescale"]

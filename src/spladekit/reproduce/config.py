@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
-from spladekit.model.calibrate.spec import RescaleSpec  # noqa: F401  (the one rescale specification)
+from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec  # noqa: F401  (the one rescale specification)
 from spladekit.overrides import apply_overrides
 from spladekit.settings import Settings
 
@@ -105,11 +105,15 @@ class BackboneSpec(Settings):
 
 class TreatmentSpec(Settings):
     """A head treatment: ``rescale: null`` leaves the head as it is; otherwise a
-    :class:`~spladekit.model.calibrate.spec.RescaleSpec` (the grid turns ``force`` on for a backbone
-    with ``inflate``, which is rescaled again on purpose; a ``force: true`` given here is kept)."""
+    :class:`~spladekit.model.calibrate.spec.RescaleSpec` (a factor, a shift, or both; the grid turns
+    ``force`` on for a backbone with ``inflate``, which is rescaled again on purpose; a ``force: true``
+    given here is kept). ``head``: the head's options (:class:`~spladekit.model.calibrate.spec.HeadSpec`:
+    ``position_top_k``, ``fold_vocabulary``), set on the cell's initial model, so training and
+    evaluation follow them."""
 
     name: str
     rescale: RescaleSpec | None = None
+    head: HeadSpec | None = None
 
     _name = field_validator("name")(_check_name)
 
@@ -357,6 +361,8 @@ def _factor_of(treatment: TreatmentSpec) -> float | None:
     spec = treatment.rescale
     if spec is None:
         return 1.0
+    if spec.shift is not None or spec.activity is not None:  # a shift is not a factor on the decoder alone
+        return None
     return spec.factor if spec.mode == "factor" and not spec.scale_bias else None
 
 

@@ -89,11 +89,14 @@ def backbone_spec(backbone: BackboneSpec) -> dict:
 
 def init_spec(config: ReproduceConfig, cell: Cell) -> dict:
     """Inputs of the init stage (diagnose, rescale)."""
-    return {
-        "backbone": backbone_spec(cell.backbone),
-        "rescale": cell.treatment.rescale.model_dump(exclude={"force"}) if cell.treatment.rescale else None,
-        "diagnosis": config.diagnosis.model_dump(),
-    }
+    rescale = cell.treatment.rescale
+    if rescale is not None:  # the shift's fields only off their defaults, so grids run before they existed stay valid
+        new = {k for k in ("shift", "activity", "activity_statistic") if getattr(rescale, k) == type(rescale).model_fields[k].default}
+        rescale = rescale.model_dump(exclude={"force"} | new)
+    spec = {"backbone": backbone_spec(cell.backbone), "rescale": rescale, "diagnosis": config.diagnosis.model_dump()}
+    if cell.treatment.head is not None:  # only when set, so grids run before head options existed stay valid
+        spec["head"] = cell.treatment.head.model_dump()
+    return spec
 
 
 def train_spec(config: ReproduceConfig, cell: Cell) -> dict:
@@ -283,6 +286,27 @@ def prepare_backbones(config: ReproduceConfig, out: Path, runner: CellRunner, ba
     return models
 
 
+def check_extras(config: ReproduceConfig) -> None:
+    """Refuse a grid whose stages need an extra that is not installed: ``evaluation.backend: seismic``
+    (pyseismic-lsr), ``train.data.format: hf`` (datasets), an ``irds:`` evaluation set, diagnosis set or
+    training data (ir_datasets).
+
+    Raises:
+        MissingExtraError: the first one missing, with its install line.
+    """
+    from spladekit.data.irds import check_irds
+    from spladekit.errors import check_extra
+
+    if config.evaluation.backend == "seismic":
+        from spladekit.index.seismic import import_seismic
+
+        import_seismic()
+    data = config.train.get("data") if isinstance(config.train.get("data"), dict) else {}
+    if data.get("format") == "hf":
+        check_extra("datasets", "the grid's training data (train.data.format: hf)")
+    check_irds(config.diagnosis.dataset, data.get("path"), *(spec.path for _, spec in config.evaluation.datasets()))
+
+
 def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None = None, *, cells: list[str] | None = None,
              force: bool = False, log: Callable[[str], None] = print) -> GridOutcome:
     """Run every unfinished cell of the grid into ``out`` (resuming finished stages), then nothing else;
@@ -298,8 +322,8 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
     Raises:
         StaleCellError: see the module docstring (before anything is run for that cell).
         ValueError: ``cells`` names an unknown cell.
-        MissingExtraError: ``evaluation.backend`` is seismic and pyseismic-lsr is not installed
-            (before any cell is run).
+        MissingExtraError: an extra the grid needs is not installed (:func:`check_extras`; before any cell
+            is run).
     """
     out = Path(out).resolve()  # paths recorded in the markers are absolute: resuming works from any folder
     if runner is None:
@@ -326,10 +350,7 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
             pending.append(cell)
     if not pending:
         return outcome
-    if config.evaluation.backend == "seismic":  # before hours of training, not at every cell's evaluation
-        from spladekit.index.seismic import import_seismic
-
-        import_seismic()
+    check_extras(config)  # before hours of training, not at every cell's evaluation
     base = prepare_backbones(config, out, runner, list({c.backbone.name: c.backbone for c in pending}.values()), force, log)
     for cell in pending:
         try:

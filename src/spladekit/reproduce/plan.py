@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spladekit.reproduce.config import ReproduceConfig
-from spladekit.reproduce.grid import cell_status, plan_grid
+from spladekit.reproduce.grid import cell_status, check_extras, plan_grid
 
 OFFLINE = "not available offline"
 
@@ -68,8 +68,10 @@ def resolve_offline(config: ReproduceConfig) -> list[tuple[str, str]]:
         rows.append((f"backbone {backbone.name}: {backbone.path}", _model(backbone.path)))
     for treatment in config.treatments:
         spec = treatment.rescale
-        if spec is not None and spec.mode == "match_norm" and isinstance(spec.reference, str):
+        if spec is not None and spec.mode in ("match_norm", "joint") and isinstance(spec.reference, str):
             rows.append((f"reference of {treatment.name}: {spec.reference}", _model(spec.reference)))
+        if spec is not None and isinstance(spec.activity, str):
+            rows.append((f"activity reference of {treatment.name}: {spec.activity}", _model(spec.activity)))
     rows.append((f"diagnosis texts: {config.diagnosis.dataset}", _dataset(config.diagnosis.dataset)))
     rows += _train_data(config.train)
     for role, dataset in config.evaluation.datasets():
@@ -82,14 +84,34 @@ def resolve_offline(config: ReproduceConfig) -> list[tuple[str, str]]:
 
 
 def _treatment_text(treatment) -> str:
-    spec = treatment.rescale
+    parts = [_rescale_text(treatment.rescale)]
+    head = treatment.head
+    if head is not None and head.position_top_k is not None:
+        parts.append(f"each position's {head.position_top_k} largest logits pooled" if head.position_top_k else "no cap")
+    if head is not None and head.fold_vocabulary is not None:
+        parts.append("vocabulary folded" if head.fold_vocabulary else "vocabulary not folded")
+    return "; ".join(p for p in parts if p) or "head unchanged"
+
+
+def _rescale_text(spec) -> str:
     if spec is None:
-        return "head unchanged"
+        return ""
+    activity = spec.activity_statistic.replace("_", " ")
+    text = ""
     if spec.mode == "factor":
-        return f"rescale ×{spec.factor:g}"
-    if spec.mode == "match_norm":
-        return f"rescale to match the mean decoder-row norm of {spec.reference}"
-    return f"rescale so that logit {spec.statistic} = {spec.target:g}"
+        text = f"rescale ×{spec.factor:g}"
+    elif spec.mode == "match_norm":
+        text = f"rescale to match the mean decoder-row norm of {spec.reference}"
+    elif spec.mode == "target_logit":
+        text = f"rescale so that logit {spec.statistic} = {spec.target:g}"
+    elif spec.mode == "joint":
+        goal = spec.reference if spec.target is None or spec.activity is None else f"{spec.target:g} and {spec.activity}"
+        text = f"rescale and shift so that the logit std and the {activity} match {goal}"
+    if spec.shift is not None:
+        text += f"{'; ' if text else ''}shift every logit by {spec.shift:g}"
+    elif spec.activity is not None and spec.mode != "joint":
+        text += f"{'; ' if text else ''}shift so that the {activity} match {spec.activity}"
+    return text
 
 
 def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
@@ -121,14 +143,12 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
                      + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "") + ")"
                      for role, d in config.evaluation.datasets())
     lines.append(f"  4. evaluate ({config.evaluation.backend}): {sets}")
-    if config.evaluation.backend == "seismic":
-        from spladekit.errors import MissingExtraError
-        from spladekit.index.seismic import import_seismic
+    from spladekit.errors import MissingExtraError
 
-        try:
-            import_seismic()
-        except MissingExtraError as exc:
-            lines.append(f"     {exc}: the grid refuses to start without it")
+    try:
+        check_extras(config)
+    except MissingExtraError as exc:
+        lines.append(f"     {exc}: the grid refuses to start without it")
     lines.append("")
     lines.append("treatments:")
     for treatment in config.treatments:

@@ -188,8 +188,6 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
     ``docs/results.md``) the same page is also written there, its plots beside it in ``img/``
     (:func:`publish_report`).
     """
-    import spladekit.plots as plots
-
     out = Path(out)
     results = load_cell_results(config, out)
     rows = [cell_row(r, config) for r in results]
@@ -199,53 +197,11 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
     write_csv(out / "results_arms.csv", arms)
     written.update(cells_csv=out / "results_cells.csv", arms_csv=out / "results_arms.csv")
 
-    quality_arm, training_arm = _columns(config, per_cell=False)
-    quality_cell, training_cell = _columns(config, per_cell=True)
     finished = {r["id"] for r in results}
     missing = [c.id for c in plan_grid(config) if c.id not in finished]
-    text = [f"# Reproduction grid `{config.name}`", ""]
-    if config.description:
-        text += [config.description.strip(), ""]
-    if command:
-        text += ["Command:", "", "```", command, "```", ""]
-    text += [f"{len(results)} of {len(results) + len(missing)} cells finished"
-             + (f"; missing: {', '.join(missing)}" if missing else "") + ".", ""]
-    sets = ", ".join(f"{d.name} ({role.replace('_', '-')}, {d.metric}"
-                     + (f", corpus reduced to {d.max_docs} documents" if d.max_docs else "")
-                     + (f", vectors pruned to the top {d.query_top_k}/{d.doc_top_k} terms per query/document"
-                        if d.query_top_k or d.doc_top_k else "") + ")"
-                     for role, d in config.evaluation.datasets())
-    text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on each set "
-             "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.", ""]
-    text += ["## Quality and efficiency per arm", "", markdown_table(arms, quality_arm, std=True), ""]
-    text += ["## Initialisation and training per arm", "", markdown_table(arms, training_arm, std=True), ""]
-    text += ["## Every cell", "", markdown_table(rows, quality_cell), "", markdown_table(rows, training_cell), ""]
-
-    plot_dir = out / "plots"
+    text = _report_header(config, command, len(results), missing) + _report_tables(config, rows, arms)
     if rows:
-        for _, dataset in config.evaluation.datasets():
-            key = f"{dataset.name}:{dataset.metric}"
-            values = {a["arm"]: (a.get(key), a.get(f"{key}:std")) for a in arms}
-            if any(v[0] is not None for v in values.values()):
-                written[f"metric_{dataset.name}"] = plots.metric_per_arm(
-                    values, plot_dir / f"metric_{dataset.name}.png", ylabel=f"{dataset.name} {dataset.metric}")
-        first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0]
-        # every in-domain set with the first set's metric (e.g. the same set at several top-k prunings)
-        sets = [d for d in (config.evaluation.in_domain or [first]) if d.metric == first.metric]
-        points = {}
-        for dataset in sets:
-            for row in rows:
-                x, y = row.get(f"{dataset.name}:flops"), row.get(f"{dataset.name}:{dataset.metric}")
-                if x is not None and y is not None:
-                    label = row["arm"] if len(sets) == 1 else f"{row['arm']} [{dataset.name}]"
-                    points.setdefault(label, []).append((x, y))
-        if points:
-            written["quality_vs_flops"] = plots.quality_vs_flops(
-                points, plot_dir / "quality_vs_flops.png", xlabel="FLOPS on " + ", ".join(d.name for d in sets),
-                ylabel=first.metric)
-        curves = training_records(config, out, results)
-        if curves:
-            written["training_curves"] = plots.training_curves_per_arm(curves, plot_dir / "training_curves.png")
+        written.update(_grid_plots(config, out, results, rows, arms))
     text += analysis_sections(config, out, results, written)
     text += sittings_section(out)
     figures = plot_files(written)
@@ -259,6 +215,69 @@ def write_report(config: ReproduceConfig, out: str | Path, command: str | None =
     return written
 
 
+def _report_header(config: ReproduceConfig, command: str | None, n_finished: int, missing: list[str]) -> list[str]:
+    """The lines of ``results.md`` before its tables: title, description, command, the cells finished
+    and missing, the evaluation sets."""
+    text = [f"# Reproduction grid `{config.name}`", ""]
+    if config.description:
+        text += [config.description.strip(), ""]
+    if command:
+        text += ["Command:", "", "```", command, "```", ""]
+    text += [f"{n_finished} of {n_finished + len(missing)} cells finished"
+             + (f"; missing: {', '.join(missing)}" if missing else "") + ".", ""]
+    sets = ", ".join(f"{d.name} ({role.replace('_', '-')}, {d.metric}"
+                     + (f", corpus reduced to {d.max_docs} documents" if d.max_docs else "")
+                     + (f", vectors pruned to the top {d.query_top_k}/{d.doc_top_k} terms per query/document"
+                        if d.query_top_k or d.doc_top_k else "") + ")"
+                     for role, d in config.evaluation.datasets())
+    text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on each set "
+             "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.", ""]
+    return text
+
+
+def _report_tables(config: ReproduceConfig, rows: list[dict], arms: list[dict]) -> list[str]:
+    """The per-arm and per-cell tables of ``results.md``."""
+    quality_arm, training_arm = _columns(config, per_cell=False)
+    quality_cell, training_cell = _columns(config, per_cell=True)
+    return ["## Quality and efficiency per arm", "", markdown_table(arms, quality_arm, std=True), "",
+            "## Initialisation and training per arm", "", markdown_table(arms, training_arm, std=True), "",
+            "## Every cell", "", markdown_table(rows, quality_cell), "", markdown_table(rows, training_cell), ""]
+
+
+def _grid_plots(config: ReproduceConfig, out: Path, results: list[dict], rows: list[dict],
+                arms: list[dict]) -> dict[str, Path]:
+    """The grid's plots in ``out/plots``: each set's metric per arm, quality against FLOPS, the
+    training curves; ``{name: path}`` of those drawn (a plot without data is not drawn)."""
+    import spladekit.plots as plots
+
+    written: dict[str, Path] = {}
+    plot_dir = out / "plots"
+    for _, dataset in config.evaluation.datasets():
+        key = f"{dataset.name}:{dataset.metric}"
+        values = {a["arm"]: (a.get(key), a.get(f"{key}:std")) for a in arms}
+        if any(v[0] is not None for v in values.values()):
+            written[f"metric_{dataset.name}"] = plots.metric_per_arm(
+                values, plot_dir / f"metric_{dataset.name}.png", ylabel=f"{dataset.name} {dataset.metric}")
+    first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0]
+    # every in-domain set with the first set's metric (e.g. the same set at several top-k prunings)
+    sets = [d for d in (config.evaluation.in_domain or [first]) if d.metric == first.metric]
+    points = {}
+    for dataset in sets:
+        for row in rows:
+            x, y = row.get(f"{dataset.name}:flops"), row.get(f"{dataset.name}:{dataset.metric}")
+            if x is not None and y is not None:
+                label = row["arm"] if len(sets) == 1 else f"{row['arm']} [{dataset.name}]"
+                points.setdefault(label, []).append((x, y))
+    if points:
+        written["quality_vs_flops"] = plots.quality_vs_flops(
+            points, plot_dir / "quality_vs_flops.png", xlabel="FLOPS on " + ", ".join(d.name for d in sets),
+            ylabel=first.metric)
+    curves = training_records(config, out, results)
+    if curves:
+        written["training_curves"] = plots.training_curves_per_arm(curves, plot_dir / "training_curves.png")
+    return written
+
+
 def plot_files(written: dict[str, Path]) -> list[Path]:
     """The PNG plots among ``write_report``'s files, in the order written."""
     return [p for p in written.values() if p.suffix == ".png"]
@@ -268,71 +287,92 @@ def analysis_sections(config: ReproduceConfig, out: Path, results: list[dict], w
     """Markdown of the factor sweep (with its plot), the matched-FLOPS comparison and the paired
     tests (:mod:`spladekit.reproduce.analysis`); also writes ``sweep.csv``, ``matched_flops.csv``
     and ``paired_tests.csv`` into ``out``."""
+    import spladekit.reproduce.analysis as analysis
+
+    sweep = analysis.sweep_rows(config, results)
+    return (_sweep_section(config, out, results, sweep, written)
+            + _matched_flops_section(config, out, results, bool(sweep), written)
+            + _paired_tests_section(config, out, results, written))
+
+
+def _sweep_section(config: ReproduceConfig, out: Path, results: list[dict], sweep: list[dict],
+                   written: dict[str, Path]) -> list[str]:
+    """The factor sweep's table (``sweep.csv``) and plot; no lines without a sweep."""
     import spladekit.plots as plots
     import spladekit.reproduce.analysis as analysis
 
-    text: list[str] = []
+    if not sweep:
+        return []
     dataset = analysis.headline_set(config)
-    sweep = analysis.sweep_rows(config, results)
-    if sweep:
-        backbone = next(b for b in config.backbones if b.name == config.sweep.backbone)
-        write_csv(out / "sweep.csv", sweep)
-        written["sweep_csv"] = out / "sweep.csv"
-        text += [f"## Factor sweep on `{backbone.name}` ({backbone.inflation_text() or 'head unchanged'})", "",
-                 f"Net head scale at initialisation = emulation factor {backbone.nominal_scale:g} × treatment factor F "
-                 f"(×1 = the original head's scale on average). {dataset.name}, mean ± std over seeds.", "",
-                 markdown_table(sweep, [Column("net_scale", "net scale", "{:g}"), Column("treatment", "cells of", "{}"),
-                                        Column("factor", "F", "{:.4g}"), Column("seeds", "seeds", "{}"),
-                                        Column("metric", f"{dataset.metric}"), Column("flops", "FLOPS", "{:.3g}"),
-                                        Column("q_terms", "q terms", "{:.1f}"), Column("d_terms", "d terms", "{:.1f}"),
-                                        Column("diverged", "diverged", "{}")], std=True), ""]
-        series = {f"{dataset.name} {dataset.metric}": [(r["net_scale"], r["metric"], r["metric:std"]) for r in sweep],
-                  f"{dataset.name} FLOPS": [(r["net_scale"], r["flops"], r["flops:std"]) for r in sweep],
-                  f"{dataset.name} active doc terms": [(r["net_scale"], r["d_terms"], r["d_terms:std"]) for r in sweep]}
-        if any(m is not None for _, m, _ in series[f"{dataset.name} {dataset.metric}"]):
-            written["sweep"] = plots.factor_sweep(series, out / "plots" / "sweep.png",
-                                                  title=f"factor sweep on {backbone.name}: {backbone.inflation_text()}"
-                                                  " (crosses: per-model treatments at their net scale)",
-                                                  markers=analysis.sweep_markers(config, results))
+    backbone = next(b for b in config.backbones if b.name == config.sweep.backbone)
+    write_csv(out / "sweep.csv", sweep)
+    written["sweep_csv"] = out / "sweep.csv"
+    text = [f"## Factor sweep on `{backbone.name}` ({backbone.inflation_text() or 'head unchanged'})", "",
+            f"Net head scale at initialisation = emulation factor {backbone.nominal_scale:g} × treatment factor F "
+            f"(×1 = the original head's scale on average). {dataset.name}, mean ± std over seeds.", "",
+            markdown_table(sweep, [Column("net_scale", "net scale", "{:g}"), Column("treatment", "cells of", "{}"),
+                                   Column("factor", "F", "{:.4g}"), Column("seeds", "seeds", "{}"),
+                                   Column("metric", f"{dataset.metric}"), Column("flops", "FLOPS", "{:.3g}"),
+                                   Column("q_terms", "q terms", "{:.1f}"), Column("d_terms", "d terms", "{:.1f}"),
+                                   Column("diverged", "diverged", "{}")], std=True), ""]
+    series = {f"{dataset.name} {dataset.metric}": [(r["net_scale"], r["metric"], r["metric:std"]) for r in sweep],
+              f"{dataset.name} FLOPS": [(r["net_scale"], r["flops"], r["flops:std"]) for r in sweep],
+              f"{dataset.name} active doc terms": [(r["net_scale"], r["d_terms"], r["d_terms:std"]) for r in sweep]}
+    if any(m is not None for _, m, _ in series[f"{dataset.name} {dataset.metric}"]):
+        written["sweep"] = plots.factor_sweep(series, out / "plots" / "sweep.png",
+                                              title=f"factor sweep on {backbone.name}: {backbone.inflation_text()}"
+                                              " (crosses: per-model treatments at their net scale)",
+                                              markers=analysis.sweep_markers(config, results))
+    return text
 
+
+def _matched_flops_section(config: ReproduceConfig, out: Path, results: list[dict], swept: bool,
+                           written: dict[str, Path]) -> list[str]:
+    """Quality at a common FLOPS level (``matched_flops.csv``); ``swept``: the grid has a factor sweep."""
+    import spladekit.reproduce.analysis as analysis
+
+    dataset = analysis.headline_set(config)
     matched = analysis.matched_flops(config, results)
     sets = analysis.variants(config, dataset)
-    text += ["## Quality at matched FLOPS", ""]
+    text = ["## Quality at matched FLOPS", ""]
     if matched["level"] is None:
-        text += [f"No common FLOPS level: {matched['source']}.", ""]
-    else:
-        rows = [{**r, "methods": ", ".join(r["methods"]),
-                 "used": ", ".join(f"{f:.3g}" for f in r["flops_used"]) if "nearest" in r["methods"] else ""}
-                for r in matched["rows"]]
-        write_csv(out / "matched_flops.csv", rows)
-        written["matched_csv"] = out / "matched_flops.csv"
-        text += [f"Common level L = {matched['level']:.4g} FLOPS ({matched['source']}). Each cell's points are "
-                 f"(FLOPS, {dataset.metric}) on {', '.join(d.name for d in sets)}"
-                 + ("; the factor-sweep family's points per seed are those of all its net scales" if sweep else "")
-                 + ". Per seed, the quality at L is interpolated linearly in log FLOPS between the nearest points "
-                 "below and above L; when L is outside a seed's points, the nearest point is used (method "
-                 "`nearest`, its FLOPS listed). Mean ± std over seeds.", "",
-                 markdown_table(rows, [Column("arm", "arm"), Column("seeds", "seeds", "{}"),
-                                       Column("value", f"{dataset.metric} at L"), Column("methods", "method", "{}"),
-                                       Column("used", "FLOPS of nearest point(s)", "{}")], std=True), ""]
+        return text + [f"No common FLOPS level: {matched['source']}.", ""]
+    rows = [{**r, "methods": ", ".join(r["methods"]),
+             "used": ", ".join(f"{f:.3g}" for f in r["flops_used"]) if "nearest" in r["methods"] else ""}
+            for r in matched["rows"]]
+    write_csv(out / "matched_flops.csv", rows)
+    written["matched_csv"] = out / "matched_flops.csv"
+    return text + [f"Common level L = {matched['level']:.4g} FLOPS ({matched['source']}). Each cell's points are "
+                   f"(FLOPS, {dataset.metric}) on {', '.join(d.name for d in sets)}"
+                   + ("; the factor-sweep family's points per seed are those of all its net scales" if swept else "")
+                   + ". Per seed, the quality at L is interpolated linearly in log FLOPS between the nearest points "
+                   "below and above L; when L is outside a seed's points, the nearest point is used (method "
+                   "`nearest`, its FLOPS listed). Mean ± std over seeds.", "",
+                   markdown_table(rows, [Column("arm", "arm"), Column("seeds", "seeds", "{}"),
+                                         Column("value", f"{dataset.metric} at L"), Column("methods", "method", "{}"),
+                                         Column("used", "FLOPS of nearest point(s)", "{}")], std=True), ""]
+
+
+def _paired_tests_section(config: ReproduceConfig, out: Path, results: list[dict],
+                          written: dict[str, Path]) -> list[str]:
+    """The paired significance tests between arms (``paired_tests.csv``)."""
+    import spladekit.reproduce.analysis as analysis
 
     tests = analysis.paired_tests(config, out, results)
-    text += ["## Paired significance tests", ""]
+    text = ["## Paired significance tests", ""]
     if not tests:
-        text += ["No pair of arms with per-query results on a common seed yet.", ""]
-    else:
-        write_csv(out / "paired_tests.csv", tests)
-        written["tests_csv"] = out / "paired_tests.csv"
-        text += ["B against A on each set's headline metric over its judged queries: per-query values averaged "
-                 "over the seeds both arms have, Δ = mean(B − A), paired t-test and paired randomisation test "
-                 f"({config.report.permutations} sign flips, seed 0; `spladekit compare`'s tests). Two-sided, "
-                 f"uncorrected: with {len(tests)} tests, Bonferroni at 0.05 is p < {0.05 / len(tests):.2g}.", "",
-                 markdown_table(tests, [Column("a", "A"), Column("b", "B"), Column("dataset", "set", "{}"),
-                                        Column("seeds", "seeds", "{}"), Column("n", "queries", "{}"),
-                                        Column("mean_a", "A"), Column("mean_b", "B"), Column("delta", "Δ", "{:+.3f}"),
-                                        Column("p_ttest", "p (t)", "{:.3g}"),
-                                        Column("p_randomisation", "p (rand.)", "{:.3g}")]), ""]
-    return text
+        return text + ["No pair of arms with per-query results on a common seed yet.", ""]
+    write_csv(out / "paired_tests.csv", tests)
+    written["tests_csv"] = out / "paired_tests.csv"
+    return text + ["B against A on each set's headline metric over its judged queries: per-query values averaged "
+                   "over the seeds both arms have, Δ = mean(B − A), paired t-test and paired randomisation test "
+                   f"({config.report.permutations} sign flips, seed 0; `spladekit compare`'s tests). Two-sided, "
+                   f"uncorrected: with {len(tests)} tests, Bonferroni at 0.05 is p < {0.05 / len(tests):.2g}.", "",
+                   markdown_table(tests, [Column("a", "A"), Column("b", "B"), Column("dataset", "set", "{}"),
+                                          Column("seeds", "seeds", "{}"), Column("n", "queries", "{}"),
+                                          Column("mean_a", "A"), Column("mean_b", "B"), Column("delta", "Δ", "{:+.3f}"),
+                                          Column("p_ttest", "p (t)", "{:.3g}"),
+                                          Column("p_randomisation", "p (rand.)", "{:.3g}")]), ""]
 
 
 def sittings_section(out: Path) -> list[str]:

@@ -118,18 +118,34 @@ def diagnosis_texts(config: ReproduceConfig) -> list[str]:
 
 
 def _save_model(mlm, tokenizer, folder: Path, source) -> Path:
-    """Save a masked-LM and its tokenizer into ``folder`` atomically (temporary folder, then rename),
+    """Save a masked-LM (or a :class:`~spladekit.model.splade.SpladeModel` with head options) and its
+    tokenizer into ``folder`` atomically (temporary folder, then rename) by the one model-folder writer,
     with a ``spladekit.json`` keeping the pooling and activation of ``source`` (the
-    :class:`~spladekit.model.folders.ModelFolder` it was loaded from), so training from it keeps them."""
+    :class:`~spladekit.model.folders.ModelFolder` it was loaded from) and the head options, so training
+    from it keeps them."""
     from spladekit.io import atomic_folder
     from spladekit.model.encoder import EncoderMetadata
+    from spladekit.model.splade import SpladeModel
+    from spladekit.model.writer import write_model_folder
 
     described = source.metadata()
+    model = mlm if isinstance(mlm, SpladeModel) else SpladeModel(mlm, "plain", described.pooling, described.activation)
     with atomic_folder(folder) as tmp:
-        mlm.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        EncoderMetadata(pooling=described.pooling, activation=described.activation, source=str(source.root)).save(tmp)
+        write_model_folder(tmp, model, tokenizer, EncoderMetadata(source=str(source.root)))
     return folder
+
+
+def _treated_model(mlm, tokenizer, source, treatment):
+    """The cell's :class:`~spladekit.model.splade.SpladeModel`: the start folder's pooling and
+    activation, and its head options under the treatment's ``head`` (an activity target and the
+    diagnosis count what this head outputs); ``treatment`` None: the start folder's head."""
+    from spladekit.model.calibrate.spec import HeadSpec
+    from spladekit.model.splade import SpladeModel
+
+    meta = source.metadata()
+    head = treatment.head if treatment is not None and treatment.head is not None else HeadSpec()
+    options = head.resolve(meta, tokenizer, int(mlm.config.vocab_size), source.root)
+    return SpladeModel(mlm, "plain", meta.pooling, meta.activation, **options)
 
 
 def read_metrics_log(path: str | Path) -> list[dict]:
@@ -176,8 +192,9 @@ class SpladekitRunner:
         show_progress: tqdm bars for training and encoding.
     """
 
-    def __init__(self, show_progress: bool = True):
+    def __init__(self, show_progress: bool = True, trust_remote_code: bool = False):
         self.show_progress = show_progress
+        self.trust_remote_code = trust_remote_code  # run the model folders' own code (spladekit.model.remote_code)
         self._texts: list[str] | None = None
         self._datasets: dict[str, object] = {}
 
@@ -196,7 +213,7 @@ class SpladekitRunner:
             return {"model": location, "source": location}
         from spladekit.model.calibrate import emulate_large_head
 
-        mlm, tokenizer, source = load_model_folder(location)
+        mlm, tokenizer, source = load_model_folder(location, trust_remote_code=self.trust_remote_code)
         if backbone.emulate is not None:
             e = backbone.emulate
             done = {"emulation": emulate_large_head(mlm, e.kind, e.factor, sigma=e.sigma, seed=e.seed)}
@@ -206,28 +223,34 @@ class SpladekitRunner:
         return {"model": str(model), "source": location, **done}
 
     def init_cell(self, cell, base_model: str, config: ReproduceConfig, folder: Path) -> dict:
-        from spladekit.model.calibrate import diagnose_mlm_head
+        from spladekit.model.calibrate import diagnose_mlm_head, rescale_record
         from spladekit.model.encoder import load_model_folder
 
-        mlm, tokenizer, source = load_model_folder(base_model)
+        mlm, tokenizer, source = load_model_folder(base_model, trust_remote_code=self.trust_remote_code)
         texts = self._diagnosis_texts(config)
         d = config.diagnosis
         kwargs = dict(max_length=d.max_length, max_tokens=d.max_tokens)
-        before = diagnose_mlm_head(mlm, tokenizer, texts, name=cell.backbone.name, **kwargs)
+        before = diagnose_mlm_head(_treated_model(mlm, tokenizer, source, None), tokenizer, texts, name=cell.backbone.name,
+                                   **kwargs)  # the start model's head
+        model = _treated_model(mlm, tokenizer, source, cell.treatment)
         result = {"model": base_model, "factor": None, "diagnosis_before": before.to_dict(), "diagnosis_after": None}
         spec = cell.treatment.rescale
-        if spec is not None:
-            result["factor"] = spec.apply(mlm, tokenizer, texts, {"max_length": d.max_length, "max_tokens": d.max_tokens},
-                                          force=spec.force or cell.backbone.inflate is not None)
-            after = diagnose_mlm_head(mlm, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs)
+        if spec is not None or cell.treatment.head is not None:
+            if spec is not None:
+                result["factor"] = spec.apply(model, tokenizer, texts, {"max_length": d.max_length, "max_tokens": d.max_tokens},
+                                              force=spec.force or cell.backbone.inflate is not None)
+                result["shift"] = (rescale_record(model) or {}).get("history", [{}])[-1].get("shift")
+            after = diagnose_mlm_head(model, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs)
             result["diagnosis_after"] = after.to_dict()
-            result["model"] = str(_save_model(mlm, tokenizer, folder / "model", source))
+            result["model"] = str(_save_model(model, tokenizer, folder / "model", source))
         return result
 
     def train_cell(self, cell, init_model: str, config: ReproduceConfig, folder: Path) -> dict:
         from spladekit.train import train
 
         train_config = config.train_config(init_model, cell.seed)
+        if self.trust_remote_code:
+            train_config.model.trust_remote_code = True
         result = train(train_config, folder, show_progress=self.show_progress)
         records = read_metrics_log(result.metrics_path)
         return {"model": str(result.model_dir), "metrics_path": str(result.metrics_path),
@@ -241,7 +264,8 @@ class SpladekitRunner:
         ev = config.evaluation
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=ev.query_max_length, doc_max_length=ev.doc_max_length,
                                                 query_top_k=dataset.query_top_k, doc_top_k=dataset.doc_top_k,
-                                                batch_size=ev.batch_size, head_impl=ev.head_impl, device=config.device)
+                                                batch_size=ev.batch_size, head_impl=ev.head_impl, device=config.device,
+                                                trust_remote_code=self.trust_remote_code)
         key = dataset.model_dump_json(include={"path", "split", "qrels", "queries", "max_docs"})
         if key not in self._datasets:
             self._datasets[key] = load_eval_dataset(dataset)

@@ -47,12 +47,14 @@ class ServeConfig(BaseModel):
         max_k, max_query_chars, max_queries: request limits (422 past them).
         max_connections: open connections (and requests in flight) per worker; 503 past it (:class:`~spladekit.serve.limits.ConnectionLimit`).
         api_key_file: file holding the key (first line); None: no key asked.
+        trust_remote_code: run the query model folder's own code (:mod:`spladekit.model.remote_code`).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     index: str
     model: str | None = None
+    trust_remote_code: bool = False
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1)

@@ -65,7 +65,7 @@ class Service:
         self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
 
     def _load_encoder(self) -> None:
-        self.encoder, self.encoder_kind = _query_encoder(self.index, self.config.model, self.config.max_batch)
+        self.encoder, self.encoder_kind = _query_encoder(self.index, self.config.model, self.config.max_batch, self.config.trust_remote_code)
         if self.encoder is not None:  # the first forward pass is slow (allocations, kernels): not a request's
             self.encoder.encode_queries(["warm up"])
 
@@ -207,7 +207,7 @@ def _csr(vectors, vocab_size: int) -> sp.csr_matrix:
     return matrix
 
 
-def _query_encoder(index, model: str | None, batch_size: int):
+def _query_encoder(index, model: str | None, batch_size: int, trust_remote_code: bool = False):
     """``(encoder, kind)`` of the index's queries (:meth:`Index.query_encoder`: an exported ONNX folder
     runs in onnxruntime, any other model in torch); ``kind`` says which, and ``inference-free`` when the
     query side is a term-weight table. ``(None, None)`` when neither the index nor ``model`` names one."""
@@ -215,8 +215,8 @@ def _query_encoder(index, model: str | None, batch_size: int):
 
     if not (model or index.metadata.get("model")):
         return None, None
-    encoder = index.query_encoder(model, batch_size=batch_size)
-    kind = "onnx" if isinstance(encoder, OnnxSpladeEncoder) else f"torch ({getattr(encoder.model, 'head_impl', 'plain')} head)"
+    encoder = index.query_encoder(model, batch_size=batch_size, trust_remote_code=trust_remote_code)
+    kind = "onnx" if isinstance(encoder, OnnxSpladeEncoder) else f"torch ({getattr(encoder.model, 'head_impl', 'its own modules')} head)"
     if encoder.query_weights is not None:
         kind = f"inference-free (term weights; {kind} for documents)"
     return encoder, kind

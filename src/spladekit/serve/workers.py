@@ -3,9 +3,8 @@
 uvicorn's ``--workers N`` binds one listening socket in the supervisor and hands it to every
 worker: they all accept from one queue, and whichever worker wakes first takes every connection
 then waiting (asyncio accepts up to the backlog per wake-up). Keep-alive clients stay on the
-worker that accepted them, so 8 clients opened at once were measured landing 8/0, 7/1, 5/3, 7/1
-on 2 workers (``/health``'s ``pid`` on 8 fresh connections, 5 trials): one worker computed while
-the other idled. Here every worker binds its own socket to the address with ``SO_REUSEPORT``
+worker that accepted them, so clients opened at once can all land on one worker, which computes while
+the other idles (``benchmarks/runs/2026-12-02-serve.md``, run 3). Here every worker binds its own socket to the address with ``SO_REUSEPORT``
 (Linux ≥ 3.9): the kernel spreads new connections over the workers' sockets by a hash of the
 connection's addresses and ports. The supervisor holds one more socket bound to the address
 (reserving it, after checking that nothing else holds it: a second server on the port fails at

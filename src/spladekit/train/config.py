@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
-from spladekit.model.calibrate.spec import RescaleSpec
+from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec
 from spladekit.overrides import apply_overrides
 from spladekit.settings import Settings
 
@@ -38,12 +38,14 @@ class ModelConfig(Settings):
         "(spladekit.json or sentence-transformers' SpladePooling; max for a plain masked LM)")
     activation: Literal["relu", "log1p_relu"] | None = Field(
         None, description="relu: log(1 + ReLU(x)); log1p_relu: log(1 + log(1 + ReLU(x))) (OpenSearch v3); None: the start model's")
+    trust_remote_code: bool = Field(False, description="run the model folder's own code (transformers auto_map classes; "
+                                    "spladekit.model.remote_code); only for a folder whose code you trust")
 
 
 class RescaleConfig(RescaleSpec):
-    """MLM-head rescaling at initialisation: the one :class:`~spladekit.model.calibrate.spec.RescaleSpec`
-    (arXiv 2606.18811 §3) plus ``sample_texts``, the number of training documents ``target_logit``
-    calibrates F on."""
+    """MLM-head rescaling (and shift) at initialisation: the one
+    :class:`~spladekit.model.calibrate.spec.RescaleSpec` (arXiv 2606.18811 §3) plus ``sample_texts``, the
+    number of training documents ``target_logit``, ``joint`` and an ``activity`` target calibrate on."""
 
     sample_texts: int = Field(256, ge=1)
 
@@ -221,6 +223,8 @@ class TrainConfig(Settings):
 
     model: ModelConfig = ModelConfig()
     rescale: RescaleConfig = RescaleConfig()
+    head: HeadSpec = Field(HeadSpec(), description="the SPLADE head's options: position_top_k (a cap on each position's "
+                           "expansion), fold_vocabulary (byte-level BPE case and word-start variants as one term)")
     data: DataConfig = DataConfig()
     loss: LossConfig = LossConfig()
     regularizer: RegularizerConfig = RegularizerConfig()
@@ -256,6 +260,9 @@ class TrainConfig(Settings):
                              "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
+        if self.head.fold_vocabulary and self.model.query_encoder == "inference-free":
+            raise ValueError("head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
+                             "vocabulary entry, the vectors per folded term")
         return self
 
     def to_yaml(self) -> str:

@@ -130,11 +130,13 @@ def check_not_test(split: str) -> None:
 
 
 @torch.no_grad()
-def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, device: torch.device) -> dict:
+def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, device: torch.device,
+                 show_progress: bool = False) -> dict:
     """nDCG@10, MRR@10 (``dev.measures``), active terms and FLOPS of the current model on the dev set.
 
     The model is put in eval mode for the evaluation and back in its previous mode afterwards; the
     RNG state is not touched (no dropout runs), so training continues exactly as without it.
+    ``show_progress``: the bar of the corpus encoding.
 
     Returns:
         ``{"step", "split": "dev", <measure>: value..., "avg_query_terms", "avg_doc_terms",
@@ -155,7 +157,8 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
 
             query_weights, meta.query_encoder = model.query_weights.saved_weights(), INFERENCE_FREE
         encoder = SpladeEncoder(model, tokenizer, meta, batch_size=dev.batch_size, device=device, query_weights=query_weights)
-        result = evaluate_splade(encoder, dataset, k=dev.k, measures=dev.measures, show_progress=False, name="dev")
+        result = evaluate_splade(encoder, dataset, k=dev.k, measures=dev.measures, show_progress=show_progress,
+                                 name="dev")
     finally:
         model.train(was_training)
     metrics = result.metrics

@@ -1,4 +1,4 @@
-"""The SPLADE training step and loop: ``train(config, out) -> TrainResult``.
+"""The SPLADE training step and the model it trains (:class:`spladekit.train.trainer.Trainer` runs them).
 
 One optimiser step on a global batch of ``B`` queries (each with a positive and ``n`` hard
 negatives, see :mod:`spladekit.train.data`):
@@ -17,7 +17,8 @@ negatives, see :mod:`spladekit.train.data`):
    each micro-batch (RNG replayed: same dropout) and back-propagate it. So the loss, the in-batch
    negatives and the FLOPS term are those of the global batch, whatever the number of processes,
    accumulation steps and mini-batches;
-4. gradients are averaged over processes, clipped, and AdamW with linear warm-up/decay steps.
+4. gradients are averaged over processes, clipped, and AdamW with linear warm-up/decay steps
+   (:meth:`spladekit.train.trainer.Trainer.optimizer_step`).
 
 The SPLADE activation runs in float32 under bf16/fp16 autocast (:mod:`spladekit.model.pooling`).
 """
@@ -25,78 +26,17 @@ The SPLADE activation runs in float32 under bf16/fp16 autocast (:mod:`spladekit.
 from __future__ import annotations
 
 import contextlib
-import math
-import shutil
-import time
-import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
-from spladekit.io import atomic_folder, write_json, write_yaml
 import spladekit.train.distributed as D
 from spladekit.train.cached import cached_step, mini_batch_bounds
 from spladekit.train.config import TrainConfig
-from spladekit.train.data import (Batch, TrainingExample, check_distillation, global_batch, load_training_examples,
-                                  short_negatives_hint, split_validation)
-from spladekit.train.dev import BestTracker, evaluate_dev, load_dev_set
+from spladekit.train.data import Batch, TrainingExample, global_batch
+from spladekit.train.head_setup import apply_rescale, head_options, suppress_pad_column
 from spladekit.train.losses import info_nce, kl_distillation, margin_mse
-from spladekit.train.monitor import (
-    CollapseError,
-    TrainingDivergedError,
-    batch_statistics,
-    check_alarms,
-    head_statistics,
-    logit_statistics,
-    score_scale_check,
-)
-from spladekit.train.regularizers import REGULARIZERS, QuadraticWarmup
-
-# moved to rooms of their own (whole functions and classes; their old import path stays): the MLM
-# head's set-up, the checkpoints (with the RNG state they hold), the metrics log
-from spladekit.train.head_setup import PAD_BIAS, apply_rescale, suppress_pad_column  # noqa: F401
-from spladekit.train.checkpoints import (CHECKPOINTS, _checkpoints, _rng_state, _set_rng_state,  # noqa: F401
-                                         latest_checkpoint, load_checkpoint, save_checkpoint)
-from spladekit.train.metrics_log import METRICS_FILE, _Log  # noqa: F401
-
-MODEL_DIR = "model"
-LAST_DIR = "last"
-BEST_FILE = "best.json"
-
-
-@dataclass
-class TrainResult:
-    """What :func:`train` produced.
-
-    Attributes:
-        model_dir: the final model folder (loads in spladekit, ``AutoModelForMaskedLM`` and
-            sentence-transformers ``SparseEncoder``); None when stopped early by ``stop_after``.
-        metrics_path: the JSONL metrics log (one record per logged step; validation records have
-            ``"split": "validation"``).
-        last_metrics: the last training record.
-        steps: the last optimiser step done.
-        alarms: every alarm message raised during the run.
-        validation: the last validation record, if any.
-        curves: the PNG of the training curves.
-        best: with ``eval_every``: ``{"metric", "value", "step"}`` of the best dev evaluation, whose
-            model is ``model_dir``; None otherwise.
-        last_dir: with ``eval_every``: the final model (``last/``); None otherwise.
-        dev: the last dev-set record, if any.
-        early_stopped: True when ``dev.patience`` stopped the run before ``steps``.
-    """
-
-    model_dir: Path | None
-    metrics_path: Path
-    last_metrics: dict
-    steps: int
-    alarms: list[str] = field(default_factory=list)
-    validation: dict | None = None
-    curves: Path | None = None
-    best: dict | None = None
-    last_dir: Path | None = None
-    dev: dict | None = None
-    early_stopped: bool = False
+from spladekit.train.monitor import TrainingDivergedError
+from spladekit.train.regularizers import REGULARIZERS
 
 
 # ------------------------------------------------------------------------------------ model
@@ -139,14 +79,17 @@ def load_model(config: TrainConfig, texts=None):
     from spladekit.model.splade import SpladeModel
 
     location = resolve_model(config.model.path)
-    mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head)
+    mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head,
+                                               trust_remote_code=config.model.trust_remote_code)
     check_max_lengths(config, mlm.config)
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
-    record = apply_rescale(mlm, config.rescale, tokenizer, texts)
+    model = SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation,
+                        **head_options(config, folder, tokenizer, int(mlm.config.vocab_size)))
+    record = apply_rescale(model, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)
-    return SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation), tokenizer, record
+    return model, tokenizer, record
 
 
 def attach_query_weights(model, tokenizer, examples: list[TrainingExample], config: TrainConfig) -> None:
@@ -160,7 +103,7 @@ def attach_query_weights(model, tokenizer, examples: list[TrainingExample], conf
     from spladekit.model.folders import read_model_folder
     from spladekit.model.inference_free import QueryTermWeights, idf_weights
 
-    folder = read_model_folder(resolve_model(config.model.path))
+    folder = read_model_folder(resolve_model(config.model.path), config.model.trust_remote_code)
     weights = folder.load_query_weights(tokenizer, model.vocab_size) if folder.metadata().query_encoder != "splade" else None
     init = f"the start model's query weights ({folder.layout})"
     if weights is None:
@@ -317,260 +260,9 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
             "val_accuracy": correct / max(1, total), "val_queries": total}
 
 
-# ------------------------------------------------------------------------------------ the loop
-def _forget_lost_best(out: Path, tracker: BestTracker, start: int) -> None:
-    """On resume: keep ``model/`` as the best only when ``best.json`` matches the tracker's best of the
-    kept history; otherwise (a best saved after the resumed checkpoint, or a missing record) remove
-    ``model/`` and ``best.json`` and restart the selection."""
-    path = out / BEST_FILE
-    saved = None
-    if path.exists():
-        from spladekit.io import read_json
-
-        saved = read_json(path)
-    if tracker.best is not None and saved == tracker.summary() and (out / MODEL_DIR).is_dir():
-        return
-    if start > 0 or saved is not None:
-        tracker.best, tracker.since = None, 0
-        path.unlink(missing_ok=True)
-        if (out / MODEL_DIR).exists():
-            shutil.rmtree(out / MODEL_DIR)
-
-
 def _device(config: TrainConfig, info: D.DistInfo) -> torch.device:
     if config.device:
         return torch.device(config.device)
     if torch.cuda.is_available():  # one process per GPU under torchrun (the rule of DistInfo.device)
         return torch.device(info.device() or "cuda")
     return torch.device("cpu")
-
-
-def save_final_model(folder: Path, model, tokenizer, config: TrainConfig, extra: dict) -> Path:
-    """Write the final model folder atomically: the masked-LM and tokenizer (``AutoModelForMaskedLM``),
-    ``spladekit.json`` (max lengths, training record) and the sentence-transformers module files."""
-    from spladekit.model.encoder import EncoderMetadata
-    from spladekit.train.export import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
-
-    with atomic_folder(folder) as tmp:
-        model.mlm.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                               source=config.model.path, extra=extra, pooling=model.pooling, activation=model.activation)
-        if model.query_weights is None:
-            write_sentence_transformers_files(tmp, max_seq_length=config.model.doc_max_length, pooling=model.pooling,
-                                              activation=model.activation)
-        else:  # inference-free: relu(θ) saved, the query side spladekit and sentence-transformers encode with
-            from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
-
-            weights = model.query_weights.saved_weights()
-            save_query_weights(tmp, weights)
-            meta.query_encoder = INFERENCE_FREE
-            init = getattr(model.query_weights, "init", "idf of the training documents")
-            meta.extra["inference_free"] = {"init": init, "trained": config.model.train_query_weights}
-            if init.startswith("idf"):
-                meta.extra["inference_free"]["formula"] = "ln(1 + (N - df + 0.5) / (df + 0.5))"
-            if write_inference_free_sentence_transformers_files(tmp, tokenizer, weights, config.model.doc_max_length,
-                                                                model.pooling, model.activation) is None:
-                meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
-        meta.save(tmp)
-        write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
-    return folder
-
-
-def train(config: TrainConfig, out: str | Path, *, examples: list[TrainingExample] | None = None,
-          stop_after: int | None = None, show_progress: bool = True) -> TrainResult:
-    """Train a SPLADE model as ``config`` says; write everything into ``out``.
-
-    Outputs: ``config.yaml``, ``metrics.jsonl`` (and ``tensorboard/`` when installed),
-    ``checkpoints/step-N/`` every ``checkpoint_every`` steps, ``training_curves.png`` and the final
-    model folder ``model/``. With ``eval_every`` (:mod:`spladekit.train.dev`): dev-set retrieval
-    records (``"split": "dev"``) in ``metrics.jsonl`` at step 0, every ``eval_every`` steps and at the
-    end; ``model/`` is then the best checkpoint by ``dev.metric`` (``best.json``: metric, value,
-    step), ``last/`` the final model, and ``dev.patience`` may stop the run early. An existing
-    checkpoint in ``out`` is resumed when ``config.resume``; a best model saved after that checkpoint
-    (its dev record is dropped with the rest of the lost steps) is removed, and the selection restarts
-    from the resumed step's history.
-
-    Args:
-        config: the run's :class:`TrainConfig`.
-        out: output folder.
-        examples: training examples to use instead of reading ``config.data`` (tests, demos).
-        stop_after: stop (as if interrupted) after this step, without the final model.
-        show_progress: tqdm bar on the main process.
-
-    Raises:
-        TrainingDivergedError: NaN/inf loss or gradient (the last good checkpoint is kept).
-        CollapseError: a collapse alarm with ``monitor.stop_on_collapse``.
-        DataFormatError: malformed training data.
-        ValueError: a dev set from a test split.
-    """
-    from tqdm.auto import tqdm
-
-    out = Path(out)
-    info = D.init_distributed()
-    device = _device(config, info)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    try:
-        if examples is None:  # read and checked before OUT is made: bad data leaves nothing behind
-            examples = load_training_examples(config.data)
-        train_examples, val_examples = split_validation(examples, config.data.validation_fraction, config.seed)
-        if config.loss.kind != "infonce":
-            check_distillation(train_examples, config.data.num_negatives, str(config.data.path),
-                               short_negatives_hint(config.data))
-        if info.is_main:
-            out.mkdir(parents=True, exist_ok=True)
-            write_yaml(out / "config.yaml", config.model_dump(mode="json"))
-        torch.manual_seed(config.seed)
-        rescale_texts = [e.positives[0][1] for e in train_examples[: config.rescale.sample_texts]]
-        requested = config.model_dump(mode="json")
-        model, tokenizer, rescale_record = load_model(config, rescale_texts)
-        if info.is_main and config.model_dump(mode="json") != requested:  # max lengths lowered to the positions
-            write_yaml(out / "config.yaml", config.model_dump(mode="json"))
-        if config.model.query_encoder == "inference-free":
-            attach_query_weights(model, tokenizer, train_examples, config)
-        model.to(device).train()
-        D.broadcast_parameters(model)
-        torch.manual_seed(config.seed + info.rank)
-        optimizer, scheduler = _optimizer(model, config)
-        scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
-        start = 0
-        checkpoint = latest_checkpoint(out) if config.resume else None
-        if checkpoint is not None:
-            start = load_checkpoint(checkpoint, model, optimizer, scheduler, scaler, info, device)
-        log = _Log(out, start, info.is_main)
-        encoder = _Encoder(model, tokenizer, config, device)
-        reg = config.regularizer
-        lambda_q = 0.0 if model.query_weights is not None else reg.lambda_q  # inference-free: no query regulariser
-        warm_q, warm_d = QuadraticWarmup(lambda_q, reg.warmup_steps), QuadraticWarmup(reg.lambda_d, reg.warmup_steps)
-        need_teacher = config.loss.kind != "infonce"
-        params = [p for p in model.parameters() if p.requires_grad]
-        alarms: list[str] = []
-        scale_stats: dict = {}  # the first step's teacher/student score scales, logged with the first record
-        last: dict = {}
-        validation = None
-        end = config.steps if stop_after is None else min(config.steps, stop_after)
-        if val_examples and config.validate_every and start == 0 and info.is_main:
-            validation = validate(encoder, val_examples, config, 0)  # the starting point
-            log.write(validation)
-
-        def training_record(step: int, **more) -> dict:
-            return {"training": {"steps": step, "config": config.model_dump(mode="json"), "rescale": rescale_record, **more}}
-
-        dev_set = tracker = dev = None
-        early_stopped = False
-        if config.eval_every:
-            tracker = BestTracker(config.dev.metric, config.dev.patience, log.records if start > 0 else ())
-            if start > 0:  # the last dev record of the kept history
-                dev = next((r for r in reversed(log.records) if r.get("split") == "dev"), None)
-            if info.is_main:
-                dev_set = load_dev_set(config.dev, config.data, val_examples, train_examples)
-                _forget_lost_best(out, tracker, start)
-
-        def dev_eval(step: int) -> dict:
-            record = evaluate_dev(model, tokenizer, config, dev_set, step, device)
-            if tracker.update(record):
-                record["best"] = True
-                save_final_model(out / MODEL_DIR, model, tokenizer, config, training_record(step, selected=tracker.summary()))
-                write_json(out / BEST_FILE, tracker.summary())
-            log.write(record)
-            return record
-
-        if dev_set is not None and start == 0:
-            dev = dev_eval(0)  # the starting point: the untrained model can be the best one
-        bar = tqdm(range(start + 1, end + 1), desc="training", disable=not (show_progress and info.is_main), unit="step")
-        for step in bar:
-            began = time.perf_counter()
-            batch = global_batch(train_examples, step - 1, config.batch_size, config.data.num_negatives, config.seed, need_teacher)
-            lam_q, lam_d = warm_q(step), warm_d(step)
-            parts, tensors = train_step(encoder, batch, config, info, lam_q, lam_d, scaler)
-            if step == start + 1 and batch.teacher is not None and config.loss.scale_check is not None:
-                teacher = torch.tensor(batch.teacher, dtype=torch.float32)  # the teacher's scale against the student's
-                scale_stats, message = score_scale_check(tensors["q"].cpu(), tensors["d"].cpu(), teacher, config.loss.scale_check)
-                if message and info.is_main:
-                    alarms.append(message)
-                    warnings.warn(message, RuntimeWarning, stacklevel=2)
-            D.average_gradients(params)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf")))
-            if not math.isfinite(grad_norm) and scaler is None:
-                raise TrainingDivergedError(f"non-finite gradient norm at step {step}; last good checkpoint kept")
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            if step % config.log_every == 0 or step == end:
-                record = {"step": step, **parts, "lambda_q": lam_q, "lambda_d": lam_d, "lr": scheduler.get_last_lr()[0],
-                          "grad_norm": grad_norm}
-                record.update(batch_statistics(tensors["q"], tensors["d"], batch.group))
-                record.update(scale_stats)
-                scale_stats = {}
-                record.update(head_statistics(model))
-                sample = config.monitor.logit_sample
-                if sample and info.is_main:
-                    toks = tensors["doc_tokens"]
-                    record.update(logit_statistics(model, toks["input_ids"][:sample], toks["attention_mask"][:sample]))
-                record["step_time_s"] = time.perf_counter() - began
-                fired = check_alarms(record, model.vocab_size, step, reg.warmup_steps, config.monitor.dense_fraction)
-                if fired:
-                    record["alarms"] = fired
-                    alarms.extend(fired)
-                    for message in fired:
-                        if info.is_main:
-                            warnings.warn(message, RuntimeWarning, stacklevel=2)
-                    if config.monitor.stop_on_collapse:
-                        log.write(record)
-                        raise CollapseError(fired[0])
-                log.write(record)
-                last = record
-                bar.set_postfix(loss=f"{parts['loss']:.3f}", q=f"{record['active_q']:.0f}", d=f"{record['active_d']:.0f}")
-            if val_examples and config.validate_every and step % config.validate_every == 0 and info.is_main:
-                validation = validate(encoder, val_examples, config, step)
-                log.write(validation)
-            if config.eval_every and step % config.eval_every == 0:
-                if info.is_main:
-                    dev = dev_eval(step)
-                    bar.set_postfix(**{config.dev.metric: f"{dev[config.dev.metric]:.4f}"})
-                early_stopped = D.broadcast_flag(bool(tracker.should_stop), device)
-            if config.checkpoint_every and step % config.checkpoint_every == 0:
-                save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, scaler, config, info, device)
-            if early_stopped:
-                end = step
-                break
-        done = max(start, end)
-        model_dir = curves = last_dir = None
-        if stop_after is None or done >= config.steps or early_stopped:
-            if val_examples and info.is_main and (validation is None or validation["step"] != done):
-                validation = validate(encoder, val_examples, config, done)
-                log.write(validation)
-            if dev_set is not None and (dev is None or dev["step"] != done):
-                dev = dev_eval(done)
-            if info.is_main:
-                if config.eval_every:
-                    last_dir = save_final_model(out / LAST_DIR, model, tokenizer, config,
-                                                training_record(done, early_stopped=early_stopped))
-                    model_dir = out / MODEL_DIR
-                else:
-                    model_dir = save_final_model(out / MODEL_DIR, model, tokenizer, config, training_record(done))
-                from spladekit.plots import training_curves
-
-                records = log.records
-                if records and config.curves:
-                    curves = training_curves(records, out / "training_curves.png", vocab_size=model.vocab_size)
-                write_json(out / "result.json", {"steps": done, "last_metrics": last, "validation": validation, "alarms": alarms,
-                                                 "dev": dev, "best": tracker.summary() if tracker else None,
-                                                 "early_stopped": early_stopped})
-                from spladekit.publish.card import write_model_cards
-
-                write_model_cards([model_dir, last_dir])  # README.md beside each saved model (an existing one kept)
-            D.barrier()
-        log.close()
-        return TrainResult(model_dir, out / METRICS_FILE, last, done, alarms, validation, curves,
-                           best=tracker.summary() if tracker else None, last_dir=last_dir, dev=dev,
-                           early_stopped=early_stopped)
-    finally:
-        info.close()

@@ -126,13 +126,13 @@ def score_scale_check(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor, f
 
     MarginMSE regresses student margins ``s(q,d⁺) − s(q,d⁻)`` onto teacher margins, and KL matches
     softmaxes of the raw scores, so both assume the two score scales agree; a teacher on another scale
-    (probabilities in [0, 1] against SPLADE dot products of 10–30, sentence-transformers #3540: student
+    (probabilities in [0, 1] against SPLADE dot products of 10–30, huggingface/sentence-transformers#3540: student
     20/12, teacher 0.9/0.1) trains toward margins ~10× too small. The spread of a query's scores is
     ``max_g s − min_g s`` over its group (positive + negatives); the check compares the batch means:
 
         ratio = mean_i spread(student_i) / mean_i spread(teacher_i)
 
-    and warns when ``ratio > factor`` or ``ratio < 1/factor`` (default 4: the #3540 numbers give
+    and warns when ``ratio > factor`` or ``ratio < 1/factor`` (default 4: that issue's numbers give
     8 / 0.8 = 10 and warn; teacher logits ±ln 9 against the same student give 8 / 4.39 = 1.8 and do
     not). It only warns: which scale is right (rescale the teacher, use its logits, or change the
     temperature) is the user's choice, and the loss stays exactly what was configured.

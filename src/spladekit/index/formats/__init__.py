@@ -358,23 +358,16 @@ def iter_json_records(path: str | Path, summed: Sequence[str] = ()):
     """Yield ``(line number, JSON object)`` of a JSONL/NDJSON file, skipping blank lines.
 
     ``summed``: the top-level keys holding term vectors ``{term: weight}``, whose repeated keys are
-    summed (:func:`merge_pairs_hook`, the module rule); a key repeated anywhere else is an error.
+    summed (:func:`merge_pairs_hook`, the module rule); a key repeated anywhere else is an error. The
+    lines are read by :func:`spladekit.io.read_jsonl`, the one reader of JSON Lines, with that hook.
 
     Raises:
         DataFormatError: a line that is not valid JSON or not a JSON object, or a repeated key
             outside the term vectors, naming the file, line (and field).
     """
-    import json
+    from spladekit.io import read_jsonl
 
-    from spladekit.io import iter_lines
-
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line, object_pairs_hook=merge_pairs_hook)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, f"invalid JSON ({exc.msg})", line=number) from exc
+    for number, record in read_jsonl(path, object_pairs_hook=merge_pairs_hook):
         if not isinstance(record, dict):
             raise DataFormatError(path, f"expected a JSON object, got {type(record).__name__}", line=number)
         repeated = _repeated_key(record, summed)
@@ -392,7 +385,7 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
         (:func:`normalise_entries`).
 
     Raises:
-        DataFormatError: invalid JSON, a missing ``id``/``vector``, an ``id`` that is neither a
+        DataFormatError: a line that is not valid JSON, a missing ``id``/``vector``, an ``id`` that is neither a
             non-empty string nor an integer, a non-numeric weight, or a token outside the vocabulary
             (naming the file and line).
     """

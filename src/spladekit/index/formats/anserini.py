@@ -132,7 +132,7 @@ def read_json_vector_collection(
         ``(matrix [D, V] float32, doc ids, contents)``.
 
     Raises:
-        DataFormatError: invalid JSON, a missing field, a non-numeric weight, or a token outside
+        DataFormatError: a line that is not valid JSON, a missing field, a non-numeric weight, or a token outside
             the vocabulary (naming the file and line).
     """
     rows, ids, texts = [], [], []

@@ -148,7 +148,7 @@ def read_bulk(
     """Read a bulk NDJSON file written by :func:`write_bulk` back into ``([D, V], doc ids)``.
 
     Raises:
-        DataFormatError: invalid JSON, a source line without ``field``, or an unknown key.
+        DataFormatError: a line that is not valid JSON, a source line without ``field``, or an unknown key.
     """
     return collect_rows(bulk_rows(path, vocabulary, field, keys), len(vocabulary))
 

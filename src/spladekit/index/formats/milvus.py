@@ -51,7 +51,7 @@ def read_rows(path: str | Path, vocab_size: int, field: str = DEFAULT_FIELD) -> 
     """Read ``rows.jsonl`` back into ``([D, V] float32, doc ids)`` (file order).
 
     Raises:
-        DataFormatError: invalid JSON, a missing field, mismatched lengths, or an index ≥ V.
+        DataFormatError: a line that is not valid JSON, a missing field, mismatched lengths, or an index ≥ V.
     """
     return collect_rows(field_rows(path, vocab_size, field), vocab_size)
 

@@ -10,8 +10,22 @@ Two engines: a Qdrant server or local mode through ``qdrant_client`` (:func:`upl
 :func:`create_edge_shard`, :func:`upload_edge`, :func:`search_edge`), which
 ``tests/test_engines.py`` scores against exact search.
 
-Exported file (``points.jsonl``): one ``{"id": row, "payload": {"doc_id": ...}, "vector":
-{NAME: {"indices": [...], "values": [...]}}}`` a line, ready for ``client.upsert``.
+Exported files: ``points.jsonl``, one ``{"id": row, "payload": {"doc_id": ...}, "vector":
+{NAME: {"indices": [...], "values": [...]}}}`` a line, ready for ``client.upsert``; and
+``collection.json``, the body of ``PUT /collections/{name}`` (:func:`collection_config`).
+
+IDF modifier (``spladekit export --format qdrant --idf``): the collection's sparse vector gets
+``"modifier": "idf"``, and Qdrant multiplies each query weight by the IDF of its term over the
+collection at query time (Qdrant docs, "Indexing" › "IDF Modifier"; ``fancy_idf`` in Qdrant's
+``VectorQueryContext``)::
+
+    idf(t) = ln((N − n(t) + 0.5) / (n(t) + 0.5) + 1)
+    score(q, d) = Σ_t idf(t) · q_t · d_t
+
+with ``N`` the number of indexed vectors and ``n(t)`` the number holding term ``t``. The points
+then carry the document weights quantised (integer impacts ``⌊w·scale + ½⌋``,
+:func:`spladekit.index.formats.quantise`, ``--scale``, recorded in ``export.json``), with no IDF
+folded in: Qdrant adds it. An import of such an export divides by the scale again.
 """
 
 from __future__ import annotations
@@ -20,37 +34,55 @@ import json
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import collect_rows, from_sparse_vector, iter_json_records, rank_hits, to_sparse_vectors
+from spladekit.index.formats import (collect_rows, divide_by_scale, from_sparse_vector, iter_json_records, normalise_entries,
+                                     quantise, rank_hits, to_sparse_vectors)
 from spladekit.io import atomic_write
 
 DEFAULT_VECTOR_NAME = "splade"
+COLLECTION_FILE = "collection.json"
+IDF = "idf"
 
 
-def write_points(path: str | Path, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME) -> int:
-    """Write the points of a collection as JSONL (atomically); returns the number of points."""
+def collection_config(vector_name: str = DEFAULT_VECTOR_NAME, idf: bool = False) -> dict:
+    """The body of Qdrant's ``PUT /collections/{name}`` for the exported points: one sparse vector
+    ``vector_name``, no dense vectors, ``"modifier": "idf"`` when ``idf`` (module docstring)."""
+    return {"sparse_vectors": {vector_name: {"modifier": IDF} if idf else {}}}
+
+
+def write_points(path: str | Path, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME,
+                 scale: float | None = None) -> int:
+    """Write the points of a collection as JSONL (atomically); returns the number of points.
+
+    Args:
+        scale: None: float weights as they are; a number: integer impacts ``⌊w·scale + ½⌋``
+            (:func:`~spladekit.index.formats.quantise`; impacts of 0 left out), for the IDF modifier.
+    """
     if matrix.shape[0] != len(doc_ids):
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} ids")
     with atomic_write(path) as out:
-        for record in iter_points(matrix, doc_ids, vector_name):
+        for record in iter_points(matrix, doc_ids, vector_name, scale):
             out.write(json.dumps(record) + "\n")
     return matrix.shape[0]
 
 
-def read_points(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VECTOR_NAME) -> tuple[sp.csr_matrix, list[str]]:
-    """Read ``points.jsonl`` back into ``([D, V] float32, doc ids)`` (rows in file order).
+def read_points(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VECTOR_NAME,
+                scale: float = 1.0) -> tuple[sp.csr_matrix, list[str]]:
+    """Read ``points.jsonl`` back into ``([D, V] float32, doc ids)`` (rows in file order), values
+    divided by ``scale`` (the ``export.json`` scale of an IDF-modifier export; 1: floats as written).
 
     Raises:
-        DataFormatError: invalid JSON, missing fields, mismatched lengths, or an index ≥ V.
+        DataFormatError: a line that is not valid JSON, missing fields, mismatched lengths, or an index ≥ V.
     """
-    return collect_rows(point_rows(path, vocab_size, vector_name), vocab_size)
+    return collect_rows(point_rows(path, vocab_size, vector_name, scale), vocab_size)
 
 
-def point_rows(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VECTOR_NAME):
+def point_rows(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VECTOR_NAME, scale: float = 1.0):
     """The points of ``points.jsonl`` one at a time: yields ``(doc id, (column ids int64, weights
-    float32))`` in file order, entries normalised.
+    float32))`` in file order, entries normalised, values divided by ``scale``.
 
     Raises:
         DataFormatError: as :func:`read_points` (naming the file and line).
@@ -59,6 +91,8 @@ def point_rows(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VEC
         try:
             vec = record["vector"][vector_name]
             idx, val = from_sparse_vector(vec["indices"], vec["values"])
+            if scale != 1:
+                idx, val = normalise_entries(idx, divide_by_scale(val.astype(np.float64), scale))
             doc_id = str(record["payload"]["doc_id"])
         except (KeyError, TypeError, ValueError) as exc:
             raise DataFormatError(path, f"bad point ({exc})", line=number, field="vector") from exc
@@ -67,8 +101,10 @@ def point_rows(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VEC
         yield doc_id, (idx, val)
 
 
-def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME, batch: int = 256) -> None:
-    """Create ``collection`` (sparse vector ``vector_name``, no dense vectors) and upsert the rows.
+def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME, batch: int = 256,
+           idf: bool = False) -> None:
+    """Create ``collection`` (sparse vector ``vector_name``, no dense vectors; the IDF modifier when
+    ``idf``) and upsert the rows as they are.
 
     Args:
         client: a ``qdrant_client.QdrantClient`` (server or local mode, e.g. ``QdrantClient(":memory:")``).
@@ -77,7 +113,8 @@ def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str],
     """
     from qdrant_client import models
 
-    client.create_collection(collection, vectors_config={}, sparse_vectors_config={vector_name: models.SparseVectorParams()})
+    params = models.SparseVectorParams(modifier=models.Modifier.IDF) if idf else models.SparseVectorParams()
+    client.create_collection(collection, vectors_config={}, sparse_vectors_config={vector_name: params})
     vectors = to_sparse_vectors(matrix)
     for start in range(0, len(vectors), batch):
         points = [
@@ -108,15 +145,17 @@ def search(
 
 
 # ---------------------------------------------------------------- Qdrant Edge (the engine in process)
-def create_edge_shard(path: str | Path, vector_name: str = DEFAULT_VECTOR_NAME):
-    """A new ``qdrant_edge.EdgeShard`` in the empty folder ``path`` with one sparse vector ``vector_name``.
+def create_edge_shard(path: str | Path, vector_name: str = DEFAULT_VECTOR_NAME, idf: bool = False):
+    """A new ``qdrant_edge.EdgeShard`` in the empty folder ``path`` with one sparse vector ``vector_name``
+    (with the IDF modifier when ``idf``, as :func:`collection_config` says).
 
     Qdrant Edge (``qdrant-edge-py``) is Qdrant's Rust storage and search engine run inside the
     Python process, with the server's sparse-vector scoring (dot product over shared indices).
     """
     import qdrant_edge as qe
 
-    config = qe.EdgeConfig(sparse_vectors={vector_name: qe.EdgeSparseVectorParams()})
+    params = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) if idf else qe.EdgeSparseVectorParams()
+    config = qe.EdgeConfig(sparse_vectors={vector_name: params})
     return qe.EdgeShard.create(str(path), config)
 
 
@@ -147,10 +186,21 @@ def upload_edge(shard, points: Iterable[dict], vector_name: str = DEFAULT_VECTOR
     return count
 
 
-def iter_points(matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME) -> Iterator[dict]:
-    """The records of :func:`write_points` (row id, ``doc_id`` payload, sparse vector), in memory."""
-    for row, (doc_id, vec) in enumerate(zip(doc_ids, to_sparse_vectors(matrix))):
+def iter_points(matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME,
+                scale: float | None = None) -> Iterator[dict]:
+    """The records of :func:`write_points` (row id, ``doc_id`` payload, sparse vector), in memory;
+    integer impacts at ``scale`` when it is given."""
+    vectors = to_sparse_vectors(matrix) if scale is None else _impact_vectors(matrix, scale)
+    for row, (doc_id, vec) in enumerate(zip(doc_ids, vectors)):
         yield {"id": row, "payload": {"doc_id": str(doc_id)}, "vector": {vector_name: vec}}
+
+
+def _impact_vectors(matrix: sp.spmatrix, scale: float) -> Iterator[dict]:
+    """Each row as ``{"indices": [...], "values": [int, ...]}``: ``⌊w·scale + ½⌋``, impacts of 0 left out."""
+    for vec in to_sparse_vectors(matrix):
+        impacts = quantise(np.asarray(vec["values"], dtype=np.float32), scale)
+        kept = impacts > 0
+        yield {"indices": np.asarray(vec["indices"], np.int64)[kept].tolist(), "values": impacts[kept].tolist()}
 
 
 def search_edge(

@@ -36,7 +36,7 @@ def read_seismic_jsonl(path: str | Path, vocabulary: Sequence[str]) -> tuple[sp.
     """Read Seismic JSONL into ``([D, V] float32, doc ids)``.
 
     Raises:
-        DataFormatError: invalid JSON, a missing field, a non-numeric weight, or an unknown token.
+        DataFormatError: a line that is not valid JSON, a missing field, a non-numeric weight, or an unknown token.
     """
     return collect_rows(seismic_rows(path, vocabulary), len(vocabulary))
 

@@ -9,10 +9,17 @@ contrastive training collapses. :func:`diagnose_mlm_head` measures:
   Ettin's backbone ``final_norm`` gain);
 - on real text: logit mean/std/p99/max and fraction of positive logits over (token, vocabulary)
   pairs, SPLADE active terms per text at initialisation, and the mean query·document score;
-- a verdict, comparing with a reference head when one is given.
+- a verdict against stated healthy ranges around a reference head: the one given (a model
+  diagnosed on the same text, or a mean row norm), else splade-tiny's, built in
+  (:data:`BUILTIN_REFERENCE`);
+- a suggested factor and shift ``(F, s)``, always (:func:`suggest_head`): ``F`` so that the logits'
+  std equals the reference's, then ``s`` so that the active terms per text do
+  (:mod:`spladekit.model.calibrate.shift`), on the sample text; without text, ``F`` matches the mean
+  decoder row norm (``match_norm``) and no ``s`` is suggested.
 
-The thresholds of the verdict (:data:`SCALE_RATIO_HIGH`, :data:`SCALE_RATIO_LOW`,
-:data:`ACTIVE_FRACTION_HIGH`) are spladekit's rules of thumb, not values from the paper.
+The healthy ranges (:data:`HEALTHY_RANGES`: a ratio to the reference for the row norm, the logit std
+and the active terms per text; :data:`ACTIVE_FRACTION_HIGH` of the vocabulary) are spladekit's rules
+of thumb, not values from the paper.
 """
 
 from __future__ import annotations
@@ -40,10 +47,28 @@ from spladekit.model.heads import MLMHead, find_mlm_head
 SCALE_RATIO_HIGH = 2.0
 #: mean row norm below this multiple of the reference's: shrunken head, expect few active terms.
 SCALE_RATIO_LOW = 0.5
+#: the healthy range of each ratio to the reference (this model / reference): the mean decoder row
+#: norm, the logits' std, the SPLADE active terms per text at initialisation.
+HEALTHY_RANGES = {"row norm": (SCALE_RATIO_LOW, SCALE_RATIO_HIGH), "logit std": (0.5, 2.0), "active terms": (0.25, 4.0)}
 #: mean fraction of the vocabulary active per text at initialisation above which SPLADE is inflated.
 ACTIVE_FRACTION_HIGH = 0.5
 #: how many logits are kept for the histogram.
 LOGIT_SAMPLE = 100_000
+#: The reference used without ``--reference``: splade-tiny (``rasyosef/splade-tiny``, the project's
+#: ``shared/models/splade-tiny``, a trained SPLADE model with a BERT head) as :func:`diagnose_mlm_head`
+#: measures it on BEIR SciFact (``spladekit diagnose splade-tiny --data scifact``: 64 queries and 64
+#: documents sampled with seed 0, 128 tokens per text, 1,024 tokens for the logit statistics), rounded
+#: to 6 significant digits. ``tests/test_calibrate.py`` measures them again from those files (the
+#: derivation, kept). Text statistics depend on the text: on other text the comparison is approximate
+#: (``--reference`` measures a reference on the same text).
+BUILTIN_REFERENCE = {
+    "name": "splade-tiny (built in)",
+    "row_norm_mean": 0.681910,
+    "logits": {"n_texts": 128, "n_tokens": 1024, "mean": -7.61255, "std": 2.88886, "p99": -2.28594,
+               "max": 12.2391, "frac_positive": 1.03601e-4},
+    "splade": {"n_texts": 128, "active_terms": {"mean": 117.234}, "active_fraction": 0.00384098},
+    "sample": "BEIR SciFact, 64 queries + 64 documents (seed 0), 128 tokens per text",
+}
 
 
 @dataclass
@@ -51,7 +76,9 @@ class HeadStats:
     """Weights of the MLM head (no text needed).
 
     Attributes:
-        family, vocab_size (V), hidden_size (H', decoder input width).
+        family: the model family (``bert``, ``modernbert``, ...; :func:`~spladekit.model.heads.find_mlm_head`).
+        vocab_size: V, the decoder's rows.
+        hidden_size: H', the decoder's input width.
         tied: the decoder weight shares storage with the input embeddings.
         frobenius: ``‖W‖_F``.
         row_norm: statistics of ``‖W_v‖₂`` over the V rows (mean, std, min, median, p99, max).
@@ -121,10 +148,12 @@ class Diagnosis:
         model: a name for the model (path or id).
         head: :class:`HeadStats`; logits: :class:`LogitStats`; splade: :class:`SpladeStats` (None
             without text).
-        reference: ``{"name", "row_norm_mean", "logits", "splade"}`` of the reference, or None.
-        scale_ratio: this model's mean row norm / the reference's (None without reference).
-        suggested_factor: ``1 / scale_ratio`` (the ``match_norm`` factor) when the verdict suggests
-            rescaling against a reference, else None.
+        reference: ``{"name", "row_norm_mean", "logits", "splade"}`` of the reference (the built-in
+            one, :data:`BUILTIN_REFERENCE`, when none is given).
+        scale_ratio: this model's mean row norm / the reference's.
+        suggested_factor, suggested_shift: the ``(F, s)`` of :func:`suggest_head` (``s`` None without text).
+        suggestion: how they were chosen (``method``, ``targets``, ``reached``), and ``healthy``
+            (every measured ratio within :data:`HEALTHY_RANGES`).
         verdict: one or more sentences.
         row_norms: ``[V]`` float64 row norms (not serialised). logit_sample: up to
             :data:`LOGIT_SAMPLE` logits for histograms (not serialised).
@@ -137,6 +166,8 @@ class Diagnosis:
     reference: dict | None = None
     scale_ratio: float | None = None
     suggested_factor: float | None = None
+    suggested_shift: float | None = None
+    suggestion: dict | None = None
     verdict: str = ""
     row_norms: np.ndarray | None = field(default=None, repr=False, compare=False)
     logit_sample: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -144,7 +175,8 @@ class Diagnosis:
     def to_dict(self) -> dict:
         """Everything but the arrays, as plain JSON types."""
         out = {}
-        for key in ("model", "head", "logits", "splade", "reference", "scale_ratio", "suggested_factor", "verdict"):
+        for key in ("model", "head", "logits", "splade", "reference", "scale_ratio", "suggested_factor",
+                    "suggested_shift", "suggestion", "verdict"):
             value = getattr(self, key)
             out[key] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
         return out
@@ -158,8 +190,9 @@ class Diagnosis:
             ("decoder tied to embeddings", self.head.tied, ""),
             ("decoder ‖W‖_F", self.head.frobenius, ""),
         ]
-        for key in ("mean", "median", "p99", "max"):
-            rows.append((f"row norm {key}", self.head.row_norm[key], (ref.get("row_norm_mean") if key == "mean" else "") or ""))
+        rows.append(("mean decoder row norm ‖W_v‖₂", self.head.row_norm["mean"], ref.get("row_norm_mean") or ""))
+        for key in ("median", "p99", "max"):
+            rows.append((f"row norm {key}", self.head.row_norm[key], ""))
         if self.head.bias:
             rows += [(f"bias {key}", self.head.bias[key], "") for key in ("mean", "std", "min", "max")]
         gain = self.head.transform.get("norm_gain")
@@ -182,9 +215,9 @@ class Diagnosis:
         if self.scale_ratio is not None:
             rows.append(("head scale ratio (this / reference)", self.scale_ratio, ""))
         if self.suggested_factor is not None:
-            rows.append(("suggested factor", self.suggested_factor, ""))
-        elif not ref:
-            rows.append(("suggested factor", "needs a reference (--reference MODEL or a row-norm number)", ""))
+            rows.append(("suggested factor F", self.suggested_factor, ""))
+        rows.append(("suggested shift s", self.suggested_shift if self.suggested_shift is not None
+                     else "needs sample text (--texts or --data)", ""))
 
         def fmt(value) -> str:
             if isinstance(value, float):
@@ -267,9 +300,11 @@ def logit_stats(head: MLMHead, hidden: torch.Tensor, n_texts: int, seed: int = 0
     return stats, sample.cpu().numpy()
 
 
-def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents: Sequence[str], max_length: int, batch_size: int) -> SpladeStats:
+def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents: Sequence[str], max_length: int, batch_size: int,
+                 show_progress: bool = False) -> SpladeStats:
     """:class:`SpladeStats` of the model at its current weights, with the plain SPLADE head and the
-    pooling/activation of ``model`` when it is a :class:`~spladekit.model.splade.SpladeModel` (else max/relu).
+    pooling, activation, cap and fold of ``model`` when it is a :class:`~spladekit.model.splade.SpladeModel`
+    (else max/relu, no cap, no fold); ``show_progress``: a bar per side.
 
     ``queries`` and ``documents``: when both are non-empty, ``score_mean`` averages ``q·d`` over all
     pairs; when ``documents`` is empty, it averages ``x_i·x_j`` over pairs ``i ≠ j`` of ``queries``.
@@ -284,10 +319,11 @@ def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents:
     try:
         described = model if isinstance(model, SpladeModel) else SpladeModel(mlm, head_impl="plain")  # (a DistilBERT
         # masked LM has an attribute "activation" of its own: only a SpladeModel's is read)
-        splade = SpladeModel(mlm, head_impl="plain", pooling=described.pooling, activation=described.activation)
+        splade = SpladeModel(mlm, head_impl="plain", pooling=described.pooling, activation=described.activation,
+                             position_top_k=getattr(described, "position_top_k", None), fold=getattr(described, "fold", None))
         encoder = SpladeEncoder(splade, tokenizer, meta, batch_size=batch_size, device=device)
-        q = encoder.encode_queries(list(queries))
-        d = encoder.encode_documents(list(documents)) if documents else None
+        q = encoder.encode_queries(list(queries), show_progress=show_progress)
+        d = encoder.encode_documents(list(documents), show_progress=show_progress) if documents else None
     finally:
         mlm.train(was_training)
     vectors = q if d is None else sp.vstack([q, d], format="csr")
@@ -310,41 +346,104 @@ def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents:
 
 
 # ---------------------------------------------------------------------------------------------- verdict
-def verdict(head: HeadStats, splade: SpladeStats | None, scale_ratio: float | None) -> tuple[str, float | None]:
-    """The verdict sentence(s) and the suggested factor (``1 / scale_ratio``, or None)."""
-    parts: list[str] = []
-    suggested = None
-    if scale_ratio is not None:
-        if scale_ratio > SCALE_RATIO_HIGH:
-            suggested = 1.0 / scale_ratio
-            parts.append(
-                f"head scale {scale_ratio:.3g}× the reference: expect inflated logits and SPLADE collapse; "
-                f"suggested factor {suggested:.4g} (--match-norm)"
-            )
-        elif scale_ratio < SCALE_RATIO_LOW:
-            suggested = 1.0 / scale_ratio
-            parts.append(
-                f"head scale {scale_ratio:.3g}× the reference: expect weak logits and few active terms; "
-                f"suggested factor {suggested:.4g} (--match-norm)"
-            )
+def _ratios(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | None, ref: dict) -> dict[str, float]:
+    """This model / the reference, for each quantity of :data:`HEALTHY_RANGES` both have."""
+    out = {"row norm": head.row_norm["mean"] / ref["row_norm_mean"]}
+    ref_std = (ref.get("logits") or {}).get("std")
+    if logits is not None and ref_std:
+        out["logit std"] = logits.std / ref_std
+    ref_active = ((ref.get("splade") or {}).get("active_terms") or {}).get("mean")
+    if splade is not None and ref_active:
+        out["active terms"] = splade.active_terms["mean"] / ref_active
+    return out
+
+
+def verdict(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | None, ref: dict,
+            suggestion: dict) -> str:
+    """The verdict sentences: each ratio to the reference against its healthy range
+    (:data:`HEALTHY_RANGES`), the active fraction against :data:`ACTIVE_FRACTION_HIGH`, the
+    suggested ``(F, s)`` and whether it is needed."""
+    checks: list[str] = []
+    name = ref.get("name", "the reference")
+    for quantity, ratio in _ratios(head, logits, splade, ref).items():
+        low, high = HEALTHY_RANGES[quantity]
+        if ratio > high:
+            what = {"row norm": "expect inflated logits and SPLADE collapse", "logit std": "inflated logits",
+                    "active terms": "inflated SPLADE activations"}[quantity]
+        elif ratio < low:
+            what = {"row norm": "expect weak logits and few active terms", "logit std": "weak logits",
+                    "active terms": "few active terms"}[quantity]
         else:
-            parts.append(f"head scale {scale_ratio:.3g}× the reference: comparable, no rescaling needed")
+            what = "healthy"
+        label = "head scale" if quantity == "row norm" else quantity
+        checks.append(f"{label} {ratio:.3g}× (healthy {low:g}–{high:g}×): {what}")
+    parts = [f"against the reference ({name}): " + ", ".join(checks)]
     if splade is not None:
-        if splade.active_fraction > ACTIVE_FRACTION_HIGH:
-            parts.append(
-                f"{100 * splade.active_fraction:.1f}% of the vocabulary is active per text at initialisation: "
-                "inflated SPLADE activations; rescale (e.g. --target-logit on this text)"
-            )
-        else:
-            parts.append(f"{splade.active_terms['mean']:.1f} active terms per text at initialisation ({100 * splade.active_fraction:.2f}% of V)")
+        parts.append(f"{splade.active_terms['mean']:.1f} active terms per text at initialisation "
+                     f"({100 * splade.active_fraction:.2f}% of V" + (f", above {100 * ACTIVE_FRACTION_HIGH:.0f}%: inflated)"
+                                                                    if splade.active_fraction > ACTIVE_FRACTION_HIGH else ")"))
     if head.rescale:
         parts.append(f"the head was already rescaled (total factor {head.rescale.get('total_factor'):.4g})")
-    if not parts:
-        parts.append("no reference and no text: weight statistics only, no verdict")
-    return "; ".join(parts) + ".", suggested
+    command = f"--factor {suggestion['factor']:.4g}" + (f" --shift {suggestion['shift']:.4g}" if suggestion.get("shift") is not None else "")
+    need = "within every healthy range: no rescaling needed" if suggestion["healthy"] else "rescale before training"
+    parts.append(f"suggested F = {suggestion['factor']:.4g}"
+                 + (f", s = {suggestion['shift']:.4g}" if suggestion.get("shift") is not None else "")
+                 + f" ({suggestion['method']}; spladekit rescale {command}); {need}")
+    return "; ".join(parts) + "."
+
+
+def suggest_head(model: nn.Module, tokenizer, texts: Sequence[str], hidden: torch.Tensor | None, head: HeadStats,
+                 ref: dict, healthy: bool, max_length: int = 128, batch_size: int = 16) -> dict:
+    """The suggested ``(F, s)`` against the reference ``ref`` (module docstring).
+
+    With text and a reference std: ``F`` brings the std of ``F·(W h) + b`` over ``hidden`` (the
+    token sample) to the reference's (:func:`~spladekit.model.calibrate.rescale.calibrated_factor`'s
+    root finding), else ``F`` matches the mean decoder row norm. With text and a reference active
+    terms per text: ``s`` brings the active terms at that ``F`` to the reference's.
+
+    Returns:
+        ``{"factor", "shift", "method", "targets", "reached", "healthy"}``.
+    """
+    from spladekit.model.calibrate.rescale import CalibrationError, factor_for_statistic
+    from spladekit.model.calibrate.shift import calibrated_shift, pooled_maxima
+
+    ref_std = (ref.get("logits") or {}).get("std")
+    ref_active = ((ref.get("splade") or {}).get("active_terms") or {}).get("mean")
+    out = {"factor": ref["row_norm_mean"] / head.row_norm["mean"], "shift": None, "method": "match the mean decoder row norm",
+           "targets": {"row_norm_mean": ref["row_norm_mean"]}, "reached": {}, "healthy": healthy}
+    if hidden is None or not ref_std:
+        return out
+    try:
+        out["factor"] = factor_for_statistic(find_mlm_head(unwrap(model)), hidden, ref_std, "std")
+        out.update(method="match the logits' std", targets={"std": ref_std})
+    except CalibrationError:
+        pass  # a std the bias bounds: keep the norm match
+    if ref_active:
+        values = pooled_maxima(model, tokenizer, texts, out["factor"], max_length=max_length, batch_size=batch_size)
+        # a vocabulary smaller than the reference's activity: all of it ([PAD] never counts)
+        goal = min(ref_active, float(torch.isfinite(values).sum(dim=1).double().mean()))
+        out["shift"], out["reached"]["active_terms"] = calibrated_shift(values, goal, "active_terms")
+        out["targets"]["active_terms"] = goal
+        out["method"] += " and the active terms per text"
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- entry
+def _reference_record(reference) -> dict:
+    """The reference as ``Diagnosis.reference`` holds it: a :class:`Diagnosis`, a mean row norm, or
+    None (the built-in one)."""
+    if reference is None:
+        return dict(BUILTIN_REFERENCE)
+    if isinstance(reference, Diagnosis):
+        return {"name": reference.model, "row_norm_mean": reference.head.row_norm["mean"],
+                "logits": asdict(reference.logits) if reference.logits else None,
+                "splade": asdict(reference.splade) if reference.splade else None}
+    ref_norm = float(reference)
+    if not ref_norm > 0:
+        raise ValueError(f"reference row norm must be > 0, got {reference}")
+    return {"name": f"row norm {ref_norm:g}", "row_norm_mean": ref_norm, "logits": None, "splade": None}
+
+
 @torch.no_grad()
 def diagnose_mlm_head(
     model: nn.Module,
@@ -359,20 +458,24 @@ def diagnose_mlm_head(
     max_tokens: int | None = 1024,
     batch_size: int = 16,
     seed: int = 0,
+    progress=None,
 ) -> Diagnosis:
-    """Measure an MLM head's weights and, given text, its logits and SPLADE vectors at initialisation.
+    """Measure an MLM head's weights and, given text, its logits and SPLADE vectors at initialisation;
+    judge them against a reference and suggest a factor and a shift.
 
     Args:
         model: a ``transformers`` masked-LM model of a supported family (or a SpladeModel).
         tokenizer: the model's tokenizer (needed with text).
         texts: sample text (scores over pairs of distinct texts). Alternatively ``queries`` and
             ``documents`` (scores over query-document pairs); all of them are used for the logits.
-        reference: a :class:`Diagnosis` of a reference model (ideally on the same text), or a number
-            taken as the reference mean row norm ``mean_v ‖W_v‖₂``.
+        reference: a :class:`Diagnosis` of a reference model (ideally on the same text), a number
+            taken as the reference mean row norm ``mean_v ‖W_v‖₂``, or None: :data:`BUILTIN_REFERENCE`.
         name: label of the model in the report.
         max_length: tokens per text (truncation).
         max_tokens: tokens sampled for the logit statistics (see
             :func:`~spladekit.model.calibrate.stats.token_hidden_states`).
+        progress: called with one line per phase as it starts (None: silent); the encoding of the
+            texts then also shows a bar.
 
     Returns:
         A :class:`Diagnosis`. The model's weights are not changed.
@@ -380,38 +483,47 @@ def diagnose_mlm_head(
     Raises:
         HeadNotFoundError: unsupported model.
         ValueError: text given without a tokenizer, or a non-positive reference number.
+
+    Example::
+
+        >>> from spladekit import SpladeEncoder, diagnose_mlm_head
+        >>> encoder = SpladeEncoder.from_pretrained("rasyosef/splade-tiny")
+        >>> diagnosis = diagnose_mlm_head(encoder.model, encoder.tokenizer, queries=["what do proteins do"],
+        ...                               documents=["proteins do most of the work in cells"])
+        >>> diagnosis.head.vocab_size, diagnosis.head.hidden_size
+        (30522, 128)
+        >>> round(diagnosis.scale_ratio, 2)  # its mean decoder-row norm ÷ the built-in reference's (splade-tiny)
+        1.0
     """
+    say = progress or (lambda line: None)
     mlm = unwrap(model)
     head = find_mlm_head(mlm)
+    ref = _reference_record(reference)
+    say("MLM head: decoder and transform weights")
     stats, norms = head_stats(mlm)
-    diagnosis = Diagnosis(model=name or str(getattr(mlm.config, "_name_or_path", "") or type(mlm).__name__), head=stats, row_norms=norms)
+    diagnosis = Diagnosis(model=name or str(getattr(mlm.config, "_name_or_path", "") or type(mlm).__name__), head=stats,
+                          row_norms=norms, reference=ref)
     if texts is not None and (queries is not None or documents is not None):
         raise ValueError("give either texts or queries/documents, not both")
     pool_q = list(texts if texts is not None else (queries or []))
     pool_d = [] if texts is not None else list(documents or [])
+    hidden = None
     if pool_q or pool_d:
         if tokenizer is None:
             raise ValueError("measuring logits on text needs the model's tokenizer")
         if not pool_q:
             pool_q, pool_d = pool_d, []
-        all_texts = pool_q + pool_d
-        hidden = token_hidden_states(mlm, tokenizer, all_texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
-        diagnosis.logits, diagnosis.logit_sample = logit_stats(head, hidden, len(all_texts), seed)
-        diagnosis.splade = splade_stats(model, tokenizer, pool_q, pool_d, max_length, batch_size)  # a SpladeModel's pooling
-    if reference is not None:
-        if isinstance(reference, Diagnosis):
-            ref_norm = reference.head.row_norm["mean"]
-            diagnosis.reference = {
-                "name": reference.model,
-                "row_norm_mean": ref_norm,
-                "logits": asdict(reference.logits) if reference.logits else None,
-                "splade": asdict(reference.splade) if reference.splade else None,
-            }
-        else:
-            ref_norm = float(reference)
-            if not ref_norm > 0:
-                raise ValueError(f"reference row norm must be > 0, got {reference}")
-            diagnosis.reference = {"name": f"row norm {ref_norm:g}", "row_norm_mean": ref_norm, "logits": None, "splade": None}
-        diagnosis.scale_ratio = stats.row_norm["mean"] / ref_norm
-    diagnosis.verdict, diagnosis.suggested_factor = verdict(stats, diagnosis.splade, diagnosis.scale_ratio)
+        say(f"logits on {len(pool_q) + len(pool_d)} texts (at most {max_tokens or 'all'} tokens sampled)")
+        hidden = token_hidden_states(mlm, tokenizer, pool_q + pool_d, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+        diagnosis.logits, diagnosis.logit_sample = logit_stats(head, hidden, len(pool_q) + len(pool_d), seed)
+        say(f"SPLADE vectors at initialisation: encoding {len(pool_q) + len(pool_d)} texts")
+        diagnosis.splade = splade_stats(model, tokenizer, pool_q, pool_d, max_length, batch_size,  # a SpladeModel's pooling
+                                        show_progress=progress is not None)
+    diagnosis.scale_ratio = stats.row_norm["mean"] / ref["row_norm_mean"]
+    ratios = _ratios(stats, diagnosis.logits, diagnosis.splade, ref)
+    healthy = all(HEALTHY_RANGES[q][0] <= r <= HEALTHY_RANGES[q][1] for q, r in ratios.items())
+    say(f"suggesting a factor and a shift against {ref['name']}")
+    suggestion = suggest_head(model, tokenizer, pool_q + pool_d, hidden, stats, ref, healthy, max_length, batch_size)
+    diagnosis.suggested_factor, diagnosis.suggested_shift, diagnosis.suggestion = suggestion["factor"], suggestion["shift"], suggestion
+    diagnosis.verdict = verdict(stats, diagnosis.logits, diagnosis.splade, ref, suggestion)
     return diagnosis

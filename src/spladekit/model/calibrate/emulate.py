@@ -40,6 +40,7 @@ from spladekit.model.calibrate.stats import unwrap
 from spladekit.model.heads import MLMHead, find_mlm_head
 
 EMULATIONS = ("uniform", "row_lognormal", "ln_gain")
+"""The kinds of large head :func:`emulate_large_head` makes (its ``kind``)."""
 EMULATION_KEY = "spladekit_emulation"
 
 

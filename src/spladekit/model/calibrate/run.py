@@ -1,21 +1,24 @@
 """Folder-to-folder runs of diagnosis and rescaling, with typed configs saved next to the outputs.
 
 The CLI (``spladekit diagnose`` / ``spladekit rescale``) is a thin layer over :func:`run_diagnose`
-and :func:`run_rescale`.
+and :func:`run_rescale`. The configs are settings records (:class:`spladekit.settings.Settings`):
+unknown keys, non-finite numbers and booleans for numbers are refused when one is made.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pydantic import model_validator
+
 from spladekit.model.calibrate.diagnose import Diagnosis, diagnose_mlm_head
-from spladekit.model.calibrate.spec import RescaleSpec
+from spladekit.model.calibrate.rescale import rescale_record
+from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec
+from spladekit.settings import Settings
 
 
-@dataclass
-class TextSource:
+class TextSource(Settings):
     """Where sample text comes from: a file with one text per line, or a BEIR folder (sampled).
 
     Attributes:
@@ -31,12 +34,15 @@ class TextSource:
     n_docs: int | None = None
     seed: int = 0
 
-    def __post_init__(self):
-        if self.data:
-            self.n_queries = 64 if self.n_queries is None else self.n_queries
-            self.n_docs = 64 if self.n_docs is None else self.n_docs
-        else:
-            self.n_queries = self.n_docs = None
+    @model_validator(mode="before")
+    @classmethod
+    def _sample_sizes(cls, values):
+        """64 queries and 64 documents by default with ``data``; no sizes without it."""
+        if isinstance(values, dict):
+            values = dict(values)
+            for key in ("n_queries", "n_docs"):
+                values[key] = (64 if values.get(key) is None else values[key]) if values.get("data") else None
+        return values
 
     def load(self) -> tuple[list[str], list[str]] | None:
         """``(queries_or_texts, documents)`` (documents empty for a text file), or None without a source.
@@ -60,8 +66,7 @@ class TextSource:
         return None
 
 
-@dataclass
-class DiagnoseConfig:
+class DiagnoseConfig(Settings):
     """Settings of :func:`run_diagnose` (saved as ``config.json`` in the output folder).
 
     Attributes:
@@ -75,56 +80,86 @@ class DiagnoseConfig:
     max_length: int = 128
     max_tokens: int = 1024
     batch_size: int = 16
+    trust_remote_code: bool = False  # run the model folders' own code (spladekit.model.remote_code)
 
 
-@dataclass
-class RescaleConfig:
+class RescaleConfig(Settings):
     """Settings of :func:`run_rescale` (saved as ``rescale_config.json`` next to the model).
 
-    Exactly one of ``factor``, ``match_norm`` (model or number) and ``target_logit`` is set;
-    ``statistic`` and ``source`` serve ``target_logit``.
+    At most one factor mode: ``factor``, ``match_norm`` (model or number), ``target_logit`` or
+    ``joint`` (with ``reference``, a model, or the numbers ``target_logit`` (its std) and
+    ``target_activity``); a shift with any of them or alone: ``shift``, or ``target_activity`` (a
+    number, or a model whose activity on the same text is the target, by ``activity_statistic``).
+    ``statistic`` and ``source`` serve the calibrations; ``position_top_k`` and ``fold_vocabulary``
+    are the head options recorded with the model (:class:`~spladekit.model.calibrate.spec.HeadSpec`).
+
+    Raises:
+        ValueError (pydantic's ``ValidationError``): an unknown field, a non-finite number, a boolean
+            for a number (the rules of :class:`~spladekit.settings.Settings`), naming the field.
     """
 
     model: str
     factor: float | None = None
     match_norm: str | None = None
     target_logit: float | None = None
+    joint: bool = False
+    reference: str | None = None
     statistic: str = "p99"
     scale_bias: bool = False
+    shift: float | None = None
+    target_activity: str | None = None
+    activity_statistic: str = "active_terms"
+    position_top_k: int | None = None
+    fold_vocabulary: bool | None = None
     force: bool = False
     source: TextSource | None = None
     max_length: int = 128
     max_tokens: int = 1024
     batch_size: int = 16
+    trust_remote_code: bool = False  # run the model folder's own code (spladekit.model.remote_code)
 
-    def mode(self) -> str:
-        """``"factor"``, ``"match_norm"`` or ``"target_logit"``.
+    def mode(self) -> str | None:
+        """``"factor"``, ``"match_norm"``, ``"target_logit"``, ``"joint"`` or None (a shift or head options alone).
 
         Raises:
-            ValueError: not exactly one of them is set.
+            ValueError: more than one factor mode, or nothing to do.
         """
+        if self.joint:
+            if self.factor is not None or self.match_norm is not None:
+                raise ValueError("--joint chooses the factor itself: not with --factor or --match-norm")
+            return "joint"
         chosen = [name for name in ("factor", "match_norm", "target_logit") if getattr(self, name) is not None]
-        if len(chosen) != 1:
-            raise ValueError("give exactly one of --factor, --match-norm, --target-logit")
-        return chosen[0]
+        if len(chosen) > 1:
+            raise ValueError("give at most one of --factor, --match-norm, --target-logit, --joint")
+        if not chosen and self.shift is None and self.target_activity is None and not self.head().changes_head:
+            raise ValueError("nothing to do: give --factor, --match-norm, --target-logit, --joint, --shift, "
+                             "--target-activity, --position-top-k or --fold-vocabulary")
+        return chosen[0] if chosen else None
 
     def spec(self) -> RescaleSpec:
         """The command-line options as the one :class:`~spladekit.model.calibrate.spec.RescaleSpec`.
 
         Raises:
-            ValueError: not exactly one mode (see :meth:`mode`), or an invalid value for it.
+            ValueError: see :meth:`mode`, or an invalid value for the mode.
         """
         from pydantic import ValidationError
 
         from spladekit.errors import validation_problems
 
+        mode = self.mode()
+        reference = _number_or_name(self.match_norm) if mode == "match_norm" else self.reference
         try:
-            return RescaleSpec(mode=self.mode(), factor=self.factor, reference=_number_or_name(self.match_norm),
-                               target=self.target_logit, statistic=self.statistic, scale_bias=self.scale_bias,
-                               force=self.force)
+            return RescaleSpec(mode=mode, factor=self.factor, reference=reference, target=self.target_logit,
+                               statistic="std" if mode == "joint" else self.statistic, scale_bias=self.scale_bias,
+                               force=self.force, shift=self.shift, activity=_number_or_name(self.target_activity),
+                               activity_statistic=self.activity_statistic)
         except ValidationError as exc:
             field, message = validation_problems(exc)[0]
             raise ValueError(f"rescale: {message} ({field or 'options'})") from None
+
+    def head(self) -> HeadSpec:
+        """The head options as a :class:`~spladekit.model.calibrate.spec.HeadSpec`."""
+        return HeadSpec(position_top_k=self.position_top_k, fold_vocabulary=self.fold_vocabulary)
 
 
 def _check_sizes(config) -> None:
@@ -144,39 +179,65 @@ def _number_or_name(value: str | None):
     return number if math.isfinite(number) else value
 
 
-def _load(name: str):
+def _load(name: str, trust_remote_code: bool = False):
+    """The plain-head encoder of ``name``; refused when it has no masked LM (custom modules run it)."""
     from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
 
-    return SpladeEncoder.from_pretrained(name, head_impl="plain")
+    encoder = SpladeEncoder.from_pretrained(name, head_impl="plain", trust_remote_code=trust_remote_code)
+    require_masked_lm(encoder)
+    return encoder
 
 
-def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
-    """Diagnose ``config.model`` (and its reference, on the same text); write into ``out``:
-    ``diagnosis.json``, ``diagnosis.txt`` (table), ``row_norms.png``, ``logits.png`` (with text), ``config.json``.
+def run_diagnose(config: DiagnoseConfig, out: str | Path, progress=None) -> Diagnosis:
+    """Diagnose ``config.model`` (and its reference, on the same text; the built-in splade-tiny
+    reference without one); write into ``out``: ``diagnosis.json``, ``diagnosis.txt`` (table),
+    ``row_norms.png``, ``logits.png`` (with text), ``config.json``.
+
+    Args:
+        progress: called with a line as each phase starts (loading, each measurement, the reference,
+            the files; the encodings also show a bar); None: silent.
 
     Raises:
         ResolutionError, HeadNotFoundError, DataFormatError, ValueError: see the functions called.
     """
-    import spladekit.plots as plots
-    from spladekit.io import atomic_write, ensure_folder, write_json
+    from spladekit.io import ensure_folder, write_json
 
+    say = progress or (lambda line: None)
     out = Path(out)
     _check_sizes(config)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError before any work
+    say(f"diagnose {config.model}" + (f" against {config.reference}" if config.reference else " against the built-in "
+                                       "splade-tiny reference") + f" → {out}")
     sample = config.source.load()
+    if sample:
+        say(f"sample text: {len(sample[0]) + len(sample[1])} texts")
     kwargs = dict(max_length=config.max_length, max_tokens=config.max_tokens, batch_size=config.batch_size, seed=config.source.seed)
 
     def measure(name: str, reference=None) -> Diagnosis:
-        encoder = _load(name)
+        say(f"loading {name}")
+        encoder = _load(name, config.trust_remote_code)
         text_args = {"queries": sample[0], "documents": sample[1]} if sample else {}
-        return diagnose_mlm_head(encoder.model, encoder.tokenizer, name=name, reference=reference, **text_args, **kwargs)
+        return diagnose_mlm_head(encoder.model, encoder.tokenizer, name=name, reference=reference, progress=progress,
+                                 **text_args, **kwargs)
 
     reference = _number_or_name(config.reference)
     if isinstance(reference, str):
         reference = measure(reference)
     diagnosis = measure(config.model, reference)
-    write_json(out / "config.json", asdict(config))
+    say(f"writing {out}: diagnosis.json, diagnosis.txt, row_norms.png" + (", logits.png" if diagnosis.logits else ""))
+    write_json(out / "config.json", config.model_dump())
+    _write_diagnosis(diagnosis, reference, out)
+    return diagnosis
+
+
+def _write_diagnosis(diagnosis: Diagnosis, reference, out: Path) -> None:
+    """``diagnosis.json``, ``diagnosis.txt`` and the plots (the histogram marks the full sample's
+    p99 and max, beyond the drawn random sample's range when the tail is cut)."""
+    import spladekit.plots as plots
+    from spladekit.io import atomic_write, write_json
+
     write_json(out / "diagnosis.json", diagnosis.to_dict())
     with atomic_write(out / "diagnosis.txt") as handle:
         handle.write(diagnosis.table())
@@ -188,46 +249,60 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path) -> Diagnosis:
         logits = {diagnosis.model: diagnosis.logit_sample}
         if isinstance(reference, Diagnosis) and reference.logit_sample is not None:
             logits[reference.model] = reference.logit_sample
-        plots.head_logits(logits, out / "logits.png")
-    return diagnosis
+        stats = diagnosis.logits
+        total = stats.n_tokens * diagnosis.head.vocab_size
+        marks = {f"p99 of all {total:,} logits": stats.p99, f"max of all {total:,} logits": stats.max}
+        plots.head_logits(logits, out / "logits.png", marks=marks,
+                          note=f"histogram: a random sample of {len(diagnosis.logit_sample):,} of the {total:,} logits")
 
 
-def run_rescale(config: RescaleConfig, out: str | Path) -> float:
-    """Load ``config.model``, rescale its MLM head, save model + tokenizer + ``spladekit.json`` into ``out``.
+def run_rescale(config: RescaleConfig, out: str | Path) -> dict:
+    """Load ``config.model``, set its head up (options, factor, shift), save model + tokenizer +
+    ``spladekit.json`` into ``out``.
 
     The rescaling record is in the saved ``config.json`` (``spladekit_rescale``) and in
-    ``spladekit.json`` (``extra.rescale``); the run's settings in ``rescale_config.json``.
+    ``spladekit.json`` (``extra.rescale``), the head options in ``spladekit.json``
+    (``position_top_k``, ``fold``); the run's settings in ``rescale_config.json``.
 
     Returns:
-        The factor applied.
+        ``{"mode", "factor", "shift"}`` of the step applied (factor 1 and shift 0 for head options alone).
 
     Raises:
-        ValueError: not exactly one mode, ``target_logit`` without text or not finite, a factor not
-            finite and > 0, a size option out of range (all before the model is loaded).
+        ValueError: more than one factor mode or nothing to do, a calibration without text, a target
+            or shift not finite, a factor not finite and > 0, a size option out of range (all before
+            the model is loaded); folding a tokenizer that is not byte-level BPE.
         OutputPathError: ``out`` is an existing file.
         AlreadyRescaledError, CalibrationError, ResolutionError, HeadNotFoundError: see :func:`rescale_mlm_head`.
     """
     from spladekit.io import ensure_folder, write_json
 
-    mode = config.mode()
+    spec = config.spec()
     _check_sizes(config)
     if Path(out).exists() and not Path(out).is_dir():
         ensure_folder(out)  # raises OutputPathError before any work
-    if mode == "target_logit" and not math.isfinite(config.target_logit):
-        raise ValueError(f"--target-logit must be a finite number, got {config.target_logit}")
-    if mode == "factor" and not (math.isfinite(config.factor) and config.factor > 0):  # before loading the model
+    for name in ("target_logit", "shift"):
+        value = getattr(config, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    if spec.mode == "factor" and not (math.isfinite(config.factor) and config.factor > 0):  # before loading the model
         raise ValueError(f"the factor must be finite and > 0, got {config.factor}")
-    spec = config.spec()
-    encoder = _load(config.model)
+    sample = config.source.load() if config.source else None
+    if spec.needs_text and not sample:
+        raise ValueError("--target-logit, --joint and --target-activity need sample text: --texts FILE or --data DIR")
+    encoder = _load(config.model, config.trust_remote_code)
+    head = config.head()
+    if head.changes_head:  # before the calibration: the activity counts what the capped, folded head outputs
+        encoder.model.configure_head(**head.resolve(encoder.metadata, encoder.tokenizer, encoder.model.vocab_size, config.model))
     texts = calibration = None
-    if mode == "target_logit":
-        sample = config.source.load() if config.source else None
-        if not sample:
-            raise ValueError("--target-logit needs sample text: --texts FILE or --data DIR")
+    if spec.needs_text:
         texts = sample[0] + sample[1]
         calibration = {"max_length": config.max_length, "max_tokens": config.max_tokens, "batch_size": config.batch_size,
                        "seed": config.source.seed}
-    factor = spec.apply(encoder.model.mlm, encoder.tokenizer, texts, calibration)
-    encoder.save_pretrained(out)  # copies the record into spladekit.json (extra.rescale)
-    write_json(Path(out) / "rescale_config.json", asdict(config))
-    return factor
+    applied = {"mode": None, "factor": 1.0, "shift": 0.0}
+    if spec.changes_head:
+        factor = spec.apply(encoder.model, encoder.tokenizer, texts, calibration)
+        step = rescale_record(encoder.model)["history"][-1]
+        applied = {"mode": step["mode"], "factor": factor, "shift": step.get("shift", 0.0)}
+    encoder.save_pretrained(out)  # the one writer: the record into extra.rescale, the head options
+    write_json(Path(out) / "rescale_config.json", config.model_dump())
+    return applied

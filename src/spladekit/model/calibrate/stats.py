@@ -17,7 +17,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from spladekit.errors import SpladekitError
 from spladekit.model.heads import MLMHead
+
+class CalibrationError(SpladekitError, ValueError):
+    """No factor (or shift) reaches the requested target (e.g. the bias alone already exceeds it).
+    Raised by :mod:`spladekit.model.calibrate.rescale` and :mod:`spladekit.model.calibrate.shift`."""
+
 
 #: Logit statistics understood by :func:`logit_statistic` (plus any ``pNN`` / ``pNN.N`` percentile).
 NAMED_STATISTICS = ("mean", "std", "max")

@@ -1,4 +1,4 @@
-"""Exports of a SPLADE model in the form each serving engine runs itself (issue 33, part 1).
+"""Exports of a SPLADE model in the form each serving engine runs itself.
 
 One writer per engine, each in its own module, each producing exactly that engine's contract:
 

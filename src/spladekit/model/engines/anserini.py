@@ -1,7 +1,7 @@
 """Anserini / Pyserini ONNX query encoders (``io.anserini.encoder.sparse.*``): an ONNX graph from one
 query's ids to its active terms, and the WordPiece vocabulary, under the names an encoder class reads.
 
-Contract (issue 33's table; read from the classes in Anserini 0.25.0's fat jar, ``javap -c``):
+Contract (read from the classes in Anserini 0.25.0's fat jar, ``javap -c``):
 ``SpladePlusPlusEnsembleDistilEncoder`` tokenizes with DJL's ``BertFullTokenizer`` (lower-casing
 WordPiece over ``splade-pp-ed-vocab.txt``), prepends ``[CLS]``, appends ``[SEP]``, truncates at
 512 ids, feeds ``input_ids``, ``token_type_ids`` (zeros), ``attention_mask`` (ones) ``[1, L]``
@@ -15,7 +15,9 @@ The graph is :class:`spladekit.model.onnx_export.SpladeGraph` (the model's pooli
 activation, ``[PAD]``/special columns zeroed as its metadata says) followed by the non-zero
 entries of the one row. Opset 17 (≤ 20, Anserini 0.25's onnxruntime 1.x).
 
-Refused by name: a tokenizer that is not WordPiece or does not lower-case (DJL's tokenizer is
+A per-position cap (``position_top_k``) is in the graph (:class:`SpladeGraph`'s threshold pass).
+Refused by name: a folded vocabulary (Anserini reads ``output_idx`` as ids of ``vocab.txt``, the
+tokenizer's WordPiece vocabulary; a folded vector's columns are terms), a tokenizer that is not WordPiece or does not lower-case (DJL's tokenizer is
 lower-casing WordPiece), a vocabulary without ``[CLS]``/``[SEP]``/``[UNK]``, one where id 0, 101 or
 102 is a real term (Anserini drops those ids), an inference-free model (Anserini encodes queries
 with the model; a doc-only model's queries are a table look-up). Queries longer than the model's
@@ -63,6 +65,14 @@ class _WithTokenTypes(nn.Module):
     @property
     def vocab_size(self) -> int:
         return self.inner.vocab_size
+
+    @property
+    def position_top_k(self):
+        return self.inner.position_top_k
+
+    @property
+    def fold(self):
+        return self.inner.fold
 
     def hidden_states(self, input_ids, attention_mask):
         return common.hidden_states(self.inner, input_ids, attention_mask, self.token_type_ids)
@@ -132,6 +142,9 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     v = common.variant(encoder, ENGINE, pooling, activation)
     if v.inference_free:
         common.refuse(v, "an inference-free model: Anserini's encoder runs the model on queries, whose side here is a table")
+    if v.folded:
+        common.refuse(v, "a folded vocabulary: Anserini reads output_idx as ids of vocab.txt (the tokenizer's WordPiece "
+                      "vocabulary), and a folded vector's columns are terms")
     if opset > 20:
         raise ValueError(f"opset {opset}: Anserini 0.25's onnxruntime reads at most opset 20")
     tokens = check_vocabulary(encoder, v)
@@ -150,6 +163,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
             fh.write("".join(t + "\n" for t in tokens))
         record = {"file": ONNX_FILE, "vocab": VOCAB_FILE, "encoder_class": ENCODER_CLASS, "inputs": list(INPUTS),
                   "outputs": list(OUTPUTS), "opset": opset, "pooling": v.pooling, "activation": v.activation,
+                  "position_top_k": v.position_top_k,
                   "zeroed_columns": v.zero_ids, "quantization": f"round(w / {WEIGHT_RANGE} * {QUANT_RANGE})"}
         common.write_metadata(encoder, tmp, ENGINE, record)
         common.write_how_to(tmp, HOW_TO)

@@ -28,6 +28,8 @@ class Variant:
             when the model's metadata sets ``zero_special_tokens`` (as :meth:`SpladeEncoder._weights`).
         inference_free: the query side is a table look-up (``query_weights``), not the model.
         source: the model's folder or id (for messages).
+        position_top_k: the model's cap on each position's expansion (None: none, or one at least V).
+        folded: the model folds its vocabulary (its vectors' columns are terms, not token ids).
     """
 
     engine: str
@@ -38,6 +40,8 @@ class Variant:
     zero_ids: list[int] = field(default_factory=list)
     inference_free: bool = False
     source: str = ""
+    position_top_k: int | None = None
+    folded: bool = False
 
     def keep(self) -> torch.Tensor:
         """``[V]`` float32: 0 in the zeroed columns, 1 elsewhere."""
@@ -48,6 +52,9 @@ class Variant:
 
 def variant(encoder, engine: str, pooling: str | None = None, activation: str | None = None) -> Variant:
     """The :class:`Variant` of ``encoder`` (``pooling``/``activation`` override the model's own).
+
+    ``vocab_size`` is the head's ``V`` (the columns ``zero_ids`` name); a folded model's vectors
+    have ``V'`` columns after the fold.
 
     Raises:
         ValueError: unknown pooling or activation.
@@ -64,9 +71,12 @@ def variant(encoder, engine: str, pooling: str | None = None, activation: str | 
         zero.append(int(pad))
     if meta.zero_special_tokens:
         zero += [int(j) for j in getattr(tokenizer, "all_special_ids", []) or []]
-    v = Variant(engine=engine, family=encoder.model.head.family, pooling=pooling, activation=activation,
-                vocab_size=encoder.vocab_size, zero_ids=sorted(set(zero)),
-                inference_free=encoder.query_weights is not None, source=meta.source)
+    model = encoder.model
+    cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
+    v = Variant(engine=engine, family=model.head.family, pooling=pooling, activation=activation,
+                vocab_size=model.vocab_size, zero_ids=sorted(set(zero)),
+                inference_free=encoder.query_weights is not None, source=meta.source,
+                position_top_k=cap, folded=model.fold is not None)
     refuse_pruning(v, meta)
     return v
 

@@ -1,13 +1,13 @@
 """Elasticsearch (eland → ml-cpp ``pytorch_inference``, ``text_expansion`` task): TorchScript whose
 output is already the SPLADE vector.
 
-Contract (issue 33's table; eland 9.2 ``transformers.py``, ml-cpp ``Main.cc``): ml-cpp calls the
+Contract (eland 9.2 ``transformers.py``, ml-cpp ``Main.cc``): ml-cpp calls the
 module once per sequence with ``[1, L]`` int64 tensors, as many as the tokenization type has
 arguments: ``bert`` (WordPiece) 4 (``input_ids, attention_mask, token_type_ids, position_ids``),
 ``roberta`` / ``xlm_roberta`` 2 (``input_ids, attention_mask``); it takes element 0 of a tuple
 output, and Elasticsearch's text-expansion processor reads ``result[0][0]``, the entries ``> 0``,
 as ``{token: weight}`` (tokens with ``.`` renamed ``__``). eland's own tracer traces the bare
-masked LM, so ``result[0][0]`` is the raw logits of position 0 (eland#827): this writer puts the
+masked LM, so ``result[0][0]`` is the raw logits of position 0 (elastic/eland#827): this writer puts the
 SPLADE pooling inside, so the output is ``[B, 1, V]`` and ``result[0][0]`` is the vector.
 
 Pooling and backbone are traced with SDPA attention (``aten::scaled_dot_product_attention`` is on
@@ -18,7 +18,9 @@ ml-cpp passes ``arange(L)``, the positions spladekit's encoder uses.
 Refused by name: ModernBERT (no Elasticsearch tokenization for its tokenizer, and its rotary
 embeddings use ``aten::sin``/``cos``, not allowlisted), a slow tokenizer (no ``tokenizer.json``),
 a vocabulary whose size is not the decoder's V, an inference-free model (``text_expansion`` runs
-the same model on queries).
+the same model on queries), a per-position cap (``position_top_k``: a top-k needs ``aten::topk`` or
+``aten::sort``, neither allowlisted), a folded vocabulary (Elasticsearch names output column ``j``
+by ``vocabulary[j]``, the tokenizer's vocabulary; a folded vector's columns are terms).
 
 Folder::
 
@@ -162,6 +164,12 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     if v.inference_free:
         common.refuse(v, "an inference-free model (text_expansion encodes queries with the same model; "
                       "Elasticsearch has no doc-only form)")
+    if v.position_top_k is not None:
+        common.refuse(v, f"position_top_k={v.position_top_k}: a per-position top-k needs aten::topk or aten::sort, "
+                      "which ml-cpp's allowlist refuses")
+    if v.folded:
+        common.refuse(v, "a folded vocabulary: Elasticsearch names output column j by vocabulary[j], the tokenizer's "
+                      "vocabulary, and a folded vector's columns are terms")
     kind = tokenization_type(encoder, v)
     vocabulary = vocabulary_file(encoder, kind, v)
     max_length = max_length or encoder.metadata.doc_max_length

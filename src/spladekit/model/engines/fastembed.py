@@ -1,7 +1,7 @@
 """fastembed ``SparseTextEmbedding`` (its SPLADE++ class, ``SpladePP``): an ONNX graph of MLM logits
 ``[B, L, V]`` that fastembed pools itself.
 
-Contract (issue 33's table; fastembed 0.9 ``sparse/splade_pp.py`` and ``common/preprocessor_utils.py``):
+Contract (fastembed 0.9 ``sparse/splade_pp.py`` and ``common/preprocessor_utils.py``):
 fastembed feeds ``input_ids`` and ``attention_mask`` (and zero ``token_type_ids`` only if the graph
 has that input: this one does not), takes the first output ``y [B, L, V]`` and computes
 ``w = max_t (log(1 + max(y, 0)) · mask_t)``; it tokenizes with ``tokenizer.json``, truncating at
@@ -16,6 +16,15 @@ What the graph outputs so that fastembed's rule gives spladekit's vector:
   log(1 + log(1 + ReLU(logits))) (max and the non-decreasing activation commute);
 - zeroed columns (``[PAD]``, and special tokens where the model says so): ``y = 0`` there, which
   fastembed turns into weight 0.
+
+Head options, expressed in ``y`` so that fastembed's own pooling gives spladekit's vector:
+
+- a per-position cap (``position_top_k = k``): each position's logits below its ``k``-th largest
+  (``TopK``) are set to 0 in ``y`` (weight 0 after fastembed's ``log(1 + max(y, 0))``);
+- a folded vocabulary: ``y`` is folded per position (the max of each term's columns), ``[B, L, V']``:
+  the max over positions of a max over a term's columns is the max pooling of the folded vector, and
+  fastembed's rule is non-decreasing in ``y``. Its indices are then term ids (``spladekit.json``'s
+  ``fold`` names them).
 
 Refused by name: sum pooling (fastembed always takes the max over positions), an inference-free
 model (``query_embed`` would run the document encoder on queries), a slow tokenizer. A model is
@@ -47,17 +56,24 @@ OUTPUT = "logits"
 class FastembedLogits(nn.Module):
     """``(input_ids, attention_mask) [B, L] → y [B, L, V]`` float32 (module docstring)."""
 
-    def __init__(self, model, activation: str, keep: torch.Tensor):
+    def __init__(self, model, activation: str, keep: torch.Tensor, position_top_k: int | None = None):
         super().__init__()
-        self.model, self.activation = model, activation
+        self.model, self.activation, self.position_top_k = model, activation, position_top_k
         self.register_buffer("keep", keep.float().clone())
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         head = self.model.head
         logits = nn.functional.linear(self.model.hidden_states(input_ids, attention_mask), head.weight, head.bias)
+        kept = None
+        if self.position_top_k is not None:
+            k = self.position_top_k
+            kept = logits >= torch.topk(logits, k, dim=-1).values[..., k - 1 :]
         if self.activation == "log1p_relu":
             logits = torch.log1p(torch.relu(logits))
-        return logits * self.keep
+        if kept is not None:
+            logits = logits * kept.to(logits.dtype)  # a dropped logit: y = 0, weight 0
+        y = logits * self.keep
+        return y if self.model.fold is None else self.model.fold.apply(y, "max")
 
 
 def export(encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None,
@@ -80,7 +96,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     max_length = max_length or encoder.metadata.doc_max_length
     common.require_onnx(ENGINE)
     model = common.cpu_model(encoder)
-    module = FastembedLogits(model, v.activation, v.keep()).eval()
+    module = FastembedLogits(model, v.activation, v.keep(), v.position_top_k).eval()
     sample = common.sample_batch(encoder)
     args = (sample["input_ids"].long(), sample["attention_mask"].long())
     axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUTS, OUTPUT)}
@@ -99,7 +115,8 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
         write_json(tmp / "special_tokens_map.json", tokens)
         record = {"file": ONNX_FILE, "inputs": list(INPUTS), "output": f"{OUTPUT} [B, L, V]", "opset": opset,
                   "activation": v.activation, "pooling": "max (by fastembed)", "zeroed_columns": v.zero_ids,
-                  "model_max_length": max_length, "fastembed_model_name": MODEL_NAME,
+                  "model_max_length": max_length, "fastembed_model_name": MODEL_NAME, "position_top_k": v.position_top_k,
+                  "folded_terms": None if model.fold is None else model.fold.size,
                   "graph": "raw MLM logits" if v.activation == "relu" else "log(1 + ReLU(logits)), fastembed adds the second log1p"}
         common.write_metadata(encoder, tmp, ENGINE, record)
         common.write_how_to(tmp, how_to(max_length, encoder.metadata.query_max_length))

@@ -1,7 +1,7 @@
 """OpenSearch ML Commons (DJL, ``SPARSE_ENCODING``): a zip of TorchScript + ``tokenizer.json`` and the
 register JSON; doc-only models also get the ``SPARSE_TOKENIZE`` query side.
 
-Contract (issue 33's table; opensearch-py-ml 1.3 ``SparseEncodingModel``/``NeuralSparseModel``):
+Contract (opensearch-py-ml 1.3 ``SparseEncodingModel``/``NeuralSparseModel``):
 DJL calls the module with one dict ``{"input_ids": [B, L], "attention_mask": [B, L]}`` (int64) and
 reads ``{"output": [B, V]}``, whose non-zeros it decodes per token (or as ``TOKEN_ID``). The model
 pools; it is traced with eager attention, as opensearch-py-ml does (``_attn_implementation="eager"``).
@@ -9,6 +9,10 @@ The pooling is :class:`spladekit.model.engines.torchscript.SpladePooling` (max o
 log1p_relu, ``[PAD]``/special columns zeroed as the model's metadata says); DJL tokenizes with
 ``tokenizer.json``, whose truncation is set to the model's doc max length (as opensearch-py-ml's
 ``_fill_null_truncation_field`` does).
+
+A per-position cap (``position_top_k``) is traced into the pooling (``torch.topk``; DJL runs any
+TorchScript op). Refused by name: a folded vocabulary (ML Commons decodes output column ``j`` as the
+token with id ``j``; a folded vector's columns are terms), a slow tokenizer.
 
 Doc-only (inference-free) models: the query side is a table, so the folder also holds
 ``query_tokenizer.zip`` (``tokenizer.json`` + ``idf.json``, every vocabulary token with its query
@@ -94,10 +98,13 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     v = common.variant(encoder, ENGINE, pooling, activation)
     if getattr(encoder.tokenizer, "backend_tokenizer", None) is None:
         common.refuse(v, "a slow tokenizer: DJL needs tokenizer.json")
+    if v.folded:
+        common.refuse(v, "a folded vocabulary: ML Commons decodes output column j as the token with id j, and a folded "
+                      "vector's columns are terms")
     max_length = max_length or encoder.metadata.doc_max_length
     name = name or Path(str(encoder.metadata.source or "spladekit-model")).name
-    model = common.cpu_model(encoder, attention="eager")  # DJL has no SDPA (issue 33's table)
-    module = OpenSearchSplade(model, ts.SpladePooling(v.pooling, v.activation, v.keep())).eval()
+    model = common.cpu_model(encoder, attention="eager")  # DJL has no SDPA
+    module = OpenSearchSplade(model, ts.SpladePooling(v.pooling, v.activation, v.keep(), v.position_top_k)).eval()
     sample = common.sample_batch(encoder)
     traced = ts.trace(module, ({"input_ids": sample["input_ids"].long(),
                                 "attention_mask": sample["attention_mask"].long()},), strict=False)
@@ -113,7 +120,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
                                                       f"pooling, {v.activation})"))
         record = {"file": ZIP_FILE, "inputs": ["input_ids", "attention_mask"], "output": f"{OUTPUT_KEY} [B, V]",
                   "pooling": v.pooling, "activation": v.activation, "zeroed_columns": v.zero_ids, "attention": "eager",
-                  "max_length": max_length, "traced_with_torch": torch.__version__}
+                  "position_top_k": v.position_top_k, "max_length": max_length, "traced_with_torch": torch.__version__}
         if v.inference_free:
             weights = encoder.query_weights.detach().float().cpu().tolist()
             vocab = encoder.vocabulary

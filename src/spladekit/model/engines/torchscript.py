@@ -115,14 +115,23 @@ def activation_fn(x: torch.Tensor, activation: str) -> torch.Tensor:
 
 class SpladePooling(nn.Module):
     """``(logits [B, L, V], attention_mask [B, L]) → [B, 1, V]`` SPLADE weights, allowlisted ops only
-    (module docstring); ``keep`` ``[V]`` zeroes columns."""
+    (module docstring); ``keep`` ``[V]`` zeroes columns.
 
-    def __init__(self, pooling: str, activation: str, keep: torch.Tensor):
+    ``position_top_k = k`` pools each position's ``k`` largest logits only (the threshold rule of
+    :mod:`spladekit.model.pooling`: ``τ`` = the ``k``-th of ``aten::topk``, logits below it ``-inf``).
+    ``aten::topk`` is not on ml-cpp's allowlist: only exports without it (OpenSearch's DJL) take a cap.
+    """
+
+    def __init__(self, pooling: str, activation: str, keep: torch.Tensor, position_top_k: int | None = None):
         super().__init__()
-        self.pooling, self.activation = pooling, activation
+        self.pooling, self.activation, self.position_top_k = pooling, activation, position_top_k
         self.register_buffer("keep", keep.float().clone())
 
     def forward(self, logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.position_top_k is not None:
+            k = self.position_top_k
+            threshold = torch.topk(logits, k, dim=-1)[0][..., k - 1 :]  # τ [B, L, 1]
+            logits = logits.masked_fill(logits < threshold, float("-inf"))
         if self.pooling == "max":
             pad = attention_mask.lt(1).unsqueeze(-1)  # [B, L, 1]
             low = torch.neg(logits).masked_fill(pad, float("inf"))
