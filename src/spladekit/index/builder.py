@@ -172,7 +172,7 @@ class IndexBuilder:
             return False
         if self.metadata.get("model", self.encoder_meta["source"]) != self.encoder_meta["source"]:
             return False
-        keys = ("query_max_length", "query_top_k", "pooling", "activation")
+        keys = ("query_max_length", "query_top_k", "query_pruning", "pooling", "activation")
         return all(meta.get(key) == self.encoder_meta.get(key) for key in keys)
 
 
@@ -233,6 +233,10 @@ class IndexConfig:
         doc_max_length: None: the model's saved value (``spladekit.json``) or 256.
         doc_top_k: keep the k largest weights per document (None: the model's saved value).
         head_impl: SPLADE head, ``"plain"`` / ``"fused"`` / None (default).
+        doc_pruning: a pruning rule for every document vector, ``KIND=VALUE`` (``top_k=64``,
+            ``mass=0.9``, ``max_ratio=0.1``, ``threshold=0.05``; :mod:`spladekit.model.pruning`),
+            applied after ``doc_top_k``; None: the model's saved rule. ``index.json`` records the rule
+            applied (``doc_pruning``, as its record).
         chunk_size: documents per chunk (unit of memory, resumption and parallelism).
         trust_remote_code: run the model folder's own code (:mod:`spladekit.model.remote_code`).
 
@@ -249,6 +253,7 @@ class IndexConfig:
     doc_max_length: int | None = None
     doc_top_k: int | None = None
     head_impl: str | None = None
+    doc_pruning: str | None = None
     chunk_size: int = 10_000
     trust_remote_code: bool = False
 
@@ -259,6 +264,13 @@ class IndexConfig:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 option = "--" + name.replace("_", "-")
                 raise ValueError(f"{option} must be an integer ≥ {least}{f' ({note})' if note else ''}, got {value!r}")
+        if self.doc_pruning is not None:
+            from spladekit.model.pruning import PruningRule
+
+            try:
+                PruningRule.parse(self.doc_pruning)
+            except ValueError as exc:
+                raise ValueError(f"--doc-pruning: {exc}") from None
 
 
 def build_index(config: IndexConfig, show_progress: bool = False, memory_budget: int | None = None) -> Path | None:
@@ -299,7 +311,7 @@ def build_index(config: IndexConfig, show_progress: bool = False, memory_budget:
         corpus = find_file(folder, "corpus")
         location = resolve_model(config.model)
         encoder = SpladeEncoder.from_pretrained(location, doc_max_length=config.doc_max_length, doc_top_k=config.doc_top_k,
-                                                batch_size=config.batch_size, head_impl=config.head_impl,
+                                                doc_pruning=config.doc_pruning, batch_size=config.batch_size, head_impl=config.head_impl,
                                                 trust_remote_code=config.trust_remote_code,
                                                 device=dist.device())  # one GPU per rank under torchrun; else SpladeEncoder's default
         metadata = dict(model_record(config.model, location), data=str(folder), config=asdict(config))

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from spladekit.model.inference_free import INFERENCE_FREE, encode_bag
 # the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
 from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
+from spladekit.model.pruning import of_record, prune, record_of
 from spladekit.model.splade import SpladeModel
 
 
@@ -295,6 +296,8 @@ class SpladeEncoder:
         dtype: torch.dtype | None = None,
         head_impl: str | None = None,
         trust_remote_code: bool = False,
+        query_pruning=None,
+        doc_pruning=None,
     ) -> "SpladeEncoder":
         """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`) in
         any layout :func:`spladekit.model.folders.read_model_folder` reads (spladekit, Hugging Face
@@ -302,7 +305,9 @@ class SpladeEncoder:
 
         Arguments left as None come from the folder (``spladekit.json``, else what the
         sentence-transformers or OpenSearch files say, else the defaults 64/256); pooling, activation
-        and the inference-free query side always come from the folder.
+        and the inference-free query side always come from the folder. ``query_pruning`` /
+        ``doc_pruning``: a :class:`~spladekit.model.pruning.PruningRule` (or its record or
+        ``KIND=VALUE`` text) applied after the top-k (None: the folder's).
 
         Code from the folder runs only with ``trust_remote_code`` (:mod:`spladekit.model.remote_code`):
         a folder of custom sentence-transformers modules then gives a
@@ -326,13 +331,17 @@ class SpladeEncoder:
 
         folder = read_model_folder(location, trust_remote_code)
         if folder.layout == CUSTOM_LAYOUT:
+            if query_pruning is not None or doc_pruning is not None:
+                raise ValueError("query_pruning / doc_pruning: a folder of custom sentence-transformers modules is encoded by "
+                                 "sentence-transformers, which applies no pruning rule; prune the vectors instead (spladekit.model.pruning.prune)")
             return RemoteCodeEncoder.load(folder, max_lengths=(query_max_length, doc_max_length), query_top_k=query_top_k,
                                           doc_top_k=doc_top_k, batch_size=batch_size, device=device, source=str(name_or_path))
         meta = folder.metadata()  # refusals before any weights load
         mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
         for key, value in dict(
-            query_max_length=query_max_length, doc_max_length=doc_max_length, query_top_k=query_top_k, doc_top_k=doc_top_k
+            query_max_length=query_max_length, doc_max_length=doc_max_length, query_top_k=query_top_k, doc_top_k=doc_top_k,
+            query_pruning=record_of(query_pruning), doc_pruning=record_of(doc_pruning),
         ).items():
             if value is not None:
                 setattr(meta, key, value)
@@ -452,9 +461,12 @@ class SpladeEncoder:
         show_progress: bool = False,
         desc: str = "encoding",
         on_batch: Callable[[int], None] | None = None,
+        pruning=None,
     ) -> sp.csr_matrix:
         """Encode ``texts`` into a ``[len(texts), V]`` CSR matrix (float32); ``on_batch(n)`` is called
-        after each batch of ``n`` texts (e.g. a caller's progress bar).
+        after each batch of ``n`` texts (e.g. a caller's progress bar). ``pruning``: a
+        :class:`~spladekit.model.pruning.PruningRule` (or its record or text) applied to each vector
+        after ``top_k`` (:func:`spladekit.model.pruning.prune`).
 
         Texts are processed in order of length (less padding), and rows are returned in input order.
         The number of texts longer than ``max_length`` tokens is stored in ``self.last_truncated``.
@@ -468,6 +480,7 @@ class SpladeEncoder:
         if isinstance(texts, (str, bytes)):
             raise TypeError("texts must be a sequence of strings, got a single string (wrap it in a list)")
         check_top_k(top_k)
+        pruning = of_record(pruning)
         max_length = self.check_max_length(max_length)
         batch_size = batch_size or self.batch_size
         _check_int(batch_size, "batch_size", 1)
@@ -482,7 +495,7 @@ class SpladeEncoder:
             chunk = [texts[i] for i in order[start : start + batch_size]]
             batch = self.tokenize(chunk, max_length)
             truncated += self._count_truncated(chunk, max_length, batch)
-            blocks.append(weights_to_csr(self._weights(batch), top_k))
+            blocks.append(prune(weights_to_csr(self._weights(batch), top_k), pruning))
             if on_batch is not None:
                 on_batch(len(chunk))
         self.last_truncated = truncated
@@ -496,7 +509,7 @@ class SpladeEncoder:
         return stacked[inverse].astype(np.float32)
 
     def encode_queries(self, queries: Sequence[str], **kwargs) -> sp.csr_matrix:
-        """Encode queries with ``query_max_length`` and ``query_top_k``; see :meth:`encode`.
+        """Encode queries with ``query_max_length``, ``query_top_k`` and ``query_pruning``; see :meth:`encode`.
 
         With an inference-free query side (:attr:`query_weights`), no forward pass: each query is
         the bag of its tokens weighted by ``query_weights``
@@ -508,12 +521,14 @@ class SpladeEncoder:
             max_length = self.check_max_length(self.metadata.query_max_length)
             matrix, self.last_truncated = encode_bag(self.tokenizer, list(queries), self.query_weights, max_length,
                                                      self.metadata.query_top_k)
-            return matrix
-        return self.encode(queries, self.metadata.query_max_length, self.metadata.query_top_k, desc="queries", **kwargs)
+            return prune(matrix, self.metadata.query_pruning)
+        return self.encode(queries, self.metadata.query_max_length, self.metadata.query_top_k, desc="queries",
+                           pruning=self.metadata.query_pruning, **kwargs)
 
     def encode_documents(self, documents: Sequence[str], **kwargs) -> sp.csr_matrix:
-        """Encode documents with ``doc_max_length`` and ``doc_top_k``; see :meth:`encode`."""
-        return self.encode(documents, self.metadata.doc_max_length, self.metadata.doc_top_k, desc="documents", **kwargs)
+        """Encode documents with ``doc_max_length``, ``doc_top_k`` and ``doc_pruning``; see :meth:`encode`."""
+        return self.encode(documents, self.metadata.doc_max_length, self.metadata.doc_top_k, desc="documents",
+                           pruning=self.metadata.doc_pruning, **kwargs)
 
     # ------------------------------------------------------------------ reading vectors
     @property

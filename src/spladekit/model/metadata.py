@@ -37,6 +37,10 @@ class EncoderMetadata:
             (:mod:`spladekit.model.pooling`); None: all of them.
         fold: the folded vocabulary (``{"rule", "columns", "terms"}``, :mod:`spladekit.model.folding`):
             vectors have one column per term; None: one per vocabulary entry.
+        query_pruning: a pruning rule applied to every query vector after ``query_top_k``
+            (:class:`spladekit.model.pruning.PruningRule` as its record ``{"kind", "value"}``; None: none).
+            A rule (or its ``KIND=VALUE`` text) given to the constructor is stored as its record.
+        doc_pruning: the same for document vectors (after ``doc_top_k``).
     """
 
     query_max_length: int = 64
@@ -51,6 +55,13 @@ class EncoderMetadata:
     zero_special_tokens: bool = False
     position_top_k: int | None = None
     fold: dict | None = None
+    query_pruning: dict | None = None
+    doc_pruning: dict | None = None
+
+    def __post_init__(self) -> None:
+        from spladekit.model.pruning import record_of
+
+        self.query_pruning, self.doc_pruning = record_of(self.query_pruning), record_of(self.doc_pruning)
 
     @classmethod
     def load(cls, folder: str | Path) -> "EncoderMetadata":
@@ -60,8 +71,8 @@ class EncoderMetadata:
             DataFormatError: not a JSON object, a key that is not a field (:meth:`save` writes exactly
                 the fields; anything else belongs in ``extra``), or a field of the wrong type (lengths
                 integers ≥ 2, top-k and ``position_top_k`` null or integers ≥ 1, ``zero_special_tokens``
-                a boolean, ``extra`` an object, ``fold`` null or an object, the others strings); names
-                the file and the field.
+                a boolean, ``extra`` an object, ``fold`` null or an object, the pruning rules null or a
+                valid rule, the others strings); names the file and the field.
         """
         path = Path(folder) / METADATA_FILE
         if not path.exists():
@@ -101,6 +112,10 @@ def _field_problem(key: str, value) -> str | None:
         return None if isinstance(value, bool) else "true or false (a JSON boolean)"
     if key == "extra":
         return None if isinstance(value, dict) else "a JSON object"
+    if key in ("query_pruning", "doc_pruning"):
+        from spladekit.model.pruning import record_problem
+
+        return record_problem(value)
     if key == "fold":  # its content is checked where the model loads (VocabularyFold.from_record, with V)
         return None if value is None or isinstance(value, dict) else "null or a JSON object"
     return None if isinstance(value, str) else "a string"

@@ -59,7 +59,8 @@ The folder written by :func:`export_onnx`::
 
     model.onnx          the graph above
     tokenizer files     (``tokenizer.save_pretrained``)
-    spladekit.json      query/doc max lengths, top-k, source, and under ``extra.onnx`` the file,
+    spladekit.json      query/doc max lengths, top-k, pruning rules (applied by :class:`OnnxSpladeEncoder`
+                        to the graph's output, not by the graph), source, and under ``extra.onnx`` the file,
                         input/output names, opset, vocabulary size, max positions, pooling,
                         activation, vocabulary tile and quantisation
     query_weights.safetensors   only for an inference-free model: its query term weights (the
@@ -385,7 +386,7 @@ def _export_metadata(encoder: SpladeEncoder, model, options: dict) -> EncoderMet
     """The export's ``spladekit.json``: the model's metadata fields (its head options included) and the
     ``extra.onnx`` record of :func:`export_onnx` (module docstring)."""
     fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
-                          "activation", "zero_special_tokens", "position_top_k", "fold")
+                          "activation", "zero_special_tokens", "position_top_k", "fold", "query_pruning", "doc_pruning")
               if k in EncoderMetadata.__dataclass_fields__]
     meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
     pooling, activation, quantize = options["pooling"], options["activation"], options["quantize"]
@@ -467,11 +468,12 @@ class OnnxSpladeEncoder(SpladeEncoder):
     def from_pretrained(cls, name_or_path: str | Path, *, query_max_length: int | None = None,
                         doc_max_length: int | None = None, query_top_k: int | None = None, doc_top_k: int | None = None,
                         batch_size: int = 32, device=None, dtype: torch.dtype | None = None, head_impl: str | None = None,
-                        providers: Sequence[str] = ("CPUExecutionProvider",), threads: int | None = None) -> "OnnxSpladeEncoder":
+                        providers: Sequence[str] = ("CPUExecutionProvider",), threads: int | None = None,
+                        query_pruning=None, doc_pruning=None) -> "OnnxSpladeEncoder":
         """Open an ONNX export folder (:func:`export_onnx`) with :meth:`SpladeEncoder.from_pretrained`'s
         arguments (what the inherited method would take, so code written for either class runs): the
-        lengths and top-k left as None come from the export's ``spladekit.json``; ``providers`` and
-        ``threads`` as for the constructor.
+        lengths, top-k and pruning rules left as None come from the export's ``spladekit.json``;
+        ``providers`` and ``threads`` as for the constructor.
 
         Raises:
             ValueError: ``dtype``, ``head_impl`` or a non-CPU ``device``: they choose how torch runs
@@ -499,8 +501,11 @@ class OnnxSpladeEncoder(SpladeEncoder):
             raise DataFormatError(folder / "spladekit.json", "no ONNX record: not an ONNX export (a torch model folder? "
                                   "load it with SpladeEncoder.from_pretrained)", field="extra.onnx")
         encoder = cls(folder, batch_size=batch_size, providers=providers, threads=threads)
+        from spladekit.model.pruning import record_of
+
         for key, value in dict(query_max_length=query_max_length, doc_max_length=doc_max_length,
-                               query_top_k=query_top_k, doc_top_k=doc_top_k).items():
+                               query_top_k=query_top_k, doc_top_k=doc_top_k,
+                               query_pruning=record_of(query_pruning), doc_pruning=record_of(doc_pruning)).items():
             if value is not None:
                 setattr(encoder.metadata, key, value)
         encoder.metadata.query_max_length = encoder.check_max_length(encoder.metadata.query_max_length)
