@@ -48,7 +48,7 @@ def test_loader_reports_missing_head_weights(models):
 
 def test_training_refuses_a_random_head_unless_asked(models, tmp_path):
     from spladekit.train import train
-    from spladekit.train.loop import load_model
+    from spladekit.train.step import load_model
 
     good, backbone = models
     with pytest.raises(HeadNotFoundError, match=NEEDLE):

@@ -77,7 +77,7 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
     The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
-    (the encoder, training (``train.loop.load_model``), the reproduction runner and calibration all
+    (the encoder, training (``train.step.load_model``), the reproduction runner and calibration all
     load through it), which calls this with the folder that holds the masked LM.
 
     transformers fills weights missing from a checkpoint with random values and only logs it; a
