@@ -94,7 +94,7 @@ def test_reproduce_runner_refuses_a_backbone(models, tmp_path):
 
 def test_calibration_and_encoder_refuse_a_backbone(models, tmp_path):
     from spladekit.model.calibrate.rescale import reference_row_norm
-    from spladekit.model.calibrate.run import RescaleConfig, run_rescale
+    from spladekit.model.calibrate.outputs import RescaleConfig, run_rescale
     from spladekit.model.encoder import SpladeEncoder
 
     good, backbone = models
@@ -110,7 +110,7 @@ def test_calibration_and_encoder_refuse_a_backbone(models, tmp_path):
 # ------------------------------------------------------------------------------------ one rescale spec
 def test_one_rescale_spec_everywhere():
     from spladekit.model.calibrate import RescaleSpec
-    from spladekit.model.calibrate.run import RescaleConfig as CliRescale
+    from spladekit.model.calibrate.outputs import RescaleConfig as CliRescale
     from spladekit.reproduce.config import TreatmentSpec
     from spladekit.train.config import RescaleConfig as TrainRescale
 
