@@ -82,7 +82,7 @@ def test_train_cli_refuses_a_backbone(models, tmp_path):
 
 def test_reproduce_runner_refuses_a_backbone(models, tmp_path):
     from spladekit.reproduce.config import BackboneSpec
-    from spladekit.reproduce.runner import SpladekitRunner
+    from spladekit.reproduce.cells import SpladekitRunner
 
     _, backbone = models
     runner = SpladekitRunner(show_progress=False)
