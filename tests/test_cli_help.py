@@ -24,7 +24,7 @@ HEAVY = (
 )
 # spladekit's own rooms past the data stage: the model, index (the engines' writers), training, serving.
 HEAVY_OWN = ("spladekit.model", "spladekit.index", "spladekit.train", "spladekit.serve", "spladekit.reproduce",
-             "spladekit.pipeline", "spladekit.demo", "spladekit.plots", "spladekit.mine")
+             "spladekit.evaluate.systems", "spladekit.demo", "spladekit.plots", "spladekit.mine")
 
 PROBE = textwrap.dedent(
     """

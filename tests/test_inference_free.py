@@ -108,7 +108,7 @@ def test_cli_inference_free_index_search_evaluate(tiny_bert_dir, tiny_beir, tmp_
     from spladekit.cli import app
     from spladekit.data.beir import load_beir
     from spladekit.data.trec import read_run
-    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.evaluate.systems import EvalConfig, run_evaluation
 
     runner = CliRunner()
     model = tmp_path / "if-model"
@@ -139,7 +139,7 @@ def test_cli_inference_free_index_search_evaluate(tiny_bert_dir, tiny_beir, tmp_
 
 def test_sentence_transformers_loads_the_router_layout(tiny_bert_dir, tiny_beir, tmp_path):
     st = pytest.importorskip("sentence_transformers")
-    from spladekit.pipeline import build_inference_free
+    from spladekit.cli.inference_free import build_inference_free
 
     encoder = build_inference_free(str(tiny_bert_dir), str(tiny_beir), tmp_path / "m")
     model = st.SparseEncoder(str(tmp_path / "m"), device="cpu")

@@ -306,7 +306,7 @@ def test_inference_free_and_rescaled_saves_load_in_sentence_transformers(bases, 
     from typer.testing import CliRunner
 
     from spladekit.cli import app
-    from spladekit.pipeline import build_inference_free
+    from spladekit.cli.inference_free import build_inference_free
 
     start = _st_folder(bases["bert"], tmp_path / "start", "sum", "log1p_relu")
     build_inference_free(str(start), None, tmp_path / "if", documents=TEXTS)

@@ -470,7 +470,7 @@ def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monke
     no result of a previous demo in the folder is left beside the new baseline."""
     import spladekit.train
     from spladekit.demo import _load, run_demo
-    from spladekit.pipeline import evaluate_splade
+    from spladekit.evaluate.retrieval import evaluate_splade
 
     beir = _demo_beir(tmp_path)
 

@@ -1,7 +1,7 @@
 """Retrieval quality during training: the dev set, its evaluation, and best-checkpoint selection.
 
 Every ``eval_every`` steps the current model encodes the dev corpus and queries and is scored by
-:func:`spladekit.pipeline.evaluate_splade`, the code behind ``spladekit evaluate`` (same encoder
+:func:`spladekit.evaluate.retrieval.evaluate_splade`, the code behind ``spladekit evaluate`` (same encoder
 class, same exact index and search, same ``ir_measures`` evaluation), so a dev nDCG@10 logged
 during training is the number ``spladekit evaluate`` would give for that checkpoint on that set.
 
