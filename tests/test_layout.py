@@ -269,7 +269,6 @@ def test_old_import_paths_give_the_moved_objects(old):
 
 LAYOUT_PAGE = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 PLACE_NAMES = {"api", "run", "runner", "loop", "pipeline", "shard", "utils", "helpers"}  # docs/layout.md, conventions
-PENDING_SHARED_CLASS_NAMES = {"RescaleConfig"}  # model/calibrate/outputs.py and train/config.py
 
 
 def page_entries(text: str) -> list[str]:
@@ -324,6 +323,4 @@ def test_no_two_classes_share_a_name():
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(f"{path.relative_to(SRC).as_posix()}:{node.lineno}")
     shared = {name: places for name, places in where.items() if len(places) > 1}
-    assert set(shared) <= PENDING_SHARED_CLASS_NAMES, f"one name per thing: {shared}"
-    assert PENDING_SHARED_CLASS_NAMES <= set(shared), f"resolved: remove from PENDING_SHARED_CLASS_NAMES: " \
-        f"{sorted(PENDING_SHARED_CLASS_NAMES - set(shared))}"
+    assert not shared, f"one name per thing: {shared}"

@@ -112,7 +112,7 @@ def test_one_rescale_spec_everywhere():
     from spladekit.model.calibrate import RescaleSpec
     from spladekit.model.calibrate.outputs import RescaleConfig as CliRescale
     from spladekit.reproduce.config import TreatmentSpec
-    from spladekit.train.config import RescaleConfig as TrainRescale
+    from spladekit.train.config import TrainRescaleConfig as TrainRescale
 
     train_spec = TrainRescale(factor=0.25)
     assert isinstance(train_spec, RescaleSpec) and train_spec.mode == "factor"

@@ -42,7 +42,7 @@ class ModelConfig(Settings):
                                     "spladekit.model.remote_code); only for a folder whose code you trust")
 
 
-class RescaleConfig(RescaleSpec):
+class TrainRescaleConfig(RescaleSpec):
     """MLM-head rescaling (and shift) at initialisation: the one
     :class:`~spladekit.model.calibrate.spec.RescaleSpec` (arXiv 2606.18811 §3) plus ``sample_texts``, the
     number of training documents ``target_logit``, ``joint`` and an ``activity`` target calibrate on."""
@@ -222,7 +222,7 @@ class TrainConfig(Settings):
     """
 
     model: ModelConfig = ModelConfig()
-    rescale: RescaleConfig = RescaleConfig()
+    rescale: TrainRescaleConfig = TrainRescaleConfig()
     head: HeadSpec = Field(HeadSpec(), description="the SPLADE head's options: position_top_k (a cap on each position's "
                            "expansion), fold_vocabulary (byte-level BPE case and word-start variants as one term)")
     data: DataConfig = DataConfig()
