@@ -41,9 +41,10 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from spladekit.model.inference_free import INFERENCE_FREE, encode_bag
+from spladekit.data.numbers import check_int
+from spladekit.model.inference_free import encode_bag
 # the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
-from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
+from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE, EncoderMetadata, _first_line, check_top_k, damaged_weights_error
 from spladekit.model.pruning import of_record, prune, record_of
 from spladekit.model.splade import SpladeModel
 
@@ -423,7 +424,7 @@ class SpladeEncoder:
             ValueError: ``max_length`` is not an integer ≥ 2 (``[CLS]`` and ``[SEP]`` need two
                 positions; transformers would silently not truncate at all below that).
         """
-        _check_int(max_length, "max_length", 2, " (special tokens included)")
+        check_int(max_length, "max_length", 2, note=" (special tokens included)")
         limit = self.max_positions
         if limit is not None and max_length > limit:
             import warnings
@@ -483,7 +484,7 @@ class SpladeEncoder:
         pruning = of_record(pruning)
         max_length = self.check_max_length(max_length)
         batch_size = batch_size or self.batch_size
-        _check_int(batch_size, "batch_size", 1)
+        check_int(batch_size, "batch_size", 1)
         texts = list(texts)
         bad = next((i for i, t in enumerate(texts) if t is None or isinstance(t, (bytes, bytearray))), None)
         if bad is not None:  # str() would encode the text "None" / "b'...'": a vector of the wrong text

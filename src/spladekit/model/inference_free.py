@@ -37,8 +37,9 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from spladekit.model.metadata import INFERENCE_FREE
+
 QUERY_WEIGHTS_FILE = "query_weights.safetensors"
-INFERENCE_FREE = "inference-free"
 
 
 def _token_ids(tokenizer, texts: Sequence[str], max_length: int | None = None, batch: int = 1024) -> list[list[int]]:

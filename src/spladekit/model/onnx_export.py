@@ -82,7 +82,8 @@ import torch.nn.functional as F
 
 from spladekit.errors import require_extra
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
-from spladekit.model.inference_free import INFERENCE_FREE, load_query_weights
+from spladekit.model.inference_free import load_query_weights
+from spladekit.model.metadata import INFERENCE_FREE
 
 ONNX_FILE = "model.onnx"
 INPUT_NAMES = ("input_ids", "attention_mask")

@@ -154,7 +154,9 @@ class FolderRecords:
 
     @property
     def inference_free(self) -> bool:
-        return self.spladekit.get("query_encoder") == "inference-free"
+        from spladekit.model.metadata import INFERENCE_FREE  # here: the model package loads torch
+
+        return self.spladekit.get("query_encoder") == INFERENCE_FREE
 
     @property
     def source(self) -> str:

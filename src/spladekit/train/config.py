@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
 from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec
+from spladekit.model.metadata import INFERENCE_FREE
 from spladekit.overrides import apply_overrides
 from spladekit.settings import Settings
 
@@ -260,7 +261,7 @@ class TrainConfig(Settings):
                              "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
-        if self.head.fold_vocabulary and self.model.query_encoder == "inference-free":
+        if self.head.fold_vocabulary and self.model.query_encoder == INFERENCE_FREE:
             raise ValueError("head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
                              "vocabulary entry, the vectors per folded term")
         return self

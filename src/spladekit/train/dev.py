@@ -153,7 +153,7 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
                                pooling=model.pooling, activation=model.activation)
         query_weights = None
         if getattr(model, "query_weights", None) is not None:  # inference-free: score the query side being trained
-            from spladekit.model.inference_free import INFERENCE_FREE
+            from spladekit.model.metadata import INFERENCE_FREE
 
             query_weights, meta.query_encoder = model.query_weights.saved_weights(), INFERENCE_FREE
         encoder = SpladeEncoder(model, tokenizer, meta, batch_size=dev.batch_size, device=device, query_weights=query_weights)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from spladekit.model.inference_free import INFERENCE_FREE
+from spladekit.model.metadata import INFERENCE_FREE
 
 
 def apply_rescale(model, rescale, tokenizer=None, texts=None) -> dict | None:

@@ -229,7 +229,7 @@ class Trainer:
     def _setup_model(self) -> None:
         """The model (rescaled, inference-free side attached), optimiser, scheduler, scaler and the
         regularisers' warm-ups, seeded as the exact-resume guarantee needs."""
-        from spladekit.model.inference_free import INFERENCE_FREE
+        from spladekit.model.metadata import INFERENCE_FREE
 
         config, info = self.config, self.info
         torch.manual_seed(config.seed)
