@@ -68,8 +68,9 @@ def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> Min
 
         for name in config.teachers:
             check_teacher_files(name, config.trust_remote_code)
-    settings = FilterSettings(config.num_negatives, config.range_min, config.range_max, config.max_score, config.min_score,
-                              config.absolute_margin, config.relative_margin, config.sampling)
+    settings = FilterSettings(num_negatives=config.num_negatives, range_min=config.range_min, range_max=config.range_max,
+                              max_score=config.max_score, min_score=config.min_score, absolute_margin=config.absolute_margin,
+                              relative_margin=config.relative_margin, sampling=config.sampling)
     max_positives = max(len(p) for p in data.positives.values())
     range_max = config.range_max or default_range_max(settings, max_positives, teacher)
     depth = config.depth or default_depth(range_max, max_positives)
