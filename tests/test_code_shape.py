@@ -40,7 +40,7 @@ MAX_BODY_LINES = 60
 
 # Functions over the limit in files other work is changing now (``path: function``). An entry goes when
 # its function is split; each must still be too long (a fixed one fails the test until its entry goes).
-PENDING_LONG = {("src/spladekit/mine/mining.py", "mine")}
+PENDING_LONG: set[tuple[str, str]] = set()
 
 # Notes in docstrings or comments of files other work is changing now (``(path, kind)``, kinds as in
 # NOTE_PATTERNS). The same rule: each entry must still occur.
@@ -64,7 +64,7 @@ ENTRY_POINTS = {
 }
 # Entry points in files other work is changing now, whose example is still to be written; each must still
 # lack one.
-PENDING_EXAMPLES = {"SpladeEncoder", "Index", "mine"}
+PENDING_EXAMPLES: set[str] = set()
 
 
 # ------------------------------------------------------------------------------------- function length

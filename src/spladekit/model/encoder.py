@@ -259,6 +259,18 @@ class SpladeEncoder:
         device: torch device; default: CUDA when available, else CPU.
         query_weights: ``[V]`` weights of an inference-free query side (then
             :meth:`encode_queries` needs no forward pass; see :mod:`spladekit.model.inference_free`).
+
+    Example::
+
+        >>> from spladekit import SpladeEncoder
+        >>> encoder = SpladeEncoder.from_pretrained("rasyosef/splade-tiny")
+        >>> docs = encoder.encode_documents(["proteins do most of the work in cells", "the moon orbits the earth"])
+        >>> query = encoder.encode_queries(["what do proteins do"])
+        >>> docs.shape, docs.dtype  # one row per text, one column per vocabulary entry
+        ((2, 30522), dtype('float32'))
+        >>> scores = (query @ docs.T).toarray()[0]  # SPLADE scores are dot products
+        >>> bool(scores[0] > scores[1])
+        True
     """
 
     def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
