@@ -52,8 +52,8 @@ vectors depend on the CPU (onnxruntime's quantisation documentation: "Reduce-ran
 weights to 7-bits. It is designed for the U8S8 format on AVX2 and AVX512 (non-VNNI) machines to
 mitigate saturation issues"). With 7-bit weights (|q| ≤ 64) 255 · 64 · 2 = 32,640 fits, so the
 integer products are exact on every x86 CPU, VNNI or not (VNNI's ``VPDPBUSD`` accumulates in 32 bits).
-Measured effect on retrieval quality and speed (splade-tiny, SciFact; on an AVX2-only EPYC 1 − mean
-cosine to float32 1.0e-2 with full-range weights, 2.9e-4 with 7-bit, same speed): benchmarks/RESULTS.md, "int8".
+Its effect on quality and speed: ``benchmarks/RESULTS.md``, int8 ONNX exports (the readings on a CPU
+without VNNI: ``benchmarks/runs/2026-12-02-int8.md``).
 
 The folder written by :func:`export_onnx`::
 
@@ -103,8 +103,7 @@ def max_opset() -> int:
         return 20
     return int(ONNX_MAX_OPSET)
 #: Vocabulary columns per in-graph tile: 32 × 256 tokens × 512 columns × 4 bytes = 16 MiB of logits
-#: (splade-tiny, onnxruntime 1.32, one thread: peak RSS growth 100 MiB at 32 × 256 tokens; 132 MiB with
-#: 1024 columns, 3 GiB with the whole vocabulary in one product).
+#: (the memory the tile saves: ``benchmarks/runs/2026-12-07-source-notes.md``).
 DEFAULT_VOCAB_TILE = 512
 POOLINGS = ("max", "sum")
 ACTIVATIONS = ("relu", "log1p_relu")
