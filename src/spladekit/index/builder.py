@@ -59,8 +59,7 @@ class IndexBuilder:
         from spladekit.index.writer import check_budget
 
         check_budget(memory_budget)
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be an integer ≥ 1, got {chunk_size!r}")
+        check_int(chunk_size, "chunk_size", 1)
         self.out = Path(out)
         if self.out.exists() and not self.out.is_dir():
             raise OutputPathError(f"{self.out}: is a file; an index is a folder (the file is left as it is)")
