@@ -151,7 +151,7 @@ def test_sentence_transformers_loads_the_router_layout(tiny_bert_dir, tiny_beir,
     docs = ["protein expression in mouse cells", "cancer risk"]
     st_docs = model.encode_document(docs, convert_to_tensor=True).to_dense().numpy()
     # every column but [PAD]: spladekit zeroes it, this untrained model (no suppress_pad bias) does not
-    # in sentence-transformers; trained spladekit models give 0 there in both (train.step.suppress_pad_column)
+    # in sentence-transformers; trained spladekit models give 0 there in both (train.head_setup.suppress_pad_column)
     keep = np.arange(st_docs.shape[1]) != ours.tokenizer.pad_token_id
     np.testing.assert_allclose(st_docs[:, keep], ours.encode_documents(docs).toarray()[:, keep], rtol=1e-5, atol=1e-6)
     assert encoder.metadata.query_encoder == "inference-free"

@@ -169,7 +169,7 @@ def stage(module: str) -> int:
     alone matches only the package itself).
 
     Raises:
-        KeyError: no stage names the module (a new top-level room must be given its place).
+        KeyError: no stage names the module (a new top-level module must be given its place).
     """
     best, rank = -1, None
     for position, (_name, prefixes) in enumerate(STAGES):
@@ -243,7 +243,7 @@ def test_checker_finds_an_upward_import():
     assert stage("spladekit.model.calibrate.outputs") == stage("spladekit.model")
     assert stage("spladekit") == stage("spladekit.cli.app")  # the facade, not the foundation
     with pytest.raises(KeyError, match="spladekit.newroom"):
-        stage("spladekit.newroom")  # a new room must be given its place
+        stage("spladekit.newroom")  # a new module must be given its place
 
 
 # the moves that removed the circles kept the old import paths (re-exports from modules that close no circle)

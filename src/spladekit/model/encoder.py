@@ -43,7 +43,6 @@ from tqdm.auto import tqdm
 
 from spladekit.data.numbers import check_int
 from spladekit.model.inference_free import encode_bag
-# the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
 from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE, EncoderMetadata, _first_line, check_top_k, damaged_weights_error
 from spladekit.model.pruning import of_record, prune, record_of
 from spladekit.model.splade import SpladeModel

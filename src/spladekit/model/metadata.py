@@ -1,7 +1,7 @@
 """What spladekit stores next to a model (``spladekit.json``: :class:`EncoderMetadata`) and the checks
 its fields and the model's weights files share.
 
-A room of its own below :mod:`spladekit.model.encoder`, :mod:`spladekit.model.folders` and
+A module below :mod:`spladekit.model.encoder`, :mod:`spladekit.model.folders` and
 :mod:`spladekit.model.inference_free`, which all read it (it imports none of them; no torch).
 """
 

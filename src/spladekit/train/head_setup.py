@@ -1,6 +1,6 @@
 """The MLM head's set-up before training: rescaling and shifting it (:func:`apply_rescale`), its options
 (:func:`head_options`: a per-position cap, a folded vocabulary) and keeping the ``[PAD]`` column at 0
-(:func:`suppress_pad_column`). Moved out of :mod:`spladekit.train.step`, which uses them.
+(:func:`suppress_pad_column`); :mod:`spladekit.train.step` uses them.
 """
 
 from __future__ import annotations
