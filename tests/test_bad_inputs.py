@@ -564,7 +564,13 @@ def test_import_refuses_an_id_that_is_not_a_string_or_an_integer(tmp_path, doc_i
         (["--queries", "q.tsv"], "not both"),
         (["--query-cut", "5"], "--query-cut applies to --backend seismic only"),  # exact search would ignore them
         (["--n-postings", "100", "--heap-factor", "0.5"], "--n-postings, --heap-factor apply to --backend seismic only"),
-        (["--recall-k", "10"], "--recall-k applies to --backend seismic only"),
+        (["--recall-k", "10"], "--recall-k applies to --backend seismic or two_step only"),
+        (["--candidates", "10"], "--candidates applies to --backend two_step only, not to 'exact'"),
+        (["--backend", "seismic", "--first", "top_k=3"], "--first applies to --backend two_step only, not to 'seismic'"),
+        (["--backend", "two_step", "--query-cut", "5"], "--query-cut applies to --backend seismic only, not to 'two_step'"),
+        (["--backend", "two_step", "--first", "mass=2"], "pruning rule 'mass=2'"),
+        (["--backend", "two_step", "--candidates", "0"], "candidates"),
+        (["--backend", "two_step", "--recall-k", "0"], "--recall-k must be ≥ 1"),
         (["--backend", "bogus"], "unknown backend 'bogus'"),
     ],
 )
@@ -690,7 +696,8 @@ def test_calibration_cli_size_options_and_out_file(tmp_path, tiny_beir, run_file
 def test_write_system_turns_a_system_name_with_spaces_into_a_one_column_tag(tmp_path):
     """The demo names systems "model (before)"; the run file used to get 7 columns."""
     from spladekit.data.trec import read_run
-    from spladekit.pipeline import SystemResult, write_system
+    from spladekit.evaluate.retrieval import SystemResult
+    from spladekit.evaluate.systems import write_system
 
     write_system(SystemResult("tiny (fine-tuned)", {"q1": {"d1": 1.0}}, {}, {}, 0.0), tmp_path)
     assert (tmp_path / "run.trec").read_text(encoding="utf-8") == "q1 Q0 d1 1 1.0 tiny_(fine-tuned)\n"

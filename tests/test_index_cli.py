@@ -106,6 +106,36 @@ def test_search_exact_and_seismic(tiny, built, tmp_path):
     assert again.exit_code == 0 and "built the Seismic index" not in again.output, again.output
 
 
+def test_search_two_step_is_recorded_and_its_copy_stored_once(tiny, built, tmp_path):
+    """`--backend two_step`: the pruned copy built and stored on the first search (said), reused by
+    the next (not said); a rule keeping every term and candidates covering every document give the
+    exact run (scores included: the same float32 sums, tests/test_two_step.py); the settings record
+    and --recall-k name what was searched."""
+    import shutil
+
+    model, beir = tiny
+    folder = tmp_path / "index"
+    shutil.copytree(built, folder, ignore=shutil.ignore_patterns("seismic", "pruned"))
+    runner = CliRunner()
+    base = ["search", "--index", str(folder), "--queries", str(beir / "queries.tsv"), "--k", "5"]
+    r = runner.invoke(app, base + ["--out", str(tmp_path / "exact.trec")])
+    assert r.exit_code == 0, r.output
+    two = base + ["--backend", "two_step", "--first", "top_k=10000", "--candidates", str(len(DOCS)), "--first-query", "none", "--recall-k", "3"]
+    r = runner.invoke(app, two + ["--out", str(tmp_path / "a.trec")])
+    assert r.exit_code == 0 and "built the pruned copy (top_k=10000)" in r.output, r.output
+    assert read_run(tmp_path / "a.trec") == read_run(tmp_path / "exact.trec")
+    assert json.loads((tmp_path / "a.trec.recall.json").read_text())["recall@3"] == 1.0
+    settings = json.loads((tmp_path / "a.trec.config.json").read_text())
+    stored = json.loads((folder / "pruned" / "pruned.json").read_text())
+    assert settings["backend"] == "two_step" and settings["two_step"] == {
+        "first": {"kind": "top_k", "value": 10000}, "first_query": None, "candidates": len(DOCS), "pruned_hash": stored["postings_hash"]}
+    r = runner.invoke(app, base + ["--backend", "two_step", "--candidates", "2", "--first-query", "top_k=1", "--out", str(tmp_path / "b.trec")])
+    assert r.exit_code == 0 and "built" not in r.output, r.output  # the stored copy, its rule
+    settings = json.loads((tmp_path / "b.trec.config.json").read_text())
+    assert settings["two_step"]["first"] == {"kind": "top_k", "value": 10000} and settings["two_step"]["first_query"] == {"kind": "top_k", "value": 1}
+    assert all(len(hits) <= 5 for hits in read_run(tmp_path / "b.trec").values())  # max(c, k) = 5 candidates
+
+
 def test_seismic_knn_options_keep_the_stored_build_and_are_recorded(tiny, built, tmp_path):
     """`--knn` rebuilds the stored Seismic index with a k-NN graph and keeps the other build parameters
     it was built with (here `--max-fraction 3`: one option asked for does not reset the rest);

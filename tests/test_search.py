@@ -79,3 +79,26 @@ def test_efficiency_on_empty_sets_is_an_error():
         flops(sp.csr_matrix((0, 3)), sp.csr_matrix(np.ones((1, 3))))
     with pytest.raises(ValueError, match="empty document set"):
         efficiency_stats(sp.csr_matrix(np.ones((1, 3))), sp.csr_matrix((0, 3)))
+
+
+@pytest.mark.parametrize("kind", ["distinct", "few-values", "mostly-zero", "half-zero"])
+def test_a_long_row_cut_at_a_sampled_threshold_gives_the_same_top_k(monkeypatch, kind):
+    # the sampled threshold only decides which scores are ranked: the top k, ties with the k-th
+    # included, is the one of ranking every positive score (computed here with the cut turned off),
+    # itself checked against a sort of the whole row by (score descending, tie rank)
+    rng = np.random.default_rng(3)
+    n = 300_000
+    scores = {"distinct": rng.random(n), "few-values": rng.integers(0, 30, n),
+              "mostly-zero": np.where(rng.random(n) < 0.002, rng.random(n), 0), "half-zero": np.where(rng.random(n) < 0.5, rng.random(n), 0)}[kind]
+    scores = scores.astype(np.float32)
+    tie = rng.permutation(n)
+    for k in (1, 10, 1000, 5000):
+        cut = exact_module.top_k_row(scores, k, tie)
+        monkeypatch.setattr(exact_module, "SAMPLE_FROM", n + 1)
+        every = exact_module.top_k_row(scores, k, tie)
+        monkeypatch.undo()
+        assert cut == every, (kind, k)
+        positive = np.flatnonzero(scores > 0)
+        want = positive[np.lexsort((tie[positive], -scores[positive]))][:k]
+        assert [row for row, _ in cut] == want.tolist()
+    assert exact_module._sampled_cut(scores, 10) is not None or kind == "mostly-zero"  # the cut was taken (a sample holds positives)

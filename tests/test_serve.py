@@ -34,8 +34,13 @@ NUM_DOCS = 120
 # ----------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def scifact_index(tmp_path_factory):
-    """An index of 120 SciFact documents with a stored Seismic index, and 40 test queries."""
-    return scifact_index_with_seismic(tmp_path_factory.mktemp("serve") / "index", NUM_DOCS)
+    """An index of 120 SciFact documents with a stored Seismic index and pruned copy (two-step
+    search, the default rule), and 40 test queries."""
+    from spladekit.index.two_step import DEFAULT_FIRST
+
+    index, queries = scifact_index_with_seismic(tmp_path_factory.mktemp("serve") / "index", NUM_DOCS)
+    index.pruned(DEFAULT_FIRST)  # stored in the folder: the server serves it, never builds it
+    return index, queries
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +81,7 @@ async def _concurrent(url: str, bodies: list[dict], headers: dict | None = None)
 
 
 # ----------------------------------------------------------------------------------- results
-@pytest.mark.parametrize("backend", ["exact", "seismic"])
+@pytest.mark.parametrize("backend", ["exact", "seismic", "two_step"])
 def test_vector_queries_under_concurrency_equal_index_search(server, scifact_index, backend):
     index, queries = scifact_index
     vectors = index.query_encoder().encode_queries(queries)
@@ -87,12 +92,13 @@ def test_vector_queries_under_concurrency_equal_index_search(server, scifact_ind
     got = [hits_of(r.json())[0] for r in responses]
     # exactly equal: the server calls Index.search on the same float32 vectors, and each query's
     # hits do not depend on the other queries of its micro-batch (exact: one score row per query,
-    # tests/test_search.py::test_results_do_not_depend_on_the_batch; Seismic: each query its own search)
+    # tests/test_search.py::test_results_do_not_depend_on_the_batch; Seismic: each query its own search;
+    # two-step: its first step is exact search's kernel, its rescoring per query)
     assert got == want
     assert max(r.json()["batch_queries"] for r in responses) > 1  # concurrent requests were micro-batched
 
 
-@pytest.mark.parametrize("backend", ["exact", "seismic"])
+@pytest.mark.parametrize("backend", ["exact", "seismic", "two_step"])
 def test_text_queries_equal_index_search(server, scifact_index, backend):
     index, queries = scifact_index
     want = index.search(queries, k=K, searcher=searcher_config(backend)).hits
@@ -102,6 +108,19 @@ def test_text_queries_equal_index_search(server, scifact_index, backend):
     alone = asyncio.run(_concurrent(server.url, [{"query": q, "k": K, "backend": backend} for q in queries]))  # one text per request
     assert all(r.status_code == 200 for r in alone)
     assert_close_ranking([hits_of(r.json())[0] for r in alone], want)
+
+
+def test_two_step_candidates_of_a_request_reach_the_search(server, scifact_index):
+    from spladekit.index.two_step import TwoStepConfig
+
+    index, queries = scifact_index
+    vectors = index.query_encoder().encode_queries(queries[:8])
+    for candidates in (3, 40):  # 3 < k: at least k are rescored
+        want = index.search(vectors, k=K, searcher=TwoStepConfig(candidates=candidates)).hits
+        body = {"vector": [vector_body(vectors[i]) for i in range(8)], "k": K, "backend": "two_step", "two_step": {"candidates": candidates}}
+        response = httpx.post(server.url + "/search", json=body, timeout=60)
+        assert response.status_code == 200, response.text
+        assert hits_of(response.json()) == want
 
 
 def test_fields_and_query_terms(server, scifact_index):
@@ -127,7 +146,7 @@ def test_health_info_and_openapi(server, scifact_index):
     assert info["index"]["num_docs"] == NUM_DOCS and info["index"]["vocab_size"] == 30522
     assert info["index"]["model"] == index.metadata["model"] and info["index"]["content_hash"] == index.metadata["content_hash"]
     assert info["index"]["query_max_length"] == index.metadata["query_max_length"]
-    assert info["backends"] == ["exact", "seismic"] and info["unavailable_backends"] == {}
+    assert info["backends"] == ["exact", "seismic", "two_step"] and info["unavailable_backends"] == {}
     assert info["server"]["version"] == spladekit.__version__
     assert info["query_encoder"]["kind"].startswith("torch")
     schema = httpx.get(server.url + "/openapi.json").json()
@@ -148,7 +167,7 @@ def test_a_stored_seismic_index_without_pyseismic_is_explained(scifact_index, mo
     monkeypatch.setitem(sys.modules, "seismic", None)
     with caplog.at_level("WARNING"):
         service = Service(ServeConfig(index=str(index.folder)), threads=1)
-    assert service.backends == ("exact",)
+    assert service.backends == ("exact", "two_step")
     from spladekit.errors import install_line
 
     assert install_line("seismic") in service.info()["unavailable_backends"]["seismic"]
@@ -456,6 +475,9 @@ BAD = [  # (what, raw body or JSON object, status, field named in the message)
     ("seismic parameters with exact", {"query": "protein", "seismic": {"query_cut": 3}}, 422, "seismic"),
     ("seismic query_cut 0", {"query": "protein", "backend": "seismic", "seismic": {"query_cut": 0}}, 422, "seismic.query_cut"),
     ("seismic n_knn without a k-NN graph", {"query": "protein", "backend": "seismic", "seismic": {"n_knn": 1}}, 422, "seismic.n_knn"),
+    ("two_step parameters with exact", {"query": "protein", "two_step": {"candidates": 30}}, 422, "two_step"),
+    ("two_step candidates 0", {"query": "protein", "backend": "two_step", "two_step": {"candidates": 0}}, 422, "two_step.candidates"),
+    ("two_step rule asked", {"query": "protein", "backend": "two_step", "two_step": {"first": "top_k=1"}}, 422, "two_step.first"),
     ("unknown fields value", {"query": "protein", "fields": "everything"}, 422, "fields"),
     ("body over the size limit", _vec(list(range(30000)), [1.0] * 30000) | {"pad": "x" * (1 << 20)}, 413, "body"),
 ]

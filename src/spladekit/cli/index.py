@@ -29,6 +29,10 @@ def index_command(
     batch_size: int = typer.Option(32),
     doc_max_length: Optional[int] = typer.Option(None, help="default: the model's saved value (spladekit.json) or 256"),
     doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
+    doc_pruning: Optional[str] = typer.Option(None, help="prune every document vector (after --doc-top-k): top_k=K, "
+                                              "mass=ALPHA (fewest heaviest terms holding that share of the L1 mass), "
+                                              "max_ratio=R (weights >= R x the largest), threshold=T (weights >= T); "
+                                              "ties: lower term id first; default: the model's saved rule"),
     head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
     chunk_size: int = typer.Option(10_000, help="documents per chunk (memory bound; a killed run resumes at the first unfinished chunk)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
@@ -43,14 +47,14 @@ def index_command(
     except SpladekitError as exc:
         fail(exc)
     from spladekit.index.index import Index
-    from spladekit.index.builder import IndexConfig, build_index
+    from spladekit.index.builder import build_index
     from spladekit.index.writer import parse_size
     from spladekit.io import check_output_folder
 
     try:
-        config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
-                             doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size,
-                             trust_remote_code=trust_remote_code)  # options checked here
+        config = _index_config(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
+                               doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size,
+                               doc_pruning=doc_pruning, trust_remote_code=trust_remote_code)  # options checked here
         check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--model": model, "--data": data})
         budget = None if memory_budget is None else parse_size(memory_budget)
         written = build_index(config, show_progress=True, memory_budget=budget)
@@ -64,6 +68,23 @@ def index_command(
         typer.echo(f"wrote {written} ({docs.shape[0]} documents, {docs.nnz / max(1, docs.shape[0]):.1f} active terms/doc{cut})")
 
 
+def _index_config(**options):
+    """The :class:`~spladekit.index.builder.IndexConfig` of ``spladekit index``'s options.
+
+    Raises:
+        ValueError: one line per refused option, the record's own message (it names the option).
+    """
+    from pydantic import ValidationError
+
+    from spladekit.errors import validation_problems
+    from spladekit.index.builder import IndexConfig
+
+    try:
+        return IndexConfig(**options)
+    except ValidationError as exc:
+        raise ValueError("\n".join(message for _, message in validation_problems(exc))) from None
+
+
 @app.command()
 def search(
     index: list[Path] = typer.Option(..., help="index folder written by `spladekit index`; repeat it for shards (merged top-k)"),
@@ -73,7 +94,7 @@ def search(
     model: Optional[str] = typer.Option(None, help="default: the model recorded in the index"),
     k: int = typer.Option(1000),
     out: Path = typer.Option(..., help="TREC run file to write"),
-    backend: str = typer.Option("exact", help="exact or seismic"),
+    backend: str = typer.Option("exact", help="exact, seismic, or two_step (a pruned copy answers, its candidates rescored exactly)"),
     one_at_a_time: bool = typer.Option(False, help="search each query in its own call (latency per call)"),
     query_cut: Optional[int] = typer.Option(None, help="seismic: query terms traversed (default 20)"),
     heap_factor: Optional[float] = typer.Option(None, help="seismic: block-skipping factor (default 0.8)"),
@@ -84,15 +105,24 @@ def search(
     knn: Optional[int] = typer.Option(None, help="seismic build: neighbours per document in a k-NN graph (default: stored, else 0 = none; "
                                       "builds take several times longer)"),
     n_knn: Optional[int] = typer.Option(None, help="seismic: neighbours of each found document also scored (≤ --knn of the build; default 0)"),
-    recall_k: Optional[int] = typer.Option(None, help="seismic: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
+    first: Optional[str] = typer.Option(None, help="two_step: the pruned copy's rule for every document, KIND=VALUE (top_k=K, mass=ALPHA, "
+                                        "max_ratio=R, threshold=T; default: the stored copy's, else top_k=80); "
+                                        "another rule rebuilds the copy stored in the folder"),
+    candidates: Optional[int] = typer.Option(None, help="two_step: documents of the first step rescored with the full vectors "
+                                             "per query (at least --k; default 700)"),
+    first_query: Optional[str] = typer.Option(None, help="two_step: prune each query for the first step only, KIND=VALUE, or none "
+                                              "(the whole query; default top_k=16)"),
+    recall_k: Optional[int] = typer.Option(None, help="seismic, two_step: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
                                                 "(the index is built as one Seismic index per range of documents that fits; "
-                                                "default: the stored index's shards, else 11GiB)"),
+                                                "default: the stored index's shards, else 11GiB); two_step: memory of building "
+                                                "the pruned copy (default 1GiB)"),
     verify: bool = typer.Option(True, help="check the folder's content hashes first (reads every array once: seconds at 1M documents)"),
     trust_remote_code: bool = trust_option(),
 ):
-    """Search an index with queries; write a TREC run (exact dot product, or Seismic), RUN.config.json
-    (the settings record) and RUN.latency.json. The Seismic index is built once and stored in the folder."""
+    """Search an index with queries; write a TREC run (exact dot product, Seismic, or two-step), RUN.config.json
+    (the settings record) and RUN.latency.json. The Seismic index and the pruned copy of two-step search
+    are built once and stored in the folder."""
     from dataclasses import asdict
 
     from spladekit.data.trec import write_run
@@ -109,7 +139,8 @@ def search(
         _check_run_path(out, index, queries, data)
         searcher = _searcher_options(backend, dict(query_cut=query_cut, heap_factor=heap_factor, n_knn=n_knn),
                                      dict(n_postings=n_postings, summary_energy=summary_energy, centroid_fraction=centroid_fraction,
-                                          max_fraction=max_fraction, knn=knn), memory_budget, recall_k)
+                                          max_fraction=max_fraction, knn=knn),
+                                     dict(first=first, candidates=candidates, first_query=first_query), memory_budget, recall_k)
         if backend == "seismic":  # before the queries, the index (its hashes) or the model are read
             check_extra("seismic", "Seismic search")
         topics = _topics(queries, data, split)
@@ -123,7 +154,8 @@ def search(
         write_run(result.run, out)
         settings = result.settings.record()
         settings.update(queries=str(queries or f"{data}:{split}"), num_queries=len(topics), model=model or searched.metadata.get("model"),
-                        query_max_length=q.metadata.query_max_length, query_top_k=q.metadata.query_top_k)
+                        query_max_length=q.metadata.query_max_length, query_top_k=q.metadata.query_top_k,
+                        query_pruning=q.metadata.query_pruning)
         write_json(Path(str(out) + ".config.json"), settings)
         write_json(Path(str(out) + ".latency.json"), asdict(result.latency))
         if recall_k:
@@ -152,13 +184,13 @@ def _check_run_path(out: Path, index: list[Path], queries: Path | None, data: st
                              "the run would overwrite it; write the run elsewhere")
 
 
-def _searcher_options(backend: str, searching: dict, building: dict, memory_budget: str | None, recall_k: int | None):
+def _searcher_options(backend: str, searching: dict, building: dict, stepping: dict, memory_budget: str | None, recall_k: int | None):
     """The searcher configuration of ``spladekit search``'s options (``searching``: Seismic's search
-    options, ``building``: its build options, None where not given).
+    options, ``building``: its build options, ``stepping``: two-step's options; None where not given).
 
     Raises:
-        ValueError: an unknown backend; Seismic options with another backend; a value a
-            configuration refuses (its message, naming the parameter).
+        ValueError: an unknown backend; another backend's options; a value a configuration refuses
+            (its message, naming the parameter).
     """
     from pydantic import ValidationError
 
@@ -168,19 +200,25 @@ def _searcher_options(backend: str, searching: dict, building: dict, memory_budg
 
     searching = {name: value for name, value in searching.items() if value is not None}
     building = {"nknn" if name == "knn" else name: value for name, value in building.items() if value is not None}
-    if backend != "seismic":
-        given = [f"--{'knn' if n == 'nknn' else n.replace('_', '-')}" for n in [*building, *searching]]
-        given += (["--recall-k"] if recall_k is not None else []) + (["--memory-budget"] if memory_budget is not None else [])
-        if given:
-            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend seismic only, "
+    stepping = {name: value for name, value in stepping.items() if value is not None}
+    own = {"seismic": [f"--{'knn' if n == 'nknn' else n.replace('_', '-')}" for n in [*building, *searching]],
+           "two_step": [f"--{n.replace('_', '-')}" for n in stepping]}
+    if backend == "exact":  # options of both approximate backends
+        own["seismic or two_step"] = (["--recall-k"] if recall_k is not None else []) + (["--memory-budget"] if memory_budget is not None else [])
+    for other, given in own.items():
+        if other != backend and given:
+            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend {other} only, "
                              f"not to {backend!r}; drop {'it' if len(given) == 1 else 'them'}")
-        return searcher_config(backend)
     try:
         budget = None
         if memory_budget is not None:
             from spladekit.index.writer import parse_size
 
             budget = parse_size(memory_budget)
+        if backend == "two_step":
+            return searcher_config(backend, **stepping, **({"memory_budget": budget} if budget is not None else {}))
+        if backend != "seismic":
+            return searcher_config(backend)
         return searcher_config(backend, search=SeismicSearchParams(**searching), build=SeismicBuildParams(**building) if building else None,
                                memory_budget=budget)
     except ValidationError as exc:
@@ -279,7 +317,8 @@ def import_command(
             meta = load_metadata(like)
             if vocabulary is None:
                 raise typer.BadParameter(f"{like} has no vocab.json")
-            meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k") if k in meta}
+            meta = {k: meta[k] for k in ("model", "model_revision", "query_max_length", "doc_max_length", "query_top_k", "doc_top_k",
+                                         "query_pruning", "doc_pruning") if k in meta}
         elif model is not None:
             vocabulary, meta = model_vocabulary(model, trust_remote_code), {"model": model}
         else:  # the model export.json names, when it names one

@@ -72,13 +72,36 @@ def tie_ranks(doc_ids: Sequence[str]) -> np.ndarray:
     return ranks
 
 
-def top_k_row(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) -> list[tuple[int, float]]:
-    """The top ``k`` ``(row, score)`` of a dense score row: score > 0 only, score descending, then
-    ``tie_rank`` ascending (row ascending without it); everything tied with the k-th score is
-    ordered exactly before the cut."""
-    positive = np.flatnonzero(scores > 0)
+SAMPLE_FROM = 1 << 16
+"""Score rows of at least this many documents are first cut at a threshold taken from a sample
+(:func:`top_k_row`): a pass over the row instead of gathering and partitioning all its positive scores."""
+
+
+def _sampled_cut(scores: np.ndarray, k: int) -> np.ndarray | None:
+    """The rows whose score reaches a threshold ``t`` > 0 read off a strided sample of the row (its
+    value about ``2k`` of the row's scores reach), when at least ``k`` do; else None. With ``k`` of
+    them ≥ ``t``, the k-th largest score is ≥ ``t``: every score of the top ``k``, ties with the k-th
+    included, is among them."""
+    stride = max(1, scores.size // max(4096, 16 * k))
+    sample = scores[::stride]
+    rank = -(-2 * k * sample.size // scores.size) + 2
+    sample = sample[sample > 0]
+    if sample.size < rank:
+        return None
+    threshold = np.partition(sample, sample.size - rank)[sample.size - rank]
+    found = np.flatnonzero(scores >= threshold)
+    return found if found.size >= k else None
+
+
+def top_k_arrays(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` of a dense score row as arrays ``(rows, scores)``: score > 0 only, score
+    descending, then ``tie_rank`` ascending (row ascending without it); everything tied with the
+    k-th score is ordered exactly before the cut. A row of :data:`SAMPLE_FROM` scores or more is
+    first cut at a sampled threshold (:func:`_sampled_cut`; the same result)."""
+    cut = _sampled_cut(scores, k) if scores.size >= SAMPLE_FROM else None
+    positive = np.flatnonzero(scores > 0) if cut is None else cut
     if positive.size == 0:
-        return []
+        return positive, scores[positive]
     values = scores[positive]
     if positive.size > k:
         kth = np.partition(values, positive.size - k)[positive.size - k]
@@ -86,7 +109,13 @@ def top_k_row(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) ->
         positive, values = positive[keep], values[keep]
     ties = positive if tie_rank is None else tie_rank[positive]
     order = np.lexsort((ties, -values))[:k]
-    return [(int(positive[i]), float(values[i])) for i in order]
+    return positive[order], values[order]
+
+
+def top_k_row(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) -> list[tuple[int, float]]:
+    """The top ``k`` ``(row, score)`` of a dense score row (:func:`top_k_arrays` as Python pairs)."""
+    rows, values = top_k_arrays(scores, k, tie_rank)
+    return list(zip(rows.tolist(), values.tolist()))
 
 
 TAAT_FROM = 1 << 15
@@ -138,6 +167,20 @@ def _term_at_a_time(scores: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarra
                 rows = doc_rows[lo:hi]
                 check_segment(rows, edges[b], edges[b + 1], term, num_docs)
                 add_segment(scores, rows, impacts[lo:hi], weight, pointer)
+
+
+def term_at_a_time(scores: np.ndarray, postings: sp.csr_matrix, terms: np.ndarray, weights: np.ndarray) -> None:
+    """Add one query's float32 products into its score row ``scores`` (``[D]`` float32, in place),
+    term at a time over the ``[V, D]`` posting matrix: the long-list kernel of
+    :func:`search_postings` (the same sums, in the order of ``terms``).
+
+    Raises:
+        ValueError: a posting list holds a row outside ``[0, D)`` or rows out of order, naming the term.
+    """
+    starts = np.asarray(postings.indptr)
+    first = starts[terms].astype(np.int64)
+    _term_at_a_time(scores, np.asarray(postings.indices), np.asarray(postings.data, dtype=np.float32), first,
+                    starts[terms + 1].astype(np.int64) - first, np.asarray(weights, np.float32), np.asarray(terms))
 
 
 def search_postings(

@@ -19,6 +19,8 @@ Folder layout (format 2; :mod:`spladekit.index.layout`)::
       postings.data.npy      exact search multiplies queries by it, never transposing per call
       tie_rank.npy           rank of each row in document-id order (the tie rule below)
       seismic/               the approximate index, once built (:mod:`spladekit.index.seismic_store`)
+      pruned/                the pruned copy of the postings two-step search answers from, once built
+                             (:mod:`spladekit.index.pruned_store`)
 
 Index arrays (``indptr``/``indices``) are int32 when every value fits, else int64 (both arrays of a
 matrix share a type so that ``scipy.sparse`` never converts, i.e. copies, them). A folder of another
@@ -30,14 +32,6 @@ Shards merge by the same rule, so a search over shard folders returns the run of
 
 Searching: :meth:`Index.search` takes a searcher's configuration (:mod:`spladekit.index.searcher`;
 by name: :data:`SEARCHERS`); building: :class:`spladekit.index.builder.IndexBuilder`.
-
-Example::
-
-    >>> import numpy as np, scipy.sparse as sp, tempfile
-    >>> docs = sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0], [2, 0, 0]], dtype=np.float32))
-    >>> index = Index.from_vectors(tempfile.mkdtemp() + "/i", docs, ["d1", "d2", "d3"])
-    >>> index.search(sp.csr_matrix(np.array([[1, 0, 1]], dtype=np.float32)), k=2).run
-    {'0': {'d1': 3.0, 'd3': 2.0}}
 """
 
 from __future__ import annotations
@@ -55,16 +49,20 @@ from spladekit.index.exact import check_k, tie_ranks
 from spladekit.index.layout import (DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
                                     take_ids)
 from spladekit.index.maxscore import BlockMaxima
+from spladekit.index.pruned_store import PrunedCopy
+from spladekit.index.pruned_store import open_or_build as open_pruned
+from spladekit.index.pruned_store import verify as verify_pruned
 from spladekit.index.results import LatencyStats, SearchResult, SearchSettings
 from spladekit.index.searcher import ExactConfig, Searcher, SearcherConfig
 from spladekit.index.seismic import SeismicBuildParams
 from spladekit.index.seismic_shards import ShardedSeismic
 from spladekit.index.seismic_store import SeismicConfig, open_or_build, verify_files
+from spladekit.index.two_step import TwoStepConfig
 from spladekit.io import recover_folder
 
 log = logging.getLogger(__name__)
 
-SEARCHERS: dict[str, type[SearcherConfig]] = {config.name: config for config in (ExactConfig, SeismicConfig)}
+SEARCHERS: dict[str, type[SearcherConfig]] = {config.name: config for config in (ExactConfig, SeismicConfig, TwoStepConfig)}
 """The searchers' configurations by name (``spladekit search --backend``, the server's ``backend``)."""
 
 
@@ -92,6 +90,15 @@ class Index:
         doc_ids: D document ids, row order.
         metadata: ``index.json``.
         tie_rank: ``[D]`` rank of each row in document-id order.
+
+    Example::
+
+        >>> import numpy as np, scipy.sparse as sp, tempfile
+        >>> from spladekit import Index
+        >>> docs = sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0], [2, 0, 0]], dtype=np.float32))
+        >>> index = Index.from_vectors(tempfile.mkdtemp() + "/i", docs, ["d1", "d2", "d3"])
+        >>> index.search(sp.csr_matrix(np.array([[1, 0, 1]], dtype=np.float32)), k=2).run
+        {'0': {'d1': 3.0, 'd3': 2.0}}
     """
 
     def __init__(self, folder: Path, docs: sp.csr_matrix, postings: sp.csr_matrix, doc_ids: Sequence[str], metadata: dict,
@@ -103,6 +110,7 @@ class Index:
         self.metadata = metadata
         self.tie_rank = tie_rank
         self._seismic: ShardedSeismic | None = None
+        self._pruned: PrunedCopy | None = None
         self._encoder = None
         self._maxima: BlockMaxima | None = None
 
@@ -139,8 +147,9 @@ class Index:
     def verify(self) -> None:
         """Recompute the content hashes and compare them with ``index.json``'s: ``content_hash``
         (document arrays and ids) and ``postings_hash`` (the term-major copy that exact search reads);
-        recompute ``tie_rank.npy`` from the ids; and the stored Seismic shards' files against their
-        SHA-256 (:func:`spladekit.index.seismic_store.verify_files`). Reads every array once.
+        recompute ``tie_rank.npy`` from the ids; the stored Seismic shards' files against their
+        SHA-256 (:func:`spladekit.index.seismic_store.verify_files`); and the stored pruned copy's
+        arrays against its ``postings_hash`` (:func:`spladekit.index.pruned_store.verify`). Reads every array once.
 
         Raises:
             DataFormatError: a hash differs or is missing, or the tie ranks (naming the file at fault).
@@ -156,6 +165,7 @@ class Index:
         if not np.array_equal(self.tie_rank, tie_ranks(self.doc_ids)):  # derived from the ids: recomputed, not hashed
             raise DataFormatError(self.folder / "tie_rank.npy", "does not rank the document ids in order (damaged; rebuild the folder)")
         verify_files(self.folder / "seismic", self.metadata.get("content_hash"), self.docs.shape[0])
+        verify_pruned(self.folder / "pruned", self.metadata.get("content_hash"), self.postings)
 
     @classmethod
     def from_vectors(cls, out: str | Path, vectors: sp.spmatrix, doc_ids: Sequence[str], metadata: dict | None = None,
@@ -224,6 +234,28 @@ class Index:
         import_seismic()  # before a build's journal is written
         self._seismic = open_or_build(self.folder, self.docs, self.metadata.get("content_hash"), build, memory_budget)
         return self._seismic
+
+    def pruned(self, rule=None, memory_budget: int = DEFAULT_BUDGET, default=None) -> PrunedCopy:
+        """The pruned copy of this folder's postings (:mod:`spladekit.index.pruned_store`): kept from an
+        earlier call, or reopened from ``pruned/``, when it holds ``rule`` (None: whatever rule it
+        holds); else built with ``rule`` (None: ``default``; resumable) within ``memory_budget`` bytes
+        and stored there, replacing another rule's copy.
+
+        Args:
+            rule: a :class:`~spladekit.model.pruning.PruningRule`, its record or its ``KIND=VALUE`` text.
+
+        Raises:
+            DataFormatError: the stored copy is not this index's (naming the file).
+            ValueError: an invalid rule; no rule given, none stored and no ``default``.
+        """
+        from spladekit.model.pruning import record_of
+
+        kept = self._pruned
+        if kept is not None and (rule is None or kept.rule == record_of(rule)):
+            return kept
+        self._pruned = open_pruned(self.folder, self.docs, self.postings, self.metadata.get("content_hash"), rule, memory_budget,
+                                   default=default)
+        return self._pruned
 
     def block_maxima(self) -> BlockMaxima:
         """The posting matrix's block maxima of pruned exact search (kept here: they fill as terms are queried)."""
@@ -313,6 +345,7 @@ class Index:
             settings.model = self.metadata.get("model") if encoder is None else (getattr(meta, "source", None) or None)
             settings.query_max_length = getattr(meta, "query_max_length", None)
             settings.query_top_k = getattr(meta, "query_top_k", None)
+            settings.query_pruning = getattr(meta, "query_pruning", None)
         if len(ids) != vectors.shape[0]:
             raise ValueError(f"{len(ids)} query ids for {vectors.shape[0]} queries")
         if vectors.shape[1] != self.docs.shape[1]:
@@ -470,7 +503,8 @@ class ShardedIndex:
         hits = [sorted(h, key=lambda pair: (-pair[1], pair[0]))[:k] for h in merged]
         settings = result.settings.model_copy(update=dict(
             index=[str(s.folder) for s in self.shards], index_hash=[s.metadata.get("content_hash") for s in self.shards],
-            num_docs=len(self), model=settings.model, query_max_length=settings.query_max_length, query_top_k=settings.query_top_k))
+            num_docs=len(self), model=settings.model, query_max_length=settings.query_max_length, query_top_k=settings.query_top_k,
+            query_pruning=settings.query_pruning))
         return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors, seconds,
                             built=built)
 

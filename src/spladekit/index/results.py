@@ -21,15 +21,19 @@ class SearchSettings(BaseModel):
 
     Attributes:
         backend: the searcher's name (:data:`spladekit.index.index.SEARCHERS`): ``exact`` (dot product
-            over all documents) or ``seismic`` (approximate).
+            over all documents), ``seismic`` (approximate) or ``two_step`` (a pruned copy, its
+            candidates rescored exactly).
         k: results per query.
         one_at_a_time: each query searched in its own call (latency per call) instead of in batches.
         seismic_build: parameters the Seismic index was built with (seismic only).
-        seismic_search: Seismic's search parameters (seismic only). A searcher's own entries
+        seismic_search: Seismic's search parameters (seismic only).
+        two_step: the pruned copy's rule, the first step's query rule, the candidates and the copy's
+            ``postings_hash`` (two_step only). A searcher's own entries
             (:meth:`spladekit.index.searcher.Searcher.record`) are fields of this record.
         tie_rule: :data:`TIE_RULE`.
         index, index_hash, num_docs: the index searched (filled by :meth:`Index.search`).
-        model, query_max_length, query_top_k: how queries were encoded (text queries).
+        model, query_max_length, query_top_k, query_pruning: how queries were encoded (text queries;
+            ``query_pruning`` the record of a :class:`spladekit.model.pruning.PruningRule`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -39,6 +43,7 @@ class SearchSettings(BaseModel):
     one_at_a_time: bool = False
     seismic_build: dict | None = None
     seismic_search: dict | None = None
+    two_step: dict | None = None
     tie_rule: str = TIE_RULE
     index: list[str] = Field(default_factory=list)
     index_hash: list[str | None] = Field(default_factory=list)
@@ -46,6 +51,7 @@ class SearchSettings(BaseModel):
     model: str | None = None
     query_max_length: int | None = None
     query_top_k: int | None = None
+    query_pruning: dict | None = None
 
     def record(self) -> dict:
         """The settings as a JSON-ready dict."""

@@ -1,7 +1,7 @@
 """How an index's queries are encoded (searching itself is :meth:`spladekit.index.index.Index.search`).
 
-Query vectors come from the model recorded in the index, with the query max length and pruning
-recorded there (which came from the model's ``spladekit.json``), so the same text gives the same
+Query vectors come from the model recorded in the index, with the query max length, top-k and
+pruning rule recorded there (which came from the model's ``spladekit.json``), so the same text gives the same
 vector through the Python API, the CLI and the index.
 """
 
@@ -15,8 +15,10 @@ from spladekit.errors import DataFormatError
 def check_query_settings(meta: dict, path: str | Path = "index.json") -> None:
     """Refuse ``index.json`` query settings that would encode queries other than the documents were:
     ``query_max_length`` (an integer ≥ 2: [CLS] and [SEP]) and ``query_top_k`` (an integer ≥ 1)
-    when present and not null; ``pooling`` / ``activation`` when present must be ones spladekit
-    computes (:data:`spladekit.model.pooling.POOLINGS` / ``ACTIVATIONS``).
+    when present and not null; ``query_pruning`` a pruning rule's record
+    (:class:`spladekit.model.pruning.PruningRule`) when present and not null; ``pooling`` /
+    ``activation`` when present must be ones spladekit computes
+    (:data:`spladekit.model.pooling.POOLINGS` / ``ACTIVATIONS``).
 
     Raises:
         DataFormatError: naming ``path`` and the field.
@@ -27,6 +29,11 @@ def check_query_settings(meta: dict, path: str | Path = "index.json") -> None:
         value = meta.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
             raise DataFormatError(path, f"must be an integer ≥ {low} or null, got {value!r}", field=key)
+    from spladekit.model.pruning import record_problem
+
+    problem = record_problem(meta.get("query_pruning"))
+    if problem:
+        raise DataFormatError(path, f"must be {problem}, got {meta.get('query_pruning')!r}", field="query_pruning")
     for key, allowed in (("pooling", POOLINGS), ("activation", ACTIVATIONS)):
         if key in meta and meta[key] not in allowed:
             raise DataFormatError(path, f"{meta[key]!r} is not a SPLADE {key} spladekit computes ({', '.join(allowed)})", field=key)
@@ -69,7 +76,7 @@ def _load(meta: dict, source: str, batch_size: int, head_impl: str | None, trust
         from spladekit.model.onnx_export import OnnxSpladeEncoder
 
         encoder = OnnxSpladeEncoder(source, batch_size=batch_size)
-        for key in ("query_max_length", "query_top_k"):
+        for key in ("query_max_length", "query_top_k", "query_pruning"):
             if meta.get(key) is not None:
                 setattr(encoder.metadata, key, meta[key])
         return encoder
@@ -77,6 +84,7 @@ def _load(meta: dict, source: str, batch_size: int, head_impl: str | None, trust
         source,
         query_max_length=meta.get("query_max_length"),
         query_top_k=meta.get("query_top_k"),
+        query_pruning=meta.get("query_pruning"),
         batch_size=batch_size,
         head_impl=head_impl,
         trust_remote_code=trust_remote_code,

@@ -327,13 +327,14 @@ def _pieces(block: sp.csr_matrix, max_entries: int) -> Iterator[tuple[np.ndarray
 
 
 def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], num_docs: int, vocab_size: int,
-                 memory_budget: int = DEFAULT_BUDGET) -> int:
+                 memory_budget: int = DEFAULT_BUDGET, documents: bool = True) -> int:
     """Write the document CSR (``docs.*.npy``) and its term-major copy (``postings.*.npy``) from
     canonical row blocks (in row order), in the three passes of the module docstring.
 
     Args:
         blocks: called twice; each call yields the same ``[rows, V]`` canonical CSR blocks.
         memory_budget: bytes of working memory (:func:`check_budget`).
+        documents: False writes the term-major copy alone (no ``docs.*.npy``).
 
     Returns:
         nnz.
@@ -358,16 +359,18 @@ def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], nu
     runs = _Runs(folder / ".runs", vocab_size, itype, capacity=max(1, min(nnz, budget // 2 // RUN_BYTES)))
     try:
         files = [NpyWriter(folder / f"docs.{part}.npy", dtype, n)
-                 for part, dtype, n in zip(PARTS, (itype, itype, np.float32), (num_docs + 1, nnz, nnz))]
-        d_ptr, d_idx, d_val = files
-        d_ptr.write(np.zeros(1))
+                 for part, dtype, n in zip(PARTS, (itype, itype, np.float32), (num_docs + 1, nnz, nnz))] if documents else []
+        if documents:
+            files[0].write(np.zeros(1))
         row0, pos0 = 0, 0
         for block in blocks():
             for indptr, indices, data in _pieces(block, piece):
                 n, m = indptr.size - 1, indices.size
-                d_ptr.write(pos0 + indptr[1:])  # int64 sums: pos0 may pass 2^31 before the cast
-                d_idx.write(indices)
-                d_val.write(data)
+                if documents:
+                    d_ptr, d_idx, d_val = files
+                    d_ptr.write(pos0 + indptr[1:])  # int64 sums: pos0 may pass 2^31 before the cast
+                    d_idx.write(indices)
+                    d_val.write(data)
                 runs.add(indices, np.repeat(np.arange(row0, row0 + n, dtype=np.int64), np.diff(indptr)), data)
                 row0, pos0 = row0 + n, pos0 + m
         for file in files:

@@ -41,9 +41,10 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from spladekit.model.inference_free import INFERENCE_FREE, encode_bag
-# the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
-from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
+from spladekit.data.numbers import check_int
+from spladekit.model.inference_free import encode_bag
+from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE, EncoderMetadata, _first_line, check_top_k, damaged_weights_error
+from spladekit.model.pruning import of_record, prune, record_of
 from spladekit.model.splade import SpladeModel
 
 
@@ -76,7 +77,7 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
     The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
-    (the encoder, training (``train.loop.load_model``), the reproduction runner and calibration all
+    (the encoder, training (``train.step.load_model``), the reproduction runner and calibration all
     load through it), which calls this with the folder that holds the masked LM.
 
     transformers fills weights missing from a checkpoint with random values and only logs it; a
@@ -257,6 +258,18 @@ class SpladeEncoder:
         device: torch device; default: CUDA when available, else CPU.
         query_weights: ``[V]`` weights of an inference-free query side (then
             :meth:`encode_queries` needs no forward pass; see :mod:`spladekit.model.inference_free`).
+
+    Example::
+
+        >>> from spladekit import SpladeEncoder
+        >>> encoder = SpladeEncoder.from_pretrained("rasyosef/splade-tiny")
+        >>> docs = encoder.encode_documents(["proteins do most of the work in cells", "the moon orbits the earth"])
+        >>> query = encoder.encode_queries(["what do proteins do"])
+        >>> docs.shape, docs.dtype  # one row per text, one column per vocabulary entry
+        ((2, 30522), dtype('float32'))
+        >>> scores = (query @ docs.T).toarray()[0]  # SPLADE scores are dot products
+        >>> bool(scores[0] > scores[1])
+        True
     """
 
     def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
@@ -295,6 +308,8 @@ class SpladeEncoder:
         dtype: torch.dtype | None = None,
         head_impl: str | None = None,
         trust_remote_code: bool = False,
+        query_pruning=None,
+        doc_pruning=None,
     ) -> "SpladeEncoder":
         """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`) in
         any layout :func:`spladekit.model.folders.read_model_folder` reads (spladekit, Hugging Face
@@ -302,7 +317,9 @@ class SpladeEncoder:
 
         Arguments left as None come from the folder (``spladekit.json``, else what the
         sentence-transformers or OpenSearch files say, else the defaults 64/256); pooling, activation
-        and the inference-free query side always come from the folder.
+        and the inference-free query side always come from the folder. ``query_pruning`` /
+        ``doc_pruning``: a :class:`~spladekit.model.pruning.PruningRule` (or its record or
+        ``KIND=VALUE`` text) applied after the top-k (None: the folder's).
 
         Code from the folder runs only with ``trust_remote_code`` (:mod:`spladekit.model.remote_code`):
         a folder of custom sentence-transformers modules then gives a
@@ -326,13 +343,17 @@ class SpladeEncoder:
 
         folder = read_model_folder(location, trust_remote_code)
         if folder.layout == CUSTOM_LAYOUT:
+            if query_pruning is not None or doc_pruning is not None:
+                raise ValueError("query_pruning / doc_pruning: a folder of custom sentence-transformers modules is encoded by "
+                                 "sentence-transformers, which applies no pruning rule; prune the vectors instead (spladekit.model.pruning.prune)")
             return RemoteCodeEncoder.load(folder, max_lengths=(query_max_length, doc_max_length), query_top_k=query_top_k,
                                           doc_top_k=doc_top_k, batch_size=batch_size, device=device, source=str(name_or_path))
         meta = folder.metadata()  # refusals before any weights load
         mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
         for key, value in dict(
-            query_max_length=query_max_length, doc_max_length=doc_max_length, query_top_k=query_top_k, doc_top_k=doc_top_k
+            query_max_length=query_max_length, doc_max_length=doc_max_length, query_top_k=query_top_k, doc_top_k=doc_top_k,
+            query_pruning=record_of(query_pruning), doc_pruning=record_of(doc_pruning),
         ).items():
             if value is not None:
                 setattr(meta, key, value)
@@ -414,7 +435,7 @@ class SpladeEncoder:
             ValueError: ``max_length`` is not an integer ≥ 2 (``[CLS]`` and ``[SEP]`` need two
                 positions; transformers would silently not truncate at all below that).
         """
-        _check_int(max_length, "max_length", 2, " (special tokens included)")
+        check_int(max_length, "max_length", 2, note=" (special tokens included)")
         limit = self.max_positions
         if limit is not None and max_length > limit:
             import warnings
@@ -452,9 +473,12 @@ class SpladeEncoder:
         show_progress: bool = False,
         desc: str = "encoding",
         on_batch: Callable[[int], None] | None = None,
+        pruning=None,
     ) -> sp.csr_matrix:
         """Encode ``texts`` into a ``[len(texts), V]`` CSR matrix (float32); ``on_batch(n)`` is called
-        after each batch of ``n`` texts (e.g. a caller's progress bar).
+        after each batch of ``n`` texts (e.g. a caller's progress bar). ``pruning``: a
+        :class:`~spladekit.model.pruning.PruningRule` (or its record or text) applied to each vector
+        after ``top_k`` (:func:`spladekit.model.pruning.prune`).
 
         Texts are processed in order of length (less padding), and rows are returned in input order.
         The number of texts longer than ``max_length`` tokens is stored in ``self.last_truncated``.
@@ -468,9 +492,10 @@ class SpladeEncoder:
         if isinstance(texts, (str, bytes)):
             raise TypeError("texts must be a sequence of strings, got a single string (wrap it in a list)")
         check_top_k(top_k)
+        pruning = of_record(pruning)
         max_length = self.check_max_length(max_length)
         batch_size = batch_size or self.batch_size
-        _check_int(batch_size, "batch_size", 1)
+        check_int(batch_size, "batch_size", 1)
         texts = list(texts)
         bad = next((i for i, t in enumerate(texts) if t is None or isinstance(t, (bytes, bytearray))), None)
         if bad is not None:  # str() would encode the text "None" / "b'...'": a vector of the wrong text
@@ -482,7 +507,7 @@ class SpladeEncoder:
             chunk = [texts[i] for i in order[start : start + batch_size]]
             batch = self.tokenize(chunk, max_length)
             truncated += self._count_truncated(chunk, max_length, batch)
-            blocks.append(weights_to_csr(self._weights(batch), top_k))
+            blocks.append(prune(weights_to_csr(self._weights(batch), top_k), pruning))
             if on_batch is not None:
                 on_batch(len(chunk))
         self.last_truncated = truncated
@@ -496,7 +521,7 @@ class SpladeEncoder:
         return stacked[inverse].astype(np.float32)
 
     def encode_queries(self, queries: Sequence[str], **kwargs) -> sp.csr_matrix:
-        """Encode queries with ``query_max_length`` and ``query_top_k``; see :meth:`encode`.
+        """Encode queries with ``query_max_length``, ``query_top_k`` and ``query_pruning``; see :meth:`encode`.
 
         With an inference-free query side (:attr:`query_weights`), no forward pass: each query is
         the bag of its tokens weighted by ``query_weights``
@@ -508,12 +533,14 @@ class SpladeEncoder:
             max_length = self.check_max_length(self.metadata.query_max_length)
             matrix, self.last_truncated = encode_bag(self.tokenizer, list(queries), self.query_weights, max_length,
                                                      self.metadata.query_top_k)
-            return matrix
-        return self.encode(queries, self.metadata.query_max_length, self.metadata.query_top_k, desc="queries", **kwargs)
+            return prune(matrix, self.metadata.query_pruning)
+        return self.encode(queries, self.metadata.query_max_length, self.metadata.query_top_k, desc="queries",
+                           pruning=self.metadata.query_pruning, **kwargs)
 
     def encode_documents(self, documents: Sequence[str], **kwargs) -> sp.csr_matrix:
-        """Encode documents with ``doc_max_length`` and ``doc_top_k``; see :meth:`encode`."""
-        return self.encode(documents, self.metadata.doc_max_length, self.metadata.doc_top_k, desc="documents", **kwargs)
+        """Encode documents with ``doc_max_length``, ``doc_top_k`` and ``doc_pruning``; see :meth:`encode`."""
+        return self.encode(documents, self.metadata.doc_max_length, self.metadata.doc_top_k, desc="documents",
+                           pruning=self.metadata.doc_pruning, **kwargs)
 
     # ------------------------------------------------------------------ reading vectors
     @property

@@ -1,7 +1,7 @@
 """What spladekit stores next to a model (``spladekit.json``: :class:`EncoderMetadata`) and the checks
 its fields and the model's weights files share.
 
-A room of its own below :mod:`spladekit.model.encoder`, :mod:`spladekit.model.folders` and
+A module below :mod:`spladekit.model.encoder`, :mod:`spladekit.model.folders` and
 :mod:`spladekit.model.inference_free`, which all read it (it imports none of them; no torch).
 """
 
@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from spladekit.data.numbers import check_int
+
 METADATA_FILE = "spladekit.json"
+INFERENCE_FREE = "inference-free"
+"""``EncoderMetadata.query_encoder`` of a model whose queries are a bag of their tokens weighted by
+``query_weights.safetensors`` (:mod:`spladekit.model.inference_free`); the other value is ``"splade"``."""
 
 
 @dataclass
@@ -37,6 +42,10 @@ class EncoderMetadata:
             (:mod:`spladekit.model.pooling`); None: all of them.
         fold: the folded vocabulary (``{"rule", "columns", "terms"}``, :mod:`spladekit.model.folding`):
             vectors have one column per term; None: one per vocabulary entry.
+        query_pruning: a pruning rule applied to every query vector after ``query_top_k``
+            (:class:`spladekit.model.pruning.PruningRule` as its record ``{"kind", "value"}``; None: none).
+            A rule (or its ``KIND=VALUE`` text) given to the constructor is stored as its record.
+        doc_pruning: the same for document vectors (after ``doc_top_k``).
     """
 
     query_max_length: int = 64
@@ -51,6 +60,13 @@ class EncoderMetadata:
     zero_special_tokens: bool = False
     position_top_k: int | None = None
     fold: dict | None = None
+    query_pruning: dict | None = None
+    doc_pruning: dict | None = None
+
+    def __post_init__(self) -> None:
+        from spladekit.model.pruning import record_of
+
+        self.query_pruning, self.doc_pruning = record_of(self.query_pruning), record_of(self.doc_pruning)
 
     @classmethod
     def load(cls, folder: str | Path) -> "EncoderMetadata":
@@ -60,8 +76,8 @@ class EncoderMetadata:
             DataFormatError: not a JSON object, a key that is not a field (:meth:`save` writes exactly
                 the fields; anything else belongs in ``extra``), or a field of the wrong type (lengths
                 integers ≥ 2, top-k and ``position_top_k`` null or integers ≥ 1, ``zero_special_tokens``
-                a boolean, ``extra`` an object, ``fold`` null or an object, the others strings); names
-                the file and the field.
+                a boolean, ``extra`` an object, ``fold`` null or an object, the pruning rules null or a
+                valid rule, the others strings); names the file and the field.
         """
         path = Path(folder) / METADATA_FILE
         if not path.exists():
@@ -101,22 +117,20 @@ def _field_problem(key: str, value) -> str | None:
         return None if isinstance(value, bool) else "true or false (a JSON boolean)"
     if key == "extra":
         return None if isinstance(value, dict) else "a JSON object"
+    if key in ("query_pruning", "doc_pruning"):
+        from spladekit.model.pruning import record_problem
+
+        return record_problem(value)
     if key == "fold":  # its content is checked where the model loads (VocabularyFold.from_record, with V)
         return None if value is None or isinstance(value, dict) else "null or a JSON object"
     return None if isinstance(value, str) else "a string"
-
-
-def _check_int(value, name: str, minimum: int, note: str = "") -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer (not a bool) ≥ ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer ≥ {minimum}{note}, got {value!r}")
 
 
 def check_top_k(top_k, name: str = "top_k") -> None:
     """Raise ``ValueError`` unless ``top_k`` is None or an integer ≥ 1 (0 would empty every vector,
     a negative value would cut from the wrong end)."""
     if top_k is not None:
-        _check_int(top_k, name, 1, " or None (keep every term)")
+        check_int(top_k, name, 1, note=" or None (keep every term)")
 
 
 def _first_line(exc: BaseException) -> str:

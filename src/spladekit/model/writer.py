@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
-from spladekit.model.metadata import EncoderMetadata
+from spladekit.model.inference_free import save_query_weights
+from spladekit.model.metadata import INFERENCE_FREE, EncoderMetadata
 
 if TYPE_CHECKING:
     import torch
@@ -35,8 +35,8 @@ def write_model_folder(folder: str | Path, model: SpladeModel, tokenizer, metada
     copied into ``extra["rescale"]``. The sentence-transformers files (:mod:`spladekit.model.st_modules`:
     ``SpladePooling`` with this model's pooling and activation; the ``Router`` layout for an
     inference-free query side) are not written where that library would compute other vectors
-    (special-token columns zeroed, a per-position cap, a folded vocabulary, a query side whose size
-    differs from the tokenizer's vocabulary); ``extra["sentence_transformers"]`` then says why.
+    (special-token columns zeroed, a per-position cap, a folded vocabulary, a pruning rule, a query side
+    whose size differs from the tokenizer's vocabulary); ``extra["sentence_transformers"]`` then says why.
     """
     from transformers.utils import logging as hf_logging
 
@@ -83,4 +83,9 @@ def _sentence_transformers_cannot(meta: EncoderMetadata) -> str:
         return "SpladePooling has no per-position cap (position_top_k)"
     if meta.fold is not None:
         return "SpladePooling has no folded vocabulary"
+    if meta.query_pruning or meta.doc_pruning:  # SparseEncoder would give the unpruned vectors
+        from spladekit.model.pruning import of_record
+
+        rules = ", ".join(f"{k}={of_record(getattr(meta, k))}" for k in ("query_pruning", "doc_pruning") if getattr(meta, k))
+        return f"sentence-transformers cannot apply the pruning rule ({rules})"
     return ""

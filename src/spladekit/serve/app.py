@@ -3,10 +3,11 @@
 Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
 
 - ``POST /search``: texts (encoded here with the index's model) or sparse vectors → top-``k``
-  documents per query, by :meth:`spladekit.index.index.Index.search` itself (exact or Seismic), so
-  the hits are those of an in-process search of the same vectors. Bodies:
+  documents per query, by :meth:`spladekit.index.index.Index.search` itself (exact, Seismic or
+  two-step), so the hits are those of an in-process search of the same vectors. Bodies:
   ``{"query": "text"}``, ``{"query": ["a", "b"]}``, ``{"vector": {"indices": [..], "values": [..]}}``
   or a list of vectors; ``k``, ``backend``, ``seismic`` (``query_cut``, ``heap_factor``, ``n_knn``),
+  ``two_step`` (``candidates``),
   ``fields`` (``ids`` | ``scores`` | ``terms``), ``top_terms`` (rules: :mod:`spladekit.serve.schemas`).
 - ``GET /health``: ``{"status": "ok", ...}`` once the index and encoder are loaded (no key needed).
 - ``GET /info``: the index's settings record (``index.json``: model, max lengths, counts, content
@@ -21,7 +22,8 @@ it); 503 queue full, queue-wait deadline passed or expected to pass
 seconds); 500 an unexpected failure of one batch (logged; the server goes on). Every error body is :class:`~spladekit.serve.schemas.ErrorResponse`.
 
 What a request cannot do: write anything (the index folder is only read: the Seismic index is
-served only when it is already stored there, never built by a request), name a file to read
+served only when it is already stored there, never built by a request, and so is two-step search's
+pruned copy), name a file to read
 (no field is a path), or change the server's settings.
 
 Several worker processes (``workers``) each run this application: each maps the same index files

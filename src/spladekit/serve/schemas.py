@@ -17,7 +17,8 @@ silent correction:
   float32 query weights and scores finite: a JSON number like 1e39 is finite as float64 but ``inf``
   as float32);
 - ``k`` an integer in ``[1, max_k]``; ``backend`` one the server has; ``seismic`` parameters only
-  with ``backend: "seismic"``; ``top_terms`` only with ``fields: "terms"``;
+  with ``backend: "seismic"``, ``two_step`` ones (``candidates`` in ``[1,`` :data:`MAX_CANDIDATES` ``]``)
+  only with ``backend: "two_step"``; ``top_terms`` only with ``fields: "terms"``;
 - numbers are JSON numbers of the right kind (``"10"``, ``10.0`` or ``true`` for ``k`` are refused:
   strict types), and unknown fields are refused (``extra="forbid"``).
 """
@@ -34,6 +35,9 @@ MAX_WEIGHT = 1e6
 """Largest query weight accepted (float32 holds 3.4e38; 1e6 × an impact × V terms stays far below)."""
 
 FIELDS = ("ids", "scores", "terms")
+
+MAX_CANDIDATES = 100_000
+"""Most candidates a two-step request may ask to rescore (each costs a look-up per query term)."""
 
 
 def _visible(text: str) -> bool:
@@ -59,7 +63,7 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         texts) or ``vector`` (list of ``SparseVector``) set, never both.
     """
 
-    return _search_request_model(_sparse_vector_model(vocab_size), _seismic_model(vocab_size, max_knn), backends, max_k,
+    return _search_request_model(_sparse_vector_model(vocab_size), _seismic_model(vocab_size, max_knn), _two_step_model(), backends, max_k,
                                  max_query_chars, max_queries, max_top_terms, unavailable or {})
 
 
@@ -130,8 +134,23 @@ def _seismic_model(vocab_size: int, max_knn: int) -> type[BaseModel]:
     return SeismicParams
 
 
-def _search_request_model(SparseVector: type[BaseModel], SeismicParams: type[BaseModel], backends: tuple[str, ...], max_k: int,
-                          max_query_chars: int, max_queries: int, max_top_terms: int, unavailable: dict[str, str]) -> type[BaseModel]:
+def _two_step_model() -> type[BaseModel]:
+    """``TwoStepParams``: a request's two-step search parameters (the stored copy's rule is the server's)."""
+
+    class TwoStepParams(BaseModel):
+        """Two-step search's parameters (:class:`spladekit.index.two_step.TwoStepConfig`)."""
+
+        model_config = ConfigDict(extra="forbid")
+
+        candidates: StrictInt | None = Field(None, ge=1, le=MAX_CANDIDATES, description="documents of the pruned copy's first step "
+                                             "rescored with the full vectors (at least k are; default: spladekit's)")
+
+    return TwoStepParams
+
+
+def _search_request_model(SparseVector: type[BaseModel], SeismicParams: type[BaseModel], TwoStepParams: type[BaseModel],
+                          backends: tuple[str, ...], max_k: int, max_query_chars: int, max_queries: int, max_top_terms: int,
+                          unavailable: dict[str, str]) -> type[BaseModel]:
     """``SearchRequest``: the ``POST /search`` body (the module's rules)."""
 
     def _text(text: str) -> str:
@@ -152,8 +171,9 @@ def _search_request_model(SparseVector: type[BaseModel], SeismicParams: type[Bas
         vector: list[SparseVector] | None = Field(None, min_length=1, max_length=max_queries,
                                                   description=f"a sparse vector or a list of 1-{max_queries}")
         k: StrictInt = Field(10, ge=1, le=max_k, description="results per query")
-        backend: Literal["exact", "seismic"] = Field("exact", description=f"available here: {', '.join(backends)}")
+        backend: Literal["exact", "seismic", "two_step"] = Field("exact", description=f"available here: {', '.join(backends)}")
         seismic: SeismicParams | None = Field(None, description="Seismic search parameters (backend seismic only)")
+        two_step: TwoStepParams | None = Field(None, description="two-step search parameters (backend two_step only)")
         fields: Literal["ids", "scores", "terms"] = Field(
             "scores", description="ids: document ids; scores: ids and scores; terms: also the query's top terms")
         top_terms: StrictInt | None = Field(None, ge=1, le=max_top_terms, description="query terms listed with fields 'terms' (default 10)")
@@ -177,6 +197,8 @@ def _search_request_model(SparseVector: type[BaseModel], SeismicParams: type[Bas
                 raise ValueError("give exactly one of 'query' (texts) and 'vector' (sparse vectors)")
             if self.seismic is not None and self.backend != "seismic":
                 raise ValueError("'seismic' parameters apply to backend 'seismic' only")
+            if self.two_step is not None and self.backend != "two_step":
+                raise ValueError("'two_step' parameters apply to backend 'two_step' only")
             if self.top_terms is not None and self.fields != "terms":
                 raise ValueError("'top_terms' applies to fields 'terms' only")
             return self

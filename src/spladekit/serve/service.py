@@ -51,11 +51,13 @@ class Service:
         self.num_docs, self.vocab_size = self.index.docs.shape
         self.shared = False
         self._load_encoder()
-        missing = _seismic_unavailable(self.index)
-        self.unavailable = {"seismic": missing} if missing else {}
-        self.backends = ("exact",) if missing else ("exact", "seismic")
+        missing = {"seismic": _seismic_unavailable(self.index), "two_step": _two_step_unavailable(self.index)}
+        self.unavailable = {name: why for name, why in missing.items() if why}
+        self.backends = ("exact", *(name for name, why in missing.items() if not why))
         if "seismic" in self.backends:
             self.index.seismic()  # the stored index, loaded once here (never built by a request)
+        if "two_step" in self.backends:
+            self.index.pruned()  # the stored pruned copy, checked and loaded once here (never built by a request)
         self.vocabulary = _vocabulary(self.index, self.encoder)
         self.request_model = request_model(self.vocab_size, self.backends, config.max_k, config.max_query_chars, config.max_queries,
                                            unavailable=self.unavailable,
@@ -102,7 +104,8 @@ class Service:
         if self.encoder is not None:
             m = self.encoder.metadata
             encoder = {"kind": self.encoder_kind, "model": self.config.model or meta.get("model"),
-                       "query_max_length": m.query_max_length, "query_top_k": m.query_top_k}
+                       "query_max_length": m.query_max_length, "query_top_k": m.query_top_k,
+                       "query_pruning": getattr(m, "query_pruning", None)}
         return {"server": {"name": "spladekit", "version": __version__, "settings": settings},
                 "index": {"num_docs": self.num_docs, "vocab_size": self.vocab_size, "model": meta.get("model"),
                           "query_max_length": meta.get("query_max_length"), "doc_max_length": meta.get("doc_max_length"),
@@ -156,11 +159,13 @@ class Service:
 
     def _searcher(self, request) -> SearcherConfig:
         """The searcher configuration of a validated request: its ``backend`` with its parameters
-        (Seismic: the request's ``seismic`` fields, this worker's threads; never a build: the stored
-        index as loaded)."""
+        (Seismic: the request's ``seismic`` fields, this worker's threads; two-step: the request's
+        ``two_step`` fields; never a build: the stored index or pruned copy as loaded)."""
         from spladekit.index.index import searcher_config
         from spladekit.index.seismic import SeismicSearchParams
 
+        if request.backend == "two_step":  # the stored copy's rule; the request's candidates, else the default
+            return searcher_config("two_step", **(request.two_step.model_dump(exclude_none=True) if request.two_step is not None else {}))
         if request.backend != "seismic":
             return searcher_config(request.backend)
         asked = request.seismic.model_dump(include={"query_cut", "heap_factor", "n_knn"}) if request.seismic is not None else {}
@@ -238,6 +243,14 @@ def _seismic_unavailable(index) -> str | None:
         reason = "the stored Seismic index was built over other vectors"
     log.warning("%s: %s; serving exact search only", index.folder, reason)
     return reason
+
+
+def _two_step_unavailable(index) -> str | None:
+    """Why two-step search cannot be served from this folder (no stored pruned copy), or None when it
+    can (a stored copy that is not this index's is refused when it is loaded, naming the file)."""
+    if (index.folder / "pruned" / "pruned.json").exists():
+        return None
+    return "two-step search needs a pruned copy stored in the index folder (`spladekit search --backend two_step` builds it)"
 
 
 def _vocabulary(index, encoder) -> list[str] | None:

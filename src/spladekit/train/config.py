@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
 from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec
+from spladekit.model.metadata import INFERENCE_FREE
 from spladekit.overrides import apply_overrides
 from spladekit.settings import Settings
 
@@ -42,7 +43,7 @@ class ModelConfig(Settings):
                                     "spladekit.model.remote_code); only for a folder whose code you trust")
 
 
-class RescaleConfig(RescaleSpec):
+class TrainRescaleConfig(RescaleSpec):
     """MLM-head rescaling (and shift) at initialisation: the one
     :class:`~spladekit.model.calibrate.spec.RescaleSpec` (arXiv 2606.18811 §3) plus ``sample_texts``, the
     number of training documents ``target_logit``, ``joint`` and an ``activity`` target calibrate on."""
@@ -116,14 +117,51 @@ class LossConfig(Settings):
                                       "(None: no check)")
 
 
-class RegularizerConfig(Settings):
-    """Sparsity regulariser ``flops`` or ``l1`` with weights λ_q, λ_d and quadratic warm-up over
-    ``warmup_steps`` (λ_t = λ·min(1, t/T)²)."""
+class DfFlopsConfig(Settings):
+    """DF-FLOPS (Porco et al., arXiv 2505.15070; :mod:`spladekit.train.regularizers`): each term's
+    FLOPS share is scaled by ``a(DF_j/|C|) = 1 / (1 + (x^(log_α 2) − 1)^β)`` of its document
+    frequency among ``sample_docs`` training documents encoded by the model, re-estimated every
+    ``refresh_every`` steps (:class:`spladekit.train.term_weights.DocumentFrequencyEstimate`).
+    ``alpha`` and ``beta`` have no default: they set which terms count as frequent, a choice per
+    corpus and latency target."""
 
-    kind: Literal["flops", "l1"] = "flops"
+    alpha: float = Field(gt=0.0, lt=1.0, description="the document-frequency share at which a term's weight is 1/2")
+    beta: float = Field(gt=0.0, description="steepness of the weight around alpha (larger: closer to a step)")
+    refresh_every: int = Field(100, ge=1, description="steps between estimates (the paper re-estimates every 100 steps)")
+    sample_docs: int = Field(1000, ge=1, description="training documents encoded per estimate; a share p estimated "
+                             "from n documents has standard error sqrt(p(1-p)/n), at most 0.016 at n = 1000")
+
+
+class RegularizerConfig(Settings):
+    """Sparsity regulariser with weights λ_q, λ_d and quadratic warm-up over ``warmup_steps``
+    (λ_t = λ·min(1, t/T)²); formulas and sources in :mod:`spladekit.train.regularizers`.
+
+    Kinds: ``flops``, ``l1``; ``flops_l0`` (FLOPS over the vectors with more than ``threshold``
+    active terms: sentence-transformers' ``FlopsLoss(threshold)``); ``idf_flops`` (each term's FLOPS
+    share divided by its IDF among the training documents, Geng et al.); ``df_flops`` (scaled by a
+    function of the term's document frequency under the model, ``df``). ``anti_zero`` adds naver/splade's
+    ``1/(Σ w)²`` per side with that weight (no warm-up; 0: off).
+    """
+
+    kind: Literal["flops", "l1", "flops_l0", "idf_flops", "df_flops"] = "flops"
     lambda_q: float = Field(1e-3, ge=0.0)
     lambda_d: float = Field(1e-3, ge=0.0)
     warmup_steps: int = Field(0, ge=0)
+    threshold: float | None = Field(None, ge=0.0, description="flops_l0: vectors with at most this many active "
+                                    "terms are not penalised")
+    df: DfFlopsConfig | None = Field(None, description="df_flops: {alpha, beta, refresh_every, sample_docs}")
+    anti_zero: float = Field(0.0, ge=0.0, description="weight of the anti-zero term 1/(sum of a side's weights)^2 "
+                             "(naver/splade adds it with weight 1); 0: off")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RegularizerConfig":
+        if (self.kind == "flops_l0") != (self.threshold is not None):
+            raise ValueError("regularizer.threshold goes with kind flops_l0, and kind flops_l0 needs it" if self.threshold
+                             is None else f"regularizer.threshold applies to kind flops_l0 only, not {self.kind}")
+        if (self.kind == "df_flops") != (self.df is not None):
+            raise ValueError("kind df_flops needs regularizer.df: {alpha, beta} (refresh_every, sample_docs optional)"
+                             if self.df is None else f"regularizer.df applies to kind df_flops only, not {self.kind}")
+        return self
 
 
 class MonitorConfig(Settings):
@@ -185,7 +223,7 @@ class TrainConfig(Settings):
     """
 
     model: ModelConfig = ModelConfig()
-    rescale: RescaleConfig = RescaleConfig()
+    rescale: TrainRescaleConfig = TrainRescaleConfig()
     head: HeadSpec = Field(HeadSpec(), description="the SPLADE head's options: position_top_k (a cap on each position's "
                            "expansion), fold_vocabulary (byte-level BPE case and word-start variants as one term)")
     data: DataConfig = DataConfig()
@@ -223,7 +261,7 @@ class TrainConfig(Settings):
                              "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
-        if self.head.fold_vocabulary and self.model.query_encoder == "inference-free":
+        if self.head.fold_vocabulary and self.model.query_encoder == INFERENCE_FREE:
             raise ValueError("head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
                              "vocabulary entry, the vectors per folded term")
         return self

@@ -1,5 +1,6 @@
-"""What every engine writer shares: the model's SPLADE variant, refusals by name, the CPU copy
-that is traced, and the files every export folder holds (``spladekit.json``, ``HOW_TO_LOAD.md``)."""
+"""What every engine writer shares: the model's SPLADE variant, refusals by name (a pruning rule
+among them: no engine's encoder applies one), the CPU copy that is traced, and the files every export
+folder holds (``spladekit.json``, ``HOW_TO_LOAD.md``)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def variant(encoder, engine: str, pooling: str | None = None, activation: str | 
 
     Raises:
         ValueError: unknown pooling or activation.
+        UnsupportedModelError: the model sets a pruning rule (:func:`refuse_pruning`).
     """
     meta = encoder.metadata
     pooling = pooling or meta.pooling
@@ -71,10 +73,29 @@ def variant(encoder, engine: str, pooling: str | None = None, activation: str | 
         zero += [int(j) for j in getattr(tokenizer, "all_special_ids", []) or []]
     model = encoder.model
     cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
-    return Variant(engine=engine, family=model.head.family, pooling=pooling, activation=activation,
-                   vocab_size=model.vocab_size, zero_ids=sorted(set(zero)),
-                   inference_free=encoder.query_weights is not None, source=meta.source,
-                   position_top_k=cap, folded=model.fold is not None)
+    v = Variant(engine=engine, family=model.head.family, pooling=pooling, activation=activation,
+                vocab_size=model.vocab_size, zero_ids=sorted(set(zero)),
+                inference_free=encoder.query_weights is not None, source=meta.source,
+                position_top_k=cap, folded=model.fold is not None)
+    refuse_pruning(v, meta)
+    return v
+
+
+def refuse_pruning(v: Variant, meta) -> None:
+    """Refuse a model whose metadata sets a pruning rule (``query_pruning`` / ``doc_pruning``,
+    :mod:`spladekit.model.pruning`): an engine runs its own encoder, which applies no spladekit rule,
+    so its vectors would not be the pruned ones.
+
+    Raises:
+        UnsupportedModelError: naming the rule (see :func:`refuse`).
+    """
+    from spladekit.model.pruning import of_record
+
+    for key in ("query_pruning", "doc_pruning"):
+        rule = getattr(meta, key, None)
+        if rule:
+            refuse(v, f"the pruning rule {key} {of_record(rule)}: the engine's encoder cannot apply it (export the "
+                      f"model without it, or prune the vectors spladekit writes: `spladekit export`)")
 
 
 def refuse(v: Variant, what: str) -> None:
