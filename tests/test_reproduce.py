@@ -101,8 +101,9 @@ def test_shipped_configs_validate():
     assert [d.name for d in paper.evaluation.out_of_domain] and len(paper.evaluation.out_of_domain) == 13
     local = load_reproduce_config(ROOT / "configs" / "reproduce-local.yaml")
     ids = [c.id for c in plan_grid(local)]
-    assert ids[:4] == ["tiny--none--s0", "tiny--none--s1", "tiny--none--s2", "tiny-uniform--none--s0"]
-    assert len(ids) == len(set(ids)) == 3 * (1 + 2 + 4 + 4 + 4)  # 3 seeds; treatments of 4 backbones + 4 extra sweep points
+    assert ids[:4] == ["tiny--none--s0", "tiny--none--s1", "tiny--none--s2", "tiny--cap12--s0"]
+    # 3 seeds; treatments of 4 backbones (tiny: none, cap12; uniform: 4; per-row and LayerNorm gain: 6) + 4 extra sweep points
+    assert len(ids) == len(set(ids)) == 3 * (2 + 4 + 6 + 6 + 4)
 
 
 def _write(tmp_path: Path, data: dict) -> Path:
@@ -655,6 +656,11 @@ def test_the_runner_sets_the_head_up_for_shift_and_cap_treatments(shared, tmp_pa
     step = json.loads((Path(shifted["model"]) / "config.json").read_text())["spladekit_rescale"]["history"][0]
     assert step["shift_mode"] == "activity" and step["activity_reached"] == step["activity_target"]
     assert abs(step["shift"]) < 0.5  # the midpoint between two neighbouring pooled logits around the same count
+    from spladekit.reproduce.report import cell_row
+
+    row = cell_row({"id": "tiny--shift--s0", "arm": "tiny/shift", "backbone": "tiny", "treatment": "shift", "seed": 0,
+                    "init": shifted}, config)
+    assert row["shift"] == step["shift"] and row["factor"] == 1.0  # the report's head shift is the one the model stores
     capped = runner.init_cell(cells["cap12"], str(shared / "models" / "splade-tiny"), config, tmp_path / "cap")
     assert SpladeEncoder.from_pretrained(capped["model"], device="cpu").model.position_top_k == 12
     # the diagnoses count the head that runs: the uncapped start model before, the capped one after (a cap

@@ -84,15 +84,53 @@ def test_local_config_is_the_non_circular_grid():
     assert set(kinds.values()) == {None, "uniform", "row_lognormal", "ln_gain"}
     assert len(config.seeds) >= 3 and all(d.max_docs is None for _, d in config.evaluation.datasets())
     assert [d.path for d in config.evaluation.out_of_domain] == ["cranfield", "cisi", "medline", "cacm"]
-    assert {t.name for t in config.treatments} == {"none", "constant", "calibrated", "match-norm"}
+    assert {t.name for t in config.treatments} == {"none", "constant", "calibrated", "match-norm", "shift", "scale+shift",
+                                                   "cap12"}
     scales = [s for s, _ in config.sweep_points()]
     assert min(scales) == 1 / 64 and max(scales) == 16
     cells = plan_grid(config)
     arms = {c.arm for c in cells}
     for backbone in ("tiny-rows", "tiny-lngain"):
         assert {f"{backbone}/{t}" for t in ("none", "constant", "calibrated", "match-norm")} <= arms
+    for backbone in ("tiny-uniform", "tiny-rows", "tiny-lngain"):  # the shift's question, on every emulation
+        assert {f"{backbone}/{t}" for t in ("none", "constant", "shift", "scale+shift")} <= arms
+    assert {a for a in arms if a.endswith("/cap12")} == {"tiny/cap12"}  # the cap on the original head only
     for arm in arms - {c.arm for c in cells if c.treatment.name.startswith("sweep-")}:
         assert len([c for c in cells if c.arm == arm]) >= 3, arm
+    by_name = {t.name: t for t in config.treatments}
+    calibrated, joint = by_name["calibrated"].rescale, by_name["scale+shift"].rescale
+    # scale+shift's factor is calibrated's (the same std target), its shift the shift treatment's (the same activity)
+    assert joint.mode == "joint" and joint.target == calibrated.target and calibrated.statistic == "std"
+    assert joint.activity == by_name["shift"].rescale.activity == "rasyosef/splade-tiny"
+
+
+def test_the_local_grid_as_first_run_keeps_its_fingerprints():
+    """The 45 cells of the local grid before the shift, scale+shift and cap treatments were added (the
+    config without them) have the very stage fingerprints they have in the grid with them, so a rerun
+    into the first run's folder skips them."""
+    from spladekit.reproduce.grid import eval_spec, fingerprint, init_spec, train_spec
+
+    import yaml
+
+    path = ROOT / "configs" / "reproduce-local.yaml"
+    full = load_reproduce_config(path)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    added = {"shift", "scale+shift", "cap12"}
+    data["treatments"] = [t for t in data["treatments"] if t["name"] not in added]
+    first_lists = {"tiny": ["none"], "tiny-uniform": ["none", "constant"], "tiny-rows": None, "tiny-lngain": None}
+    for backbone in data["backbones"]:
+        backbone["treatments"] = first_lists[backbone["name"]]
+    first = ReproduceConfig.model_validate(data)
+
+    def prints(config):
+        return {c.id: (fingerprint(init_spec(config, c)), fingerprint(train_spec(config, c)),
+                       [fingerprint(eval_spec(config, c, d)) for _, d in config.evaluation.datasets()])
+                for c in plan_grid(config)}
+
+    before, after = prints(first), prints(full)
+    assert len(before) == 45 and len(after) == 66
+    assert {k: after[k] for k in before} == before
+    assert {k.split("--")[1] for k in set(after) - set(before)} == added
 
 
 # ------------------------------------------------------------------------------------ matched FLOPS by hand

@@ -60,7 +60,7 @@ def cell_row(result: dict, config: ReproduceConfig) -> dict:
     row = {
         "cell": result["id"], "arm": result["arm"], "backbone": result["backbone"], "treatment": result["treatment"],
         "seed": result["seed"], "status": result.get("status", ""),
-        "factor": number(init.get("factor")),
+        "factor": number(init.get("factor")), "shift": number(init.get("shift")),
         "init_row_norm": number(((after.get("head") or {}).get("row_norm") or {}).get("mean")),
         "init_logit_p99": number((after.get("logits") or {}).get("p99")),
         "init_active_terms": number((((after.get("splade") or {}).get("active_terms")) or {}).get("mean")),
@@ -151,7 +151,8 @@ def _columns(config: ReproduceConfig, per_cell: bool) -> tuple[list[Column], lis
     quality += [Column(f"{first}:q_terms", f"{first} q terms", "{:.1f}"), Column(f"{first}:d_terms", f"{first} d terms", "{:.1f}")]
     quality += [Column(f"{d.name}:flops", f"{d.name} FLOPS", "{:.3g}") for _, d in config.evaluation.datasets()]
     training = list(head) + [
-        Column("factor", "head factor", "{:.4g}"), Column("init_row_norm", "init row norm", "{:.3g}"),
+        Column("factor", "head factor", "{:.4g}"), Column("shift", "head shift", "{:.4g}"),
+        Column("init_row_norm", "init row norm", "{:.3g}"),
         Column("init_logit_p99", "init logit p99", "{:.3g}"), Column("init_active_terms", "init active terms", "{:.0f}"),
         Column("first_loss", "first loss", "{:.4g}"), Column("first_grad_norm", "first grad norm", "{:.4g}"),
         Column("max_grad_norm", "max grad norm", "{:.4g}"), Column("last_loss", "last loss", "{:.4g}"),
