@@ -178,7 +178,7 @@ def training_curves(records, path: str | Path, vocab_size: int | None = None) ->
     val = [r for r in records if r.get("split") == "validation"]
     dev = [r for r in records if r.get("split") == "dev"]
     panels = [
-        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d"), "log", train),
+        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d", "loss_anti_zero"), "log", train),
         ("λ (regulariser weight)", ("lambda_q", "lambda_d"), "linear", train),
         ("active terms per vector", ("active_q", "active_d"), "log", train),
         ("batch FLOPS", ("batch_flops",), "log", train),
