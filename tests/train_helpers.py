@@ -7,9 +7,10 @@ from pathlib import Path
 WORDS = [f"w{i}" for i in range(150)]
 
 
-def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool = True) -> Path:
+def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool = True, bias: float = 1.0) -> Path:
     """A 1-layer BERT masked-LM (V = 155, H = 32) with a word-level tokenizer, saved to ``folder``
-    (``tie``: the decoder shares the word embeddings, as in BERT)."""
+    (``tie``: the decoder shares the word embeddings, as in BERT; ``bias`` added to the decoder bias:
+    the default +1 makes every term active, about −0.1 about half of them)."""
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
@@ -23,7 +24,7 @@ def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool
                         attention_probs_dropout_prob=dropout, tie_word_embeddings=tie)
     model = BertForMaskedLM(config)
     with torch.no_grad():  # a positive decoder bias so that vectors start non-empty
-        model.cls.predictions.bias.add_(1.0)
+        model.cls.predictions.bias.add_(bias)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
