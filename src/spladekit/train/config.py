@@ -262,6 +262,10 @@ class TrainConfig(Settings):
                              "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
+        if self.regularizer.kind == "idf_flops" and self.model.query_encoder == "inference-free":
+            raise ValueError("regularizer.kind idf_flops with model.query_encoder inference-free: the query weights carry "
+                             "the IDF already (Geng et al.'s score sum_j idf_j q_j d_j), and FLOPS on the documents is "
+                             "then their IDF-aware FLOPS: use kind flops (idf_flops would count the IDF twice)")
         if self.head.fold_vocabulary and self.regularizer.kind == "idf_flops":
             raise ValueError("regularizer.kind idf_flops with head.fold_vocabulary: the IDF is per vocabulary entry, "
                              "the vectors per folded term")
