@@ -22,7 +22,7 @@ STAMP := $(VENV)/.spladekit-installed
 # and of src/ written in parallel (compileall -j 0), the packages' tests left out (the pattern is matched
 # against whole paths: only below site-packages, wherever the venv lives). Without it, where
 # PYTHONDONTWRITEBYTECODE is set (as on our machines) Python never writes bytecode, and every process
-# compiled torch's and transformers' sources again: 8 s of a server's 16.5 s start (6 Dec 2026).
+# compiled torch's and transformers' sources again: about half of a server's start (benchmarks/runs/2026-12-06-bytecode.md).
 # A file that does not compile on this Python (torch ships Python 3.12 syntax in its test helpers)
 # is compiled, and refused, at import as without bytecode: a note, not a failed set-up.
 COMPILE := $(PY) -m compileall -q -j 0 -x 'site-packages/(.*/)?tests?/|site-packages/torch/testing/_internal/'

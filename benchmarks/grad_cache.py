@@ -95,7 +95,7 @@ def build(args, folder: Path):
     from spladekit.model.splade import SpladeModel
     from spladekit.train.config import TrainConfig
     from spladekit.train.head_setup import suppress_pad_column
-    from spladekit.train.loop import _Encoder
+    from spladekit.train.step import _Encoder
 
     words = [f"w{i}" for i in range(args.vocab - 5)]
     (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
@@ -125,7 +125,7 @@ def worker(args) -> dict:
 
     from spladekit.train.data import Batch
     from spladekit.train.distributed import DistInfo
-    from spladekit.train.loop import _optimizer, train_step
+    from spladekit.train.step import _optimizer, train_step
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -696,7 +696,8 @@ def test_calibration_cli_size_options_and_out_file(tmp_path, tiny_beir, run_file
 def test_write_system_turns_a_system_name_with_spaces_into_a_one_column_tag(tmp_path):
     """The demo names systems "model (before)"; the run file used to get 7 columns."""
     from spladekit.data.trec import read_run
-    from spladekit.pipeline import SystemResult, write_system
+    from spladekit.evaluate.retrieval import SystemResult
+    from spladekit.evaluate.systems import write_system
 
     write_system(SystemResult("tiny (fine-tuned)", {"q1": {"d1": 1.0}}, {}, {}, 0.0), tmp_path)
     assert (tmp_path / "run.trec").read_text(encoding="utf-8") == "q1 Q0 d1 1 1.0 tiny_(fine-tuned)\n"

@@ -38,7 +38,7 @@ def _beir(folder: Path, examples) -> Path:
 def trained(tmp_path_factory):
     """A 4-step run with dev evaluation every 2 steps (model/ = best, last/ = final), and an
     `evaluate` of model/ on the test split."""
-    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.evaluate.systems import EvalConfig, run_evaluation
     from spladekit.train import train
 
     root = tmp_path_factory.mktemp("card")
@@ -350,7 +350,7 @@ def test_a_diagnosis_goes_into_the_card(trained, tmp_path):
 def test_inference_free_card_and_a_replaced_folder_keeps_its_card(trained, tmp_path, monkeypatch):
     from sentence_transformers import SparseEncoder
 
-    from spladekit.pipeline import build_inference_free
+    from spladekit.cli.inference_free import build_inference_free
 
     out = tmp_path / "if"
     build_inference_free(str(trained["model"]), str(trained["beir"]), out)

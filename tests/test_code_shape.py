@@ -38,19 +38,6 @@ SRC = ROOT / "src"
 PACKAGE = SRC / "spladekit"
 MAX_BODY_LINES = 60
 
-# Functions over the limit in files other work is changing now (``path: function``). An entry goes when
-# its function is split; each must still be too long (a fixed one fails the test until its entry goes).
-PENDING_LONG = {("src/spladekit/mine/api.py", "mine")}
-
-# Notes in docstrings or comments of files other work is changing now (``(path, kind)``, kinds as in
-# NOTE_PATTERNS). The same rule: each entry must still occur.
-PENDING_NOTES = {
-    ("src/spladekit/io.py", "a measurement"),
-    ("src/spladekit/model/cpu_pool.py", "a measurement"),
-    ("src/spladekit/model/cpu_pool.py", "an issue number"),
-    ("src/spladekit/model/onnx_export.py", "a measurement"),
-}
-
 # The public entry points (the brief's list): name → the module that defines it.
 ENTRY_POINTS = {
     "SpladeEncoder": "spladekit.model.encoder",
@@ -60,11 +47,8 @@ ENTRY_POINTS = {
     "diagnose_mlm_head": "spladekit.model.calibrate.diagnose",
     "rescale_mlm_head": "spladekit.model.calibrate.rescale",
     "train": "spladekit.train.trainer",
-    "mine": "spladekit.mine.api",
+    "mine": "spladekit.mine.mining",
 }
-# Entry points in files other work is changing now, whose example is still to be written; each must still
-# lack one.
-PENDING_EXAMPLES = {"SpladeEncoder", "Index", "mine"}
 
 
 # ------------------------------------------------------------------------------------- function length
@@ -100,12 +84,9 @@ def _relative(path: Path) -> str:
 
 
 def test_no_function_body_past_the_limit():
-    found = {(_relative(path), name): f"{_relative(path)}:{line} {name}: {lines} lines"
-             for path in sorted(PACKAGE.rglob("*.py")) for name, line, lines in long_functions(path)}
-    too_long = [text for key, text in found.items() if key not in PENDING_LONG]
+    too_long = [f"{_relative(path)}:{line} {name}: {lines} lines"
+                for path in sorted(PACKAGE.rglob("*.py")) for name, line, lines in long_functions(path)]
     assert not too_long, f"function bodies over {MAX_BODY_LINES} lines (split them by what they do):\n" + "\n".join(too_long)
-    fixed = sorted(PENDING_LONG - set(found))
-    assert not fixed, f"no longer over the limit: remove from PENDING_LONG: {fixed}"
 
 
 def test_the_length_check_can_fail(tmp_path):
@@ -174,15 +155,10 @@ def notes(path: Path) -> list[tuple[int, str, str]]:
 
 
 def test_no_dates_measurements_or_issue_numbers_in_docstrings_or_comments():
-    found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for line, kind, text in notes(path):
-            found.setdefault((_relative(path), kind), []).append(f"{_relative(path)}:{line}: {kind}: {text!r}")
-    bad = [entry for key, entries in sorted(found.items()) if key not in PENDING_NOTES for entry in entries]
+    bad = [f"{_relative(path)}:{line}: {kind}: {text!r}"
+           for path in sorted(PACKAGE.rglob("*.py")) for line, kind, text in notes(path)]
     assert not bad, ("dates, measurements or issue numbers in docstrings or comments (the contract stays; the "
                      "figures go to benchmarks/RESULTS.md or a dated log under benchmarks/runs/):\n" + "\n".join(bad))
-    fixed = sorted(PENDING_NOTES - set(found))
-    assert not fixed, f"no longer found: remove from PENDING_NOTES: {fixed}"
 
 
 @pytest.mark.parametrize(("text", "kind"), [
@@ -249,9 +225,6 @@ def _entry_docstring(name: str) -> str:
 def test_each_entry_point_has_a_runnable_example(name):
     docstring = _entry_docstring(name)
     has_example = EXAMPLE_BLOCK.search(docstring) is not None and DOCTEST_LINE.search(docstring) is not None
-    if name in PENDING_EXAMPLES:
-        assert not has_example, f"{name} has its example now: remove it from PENDING_EXAMPLES"
-        return
     assert has_example, (f"{ENTRY_POINTS[name]}.{name}: its docstring needs an ``Example::`` block of ``>>>`` "
                          "lines (run by tests/test_code_shape.py)")
 

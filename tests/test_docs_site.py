@@ -29,33 +29,6 @@ SRC = ROOT / "src"
 
 pytestmark = pytest.mark.xdist_group("docs-site")  # one build per module, on one worker
 
-# Docstrings the strict build cannot read yet, in files other work is changing now. An entry goes when
-# its docstring is fixed; each must still occur (a fixed one fails the test until its entry is removed).
-PENDING_WARNINGS = [
-    ("src/spladekit/model/onnx_export.py", "Parameter 'pooling, activation' does not appear"),
-]
-PENDING_UNDOCUMENTED = {
-    "spladekit.model.onnx_export.OnnxSpladeEncoder.vocab_size",
-    "spladekit.model.onnx_export.OnnxSpladeEncoder.max_positions",
-}
-
-
-class _Pending(logging.Filter):
-    """Drops (and counts) the warnings of :data:`PENDING_WARNINGS`; keeps every other record."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = {entry: 0 for entry in PENDING_WARNINGS}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        for entry in PENDING_WARNINGS:
-            if entry[0] in message and entry[1] in message:
-                self.seen[entry] += 1
-                return False
-        return True
-
-
 class _Warnings(logging.Handler):
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -67,11 +40,10 @@ class _Warnings(logging.Handler):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> dict:
-    """Build the site with ``--strict`` into a temporary folder: ``{"dir", "pending", "warnings", "error"}``."""
+    """Build the site with ``--strict`` into a temporary folder: ``{"dir", "warnings", "error"}``."""
     out = tmp_path_factory.mktemp("site")
-    pending, warnings = _Pending(), _Warnings()
-    griffe_log, mkdocs_log = logging.getLogger("mkdocs.plugins.griffe"), logging.getLogger("mkdocs")
-    griffe_log.addFilter(pending)
+    warnings = _Warnings()
+    mkdocs_log = logging.getLogger("mkdocs")
     mkdocs_log.addHandler(warnings)
     error = None
     try:
@@ -79,16 +51,13 @@ def site(tmp_path_factory) -> dict:
     except Abort as exc:
         error = str(exc)
     finally:
-        griffe_log.removeFilter(pending)
         mkdocs_log.removeHandler(warnings)
-    return {"dir": out, "pending": pending.seen, "warnings": warnings.messages, "error": error}
+    return {"dir": out, "warnings": warnings.messages, "error": error}
 
 
 def test_strict_build_passes(site):
     assert site["error"] is None, f"{site['error']}\n" + "\n".join(site["warnings"])
     assert not site["warnings"]
-    stale = [entry for entry, count in site["pending"].items() if count == 0]
-    assert not stale, f"these docstrings were fixed: remove them from PENDING_WARNINGS: {stale}"
     for page in ["index.html", "api/index.html", "api/model/index.html", "benchmarks/RESULTS/index.html", "training/index.html"]:
         assert (site["dir"] / page).is_file(), page
 
@@ -208,8 +177,7 @@ def test_every_public_name_is_documented(site):
     for path, public in names.items():
         obj = griffe_object(package, path)
         if not (obj.docstring and obj.docstring.value.strip()):
-            if path not in PENDING_UNDOCUMENTED:
-                undocumented.append(path)
+            undocumented.append(path)
             continue
         anchor = next((anchor for anchor in [*public, path] if anchor in found), None)
         if anchor is None:
@@ -219,14 +187,11 @@ def test_every_public_name_is_documented(site):
                 if member.name.startswith("_") or member.is_alias or not (member.is_function or "property" in member.labels):
                     continue
                 if not (member.docstring and member.docstring.value.strip()):
-                    if member.path not in PENDING_UNDOCUMENTED:
-                        undocumented.append(member.path)
+                    undocumented.append(member.path)
                 elif f"{anchor}.{member.name}" not in found:
                     missing.append(f"{anchor}.{member.name}")
     assert not undocumented, f"public names without a docstring: {undocumented}"
     assert not missing, f"public names with no entry on the site (docs/api/*.md): {missing}"
-    still_pending = {path for path in PENDING_UNDOCUMENTED if not ((doc := griffe_object(package, path).docstring) and doc.value.strip())}
-    assert still_pending == PENDING_UNDOCUMENTED, f"documented now: remove from PENDING_UNDOCUMENTED: {PENDING_UNDOCUMENTED - still_pending}"
 
 
 def test_top_level_page_lists_every_name_of_spladekit(site):

@@ -26,7 +26,7 @@ from train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E
 from spladekit.train import distributed as D  # noqa: E402
 from spladekit.train.cached import mini_batch_bounds  # noqa: E402
 from spladekit.train.data import global_batch  # noqa: E402
-from spladekit.train.loop import _Encoder, attach_query_weights, compute_loss, load_model, train_step  # noqa: E402
+from spladekit.train.step import _Encoder, attach_query_weights, compute_loss, load_model, train_step  # noqa: E402
 
 U = 2.0**-24  # float32 unit roundoff
 LAMBDA_Q, LAMBDA_D = 0.05, 0.08  # large enough that the FLOPS terms weigh in the gradient

@@ -108,7 +108,7 @@ def test_cli_inference_free_index_search_evaluate(tiny_bert_dir, tiny_beir, tmp_
     from spladekit.cli import app
     from spladekit.data.beir import load_beir
     from spladekit.data.trec import read_run
-    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.evaluate.systems import EvalConfig, run_evaluation
 
     runner = CliRunner()
     model = tmp_path / "if-model"
@@ -139,7 +139,7 @@ def test_cli_inference_free_index_search_evaluate(tiny_bert_dir, tiny_beir, tmp_
 
 def test_sentence_transformers_loads_the_router_layout(tiny_bert_dir, tiny_beir, tmp_path):
     st = pytest.importorskip("sentence_transformers")
-    from spladekit.pipeline import build_inference_free
+    from spladekit.cli.inference_free import build_inference_free
 
     encoder = build_inference_free(str(tiny_bert_dir), str(tiny_beir), tmp_path / "m")
     model = st.SparseEncoder(str(tmp_path / "m"), device="cpu")
@@ -151,7 +151,7 @@ def test_sentence_transformers_loads_the_router_layout(tiny_bert_dir, tiny_beir,
     docs = ["protein expression in mouse cells", "cancer risk"]
     st_docs = model.encode_document(docs, convert_to_tensor=True).to_dense().numpy()
     # every column but [PAD]: spladekit zeroes it, this untrained model (no suppress_pad bias) does not
-    # in sentence-transformers; trained spladekit models give 0 there in both (train.loop.suppress_pad_column)
+    # in sentence-transformers; trained spladekit models give 0 there in both (train.head_setup.suppress_pad_column)
     keep = np.arange(st_docs.shape[1]) != ours.tokenizer.pad_token_id
     np.testing.assert_allclose(st_docs[:, keep], ours.encode_documents(docs).toarray()[:, keep], rtol=1e-5, atol=1e-6)
     assert encoder.metadata.query_encoder == "inference-free"
@@ -164,7 +164,7 @@ def tiny(tmp_path_factory) -> Path:
 
 def test_training_with_an_inference_free_query_side(tiny, tmp_path):
     from spladekit.train import train
-    from spladekit.train.loop import attach_query_weights, load_model
+    from spladekit.train.step import attach_query_weights, load_model
 
     examples = make_examples()
     cfg = tiny_config(tiny, steps=3, **{"model__query_encoder": "inference-free"})
@@ -192,7 +192,7 @@ def test_training_with_an_inference_free_query_side(tiny, tmp_path):
 
 def test_frozen_query_weights_stay_idf(tiny, tmp_path):
     from spladekit.train import train
-    from spladekit.train.loop import attach_query_weights, load_model
+    from spladekit.train.step import attach_query_weights, load_model
 
     examples = make_examples()
     cfg = tiny_config(tiny, steps=2, **{"model__query_encoder": "inference-free", "model__train_query_weights": False})

@@ -45,11 +45,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("index", ("spladekit.index",)),  # sparse vectors → index → run
     ("evaluate", ("spladekit.evaluate",)),  # run → metrics
     # a saved model's card and its upload: read the folder's and the run's records (files only); every
-    # stage that saves a model (train, pipeline's inference-free, the CLI's rescale/export-model) calls it
+    # stage that saves a model (train, the CLI's inference-free, rescale and export-model) calls it
     ("publish", ("spladekit.publish",)),
     ("train", ("spladekit.train",)),  # a model from data, judged by the stages above (dev evaluation)
     ("mine", ("spladekit.mine",)),  # training data from an index's candidates and teachers (reads train's dataset opener)
-    ("pipeline", ("spladekit.pipeline",)),  # the stages strung together: one evaluation run
     ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
     ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)
     # adapters to the harnesses researchers evaluate in (PyTerrier transformers, an MTEB model): like the
@@ -170,7 +169,7 @@ def stage(module: str) -> int:
     alone matches only the package itself).
 
     Raises:
-        KeyError: no stage names the module (a new top-level room must be given its place).
+        KeyError: no stage names the module (a new top-level module must be given its place).
     """
     best, rank = -1, None
     for position, (_name, prefixes) in enumerate(STAGES):
@@ -240,11 +239,11 @@ def test_checker_finds_a_circle_through_a_function_and_a_package_reexport(tmp_pa
 
 def test_checker_finds_an_upward_import():
     assert stage("spladekit.train.dev") > stage("spladekit.evaluate.metrics") > stage("spladekit.index.layout")
-    assert stage("spladekit.pipeline") > stage("spladekit.train.dev")  # dev → pipeline is upward
-    assert stage("spladekit.model.calibrate.run") == stage("spladekit.model")
+    assert stage("spladekit.serve.app") > stage("spladekit.train.dev")  # dev → serve is upward
+    assert stage("spladekit.model.calibrate.outputs") == stage("spladekit.model")
     assert stage("spladekit") == stage("spladekit.cli.app")  # the facade, not the foundation
     with pytest.raises(KeyError, match="spladekit.newroom"):
-        stage("spladekit.newroom")  # a new room must be given its place
+        stage("spladekit.newroom")  # a new module must be given its place
 
 
 # the moves that removed the circles kept the old import paths (re-exports from modules that close no circle)
@@ -252,7 +251,6 @@ MOVED = {
     "spladekit.model.encoder": ("spladekit.model.metadata", ["METADATA_FILE", "EncoderMetadata", "check_top_k",
                                                              "damaged_weights_error"]),
     "spladekit.train.data": ("spladekit.train.examples", ["TrainingExample"]),
-    "spladekit.pipeline": ("spladekit.evaluate.retrieval", ["evaluate_splade", "SystemResult", "conventions_for"]),
     "spladekit.index": ("spladekit.index.merge", ["merge_shards"]),
 }
 
@@ -271,9 +269,6 @@ def test_old_import_paths_give_the_moved_objects(old):
 
 LAYOUT_PAGE = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 PLACE_NAMES = {"api", "run", "runner", "loop", "pipeline", "shard", "utils", "helpers"}  # docs/layout.md, conventions
-# modules still named for their place, in files other work is changing now (renamed once it lands); each must still exist
-PENDING_PLACE_NAMES = {"mine/api.py", "model/calibrate/run.py", "reproduce/runner.py", "train/loop.py", "pipeline.py"}
-PENDING_SHARED_CLASS_NAMES = {"RescaleConfig"}  # model/calibrate/run.py and train/config.py
 
 
 def page_entries(text: str) -> list[str]:
@@ -317,9 +312,8 @@ def test_the_page_check_can_fail(tmp_path):
 
 def test_no_module_is_named_for_its_place_in_the_program():
     tree = tree_entries(SRC / PACKAGE)
-    named = {name for name in tree if Path(name).stem in PLACE_NAMES}
-    assert named <= PENDING_PLACE_NAMES, f"modules named for their place, not what they hold: {sorted(named - PENDING_PLACE_NAMES)}"
-    assert PENDING_PLACE_NAMES <= named, f"renamed: remove from PENDING_PLACE_NAMES: {sorted(PENDING_PLACE_NAMES - named)}"
+    named = sorted(name for name in tree if Path(name).stem in PLACE_NAMES)
+    assert not named, f"modules named for their place, not what they hold: {named}"
 
 
 def test_no_two_classes_share_a_name():
@@ -329,6 +323,4 @@ def test_no_two_classes_share_a_name():
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(f"{path.relative_to(SRC).as_posix()}:{node.lineno}")
     shared = {name: places for name, places in where.items() if len(places) > 1}
-    assert set(shared) <= PENDING_SHARED_CLASS_NAMES, f"one name per thing: {shared}"
-    assert PENDING_SHARED_CLASS_NAMES <= set(shared), f"resolved: remove from PENDING_SHARED_CLASS_NAMES: " \
-        f"{sorted(PENDING_SHARED_CLASS_NAMES - set(shared))}"
+    assert not shared, f"one name per thing: {shared}"

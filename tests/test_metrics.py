@@ -341,7 +341,7 @@ def test_model_evaluation_records_conventions_and_keeps_issue2_keys(tiny_bert_di
     assert again["nDCG@10"] == metrics["nDCG@10"]
     # without a preset, the conventions come from the dataset name ("tiny-beir" → beir)
     from spladekit.data.beir import load_beir
-    from spladekit.pipeline import conventions_for
+    from spladekit.evaluate.retrieval import conventions_for
 
     assert conventions_for(load_beir(tiny_beir), None).name == "beir"
 

@@ -306,7 +306,7 @@ def test_inference_free_and_rescaled_saves_load_in_sentence_transformers(bases, 
     from typer.testing import CliRunner
 
     from spladekit.cli import app
-    from spladekit.pipeline import build_inference_free
+    from spladekit.cli.inference_free import build_inference_free
 
     start = _st_folder(bases["bert"], tmp_path / "start", "sum", "log1p_relu")
     build_inference_free(str(start), None, tmp_path / "if", documents=TEXTS)
@@ -358,7 +358,7 @@ def test_diagnose_and_rescale_accept_router_and_doc_only_folders(bases, tmp_path
 def test_training_config_sets_pooling_and_activation_of_a_plain_masked_lm(tmp_path):
     from train_helpers import make_tiny_model, tiny_config
 
-    from spladekit.train.loop import load_model
+    from spladekit.train.step import load_model
 
     start = make_tiny_model(tmp_path / "hf")
     model, _, _ = load_model(tiny_config(start))

@@ -48,7 +48,7 @@ def test_loader_reports_missing_head_weights(models):
 
 def test_training_refuses_a_random_head_unless_asked(models, tmp_path):
     from spladekit.train import train
-    from spladekit.train.loop import load_model
+    from spladekit.train.step import load_model
 
     good, backbone = models
     with pytest.raises(HeadNotFoundError, match=NEEDLE):
@@ -82,7 +82,7 @@ def test_train_cli_refuses_a_backbone(models, tmp_path):
 
 def test_reproduce_runner_refuses_a_backbone(models, tmp_path):
     from spladekit.reproduce.config import BackboneSpec
-    from spladekit.reproduce.runner import SpladekitRunner
+    from spladekit.reproduce.cells import SpladekitRunner
 
     _, backbone = models
     runner = SpladekitRunner(show_progress=False)
@@ -94,7 +94,7 @@ def test_reproduce_runner_refuses_a_backbone(models, tmp_path):
 
 def test_calibration_and_encoder_refuse_a_backbone(models, tmp_path):
     from spladekit.model.calibrate.rescale import reference_row_norm
-    from spladekit.model.calibrate.run import RescaleConfig, run_rescale
+    from spladekit.model.calibrate.outputs import RescaleConfig, run_rescale
     from spladekit.model.encoder import SpladeEncoder
 
     good, backbone = models
@@ -110,9 +110,9 @@ def test_calibration_and_encoder_refuse_a_backbone(models, tmp_path):
 # ------------------------------------------------------------------------------------ one rescale spec
 def test_one_rescale_spec_everywhere():
     from spladekit.model.calibrate import RescaleSpec
-    from spladekit.model.calibrate.run import RescaleConfig as CliRescale
+    from spladekit.model.calibrate.outputs import RescaleConfig as CliRescale
     from spladekit.reproduce.config import TreatmentSpec
-    from spladekit.train.config import RescaleConfig as TrainRescale
+    from spladekit.train.config import TrainRescaleConfig as TrainRescale
 
     train_spec = TrainRescale(factor=0.25)
     assert isinstance(train_spec, RescaleSpec) and train_spec.mode == "factor"

@@ -57,7 +57,7 @@ def test_mteb_ndcg_on_scifact_is_spladekit_evaluate_ndcg(shared, splade_tiny, tm
     scores (both add the products in column order), so the same nDCG@10 up to mteb's rounding to 5
     decimals (|Δ| ≤ 5e-6) and the order of summing 300 values (< 1e-12)."""
     from spladekit.data.trec import read_run
-    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.evaluate.systems import EvalConfig, run_evaluation
 
     folder = scifact_part(shared / "data" / "beir" / "scifact", tmp_path / "scifact-part")
     options = dict(doc_max_length=64, head_impl="fused")

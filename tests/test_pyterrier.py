@@ -175,12 +175,12 @@ def test_no_model_loads_until_a_transformer_runs():
 def test_pt_experiment_on_scifact_gives_spladekit_evaluate_numbers(shared, splade_tiny, tmp_path, record_property):
     """``pt.Experiment([bm25, splade], topics, qrels, ["nDCG@10", "R@100"])`` on SciFact's 300 test queries
     over a part of its corpus (every judged document and a sample of the others): the spladekit row equals
-    the metrics of ``spladekit evaluate`` (:func:`spladekit.pipeline.run_evaluation`, whose index the
+    the metrics of ``spladekit evaluate`` (:func:`spladekit.evaluate.systems.run_evaluation`, whose index the
     retriever searches) — the same run evaluated by the same library (ir_measures over pytrec_eval),
     so the means differ at most by the order of summing 300 values in [0, 1]: ≤ 300·2^-53 < 1e-12."""
     pisa = pytest.importorskip("pyterrier_pisa")
     from spladekit.data.beir import load_beir
-    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.evaluate.systems import EvalConfig, run_evaluation
 
     data = scifact_part(shared / "data" / "beir" / "scifact", tmp_path / "scifact-part")
     # documents cut at 64 tokens (the setting of both systems) to keep their encoding short

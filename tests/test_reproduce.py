@@ -406,7 +406,7 @@ def test_report_of_a_partial_grid_lists_missing_cells(tmp_path):
 
 
 def test_training_curves_plot_from_metrics_logs(tmp_path):
-    from spladekit.reproduce.runner import read_metrics_log, summarize_training
+    from spladekit.reproduce.cells import read_metrics_log, summarize_training
 
     log = tmp_path / "metrics.jsonl"
     records = [{"step": 2, "loss": 3.0, "grad_norm": 9.0, "active_q": 10, "active_d": 40, "step_time_s": 0.5},
@@ -430,7 +430,7 @@ def test_training_curves_plot_from_metrics_logs(tmp_path):
 # ------------------------------------------------------------------------------------ data, dry run, CLI
 def test_eval_dataset_with_trec_qrels_and_topics(tiny_beir, tmp_path):
     from spladekit.reproduce.config import EvalDatasetSpec
-    from spladekit.reproduce.runner import load_eval_dataset
+    from spladekit.reproduce.cells import load_eval_dataset
 
     qrels = tmp_path / "qrels.txt"
     qrels.write_text("t1 Q0 d5 2\nt1 Q0 d1 0\nt2 Q0 d6 1\n")
@@ -536,7 +536,7 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
     import torch
     from transformers import AutoModelForMaskedLM
 
-    from spladekit.reproduce.runner import SpladekitRunner
+    from spladekit.reproduce.cells import SpladekitRunner
 
     (tiny_beir / "qrels" / "train.tsv").write_text((tiny_beir / "qrels" / "test.tsv").read_text())
     data = {
@@ -581,7 +581,7 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
 
 def test_reduced_corpus_keeps_judged_documents_first(tiny_beir):
     from spladekit.reproduce.config import EvalDatasetSpec
-    from spladekit.reproduce.runner import load_eval_dataset
+    from spladekit.reproduce.cells import load_eval_dataset
 
     # judged: d1, d4 (q1), d2 (q2), d3 (q3); the first other document in corpus order is d5
     reduced = load_eval_dataset(EvalDatasetSpec(name="r", path=str(tiny_beir), max_docs=5), download=False)
@@ -640,7 +640,7 @@ def test_the_runner_sets_the_head_up_for_shift_and_cap_treatments(shared, tmp_pa
     head lands on its own activity (s ≈ 0, the same texts), and a cap is recorded in the initial
     model's spladekit.json so training and evaluation take it."""
     from spladekit.model.encoder import SpladeEncoder
-    from spladekit.reproduce.runner import SpladekitRunner
+    from spladekit.reproduce.cells import SpladekitRunner
 
     monkeypatch.setenv("SPLADEKIT_SHARED", str(shared))
     data = base_dict(str(shared / "data" / "beir" / "scifact"))

@@ -267,7 +267,7 @@ def test_real_runner_builds_emulated_backbones(tiny_bert_dir, tmp_path):
     from transformers import AutoModelForMaskedLM
 
     from spladekit.model.calibrate import emulation_record, row_factors
-    from spladekit.reproduce.runner import SpladekitRunner
+    from spladekit.reproduce.cells import SpladekitRunner
 
     data = grid_dict()
     data["backbones"] = [{"name": "rows", "path": str(tiny_bert_dir), "emulate": {"kind": "row_lognormal", "seed": 3}},

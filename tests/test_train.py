@@ -314,7 +314,7 @@ def test_distillation_losses_train(tiny, tmp_path):
 
 
 def test_rescale_goes_through_calibrate(tiny):
-    from spladekit.train.loop import load_model
+    from spladekit.train.step import load_model
 
     plain, _, none = load_model(tiny_config(tiny))
     scaled, _, record = load_model(tiny_config(tiny, rescale={"factor": 0.5}))
@@ -329,7 +329,7 @@ def test_head_options_and_a_shift_train_and_are_saved(tiny, tmp_path):
     heads, its bias carries the shift, and the final folder records both (no sentence-transformers
     files: SpladePooling has no cap)."""
     from spladekit.model.encoder import SpladeEncoder
-    from spladekit.train.loop import load_model
+    from spladekit.train.step import load_model
 
     cfg = tiny_config(tiny, steps=2, head={"position_top_k": 3}, rescale={"activity": 4.0, "sample_texts": 8})
     model, _, record = load_model(cfg, [e.positives[0][1] for e in make_examples()[:8]])
@@ -470,7 +470,7 @@ def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monke
     no result of a previous demo in the folder is left beside the new baseline."""
     import spladekit.train
     from spladekit.demo import _load, run_demo
-    from spladekit.pipeline import evaluate_splade
+    from spladekit.evaluate.retrieval import evaluate_splade
 
     beir = _demo_beir(tmp_path)
 
@@ -511,7 +511,7 @@ def test_demo_cli_interrupted_ends_with_one_line(tmp_path, monkeypatch):
 
 
 def test_bf16_autocast_keeps_float32_weights(tiny, tmp_path):
-    from spladekit.train.loop import _Encoder, load_model
+    from spladekit.train.step import _Encoder, load_model
 
     cfg = tiny_config(tiny, steps=1, precision="bf16")
     model, tokenizer, _ = load_model(cfg)

@@ -46,7 +46,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_best_checkpoint_is_the_highest_logged_dev_metric(tiny, tmp_path):
-    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.evaluate.systems import EvalConfig, run_evaluation
     from spladekit.train import train
 
     examples = make_examples(16, negatives=3, seed=3)
@@ -85,7 +85,7 @@ def test_best_checkpoint_is_the_highest_logged_dev_metric(tiny, tmp_path):
 def test_dev_scores_of_an_inference_free_run_are_those_of_its_saved_model(tiny, tmp_path):
     """With an inference-free query side the dev evaluation uses the query weights being trained (not
     the transformer): the final dev record equals `spladekit evaluate` of last/ (saved weights)."""
-    from spladekit.pipeline import EvalConfig, run_evaluation
+    from spladekit.evaluate.systems import EvalConfig, run_evaluation
     from spladekit.train import train
 
     examples = make_examples(16, negatives=3, seed=3)

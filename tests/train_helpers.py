@@ -99,7 +99,7 @@ def one_step(model_dir: Path, grad_accum: int = 1, **overrides) -> dict:
 
     from spladekit.train import distributed as D
     from spladekit.train.data import global_batch
-    from spladekit.train.loop import _Encoder, load_model, train_step
+    from spladekit.train.step import _Encoder, load_model, train_step
 
     config = tiny_config(model_dir, grad_accum=grad_accum, **overrides)
     info = D.init_distributed()

@@ -3,7 +3,7 @@
 Data flow (one module per stage)::
 
     data (readers, resolve) → model (heads, pooling, encoder) → index (exact search, BM25)
-    → evaluate (metrics, efficiency) ;  pipeline strings them together ; cli calls pipeline.
+    → evaluate (metrics, efficiency, the evaluation of systems) ; train, mine, serve and cli use them.
 
 The names below are imported on first use (PEP 562 ``__getattr__``), so that ``import spladekit``
 (and with it the command line's ``--help``) does not wait for torch and transformers.

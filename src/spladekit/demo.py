@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 from spladekit.data.beir import load_beir
+from spladekit.evaluate.retrieval import SystemResult, evaluate_splade
+from spladekit.evaluate.systems import evaluate_bm25, write_system
 from spladekit.index.index import Index
 from spladekit.io import atomic_write, ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
-from spladekit.pipeline import SystemResult, evaluate_bm25, evaluate_splade, write_system
 from spladekit.plots import per_query_deltas
 
 QUALITY_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000")
@@ -95,7 +96,7 @@ def query_side_rows(encoder: SpladeEncoder, splade: SystemResult, bm25: SystemRe
 
     from spladekit.index.fusion import FusionConfig
     from spladekit.model.inference_free import make_inference_free
-    from spladekit.pipeline import evaluate_fused, query_latency
+    from spladekit.evaluate.systems import evaluate_fused, query_latency
 
     started = time.perf_counter()
     free = copy.copy(encoder)  # shares the model and tokenizer; its own metadata and query side

@@ -26,7 +26,7 @@ def _record(cls, **values):
 
 def _text_source(texts: Optional[Path], data: Optional[str], n_queries: int, n_docs: int, seed: int):
     """The sample text of ``--texts`` / ``--data`` as a ``TextSource`` (sizes kept only with ``--data``)."""
-    from spladekit.model.calibrate.run import TextSource
+    from spladekit.model.calibrate.outputs import TextSource
 
     return _record(TextSource, texts=str(texts) if texts else None, data=data, n_queries=n_queries, n_docs=n_docs, seed=seed)
 
@@ -49,7 +49,7 @@ def diagnose(
     """Measure an MLM head: decoder norms, logits and SPLADE activity on sample text; a verdict and a
     suggested factor and shift, against --reference or the built-in splade-tiny one."""
     from spladekit.errors import SpladekitError
-    from spladekit.model.calibrate.run import DiagnoseConfig, run_diagnose
+    from spladekit.model.calibrate.outputs import DiagnoseConfig, run_diagnose
 
     try:
         config = _record(DiagnoseConfig, model=model, source=_text_source(texts, data, n_queries, n_docs, seed),
@@ -97,7 +97,7 @@ def rescale(
 ):
     """Rescale the MLM-head projection by a constant F, shift its logits by s, set its options; save the model."""
     from spladekit.errors import SpladekitError
-    from spladekit.model.calibrate.run import RescaleConfig, run_rescale
+    from spladekit.model.calibrate.outputs import RescaleConfig, run_rescale
 
     try:
         source = _text_source(texts, data, n_queries, n_docs, seed) if texts or data else None

@@ -61,7 +61,7 @@ def evaluate(
                 write_json(out / "per_query.json", per_query)
             written = "metrics.json, per_query.json"
         else:
-            from spladekit.pipeline import EvalConfig, run_evaluation
+            from spladekit.evaluate.systems import EvalConfig, run_evaluation
 
             if model is None or data is None:
                 raise typer.BadParameter("give --model and --data (or --run and --qrels)")

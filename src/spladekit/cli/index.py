@@ -47,14 +47,14 @@ def index_command(
     except SpladekitError as exc:
         fail(exc)
     from spladekit.index.index import Index
-    from spladekit.index.builder import IndexConfig, build_index
+    from spladekit.index.builder import build_index
     from spladekit.index.writer import parse_size
     from spladekit.io import check_output_folder
 
     try:
-        config = IndexConfig(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
-                             doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size,
-                             doc_pruning=doc_pruning, trust_remote_code=trust_remote_code)  # options checked here
+        config = _index_config(model=model, data=data, out=str(out), batch_size=batch_size, doc_max_length=doc_max_length,
+                               doc_top_k=doc_top_k, head_impl=head_impl, chunk_size=chunk_size,
+                               doc_pruning=doc_pruning, trust_remote_code=trust_remote_code)  # options checked here
         check_output_folder(out, "spladekit index", INDEX_MARKERS, {"--model": model, "--data": data})
         budget = None if memory_budget is None else parse_size(memory_budget)
         written = build_index(config, show_progress=True, memory_budget=budget)
@@ -66,6 +66,23 @@ def index_command(
         truncated, length = opened.metadata.get("truncated_docs"), opened.metadata.get("doc_max_length")
         cut = f"; {truncated} truncated to {length} tokens" if truncated else ""
         typer.echo(f"wrote {written} ({docs.shape[0]} documents, {docs.nnz / max(1, docs.shape[0]):.1f} active terms/doc{cut})")
+
+
+def _index_config(**options):
+    """The :class:`~spladekit.index.builder.IndexConfig` of ``spladekit index``'s options.
+
+    Raises:
+        ValueError: one line per refused option, the record's own message (it names the option).
+    """
+    from pydantic import ValidationError
+
+    from spladekit.errors import validation_problems
+    from spladekit.index.builder import IndexConfig
+
+    try:
+        return IndexConfig(**options)
+    except ValidationError as exc:
+        raise ValueError("\n".join(message for _, message in validation_problems(exc))) from None
 
 
 @app.command()

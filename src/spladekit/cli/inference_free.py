@@ -1,4 +1,10 @@
-"""inference-free: give a SPLADE model a document-only query side (bag of tokens, IDF weights)."""
+"""inference-free: give a SPLADE model a document-only query side (bag of tokens, IDF weights).
+
+The command's job, :func:`build_inference_free`, lives here beside it: it strings the data stage (the
+corpus), the model stage (:func:`spladekit.model.inference_free.make_inference_free`, and the folder
+written by ``SpladeEncoder.save_pretrained``) and the model card (:mod:`spladekit.publish.card`, a later
+stage than the model's).
+"""
 
 from __future__ import annotations
 
@@ -26,8 +32,6 @@ def inference_free(
     `--set model.query_encoder=inference-free`.
     """
     from spladekit.errors import SpladekitError
-    from spladekit.pipeline import build_inference_free
-
     from spladekit.io import check_output_folder
 
     try:
@@ -39,3 +43,36 @@ def inference_free(
     documents = encoder.metadata.extra["inference_free"]["idf_documents"]
     typer.echo(f"wrote {out}/ (IDF of {documents} documents, {active} vocabulary entries with a query weight)")
 
+
+def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None,
+                         trust_remote_code: bool = False):
+    """``spladekit inference-free``: ``model``'s document encoder with an inference-free query side
+    whose weights are the IDF of the corpus of ``data`` (or of ``documents``), saved into ``out``
+    atomically with the sentence-transformers ``Router`` files (where expressible, see
+    :func:`spladekit.model.st_modules.write_inference_free_sentence_transformers_files`).
+
+    Returns:
+        The :class:`~spladekit.model.encoder.SpladeEncoder` (its ``query_weights`` set).
+
+    Raises:
+        ValueError: neither ``data`` nor ``documents``, or an empty corpus.
+        OutputPathError: ``out`` is an existing file.
+    """
+    from spladekit.data.beir import load_corpus
+    from spladekit.io import atomic_folder, ensure_folder
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.inference_free import make_inference_free
+    from spladekit.publish.card import write_model_card
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        ensure_folder(out)  # raises OutputPathError before any work
+    if documents is None:
+        if data is None:
+            raise ValueError("give the corpus: a BEIR folder (data) or the documents")
+        documents = list(load_corpus(data).values())
+    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu", trust_remote_code=trust_remote_code), documents)
+    with atomic_folder(out) as tmp:
+        encoder.save_pretrained(tmp)  # with the sentence-transformers Router files where expressible
+        write_model_card(tmp, previous=out, reference=str(out.resolve()))  # README.md (the one OUT has is kept)
+    return encoder

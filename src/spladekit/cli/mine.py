@@ -58,7 +58,7 @@ def mine(
     from spladekit.io import check_output_folder
     from spladekit.mine import MineConfig
     from spladekit.mine import mine as run_mining
-    from spladekit.mine.api import MARKERS
+    from spladekit.mine.mining import MARKERS
 
     try:
         config = MineConfig(data=data, format=format, split=split, corpus=corpus, max_queries=max_queries,

@@ -53,7 +53,7 @@ def reproduce(
 
         previous = signal.signal(signal.SIGTERM, stop)
         try:
-            from spladekit.reproduce.runner import SpladekitRunner
+            from spladekit.reproduce.cells import SpladekitRunner
 
             outcome = run_grid(grid, folder, SpladekitRunner(trust_remote_code=trust_remote_code), cells=cell or None, force=force,
                                log=typer.echo)

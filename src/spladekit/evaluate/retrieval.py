@@ -1,9 +1,9 @@
 """One system's evaluation on a dataset: encode the corpus into an index, search the judged queries,
 evaluate the run (:func:`evaluate_splade`, the code behind ``spladekit evaluate``).
 
-A room of the evaluate stage (it strings model → index → run → metrics for one encoder), so that
-training's dev evaluation (:mod:`spladekit.train.dev`) and :mod:`spladekit.pipeline` (which re-exports
-these names) both use it without training importing the pipeline.
+It strings model → index → run → metrics for one encoder; training's dev evaluation
+(:mod:`spladekit.train.dev`) and ``spladekit evaluate``'s job (:mod:`spladekit.evaluate.systems`) both
+call it.
 """
 
 from __future__ import annotations

@@ -21,12 +21,16 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Sized
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from pydantic import model_validator
+
+from spladekit.data.numbers import check_int
 from spladekit.index.chunks import ChunkIds, ChunkJournal, chunk_digest, chunk_truncated, encoder_digest, load_chunk
 from spladekit.index.layout import DEFAULT_BUDGET, FORMAT, canonical, model_record
+from spladekit.settings import Settings
 
 class IndexBuilder:
     """Encodes a corpus into an index folder (module docstring): owns the build's journal, the check
@@ -55,8 +59,7 @@ class IndexBuilder:
         from spladekit.index.writer import check_budget
 
         check_budget(memory_budget)
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be an integer ≥ 1, got {chunk_size!r}")
+        check_int(chunk_size, "chunk_size", 1)
         self.out = Path(out)
         if self.out.exists() and not self.out.is_dir():
             raise OutputPathError(f"{self.out}: is a file; an index is a folder (the file is left as it is)")
@@ -221,9 +224,9 @@ def chunks(items: Iterator, size: int) -> Iterator[list]:
 
 
 # ----------------------------------------------------------------------------------- spladekit index
-@dataclass
-class IndexConfig:
-    """What ``spladekit index`` was asked to do (saved in ``index.json`` under ``config``).
+class IndexConfig(Settings):
+    """What ``spladekit index`` was asked to do (saved in ``index.json`` under ``config``; a settings
+    record: :class:`spladekit.settings.Settings`).
 
     Attributes:
         model: model folder or hub id.
@@ -241,9 +244,10 @@ class IndexConfig:
         trust_remote_code: run the model folder's own code (:mod:`spladekit.model.remote_code`).
 
     Raises:
-        ValueError: at construction, a value the encoder would refuse (before a model loads or the
-            temporary ``.OUT.build`` folder is made; a length holds the 2 special tokens), naming the
-            option (``--doc-max-length``, ``--doc-top-k``, ...) and the bound.
+        ValueError (pydantic's ``ValidationError``): at construction, a value the encoder would refuse
+            (before a model loads or the temporary ``.OUT.build`` folder is made; a length holds the 2
+            special tokens), naming the option (``--doc-max-length``, ``--doc-top-k``, ...) and the
+            bound; an unknown field.
     """
 
     model: str
@@ -257,20 +261,26 @@ class IndexConfig:
     chunk_size: int = 10_000
     trust_remote_code: bool = False
 
-    def __post_init__(self) -> None:
-        for name, value, least, note in (("doc_max_length", self.doc_max_length, 2, "special tokens included"),
-                                         ("doc_top_k", self.doc_top_k, 1, "or left out: every weight kept"),
-                                         ("batch_size", self.batch_size, 1, None), ("chunk_size", self.chunk_size, 1, None)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-                option = "--" + name.replace("_", "-")
-                raise ValueError(f"{option} must be an integer ≥ {least}{f' ({note})' if note else ''}, got {value!r}")
-        if self.doc_pruning is not None:
+    @model_validator(mode="before")
+    @classmethod
+    def _options(cls, values):
+        """The options' own checks, on the values as given (before pydantic converts any), each message
+        naming the command-line option."""
+        if not isinstance(values, dict):
+            return values
+        for name, least, note in (("doc_max_length", 2, " (special tokens included)"),
+                                  ("doc_top_k", 1, " (or left out: every weight kept)"), ("batch_size", 1, ""),
+                                  ("chunk_size", 1, "")):
+            if values.get(name) is not None:
+                check_int(values[name], "--" + name.replace("_", "-"), least, note=note)
+        if values.get("doc_pruning") is not None:
             from spladekit.model.pruning import PruningRule
 
             try:
-                PruningRule.parse(self.doc_pruning)
+                PruningRule.parse(values["doc_pruning"])
             except ValueError as exc:
                 raise ValueError(f"--doc-pruning: {exc}") from None
+        return values
 
 
 def build_index(config: IndexConfig, show_progress: bool = False, memory_budget: int | None = None) -> Path | None:
@@ -314,7 +324,7 @@ def build_index(config: IndexConfig, show_progress: bool = False, memory_budget:
                                                 doc_pruning=config.doc_pruning, batch_size=config.batch_size, head_impl=config.head_impl,
                                                 trust_remote_code=config.trust_remote_code,
                                                 device=dist.device())  # one GPU per rank under torchrun; else SpladeEncoder's default
-        metadata = dict(model_record(config.model, location), data=str(folder), config=asdict(config))
+        metadata = dict(model_record(config.model, location), data=str(folder), config=config.model_dump())
         budget = {} if memory_budget is None else {"memory_budget": memory_budget}
         return IndexBuilder(encoder, config.out, config.chunk_size, metadata, show_progress, **budget).build(corpus)
     finally:

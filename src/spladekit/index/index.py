@@ -32,14 +32,6 @@ Shards merge by the same rule, so a search over shard folders returns the run of
 
 Searching: :meth:`Index.search` takes a searcher's configuration (:mod:`spladekit.index.searcher`;
 by name: :data:`SEARCHERS`); building: :class:`spladekit.index.builder.IndexBuilder`.
-
-Example::
-
-    >>> import numpy as np, scipy.sparse as sp, tempfile
-    >>> docs = sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0], [2, 0, 0]], dtype=np.float32))
-    >>> index = Index.from_vectors(tempfile.mkdtemp() + "/i", docs, ["d1", "d2", "d3"])
-    >>> index.search(sp.csr_matrix(np.array([[1, 0, 1]], dtype=np.float32)), k=2).run
-    {'0': {'d1': 3.0, 'd3': 2.0}}
 """
 
 from __future__ import annotations
@@ -98,6 +90,15 @@ class Index:
         doc_ids: D document ids, row order.
         metadata: ``index.json``.
         tie_rank: ``[D]`` rank of each row in document-id order.
+
+    Example::
+
+        >>> import numpy as np, scipy.sparse as sp, tempfile
+        >>> from spladekit import Index
+        >>> docs = sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0], [2, 0, 0]], dtype=np.float32))
+        >>> index = Index.from_vectors(tempfile.mkdtemp() + "/i", docs, ["d1", "d2", "d3"])
+        >>> index.search(sp.csr_matrix(np.array([[1, 0, 1]], dtype=np.float32)), k=2).run
+        {'0': {'d1': 3.0, 'd3': 2.0}}
     """
 
     def __init__(self, folder: Path, docs: sp.csr_matrix, postings: sp.csr_matrix, doc_ids: Sequence[str], metadata: dict,

@@ -42,6 +42,7 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.data.numbers import FLOAT32_MAX
 from spladekit.index.segments import add_segment, block_cuts, damaged
 
 PRUNE_BLOCK = 1 << 17
@@ -121,7 +122,6 @@ def _at_least(value: float) -> float:
 
 
 SMALLEST = float(np.finfo(np.float32).smallest_subnormal)
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def rescore(postings: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from spladekit.data.numbers import check_int
 from spladekit.errors import require_extra
 from spladekit.index.exact import tie_ranks
 from spladekit.index.searcher import Searcher
@@ -112,7 +113,7 @@ class SeismicBuildParams(BaseModel):
     @classmethod
     def _integers(cls, value, info):
         low, high = {"n_postings": (1, MAX_N_POSTINGS), "nknn": (0, MAX_NKNN)}.get(info.field_name, (1, None))
-        return _check_int(info.field_name, value, low, high)
+        return check_int(value, f"seismic {info.field_name}", low, high)
 
     @field_validator("centroid_fraction", "summary_energy", mode="before")
     @classmethod
@@ -154,7 +155,7 @@ class SeismicSearchParams(BaseModel):
     @field_validator("query_cut", "n_knn", "num_threads", mode="before")
     @classmethod
     def _integers(cls, value, info):
-        return _check_int(info.field_name, value, 1 if info.field_name == "query_cut" else 0)
+        return check_int(value, f"seismic {info.field_name}", 1 if info.field_name == "query_cut" else 0)
 
     @field_validator("heap_factor", mode="before")
     @classmethod
@@ -166,18 +167,6 @@ class SeismicSearchParams(BaseModel):
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value, low: int, high: int | None = None) -> int:
-    """``value`` when it is an integer (not a bool) in ``[low, high]``.
-
-    Raises:
-        ValueError: naming the parameter and its range.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        within = f"≥ {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"seismic {name} must be an integer {within}, got {value!r}")
-    return value
 
 
 @contextlib.contextmanager

@@ -25,14 +25,26 @@ import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from pydantic import ConfigDict, model_validator
+
+from spladekit.settings import Settings
+
 #: the statistics keys, in the order the rules apply
 STAT_KEYS = ("candidates", "positive", "query_text", "absolute_margin", "relative_margin", "max_score", "min_score",
              "range_min", "range_max", "not_sampled", "kept")
 
 
-@dataclass(frozen=True)
-class FilterSettings:
-    """The filter and sampling settings (sentence-transformers' names and meaning, see the module docstring)."""
+class FilterSettings(Settings):
+    """The filter and sampling settings (sentence-transformers' names and meaning, see the module
+    docstring); a frozen settings record (:class:`spladekit.settings.Settings`).
+
+    Raises:
+        ValueError (pydantic's ``ValidationError``): ``num_negatives`` < 1, ``range_min`` < 0, a window
+            ``range_max - range_min`` narrower than ``num_negatives``, a ``sampling`` other than
+            ``"top"`` or ``"random"``; an unknown field, a non-finite number.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     num_negatives: int = 3
     range_min: int = 0
@@ -43,7 +55,8 @@ class FilterSettings:
     relative_margin: float | None = None
     sampling: str = "top"
 
-    def __post_init__(self):
+    @model_validator(mode="after")
+    def _consistent(self):
         if self.num_negatives < 1:
             raise ValueError(f"num_negatives must be at least 1, got {self.num_negatives}")
         if self.range_min < 0:
@@ -53,6 +66,7 @@ class FilterSettings:
                              f"range_min={self.range_min}, fewer than num_negatives={self.num_negatives}")
         if self.sampling not in ("top", "random"):
             raise ValueError(f"sampling must be 'top' or 'random', got {self.sampling!r}")
+        return self
 
 
 def default_range_max(settings: FilterSettings, max_positives: int, teacher: bool) -> int:

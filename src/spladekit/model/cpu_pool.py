@@ -3,8 +3,8 @@
 torch's intra-op parallelism (OpenMP) opens one parallel region per operation, and every region
 ends at a barrier that waits for all of its threads. On a machine shared with other processes the
 operating system deschedules one of those threads now and then, and each region then waits for it:
-with many small products per batch (the fused head's vocabulary chunks) two threads did less work
-per second than one beside a single busy process (issue 22: 4.2 vs 26 documents/s).
+with many small products per batch (the fused head's vocabulary chunks) two threads can do less work
+per second than one beside a single busy process (the readings: ``benchmarks/runs/2026-12-07-source-notes.md``).
 
 Here the parallelism is over work units instead: ``n`` Python threads (torch releases the GIL inside
 its operations) take units one at a time from a shared iterator, and each unit is a sequence of
@@ -15,12 +15,9 @@ other workers take the rest. There is one wait per call (for the last unit), not
 torch keeps a process-wide default that threads created later start from; setting the workers to
 one thread would change it, so the calling thread sets it back to its own value right after the
 workers have started (:func:`_pool`). That reset (and any ``torch.set_num_threads`` of the caller
-later) reaches the workers too: measured on the project's 2-vCPU Xeon, two workers doing 2 × the
-vocabulary products of one took 0.90 s against 0.34 s for one worker after the caller's
-``set_num_threads(2)`` (0.75× scaling), and 0.47 s against 0.39 s (1.65×) when each worker set its
-count to 1 again before working; ``mkl_set_num_threads_local(1)`` alone did not help (0.62×). So
-every call's workers set their count to 1 at the start and the caller puts its own back at the end
-(:func:`run_units`).
+later) reaches the workers too, and MKL's thread-local count alone does not keep them at one thread
+(``benchmarks/runs/2026-12-02-encode-cpu.md``, "What changed"). So every call's workers set their count
+to 1 at the start and the caller puts its own back at the end (:func:`run_units`).
 """
 
 from __future__ import annotations

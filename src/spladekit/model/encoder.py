@@ -41,9 +41,9 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from spladekit.model.inference_free import INFERENCE_FREE, encode_bag
-# the metadata and its checks have a room of their own (spladekit.model.metadata); their old import path stays
-from spladekit.model.metadata import METADATA_FILE, EncoderMetadata, _check_int, _first_line, check_top_k, damaged_weights_error
+from spladekit.data.numbers import check_int
+from spladekit.model.inference_free import encode_bag
+from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE, EncoderMetadata, _first_line, check_top_k, damaged_weights_error
 from spladekit.model.pruning import of_record, prune, record_of
 from spladekit.model.splade import SpladeModel
 
@@ -77,7 +77,7 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
     The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
-    (the encoder, training (``train.loop.load_model``), the reproduction runner and calibration all
+    (the encoder, training (``train.step.load_model``), the reproduction runner and calibration all
     load through it), which calls this with the folder that holds the masked LM.
 
     transformers fills weights missing from a checkpoint with random values and only logs it; a
@@ -258,6 +258,18 @@ class SpladeEncoder:
         device: torch device; default: CUDA when available, else CPU.
         query_weights: ``[V]`` weights of an inference-free query side (then
             :meth:`encode_queries` needs no forward pass; see :mod:`spladekit.model.inference_free`).
+
+    Example::
+
+        >>> from spladekit import SpladeEncoder
+        >>> encoder = SpladeEncoder.from_pretrained("rasyosef/splade-tiny")
+        >>> docs = encoder.encode_documents(["proteins do most of the work in cells", "the moon orbits the earth"])
+        >>> query = encoder.encode_queries(["what do proteins do"])
+        >>> docs.shape, docs.dtype  # one row per text, one column per vocabulary entry
+        ((2, 30522), dtype('float32'))
+        >>> scores = (query @ docs.T).toarray()[0]  # SPLADE scores are dot products
+        >>> bool(scores[0] > scores[1])
+        True
     """
 
     def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
@@ -423,7 +435,7 @@ class SpladeEncoder:
             ValueError: ``max_length`` is not an integer ≥ 2 (``[CLS]`` and ``[SEP]`` need two
                 positions; transformers would silently not truncate at all below that).
         """
-        _check_int(max_length, "max_length", 2, " (special tokens included)")
+        check_int(max_length, "max_length", 2, note=" (special tokens included)")
         limit = self.max_positions
         if limit is not None and max_length > limit:
             import warnings
@@ -483,7 +495,7 @@ class SpladeEncoder:
         pruning = of_record(pruning)
         max_length = self.check_max_length(max_length)
         batch_size = batch_size or self.batch_size
-        _check_int(batch_size, "batch_size", 1)
+        check_int(batch_size, "batch_size", 1)
         texts = list(texts)
         bad = next((i for i, t in enumerate(texts) if t is None or isinstance(t, (bytes, bytearray))), None)
         if bad is not None:  # str() would encode the text "None" / "b'...'": a vector of the wrong text

@@ -71,6 +71,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spladekit.data.numbers import FLOAT32_MAX
 from spladekit.errors import DataFormatError, UnsupportedModelError
 
 MODULES_FILE = "modules.json"
@@ -83,8 +84,6 @@ IDF_FILE = "idf.json"
 _UNBOUNDED = 10**12
 _TRANSFORMERS = ("Transformer", "MLMTransformer")
 _STATIC = ("SparseStaticEmbedding", "IDF")
-#: the largest finite float32 (query weights are float32)
-_FLOAT32_MAX = 3.4028234663852886e38
 #: the keys sentence-transformers' SpladePooling takes (``config_keys``, the 5.x name
 #: ``word_embedding_dimension``, ``chunk_size``); it would refuse any other (an unknown keyword argument)
 _POOLING_KEYS = ("pooling_strategy", "activation_function", "embedding_dimension", "word_embedding_dimension", "chunk_size")
@@ -154,8 +153,7 @@ class ModelFolder:
             DataFormatError: ``spladekit.json`` is not a JSON object or its pooling/activation are unknown.
             UnsupportedModelError: ``spladekit.json`` and the sentence-transformers files disagree.
         """
-        from spladekit.model.metadata import METADATA_FILE, EncoderMetadata
-        from spladekit.model.inference_free import INFERENCE_FREE
+        from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE, EncoderMetadata
         from spladekit.model.pooling import ACTIVATIONS, POOLINGS
 
         meta = EncoderMetadata()
@@ -245,8 +243,8 @@ def _read_idf_json(path: Path, tokenizer, vocab_size: int):
             raise DataFormatError(path, "token not in the tokenizer's vocabulary", field=token)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise DataFormatError(path, f"weight must be a finite number, got {value!r}", field=token)
-        if abs(value) > _FLOAT32_MAX:  # float32 weights: it would become inf (torch raises an overflow)
-            raise DataFormatError(path, f"weight {value!r} is not finite in float32 (|w| <= {_FLOAT32_MAX:.4g})",
+        if abs(value) > FLOAT32_MAX:  # float32 weights: it would become inf (torch raises an overflow)
+            raise DataFormatError(path, f"weight {value!r} is not finite in float32 (|w| <= {FLOAT32_MAX:.4g})",
                                   field=token)
         weights[vocab[token]] = float(value)
     return weights
@@ -549,7 +547,7 @@ def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> 
         DataFormatError: a damaged file (naming it and the field).
     """
     from spladekit.errors import ResolutionError
-    from spladekit.model.metadata import METADATA_FILE
+    from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE
     from spladekit.model.remote_code import CUSTOM_LAYOUT, find_custom_code, refusal
 
     root = Path(location)
@@ -581,7 +579,7 @@ def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> 
         raise ResolutionError(f"model folder {root} has neither config.json (a masked LM) nor modules.json "
                               "(sentence-transformers)")
     folder.spladekit_json, folder.custom_code, folder.trust_remote_code = spladekit_json, custom, trust_remote_code
-    if spladekit_json is not None and spladekit_json.get("query_encoder") == "inference-free":
+    if spladekit_json is not None and spladekit_json.get("query_encoder") == INFERENCE_FREE:
         from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
 
         folder.query_side = QuerySide("spladekit", root / QUERY_WEIGHTS_FILE, root)

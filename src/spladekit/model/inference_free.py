@@ -37,8 +37,9 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from spladekit.model.metadata import INFERENCE_FREE
+
 QUERY_WEIGHTS_FILE = "query_weights.safetensors"
-INFERENCE_FREE = "inference-free"
 
 
 def _token_ids(tokenizer, texts: Sequence[str], max_length: int | None = None, batch: int = 1024) -> list[list[int]]:
@@ -227,7 +228,7 @@ def read_weight_file(path: str | Path, vocab_size: int) -> torch.Tensor:
 def make_inference_free(encoder, documents: Sequence[str]):
     """Give ``encoder`` an inference-free query side initialised from the IDF of ``documents``
     (its document side is unchanged; save it with :meth:`SpladeEncoder.save_pretrained`, or with
-    :func:`spladekit.pipeline.build_inference_free` for the sentence-transformers files as well).
+    :func:`spladekit.cli.inference_free.build_inference_free` for the sentence-transformers files as well).
 
     Args:
         encoder: a :class:`~spladekit.model.encoder.SpladeEncoder` (changed in place).

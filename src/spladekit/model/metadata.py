@@ -1,7 +1,7 @@
 """What spladekit stores next to a model (``spladekit.json``: :class:`EncoderMetadata`) and the checks
 its fields and the model's weights files share.
 
-A room of its own below :mod:`spladekit.model.encoder`, :mod:`spladekit.model.folders` and
+A module below :mod:`spladekit.model.encoder`, :mod:`spladekit.model.folders` and
 :mod:`spladekit.model.inference_free`, which all read it (it imports none of them; no torch).
 """
 
@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from spladekit.data.numbers import check_int
+
 METADATA_FILE = "spladekit.json"
+INFERENCE_FREE = "inference-free"
+"""``EncoderMetadata.query_encoder`` of a model whose queries are a bag of their tokens weighted by
+``query_weights.safetensors`` (:mod:`spladekit.model.inference_free`); the other value is ``"splade"``."""
 
 
 @dataclass
@@ -121,17 +126,11 @@ def _field_problem(key: str, value) -> str | None:
     return None if isinstance(value, str) else "a string"
 
 
-def _check_int(value, name: str, minimum: int, note: str = "") -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer (not a bool) ≥ ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer ≥ {minimum}{note}, got {value!r}")
-
-
 def check_top_k(top_k, name: str = "top_k") -> None:
     """Raise ``ValueError`` unless ``top_k`` is None or an integer ≥ 1 (0 would empty every vector,
     a negative value would cut from the wrong end)."""
     if top_k is not None:
-        _check_int(top_k, name, 1, " or None (keep every term)")
+        check_int(top_k, name, 1, note=" or None (keep every term)")
 
 
 def _first_line(exc: BaseException) -> str:

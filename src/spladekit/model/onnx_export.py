@@ -52,8 +52,8 @@ vectors depend on the CPU (onnxruntime's quantisation documentation: "Reduce-ran
 weights to 7-bits. It is designed for the U8S8 format on AVX2 and AVX512 (non-VNNI) machines to
 mitigate saturation issues"). With 7-bit weights (|q| ≤ 64) 255 · 64 · 2 = 32,640 fits, so the
 integer products are exact on every x86 CPU, VNNI or not (VNNI's ``VPDPBUSD`` accumulates in 32 bits).
-Measured effect on retrieval quality and speed (splade-tiny, SciFact; on an AVX2-only EPYC 1 − mean
-cosine to float32 1.0e-2 with full-range weights, 2.9e-4 with 7-bit, same speed): benchmarks/RESULTS.md, "int8".
+Its effect on quality and speed: ``benchmarks/RESULTS.md``, int8 ONNX exports (the readings on a CPU
+without VNNI: ``benchmarks/runs/2026-12-02-int8.md``).
 
 The folder written by :func:`export_onnx`::
 
@@ -80,9 +80,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spladekit.data.numbers import check_int
 from spladekit.errors import require_extra
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
-from spladekit.model.inference_free import INFERENCE_FREE, load_query_weights
+from spladekit.model.inference_free import load_query_weights
+from spladekit.model.metadata import INFERENCE_FREE
 
 ONNX_FILE = "model.onnx"
 INPUT_NAMES = ("input_ids", "attention_mask")
@@ -102,8 +104,7 @@ def max_opset() -> int:
         return 20
     return int(ONNX_MAX_OPSET)
 #: Vocabulary columns per in-graph tile: 32 × 256 tokens × 512 columns × 4 bytes = 16 MiB of logits
-#: (splade-tiny, onnxruntime 1.32, one thread: peak RSS growth 100 MiB at 32 × 256 tokens; 132 MiB with
-#: 1024 columns, 3 GiB with the whole vocabulary in one product).
+#: (the memory the tile saves: ``benchmarks/runs/2026-12-07-source-notes.md``).
 DEFAULT_VOCAB_TILE = 512
 POOLINGS = ("max", "sum")
 ACTIVATIONS = ("relu", "log1p_relu")
@@ -146,8 +147,7 @@ class SpladeGraph(torch.nn.Module):
                  vocab_tile: int = DEFAULT_VOCAB_TILE, zero_ids: Sequence[int] = ()):
         super().__init__()
         check_pooling(pooling, activation)
-        if isinstance(vocab_tile, bool) or not isinstance(vocab_tile, int) or vocab_tile < 1:
-            raise ValueError(f"vocab_tile must be an integer ≥ 1, got {vocab_tile!r}")
+        check_int(vocab_tile, "vocab_tile", 1)
         self.model = model
         self.pooling, self.activation, self.vocab_tile = pooling, activation, vocab_tile
         keep = torch.ones(model.vocab_size)
@@ -313,9 +313,10 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         encoder: the model to export (moved to the CPU for tracing; its own device is unchanged).
         out: the folder to write (replaced if it exists).
         opset: ONNX opset version.
-        pooling, activation: the SPLADE pooling (``"max"``/``"sum"``) and activation
-            (``"relu"``/``"log1p_relu"``); None reads them from the encoder's metadata
-            (``pooling``/``activation`` fields; ``"max"``/``"relu"`` where it has none).
+        pooling: the SPLADE pooling, ``"max"`` or ``"sum"``; None reads it from the encoder's metadata
+            (its ``pooling`` field; ``"max"`` where it has none).
+        activation: the SPLADE activation, ``"relu"`` or ``"log1p_relu"``; None reads it from the
+            encoder's metadata (its ``activation`` field; ``"relu"`` where it has none).
         vocab_tile: vocabulary columns per in-graph tile (the graph's memory is O(B·L·vocab_tile)).
         quantize: None (float32) or ``"int8"`` (dynamic quantisation, module docstring).
         quantize_head: with ``quantize``, also quantise the head's products (else they stay float32).
@@ -514,10 +515,12 @@ class OnnxSpladeEncoder(SpladeEncoder):
 
     @property
     def vocab_size(self) -> int:
+        """V, the vocabulary size, from the exported folder's record."""
         return int(self.record["vocab_size"])
 
     @property
     def max_positions(self) -> int | None:
+        """The model's maximum positions from the exported folder's record; None when not recorded."""
         return self.record.get("max_positions")
 
     def _weights(self, batch) -> torch.Tensor:

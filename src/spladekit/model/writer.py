@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spladekit.model.inference_free import INFERENCE_FREE, save_query_weights
-from spladekit.model.metadata import EncoderMetadata
+from spladekit.model.inference_free import save_query_weights
+from spladekit.model.metadata import INFERENCE_FREE, EncoderMetadata
 
 if TYPE_CHECKING:
     import torch

@@ -18,7 +18,7 @@ What the card says, and where each part is read (files only: no model is loaded)
   selected dev evaluation of a training run on a named dev set. No evaluation: no ``model-index``.
 - the MLM-head record: ``config.json`` ``spladekit_rescale`` (every rescaling: mode, factor, decoder
   row norms before/after, :mod:`spladekit.model.calibrate.rescale`), ``rescale_config.json``, and a
-  ``diagnosis.json`` (:func:`spladekit.model.calibrate.run.run_diagnose`) found in the folder or given;
+  ``diagnosis.json`` (:func:`spladekit.model.calibrate.outputs.run_diagnose`) found in the folder or given;
 - training: the model folder's ``config.yaml`` and ``spladekit.json`` ``extra.training``; the dev
   curve and ``best.json``/``result.json`` of the run folder (the parent of ``model/``/``last/``);
 - framework versions (``importlib.metadata``), citations.
@@ -154,7 +154,9 @@ class FolderRecords:
 
     @property
     def inference_free(self) -> bool:
-        return self.spladekit.get("query_encoder") == "inference-free"
+        from spladekit.model.metadata import INFERENCE_FREE  # here: the model package loads torch
+
+        return self.spladekit.get("query_encoder") == INFERENCE_FREE
 
     @property
     def source(self) -> str:

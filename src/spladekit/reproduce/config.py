@@ -3,7 +3,7 @@
 A grid is backbone × head treatment × seed (arXiv 2606.18811, the comparison of §4: no rescaling,
 a constant factor, a calibrated factor). Each cell diagnoses the MLM head, rescales it (or not),
 trains with :func:`spladekit.train.train`, then evaluates in-domain and out-of-domain sets with
-:func:`spladekit.pipeline.evaluate_splade`.
+:func:`spladekit.evaluate.retrieval.evaluate_splade`.
 
 ``train`` is a partial :class:`spladekit.train.TrainConfig` shared by all cells; the grid fills in
 ``model.path`` (the cell's initial model), ``seed`` and an empty ``rescale`` (rescaling is done by the

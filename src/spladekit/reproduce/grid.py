@@ -170,7 +170,7 @@ def eval_spec(config: ReproduceConfig, cell: Cell, dataset: EvalDatasetSpec, sta
 
 # ------------------------------------------------------------------------------ the runner
 class CellRunner(Protocol):
-    """What the grid calls to do the work of a cell; :class:`spladekit.reproduce.runner.SpladekitRunner`
+    """What the grid calls to do the work of a cell; :class:`spladekit.reproduce.cells.SpladekitRunner`
     is the real one (tests inject doubles to check the grid's own bookkeeping)."""
 
     def prepare_backbone(self, backbone: BackboneSpec, config: ReproduceConfig, folder: Path) -> dict:
@@ -363,7 +363,7 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
     Args:
         config: the grid.
         out: output folder.
-        runner: does the work (default: :class:`~spladekit.reproduce.runner.SpladekitRunner`).
+        runner: does the work (default: :class:`~spladekit.reproduce.cells.SpladekitRunner`).
         cells: run only these cell ids (default: all).
         force: redo stages whose marker came from another configuration instead of refusing.
 
@@ -375,7 +375,7 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
     """
     out = Path(out).resolve()  # paths recorded in the markers are absolute: resuming works from any folder
     if runner is None:
-        from spladekit.reproduce.runner import SpladekitRunner
+        from spladekit.reproduce.cells import SpladekitRunner
 
         runner = SpladekitRunner()
     plan = plan_grid(config)

@@ -2,7 +2,7 @@
 
 Nothing is downloaded: models through the local search of ``resolve_model`` (folder, shared roots,
 cache; not the hub, not the PyPI fallback), datasets through
-``resolve_dataset(name, download=False)``, files through :func:`spladekit.reproduce.runner.resolve_file`.
+``resolve_dataset(name, download=False)``, files through :func:`spladekit.reproduce.cells.resolve_file`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _dataset(name: str) -> str:
 
 def _file(name: str) -> str:
     from spladekit.errors import SpladekitError
-    from spladekit.reproduce.runner import resolve_file
+    from spladekit.reproduce.cells import resolve_file
 
     try:
         return str(resolve_file(name))

@@ -165,7 +165,7 @@ def _columns(config: ReproduceConfig, per_cell: bool) -> tuple[list[Column], lis
 
 def training_records(config: ReproduceConfig, out: Path, results: list[dict]) -> dict[str, list[dict]]:
     """``{arm: metrics.jsonl records}`` of the first seed of each arm that has a log."""
-    from spladekit.reproduce.runner import read_metrics_log
+    from spladekit.reproduce.cells import read_metrics_log
 
     curves: dict[str, list[dict]] = {}
     for result in results:

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 from spladekit.errors import DataFormatError, validation_problems
 from spladekit.io import read_yaml
 from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec
+from spladekit.model.metadata import INFERENCE_FREE
 from spladekit.overrides import apply_overrides
 from spladekit.settings import Settings
 
@@ -42,7 +43,7 @@ class ModelConfig(Settings):
                                     "spladekit.model.remote_code); only for a folder whose code you trust")
 
 
-class RescaleConfig(RescaleSpec):
+class TrainRescaleConfig(RescaleSpec):
     """MLM-head rescaling (and shift) at initialisation: the one
     :class:`~spladekit.model.calibrate.spec.RescaleSpec` (arXiv 2606.18811 §3) plus ``sample_texts``, the
     number of training documents ``target_logit``, ``joint`` and an ``activity`` target calibrate on."""
@@ -224,7 +225,7 @@ class TrainConfig(Settings):
     """
 
     model: ModelConfig = ModelConfig()
-    rescale: RescaleConfig = RescaleConfig()
+    rescale: TrainRescaleConfig = TrainRescaleConfig()
     head: HeadSpec = Field(HeadSpec(), description="the SPLADE head's options: position_top_k (a cap on each position's "
                            "expansion), fold_vocabulary (byte-level BPE case and word-start variants as one term)")
     data: DataConfig = DataConfig()
@@ -262,14 +263,14 @@ class TrainConfig(Settings):
                              "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
-        if self.regularizer.kind == "idf_flops" and self.model.query_encoder == "inference-free":
+        if self.regularizer.kind == "idf_flops" and self.model.query_encoder == INFERENCE_FREE:
             raise ValueError("regularizer.kind idf_flops with model.query_encoder inference-free: the query weights carry "
                              "the IDF already (Geng et al.'s score sum_j idf_j q_j d_j), and FLOPS on the documents is "
                              "then their IDF-aware FLOPS: use kind flops (idf_flops would count the IDF twice)")
         if self.head.fold_vocabulary and self.regularizer.kind == "idf_flops":
             raise ValueError("regularizer.kind idf_flops with head.fold_vocabulary: the IDF is per vocabulary entry, "
                              "the vectors per folded term")
-        if self.head.fold_vocabulary and self.model.query_encoder == "inference-free":
+        if self.head.fold_vocabulary and self.model.query_encoder == INFERENCE_FREE:
             raise ValueError("head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
                              "vocabulary entry, the vectors per folded term")
         return self

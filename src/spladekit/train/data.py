@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 
 from spladekit.errors import DataFormatError
 from spladekit.io import iter_lines, read_json
-from spladekit.train.examples import TrainingExample  # its own room: train.hf reads it too (old path kept)
+from spladekit.train.examples import TrainingExample
 from spladekit.data.numbers import finite_number
 from spladekit.train.published import read_score_pickle
 

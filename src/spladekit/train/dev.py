@@ -1,7 +1,7 @@
 """Retrieval quality during training: the dev set, its evaluation, and best-checkpoint selection.
 
 Every ``eval_every`` steps the current model encodes the dev corpus and queries and is scored by
-:func:`spladekit.pipeline.evaluate_splade`, the code behind ``spladekit evaluate`` (same encoder
+:func:`spladekit.evaluate.retrieval.evaluate_splade`, the code behind ``spladekit evaluate`` (same encoder
 class, same exact index and search, same ``ir_measures`` evaluation), so a dev nDCG@10 logged
 during training is the number ``spladekit evaluate`` would give for that checkpoint on that set.
 
@@ -153,7 +153,7 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
                                pooling=model.pooling, activation=model.activation)
         query_weights = None
         if getattr(model, "query_weights", None) is not None:  # inference-free: score the query side being trained
-            from spladekit.model.inference_free import INFERENCE_FREE
+            from spladekit.model.metadata import INFERENCE_FREE
 
             query_weights, meta.query_encoder = model.query_weights.saved_weights(), INFERENCE_FREE
         encoder = SpladeEncoder(model, tokenizer, meta, batch_size=dev.batch_size, device=device, query_weights=query_weights)

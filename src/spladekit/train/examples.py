@@ -1,7 +1,7 @@
 """The record every training-data reader gives: :class:`TrainingExample` (a query, its positive documents,
 its hard negatives, optional teacher scores).
 
-A room of its own so that the readers (:mod:`spladekit.train.data`, :mod:`spladekit.train.hf`) and the
+A module of its own so that the readers (:mod:`spladekit.train.data`, :mod:`spladekit.train.hf`) and the
 training loop share it without importing each other.
 """
 

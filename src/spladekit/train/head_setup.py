@@ -1,13 +1,13 @@
 """The MLM head's set-up before training: rescaling and shifting it (:func:`apply_rescale`), its options
 (:func:`head_options`: a per-position cap, a folded vocabulary) and keeping the ``[PAD]`` column at 0
-(:func:`suppress_pad_column`). Moved out of :mod:`spladekit.train.loop`, which uses them.
+(:func:`suppress_pad_column`); :mod:`spladekit.train.step` uses them.
 """
 
 from __future__ import annotations
 
 import torch
 
-from spladekit.model.inference_free import INFERENCE_FREE
+from spladekit.model.metadata import INFERENCE_FREE
 
 
 def apply_rescale(model, rescale, tokenizer=None, texts=None) -> dict | None:

@@ -1,5 +1,5 @@
 """The metrics log of a training run: ``metrics.jsonl`` (main process; cut back to the resumed step),
-and TensorBoard when installed. Moved out of :mod:`spladekit.train.loop`, which uses it.
+and TensorBoard when installed; :class:`spladekit.train.trainer.Trainer` writes it.
 """
 
 from __future__ import annotations

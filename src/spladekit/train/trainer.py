@@ -1,7 +1,7 @@
 """The SPLADE trainer: ``train(config, out) -> TrainResult`` over one :class:`Trainer` made of parts.
 
 The trainer holds a run's state and its steps: set-up (data, model, optimiser, resume), the
-optimiser step of :mod:`spladekit.train.loop`, the metrics log, the evaluations (held-out ranking
+optimiser step of :mod:`spladekit.train.step`, the metrics log, the evaluations (held-out ranking
 loss; dev retrieval with ``eval_every``) and the finish (final model, curves, ``result.json``).
 Everything else is a :class:`~spladekit.train.callbacks.Callback` called at its hooks: dev
 selection with the best checkpoint and early stopping, collapse alarms, model cards, progress lines
@@ -33,7 +33,7 @@ from spladekit.train.config import TrainConfig
 from spladekit.train.data import (TrainingExample, check_distillation, global_batch, load_training_examples,
                                   short_negatives_hint, split_validation)
 from spladekit.train.dev import DEV_SPLIT, evaluate_dev, load_dev_set
-from spladekit.train.loop import _device, _Encoder, _optimizer, attach_query_weights, load_model, train_step, validate
+from spladekit.train.step import _device, _Encoder, _optimizer, attach_query_weights, load_model, train_step, validate
 from spladekit.train.metrics_log import METRICS_FILE, _Log
 from spladekit.train.monitor import TrainingDivergedError, batch_statistics, head_statistics, logit_statistics
 from spladekit.train.examples import training_documents
@@ -238,7 +238,7 @@ class Trainer:
     def _setup_model(self) -> None:
         """The model (rescaled, inference-free side attached), optimiser, scheduler, scaler and the
         regularisers' warm-ups, seeded as the exact-resume guarantee needs."""
-        from spladekit.model.inference_free import INFERENCE_FREE
+        from spladekit.model.metadata import INFERENCE_FREE
 
         config, info = self.config, self.info
         torch.manual_seed(config.seed)
@@ -368,7 +368,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------ evaluation
     def evaluate(self, step: int, validation: bool, dev: bool) -> None:
         """The evaluations of ``step`` asked for, on the main process: the held-out ranking loss and
-        accuracy (:func:`spladekit.train.loop.validate`, when there are held-out examples) and dev
+        accuracy (:func:`spladekit.train.step.validate`, when there are held-out examples) and dev
         retrieval (:func:`spladekit.train.dev.evaluate_dev`, when there is a dev set). Each record
         goes through ``on_evaluate``, then into the metrics log."""
         if validation and self.val_examples and self.info.is_main:

@@ -41,12 +41,11 @@ from typing import Iterable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.data.numbers import FLOAT32_MAX
 from spladekit.errors import DataFormatError
 
 MANIFEST = "export.json"
 
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def weights_array(values: Iterable[float]) -> np.ndarray:

@@ -4,7 +4,7 @@ its one translation into the keyword arguments of :func:`spladekit.model.calibra
 
 Used by training (``rescale:`` of a :class:`~spladekit.train.config.TrainConfig`), by the
 reproduction grid (a treatment's ``rescale:``) and by ``spladekit rescale``
-(:class:`~spladekit.model.calibrate.run.RescaleConfig`), so a factor, a norm match or a calibrated
+(:class:`~spladekit.model.calibrate.outputs.RescaleConfig`), so a factor, a norm match or a calibrated
 target means the same thing everywhere (arXiv 2606.18811, §3, eq. 3: the decoder projection is
 multiplied by a constant F before training).
 """

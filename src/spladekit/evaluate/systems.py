@@ -1,6 +1,8 @@
-"""The main job, end to end: a model and a BEIR folder → run, metrics, efficiency, plot.
-
-This is the only module that strings the stages together; the CLI calls it.
+"""Systems evaluated on one dataset: ``spladekit evaluate``'s job (:func:`run_evaluation`, a model and
+a BEIR folder → run, metrics, config, with its :class:`EvalConfig`), the BM25 baseline
+(:func:`evaluate_bm25`), fused runs (:func:`evaluate_fused`), query-encoding latency, and the files
+each system's evaluation writes (:func:`write_system`). One system's retrieval itself:
+:mod:`spladekit.evaluate.retrieval`.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from pydantic import Field
 from spladekit.data.beir import BeirDataset, load_beir
 from spladekit.data.trec import RUN_TAG, write_run
 from spladekit.evaluate.metrics import DEFAULT_MEASURES, EvalConventions, evaluate
-from spladekit.evaluate.retrieval import SystemResult, conventions_for, evaluate_splade  # noqa: F401  (moved there)
+from spladekit.evaluate.retrieval import SystemResult, conventions_for, evaluate_splade
 from spladekit.index.exact import results_to_run
 from spladekit.index.index import searcher_config
-from spladekit.io import atomic_folder, ensure_folder, write_json
+from spladekit.io import ensure_folder, write_json
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.settings import Settings
 
@@ -138,35 +140,3 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     write_system(result, Path(out), saved)
     return result
 
-
-def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None,
-                         trust_remote_code: bool = False):
-    """``spladekit inference-free``: ``model``'s document encoder with an inference-free query side
-    whose weights are the IDF of the corpus of ``data`` (or of ``documents``), saved into ``out``
-    atomically with the sentence-transformers ``Router`` files (where expressible, see
-    :func:`spladekit.model.st_modules.write_inference_free_sentence_transformers_files`).
-
-    Returns:
-        The :class:`SpladeEncoder` (its ``query_weights`` set).
-
-    Raises:
-        ValueError: neither ``data`` nor ``documents``, or an empty corpus.
-        OutputPathError: ``out`` is an existing file.
-    """
-    from spladekit.data.beir import load_corpus
-    from spladekit.model.inference_free import make_inference_free
-
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        ensure_folder(out)  # raises OutputPathError before any work
-    if documents is None:
-        if data is None:
-            raise ValueError("give the corpus: a BEIR folder (data) or the documents")
-        documents = list(load_corpus(data).values())
-    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu", trust_remote_code=trust_remote_code), documents)
-    with atomic_folder(out) as tmp:
-        encoder.save_pretrained(tmp)  # with the sentence-transformers Router files where expressible
-        from spladekit.publish.card import write_model_card
-
-        write_model_card(tmp, previous=out, reference=str(out.resolve()))  # README.md (the one OUT has is kept)
-    return encoder

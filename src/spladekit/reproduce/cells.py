@@ -7,7 +7,7 @@
 - init: :func:`spladekit.model.calibrate.diagnose_mlm_head` before and after
   :func:`~spladekit.model.calibrate.rescale_mlm_head` (arXiv 2606.18811, §3, eq. 3);
 - train: :func:`spladekit.train.train`;
-- evaluate: :func:`spladekit.pipeline.evaluate_splade` (an :class:`~spladekit.index.index.Index` of the
+- evaluate: :func:`spladekit.evaluate.retrieval.evaluate_splade` (an :class:`~spladekit.index.index.Index` of the
   corpus searched with ``evaluation.backend``, ir_measures); the retrieval settings record is saved in
   ``config.json`` under ``search``.
 """
@@ -259,7 +259,8 @@ class SpladekitRunner:
     def evaluate(self, model: str, dataset: EvalDatasetSpec, config: ReproduceConfig, folder: Path) -> dict:
         from spladekit.model.encoder import SpladeEncoder
         from spladekit.index.index import searcher_config
-        from spladekit.pipeline import evaluate_splade, write_system
+        from spladekit.evaluate.retrieval import evaluate_splade
+        from spladekit.evaluate.systems import write_system
 
         ev = config.evaluation
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=ev.query_max_length, doc_max_length=ev.doc_max_length,
