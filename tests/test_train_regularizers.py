@@ -1,4 +1,4 @@
-"""The regularisers in training (spladekit.train.loop, trainer, callbacks, checkpoints): each new kind
+"""The regularisers in training (spladekit.train.step, trainer, callbacks, checkpoints): each new kind
 trains and its logged value is its formula, by hand, on the first batch's vectors; DF-FLOPS'
 estimate is refreshed on its schedule (counted) and restored on resume, bit for bit; the anti-zero
 term enters the loss and its gradient as its formula says (not for an inference-free query side)."""
@@ -23,7 +23,7 @@ from spladekit.train.callbacks import DocumentFrequencyRefresh  # noqa: E402
 from spladekit.train.data import global_batch  # noqa: E402
 from spladekit.train.distributed import DistInfo  # noqa: E402
 from spladekit.train.examples import training_documents  # noqa: E402
-from spladekit.train.loop import _Encoder, attach_query_weights, load_model, train_step  # noqa: E402
+from spladekit.train.step import _Encoder, attach_query_weights, load_model, train_step  # noqa: E402
 from spladekit.train.trainer import Trainer  # noqa: E402
 
 # Float32 sums of N·V ≤ 8·155 non-negative terms (the regularisers, by hand in float64 on the very same

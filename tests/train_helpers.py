@@ -113,13 +113,13 @@ def one_step(model_dir: Path, grad_accum: int = 1, **overrides) -> dict:
 
 
 def document_frequencies(model_dir: Path, encode_batch_size: int = 8):
-    """``(counts, num_docs)`` of :func:`spladekit.train.loop.sample_document_frequencies` over every
+    """``(counts, num_docs)`` of :func:`spladekit.train.step.sample_document_frequencies` over every
     document of :func:`make_examples`, with this process's share (all of them with one process)."""
     import torch
 
     from spladekit.train import distributed as D
     from spladekit.train.examples import training_documents
-    from spladekit.train.loop import _Encoder, load_model, sample_document_frequencies
+    from spladekit.train.step import _Encoder, load_model, sample_document_frequencies
 
     config = tiny_config(model_dir, regularizer__kind="df_flops",
                          regularizer__df={"alpha": 0.3, "beta": 2.0, "encode_batch_size": encode_batch_size})

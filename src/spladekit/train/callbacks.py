@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from spladekit.io import read_json, write_json
 from spladekit.train.dev import DEV_SPLIT, BestTracker
-from spladekit.train.loop import sample_document_frequencies
+from spladekit.train.step import sample_document_frequencies
 from spladekit.train.monitor import CollapseError, check_alarms, score_scale_check
 
 MODEL_DIR = "model"
@@ -123,7 +123,7 @@ class DocumentFrequencyRefresh(Callback):
     Before each update (``on_step_begin``), when ``trainer.df_estimate`` is due for the model after
     the ``step − 1`` updates it has taken (:meth:`~spladekit.train.term_weights.DocumentFrequencyEstimate.due`:
     before the first update, then every ``refresh_every`` updates), the sample of training documents is
-    encoded in eval mode without gradient (:func:`spladekit.train.loop.sample_document_frequencies`,
+    encoded in eval mode without gradient (:func:`spladekit.train.step.sample_document_frequencies`,
     sharded over processes, counts summed) and the estimate refreshed; its summary
     (:meth:`~spladekit.train.term_weights.DocumentFrequencyEstimate.summary`) joins the next training
     record. Draws no random numbers. Does nothing in a run without DF-FLOPS.
