@@ -1,6 +1,7 @@
 """Data parallelism on the CPU (gloo, 2 processes): same loss and gradients as 1 process on the
 same global batch, including the global-batch FLOPS term and in-batch negatives, also with
-accumulation and with gradient caching (``cached``) over the gathered vectors."""
+accumulation and with gradient caching (``cached``) over the gathered vectors; DF-FLOPS' document
+frequencies counted by shards and summed equal one process's count."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_helpers import ddp_worker, make_examples, make_tiny_model, one_step, tiny_config  # noqa: E402
+from train_helpers import (ddp_worker, document_frequencies, make_examples, make_tiny_model, one_step,  # noqa: E402
+                           tiny_config)
 
 
 def _free_port() -> int:
@@ -30,7 +32,8 @@ def test_two_gloo_processes_match_one(tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     model_dir = make_tiny_model(tmp_path / "model")
-    mp.spawn(ddp_worker, args=(2, _free_port(), str(model_dir), str(tmp_path)), nprocs=2, join=True)
+    df_model = make_tiny_model(tmp_path / "model-df", bias=-0.1)  # about 60 % of the terms active: counts spread
+    mp.spawn(ddp_worker, args=(2, _free_port(), str(model_dir), str(tmp_path), str(df_model)), nprocs=2, join=True)
 
     single = one_step(model_dir, grad_accum=1)
     for saved in ("step.pt", "step-cached.pt"):  # grad_accum 2; cached.mini_batch_size 1 (2 mini-batches per process)
@@ -51,3 +54,11 @@ def test_two_gloo_processes_match_one(tmp_path):
     # bias is +1), far beyond the float32 rounding (~1e-6) that could flip a term between the two runs
     assert [r["active_d"] for r in b] == [r["active_d"] for r in a]
     assert (tmp_path / "run" / "checkpoints" / "step-0000001" / "rng-1.pt").exists()
+
+    # DF-FLOPS' estimate: each process encodes its share of the sample (other batches, other padding), the
+    # counts are summed. Exact: a term flips only if its largest logit lies within float32 rounding (~1e-8)
+    # of 0; of this model's 48 × 155 maxima, spread over ~0.2, that is a chance of order 1e-4.
+    two_counts, two_docs = torch.load(tmp_path / "df-counts.pt", weights_only=True)
+    one_counts, one_docs = document_frequencies(df_model, encode_batch_size=1000)
+    assert two_docs == one_docs == 48 and torch.equal(two_counts, one_counts)
+    assert 0 < int((0 < one_counts).sum()) and int(((one_counts > 0) & (one_counts < 48)).sum()) > 20

@@ -7,9 +7,10 @@ from pathlib import Path
 WORDS = [f"w{i}" for i in range(150)]
 
 
-def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool = True) -> Path:
+def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool = True, bias: float = 1.0) -> Path:
     """A 1-layer BERT masked-LM (V = 155, H = 32) with a word-level tokenizer, saved to ``folder``
-    (``tie``: the decoder shares the word embeddings, as in BERT)."""
+    (``tie``: the decoder shares the word embeddings, as in BERT; ``bias`` added to the decoder bias:
+    the default +1 makes every term active, −0.1 about 60 % of them)."""
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
@@ -23,7 +24,7 @@ def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool
                         attention_probs_dropout_prob=dropout, tie_word_embeddings=tie)
     model = BertForMaskedLM(config)
     with torch.no_grad():  # a positive decoder bias so that vectors start non-empty
-        model.cls.predictions.bias.add_(1.0)
+        model.cls.predictions.bias.add_(bias)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -65,8 +66,9 @@ def tiny_config(model_dir: Path, **overrides):
     return TrainConfig.model_validate(data)
 
 
-def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
-    """One process of the 2-process gloo test: one train_step (loss, gradients) then a 2-step train()."""
+def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str, df_model_dir: str | None = None) -> None:
+    """One process of the 2-process gloo test: one train_step (loss, gradients), DF-FLOPS' document
+    frequencies with ``df_model_dir`` (default ``model_dir``), then a 2-step train()."""
     import os
 
     import torch
@@ -78,9 +80,11 @@ def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str) -> No
     try:
         step_result = one_step(Path(model_dir), grad_accum=2)
         cached_result = one_step(Path(model_dir), cached={"mini_batch_size": 1})  # gradient cache over gathered vectors
+        counts = document_frequencies(Path(df_model_dir or model_dir))  # each process a shard, counts summed
         if rank == 0:
             torch.save(step_result, Path(out) / "step.pt")
             torch.save(cached_result, Path(out) / "step-cached.pt")
+            torch.save(counts, Path(out) / "df-counts.pt")
         from spladekit.train import train
 
         train(tiny_config(Path(model_dir), steps=1, checkpoint_every=1), Path(out) / "run", examples=make_examples(),
@@ -106,3 +110,19 @@ def one_step(model_dir: Path, grad_accum: int = 1, **overrides) -> dict:
     parts, _ = train_step(encoder, batch, config, info, 0.01, 0.02)
     D.average_gradients(list(model.parameters()))
     return {"parts": parts, "grads": {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}
+
+
+def document_frequencies(model_dir: Path, encode_batch_size: int = 8):
+    """``(counts, num_docs)`` of :func:`spladekit.train.step.sample_document_frequencies` over every
+    document of :func:`make_examples`, with this process's share (all of them with one process)."""
+    import torch
+
+    from spladekit.train import distributed as D
+    from spladekit.train.examples import training_documents
+    from spladekit.train.step import _Encoder, load_model, sample_document_frequencies
+
+    config = tiny_config(model_dir, regularizer__kind="df_flops",
+                         regularizer__df={"alpha": 0.3, "beta": 2.0, "encode_batch_size": encode_batch_size})
+    model, tokenizer, _ = load_model(config)
+    encoder = _Encoder(model, tokenizer, config, torch.device("cpu"))
+    return sample_document_frequencies(encoder, training_documents(make_examples()), config, D.init_distributed())

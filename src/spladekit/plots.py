@@ -178,7 +178,7 @@ def training_curves(records, path: str | Path, vocab_size: int | None = None) ->
     val = [r for r in records if r.get("split") == "validation"]
     dev = [r for r in records if r.get("split") == "dev"]
     panels = [
-        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d"), "log", train),
+        ("loss", ("loss", "loss_rank", "loss_reg_q", "loss_reg_d", "loss_anti_zero"), "log", train),
         ("λ (regulariser weight)", ("lambda_q", "lambda_d"), "linear", train),
         ("active terms per vector", ("active_q", "active_d"), "log", train),
         ("batch FLOPS", ("batch_flops",), "log", train),
@@ -254,23 +254,38 @@ def metric_per_arm(values: Mapping[str, tuple[float | None, float | None]], path
 
 
 def quality_vs_flops(points: Mapping[str, list[tuple[float, float]]], path: str | Path, xlabel: str = "FLOPS",
-                     ylabel: str = "nDCG@10", title: str = "") -> Path:
+                     ylabel: str = "nDCG@10", title: str = "", errors: Mapping[str, list[float]] | None = None,
+                     baseline: str | None = None, flops_share: float | None = None) -> Path:
     """Scatter of quality against FLOPS (log x axis), one colour per arm, one point per seed.
 
     Args:
         points: ``{arm: [(flops, metric), ...]}``; FLOPS must be > 0 for the log axis (others are dropped).
+        errors: ``{arm: [error of each point]}`` drawn as vertical error bars (e.g. one standard error).
+        baseline: the arm drawn as a star, with its first point's error band (± its error) shaded.
+        flops_share: with ``baseline``, a dashed vertical line at this share of the baseline's FLOPS
+            (e.g. 0.7: the target region is left of it, inside the band).
     """
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm, pts in points.items():
-        pts = [(x, y) for x, y in pts if x > 0]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=6, label=arm, alpha=0.85)
+        kept = [(x, y, e) for (x, y), e in zip(pts, (errors or {}).get(arm) or [None] * len(pts)) if x > 0]
+        if not kept:
+            continue
+        marker, size = ("*", 14) if arm == baseline else ("o", 6)
+        errs = [e for _, _, e in kept]
+        ax.errorbar([p[0] for p in kept], [p[1] for p in kept], yerr=None if None in errs else errs, fmt=marker, ms=size,
+                    label=arm, alpha=0.85, capsize=3)
+        if arm == baseline:
+            x0, y0, e0 = kept[0]
+            if e0:
+                ax.axhspan(y0 - e0, y0 + e0, color="grey", alpha=0.15, label=f"{arm} ± 1 SE")
+            if flops_share:
+                ax.axvline(flops_share * x0, color="grey", ls="--", lw=1, label=f"{flops_share:g} × {arm} FLOPS")
     ax.set_xscale("log")
     ax.set_xlabel(xlabel + " (log)")
     ax.set_ylabel(ylabel)
     ax.set_title(title or "quality vs FLOPS")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     return _save(fig, path)
 
 

@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 
 from spladekit.io import read_json, write_json
 from spladekit.train.dev import DEV_SPLIT, BestTracker
+from spladekit.train.step import sample_document_frequencies
 from spladekit.train.monitor import CollapseError, check_alarms, score_scale_check
 
 MODEL_DIR = "model"
@@ -114,6 +115,34 @@ class DevSelection(Callback):
             write_json(trainer.out / BEST_FILE, self.tracker.summary())
         trainer.best = self.tracker.summary()
         trainer.stop_requested = self.tracker.should_stop
+
+
+class DocumentFrequencyRefresh(Callback):
+    """DF-FLOPS' document frequencies re-estimated on their schedule (``regularizer.df.refresh_every``).
+
+    Before each update (``on_step_begin``), when ``trainer.df_estimate`` is due for the model after
+    the ``step − 1`` updates it has taken (:meth:`~spladekit.train.term_weights.DocumentFrequencyEstimate.due`:
+    before the first update, then every ``refresh_every`` updates), the sample of training documents is
+    encoded in eval mode without gradient (:func:`spladekit.train.step.sample_document_frequencies`,
+    sharded over processes, counts summed) and the estimate refreshed; its summary
+    (:meth:`~spladekit.train.term_weights.DocumentFrequencyEstimate.summary`) joins the next training
+    record. Draws no random numbers. Does nothing in a run without DF-FLOPS.
+
+    Attributes:
+        refreshes: the estimates this callback made in this process.
+    """
+
+    def __init__(self):
+        self.refreshes = 0
+
+    def on_step_begin(self, trainer, step: int) -> None:
+        estimate = getattr(trainer, "df_estimate", None)
+        if estimate is None or not estimate.due(step - 1):
+            return
+        counts, num_docs = sample_document_frequencies(trainer.encoder, estimate.texts, trainer.config, trainer.info)
+        estimate.refresh(counts, num_docs, step - 1)
+        self.refreshes += 1
+        trainer.pending_stats.update(estimate.summary())
 
 
 def forget_lost_best(out: Path, tracker: BestTracker, start: int) -> None:

@@ -44,12 +44,14 @@ def latest_checkpoint(out: str | Path) -> Path | None:
 
 
 def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler, scaler, config: TrainConfig,
-                    info: D.DistInfo, device: torch.device) -> Path:
+                    info: D.DistInfo, device: torch.device, regularizer=None) -> Path:
     """Write ``out/checkpoints/step-NNNNNNN`` atomically (temporary folder renamed into place).
 
-    Holds: ``trainer.pt`` (model, optimizer, scheduler, scaler state, step), ``rng-<rank>.pt`` for
-    every process, ``model/`` (a loadable model folder) and ``config.yaml``. Keeps the newest
-    ``config.keep_checkpoints`` checkpoints.
+    Holds: ``trainer.pt`` (model, optimizer, scheduler, scaler state, step, and ``regularizer``: the
+    ``state_dict()`` of the regulariser's statistics when given, e.g. DF-FLOPS'
+    :class:`~spladekit.train.term_weights.DocumentFrequencyEstimate`: tensors and numbers),
+    ``rng-<rank>.pt`` for every process, ``model/`` (a loadable model folder) and ``config.yaml``.
+    Keeps the newest ``config.keep_checkpoints`` checkpoints.
     """
     folder = out / CHECKPOINTS
     final = folder / f"step-{step:07d}"
@@ -66,7 +68,8 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
         D.barrier()
         if info.is_main:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "scaler": scaler.state_dict() if scaler is not None else None, "step": step}, tmp / "trainer.pt")
+                        "scaler": scaler.state_dict() if scaler is not None else None, "step": step,
+                        "regularizer": regularizer.state_dict() if regularizer is not None else None}, tmp / "trainer.pt")
             model.mlm.save_pretrained(tmp / "model")
             tokenizer.save_pretrained(tmp / "model")
             write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
@@ -95,13 +98,23 @@ def _load_plain(path: Path, device=None) -> dict:
         raise DataFormatError(path, f"not a spladekit checkpoint file readable as tensors and plain data ({first})") from None
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.DistInfo, device: torch.device) -> int:
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.DistInfo, device: torch.device,
+                    regularizer=None) -> int:
     """Restore a checkpoint written by :func:`save_checkpoint`; returns its step.
 
+    ``regularizer``: an object with ``load_state_dict`` given the saved ``regularizer`` state (an
+    empty one when the checkpoint has none: a DF estimate is then made again before the next update).
+
     Raises:
-        DataFormatError: ``trainer.pt`` or ``rng-<rank>.pt`` holds anything but tensors and plain data (named).
+        DataFormatError: ``trainer.pt`` or ``rng-<rank>.pt`` holds anything but tensors and plain data, or a
+            regulariser state the run cannot take (a wrong shape, counts out of range), named.
     """
     state = _load_plain(path / "trainer.pt", device)
+    if regularizer is not None:
+        try:
+            regularizer.load_state_dict(state.get("regularizer") or {})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DataFormatError(path / "trainer.pt", f"regularizer state: {exc}") from None
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

@@ -130,6 +130,8 @@ class DfFlopsConfig(Settings):
     refresh_every: int = Field(100, ge=1, description="steps between estimates (the paper re-estimates every 100 steps)")
     sample_docs: int = Field(1000, ge=1, description="training documents encoded per estimate; a share p estimated "
                              "from n documents has standard error sqrt(p(1-p)/n), at most 0.016 at n = 1000")
+    encode_batch_size: int = Field(32, ge=1, description="documents encoded at once for an estimate (eval mode, "
+                                   "no gradient, at model.doc_max_length)")
 
 
 class RegularizerConfig(Settings):
@@ -261,6 +263,13 @@ class TrainConfig(Settings):
                              "data.validation_fraction > 0 (held-out training queries)")
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
+        if self.regularizer.kind == "idf_flops" and self.model.query_encoder == INFERENCE_FREE:
+            raise ValueError("regularizer.kind idf_flops with model.query_encoder inference-free: the query weights carry "
+                             "the IDF already (Geng et al.'s score sum_j idf_j q_j d_j), and FLOPS on the documents is "
+                             "then their IDF-aware FLOPS: use kind flops (idf_flops would count the IDF twice)")
+        if self.head.fold_vocabulary and self.regularizer.kind == "idf_flops":
+            raise ValueError("regularizer.kind idf_flops with head.fold_vocabulary: the IDF is per vocabulary entry, "
+                             "the vectors per folded term")
         if self.head.fold_vocabulary and self.model.query_encoder == INFERENCE_FREE:
             raise ValueError("head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
                              "vocabulary entry, the vectors per folded term")

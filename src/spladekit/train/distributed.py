@@ -80,6 +80,13 @@ def broadcast_parameters(module: torch.nn.Module) -> None:
         dist.broadcast(tensor.data, src=0)
 
 
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over processes, in place (returned); ``tensor`` itself with one process."""
+    if _active():
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
 def broadcast_flag(flag: bool, device: torch.device) -> bool:
     """Rank 0's ``flag`` on every process (e.g. the early-stopping decision); ``flag`` itself with one process."""
     if not _active():

@@ -27,3 +27,14 @@ class TrainingExample:
     positives: list[tuple[str, str]]
     negatives: list[tuple[str, str]] = field(default_factory=list)
     teacher: dict[str, float] | None = None
+
+
+def training_documents(examples) -> list[str]:
+    """The texts of the distinct documents (by id, first text kept) of ``examples``, positives and hard
+    negatives, in order of first appearance: what the IDF of an inference-free query side, IDF-aware
+    FLOPS and DF-FLOPS' sample are computed from."""
+    documents: dict[str, str] = {}
+    for example in examples:
+        for doc_id, text in list(example.positives) + list(example.negatives):
+            documents.setdefault(doc_id, text)
+    return list(documents.values())

@@ -17,12 +17,18 @@ FLOPS with an ℓ0 mask (Shen, Geng & Yang, arXiv 2504.14839; sentence-transform
     FLOPS_ℓ0(w) = Σ_j ( (1/N) Σ_i m_i w_ij )²,      m_i = 1[ |{j : w_ij ≠ 0}| > τ ]   (no gradient through m)
 
 IDF-aware FLOPS (Geng, Ru & Yang, arXiv 2411.04403): their inference-free score is
-``s(q, d) = Σ_j idf_j q_j d_j`` with FLOPS on ``d``; for the vector a plain dot product scores,
-``w = idf ⊙ d``, that same objective reads::
+``s(q, d) = Σ_j idf_j q_j d_j`` (binary query tokens ``q`` times the IDF) with plain FLOPS on the
+document vectors ``d`` (their training code, zhichao-aws/opensearch-sparse-model-tuning-sample:
+``flops_value`` of ``d_rep``; the query side ``relu(idf)`` of its tokens): the IDF enters through the
+score, so the ranking gradient of a low-IDF term is small beside its FLOPS price. For the vector a plain
+dot product scores, ``w = idf ⊙ d``, that same objective reads::
 
     FLOPS_idf(w) = Σ_j ( (1/N) Σ_i w_ij / idf_j )²        (idf_j > 0)
 
-so a common term (low IDF) costs more than a rare one for the same weight.
+so a common term (low IDF) costs more than a rare one for the same weight; a term in (nearly) every
+training document, ``idf ≈ 0.5/N``, costs about ``(2N)²`` times its FLOPS price: by that objective it
+carries no score. With an inference-free query side whose weights are the IDF, plain FLOPS on the
+documents already is their objective (the training config refuses ``idf_flops`` there).
 
 DF-FLOPS (Porco et al., arXiv 2505.15070): each term's FLOPS share is scaled by a generalised-logistic
 function ``a`` of its document frequency share ``x_j = DF_j / |C|`` among the documents, estimated from
@@ -32,6 +38,9 @@ the model's own document vectors and re-estimated during training
     DF-FLOPS(w) = Σ_j ( (a_j / N) Σ_i w_ij )²,      a_j = a(x_j; α, β) = 1 / (1 + (x_j^(log_α 2) − 1)^β)
 
 with ``0 < α < 1`` the share at which ``a = 1/2`` and ``β > 0`` the steepness (``a(0) = 0``, ``a(1) = 1``).
+The weight multiplies the batch mean inside the square, as the paper's equation is rendered from its
+source (``Σ_{t∈V} ( w_t/N Σ_i r_{i,t} )²``); a rendering with ``w_t`` outside the square would weigh
+the terms by ``a_j`` instead of ``a_j²``.
 
 Anti-zero term (naver/splade, ``splade/hf/trainers.py``, added to the loss with weight 1 for each side)::
 

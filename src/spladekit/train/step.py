@@ -8,10 +8,13 @@ negatives, see :mod:`spladekit.train.data`):
 2. the vectors are gathered over processes with their gradient and the loss is computed on the
    global batch (:mod:`spladekit.train.distributed`):
 
-       L = L_rank(q, d) + λ_q(t)·R(q) + λ_d(t)·R(d)
+       L = L_rank(q, d) + λ_q(t)·R(q) + λ_d(t)·R(d) + μ·(AZ(q) + AZ(d))
 
-   with ``L_rank`` InfoNCE / MarginMSE / KL (:mod:`spladekit.train.losses`), ``R`` the FLOPS or L1
-   regulariser and ``λ(t)`` its quadratic warm-up (:mod:`spladekit.train.regularizers`);
+   with ``L_rank`` InfoNCE / MarginMSE / KL (:mod:`spladekit.train.losses`), ``R`` the regulariser
+   the config's ``regularizer.kind`` names (FLOPS, L1, FLOPS with an ℓ0 mask, IDF-aware FLOPS,
+   DF-FLOPS: :class:`spladekit.train.regularizers.SparsityPenalty`), ``λ(t)`` its quadratic warm-up
+   and ``μ·AZ`` the anti-zero term (``regularizer.anti_zero`` = μ; no ``AZ(q)`` for an
+   inference-free query side, whose weights are a lookup table);
 3. with more than one micro-batch, the gradient cache of Gao et al. 2021 (:mod:`spladekit.train.cached`):
    encode without a graph, the loss gradient at the vectors once on the whole batch, then re-encode
    each micro-batch (RNG replayed: same dropout) and back-propagate it. So the loss, the in-batch
@@ -33,10 +36,11 @@ import spladekit.train.distributed as D
 from spladekit.train.cached import cached_step, mini_batch_bounds
 from spladekit.train.config import TrainConfig
 from spladekit.train.data import Batch, TrainingExample, global_batch
+from spladekit.train.examples import training_documents
 from spladekit.train.head_setup import apply_rescale, head_options, suppress_pad_column
 from spladekit.train.losses import info_nce, kl_distillation, margin_mse
 from spladekit.train.monitor import TrainingDivergedError
-from spladekit.train.regularizers import REGULARIZERS
+from spladekit.train.regularizers import SparsityPenalty
 
 
 # ------------------------------------------------------------------------------------ model
@@ -107,11 +111,7 @@ def attach_query_weights(model, tokenizer, examples: list[TrainingExample], conf
     weights = folder.load_query_weights(tokenizer, model.vocab_size) if folder.metadata().query_encoder != "splade" else None
     init = f"the start model's query weights ({folder.layout})"
     if weights is None:
-        documents: dict[str, str] = {}
-        for example in examples:
-            for doc_id, text in list(example.positives) + list(example.negatives):
-                documents.setdefault(doc_id, text)
-        weights = idf_weights(tokenizer, list(documents.values()), model.vocab_size)
+        weights = idf_weights(tokenizer, training_documents(examples), model.vocab_size)
         init = "idf of the training documents"
     model.query_weights = QueryTermWeights(weights, trainable=config.model.train_query_weights)
     model.query_weights.init = init
@@ -131,30 +131,53 @@ def _optimizer(model, config: TrainConfig):
 
 
 # ------------------------------------------------------------------------------------ the step
-def compute_loss(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None, group: int, config: TrainConfig,
-                 lambda_q: float, lambda_d: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """Total loss of a (global) batch and its parts.
+def ranking_loss(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None, group: int,
+                 config: TrainConfig) -> torch.Tensor:
+    """The ranking loss ``config.loss.kind`` of a batch (:mod:`spladekit.train.losses`).
 
     Args:
         q: ``[B, V]``; d: ``[B·G, V]``; teacher: ``[B, G]`` or None; group: G.
-
-    Returns:
-        ``(total, parts)`` with ``parts`` = ``loss_rank``, ``loss_reg_q`` (= λ_q·R(q)), ``loss_reg_d``,
-        whose sum is ``total``, plus the raw ``reg_q``, ``reg_d``.
     """
     kind = config.loss.kind
     if kind == "infonce":
-        rank = info_nce(q, d, config.loss.temperature, config.loss.in_batch_negatives)
-    elif kind == "margin_mse":
-        rank = margin_mse(q, d, teacher)
-    else:
-        rank = kl_distillation(q, d, teacher, config.loss.temperature)
-    reg = REGULARIZERS[config.regularizer.kind]
-    reg_q, reg_d = reg(q), reg(d)
+        return info_nce(q, d, config.loss.temperature, config.loss.in_batch_negatives)
+    if kind == "margin_mse":
+        return margin_mse(q, d, teacher)
+    return kl_distillation(q, d, teacher, config.loss.temperature)
+
+
+def compute_loss(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None, group: int, config: TrainConfig,
+                 lambda_q: float, lambda_d: float, penalty: SparsityPenalty | None = None,
+                 query_anti_zero: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+    """Total loss of a (global) batch and its parts:
+    ``L_rank + λ_q·R(q) + λ_d·R(d) + μ·AZ(q) + μ·AZ(d)`` (module docstring).
+
+    Args:
+        q: ``[B, V]``; d: ``[B·G, V]``; teacher: ``[B, G]`` or None; group: G.
+        penalty: the run's :class:`~spladekit.train.regularizers.SparsityPenalty` (None:
+            ``SparsityPenalty(config.regularizer)``, enough for the kinds that need no statistics:
+            ``flops``, ``l1``, ``flops_l0``).
+        query_anti_zero: add ``μ·AZ(q)`` (False for an inference-free query side).
+
+    Returns:
+        ``(total, parts)`` with ``parts`` = ``loss_rank``, ``loss_reg_q`` (= λ_q·R(q)), ``loss_reg_d``
+        and, when ``regularizer.anti_zero`` μ > 0, ``loss_anti_zero`` (= μ·AZ(q) + μ·AZ(d)), whose sum
+        is ``total``, plus the raw ``reg_q``, ``reg_d``.
+
+    Raises:
+        ValueError: ``penalty`` None for ``idf_flops`` or ``df_flops`` (they need the training documents' statistics).
+    """
+    penalty = penalty if penalty is not None else SparsityPenalty(config.regularizer)
+    rank = ranking_loss(q, d, teacher, group, config)
+    reg_q, reg_d = penalty(q), penalty(d)
     loss_q, loss_d = lambda_q * reg_q, lambda_d * reg_d
     total = rank + loss_q + loss_d
-    parts = {k: float(v.detach()) for k, v in
-             (("loss_rank", rank), ("loss_reg_q", loss_q), ("loss_reg_d", loss_d), ("reg_q", reg_q), ("reg_d", reg_d))}
+    named = [("loss_rank", rank), ("loss_reg_q", loss_q), ("loss_reg_d", loss_d)]
+    if config.regularizer.anti_zero:
+        anti_zero = penalty.anti_zero(d) + (penalty.anti_zero(q) if query_anti_zero else 0.0)
+        total = total + anti_zero
+        named.append(("loss_anti_zero", anti_zero))
+    parts = {k: float(v.detach()) for k, v in named + [("reg_q", reg_q), ("reg_d", reg_d)]}
     return total, parts
 
 
@@ -188,8 +211,11 @@ class _Encoder:
 
 
 def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.DistInfo, lambda_q: float, lambda_d: float,
-               scaler=None) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+               scaler=None, penalty: SparsityPenalty | None = None) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """Forward and backward of one global batch (gradients accumulate in the parameters).
+
+    ``penalty``: the run's regulariser (:func:`compute_loss`); the anti-zero term leaves out an
+    inference-free query side (``model.query_weights``).
 
     Returns:
         ``(parts, tensors)``: the loss parts (``loss`` = their sum) and the detached global
@@ -213,7 +239,8 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
 
     def loss_of(q_local, d_local):
         q_all, d_all = D.gather_with_grad(q_local), D.gather_with_grad(d_local)
-        total, parts = compute_loss(q_all, d_all, teacher, batch.group, config, lambda_q, lambda_d)
+        total, parts = compute_loss(q_all, d_all, teacher, batch.group, config, lambda_q, lambda_d, penalty,
+                                    query_anti_zero=encoder.model.query_weights is None)
         if not torch.isfinite(total):
             raise TrainingDivergedError(f"non-finite loss ({float(total.detach())}); parts: {parts}")
         return total, parts, q_all.detach(), d_all.detach()
@@ -248,8 +275,7 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
                 q = encoder.query(encoder.query_tokens(batch.queries, config.model.query_max_length))
                 d = encoder(encoder.tokens(batch.docs, config.model.doc_max_length))
                 teacher = torch.tensor(batch.teacher, device=encoder.device) if batch.teacher is not None else None
-                _, parts = compute_loss(q, d, teacher, batch.group, config, 0.0, 0.0)
-                losses.append(parts["loss_rank"])
+                losses.append(float(ranking_loss(q, d, teacher, batch.group, config)))
                 scores = q @ d.T
                 own = torch.arange(len(batch.queries), device=q.device) * batch.group
                 correct += int((scores.argmax(1) == own).sum())
@@ -258,6 +284,35 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
         model.train(was_training)
     return {"step": step, "split": "validation", "val_loss_rank": sum(losses) / len(losses),
             "val_accuracy": correct / max(1, total), "val_queries": total}
+
+
+@torch.no_grad()
+def sample_document_frequencies(encoder: _Encoder, texts: list[str], config: TrainConfig,
+                                info: D.DistInfo) -> tuple[torch.Tensor, int]:
+    """How many of ``texts`` the model gives each term (weight > 0): DF-FLOPS' estimate
+    (:class:`spladekit.train.term_weights.DocumentFrequencyEstimate`).
+
+    The texts are encoded in eval mode (no dropout: no random numbers drawn, so the exact-resume
+    guarantee holds), without gradient, at ``model.doc_max_length``, ``regularizer.df.encode_batch_size``
+    at a time; with several processes each encodes ``texts[rank::world]`` and the counts are summed
+    over processes (:func:`spladekit.train.distributed.all_reduce_sum`).
+
+    Returns:
+        ``([V'] int64 counts on the CPU, len(texts))``, ``V'`` the model's output columns.
+    """
+    model = encoder.model
+    was_training = model.training
+    shard = texts[info.rank :: info.world_size]
+    size = config.regularizer.df.encode_batch_size if config.regularizer.df is not None else 32
+    counts = torch.zeros(model.output_size, dtype=torch.int64, device=encoder.device)
+    model.eval()
+    try:
+        for lo in range(0, len(shard), size):
+            vectors = encoder(encoder.tokens(shard[lo : lo + size], config.model.doc_max_length))
+            counts += (vectors > 0).sum(dim=0).to(torch.int64)
+    finally:
+        model.train(was_training)
+    return D.all_reduce_sum(counts).cpu(), len(texts)
 
 
 def _device(config: TrainConfig, info: D.DistInfo) -> torch.device:

@@ -102,7 +102,8 @@ class DocumentFrequencyEstimate:
         return self.texts
 
     def due(self, step: int) -> bool:
-        """Whether an estimate should be made before ``step``'s update."""
+        """Whether an estimate should be made of the model after ``step`` optimiser steps (the trainer
+        asks before each update: ``step`` = the updates done so far, 0 before the first)."""
         return self.counts is None or (step % self.refresh_every == 0 and step != self.step)
 
     def refresh(self, counts: torch.Tensor, num_docs: int, step: int) -> None:
@@ -129,6 +130,22 @@ class DocumentFrequencyEstimate:
         if self._weights is None:
             raise RuntimeError("DF-FLOPS before any document-frequency estimate: call refresh() when due(step)")
         return self._weights
+
+    def summary(self) -> dict:
+        """The last estimate in numbers for the metrics log: ``df_refresh_step`` (the optimiser steps
+        the model had taken), ``df_sample_docs`` (n), ``df_active_mean`` (mean active terms of a
+        sample document, ``Σ_j DF_j / n``), ``df_share_max`` (``max_j DF_j / n``) and
+        ``df_terms_over_alpha`` (terms with ``DF_j / n ≥ α``: those weighed ≥ 1/2).
+
+        Raises:
+            RuntimeError: no estimate yet.
+        """
+        if self.counts is None:
+            raise RuntimeError("no document-frequency estimate yet")
+        n = self.num_docs
+        return {"df_refresh_step": self.step, "df_sample_docs": n, "df_active_mean": float(self.counts.sum()) / n,
+                "df_share_max": float(self.counts.max()) / n,
+                "df_terms_over_alpha": int((self.counts.double() / n >= self.alpha).sum())}
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps so that a resumed run weighs terms as the interrupted one did."""

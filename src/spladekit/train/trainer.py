@@ -25,7 +25,8 @@ import torch
 
 import spladekit.train.distributed as D
 from spladekit.io import atomic_folder, write_json, write_yaml
-from spladekit.train.callbacks import LAST_DIR, MODEL_DIR, Alarms, Callback, DevSelection, ModelCards
+from spladekit.train.callbacks import (LAST_DIR, MODEL_DIR, Alarms, Callback, DevSelection, DocumentFrequencyRefresh,
+                                      ModelCards)
 from spladekit.train.checkpoints import (RESULT_FILE, RUN_RECORD, check_run_folder, finished_result, latest_checkpoint,
                                          load_checkpoint, run_record, save_checkpoint)
 from spladekit.train.config import TrainConfig
@@ -35,7 +36,9 @@ from spladekit.train.dev import DEV_SPLIT, evaluate_dev, load_dev_set
 from spladekit.train.step import _device, _Encoder, _optimizer, attach_query_weights, load_model, train_step, validate
 from spladekit.train.metrics_log import METRICS_FILE, _Log
 from spladekit.train.monitor import TrainingDivergedError, batch_statistics, head_statistics, logit_statistics
-from spladekit.train.regularizers import QuadraticWarmup
+from spladekit.train.examples import training_documents
+from spladekit.train.regularizers import QuadraticWarmup, SparsityPenalty
+from spladekit.train.term_weights import DocumentFrequencyEstimate, training_idf
 
 
 @dataclass
@@ -106,6 +109,8 @@ class Trainer:
     run), ``end`` (the last step to run), ``step`` (the step being run); ``batch``, ``tensors``,
     ``parts`` of the last step; ``alarms``, ``last`` (the last training record), ``validation``,
     ``dev`` (the last such records), ``best``; ``model_dir``, ``last_dir`` at the end;
+    ``penalty`` (the run's :class:`~spladekit.train.regularizers.SparsityPenalty`), ``df_estimate``
+    (DF-FLOPS' :class:`~spladekit.train.term_weights.DocumentFrequencyEstimate`, else None);
     ``run_record`` (what the run is made from, ``out/inputs.json``) and ``finished`` (the
     ``result.json`` of this very run found finished in ``out``, else None). State they
     set: ``pending_stats`` (joins the next training record), ``stop_requested`` (read after each
@@ -137,6 +142,10 @@ class Trainer:
         self.model_dir = self.last_dir = self.curves = None
         self.params: list[torch.nn.Parameter] = []
         self.warm_q = self.warm_d = None
+        self.penalty: SparsityPenalty | None = None
+        self.df_estimate: DocumentFrequencyEstimate | None = None
+        if config.regularizer.kind == "df_flops" and not any(isinstance(c, DocumentFrequencyRefresh) for c in self.callbacks):
+            self.callbacks.insert(0, DocumentFrequencyRefresh())  # DF-FLOPS cannot run without its estimates
 
     # ------------------------------------------------------------------------------------ the run
     def fit(self) -> TrainResult:
@@ -251,6 +260,31 @@ class Trainer:
         reg = config.regularizer
         lambda_q = 0.0 if model.query_weights is not None else reg.lambda_q  # inference-free: no query regulariser
         self.warm_q, self.warm_d = QuadraticWarmup(lambda_q, reg.warmup_steps), QuadraticWarmup(reg.lambda_d, reg.warmup_steps)
+        self._setup_regularizer()
+
+    def _setup_regularizer(self) -> None:
+        """The run's :class:`~spladekit.train.regularizers.SparsityPenalty`: for ``idf_flops`` the IDF of
+        the distinct training documents (:func:`~spladekit.train.term_weights.training_idf`), for
+        ``df_flops`` a :class:`~spladekit.train.term_weights.DocumentFrequencyEstimate` over
+        ``regularizer.df.sample_docs`` of them drawn with ``config.seed`` (first estimated by
+        :class:`~spladekit.train.callbacks.DocumentFrequencyRefresh` before the first update).
+
+        Raises:
+            ValueError: ``idf_flops`` on a model whose vectors are folded terms (the IDF is per vocabulary entry).
+        """
+        reg, model = self.config.regularizer, self.model
+        idf = None
+        if reg.kind in ("idf_flops", "df_flops"):
+            documents = training_documents(self.train_examples)
+        if reg.kind == "idf_flops":
+            if model.output_size != model.vocab_size:
+                raise ValueError("regularizer.kind idf_flops on a model with a folded vocabulary: the IDF is per "
+                                 "vocabulary entry, the vectors per folded term")
+            idf = training_idf(self.tokenizer, documents, model.vocab_size)
+        if reg.kind == "df_flops":
+            self.df_estimate = DocumentFrequencyEstimate(model.output_size, reg.df.alpha, reg.df.beta, reg.df.refresh_every)
+            self.df_estimate.choose_sample(documents, reg.df.sample_docs, seed=self.config.seed)
+        self.penalty = SparsityPenalty(reg, idf=idf, df=self.df_estimate)
 
     def _resume(self) -> None:
         """The newest checkpoint of ``out`` restored when ``config.resume``; the metrics log cut back to it."""
@@ -258,7 +292,7 @@ class Trainer:
         checkpoint = latest_checkpoint(self.out) if config.resume else None
         if checkpoint is not None:
             self.start = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler, self.scaler, self.info,
-                                         self.device)
+                                         self.device, regularizer=self.df_estimate)
         self.step = self.start
         self.end = config.steps if self.stop_after is None else min(config.steps, self.stop_after)
         self.log = _Log(self.out, self.start, self.info.is_main)
@@ -277,7 +311,8 @@ class Trainer:
         self.batch = global_batch(self.train_examples, step - 1, config.batch_size, config.data.num_negatives, config.seed,
                                   need_teacher)
         lambdas = self.warm_q(step), self.warm_d(step)
-        self.parts, self.tensors = train_step(self.encoder, self.batch, config, self.info, *lambdas, self.scaler)
+        self.parts, self.tensors = train_step(self.encoder, self.batch, config, self.info, *lambdas, self.scaler,
+                                              self.penalty)
         grad_norm = self.optimizer_step(step)
         self.callback("on_step_end", step)
         if step % config.log_every == 0 or step == self.end:
@@ -288,7 +323,7 @@ class Trainer:
             self.should_stop = D.broadcast_flag(bool(self.stop_requested), self.device)
         if config.checkpoint_every and step % config.checkpoint_every == 0:
             save_checkpoint(self.out, step, self.model, self.tokenizer, self.optimizer, self.scheduler, self.scaler,
-                            config, self.info, self.device)
+                            config, self.info, self.device, regularizer=self.df_estimate)
 
     def optimizer_step(self, step: int) -> float:
         """Average the gradients over processes, clip them, step AdamW and the schedule; the norm before clipping.
@@ -429,10 +464,12 @@ class Trainer:
 
 
 def default_callbacks(config: TrainConfig, show_progress: bool = True, extra: Sequence[Callback] = ()) -> list[Callback]:
-    """The callbacks of :func:`train`, in order: dev selection (with ``eval_every``), alarms, ``extra``,
+    """The callbacks of :func:`train`, in order: DF-FLOPS' refresh (with ``regularizer.kind: df_flops``;
+    a :class:`Trainer` given none adds it itself), dev selection (with ``eval_every``), alarms, ``extra``,
     model cards, and with ``show_progress`` the progress lines and bar
     (:class:`~spladekit.train.progress.Progress`, last: it reports what the others decided)."""
-    callbacks: list[Callback] = [DevSelection(config.dev.metric, config.dev.patience)] if config.eval_every else []
+    callbacks: list[Callback] = [DocumentFrequencyRefresh()] if config.regularizer.kind == "df_flops" else []
+    callbacks += [DevSelection(config.dev.metric, config.dev.patience)] if config.eval_every else []
     callbacks += [Alarms(), *extra, ModelCards()]
     if show_progress:
         from spladekit.train.progress import Progress
