@@ -73,9 +73,14 @@ def watch(command: list[str]) -> dict:
     if end - last > longest:  # a silence before the exit counts too
         longest, before = end - last, tail
     os.close(parent)
-    return {"command": command, "exit_code": code, "wall_s": round(end - start, 2),
-            "first_output_s": None if first is None else round(first, 2), "longest_silence_s": round(longest, 2),
-            "printed_before_it": last_line(before)}
+    return {
+        "command": command,
+        "exit_code": code,
+        "wall_s": round(end - start, 2),
+        "first_output_s": None if first is None else round(first, 2),
+        "longest_silence_s": round(longest, 2),
+        "printed_before_it": last_line(before),
+    }
 
 
 def last_line(text: str) -> str:
@@ -97,14 +102,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the command after --")
     load_before = os.getloadavg()
     record = watch(command)
-    record.update(name=args.name, load_before=[round(x, 2) for x in load_before],
-                  load_after=[round(x, 2) for x in os.getloadavg()], cores=os.cpu_count(),
-                  python=platform.python_version(), limit_s=args.limit)
-    print("| command | exit | wall s | first output s | longest silence s | printed before it | load 1-min before/after |")
+    record.update(
+        name=args.name,
+        load_before=[round(x, 2) for x in load_before],
+        load_after=[round(x, 2) for x in os.getloadavg()],
+        cores=os.cpu_count(),
+        python=platform.python_version(),
+        limit_s=args.limit,
+    )
+    print(
+        "| command | exit | wall s | first output s | longest silence s | printed before it | load 1-min before/after |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| {args.name} | {record['exit_code']} | {record['wall_s']} | {record['first_output_s']} | "
-          f"{record['longest_silence_s']} | `{record['printed_before_it']}` | "
-          f"{record['load_before'][0]} / {record['load_after'][0]} |")
+    print(
+        f"| {args.name} | {record['exit_code']} | {record['wall_s']} | {record['first_output_s']} | "
+        f"{record['longest_silence_s']} | `{record['printed_before_it']}` | "
+        f"{record['load_before'][0]} / {record['load_after'][0]} |"
+    )
     if args.json:
         with open(args.json, "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
