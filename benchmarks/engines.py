@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import engine_helpers as eh  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `tests` imports as a namespace package
+from tests import engine_helpers as eh  # noqa: E402
 
 from spladekit.index.exact import exact_search  # noqa: E402
 from spladekit.index.export import export_vectors  # noqa: E402

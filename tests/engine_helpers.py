@@ -1,4 +1,4 @@
-"""Starting and stopping the real serving engines of ``tests/test_engines.py`` and
+"""Starting and stopping the real serving engines of ``tests/index/formats/test_engines.py`` and
 ``benchmarks/engines.py``, and the comparison of an engine's top-k with exact search.
 
 Every engine runs from files that the project's set-up installs (``make setup``: the ``test``

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from train_helpers import WORDS, make_tiny_model
+from tests.train_helpers import WORDS, make_tiny_model
 
 
 def make_cross_encoder(folder: Path, seed: int = 1, num_labels: int = 1) -> Path:

@@ -1,5 +1,5 @@
-"""Helpers of the tests that run ``spladekit serve`` as a real server (tests/test_serve.py,
-tests/test_serve_shared.py): a subprocess on a free loopback port, stopped by its PID (and its
+"""Helpers of the tests that run ``spladekit serve`` as a real server (tests/serve/test_server.py,
+tests/serve/test_shared_index.py): a subprocess on a free loopback port, stopped by its PID (and its
 workers by its process group), never left behind; the SciFact index they serve."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import conftest
+from tests import conftest
 
 pytest_plugins = ["pytester"]
 
@@ -120,8 +120,8 @@ def test_which_ci_values_enforce_the_rule(monkeypatch, value, enforced):
 
 def test_each_allowed_reason_is_still_given_by_a_test():
     """An allow-list entry that no test gives any more would let a later skip of that wording pass:
-    each must appear word for word in a test file (tests/*.py, this file and conftest.py aside)."""
-    sources = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "tests").glob("*.py"))
+    each must appear word for word in a test file (tests/**/*.py, this file and conftest.py aside)."""
+    sources = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "tests").rglob("*.py"))
                       if p.name not in {"conftest.py", Path(__file__).name})
     assert conftest.ALLOWED_SKIPS and all(f'"{reason}"' in sources for reason in conftest.ALLOWED_SKIPS)
 

@@ -118,8 +118,7 @@ def test_old_style_name_counts_as_left_over(tmp_path):
 
 
 def test_partial_checkpoint_of_a_killed_run_is_named_before_it_is_rewritten(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parent))
-    from train_helpers import make_examples, make_tiny_model, tiny_config
+    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
     from spladekit.train import train
 
@@ -141,7 +140,7 @@ def test_an_export_killed_inside_its_graph_stage_is_named_by_the_next_export(tmp
     temporary folder sits beside --out (a temporary of export-model's own temporary, ``..out.*.tmp``).
     The next export names each leftover beside --out that is not empty, removes the empty ones, and
     succeeds; nothing hidden is left unnamed."""
-    from train_helpers import make_tiny_model
+    from tests.train_helpers import make_tiny_model
 
     model = make_tiny_model(tmp_path / "model")
     out = tmp_path / "out"

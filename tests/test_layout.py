@@ -324,3 +324,63 @@ def test_no_two_classes_share_a_name():
                 where.setdefault(node.name, []).append(f"{path.relative_to(SRC).as_posix()}:{node.lineno}")
     shared = {name: places for name, places in where.items() if len(places) > 1}
     assert not shared, f"one name per thing: {shared}"
+
+
+# ---------------------------------------------------------------- the tests mirror the source tree
+
+TESTS = Path(__file__).resolve().parent
+#: the test files about the whole repository, not one part of src/spladekit: they stay at tests/ top level
+WHOLE_REPOSITORY_CHECKS = {
+    "test_ci_skips.py": "the suite's skip rule under CI (conftest.py) and .ci/run",
+    "test_code_shape.py": "function length, docstrings, doctests, ruff over the repository",
+    "test_docs_site.py": "the documentation site (mkdocs.yml, docs/api/)",
+    "test_layout.py": "this file: imports between stages, the layout page, the tests' places",
+    "test_makefile.py": "the set-up steps of make demo and make test",
+    "test_readme.py": "the README's commands and the documentation's links",
+    "test_security_doc.py": "docs/security.md against the sources",
+}
+
+
+def misplaced_tests(tests: Path, package: Path, whole_repository: set[str]) -> list[str]:
+    """The files under ``tests`` out of the mirrored layout (docs/layout.md, "Tests"), each with why.
+
+    A test file's folder names a package of ``package`` (``tests/index/formats/`` → ``index/formats/``);
+    at the top level a test file is ``test_<module>.py`` of a top-level module (``test_io.py``) or one of
+    ``whole_repository``. Modules that are not tests (``conftest.py``, the helper modules) live at the top
+    level only.
+    """
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        relative, folder = path.relative_to(tests), path.parent.relative_to(tests)
+        if not path.name.startswith("test_"):
+            if folder.parts:
+                found.append(f"{relative.as_posix()}: a helper module lives at tests/ top level")
+        elif folder.parts and not (package / folder / "__init__.py").is_file():
+            found.append(f"{relative.as_posix()}: no package src/spladekit/{folder.as_posix()}/")
+        elif not folder.parts and path.name not in whole_repository:
+            if not (package / path.name.removeprefix("test_")).is_file():
+                found.append(f"{relative.as_posix()}: no module src/spladekit/{path.name.removeprefix('test_')}")
+    return found
+
+
+def test_the_tests_mirror_the_source_tree():
+    misplaced = misplaced_tests(TESTS, SRC / PACKAGE, set(WHOLE_REPOSITORY_CHECKS))
+    assert not misplaced, "tests out of the mirrored layout (docs/layout.md, Tests):\n" + "\n".join(misplaced)
+
+
+def test_each_whole_repository_check_exists():
+    assert sorted(name for name in WHOLE_REPOSITORY_CHECKS if not (TESTS / name).is_file()) == []
+
+
+def test_the_mirror_check_can_fail(tmp_path):
+    package, tests = tmp_path / "spladekit", tmp_path / "tests"
+    for name in ("__init__.py", "io.py", "index/__init__.py", "index/exact.py"):
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("")
+    good = ("conftest.py", "train_helpers.py", "test_io.py", "test_readme.py", "index/test_exact.py",
+            "index/test_any_behaviour.py")
+    bad = ("test_stale.py", "train/test_loop.py", "index/exact_helpers.py", "index/formats/test_ciff.py")
+    for name in good + bad:
+        (tests / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / name).write_text("")
+    assert [line.split(":")[0] for line in misplaced_tests(tests, package, {"test_readme.py"})] == sorted(bad)

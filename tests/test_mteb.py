@@ -10,7 +10,7 @@ import pytest
 
 mteb = pytest.importorskip("mteb")
 
-from harness_helpers import scifact_part  # noqa: E402
+from tests.harness_helpers import scifact_part  # noqa: E402
 from spladekit.mteb import SpladeMTEB, beir_task  # noqa: E402
 
 

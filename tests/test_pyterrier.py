@@ -11,7 +11,7 @@ import pytest
 
 pt = pytest.importorskip("pyterrier")
 
-from harness_helpers import scifact_part  # noqa: E402
+from tests.harness_helpers import scifact_part  # noqa: E402
 from spladekit.pyterrier import SpladeKit, TextLoader, token_names, toks_to_rows  # noqa: E402
 
 DOCS = pd.DataFrame({
@@ -108,10 +108,10 @@ def test_retriever_takes_query_toks_from_a_query_encoder(kit, tmp_path):
 def test_retriever_searches_by_the_searcher_configuration(kit, tmp_path):
     """``searcher=SeismicConfig(...)``: the retriever's rows are :meth:`Index.search`'s with that
     configuration, each score the document's dot product up to Seismic's float16 storage (the bound of
-    ``tests/test_index_seismic.py``); a configuration the index cannot honour (``n_knn`` above the
+    ``tests/index/test_seismic.py``); a configuration the index cannot honour (``n_knn`` above the
     graph's ``nknn``, 0 by default) is refused before any model loads or query is encoded."""
     pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
-    from test_index_seismic import f16_score_tolerance
+    from tests.index.test_seismic import f16_score_tolerance
 
     from spladekit.index.seismic import SeismicSearchParams
     from spladekit.index.seismic_store import SeismicConfig

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_dir
+from tests.conftest import shared_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from index_helpers import DOCS, QUERIES, make_beir, make_model, vocabulary
+from tests.index_helpers import DOCS, QUERIES, make_beir, make_model, vocabulary
 from spladekit.cli import app
 from spladekit.data.resolve import sha256_file
 from spladekit.data.trec import read_run
@@ -20,7 +20,7 @@ from spladekit.index.exact import exact_search
 from spladekit.index.index import load_index
 from spladekit.index.layout import content_hash, load_vocabulary
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_search_exact_and_seismic(tiny, built, tmp_path):
 def test_search_two_step_is_recorded_and_its_copy_stored_once(tiny, built, tmp_path):
     """`--backend two_step`: the pruned copy built and stored on the first search (said), reused by
     the next (not said); a rule keeping every term and candidates covering every document give the
-    exact run (scores included: the same float32 sums, tests/test_two_step.py); the settings record
+    exact run (scores included: the same float32 sums, tests/index/test_two_step.py); the settings record
     and --recall-k name what was searched."""
     import shutil
 
@@ -314,7 +314,7 @@ def test_memory_budget_option(tiny, built, tmp_path):
         r = runner.invoke(app, ["import", "--input", str(tmp_path / "x.ciff"), "--format", "ciff", "--like", str(built), "--out", str(out), *budget])
         assert r.exit_code == 0, r.output
         folders.append({p.name: p.read_bytes() for p in out.iterdir()})
-    assert folders[0] == folders[1]  # the writer's output does not depend on its budget (by construction, tests/test_index_writer.py)
+    assert folders[0] == folders[1]  # the writer's output does not depend on its budget (by construction, tests/index/test_writer.py)
     for cmd in (["index", "--model", str(model), "--data", str(beir), "--out", str(tmp_path / "never")],
                 ["import", "--input", str(tmp_path / "x.ciff"), "--format", "ciff", "--like", str(built), "--out", str(tmp_path / "never")]):
         r = runner.invoke(app, [*cmd, "--memory-budget", "3 bananas"])

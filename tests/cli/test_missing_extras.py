@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SITECUSTOMIZE = textwrap.dedent(
     """
@@ -54,7 +54,7 @@ SITECUSTOMIZE = textwrap.dedent(
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """A tiny model folder and a BEIR folder, whose files must stay unopened."""
-    from train_helpers import make_tiny_model
+    from tests.train_helpers import make_tiny_model
 
     root = tmp_path_factory.mktemp("extras")
     model = make_tiny_model(root / "model")

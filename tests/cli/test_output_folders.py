@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from index_helpers import make_beir, make_model
+from tests.index_helpers import make_beir, make_model
 from spladekit.cli import app
 
 

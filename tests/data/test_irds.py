@@ -72,7 +72,7 @@ else:
 def run_irds(tmp: Path, scifact: Path, action: str) -> dict:
     """A fresh process: ir_datasets fixes its dataset paths from IR_DATASETS_HOME when first imported."""
     env = dict(os.environ, IR_DATASETS_HOME=str(tmp / "irds-home"), SPLADEKIT_CACHE=str(tmp / "spladekit-cache"),
-               SPLADEKIT_OFFLINE="1", PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+               SPLADEKIT_OFFLINE="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(scifact), action], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -159,7 +159,7 @@ def test_irds_training_triples_equal_the_text_triples(tmp_path):
     # IR_DATASETS_SKIP_DISK_FREE: ir_datasets checks the free disk against the real collection's docstore
     # (14.4 GB) before building it; this collection is ten lines (stop 39's CI failed on a fuller disk).
     env = dict(os.environ, IR_DATASETS_HOME=str(tmp_path / "irds-home"), SPLADEKIT_OFFLINE="1", IR_DATASETS_SKIP_DISK_FREE="true",
-               PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+               PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run([sys.executable, "-c", TRIPLES_SCRIPT, "irds:msmarco-passage/train/triples-small", "3"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

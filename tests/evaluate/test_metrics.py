@@ -124,7 +124,7 @@ def test_the_command_line_prints_a_warning_as_one_line_without_source(tmp_path):
     (tmp_path / "qrels.txt").write_text("q1 0 486 1\n")
     import os
 
-    env = dict(os.environ, PYTHONPATH=str(P(__file__).resolve().parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(P(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run([sys.executable, "-m", "spladekit", "evaluate", "--run", str(tmp_path / "run.trec"), "--qrels",
                            str(tmp_path / "qrels.txt")], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -6,7 +6,7 @@ import, the path every format took before), file by file and byte by byte; the b
 hands the writer are checked against that matrix's rows (scipy slices). Peak memory is the
 ``VmHWM`` of a fresh subprocess minus its ``VmRSS`` just before the import (Linux ``/proc``; the peak is
 reset through ``/proc/self/clear_refs`` before each of its two imports), as in
-``tests/test_index_writer.py``.
+``tests/index/test_writer.py``.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def test_an_import_several_times_the_budget_stays_within_it(tmp_path):
     streamed, memory = peaks["streamed"], peaks["memory"]
     print(f"peak growth: streamed {streamed['growth'] / 2**20:.1f} MiB ({streamed['seconds']:.1f} s), in memory (half the points) "
           f"{memory['growth'] / 2**20:.1f} MiB ({memory['seconds']:.1f} s), budget {BUDGET / 2**20:.0f} MiB, in-memory CSR {in_memory_csr / 2**20:.1f} MiB")
-    # the budget covers the writer's work (tests/test_index_writer.py: ≤ budget + 8 MiB); on top:
+    # the budget covers the writer's work (tests/index/test_writer.py: ≤ budget + 8 MiB); on top:
     # the ids (10,000 × (≤ 8 + 16) bytes < 0.3 MB), one parsed point (400 ints and weights as Python
     # objects and arrays, < 0.1 MB), one block (≤ budget / 384 entries as int32 + float32 + its
     # canonical copy, < 1 MB) and the spill's three 1 MiB write buffers: budget + 8 MiB holds them all

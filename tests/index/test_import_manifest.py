@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
-from index_helpers import DOCS, make_beir, make_model, vocabulary
+from tests.index_helpers import DOCS, make_beir, make_model, vocabulary
 from spladekit.cli import app
 from spladekit.errors import DataFormatError
 from spladekit.index.export import FILES, export_vectors, import_to_index

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from index_helpers import DOCS, QUERIES, make_beir, make_model
+from tests.index_helpers import DOCS, QUERIES, make_beir, make_model
 from spladekit.errors import DataFormatError
 from spladekit.index.index import Index, ShardedIndex
 from spladekit.index.results import recall_at_k

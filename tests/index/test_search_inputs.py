@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import spladekit.index.exact as exact
-from index_helpers import DOCS, make_model
+from tests.index_helpers import DOCS, make_model
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import exact_search
 from spladekit.index.index import Index
@@ -131,7 +131,7 @@ def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed, doc_block):
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
     term_at_a_time = exact_search(queries, docs, k=50, prune=False)
     monkeypatch.setattr(exact, "PRUNE_FROM", 0)  # 300 documents, k = 50: pruned only when told
-    assert exact_search(queries, docs, k=50) == term_at_a_time  # pruned (MaxScore): the same sums by construction (tests/test_maxscore.py)
+    assert exact_search(queries, docs, k=50) == term_at_a_time  # pruned (MaxScore): the same sums by construction (tests/index/test_maxscore.py)
     dense = queries.toarray().astype(np.float64) @ docs.toarray().astype(np.float64).T
     eps32 = float(np.finfo(np.float32).eps)
     for q, row, a, b in zip(queries, dense, product, term_at_a_time):

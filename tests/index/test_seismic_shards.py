@@ -23,7 +23,7 @@ from spladekit.index.seismic_store import SeismicConfig, open_or_build
 
 pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXHAUSTIVE = SeismicSearchParams(query_cut=10_000, heap_factor=1e-9, num_threads=1)
 """Every query term traversed and every block scored: the answer is the exact top-k over the postings
 the build kept (static pruning is deterministic; the clustering into blocks is seeded at random, so
@@ -324,7 +324,7 @@ def test_search_memory_budget_sets_the_shard_size(tmp_path):
     entries (recorded in params.json); the option is refused for exact search and below the writer's least budget."""
     from typer.testing import CliRunner
 
-    from index_helpers import make_beir, make_model
+    from tests.index_helpers import make_beir, make_model
     from spladekit.cli import app
     from spladekit.index.seismic_rule import SEISMIC_ENTRY_BYTES, SEISMIC_POSTING_BYTES
 
@@ -436,7 +436,7 @@ def test_shards_with_a_knn_graph_answer_the_exact_top_k_pruning_dropped(tmp_path
     ``test_index_seismic`` (term 0's lists keep the A rows only), a search with ``n_knn`` 1 through
     ``Index.search`` finds every B too, and equals the exact dot-product top-k (numpy); the graph is
     stored in the shards (reopened: ``knn_len``), and ``n_knn`` beyond it is refused."""
-    from test_index_seismic import _twins
+    from tests.index.test_seismic import _twins
 
     pairs = 6
     docs = _twins(pairs)
@@ -464,7 +464,7 @@ def test_shards_with_a_knn_graph_answer_the_exact_top_k_pruning_dropped(tmp_path
 def test_a_shard_too_small_for_the_knn_graph_is_refused_before_any_shard_is_built(tmp_path):
     """Shards of 5, 5 and 4 documents with nknn 3 (needs 5): the third is refused, naming it,
     before the first shard is built (no shard folder, no build journal left)."""
-    from test_index_seismic import _twins
+    from tests.index.test_seismic import _twins
 
     docs = _twins(7)  # 14 rows of 2 entries
     index = Index.from_vectors(tmp_path / "idx", docs, shuffled_ids(14, 4))
@@ -479,7 +479,7 @@ def test_a_params_json_whose_nknn_differs_from_the_shards_graph_is_refused(tmp_p
     """params.json saying nknn 5 over files built without a graph would let a rebuild asking for 5
     be skipped and every n_knn search be refused: opening names the field."""
     from spladekit.errors import DataFormatError
-    from test_index_seismic import _twins
+    from tests.index.test_seismic import _twins
 
     docs = _twins(6)
     index = Index.from_vectors(tmp_path / "idx", docs, shuffled_ids(12, 5))

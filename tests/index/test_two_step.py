@@ -3,9 +3,9 @@
 Two-step's scores are compared with exact search's with ``==``: the rescoring adds the same float32
 products ``q_j · d_j`` in the same (ascending term) order as exact search's kernels, each product and
 each sum rounded on its own (``rescore_rows``: scipy's compiled CSR product, as exact search's kernels
-are compiled loops of scipy; the same argument as tests/test_maxscore.py's), so a candidate's score is
+are compiled loops of scipy; the same argument as tests/index/test_maxscore.py's), so a candidate's score is
 exact's float32 value. The candidates themselves are checked against a first
-step computed here by hand: the pruned documents (``prune``, tested by hand in tests/test_pruning.py)
+step computed here by hand: the pruned documents (``prune``, tested by hand in tests/model/test_pruning.py)
 times the query in float64, a document a candidate when its product is > 0.
 """
 
@@ -32,7 +32,7 @@ from spladekit.index.searcher import ExactConfig
 from spladekit.index.two_step import TwoStepConfig
 from spladekit.model.pruning import prune
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ["top_k=3", "mass=0.6", "max_ratio=0.4", "threshold=9"]
 
 

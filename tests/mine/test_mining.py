@@ -16,8 +16,8 @@ import pytest
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("sentence_transformers")
 
-from mine_helpers import make_cross_encoder, make_dense_model, make_texts  # noqa: E402
-from train_helpers import make_tiny_model, tiny_config  # noqa: E402
+from tests.mine_helpers import make_cross_encoder, make_dense_model, make_texts  # noqa: E402
+from tests.train_helpers import make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.mine import FilterSettings, MineConfig, mine, select_negatives  # noqa: E402
 from spladekit.mine.filters import default_range_max  # noqa: E402
@@ -484,7 +484,7 @@ def test_a_teacher_that_cannot_score_is_refused_in_one_line_before_out_is_made(c
     done = subprocess.run([sys.executable, "-m", "spladekit", "mine", "--format", "tsv", "--data", str(data),
                            "--corpus", str(folder / "corpus.tsv"), "--teacher", str(teacher), "--out", str(out),
                            "--num-negatives", "2", "--no-progress"], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src")))
     errors = [line for line in done.stderr.splitlines() if not line.startswith("Loading weights")]
     assert done.returncode == 2 and len(errors) == 1 and re.match(expect, errors[0]), done.stderr[-2000:]
     assert not out.exists()
@@ -568,7 +568,7 @@ def test_a_teacher_with_its_own_code_runs_when_trusted(ce, texts, mined, tmp_pat
               f"mine(MineConfig(data={str(folder / 'pairs.tsv')!r}, format='tsv', corpus={str(folder / 'corpus.tsv')!r}, "
               f"teachers=[{str(teacher)!r}], num_negatives=3, chunk_queries=3, trust_remote_code=True), {str(out)!r}, "
               "show_progress=False)\n")
-    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert marker.exists()

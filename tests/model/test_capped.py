@@ -26,7 +26,7 @@ import spladekit.model.fused as fused
 from spladekit.model.fused import fused_splade_head
 from spladekit.model.fused_sum import fused_sum_splade_head
 from spladekit.model.pooling import plain_splade_head
-from test_fused import EPS32, _grid
+from tests.model.test_fused import EPS32, _grid
 
 K_VALUES = (1, 3, 12)
 
@@ -126,7 +126,7 @@ def test_gradients_equal_autograd_on_the_dense_form(pooling, k):
     """Grid inputs (exact logits, selection and maxima): each gradient of the float32 heads within the
     float32 bound of autograd's float64 gradient of :func:`dense_capped`: the logit gradient ``G`` is
     exact up to ≤ 3 roundings, and ``dh = G W``, ``dW = Gᵀ h``, ``db = Σ G`` sum ``K`` terms (``K = V``
-    or ``B·L``), so ``|error| ≤ (K + 3)·u·Σ|terms|`` (Higham §3.1), as in ``tests/test_fused.py``."""
+    or ``B·L``), so ``|error| ≤ (K + 3)·u·Σ|terms|`` (Higham §3.1), as in ``tests/model/test_fused.py``."""
     h, m, w, b, g = _inputs(seed=1, grid=True)
     h64, w64, b64 = (t.detach().double().requires_grad_(True) for t in (h, w, b))
     logits = h64 @ w64.T + b64
@@ -227,7 +227,7 @@ def test_under_the_triton_interpreter_auto_runs_the_capped_search():
         import torch
         from spladekit.model.fused import _kernel_device, fused_splade_head
         from spladekit.model.pooling import plain_splade_head
-        from test_capped import _inputs
+        from tests.model.test_capped import _inputs
         h, m, w, b, _ = _inputs()
         assert _kernel_device(h), "the interpreter must be what auto would pick"
         assert torch.equal(fused_splade_head(h, m, w, b, backend="auto", position_top_k=3),
@@ -241,15 +241,15 @@ def test_under_the_triton_interpreter_auto_runs_the_capped_search():
             raise AssertionError("triton with a cap was not refused")
         print("CAPPED-TRITON-OK")
     """)
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{root / 'src'}:{root / 'tests'}")
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{root / 'src'}:{root}")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "CAPPED-TRITON-OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 
 def test_exports_with_a_cap_give_the_capped_vectors_or_refuse(tmp_path):
     """ONNX (pooling inside), OpenSearch, fastembed and Anserini carry the cap; Elasticsearch refuses it
-    by name. Tolerance: ``tests/test_engine_exports.py``'s (8× torch's float32 error + the roundings of
+    by name. Tolerance: ``tests/model/engines/test_exports.py``'s (8× torch's float32 error + the roundings of
     ``log(1 + x)``), once every position's gap between its k-th and (k+1)-th logit is far above float32
     rounding (so both evaluations keep the same entries)."""
     import copy
@@ -259,11 +259,11 @@ def test_exports_with_a_cap_give_the_capped_vectors_or_refuse(tmp_path):
     import numpy as np
     import onnxruntime as ort
 
-    from mlm_families import TEXTS
+    from tests.mlm_families import TEXTS
     from spladekit.errors import UnsupportedModelError
     from spladekit.model.engines import export_for_engine
     from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
-    from test_engine_exports import LENGTH, assert_vectors, djl_call, make_encoder, tolerance
+    from tests.model.engines.test_exports import LENGTH, assert_vectors, djl_call, make_encoder, tolerance
 
     encoder = make_encoder(tmp_path, "bert", position_top_k=5)
     assert encoder.model.position_top_k == 5 and encoder.metadata.position_top_k == 5
@@ -309,7 +309,7 @@ def test_a_bad_saved_position_top_k_is_refused_naming_the_field(tmp_path, value)
 
     from spladekit.errors import DataFormatError
     from spladekit.model.encoder import SpladeEncoder
-    from test_engine_exports import make_encoder
+    from tests.model.engines.test_exports import make_encoder
 
     encoder = make_encoder(tmp_path, "bert", position_top_k=5)
     encoder.save_pretrained(tmp_path / "m")

@@ -1,7 +1,7 @@
 """The CPU fused head's work split (threads over work units) equals the plain head at every setting.
 
 Reference: :func:`spladekit.model.pooling.plain_splade_head` (full logits, then masked max). The
-inputs here are ordinary float32 normals (not the exact grid of test_fused.py), so the two heads'
+inputs here are ordinary float32 normals (not the exact grid of tests/model/test_fused.py), so the two heads'
 logits differ by rounding; the bound is derived below (:func:`_bound`).
 """
 
@@ -20,7 +20,7 @@ from spladekit.model.cpu_pool import run_units
 from spladekit.model.pooling import plain_splade_head
 
 EPS32 = torch.finfo(torch.float32).eps
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _inputs(B, L, H, V, seed=0):
@@ -123,10 +123,10 @@ def test_worker_threads_under_inference_mode(threads):
 
 def test_fused_head_gradients_through_workers(monkeypatch):
     """The autograd path (argmax saved for the backward) at 1 and 2 threads, on the exact grid inputs of
-    test_fused.py: every logit is exact on every kernel (see its _grid), so values equal the plain
+    tests/model/test_fused.py: every logit is exact on every kernel (see its _grid), so values equal the plain
     head's bit for bit and gradients obey the hand formula within its float32 bounds."""
-    from test_fused import _check_gradients, _hand_gradients
-    from test_fused import _inputs as grid_inputs
+    from tests.model.test_fused import _check_gradients, _hand_gradients
+    from tests.model.test_fused import _inputs as grid_inputs
 
     hidden, mask, weight, bias, grad_out = grid_inputs(seed=2, B=5, L=17, H=16, V=515)
     want = plain_splade_head(hidden.detach(), mask, weight.detach(), bias.detach())
@@ -214,7 +214,7 @@ def test_workers_leave_torch_thread_default_alone():
 
 
 def _tiny_splade(seed=0):
-    from conftest import make_tiny_bert
+    from tests.conftest import make_tiny_bert
 
     from spladekit.model.splade import SpladeModel
 

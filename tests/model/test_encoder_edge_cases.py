@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from conftest import make_tiny_bert, make_tokenizer
+from tests.conftest import make_tiny_bert, make_tokenizer
 from spladekit.evaluate.efficiency import efficiency_stats
 from spladekit.evaluate.metrics import evaluate
 from spladekit.index.exact import exact_search, results_to_run
@@ -34,7 +34,7 @@ def tiny(tmp_path_factory):
 
 
 # rtol = 1e-5, atol = 1e-6 on vectors of different batch compositions: float32 rounding of other
-# matmul shapes only; derivation beside test_vectors_equal_formula_on_model_logits (test_encoder.py)
+# matmul shapes only; derivation beside test_vectors_equal_formula_on_model_logits (tests/model/test_encoder.py)
 def test_edge_texts_encode_and_do_not_affect_each_other(tiny):
     together = tiny.encode_documents(EDGE)
     assert together.shape == (len(EDGE), tiny.vocab_size) and np.isfinite(together.data).all()

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.errors import UnsupportedModelError
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.model.folders import read_model_folder
@@ -288,7 +288,7 @@ def test_spladekit_json_disagreeing_with_splade_pooling_is_refused(bases, tmp_pa
 # ----------------------------------------------------------------------------------------- round trip
 @pytest.mark.parametrize("pooling,activation", [("sum", "relu"), ("max", "log1p_relu")])
 def test_training_keeps_pooling_and_sentence_transformers_reads_the_result(tmp_path, pooling, activation):
-    from train_helpers import make_examples, make_tiny_model, tiny_config
+    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
     from spladekit.train import train
 
@@ -356,7 +356,7 @@ def test_diagnose_and_rescale_accept_router_and_doc_only_folders(bases, tmp_path
 
 
 def test_training_config_sets_pooling_and_activation_of_a_plain_masked_lm(tmp_path):
-    from train_helpers import make_tiny_model, tiny_config
+    from tests.train_helpers import make_tiny_model, tiny_config
 
     from spladekit.train.step import load_model
 
@@ -384,7 +384,7 @@ def test_damaged_sentence_transformers_files_name_the_file(bases, tmp_path):
 
 
 def test_fine_tuning_an_inference_free_router_continues_its_query_side(tmp_path):
-    from train_helpers import make_examples, make_tiny_model, tiny_config
+    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
     from transformers import AutoTokenizer
 
     from spladekit.train import train

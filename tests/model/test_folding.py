@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from bpe_helpers import byte_level_tokenizer, scifact_texts, tiny_modernbert
+from tests.bpe_helpers import byte_level_tokenizer, scifact_texts, tiny_modernbert
 from spladekit.errors import DataFormatError, UnsupportedModelError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.folding import fold_vocabulary
@@ -155,7 +155,7 @@ def test_exports_of_a_folded_model(tokenizer, tmp_path):
 
 
 def test_training_with_a_folded_vocabulary(tokenizer, tmp_path):
-    from train_helpers import make_examples, tiny_config
+    from tests.train_helpers import make_examples, tiny_config
 
     from spladekit.train import train
 
@@ -190,7 +190,7 @@ def test_a_malformed_saved_fold_is_refused_naming_the_field(tokenizer, tmp_path,
 
 
 def test_fold_refusals(tokenizer):
-    from mlm_families import tiny_tokenizer
+    from tests.mlm_families import tiny_tokenizer
     from spladekit.model.folding import VocabularyFold
 
     with pytest.raises(ValueError, match="byte-level BPE"):

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 import spladekit.model.fused as fused
-from conftest import make_tiny_bert, make_tokenizer
+from tests.conftest import make_tiny_bert, make_tokenizer
 from spladekit.model.fused import fused_splade_head, sparse_head_backward
 from spladekit.model.pooling import plain_splade_head
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 EPS32 = torch.finfo(torch.float32).eps  # 2⁻²³: float32 rounding of one operation is ≤ EPS32 / 2 relative
@@ -292,7 +292,7 @@ _TRITON_SCRIPT = textwrap.dedent(
     from spladekit.model.fused import fused_splade_head, _torch_masked_max
     from spladekit.model.pooling import plain_splade_head
     from spladekit.model.triton_head import triton_masked_max
-    from test_fused import _check_gradients, _grid, _hand_gradients
+    from tests.model.test_fused import _check_gradients, _grid, _hand_gradients
 
     gen = torch.Generator().manual_seed(0)
     B, L, H, V = 4, 19, 20, 37  # not multiples of the 16-wide tiles: exercises the edge masks
@@ -338,8 +338,8 @@ _TRITON_SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_triton_kernel_in_interpreter():
     pytest.importorskip("triton", reason="triton is not installed: the Triton kernel cannot be checked")
-    path = os.pathsep.join([str(SRC), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)  # tests/ too: the script imports test_fused
+    path = os.pathsep.join([str(SRC), str(SRC.parent), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)  # the root too: the script imports tests.model.test_fused
     proc = subprocess.run(
         [sys.executable, "-c", _TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )

@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers as tf
 
-from mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
 from spladekit.errors import HeadNotFoundError
 from spladekit.model.heads import SUPPORTED_FAMILIES, find_mlm_head
 

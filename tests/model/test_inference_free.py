@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from mlm_families import tiny_mlm, tiny_tokenizer, VOCAB  # noqa: E402
-from train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
+from tests.mlm_families import tiny_mlm, tiny_tokenizer, VOCAB  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.errors import DataFormatError  # noqa: E402
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder  # noqa: E402

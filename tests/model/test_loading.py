@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import make_examples, make_tiny_model, tiny_config
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 from spladekit.errors import HeadNotFoundError
 

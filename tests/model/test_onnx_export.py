@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.splade import SpladeModel
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.errors import DataFormatError, ResolutionError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.splade import SpladeModel

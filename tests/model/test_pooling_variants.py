@@ -1,7 +1,7 @@
 """Every SPLADE pooling × activation (max/sum × relu/log1p_relu), plain and fused heads, values and
 gradients, against the formula computed by hand in float64.
 
-Inputs lie on the grid of ``tests/test_fused.py`` (multiples of 1/4 below 8, H ≤ 128): every logit
+Inputs lie on the grid of ``tests/model/test_fused.py`` (multiples of 1/4 below 8, H ≤ 128): every logit
 ``h·W_j + b_j`` is then exact in a float32 accumulator whatever the summation order, so the only
 rounding left is that of the activation and of the pooling/gradient sums, bounded below.
 """

@@ -253,7 +253,7 @@ def test_top_k_equals_sentence_transformers_max_active_dims(st_folder):
     # largest weights are more than 2·err apart, both select the same k terms.
     ours_full = SpladeEncoder.from_pretrained(st_folder, head_impl="plain", device="cpu").encode_documents(TEXTS).toarray()
     err = float(np.abs(ours_full - theirs_full).max())
-    assert err < 1e-4  # (their agreement itself: tests/test_model_folders.py, with a derived bound)
+    assert err < 1e-4  # (their agreement itself: tests/model/test_folders.py, with a derived bound)
     ours = SpladeEncoder.from_pretrained(st_folder, head_impl="plain", device="cpu",
                                          doc_pruning=f"top_k={k}").encode_documents(TEXTS).toarray()
     checked = 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import make_tokenizer, make_tiny_bert
+from tests.conftest import make_tokenizer, make_tiny_bert
 from spladekit.cli import app
 from spladekit.errors import UnsupportedModelError
 from spladekit.model.encoder import SpladeEncoder, load_model_folder

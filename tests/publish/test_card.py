@@ -17,9 +17,9 @@ import warnings
 from pathlib import Path
 
 import pytest
-from train_helpers import make_examples, make_tiny_model, tiny_config
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _beir(folder: Path, examples) -> Path:
@@ -202,7 +202,7 @@ def test_sentence_transformers_loads_the_folder_with_its_card(trained):
 
     assert (trained["model"] / "README.md").is_file()
     texts = ["w1 w2 w3", "w4 w5 w6 w7 w8"]
-    from test_model_folders import _check_close  # the bound derived there (float32 sums in two orders)
+    from tests.model.test_folders import _check_close  # the bound derived there (float32 sums in two orders)
 
     st = SparseEncoder(str(trained["model"]), device="cpu").encode_document(texts, convert_to_tensor=True).to_dense().numpy()
     encoder = SpladeEncoder.from_pretrained(str(trained["model"]), device="cpu")

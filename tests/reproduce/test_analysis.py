@@ -18,7 +18,7 @@ from spladekit.reproduce.analysis import comparison_pairs, matched_flops, qualit
 from spladekit.reproduce.config import ReproduceConfig, load_reproduce_config, scale_label
 from spladekit.reproduce.grid import backbone_spec, plan_grid, read_sittings, record_sitting, run_grid
 from spladekit.reproduce.report import load_cell_results, write_report
-from test_reproduce import ROOT, RecordingRunner, _write, silent
+from tests.reproduce.test_grid import ROOT, RecordingRunner, _write, silent
 
 QIDS = [f"q{i}" for i in range(12)]
 

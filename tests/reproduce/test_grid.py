@@ -23,7 +23,7 @@ from spladekit.reproduce.config import ReproduceConfig, apply_overrides, load_re
 from spladekit.reproduce.grid import StaleCellError, cell_status, fingerprint, plan_grid, run_grid
 from spladekit.reproduce.report import write_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def base_dict(data: str = "unused-folder") -> dict:

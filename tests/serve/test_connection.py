@@ -40,7 +40,7 @@ TESTED = {"0.55.0": "95ebbe94a7fe59e06f4d94178a8efebb5b7bb37335511da460b6f0588fc
 
 
 def _serve_requirement() -> Requirement:
-    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
     serve = re.search(r"^serve = \[(.*)\]", text, re.M).group(1)
     return Requirement(next(item for item in re.findall(r'"([^"]+)"', serve) if item.startswith("uvicorn")))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve_helpers import (RUNNING, Server, assert_close_ranking, assert_quiet_stop, die_with_parent, free_port, hits_of, scifact_index_with_seismic, smaps, snapshot,
+from tests.serve_helpers import (RUNNING, Server, assert_close_ranking, assert_quiet_stop, die_with_parent, free_port, hits_of, scifact_index_with_seismic, smaps, snapshot,
                            stop, vector_body, wait_for_workers, workers_of)
 from spladekit.index.index import searcher_config
 from spladekit.serve.batching import MicroBatcher, Overloaded
@@ -92,7 +92,7 @@ def test_vector_queries_under_concurrency_equal_index_search(server, scifact_ind
     got = [hits_of(r.json())[0] for r in responses]
     # exactly equal: the server calls Index.search on the same float32 vectors, and each query's
     # hits do not depend on the other queries of its micro-batch (exact: one score row per query,
-    # tests/test_search.py::test_results_do_not_depend_on_the_batch; Seismic: each query its own search;
+    # tests/index/test_exact.py::test_results_do_not_depend_on_the_batch; Seismic: each query its own search;
     # two-step: its first step is exact search's kernel, its rescoring per query)
     assert got == want
     assert max(r.json()["batch_queries"] for r in responses) > 1  # concurrent requests were micro-batched
@@ -654,7 +654,7 @@ def test_workers_each_accept_their_own_connections(guarded):
 
 
 def test_spawned_workers_share_no_pages_with_the_server(guarded):
-    """The control of tests/test_serve_shared.py: without --share-index each worker is a fresh process
+    """The control of tests/serve/test_shared_index.py: without --share-index each worker is a fresh process
     that loads everything itself, so (almost) none of its anonymous memory is Shared_Dirty."""
     workers = workers_of(guarded)
     assert len(workers) == 2

@@ -3,7 +3,7 @@ loaded the index, so they share its memory (the Seismic index, which pyseismic h
 
 Judged by the kernel's own accounting (``/proc/PID/smaps_rollup``): a forked worker's anonymous pages
 written before the fork and only read since are ``Shared_Dirty`` (shared with the server and the other
-worker); a spawned worker (``tests/test_serve.py``'s ``guarded``, the control) has none of those. And by
+worker); a spawned worker (``tests/serve/test_server.py``'s ``guarded``, the control) has none of those. And by
 the answers: each worker answers text and vector queries, exact and Seismic, as :meth:`Index.search`
 in this process does (torch's OpenMP pool and pyseismic's threads work in a forked child: a child's
 first parallel operation hangs when the server ran torch with more than one thread before the fork).
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from serve_helpers import (Server, assert_close_ranking, assert_quiet_stop, hits_of, scifact_index_with_seismic, smaps, vector_body,
+from tests.serve_helpers import (Server, assert_close_ranking, assert_quiet_stop, hits_of, scifact_index_with_seismic, smaps, vector_body,
                            wait_for_workers, workers_of)
 from spladekit.index.index import searcher_config
 
@@ -70,7 +70,7 @@ def test_each_forked_worker_answers_like_index_search(shared, index_and_queries,
     bodies = [{"vector": vector_body(vectors[i]), "k": K, "backend": backend} for i in range(len(queries))]
     bodies.append({"query": queries, "k": K, "backend": backend})
     for pid, answers in _answers_by_worker(shared.url, bodies, 2).items():
-        # exactly equal: the worker calls Index.search on the same float32 vectors (tests/test_serve.py)
+        # exactly equal: the worker calls Index.search on the same float32 vectors (tests/serve/test_server.py)
         assert [hits_of(a)[0] for a in answers[:-1]] == want, pid
         assert_close_ranking(hits_of(answers[-1]), want)  # texts: encoded in the worker (its own encoder)
 

@@ -9,7 +9,7 @@ in the cached step's order from the same random state: dropout then draws the sa
 cached step's first pass, which is what makes the two comparable with dropout on (one encoding of
 all B·G documents would draw its masks in another layout). Without dropout, the chunked reference
 and a single encoding of the batch differ only by float32 rounding of the padded lengths
-(``test_train.py::test_gradient_accumulation_gives_the_same_losses``).
+(``tests/train/test_trainer.py::test_gradient_accumulation_gives_the_same_losses``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.train import distributed as D  # noqa: E402
 from spladekit.train.cached import mini_batch_bounds  # noqa: E402
@@ -253,5 +252,5 @@ def test_with_dropout_a_cached_run_is_another_draw_of_the_noise(dropout_model, t
         train(tiny_config(dropout_model, steps=1, **extra), tmp_path / name, examples=examples, show_progress=False)
     plain, cached = (json.loads((tmp_path / n / "metrics.jsonl").read_text().splitlines()[0]) for n in ("plain", "cached"))
     assert cached["loss"] != pytest.approx(plain["loss"], rel=1e-4)
-    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
     assert "Without dropout the loss and gradients are those of the\n  uncached batch" in text

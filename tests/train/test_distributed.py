@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from train_helpers import (ddp_worker, document_frequencies, make_examples, make_tiny_model, one_step,  # noqa: E402
+from tests.train_helpers import (ddp_worker, document_frequencies, make_examples, make_tiny_model, one_step,  # noqa: E402
                            tiny_config)
 
 

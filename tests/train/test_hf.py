@@ -13,7 +13,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from train_helpers import make_tiny_model, tiny_config  # noqa: E402
+from tests.train_helpers import make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.errors import DataFormatError, ResolutionError  # noqa: E402
 from spladekit.train.config import DataConfig  # noqa: E402

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.errors import DataFormatError  # noqa: E402
 from spladekit.train import train  # noqa: E402

@@ -111,7 +111,7 @@ def test_margin_mse_ids_resolve_to_the_same_margins(tmp_path):
 
 def test_shared_naver_toy_pickle_equals_its_json(shared):
     """The real naver/splade toy files: scores/toy.pkl.gz reads to the scores of scores/toy.json (the
-    toy's query files repeat an id, so its full read_naver is refused: tests/test_readers.py)."""
+    toy's query files repeat an id, so its full read_naver is refused: tests/data/test_readers.py)."""
     from spladekit.train.data import read_score_file
 
     toy = shared / "data" / "splade_toy" / "scores"
@@ -324,7 +324,7 @@ def test_spladekit_train_on_a_hostile_pickle_ends_in_one_line_before_out(tmp_pat
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "spladekit", "train", str(tmp_path / "c.yaml"), "--out", str(out)],
                           capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src")))
     lines = done.stderr.strip().splitlines()  # the run's progress lines (reading the data), then the error
     errors = [line for line in lines if line.startswith("error:")]
     assert done.returncode == 2 and errors == lines[-1:] and "Traceback" not in done.stderr, done.stderr[-2000:]

@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_helpers import make_examples, make_tiny_model
+from tests.train_helpers import make_examples, make_tiny_model
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where signal_driver.py lives
 SRC = HERE.parent / "src"
 
 

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.errors import DataFormatError  # noqa: E402
 from spladekit.train import TrainConfig, load_config, train  # noqa: E402
@@ -399,7 +398,7 @@ def test_cli_train(tiny, tmp_path):
 def test_shipped_configs_equal_the_demo_recipes():
     from spladekit.demo import DEMO_RECIPES, demo_config
 
-    root = Path(__file__).resolve().parents[1] / "configs"
+    root = Path(__file__).resolve().parents[2] / "configs"
     for name, file in (("default", "demo.yaml"), ("full", "scifact-splade-tiny.yaml")):
         shipped = load_config(root / file)
         assert demo_config(shipped.model.path, shipped.data.path, full=name == "full") == shipped, file
@@ -444,7 +443,7 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
     for folder, name in (("before", names[0]), ("bm25", "bm25")):
         assert json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
-    from test_fusion import _check_delta_plot
+    from tests.index.test_fusion import _check_delta_plot
 
     folders = ["before", "after", *(["last"] if len(names) == 3 else []), "bm25", "inference_free", "fused_rrf", "fused_minmax"]
     _check_delta_plot(tmp_path / "demo", results, folders, [("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],

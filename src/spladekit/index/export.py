@@ -473,13 +473,13 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     bytes for ids of ``L`` UTF-8 bytes; ``anserini-queries`` also keeps a set of the ids to refuse a
     repeat, as :func:`spladekit.data.tsv.iter_tsv` does), one record, one block, and the writer's
     budget. The folder is the one :func:`spladekit.index.writer.save_index` writes from
-    :func:`import_vectors`'s matrix, byte for byte (``tests/test_import_streamed.py``).
+    :func:`import_vectors`'s matrix, byte for byte (``tests/index/test_export.py``).
 
     ``ciff`` (postings lists, term-major) is transposed on disk
     (:func:`spladekit.index.formats.ciff.transposed_blocks`: sorted runs of postings, 12 bytes each
     beside ``out``, merged row range by row range); held besides the budget: the ids, ``[N]`` int64
     row counts and the protobuf message of one posting list. The folder equals the one written from
-    :func:`import_vectors`'s matrix, byte for byte (``tests/test_index_ciff.py``).
+    :func:`import_vectors`'s matrix, byte for byte (``tests/index/formats/test_ciff.py``).
 
     Raises:
         DataFormatError: malformed input (naming file and line; nothing is left beside ``out``), or no

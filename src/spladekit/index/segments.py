@@ -18,7 +18,7 @@ def add_segment(scores: np.ndarray, rows: np.ndarray, impacts: np.ndarray, weigh
     these arguments in every scipy this package admits, ≥ 1.11); every argument is passed in the
     type it computes in (no conversion: a converted ``scores`` would be a copy, the sum lost). It
     checks no bounds: callers check each segment's rows first (:func:`check_segment`).
-    ``tests/test_search_inputs.py`` checks this kernel against a float64 brute force and against
+    ``tests/index/test_search_inputs.py`` checks this kernel against a float64 brute force and against
     the sparse-product kernel."""
     pointer[1] = rows.size
     csc_matvec(scores.size, 1, pointer, rows, impacts, weight, scores)

@@ -228,7 +228,7 @@ def _packed_masked_max(
     Whatever ``threads``, each unit is the same sequence of products (groups and chunk boundaries do
     not depend on it). A row's values may differ in the last bits with the other rows of its batch
     (its group's product has another shape: float32 rounding of another kernel, within the bound of
-    ``tests/test_fused_cpu.py``).
+    ``tests/model/test_cpu_pool.py``).
     """
     from spladekit.model.cpu_pool import run_units
 

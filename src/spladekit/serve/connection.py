@@ -16,7 +16,7 @@ Its settings come through uvicorn's configuration (:func:`server_config`: ``head
 
 The protocol overrides methods of uvicorn's ``HttpToolsProtocol`` and reads its state (``cycle``,
 ``pipeline``, ``url``, ``headers``, ``scope``, ``transport``, ``config``): it is bound to the uvicorn
-versions it is tested on (``pyproject.toml``), and ``tests/test_serve_connection.py`` fails when
+versions it is tested on (``pyproject.toml``), and ``tests/serve/test_connection.py`` fails when
 those methods of uvicorn change.
 """
 

@@ -2,7 +2,7 @@
 
 The wire format is checked against the protobuf library's own serialisation of the same messages;
 the round trip against the original folder's arrays and content hash. That BMP's own converter
-reads the files (and scores them exactly) is in tests/test_engines.py.
+reads the files (and scores them exactly) is in tests/index/formats/test_engines.py.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def test_bounded_ciff_import_peak_stays_within_the_budget(tmp_path):
     indices = np.concatenate([np.sort(rng.choice(vocab_size, nnz, replace=False)) for _ in range(rows)])
     m = sp.csr_matrix((rng.integers(1, 300, rows * nnz) / 100, indices, np.arange(rows + 1) * nnz), shape=(rows, vocab_size))
     ciff.write_ciff(tmp_path / "x.ciff", m, m.T.tocsr(), [f"doc{i}" for i in range(rows)], [f"t{j}" for j in range(vocab_size)])
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3] / "src"))
 
     def peak(mode):
         out = subprocess.run([sys.executable, "-c", CIFF_PEAK, mode, str(tmp_path / "x.ciff"), str(tmp_path / mode), str(vocab_size)],

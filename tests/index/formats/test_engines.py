@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import engine_helpers as eh
+from tests import engine_helpers as eh
 from spladekit.index.exact import exact_search
 from spladekit.index.export import export_vectors, import_vectors
 from spladekit.index.formats import anserini, bmp, ciff, elastic, iter_json_records, milvus, pgvector, pisa, qdrant
@@ -221,7 +221,7 @@ def test_lucene_feature_field_scores_the_elastic_rank_features_query(corpus, tmp
     export_vectors("elastic", tmp_path / "es", docs, doc_ids, vocab, keys="token", field_type="rank_features")
     bodies = [elastic.query_body(q[i], vocab, k=K) for i in range(q.shape[0])]
     (tmp_path / "bodies.json").write_text(json.dumps(bodies))
-    script = Path(__file__).with_name("lucene_feature_search.py")
+    script = Path(__file__).resolve().parents[2] / "lucene_feature_search.py"
     proc = subprocess.run([sys.executable, str(script), str(eh.anserini_jar()), str(tmp_path / "es" / "bulk.ndjson"),
                            str(tmp_path / "bodies.json"), str(tmp_path / "hits.json")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
 from spladekit.model.calibrate import (
     AlreadyEmulatedError,
     emulate_large_head,

@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers as tf
 
-from mlm_families import FAMILIES, TEXTS, batch, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import FAMILIES, TEXTS, batch, tiny_mlm, tiny_tokenizer
 from spladekit.model.calibrate import (
     AlreadyRescaledError,
     CalibrationError,
@@ -535,7 +535,7 @@ def test_cli_diagnose_says_each_phase_in_order(tmp_path):
     model_dir = _save_tiny(tmp_path / "model")
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[3] / "src")
     proc = subprocess.run([sys.executable, "-c", "from spladekit.cli import main; main()", "diagnose", str(model_dir),
                            "--texts", str(texts), "--out", str(tmp_path / "diag")],
                           capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": src})

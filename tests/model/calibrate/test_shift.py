@@ -3,7 +3,7 @@
 Vectors: the shifted model's vectors, through every head and every export, equal the SPLADE formula
 computed by hand with every logit minus ``s``: ``w_j = log(1 + ReLU(max_t (h_t·W_j + b_j) − s))``, in
 float64 from the unshifted model's hidden states and decoder. Tolerance (derived, as in
-``tests/test_engine_exports.py``): 8× torch's own float32 error on the texts (measured against the
+``tests/model/engines/test_exports.py``): 8× torch's own float32 error on the texts (measured against the
 same shifted model in float64), plus the one float32 rounding of the stored bias ``fl(b − s)``
 (``u·max|b − s|``), plus ``2·2⁻²⁴`` for an export's ``log(1 + x)``.
 
@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 import torch
 
-from mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.model.calibrate import rescale_mlm_head, rescale_record
 from spladekit.model.calibrate.stats import token_hidden_states
 from spladekit.model.heads import find_mlm_head
 from spladekit.model.splade import SpladeModel
-from test_engine_exports import LENGTH, assert_vectors, djl_call, es_call, make_encoder, tolerance
+from tests.model.engines.test_exports import LENGTH, assert_vectors, djl_call, es_call, make_encoder, tolerance
 
 EPS32 = float(np.finfo(np.float32).eps)
 SHIFT = 1.75
@@ -147,7 +147,7 @@ def distinct_texts(n: int = 24, seed: int = 0) -> list[str]:
     """``n`` different texts of the tiny vocabulary's words (no repeated text: no tied pooled logits)."""
     import random
 
-    from mlm_families import WORDS
+    from tests.mlm_families import WORDS
 
     rng = random.Random(seed)
     return [" ".join(rng.sample(WORDS, rng.randint(3, 9))) for _ in range(n)]
@@ -244,7 +244,7 @@ def test_cli_rescale_shift_joint_and_head_options(tmp_path):
 
     from spladekit.cli import app
     from spladekit.model.encoder import SpladeEncoder
-    from test_calibrate import _save_tiny
+    from tests.model.calibrate.test_rescale import _save_tiny
 
     runner = CliRunner()
     model_dir = _save_tiny(tmp_path / "model")

@@ -3,7 +3,7 @@ its documented call) runs the export, and its vectors equal spladekit's.
 
 Tolerance (derived): an export and spladekit's encoder are two float32 evaluations of the same
 function (other kernels and summation orders: onnxruntime's MLAS, a traced graph, ``log(1 + x)``
-instead of ``log1p``). As in ``tests/test_onnx.py``, torch's own float32 error on the texts is
+instead of ``log1p``). As in ``tests/model/test_onnx_export.py``, torch's own float32 error on the texts is
 measured against a float64 evaluation of the same weights, ``e32 = max |w_torch − w_f64|`` (floored
 at one float32 ulp of the largest weight), and ``|w_export − w_torch| ≤ 8·e32 + 2·2⁻²⁴`` is
 required: the triangle inequality allows the export 7× torch's rounding, and ``2·2⁻²⁴`` is the
@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.errors import UnsupportedModelError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.engines import export_for_engine
@@ -178,7 +178,7 @@ def test_elasticsearch_real_model_and_refusals(tmp_path, splade_tiny):
 def test_eland_tracer_gives_the_raw_logits_trap(tmp_path):
     """eland's own tracer (TransformerModel, text_expansion) on the same folder: [B, L, V] logits, so
     Elasticsearch's result[0][0] would be position 0's raw logits (eland#827)."""
-    from engine_venvs import run_in
+    from tests.engine_venvs import run_in
 
     encoder = make_encoder(tmp_path, "bert")
     # eland loads the slow BertTokenizer (use_fast=False), which reads vocab.txt; transformers 5 writes
@@ -237,7 +237,7 @@ def test_opensearch_py_ml_traces_the_same_folder_equal(tmp_path):
     """opensearch-py-ml's own SparseEncodingModel on the model folder (offline, no licence file): its
     TorchScript and ours, called with DJL's dict, give equal {"output"} (special tokens zeroed in both:
     NeuralSparseModel always zeroes them, so the model says zero_special_tokens)."""
-    from engine_venvs import run_in
+    from tests.engine_venvs import run_in
 
     encoder = make_encoder(tmp_path, "bert", zero_special_tokens=True)
     out = export_for_engine("opensearch", encoder, tmp_path / "os")
@@ -290,7 +290,7 @@ print(json.dumps([[e.indices.tolist(), e.values.tolist()] for e in model.embed(t
                                          ("bert", {"zero_special_tokens": True}), ("roberta", {}),
                                          ("distilbert", {"activation": "log1p_relu"}), ("splade-tiny", {})])
 def test_fastembed_loads_the_export_and_equals_spladekit(tmp_path, family, meta, request):
-    from engine_venvs import run_in
+    from tests.engine_venvs import run_in
 
     if family == "splade-tiny":
         encoder = SpladeEncoder.from_pretrained(request.getfixturevalue("splade_tiny"), device="cpu", head_impl="plain",
@@ -348,7 +348,7 @@ def test_anserini_onnx_encoder_runs_the_export(tmp_path, variant):
     temporary folder, which then holds onnxruntime-java's unpacked library)."""
     import shutil
 
-    import engine_helpers as eh
+    from tests import engine_helpers as eh
 
     reason = eh.missing_anserini() or eh.missing_module("jnius", "pyjnius")
     if reason:
@@ -486,7 +486,7 @@ def bpe_roberta_encoder() -> SpladeEncoder:
     from tokenizers import ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
 
-    from mlm_families import WORDS
+    from tests.mlm_families import WORDS
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(TEXTS + [" ".join(WORDS)], vocab_size=300, min_frequency=1,

@@ -6,7 +6,7 @@ vectors), :mod:`.milvus` (``SPARSE_FLOAT_VECTOR`` rows), :mod:`.pgvector` (Postg
 ``sparsevec``), :mod:`.pisa` (PISA impact index), :mod:`.elastic` (Elasticsearch/OpenSearch bulk
 NDJSON for ``rank_features`` / ``sparse_vector`` fields).
 
-Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
+Shared rules (stated once here, tested in ``tests/index/formats/test_exports_imports.py``):
 
 * **Repeated or unsorted indices.** Any input vector given as ``(index, value)`` pairs, token
   lists or JSON objects is normalised before use: entries are sorted by column id and entries

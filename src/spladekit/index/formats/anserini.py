@@ -9,7 +9,7 @@ Queries (Anserini's pre-encoded query TSV; ``-impact -pretokenized`` search)::
     qid<TAB>tok tok tok ...        each token repeated by its integer weight
 
 Two limits of Anserini 0.25.0 (Lucene 9.9.1), both checked with the real engine in
-``tests/test_engines.py``:
+``tests/index/formats/test_engines.py``:
 
 * **Empty queries.** ``-topicReader TsvString`` trims each line and then reads the second field,
   so a line ``qid<TAB>`` makes it fail the *whole* run (``Error: Unable to load topic reader

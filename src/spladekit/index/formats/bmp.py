@@ -14,7 +14,7 @@ pruning) it returns the exact top-k of that score. Two limits of BMP 0.2 shape t
   given. :func:`query_weights` quantises each query to ``⌊w_j · 32 / max w + 1/2⌋``: its largest
   weight is exactly 32, BMP's factor is 1 and the query is scored as given; each query has its own
   scale, so its ranking is that of the integer vector handed to BMP (the vector exact search is
-  checked against, ``tests/test_engines.py``);
+  checked against, ``tests/index/formats/test_engines.py``);
 * scores: BMP's top-k heap and block upper bounds are 16-bit, so exactness needs a query's bound
   ``Σ_j q_j · max_d d_j`` below 2^16 (:func:`score_bound`); a query above it (in the tests, one
   with 406 matching terms) may lose documents;
@@ -22,7 +22,7 @@ pruning) it returns the exact top-k of that score. Two limits of BMP 0.2 shape t
   already holds, even while its heap is not full: 300 documents that all score the same, searched
   to depth 1000, come back without the last, partial block (rows 288–299 at ``bsize`` 16 and 32,
   256–299 at 64), and a term with a single posting finds nothing at any depth
-  (``tests/test_engines.py::test_bmp_loses_whole_blocks_of_tied_documents``; the CIFF file reads
+  (``tests/index/formats/test_engines.py::test_bmp_loses_whole_blocks_of_tied_documents``; the CIFF file reads
   back identical, so the cause is BMP's pruning, not our export; BMP's source was not read to name
   the line). On the 40 test queries, the documents lost with ``bsize`` 32 (6 queries) lie in the
   last, partial block (rows 288–299) and at 64 (26 queries) in several; with 8 and 16 none of the

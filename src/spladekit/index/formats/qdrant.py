@@ -8,7 +8,7 @@ document id is kept in the payload (``{"doc_id": ...}``).
 Two engines: a Qdrant server or local mode through ``qdrant_client`` (:func:`upload`,
 :func:`search`), and Qdrant Edge, the Rust engine in process (``qdrant-edge-py``;
 :func:`create_edge_shard`, :func:`upload_edge`, :func:`search_edge`), which
-``tests/test_engines.py`` scores against exact search.
+``tests/index/formats/test_engines.py`` scores against exact search.
 
 Exported files: ``points.jsonl``, one ``{"id": row, "payload": {"doc_id": ...}, "vector":
 {NAME: {"indices": [...], "values": [...]}}}`` a line, ready for ``client.upsert``; and

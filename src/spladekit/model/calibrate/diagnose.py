@@ -58,7 +58,7 @@ LOGIT_SAMPLE = 100_000
 #: ``shared/models/splade-tiny``, a trained SPLADE model with a BERT head) as :func:`diagnose_mlm_head`
 #: measures it on BEIR SciFact (``spladekit diagnose splade-tiny --data scifact``: 64 queries and 64
 #: documents sampled with seed 0, 128 tokens per text, 1,024 tokens for the logit statistics), rounded
-#: to 6 significant digits. ``tests/test_calibrate.py`` measures them again from those files (the
+#: to 6 significant digits. ``tests/model/calibrate/test_rescale.py`` measures them again from those files (the
 #: derivation, kept). Text statistics depend on the text: on other text the comparison is approximate
 #: (``--reference`` measures a reference on the same text).
 BUILTIN_REFERENCE = {
