@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def main() -> int:
                 for name, env in envs.items():
                     walls[case, name].append(run_once(code, env))
     load = os.getloadavg()[0]
-    print(f"Process start-up with and without bytecode, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+    print(f"Process start-up with and without bytecode, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {load:.1f}, Python "
           f"{platform.python_version()}, {options.repeats} runs per case (interleaved)\n")
     print("| case | from source: median s (min) | with bytecode: median s (min) | ratio |")

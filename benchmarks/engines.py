@@ -37,18 +37,17 @@ import platform
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `tests` imports as a namespace package
-from tests import engine_helpers as eh  # noqa: E402
-
 from spladekit.index.exact import exact_search  # noqa: E402
 from spladekit.index.export import export_vectors  # noqa: E402
 from spladekit.index.formats import anserini, iter_json_records, milvus, pgvector, pisa, qdrant, quantise  # noqa: E402
+from tests import engine_helpers as eh  # noqa: E402
 
 K = 10
 SCALE = 100.0
@@ -232,7 +231,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="spladekit-engines-") as work:
         rows = bench(docs, doc_ids, queries, vocab, Path(work))
     report = {
-        "command": " ".join(sys.argv), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} "
                    "(shared with other jobs)", "documents": docs.shape[0], "queries": len(qids), "k": K, "scale": SCALE, "rows": rows,
     }

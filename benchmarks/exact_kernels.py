@@ -30,9 +30,9 @@ import argparse
 import time
 
 import numpy as np
+import retrieval
 import scipy.sparse as sp
 
-import retrieval
 import spladekit.index.exact as exact
 import spladekit.index.maxscore as maxscore
 

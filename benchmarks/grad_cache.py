@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 TARGET_MEMORY, TARGET_TIME = 1.3, 1.4
@@ -201,7 +201,7 @@ def main(argv=None) -> None:
         return
 
     command = "PYTHONPATH=src python " + " ".join([sys.argv[0]] + sys.argv[1:])
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     where = machine(args.device)
     base = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("json", "batch", "mini", "worker")]
     results = {}

@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from onnx_quality import run_of  # noqa: E402
+
 from spladekit.data.beir import load_beir  # noqa: E402
 from spladekit.evaluate.metrics import evaluate  # noqa: E402
 from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx  # noqa: E402

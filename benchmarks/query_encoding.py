@@ -43,9 +43,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import spladekit.model.fused as fused  # noqa: E402
 from spladekit.data.beir import load_beir  # noqa: E402
 from spladekit.data.resolve import shared_roots  # noqa: E402
-import spladekit.model.fused as fused  # noqa: E402
 from spladekit.model.encoder import SpladeEncoder  # noqa: E402
 from spladekit.model.inference_free import make_inference_free  # noqa: E402
 from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx  # noqa: E402

@@ -93,7 +93,7 @@ def test_the_length_check_can_fail(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_BODY_LINES))
     source = (f'def fits():\n    """Doc\n\n    string."""\n{body}\n\n'  # the docstring is not counted
               f"class C:\n    def too_long(self):\n        y = 0\n" + body.replace("    ", "        ") + "\n"
-              f"        def inner():\n            return 1\n")
+              "        def inner():\n            return 1\n")
     path = tmp_path / "m.py"
     path.write_text(source)
     assert [(name, lines) for name, _, lines in long_functions(path)] == [("C.too_long", MAX_BODY_LINES + 3)]

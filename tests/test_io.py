@@ -118,9 +118,8 @@ def test_old_style_name_counts_as_left_over(tmp_path):
 
 
 def test_partial_checkpoint_of_a_killed_run_is_named_before_it_is_rewritten(tmp_path):
-    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
-
     from spladekit.train import train
+    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
     cfg = tiny_config(make_tiny_model(tmp_path / "model"), steps=2, checkpoint_every=2)
     out = tmp_path / "out"

@@ -10,8 +10,8 @@ import pytest
 
 mteb = pytest.importorskip("mteb")
 
-from tests.harness_helpers import scifact_part  # noqa: E402
 from spladekit.mteb import SpladeMTEB, beir_task  # noqa: E402
+from tests.harness_helpers import scifact_part  # noqa: E402
 
 
 def test_encode_gives_sparse_vectors_and_similarity_is_the_dot_product(tiny_bert_dir, tiny_beir):

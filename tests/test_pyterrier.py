@@ -11,8 +11,8 @@ import pytest
 
 pt = pytest.importorskip("pyterrier")
 
-from tests.harness_helpers import scifact_part  # noqa: E402
 from spladekit.pyterrier import SpladeKit, TextLoader, token_names, toks_to_rows  # noqa: E402
+from tests.harness_helpers import scifact_part  # noqa: E402
 
 DOCS = pd.DataFrame({
     "docno": ["d1", "d2", "d3", "d4", "d5"],
@@ -111,10 +111,9 @@ def test_retriever_searches_by_the_searcher_configuration(kit, tmp_path):
     ``tests/index/test_seismic.py``); a configuration the index cannot honour (``n_knn`` above the
     graph's ``nknn``, 0 by default) is refused before any model loads or query is encoded."""
     pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
-    from tests.index.test_seismic import f16_score_tolerance
-
     from spladekit.index.seismic import SeismicSearchParams
     from spladekit.index.seismic_store import SeismicConfig
+    from tests.index.test_seismic import f16_score_tolerance
 
     index = kit.indexer(tmp_path / "idx").index(DOCS.to_dict("records"))
     searcher = SeismicConfig(search=SeismicSearchParams(query_cut=50, heap_factor=1.0))

@@ -94,9 +94,9 @@ def query_side_rows(encoder: SpladeEncoder, splade: SystemResult, bm25: SystemRe
     """
     import copy
 
+    from spladekit.evaluate.systems import evaluate_fused, query_latency
     from spladekit.index.fusion import FusionConfig
     from spladekit.model.inference_free import make_inference_free
-    from spladekit.evaluate.systems import evaluate_fused, query_latency
 
     started = time.perf_counter()
     free = copy.copy(encoder)  # shares the model and tokenizer; its own metadata and query side

@@ -19,8 +19,9 @@ import os
 import shutil
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 
 def default_mode(directory: bool = False) -> int:

@@ -40,8 +40,8 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from spladekit.errors import DataFormatError, require_extra
 
@@ -87,26 +87,26 @@ class SpladeKit:
             self._encoder = SpladeEncoder.from_pretrained(self._model, **self._options)
         return self._encoder
 
-    def query_encoder(self, scale: float = 1.0, verbose: bool = False) -> "QueryEncoder":
+    def query_encoder(self, scale: float = 1.0, verbose: bool = False) -> QueryEncoder:
         """``query`` → ``query_toks`` (see :class:`QueryEncoder`)."""
         return QueryEncoder(self, scale=scale, verbose=verbose)
 
-    def doc_encoder(self, text_field: str = "text", scale: float = 1.0, verbose: bool = False) -> "DocEncoder":
+    def doc_encoder(self, text_field: str = "text", scale: float = 1.0, verbose: bool = False) -> DocEncoder:
         """``text_field`` → ``toks`` (see :class:`DocEncoder`)."""
         return DocEncoder(self, text_field=text_field, scale=scale, verbose=verbose)
 
-    def indexer(self, path: str | Path, text_field: str = "text", chunk_size: int = 10_000, verbose: bool = False) -> "Indexer":
+    def indexer(self, path: str | Path, text_field: str = "text", chunk_size: int = 10_000, verbose: bool = False) -> Indexer:
         """Documents → the spladekit index folder ``path`` (see :class:`Indexer`)."""
         return Indexer(self, path, text_field=text_field, chunk_size=chunk_size, verbose=verbose)
 
-    def retriever(self, index, k: int = 1000, searcher=None) -> "Retriever":
+    def retriever(self, index, k: int = 1000, searcher=None) -> Retriever:
         """Queries → results from ``index`` (a folder or an open :class:`~spladekit.index.index.Index`)
         by ``searcher`` (a :class:`~spladekit.index.searcher.SearcherConfig`; None: exact), queries
         encoded with this model (see :class:`Retriever`)."""
         return Retriever(index, self, k=k, searcher=searcher)
 
     @staticmethod
-    def text_loader(corpus, field: str = "text") -> "TextLoader":
+    def text_loader(corpus, field: str = "text") -> TextLoader:
         """Results → results with ``field`` from ``corpus`` (see :class:`TextLoader`)."""
         return TextLoader(corpus, field=field)
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import re
 import sys
-
-import numpy as np
-import scipy.sparse as sp
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.sparse as sp
 from typer.testing import CliRunner
 
 from spladekit.cli import app
@@ -48,7 +47,13 @@ def test_errors_with_their_own_arguments_pickle():
     the classes whose __init__ takes more than the message rebuild from their own arguments."""
     import pickle
 
-    from spladekit.errors import CardMismatchError, DataFormatError, MissingExtraError, RepeatedIdError, UnsupportedModelError
+    from spladekit.errors import (
+        CardMismatchError,
+        DataFormatError,
+        MissingExtraError,
+        RepeatedIdError,
+        UnsupportedModelError,
+    )
 
     for error in (DataFormatError("a.jsonl", "bad weight", line=3, field="vector"), UnsupportedModelError("m/modules.json", "mean pooling"),
                   MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"), RepeatedIdError("d1", 0, 4),

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tests.index_helpers import DOCS, QUERIES, make_beir, make_model, vocabulary
 from spladekit.cli import app
 from spladekit.data.resolve import sha256_file
 from spladekit.data.trec import read_run
 from spladekit.index.exact import exact_search
 from spladekit.index.index import load_index
 from spladekit.index.layout import content_hash, load_vocabulary
+from tests.index_helpers import DOCS, QUERIES, make_beir, make_model, vocabulary
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.index_helpers import make_beir, make_model
 from spladekit.cli import app
+from tests.index_helpers import make_beir, make_model
 
 
 @pytest.fixture(scope="module")

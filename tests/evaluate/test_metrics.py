@@ -282,7 +282,7 @@ def _run_from_qrels(qrels, seed, unjudged_per_query=30, drop_every=0):
 @pytest.mark.parametrize("name", ["qrels.dl19-passage.txt", "qrels.dl20-passage.txt"])
 def test_trec_dl_matches_ir_measures_directly(shared, name):
     import ir_measures
-    from ir_measures import AP, R, RR, nDCG
+    from ir_measures import AP, RR, R, nDCG
 
     qrels = read_qrels(shared / "data" / "trec" / name)
     direct_measures = [nDCG @ 10, AP(rel=2), R(rel=2) @ 1000, RR(rel=2) @ 10]
@@ -379,7 +379,7 @@ def test_grades_beyond_what_trec_eval_can_hold_are_refused(tmp_path):
     with pytest.raises(ValueError, match="above"):
         evaluate(run, {"q": {"d1": GRADE_MAX + 1, "d2": 1}}, ["nDCG@10"])
     path = tmp_path / "qrels.tsv"
-    path.write_text(f"query-id\tcorpus-id\tscore\nq\td1\t1\nq\td2\t3000000000\n")
+    path.write_text("query-id\tcorpus-id\tscore\nq\td1\t1\nq\td2\t3000000000\n")
     with pytest.raises(DataFormatError, match="outside") as info:
         read_qrels(path)
     assert (info.value.line, info.value.field) == (3, "grade")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spladekit.evaluate.efficiency import avg_active_terms, efficiency_stats, flops
 import spladekit.index.exact as exact_module
+from spladekit.evaluate.efficiency import avg_active_terms, efficiency_stats, flops
 from spladekit.index.exact import exact_search, results_to_run
 
 

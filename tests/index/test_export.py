@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
 from spladekit.index import writer
-from spladekit.index.export import resolve_import, export_vectors, import_to_index, import_vectors, streamed_import
+from spladekit.index.export import export_vectors, import_to_index, import_vectors, resolve_import, streamed_import
 from spladekit.index.index import Index
 from spladekit.index.writer import save_index
 

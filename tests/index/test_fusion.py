@@ -166,7 +166,6 @@ def test_fuse_cli_refuses_bad_runs_and_options_naming_them(tmp_path, args, lines
 def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     """The demo's new rows: inference-free on the same document vectors, RRF and min-max fusion of
     the SPLADE and BM25 runs, each evaluated with the conventions of the other rows."""
-    import numpy as np
 
     from spladekit.demo import run_demo
     from spladekit.evaluate.metrics import evaluate

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
-from tests.index_helpers import DOCS, make_beir, make_model, vocabulary
 from spladekit.cli import app
 from spladekit.errors import DataFormatError
 from spladekit.index.export import FILES, export_vectors, import_to_index
 from spladekit.index.index import load_index
 from spladekit.index.layout import load_vocabulary
+from tests.index_helpers import DOCS, make_beir, make_model, vocabulary
 
 V = 6
 VOCAB = [f"t{j}" for j in range(V)]

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from tests.index_helpers import DOCS, QUERIES, make_beir, make_model
 from spladekit.errors import DataFormatError
 from spladekit.index.index import Index, ShardedIndex
 from spladekit.index.results import recall_at_k
 from spladekit.io import atomic_folder, recover_folder
+from tests.index_helpers import DOCS, QUERIES, make_beir, make_model
 
 EPS32 = np.finfo(np.float32).eps
 

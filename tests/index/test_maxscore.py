@@ -16,8 +16,8 @@ import spladekit.index.exact as exact
 import spladekit.index.maxscore as maxscore
 from spladekit.index.exact import exact_search, search_postings, tie_ranks
 from spladekit.index.index import Index, ShardedIndex
-from spladekit.index.searcher import ExactConfig
 from spladekit.index.maxscore import BlockMaxima, pruned_top_k, rescore
+from spladekit.index.searcher import ExactConfig
 
 
 def corpus(seed: int, num_docs: int = 700, vocab: int = 50, copies: int = 3, integer: bool = True):

@@ -14,12 +14,12 @@ import pytest
 import scipy.sparse as sp
 
 import spladekit.index.exact as exact
-from tests.index_helpers import DOCS, make_model
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import exact_search
 from spladekit.index.index import Index
 from spladekit.index.searcher import ExactConfig
 from spladekit.io import count_records, read_jsonl
+from tests.index_helpers import DOCS, make_model
 
 
 def corpus_bytes() -> bytes:

@@ -324,9 +324,9 @@ def test_search_memory_budget_sets_the_shard_size(tmp_path):
     entries (recorded in params.json); the option is refused for exact search and below the writer's least budget."""
     from typer.testing import CliRunner
 
-    from tests.index_helpers import make_beir, make_model
     from spladekit.cli import app
     from spladekit.index.seismic_rule import SEISMIC_ENTRY_BYTES, SEISMIC_POSTING_BYTES
+    from tests.index_helpers import make_beir, make_model
 
     model, beir = make_model(tmp_path / "model"), make_beir(tmp_path / "beir")
     out = tmp_path / "index"

@@ -16,11 +16,10 @@ import pytest
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("sentence_transformers")
 
-from tests.mine_helpers import make_cross_encoder, make_dense_model, make_texts  # noqa: E402
-from tests.train_helpers import make_tiny_model, tiny_config  # noqa: E402
-
 from spladekit.mine import FilterSettings, MineConfig, mine, select_negatives  # noqa: E402
 from spladekit.mine.filters import default_range_max  # noqa: E402
+from tests.mine_helpers import make_cross_encoder, make_dense_model, make_texts  # noqa: E402
+from tests.train_helpers import make_tiny_model, tiny_config  # noqa: E402
 
 # float32 logits of a 1-layer, 32-wide BERT: a batch padded to another length changes the sums by a few
 # ulp per layer (~1e-6 relative); 1e-5 relative (at least 1e-5 absolute) leaves a tenfold margin.
@@ -228,8 +227,8 @@ def test_cli_mine_bm25_and_errors(tmp_path, shared):
     assert res.output.startswith("mined 3 queries:")
     rows = datasets.load_from_disk(str(out / "dataset"))
     assert set(rows.column_names) >= {"query", "positive", "negative_1", "negative_2"} and "scores" not in rows.column_names
-    from spladekit.index.bm25 import bm25_search
     from spladekit.data.beir import load_beir
+    from spladekit.index.bm25 import bm25_search
 
     data = load_beir(scifact, "train")
     ids = list(data.corpus)

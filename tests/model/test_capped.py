@@ -259,10 +259,10 @@ def test_exports_with_a_cap_give_the_capped_vectors_or_refuse(tmp_path):
     import numpy as np
     import onnxruntime as ort
 
-    from tests.mlm_families import TEXTS
     from spladekit.errors import UnsupportedModelError
     from spladekit.model.engines import export_for_engine
     from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
+    from tests.mlm_families import TEXTS
     from tests.model.engines.test_exports import LENGTH, assert_vectors, djl_call, make_encoder, tolerance
 
     encoder = make_encoder(tmp_path, "bert", position_top_k=5)

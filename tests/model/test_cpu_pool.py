@@ -214,9 +214,8 @@ def test_workers_leave_torch_thread_default_alone():
 
 
 def _tiny_splade(seed=0):
-    from tests.conftest import make_tiny_bert
-
     from spladekit.model.splade import SpladeModel
+    from tests.conftest import make_tiny_bert
 
     return SpladeModel(make_tiny_bert(301, seed), head_impl="fused")
 

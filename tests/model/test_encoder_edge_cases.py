@@ -10,12 +10,12 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from tests.conftest import make_tiny_bert, make_tokenizer
 from spladekit.evaluate.efficiency import efficiency_stats
 from spladekit.evaluate.metrics import evaluate
 from spladekit.index.exact import exact_search, results_to_run
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.splade import SpladeModel
+from tests.conftest import make_tiny_bert, make_tokenizer
 
 EDGE = ["", "   \t\n  ", "😀🎉🚀", "\x00\x07\x1b\u200b", "protein", "cells " * 200, "gene expression in mouse brain",
         "the effect of drug dose on blood levels in human patients"]

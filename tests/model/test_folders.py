@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.errors import UnsupportedModelError
 from spladekit.model.encoder import SpladeEncoder
 from spladekit.model.folders import read_model_folder
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 
 # the module paths of sentence-transformers >= 5.4 (earlier versions kept them in sparse_encoder.models;
 # the `test` extra asks for >= 6.0); the folders spladekit reads are recognised by class name, whichever
@@ -288,9 +288,8 @@ def test_spladekit_json_disagreeing_with_splade_pooling_is_refused(bases, tmp_pa
 # ----------------------------------------------------------------------------------------- round trip
 @pytest.mark.parametrize("pooling,activation", [("sum", "relu"), ("max", "log1p_relu")])
 def test_training_keeps_pooling_and_sentence_transformers_reads_the_result(tmp_path, pooling, activation):
-    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
-
     from spladekit.train import train
+    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
     start = _st_folder(make_tiny_model(tmp_path / "hf"), tmp_path / "start", pooling, activation)
     result = train(tiny_config(start, steps=2), tmp_path / "out", examples=make_examples(), show_progress=False)
@@ -356,9 +355,8 @@ def test_diagnose_and_rescale_accept_router_and_doc_only_folders(bases, tmp_path
 
 
 def test_training_config_sets_pooling_and_activation_of_a_plain_masked_lm(tmp_path):
-    from tests.train_helpers import make_tiny_model, tiny_config
-
     from spladekit.train.step import load_model
+    from tests.train_helpers import make_tiny_model, tiny_config
 
     start = make_tiny_model(tmp_path / "hf")
     model, _, _ = load_model(tiny_config(start))
@@ -384,10 +382,10 @@ def test_damaged_sentence_transformers_files_name_the_file(bases, tmp_path):
 
 
 def test_fine_tuning_an_inference_free_router_continues_its_query_side(tmp_path):
-    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
     from transformers import AutoTokenizer
 
     from spladekit.train import train
+    from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
     hf = make_tiny_model(tmp_path / "hf")
     tokenizer = AutoTokenizer.from_pretrained(hf)

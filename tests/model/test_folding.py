@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.bpe_helpers import byte_level_tokenizer, scifact_texts, tiny_modernbert
 from spladekit.errors import DataFormatError, UnsupportedModelError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.folding import fold_vocabulary
 from spladekit.model.splade import SpladeModel
+from tests.bpe_helpers import byte_level_tokenizer, scifact_texts, tiny_modernbert
 
 EPS32 = float(np.finfo(np.float32).eps)
 QUERIES = ["The protein of the Cell", "cell PROTEIN expression in mice", "Gene expression of the cancer cells"]
@@ -155,9 +155,8 @@ def test_exports_of_a_folded_model(tokenizer, tmp_path):
 
 
 def test_training_with_a_folded_vocabulary(tokenizer, tmp_path):
-    from tests.train_helpers import make_examples, tiny_config
-
     from spladekit.train import train
+    from tests.train_helpers import make_examples, tiny_config
 
     tiny_modernbert(tokenizer).save_pretrained(tmp_path / "start")
     tokenizer.save_pretrained(tmp_path / "start")
@@ -190,8 +189,8 @@ def test_a_malformed_saved_fold_is_refused_naming_the_field(tokenizer, tmp_path,
 
 
 def test_fold_refusals(tokenizer):
-    from tests.mlm_families import tiny_tokenizer
     from spladekit.model.folding import VocabularyFold
+    from tests.mlm_families import tiny_tokenizer
 
     with pytest.raises(ValueError, match="byte-level BPE"):
         fold_vocabulary(tiny_tokenizer(), 64)  # WordPiece

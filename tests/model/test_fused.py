@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import spladekit.model.fused as fused
-from tests.conftest import make_tiny_bert, make_tokenizer
 from spladekit.model.fused import fused_splade_head, sparse_head_backward
 from spladekit.model.pooling import plain_splade_head
+from tests.conftest import make_tiny_bert, make_tokenizer
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 import transformers as tf
 
-from tests.mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
 from spladekit.errors import HeadNotFoundError
 from spladekit.model.heads import SUPPORTED_FAMILIES, find_mlm_head
+from tests.mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
 
 EXPECTED_DECODER = {
     "bert": "cls.predictions.decoder",

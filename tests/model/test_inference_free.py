@@ -3,15 +3,11 @@ loading (spladekit, sentence-transformers), index/search/evaluate, and joint tra
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-from tests.mlm_families import tiny_mlm, tiny_tokenizer, VOCAB  # noqa: E402
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.errors import DataFormatError  # noqa: E402
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder  # noqa: E402
@@ -23,6 +19,8 @@ from spladekit.model.inference_free import (  # noqa: E402
     make_inference_free,
 )
 from spladekit.model.splade import SpladeModel  # noqa: E402
+from tests.mlm_families import VOCAB, tiny_mlm, tiny_tokenizer  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 ID = {w: i for i, w in enumerate(VOCAB)}
 DOCS = ["the protein", "the cell", "protein protein cancer"]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 from spladekit.errors import HeadNotFoundError
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 NEEDLE = "no MLM-head weights"
 
@@ -81,8 +81,8 @@ def test_train_cli_refuses_a_backbone(models, tmp_path):
 
 
 def test_reproduce_runner_refuses_a_backbone(models, tmp_path):
-    from spladekit.reproduce.config import BackboneSpec
     from spladekit.reproduce.cells import SpladekitRunner
+    from spladekit.reproduce.config import BackboneSpec
 
     _, backbone = models
     runner = SpladekitRunner(show_progress=False)
@@ -93,8 +93,8 @@ def test_reproduce_runner_refuses_a_backbone(models, tmp_path):
 
 
 def test_calibration_and_encoder_refuse_a_backbone(models, tmp_path):
-    from spladekit.model.calibrate.rescale import reference_row_norm
     from spladekit.model.calibrate.outputs import RescaleConfig, run_rescale
+    from spladekit.model.calibrate.rescale import reference_row_norm
     from spladekit.model.encoder import SpladeEncoder
 
     good, backbone = models

@@ -22,9 +22,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.splade import SpladeModel
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 
 pytest.importorskip("onnx", reason="onnx not installed (pip install 'spladekit[onnx]')")
 pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install 'spladekit[onnx]')")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.errors import DataFormatError, ResolutionError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.splade import SpladeModel
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 
 pytest.importorskip("onnx", reason="onnx not installed (pip install 'spladekit[onnx]')")
 pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install 'spladekit[onnx]')")

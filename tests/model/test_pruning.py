@@ -276,8 +276,8 @@ def test_index_config_refuses_a_bad_rule_naming_the_option():
 
 def test_index_records_the_rules_and_encodes_queries_with_them(tiny_bert_dir, tiny_beir, tmp_path, plain):
     from spladekit import load_beir
-    from spladekit.index.index import Index
     from spladekit.index.builder import IndexConfig, build_index
+    from spladekit.index.index import Index
 
     model = tmp_path / "model"
     SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain", device="cpu", query_pruning="top_k=3").save_pretrained(model)

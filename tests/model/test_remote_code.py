@@ -12,10 +12,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.conftest import make_tokenizer, make_tiny_bert
 from spladekit.cli import app
 from spladekit.errors import UnsupportedModelError
 from spladekit.model.encoder import SpladeEncoder, load_model_folder
+from tests.conftest import make_tiny_bert, make_tokenizer
 
 TEXTS = ["protein expression in mouse cells", "cancer risk in patients with high blood levels", "vaccine", ""]
 

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+
 from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -108,9 +108,9 @@ def test_the_local_grid_as_first_run_keeps_its_fingerprints():
     """The 45 cells of the local grid before the shift, scale+shift and cap treatments were added (the
     config without them) have the very stage fingerprints they have in the grid with them, so a rerun
     into the first run's folder skips them."""
-    from spladekit.reproduce.grid import eval_spec, fingerprint, init_spec, train_spec
-
     import yaml
+
+    from spladekit.reproduce.grid import eval_spec, fingerprint, init_spec, train_spec
 
     path = ROOT / "configs" / "reproduce-local.yaml"
     full = load_reproduce_config(path)

@@ -321,13 +321,12 @@ def test_a_seismic_grid_without_pyseismic_stops_before_any_work(tmp_path, monkey
     """A None entry in sys.modules makes `import seismic` fail as where pyseismic-lsr is not installed:
     the grid refuses before its first stage (not after hours of training, at every cell's
     evaluation), and the dry run says so."""
+    import re
     import sys
 
     from typer.testing import CliRunner
 
     from spladekit.cli import app
-    import re
-
     from spladekit.errors import MissingExtraError, install_line
 
     monkeypatch.setitem(sys.modules, "seismic", None)
@@ -430,8 +429,8 @@ def test_training_curves_plot_from_metrics_logs(tmp_path):
 
 # ------------------------------------------------------------------------------------ data, dry run, CLI
 def test_eval_dataset_with_trec_qrels_and_topics(tiny_beir, tmp_path):
-    from spladekit.reproduce.config import EvalDatasetSpec
     from spladekit.reproduce.cells import load_eval_dataset
+    from spladekit.reproduce.config import EvalDatasetSpec
 
     qrels = tmp_path / "qrels.txt"
     qrels.write_text("t1 Q0 d5 2\nt1 Q0 d1 0\nt2 Q0 d6 1\n")
@@ -581,8 +580,8 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
 
 
 def test_reduced_corpus_keeps_judged_documents_first(tiny_beir):
-    from spladekit.reproduce.config import EvalDatasetSpec
     from spladekit.reproduce.cells import load_eval_dataset
+    from spladekit.reproduce.config import EvalDatasetSpec
 
     # judged: d1, d4 (q1), d2 (q2), d3 (q3); the first other document in corpus order is d5
     reduced = load_eval_dataset(EvalDatasetSpec(name="r", path=str(tiny_beir), max_docs=5), download=False)

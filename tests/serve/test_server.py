@@ -20,10 +20,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.serve_helpers import (RUNNING, Server, assert_close_ranking, assert_quiet_stop, die_with_parent, free_port, hits_of, scifact_index_with_seismic, smaps, snapshot,
-                           stop, vector_body, wait_for_workers, workers_of)
 from spladekit.index.index import searcher_config
 from spladekit.serve.batching import MicroBatcher, Overloaded
+from tests.serve_helpers import (
+    RUNNING,
+    Server,
+    assert_close_ranking,
+    assert_quiet_stop,
+    die_with_parent,
+    free_port,
+    hits_of,
+    scifact_index_with_seismic,
+    smaps,
+    snapshot,
+    stop,
+    vector_body,
+    wait_for_workers,
+    workers_of,
+)
 
 httpx = pytest.importorskip("httpx")
 pytestmark = pytest.mark.xdist_group("serve")  # the module's servers and index are built once per xdist worker
@@ -763,7 +777,6 @@ def test_batcher_collects_concurrent_requests_into_one_batch():
 
 
 def test_batcher_queue_bound_timeout_and_failing_batch():
-    import threading
 
     release = threading.Event()
 

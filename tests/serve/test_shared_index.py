@@ -18,9 +18,18 @@ import time
 
 import pytest
 
-from tests.serve_helpers import (Server, assert_close_ranking, assert_quiet_stop, hits_of, scifact_index_with_seismic, smaps, vector_body,
-                           wait_for_workers, workers_of)
 from spladekit.index.index import searcher_config
+from tests.serve_helpers import (
+    Server,
+    assert_close_ranking,
+    assert_quiet_stop,
+    hits_of,
+    scifact_index_with_seismic,
+    smaps,
+    vector_body,
+    wait_for_workers,
+    workers_of,
+)
 
 httpx = pytest.importorskip("httpx")
 pytestmark = [pytest.mark.xdist_group("serve-shared"),

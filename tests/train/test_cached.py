@@ -14,18 +14,16 @@ and a single encoding of the batch differ only by float32 rounding of the padded
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
-
 from spladekit.train import distributed as D  # noqa: E402
 from spladekit.train.cached import mini_batch_bounds  # noqa: E402
 from spladekit.train.data import global_batch  # noqa: E402
 from spladekit.train.step import _Encoder, attach_query_weights, compute_loss, load_model, train_step  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 U = 2.0**-24  # float32 unit roundoff
 LAMBDA_Q, LAMBDA_D = 0.05, 0.08  # large enough that the FLOPS terms weigh in the gradient

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 from spladekit.errors import DataFormatError
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.train_helpers import (ddp_worker, document_frequencies, make_examples, make_tiny_model, one_step,  # noqa: E402
-                           tiny_config)
+from tests.train_helpers import ddp_worker, document_frequencies, make_examples, make_tiny_model, one_step, tiny_config  # noqa: E402
 
 
 def _free_port() -> int:

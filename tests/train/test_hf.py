@@ -13,11 +13,10 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from tests.train_helpers import make_tiny_model, tiny_config  # noqa: E402
-
 from spladekit.errors import DataFormatError, ResolutionError  # noqa: E402
 from spladekit.train.config import DataConfig  # noqa: E402
 from spladekit.train.data import iter_triples, load_training_examples, read_beir_training, read_naver, split_validation  # noqa: E402
+from tests.train_helpers import make_tiny_model, tiny_config  # noqa: E402
 
 QUERIES = ["w1 w2", "w3 w4 w5", "w6", "w7 w8", "w9 w10 w11"]
 POS = ["w1 w2 w20", "w3 w21 w5", "w6 w22 w23", "w7 w8 w24", "w9 w25"]

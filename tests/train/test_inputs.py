@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
-
 from spladekit.errors import DataFormatError  # noqa: E402
 from spladekit.train import train  # noqa: E402
 from spladekit.train.data import check_distillation, global_batch  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 
 def test_distillation_with_too_few_scored_negatives_is_refused_before_out(tmp_path):

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
-
 from spladekit.train.callbacks import Callback  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")

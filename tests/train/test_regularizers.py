@@ -12,8 +12,15 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from spladekit.train.regularizers import (SparsityPenalty, anti_zero_regularizer, df_activation, df_flops_regularizer,
-                                          flops_l0_regularizer, flops_regularizer, idf_flops_regularizer)
+from spladekit.train.regularizers import (
+    SparsityPenalty,
+    anti_zero_regularizer,
+    df_activation,
+    df_flops_regularizer,
+    flops_l0_regularizer,
+    flops_regularizer,
+    idf_flops_regularizer,
+)
 from spladekit.train.term_weights import DocumentFrequencyEstimate, active_term_counts, training_idf
 
 # Tolerance of the by-hand comparisons: the by-hand forms run in float64 on the same float32 values;

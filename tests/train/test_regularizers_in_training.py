@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 from spladekit.errors import DataFormatError  # noqa: E402
 from spladekit.train import train  # noqa: E402
@@ -24,6 +21,7 @@ from spladekit.train.distributed import DistInfo  # noqa: E402
 from spladekit.train.examples import training_documents  # noqa: E402
 from spladekit.train.step import _Encoder, attach_query_weights, load_model, train_step  # noqa: E402
 from spladekit.train.trainer import Trainer  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 # Float32 sums of N·V ≤ 8·155 non-negative terms (the regularisers, by hand in float64 on the very same
 # float32 vectors: the trainer's encoding of the same tokens by the same model is repeated exactly) carry a

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.train_helpers import make_examples, make_tiny_model
 
 HERE = Path(__file__).resolve().parents[1]  # tests/, where signal_driver.py lives

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 from spladekit.train.monitor import score_scale_check
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config
 
 
 def _one_query(pos: float, neg: float) -> tuple[torch.Tensor, torch.Tensor]:

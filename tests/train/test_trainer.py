@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
-
 from spladekit.errors import DataFormatError  # noqa: E402
 from spladekit.train import TrainConfig, load_config, train  # noqa: E402
 from spladekit.train.data import global_batch, iter_triples, read_beir_training, read_naver  # noqa: E402
 from spladekit.train.monitor import TrainingDivergedError  # noqa: E402
+from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -14,20 +13,20 @@ from spladekit.data.resolve import DEFAULT_MODEL
 
 @app.command()
 def evaluate(
-    model: Optional[str] = typer.Option(None, help="model folder or hub id (encode + search + evaluate)"),
-    data: Optional[str] = typer.Option(None, help="BEIR folder or dataset name"),
+    model: str | None = typer.Option(None, help="model folder or hub id (encode + search + evaluate)"),
+    data: str | None = typer.Option(None, help="BEIR folder or dataset name"),
     split: str = typer.Option("test"),
-    out: Optional[Path] = typer.Option(None, help="output folder: metrics.json, per_query.json and, with --model, run.trec, "
+    out: Path | None = typer.Option(None, help="output folder: metrics.json, per_query.json and, with --model, run.trec, "
                                        "config.json (default with --model: outputs/eval; with --run: none, the metrics are "
                                        "only printed)"),
-    run: Optional[Path] = typer.Option(None, help="evaluate an existing TREC run instead of a model"),
-    qrels: Optional[Path] = typer.Option(None, help="qrels file (with --run)"),
-    measure: Optional[List[str]] = typer.Option(None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"),
+    run: Path | None = typer.Option(None, help="evaluate an existing TREC run instead of a model"),
+    qrels: Path | None = typer.Option(None, help="qrels file (with --run)"),
+    measure: list[str] | None = typer.Option(None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"),
     k: int = typer.Option(1000),
     batch_size: int = typer.Option(32),
-    preset: Optional[str] = typer.Option(None, help="evaluation conventions: default | beir | msmarco | trec-dl | arguana | quora (default: from the dataset name or the qrels path)"),
-    rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
-    remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
+    preset: str | None = typer.Option(None, help="evaluation conventions: default | beir | msmarco | trec-dl | arguana | quora (default: from the dataset name or the qrels path)"),
+    rel: list[str] | None = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
+    remove_query_id: bool | None = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
     dedupe: bool = typer.Option(False, help="with --run: keep the best score of a document listed twice instead of failing"),
     trust_remote_code: bool = trust_option(),
 ):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -13,9 +12,9 @@ from spladekit.cli.app import app, fail
 
 
 def build_conventions(
-    preset: Optional[str] = None,
-    rel: Optional[List[str]] = None,
-    remove_query_id: Optional[bool] = None,
+    preset: str | None = None,
+    rel: list[str] | None = None,
+    remove_query_id: bool | None = None,
     dedupe: bool = False,
     qrels: str | None = None,
 ):
@@ -70,10 +69,10 @@ def compare(
     run_a: Path = typer.Argument(..., help="baseline TREC run (A)"),
     run_b: Path = typer.Argument(..., help="TREC run compared with it (B)"),
     qrels: Path = typer.Option(..., help="qrels file (TREC or BEIR TSV)"),
-    measure: Optional[List[str]] = typer.Option(None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"),
-    preset: Optional[str] = typer.Option(None, help="default | beir | msmarco | trec-dl | arguana | quora (default: from the qrels path)"),
-    rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
-    remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
+    measure: list[str] | None = typer.Option(None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"),
+    preset: str | None = typer.Option(None, help="default | beir | msmarco | trec-dl | arguana | quora (default: from the qrels path)"),
+    rel: list[str] | None = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
+    remove_query_id: bool | None = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
     dedupe: bool = typer.Option(False, help="keep the best score of a document listed twice instead of failing"),
     permutations: int = typer.Option(10_000, help="random sign flips of the randomisation test"),
     seed: int = typer.Option(0, help="seed of the randomisation test"),

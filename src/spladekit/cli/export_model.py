@@ -4,7 +4,6 @@ own contract: spladekit.model.engines)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,19 +25,19 @@ def export_model(
     model: str = typer.Option(DEFAULT_MODEL, help="model folder or hub id"),
     format: str = typer.Option("onnx", "--format", help="onnx: one graph input_ids + attention_mask -> [B, V] SPLADE vector; elasticsearch, opensearch, fastembed, anserini: the form that engine runs itself (with HOW_TO_LOAD.md; docs/engines.md)"),
     out: Path = typer.Option(..., help="folder to write (onnx: model.onnx, tokenizer files, spladekit.json; engines: docs/engines.md)"),
-    opset: Optional[int] = typer.Option(None, help="--format onnx: ONNX opset version (from 14, where attention exports, to "
+    opset: int | None = typer.Option(None, help="--format onnx: ONNX opset version (from 14, where attention exports, to "
                                         "torch.onnx's newest; default 17)"),
-    query_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 64"),
-    doc_max_length: Optional[int] = typer.Option(None, help="default: the model's spladekit.json or 256"),
-    quantize: Optional[str] = typer.Option(None, help="int8: onnxruntime dynamic quantisation of the encoder's matrix "
+    query_max_length: int | None = typer.Option(None, help="default: the model's spladekit.json or 64"),
+    doc_max_length: int | None = typer.Option(None, help="default: the model's spladekit.json or 256"),
+    quantize: str | None = typer.Option(None, help="int8: onnxruntime dynamic quantisation of the encoder's matrix "
                                            "products (int8 weights per output column, activations per tensor), except "
                                            "the MLM-head transform's and the first and last layer's feed-forward output, "
                                            "kept float32; quality and speed: benchmarks/RESULTS.md, 'int8'"),
     quantize_head: bool = typer.Option(False, help="with --quantize, quantise the head's products too (one scale per "
                                        "vocabulary column; default: kept float32)"),
     vocab_tile: int = typer.Option(512, help="vocabulary columns per in-graph tile (memory O(batch x length x tile))"),
-    pooling: Optional[str] = typer.Option(None, help="max or sum (default: the model's own)"),
-    activation: Optional[str] = typer.Option(None, help="relu or log1p_relu (default: the model's own)"),
+    pooling: str | None = typer.Option(None, help="max or sum (default: the model's own)"),
+    activation: str | None = typer.Option(None, help="relu or log1p_relu (default: the model's own)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT's README.md with this model's card even when it "
                                    "was edited by hand (default: a card spladekit wrote is rewritten; an edited one is "
                                    "kept while its record matches this model, else the export is refused)"),
@@ -107,9 +106,9 @@ def _export_engine(model: str, engine: str, out: Path, query_max_length, doc_max
     """``--format elasticsearch|opensearch|fastembed|anserini`` (spladekit.model.engines)."""
     from spladekit.io import check_output_folder
     from spladekit.model.encoder import SpladeEncoder
-    from spladekit.model.remote_code import require_masked_lm
     from spladekit.model.engines import export_for_engine
     from spladekit.model.engines.common import HOW_TO_LOAD
+    from spladekit.model.remote_code import require_masked_lm
 
     check_output_folder(out, f"{engine} export", (HOW_TO_LOAD,), {"--model": model})
     encoder = SpladeEncoder.from_pretrained(model, query_max_length=query_max_length, doc_max_length=doc_max_length,

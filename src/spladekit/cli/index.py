@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -27,15 +26,15 @@ def index_command(
     out: Path = typer.Option(..., help="index folder to write: a new or empty folder, or an index (replaced); "
                              "never the --model or --data folder"),
     batch_size: int = typer.Option(32),
-    doc_max_length: Optional[int] = typer.Option(None, help="default: the model's saved value (spladekit.json) or 256"),
-    doc_top_k: Optional[int] = typer.Option(None, help="keep the k largest weights per document"),
-    doc_pruning: Optional[str] = typer.Option(None, help="prune every document vector (after --doc-top-k): top_k=K, "
+    doc_max_length: int | None = typer.Option(None, help="default: the model's saved value (spladekit.json) or 256"),
+    doc_top_k: int | None = typer.Option(None, help="keep the k largest weights per document"),
+    doc_pruning: str | None = typer.Option(None, help="prune every document vector (after --doc-top-k): top_k=K, "
                                               "mass=ALPHA (fewest heaviest terms holding that share of the L1 mass), "
                                               "max_ratio=R (weights >= R x the largest), threshold=T (weights >= T); "
                                               "ties: lower term id first; default: the model's saved rule"),
-    head_impl: Optional[str] = typer.Option(None, help="plain or fused (default: fused when available)"),
+    head_impl: str | None = typer.Option(None, help="plain or fused (default: fused when available)"),
     chunk_size: int = typer.Option(10_000, help="documents per chunk (memory bound; a killed run resumes at the first unfinished chunk)"),
-    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
     trust_remote_code: bool = trust_option(),
 ):
     """Encode a BEIR corpus into an index folder (streamed, resumable). Data-parallel under `torchrun --nproc_per_node N -m spladekit index ...`."""
@@ -46,8 +45,8 @@ def index_command(
         check_irds(data)  # before torch and the model load
     except SpladekitError as exc:
         fail(exc)
-    from spladekit.index.index import Index
     from spladekit.index.builder import build_index
+    from spladekit.index.index import Index
     from spladekit.index.writer import parse_size
     from spladekit.io import check_output_folder
 
@@ -88,32 +87,32 @@ def _index_config(**options):
 @app.command()
 def search(
     index: list[Path] = typer.Option(..., help="index folder written by `spladekit index`; repeat it for shards (merged top-k)"),
-    data: Optional[str] = typer.Option(None, help="BEIR folder: its judged queries of --split are searched"),
-    queries: Optional[Path] = typer.Option(None, help="id<TAB>text file of queries (instead of --data)"),
+    data: str | None = typer.Option(None, help="BEIR folder: its judged queries of --split are searched"),
+    queries: Path | None = typer.Option(None, help="id<TAB>text file of queries (instead of --data)"),
     split: str = typer.Option("test"),
-    model: Optional[str] = typer.Option(None, help="default: the model recorded in the index"),
+    model: str | None = typer.Option(None, help="default: the model recorded in the index"),
     k: int = typer.Option(1000),
     out: Path = typer.Option(..., help="TREC run file to write"),
     backend: str = typer.Option("exact", help="exact, seismic, or two_step (a pruned copy answers, its candidates rescored exactly)"),
     one_at_a_time: bool = typer.Option(False, help="search each query in its own call (latency per call)"),
-    query_cut: Optional[int] = typer.Option(None, help="seismic: query terms traversed (default 20)"),
-    heap_factor: Optional[float] = typer.Option(None, help="seismic: block-skipping factor (default 0.8)"),
-    n_postings: Optional[int] = typer.Option(None, help="seismic build: average posting-list length kept over the whole index, each shard its share (default: the stored index's, else 3500)"),
-    summary_energy: Optional[float] = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
-    centroid_fraction: Optional[float] = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
-    max_fraction: Optional[float] = typer.Option(None, help="seismic build: longest posting list kept, as a multiple of n_postings (default: stored, else 6)"),
-    knn: Optional[int] = typer.Option(None, help="seismic build: neighbours per document in a k-NN graph (default: stored, else 0 = none; "
+    query_cut: int | None = typer.Option(None, help="seismic: query terms traversed (default 20)"),
+    heap_factor: float | None = typer.Option(None, help="seismic: block-skipping factor (default 0.8)"),
+    n_postings: int | None = typer.Option(None, help="seismic build: average posting-list length kept over the whole index, each shard its share (default: the stored index's, else 3500)"),
+    summary_energy: float | None = typer.Option(None, help="seismic build: L1 mass kept by block summaries (default: stored, else 0.4)"),
+    centroid_fraction: float | None = typer.Option(None, help="seismic build: blocks per posting list, fraction (default: stored, else 0.1)"),
+    max_fraction: float | None = typer.Option(None, help="seismic build: longest posting list kept, as a multiple of n_postings (default: stored, else 6)"),
+    knn: int | None = typer.Option(None, help="seismic build: neighbours per document in a k-NN graph (default: stored, else 0 = none; "
                                       "builds take several times longer)"),
-    n_knn: Optional[int] = typer.Option(None, help="seismic: neighbours of each found document also scored (≤ --knn of the build; default 0)"),
-    first: Optional[str] = typer.Option(None, help="two_step: the pruned copy's rule for every document, KIND=VALUE (top_k=K, mass=ALPHA, "
+    n_knn: int | None = typer.Option(None, help="seismic: neighbours of each found document also scored (≤ --knn of the build; default 0)"),
+    first: str | None = typer.Option(None, help="two_step: the pruned copy's rule for every document, KIND=VALUE (top_k=K, mass=ALPHA, "
                                         "max_ratio=R, threshold=T; default: the stored copy's, else top_k=80); "
                                         "another rule rebuilds the copy stored in the folder"),
-    candidates: Optional[int] = typer.Option(None, help="two_step: documents of the first step rescored with the full vectors "
+    candidates: int | None = typer.Option(None, help="two_step: documents of the first step rescored with the full vectors "
                                              "per query (at least --k; default 700)"),
-    first_query: Optional[str] = typer.Option(None, help="two_step: prune each query for the first step only, KIND=VALUE, or none "
+    first_query: str | None = typer.Option(None, help="two_step: prune each query for the first step only, KIND=VALUE, or none "
                                               "(the whole query; default top_k=16)"),
-    recall_k: Optional[int] = typer.Option(None, help="seismic, two_step: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
-    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
+    recall_k: int | None = typer.Option(None, help="seismic, two_step: also report recall@R of its top-R against exact (writes RUN.recall.json)"),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help="seismic build: memory of one shard's build, e.g. 8GiB "
                                                 "(the index is built as one Seismic index per range of documents that fits; "
                                                 "default: the stored index's shards, else 11GiB); two_step: memory of building "
                                                 "the pruned copy (default 1GiB)"),
@@ -252,11 +251,11 @@ def export_command(
     index: Path = typer.Option(..., help="index folder (documents), or one written by `import`"),
     format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="export folder (files + export.json)"),
-    queries: Optional[Path] = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
+    queries: Path | None = typer.Option(None, help="anserini-queries: id<TAB>text file to encode with the index's model (default: export the index's own vectors)"),
     scale: float = typer.Option(100.0, help="quantisation scale for integer impacts (anserini formats, ciff, qdrant with --idf)"),
     keys: str = typer.Option("token", help="elastic: token (escaped: % -> %25, . -> %2E) or id"),
     field_type: str = typer.Option("rank_features", help="elastic: rank_features or sparse_vector"),
-    query_top_k: Optional[int] = typer.Option(None, help="anserini-queries: keep each query's k heaviest terms (≤ 1024, Lucene's clause limit; default: a longer query is an error)"),
+    query_top_k: int | None = typer.Option(None, help="anserini-queries: keep each query's k heaviest terms (≤ 1024, Lucene's clause limit; default: a longer query is an error)"),
     hnsw: bool = typer.Option(False, help="pgvector: add an HNSW index to schema.sql (approximate; ≤ 1000 non-zeros per vector)"),
     table: str = typer.Option("splade", help="pgvector: table name"),
     trust_remote_code: bool = trust_option(),
@@ -296,10 +295,10 @@ def import_command(
     input: Path = typer.Option(..., "--input", help="exported file, or export folder with export.json"),
     format: str = typer.Option(..., "--format", help="anserini | anserini-queries | seismic | qdrant | milvus | pgvector | elastic | ciff"),
     out: Path = typer.Option(..., help="index folder to write (vectors, ids, vocabulary)"),
-    model: Optional[str] = typer.Option(None, help="model whose vocabulary names the tokens (default: the one export.json names)"),
-    like: Optional[Path] = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
-    scale: Optional[float] = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
-    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
+    model: str | None = typer.Option(None, help="model whose vocabulary names the tokens (default: the one export.json names)"),
+    like: Path | None = typer.Option(None, help="index folder whose vocab.json names the tokens (instead of --model)"),
+    scale: float | None = typer.Option(None, help="quantisation scale (default: export.json's, else 100)"),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help=BUDGET_HELP),
     trust_remote_code: bool = trust_option(),
 ):
     """Import exported vectors (or real Anserini pre-encoded query files) into an index folder."""

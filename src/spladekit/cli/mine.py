@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -16,28 +15,28 @@ def mine(
     out: Path = typer.Option(..., help="output folder: dataset/ (sentence-transformers columns), naver/, stats.json, mine.yaml"),
     format: str = typer.Option("beir", "--format", help="beir | hf | tsv"),
     split: str = typer.Option("train", help="beir: qrels split; hf: dataset split"),
-    corpus: Optional[str] = typer.Option(None, help="hf/tsv: more candidate documents (BEIR folder, corpus.jsonl, id<TAB>text)"),
-    max_queries: Optional[int] = typer.Option(None, help="mine only the first N queries"),
+    corpus: str | None = typer.Option(None, help="hf/tsv: more candidate documents (BEIR folder, corpus.jsonl, id<TAB>text)"),
+    max_queries: int | None = typer.Option(None, help="mine only the first N queries"),
     candidates: str = typer.Option("bm25", help="bm25 | model | run"),
-    model: Optional[str] = typer.Option(None, help="candidates=model: spladekit model (indexes the corpus on the fly)"),
-    index: Optional[str] = typer.Option(None, help="candidates=model: an existing spladekit index folder"),
-    run: Optional[str] = typer.Option(None, help="candidates=run: a TREC run file"),
-    depth: Optional[int] = typer.Option(None, help="candidates per query (default range_max + max positives + 1)"),
-    teacher: List[str] = typer.Option([], "--teacher", help="cross-encoder (folder or hub id); repeat to average several"),
+    model: str | None = typer.Option(None, help="candidates=model: spladekit model (indexes the corpus on the fly)"),
+    index: str | None = typer.Option(None, help="candidates=model: an existing spladekit index folder"),
+    run: str | None = typer.Option(None, help="candidates=run: a TREC run file"),
+    depth: int | None = typer.Option(None, help="candidates per query (default range_max + max positives + 1)"),
+    teacher: list[str] = typer.Option([], "--teacher", help="cross-encoder (folder or hub id); repeat to average several"),
     activation: str = typer.Option("identity", help="identity (raw logits) | sigmoid | model"),
     teacher_batch_size: int = typer.Option(32, help="pairs per cross-encoder batch"),
-    teacher_max_length: Optional[int] = typer.Option(None, help="cross-encoder max tokens per pair (default: its own)"),
+    teacher_max_length: int | None = typer.Option(None, help="cross-encoder max tokens per pair (default: its own)"),
     chunk_queries: int = typer.Option(256, help="queries per resumable scoring chunk"),
     num_negatives: int = typer.Option(3, help="negatives per query"),
     range_min: int = typer.Option(0, help="skip the first N surviving candidates"),
-    range_max: Optional[int] = typer.Option(None, help="consider surviving candidates up to rank N"),
-    max_score: Optional[float] = typer.Option(None, help="drop candidates scoring above this"),
-    min_score: Optional[float] = typer.Option(None, help="drop candidates scoring below this"),
-    absolute_margin: Optional[float] = typer.Option(None, help="drop candidates with score + m > lowest positive score"),
-    relative_margin: Optional[float] = typer.Option(None, help="drop candidates with score > p - |p|·r (p: lowest positive score)"),
+    range_max: int | None = typer.Option(None, help="consider surviving candidates up to rank N"),
+    max_score: float | None = typer.Option(None, help="drop candidates scoring above this"),
+    min_score: float | None = typer.Option(None, help="drop candidates scoring below this"),
+    absolute_margin: float | None = typer.Option(None, help="drop candidates with score + m > lowest positive score"),
+    relative_margin: float | None = typer.Option(None, help="drop candidates with score > p - |p|·r (p: lowest positive score)"),
     sampling: str = typer.Option("top", help="top | random"),
     seed: int = typer.Option(0, help="random sampling seed"),
-    device: Optional[str] = typer.Option(None, help="cross-encoder device"),
+    device: str | None = typer.Option(None, help="cross-encoder device"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
     trust_remote_code: bool = trust_option(),
 ):

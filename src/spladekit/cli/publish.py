@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -14,15 +13,15 @@ from spladekit.cli.app import app, fail
 def card(
     folder: Path = typer.Argument(..., metavar="FOLDER", help="a saved model folder (train's model/, rescale, inference-free, export-model)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing README.md (default: keep it)"),
-    eval_: Optional[List[Path]] = typer.Option(None, "--eval", help="an `spladekit evaluate --out` folder (metrics.json + "
+    eval_: list[Path] | None = typer.Option(None, "--eval", help="an `spladekit evaluate --out` folder (metrics.json + "
                                                "config.json) for the model-index; repeatable"),
-    run_dir: Optional[Path] = typer.Option(None, help="the training run folder (default: the parent of model/ or last/)"),
-    diagnosis: Optional[Path] = typer.Option(None, help="a `spladekit diagnose --out` folder or its diagnosis.json"),
-    repo_id: Optional[str] = typer.Option(None, help="the hub repo the card's snippets load (default: the folder's path)"),
-    base_model: Optional[str] = typer.Option(None, help="base_model (default: spladekit.json's source when a hub id)"),
-    dataset: Optional[List[str]] = typer.Option(None, help="training dataset hub id for `datasets`; repeatable"),
-    language: Optional[List[str]] = typer.Option(None, help="language code(s), e.g. en; repeatable"),
-    license: Optional[str] = typer.Option(None, help="a Hub licence id, e.g. apache-2.0 (huggingface.co/docs/hub/repositories-licenses; "
+    run_dir: Path | None = typer.Option(None, help="the training run folder (default: the parent of model/ or last/)"),
+    diagnosis: Path | None = typer.Option(None, help="a `spladekit diagnose --out` folder or its diagnosis.json"),
+    repo_id: str | None = typer.Option(None, help="the hub repo the card's snippets load (default: the folder's path)"),
+    base_model: str | None = typer.Option(None, help="base_model (default: spladekit.json's source when a hub id)"),
+    dataset: list[str] | None = typer.Option(None, help="training dataset hub id for `datasets`; repeatable"),
+    language: list[str] | None = typer.Option(None, help="language code(s), e.g. en; repeatable"),
+    license: str | None = typer.Option(None, help="a Hub licence id, e.g. apache-2.0 (huggingface.co/docs/hub/repositories-licenses; "
                                           "default: the base model card's)"),
 ):
     """Write the model card (README.md) of a saved model: metadata for the hub, usage, the MLM-head record,
@@ -51,7 +50,7 @@ def push(
     folder: Path = typer.Argument(..., metavar="FOLDER", help="a saved model folder with its README.md"),
     repo_id: str = typer.Argument(..., metavar="REPO_ID", help="hub repository id, namespace/name"),
     private: bool = typer.Option(False, "--private", help="create the repository private"),
-    revision: Optional[str] = typer.Option(None, help="branch to push to (created when missing)"),
+    revision: str | None = typer.Option(None, help="branch to push to (created when missing)"),
     create_pr: bool = typer.Option(False, "--create-pr", help="open a pull request instead of committing to the branch"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list the files and print the card; send nothing"),
 ):

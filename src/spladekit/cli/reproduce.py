@@ -7,7 +7,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -18,12 +17,12 @@ from spladekit.cli.app import app, fail, trust_option
 def reproduce(
     config: Path = typer.Argument(..., help="grid config YAML (see configs/reproduce-*.yaml)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, resolve inputs offline, run nothing"),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a config value: key.sub=value (YAML value)"),
-    out: Optional[Path] = typer.Option(None, help="output folder (default: output_dir of the config)"),
-    cell: Optional[List[str]] = typer.Option(None, "--cell", help="run only this cell id (repeatable)"),
+    set_: list[str] | None = typer.Option(None, "--set", help="override a config value: key.sub=value (YAML value)"),
+    out: Path | None = typer.Option(None, help="output folder (default: output_dir of the config)"),
+    cell: list[str] | None = typer.Option(None, "--cell", help="run only this cell id (repeatable)"),
     force: bool = typer.Option(False, help="redo stages that an older, different config produced"),
     report_only: bool = typer.Option(False, "--report-only", help="only (re)write the tables and plots"),
-    publish: Optional[Path] = typer.Option(None, help="also write the report here (e.g. docs/results.md), plots in img/ beside it"),
+    publish: Path | None = typer.Option(None, help="also write the report here (e.g. docs/results.md), plots in img/ beside it"),
     trust_remote_code: bool = trust_option(),
 ):
     """Run backbone × head treatment × seed: diagnose, rescale, train, evaluate; write tables and plots.

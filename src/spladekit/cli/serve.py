@@ -6,7 +6,6 @@ import ipaddress
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,20 +15,20 @@ from spladekit.cli.app import app, fail, options_error, trust_option
 @app.command()
 def serve(
     index: Path = typer.Option(..., help="index folder written by `spladekit index` (only read)"),
-    model: Optional[str] = typer.Option(None, help="query model (default: the one recorded in the index; an ONNX export folder runs in onnxruntime)"),
+    model: str | None = typer.Option(None, help="query model (default: the one recorded in the index; an ONNX export folder runs in onnxruntime)"),
     trust_remote_code: bool = trust_option(),
     host: str = typer.Option("127.0.0.1", help="address to bind (default loopback only; anything else: put it behind a TLS reverse proxy)"),
     port: int = typer.Option(8000),
     workers: int = typer.Option(1, help="worker processes (each maps the same index files)"),
-    threads: Optional[int] = typer.Option(None, help="torch/Seismic threads per worker (default: CPU cores / workers)"),
+    threads: int | None = typer.Option(None, help="torch/Seismic threads per worker (default: CPU cores / workers)"),
     max_batch: int = typer.Option(32, help="queries per micro-batch"),
     max_wait_ms: float = typer.Option(2.0, help="longest wait for more requests once a batch has its first (not waited when every open connection already has its request in the batch)"),
     queue_size: int = typer.Option(256, help="requests waiting per worker; past it 503 with Retry-After"),
-    max_queue_wait_ms: Optional[float] = typer.Option(
+    max_queue_wait_ms: float | None = typer.Option(
         None, help="queue-wait deadline (default: none): a request that waited longer in the queue is answered 503 with "
                    "Retry-After, not computed, so an answered one waits at most this plus one batch; set it from the "
                    "queue's drain time at the measured capacity (queue size x workers / answers per second)"),
-    max_latency_ms: Optional[float] = typer.Option(
+    max_latency_ms: float | None = typer.Option(
         None, help="latency limit (default: none): a request is computed only if its wait plus its batch's expected compute "
                    "time (estimated from the batches before) fits within it; else 503 with Retry-After, not computed"),
     request_timeout_s: float = typer.Option(10.0, "--request-timeout", help="seconds before a waiting request gets 503"),
@@ -40,7 +39,7 @@ def serve(
     max_query_chars: int = typer.Option(2000, help="longest query text, characters"),
     max_queries: int = typer.Option(64, help="queries per request"),
     max_connections: int = typer.Option(1024, help="open connections per worker (503 past it)"),
-    api_key_file: Optional[Path] = typer.Option(None, help="file whose first line is the key requests must send as `Authorization: Bearer KEY`"),
+    api_key_file: Path | None = typer.Option(None, help="file whose first line is the key requests must send as `Authorization: Bearer KEY`"),
     access_log: bool = typer.Option(False, help="log every request"),
     share_index: bool = typer.Option(False, help="with --workers > 1: fork the workers from the server once it has loaded the index, "
                                      "so that they share its memory (the Seismic shards held once, not per worker); each loads its own query encoder"),

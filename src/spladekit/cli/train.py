@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -15,18 +14,17 @@ TRAIN_MARKERS = ("inputs.json", "config.yaml", "metrics.jsonl", "checkpoints")  
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Argument(None, help="YAML training config (see configs/); defaults when omitted"),
+    config: Path | None = typer.Argument(None, help="YAML training config (see configs/); defaults when omitted"),
     out: Path = typer.Option(Path("outputs/train"), help="output folder (checkpoints, metrics.jsonl, curves, model/)"),
-    set_: List[str] = typer.Option([], "--set", help="override a config field: --set regularizer.lambda_d=1e-3"),
+    set_: list[str] = typer.Option([], "--set", help="override a config field: --set regularizer.lambda_d=1e-3"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress lines and bars (stderr)"),
     trust_remote_code: bool = trust_option(),
 ):
     """Train a SPLADE model; resumes from the newest checkpoint in OUT (unless resume=false)."""
     from spladekit.errors import SpladekitError
+    from spladekit.io import check_output_folder
     from spladekit.train import load_config
     from spladekit.train import train as run_training
-
-    from spladekit.io import check_output_folder
 
     try:
         cfg = load_config(config, list(set_) + (["model.trust_remote_code=true"] if trust_remote_code else []))

@@ -11,8 +11,9 @@ merged, one of their values would be dropped in silence.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from spladekit.errors import DataFormatError
 

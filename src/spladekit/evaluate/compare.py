@@ -20,8 +20,8 @@ judged queries the t-test gives ``None``. Never NaN.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -27,8 +27,8 @@ Conventions (every one is recorded in the output under ``"conventions"``):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from spladekit.data.trec import GRADE_MAX, Qrels, Run, sorted_ranking
 
@@ -68,7 +68,7 @@ class EvalConventions:
         return self.relevance_levels.get(ALIASES.get(family, family), self.relevance_level)
 
     @classmethod
-    def preset(cls, name: str) -> "EvalConventions":
+    def preset(cls, name: str) -> EvalConventions:
         """A named preset: ``default``, ``beir``, ``msmarco``, ``trec-dl``, ``arguana``, ``quora``.
 
         - ``default`` / ``beir`` / ``msmarco``: relevant = grade ≥ 1 everywhere, no removal
@@ -89,7 +89,7 @@ class EvalConventions:
         raise ValueError(f"unknown evaluation preset {name!r}; choose one of {', '.join(PRESETS)}")
 
     @classmethod
-    def for_dataset(cls, dataset_name: str) -> "EvalConventions":
+    def for_dataset(cls, dataset_name: str) -> EvalConventions:
         """The preset matching a dataset name (``arguana``, ``quora``, ``dl19``/``dl20``/``trec-dl``,
         ``msmarco``), else ``beir``."""
         name = dataset_name.lower()
@@ -103,7 +103,7 @@ class EvalConventions:
         return cls.preset("beir")
 
     @classmethod
-    def for_qrels(cls, path) -> "EvalConventions":
+    def for_qrels(cls, path) -> EvalConventions:
         """The preset matching a qrels file (:meth:`for_dataset`) by its file name and, in BEIR's layout
         (``DATASET/qrels/SPLIT.tsv``), its dataset folder's name: not every folder above it (a
         project folder named ``dl19-baselines`` must not make SciFact's qrels TREC DL's)."""
@@ -114,7 +114,7 @@ class EvalConventions:
         return cls.for_dataset(" ".join(names))
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "EvalConventions":
+    def from_dict(cls, data: Mapping) -> EvalConventions:
         """Rebuild from :meth:`to_dict` output (extra descriptive keys are ignored)."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 

@@ -6,7 +6,7 @@ BM25 numbers use).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def _stemmer():

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Sized
+from collections.abc import Iterator, Mapping, Sized
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from pydantic import model_validator
 
@@ -31,6 +30,7 @@ from spladekit.data.numbers import check_int
 from spladekit.index.chunks import ChunkIds, ChunkJournal, chunk_digest, chunk_truncated, encoder_digest, load_chunk
 from spladekit.index.layout import DEFAULT_BUDGET, FORMAT, canonical, model_record
 from spladekit.settings import Settings
+
 
 class IndexBuilder:
     """Encodes a corpus into an index folder (module docstring): owns the build's journal, the check

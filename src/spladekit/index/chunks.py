@@ -11,8 +11,8 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import scipy.sparse as sp

@@ -27,10 +27,11 @@ Documents with score 0 (no shared term) are not returned, so a query with no mat
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+
 from spladekit.index.maxscore import BlockMaxima, pruned_top_k
 from spladekit.index.segments import add_segment, block_cuts, check_segment
 

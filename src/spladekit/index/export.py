@@ -32,14 +32,25 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, RepeatedIdError
-from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, quantise, seismic_jsonl
+from spladekit.index.formats import (
+    ExportManifest,
+    anserini,
+    check_scale,
+    ciff,
+    elastic,
+    milvus,
+    pgvector,
+    qdrant,
+    quantise,
+    seismic_jsonl,
+)
 from spladekit.index.index import load_index
 from spladekit.index.layout import DEFAULT_BUDGET, DocIds, load_vocabulary
 from spladekit.io import atomic_write, scratch_folder, staged_files, write_json

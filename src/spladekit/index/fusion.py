@@ -39,7 +39,8 @@ compile on first use for a few lines of arithmetic; the tests check every value 
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 

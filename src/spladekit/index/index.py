@@ -38,16 +38,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import check_k, tie_ranks
-from spladekit.index.layout import (DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
-                                    take_ids)
+from spladekit.index.layout import (
+    DEFAULT_BUDGET,
+    FORMAT,
+    MATRICES,
+    PARTS,
+    hash_arrays,
+    load_metadata,
+    load_vocabulary,
+    read_doc_ids,
+    take_ids,
+)
 from spladekit.index.maxscore import BlockMaxima
 from spladekit.index.pruned_store import PrunedCopy
 from spladekit.index.pruned_store import open_or_build as open_pruned
@@ -116,7 +125,7 @@ class Index:
 
     # ---------------------------------------------------------------- open
     @classmethod
-    def open(cls, folder: str | Path, verify: bool = False) -> "Index":
+    def open(cls, folder: str | Path, verify: bool = False) -> Index:
         """Open an index folder: arrays memory-mapped (no copy, nothing read until searched).
 
         Args:
@@ -169,7 +178,7 @@ class Index:
 
     @classmethod
     def from_vectors(cls, out: str | Path, vectors: sp.spmatrix, doc_ids: Sequence[str], metadata: dict | None = None,
-                     vocabulary: Sequence[str] | None = None, memory_budget: int = DEFAULT_BUDGET) -> "Index":
+                     vocabulary: Sequence[str] | None = None, memory_budget: int = DEFAULT_BUDGET) -> Index:
         """Write ``[D, V]`` vectors as an index folder and open it. A CSR matrix (in memory or over
         memory-mapped arrays) is read in place, block by block; the write holds at most
         ``memory_budget`` bytes beyond it (:mod:`spladekit.index.writer`).
@@ -189,7 +198,7 @@ class Index:
     @classmethod
     def build(cls, encoder, corpus: str | Path | Mapping[str, str] | Iterable[tuple[str, str]], out: str | Path, chunk_size: int = 10_000,
               metadata: dict | None = None, show_progress: bool = False, distributed: bool = True,
-              memory_budget: int = DEFAULT_BUDGET) -> "Index | None":
+              memory_budget: int = DEFAULT_BUDGET) -> Index | None:
         """Encode a corpus into the index folder ``out`` (streamed, resumable, data-parallel):
         :class:`spladekit.index.builder.IndexBuilder` with these arguments, its :meth:`~IndexBuilder.build`.
         The index searches text queries with ``encoder`` itself when it encodes them as ``index.json``

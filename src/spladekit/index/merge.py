@@ -6,8 +6,8 @@ Above both :mod:`spladekit.index.writer` (which writes the folder) and :class:`s
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from spladekit.index.index import Index, check_compatible
 from spladekit.index.layout import DEFAULT_BUDGET, load_vocabulary

@@ -5,8 +5,8 @@ latency (:class:`LatencyStats`) and its result (:class:`SearchResult`, what
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -84,7 +84,7 @@ class LatencyStats:
     max_ms: float
 
     @classmethod
-    def of(cls, seconds: Sequence[float], mode: str) -> "LatencyStats":
+    def of(cls, seconds: Sequence[float], mode: str) -> LatencyStats:
         ms = np.asarray(seconds, dtype=np.float64) * 1000.0
         if ms.size == 0:
             return cls(mode, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)

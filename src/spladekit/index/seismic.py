@@ -21,9 +21,9 @@ import math
 import os
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from operator import itemgetter
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -200,12 +200,12 @@ class SeismicBase(Searcher):
         """``[V]`` Seismic's name of each column (``"0"``, ``"1"``, ... in its string type)."""
 
     @abstractmethod
-    def search_arrays(self, queries: "SeismicQueries", k: int, params: SeismicSearchParams | None = None,
+    def search_arrays(self, queries: SeismicQueries, k: int, params: SeismicSearchParams | None = None,
                       tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` of prepared queries as arrays: per query ``(rows [n] int64, scores [n] float32)``,
         scores > 0, score descending then ``tie_rank`` ascending (row ascending without it)."""
 
-    def with_search(self, params: SeismicSearchParams) -> "SeismicBase":
+    def with_search(self, params: SeismicSearchParams) -> SeismicBase:
         """This searcher (the same built index, nothing copied) answering :meth:`search_rows` with ``params``."""
         view = copy.copy(self)
         view.search_params = params
@@ -244,7 +244,7 @@ class SeismicBase(Searcher):
         ranks = tie_rank if tie_rank is not None else tie_ranks(doc_ids) if doc_ids is not None else None
         return [list(zip(rows.tolist(), scores.tolist())) for rows, scores in self.search_arrays(self.prepare(queries), k, params, ranks)]
 
-    def prepare(self, queries: sp.spmatrix) -> "SeismicQueries":
+    def prepare(self, queries: sp.spmatrix) -> SeismicQueries:
         """The queries in pyseismic's input form (:class:`SeismicQueries`), made once for any number
         of searches.
 
@@ -317,7 +317,7 @@ class SeismicSearcher(SeismicBase):
                 self.index.save(str(Path(folder) / "index"))
 
     @classmethod
-    def load(cls, folder: str | Path, params: SeismicBuildParams, shape: tuple[int, int], empty: bool = False) -> "SeismicSearcher":
+    def load(cls, folder: str | Path, params: SeismicBuildParams, shape: tuple[int, int], empty: bool = False) -> SeismicSearcher:
         """Reopen an index written by :meth:`save` (``SeismicIndex.load``), built with ``params`` over a
         ``shape`` = ``[D, V]`` matrix; ``empty``: it was built over no document vector (no file).
 
@@ -357,7 +357,7 @@ class SeismicSearcher(SeismicBase):
         """Neighbours per document of the index's k-NN graph (0: none; the largest ``n_knn``)."""
         return 0 if self.index is None else int(self.index.knn_len)
 
-    def search_arrays(self, queries: "SeismicQueries", k: int, params: SeismicSearchParams | None = None,
+    def search_arrays(self, queries: SeismicQueries, k: int, params: SeismicSearchParams | None = None,
                       tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` of prepared queries as arrays: per query ``(rows [n] int64, scores [n] float32)``,
         scores > 0, score descending then ``tie_rank`` ascending (row ascending without it); no Python

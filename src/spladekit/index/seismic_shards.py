@@ -27,12 +27,18 @@ each shard over its own rows, and ``n_knn`` refines each shard's own hits before
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.index.seismic import SeismicBase, SeismicBuildParams, SeismicQueries, SeismicSearcher, SeismicSearchParams
+from spladekit.index.seismic import (
+    SeismicBase,
+    SeismicBuildParams,
+    SeismicQueries,
+    SeismicSearcher,
+    SeismicSearchParams,
+)
 
 SHARD_POSTINGS = "share"
 """``params.json``'s name of the rule by which each shard's ``n_postings`` is set (:func:`shard_params`)."""

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,7 +50,13 @@ from pydantic import Field
 
 from spladekit.errors import DataFormatError
 from spladekit.index.searcher import Searcher, SearcherConfig
-from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams, check_knn_documents, import_seismic
+from spladekit.index.seismic import (
+    SeismicBuildParams,
+    SeismicSearcher,
+    SeismicSearchParams,
+    check_knn_documents,
+    import_seismic,
+)
 from spladekit.index.seismic_rule import DEFAULT_SEISMIC_BUDGET, budget_for, max_shard_entries, rule_corpus
 from spladekit.index.seismic_shards import SHARD_POSTINGS, ShardedSeismic, row_slice, shard_params, shard_ranges
 from spladekit.io import read_json

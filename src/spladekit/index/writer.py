@@ -39,8 +39,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp

@@ -64,7 +64,7 @@ class MineConfig(Settings):
     device: str | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "MineConfig":
+    def _check(self) -> MineConfig:
         if self.candidates == "run" and not self.run:
             raise ValueError("candidates 'run' needs run (a TREC run file)")
         if self.candidates == "model" and not (self.model or self.index):

@@ -22,8 +22,8 @@ sentence-transformers counts its ``Skipped … due to …`` lines.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from pydantic import ConfigDict, model_validator
 

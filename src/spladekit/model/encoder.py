@@ -33,8 +33,8 @@ special-token columns zeroed are their terms (each alone in its own term).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,7 +43,14 @@ from tqdm.auto import tqdm
 
 from spladekit.data.numbers import check_int
 from spladekit.model.inference_free import encode_bag
-from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE, EncoderMetadata, _first_line, check_top_k, damaged_weights_error
+from spladekit.model.metadata import (
+    INFERENCE_FREE,
+    METADATA_FILE,
+    EncoderMetadata,
+    _first_line,
+    check_top_k,
+    damaged_weights_error,
+)
 from spladekit.model.pruning import of_record, prune, record_of
 from spladekit.model.splade import SpladeModel
 
@@ -310,7 +317,7 @@ class SpladeEncoder:
         trust_remote_code: bool = False,
         query_pruning=None,
         doc_pruning=None,
-    ) -> "SpladeEncoder":
+    ) -> SpladeEncoder:
         """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`) in
         any layout :func:`spladekit.model.folders.read_model_folder` reads (spladekit, Hugging Face
         masked LM, naver/splade, sentence-transformers ``SparseEncoder`` incl. ``Router``, OpenSearch doc-only).

@@ -141,7 +141,7 @@ class VocabularyFold:
         return {"rule": self.rule, "columns": list(map(int, self.columns)), "terms": list(self.terms)}
 
     @classmethod
-    def from_record(cls, record, where, vocab_size: int | None = None) -> "VocabularyFold":
+    def from_record(cls, record, where, vocab_size: int | None = None) -> VocabularyFold:
         """Read and check a saved map (``spladekit.json`` field ``fold``).
 
         Args:

@@ -29,8 +29,8 @@ float32) and ``spladekit.json`` with ``query_encoder: "inference-free"``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -201,7 +201,6 @@ def read_weight_file(path: str | Path, vocab_size: int) -> torch.Tensor:
             file that cannot be read (damaged or truncated).
     """
     from spladekit.errors import DataFormatError
-
     from spladekit.model.metadata import damaged_weights_error
 
     path = Path(path)

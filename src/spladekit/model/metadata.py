@@ -69,7 +69,7 @@ class EncoderMetadata:
         self.query_pruning, self.doc_pruning = record_of(self.query_pruning), record_of(self.doc_pruning)
 
     @classmethod
-    def load(cls, folder: str | Path) -> "EncoderMetadata":
+    def load(cls, folder: str | Path) -> EncoderMetadata:
         """Read ``folder/spladekit.json``; defaults when it does not exist.
 
         Raises:

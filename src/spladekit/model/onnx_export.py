@@ -73,8 +73,8 @@ the same batching, truncation and sparse conversion as :class:`SpladeEncoder`.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -431,8 +431,8 @@ class OnnxSpladeEncoder(SpladeEncoder):
                  threads: int | None = None):
         from transformers import AutoTokenizer
 
-        from spladekit.errors import DataFormatError
         from spladekit.data.paths import path_inside
+        from spladekit.errors import DataFormatError
 
         ort = require_extra("onnxruntime", "ONNX inference", "onnxruntime", "onnx")
         folder = Path(folder)
@@ -470,7 +470,7 @@ class OnnxSpladeEncoder(SpladeEncoder):
                         doc_max_length: int | None = None, query_top_k: int | None = None, doc_top_k: int | None = None,
                         batch_size: int = 32, device=None, dtype: torch.dtype | None = None, head_impl: str | None = None,
                         providers: Sequence[str] = ("CPUExecutionProvider",), threads: int | None = None,
-                        query_pruning=None, doc_pruning=None) -> "OnnxSpladeEncoder":
+                        query_pruning=None, doc_pruning=None) -> OnnxSpladeEncoder:
         """Open an ONNX export folder (:func:`export_onnx`) with :meth:`SpladeEncoder.from_pretrained`'s
         arguments (what the inherited method would take, so code written for either class runs): the
         lengths, top-k and pruning rules left as None come from the export's ``spladekit.json``;

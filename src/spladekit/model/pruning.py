@@ -60,7 +60,7 @@ class PruningRule(Settings):
     value: int | float
 
     @model_validator(mode="after")
-    def _check_value(self) -> "PruningRule":
+    def _check_value(self) -> PruningRule:
         v = self.value
         ok = {"top_k": lambda: float(v).is_integer() and v >= 1, "mass": lambda: 0 < v <= 1,
               "max_ratio": lambda: 0 <= v <= 1, "threshold": lambda: v >= 0}[self.kind]()
@@ -71,7 +71,7 @@ class PruningRule(Settings):
         return self
 
     @classmethod
-    def parse(cls, text: str) -> "PruningRule":
+    def parse(cls, text: str) -> PruningRule:
         """The rule written ``KIND=VALUE`` (``top_k=64``, ``mass=0.9``, ``max_ratio=0.1``, ``threshold=0.05``).
 
         Raises:

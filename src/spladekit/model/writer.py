@@ -40,7 +40,10 @@ def write_model_folder(folder: str | Path, model: SpladeModel, tokenizer, metada
     """
     from transformers.utils import logging as hf_logging
 
-    from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+    from spladekit.model.st_modules import (
+        write_inference_free_sentence_transformers_files,
+        write_sentence_transformers_files,
+    )
 
     folder = Path(folder)
     meta = metadata

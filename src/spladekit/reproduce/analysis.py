@@ -31,6 +31,7 @@ from pathlib import Path
 from spladekit.io import read_json
 from spladekit.reproduce.config import EvalDatasetSpec, ReproduceConfig
 
+
 def number(value) -> float | None:
     """``value`` as a float when it is a finite int/float (not a bool), else None (missing results)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None

@@ -257,10 +257,10 @@ class SpladekitRunner:
                 "alarms": list(result.alarms), "summary": summarize_training(records)}
 
     def evaluate(self, model: str, dataset: EvalDatasetSpec, config: ReproduceConfig, folder: Path) -> dict:
-        from spladekit.model.encoder import SpladeEncoder
-        from spladekit.index.index import searcher_config
         from spladekit.evaluate.retrieval import evaluate_splade
         from spladekit.evaluate.systems import write_system
+        from spladekit.index.index import searcher_config
+        from spladekit.model.encoder import SpladeEncoder
 
         ev = config.evaluation
         encoder = SpladeEncoder.from_pretrained(model, query_max_length=ev.query_max_length, doc_max_length=ev.doc_max_length,

@@ -26,7 +26,6 @@ from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec  # noqa: F401  
 from spladekit.overrides import apply_overrides
 from spladekit.settings import Settings
 
-
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
@@ -79,7 +78,7 @@ class BackboneSpec(Settings):
     _name = field_validator("name")(_check_name)
 
     @model_validator(mode="after")
-    def _one_inflation(self) -> "BackboneSpec":
+    def _one_inflation(self) -> BackboneSpec:
         if self.inflate is not None and self.emulate is not None:
             raise ValueError(f"backbone {self.name!r}: give inflate or emulate, not both")
         return self
@@ -196,7 +195,7 @@ class EvalDatasetSpec(Settings):
     _name = field_validator("name")(_check_name)
 
     @model_validator(mode="after")
-    def _metric_measured(self) -> "EvalDatasetSpec":
+    def _metric_measured(self) -> EvalDatasetSpec:
         if self.metric not in self.measures:
             self.measures = [self.metric, *self.measures]
         return self
@@ -260,7 +259,7 @@ class ReproduceConfig(Settings):
     _name = field_validator("name")(_check_name)
 
     @model_validator(mode="after")
-    def _check(self) -> "ReproduceConfig":
+    def _check(self) -> ReproduceConfig:
         for what, items in (("backbone", self.backbones), ("treatment", self.treatments),
                             ("dataset", [d for _, d in self.evaluation.datasets()])):
             names = [i.name for i in items]

@@ -32,10 +32,10 @@ import json
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
-
+from typing import Any, Protocol
 
 from spladekit.errors import SpladekitError
 from spladekit.io import atomic_write, write_json, write_yaml

@@ -41,7 +41,6 @@ batch function of one worker), :mod:`spladekit.serve.config` (:class:`ServeConfi
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import hmac
 import json
@@ -184,7 +183,7 @@ async def search(request: Request):
         return Response(status_code=499)  # nobody reads it (nginx's code for "client closed request")
     except Overloaded as exc:
         return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return _error(503, f"not answered within the request timeout ({timeout_s:g} s); the server is busy", headers={"Retry-After": "1"})
     except NoQueryModel as exc:
         return _error(422, f"query: {exc}", [{"field": "query", "message": str(exc)}])

@@ -60,9 +60,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 CAUSES = ("queue_full", "expected_wait", "queue_wait", "latency")
 """Why a request was refused for load (:attr:`Overloaded.cause`)."""

@@ -10,7 +10,7 @@ they are in :mod:`spladekit.serve.connection`.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi.responses import JSONResponse
 

@@ -9,7 +9,7 @@ is :mod:`spladekit.serve.app`.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp

@@ -32,7 +32,7 @@ backward hands each process the gradient of its own vectors; the replay needs no
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -58,7 +58,7 @@ class RandomState:
         self.device = device
         self.saved = rng_state(device)
 
-    def __enter__(self) -> "RandomState":
+    def __enter__(self) -> RandomState:
         self._outside = rng_state(self.device)
         set_rng_state(self.saved, self.device)
         return self

@@ -45,8 +45,8 @@ from tqdm.auto import tqdm
 
 from spladekit.io import read_json, write_json
 from spladekit.train.dev import DEV_SPLIT, BestTracker
-from spladekit.train.step import sample_document_frequencies
 from spladekit.train.monitor import CollapseError, check_alarms, score_scale_check
+from spladekit.train.step import sample_document_frequencies
 
 MODEL_DIR = "model"
 LAST_DIR = "last"

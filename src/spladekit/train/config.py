@@ -156,7 +156,7 @@ class RegularizerConfig(Settings):
                              "(naver/splade adds it with weight 1); 0: off")
 
     @model_validator(mode="after")
-    def _check(self) -> "RegularizerConfig":
+    def _check(self) -> RegularizerConfig:
         if (self.kind == "flops_l0") != (self.threshold is not None):
             raise ValueError("regularizer.threshold goes with kind flops_l0, and kind flops_l0 needs it" if self.threshold
                              is None else f"regularizer.threshold applies to kind flops_l0 only, not {self.kind}")
@@ -196,7 +196,7 @@ class DevConfig(Settings):
     patience: int | None = Field(None, ge=1, description="early stopping: dev evaluations without improvement")
 
     @model_validator(mode="after")
-    def _check(self) -> "DevConfig":
+    def _check(self) -> DevConfig:
         if self.metric not in self.measures:
             raise ValueError(f"dev.metric {self.metric!r} must be one of dev.measures {self.measures}")
         from spladekit.train.dev import check_not_test
@@ -255,7 +255,7 @@ class TrainConfig(Settings):
     device: str | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} must be a multiple of grad_accum {self.grad_accum}")
         if self.eval_every and self.dev.data is None and self.data.validation_fraction <= 0:

@@ -25,14 +25,14 @@ from __future__ import annotations
 import functools
 import random
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
+from spladekit.data.numbers import finite_number
 from spladekit.errors import DataFormatError
 from spladekit.io import iter_lines, read_json
 from spladekit.train.examples import TrainingExample
-from spladekit.data.numbers import finite_number
 from spladekit.train.published import read_score_pickle
 
 
@@ -356,7 +356,7 @@ class Batch:
     teacher: list[list[float]] | None
     group: int
 
-    def slice(self, start: int, stop: int) -> "Batch":
+    def slice(self, start: int, stop: int) -> Batch:
         """Queries ``start:stop`` with their document groups."""
         g = self.group
         return Batch(self.queries[start:stop], self.docs[start * g : stop * g],

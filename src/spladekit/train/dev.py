@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -142,8 +142,8 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
         ``{"step", "split": "dev", <measure>: value..., "avg_query_terms", "avg_doc_terms",
         "flops", "dev_queries", "dev_docs", "dev_seconds"}``.
     """
-    from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
     from spladekit.evaluate.retrieval import evaluate_splade
+    from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 
     dev = config.dev
     was_training = model.training

@@ -37,9 +37,9 @@ list of hard negatives while ``data.num_negatives`` > 0) raise
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from spladekit.errors import DataFormatError, ResolutionError
 from spladekit.train.examples import TrainingExample
@@ -182,7 +182,7 @@ class DatasetExamples(Sequence):
             return [str(v) for v in self.dataset[self.layout.query_id]]
         return [str(r) for r in (self.rows if self.rows is not None else range(len(self)))]
 
-    def subset(self, indices: Sequence[int]) -> "DatasetExamples":
+    def subset(self, indices: Sequence[int]) -> DatasetExamples:
         """The examples at ``indices`` (a lazy ``Dataset.select`` view, row numbers kept)."""
         rows = [self.rows[i] for i in indices] if self.rows is not None else list(indices)
         return DatasetExamples(self.dataset.select(list(indices)), self.layout, self.source, rows)

@@ -17,27 +17,48 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
 import spladekit.train.distributed as D
 from spladekit.io import atomic_folder, write_json, write_yaml
-from spladekit.train.callbacks import (LAST_DIR, MODEL_DIR, Alarms, Callback, DevSelection, DocumentFrequencyRefresh,
-                                      ModelCards)
-from spladekit.train.checkpoints import (RESULT_FILE, RUN_RECORD, check_run_folder, finished_result, latest_checkpoint,
-                                         load_checkpoint, run_record, save_checkpoint)
+from spladekit.train.callbacks import (
+    LAST_DIR,
+    MODEL_DIR,
+    Alarms,
+    Callback,
+    DevSelection,
+    DocumentFrequencyRefresh,
+    ModelCards,
+)
+from spladekit.train.checkpoints import (
+    RESULT_FILE,
+    RUN_RECORD,
+    check_run_folder,
+    finished_result,
+    latest_checkpoint,
+    load_checkpoint,
+    run_record,
+    save_checkpoint,
+)
 from spladekit.train.config import TrainConfig
-from spladekit.train.data import (TrainingExample, check_distillation, global_batch, load_training_examples,
-                                  short_negatives_hint, split_validation)
+from spladekit.train.data import (
+    TrainingExample,
+    check_distillation,
+    global_batch,
+    load_training_examples,
+    short_negatives_hint,
+    split_validation,
+)
 from spladekit.train.dev import DEV_SPLIT, evaluate_dev, load_dev_set
-from spladekit.train.step import _device, _Encoder, _optimizer, attach_query_weights, load_model, train_step, validate
+from spladekit.train.examples import training_documents
 from spladekit.train.metrics_log import METRICS_FILE, _Log
 from spladekit.train.monitor import TrainingDivergedError, batch_statistics, head_statistics, logit_statistics
-from spladekit.train.examples import training_documents
 from spladekit.train.regularizers import QuadraticWarmup, SparsityPenalty
+from spladekit.train.step import _device, _Encoder, _optimizer, attach_query_weights, load_model, train_step, validate
 from spladekit.train.term_weights import DocumentFrequencyEstimate, training_idf
 
 

@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from tests import engine_helpers as eh
 from spladekit.index.exact import exact_search
 from spladekit.index.export import export_vectors, import_vectors
 from spladekit.index.formats import anserini, bmp, ciff, elastic, iter_json_records, milvus, pgvector, pisa, qdrant
+from tests import engine_helpers as eh
 
 pytestmark = pytest.mark.engines
 K = 10

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from spladekit.errors import DataFormatError
 from spladekit.index.export import export_vectors, import_vectors
-from spladekit.index.formats import ExportManifest, normalise_entries, quantise
-from spladekit.index.formats import anserini, elastic, qdrant
+from spladekit.index.formats import ExportManifest, anserini, elastic, normalise_entries, qdrant, quantise
 
 VOCAB = ["[PAD]", "a", "b", "c.d", "e", "100%", "##f", "g", "%2E", "h"]
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
 from spladekit.model.calibrate import (
     AlreadyEmulatedError,
     emulate_large_head,
@@ -19,6 +18,7 @@ from spladekit.model.calibrate import (
 )
 from spladekit.model.calibrate.emulate import head_layer_norm
 from spladekit.model.heads import find_mlm_head
+from tests.mlm_families import FAMILIES, batch, tiny_mlm, tiny_tokenizer
 
 C, SIGMA = 16.0, 0.5
 # Logits are sums of H' ≤ 32 float32 products, compared in float64 after a float32 forward pass.

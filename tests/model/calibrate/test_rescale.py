@@ -9,7 +9,6 @@ import pytest
 import torch
 import transformers as tf
 
-from tests.mlm_families import FAMILIES, TEXTS, batch, tiny_mlm, tiny_tokenizer
 from spladekit.model.calibrate import (
     AlreadyRescaledError,
     CalibrationError,
@@ -21,6 +20,7 @@ from spladekit.model.calibrate import (
 )
 from spladekit.model.calibrate.stats import parse_statistic, quantile
 from spladekit.model.heads import find_mlm_head
+from tests.mlm_families import FAMILIES, TEXTS, batch, tiny_mlm, tiny_tokenizer
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.model.calibrate import rescale_mlm_head, rescale_record
 from spladekit.model.calibrate.stats import token_hidden_states
 from spladekit.model.heads import find_mlm_head
 from spladekit.model.splade import SpladeModel
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from tests.model.engines.test_exports import LENGTH, assert_vectors, djl_call, es_call, make_encoder, tolerance
 
 EPS32 = float(np.finfo(np.float32).eps)

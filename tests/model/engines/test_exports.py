@@ -31,11 +31,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 from spladekit.errors import UnsupportedModelError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.engines import export_for_engine
 from spladekit.model.engines import torchscript as ts
+from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 
 EPS32 = float(np.finfo(np.float32).eps)
 LENGTH = 32
@@ -389,9 +389,8 @@ def test_anserini_refusals(tmp_path):
 # ----------------------------------------------------------------- CLI
 def test_cli_export_model_engine_formats(tmp_path):
     """The command itself (the writers' outputs are checked above): the real entry point once, then in process."""
-    from typer.testing import CliRunner
-
     from huggingface_hub import ModelCard
+    from typer.testing import CliRunner
 
     from spladekit.cli import app
     from spladekit.index.formats.elastic import mapping

@@ -34,9 +34,9 @@ Shared rules (stated once here, tested in ``tests/index/formats/test_exports_imp
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -289,7 +289,7 @@ class ExportManifest:
         write_json(Path(folder) / MANIFEST, asdict(self))
 
     @classmethod
-    def load(cls, folder: str | Path) -> "ExportManifest":
+    def load(cls, folder: str | Path) -> ExportManifest:
         """Read ``folder/export.json``.
 
         Raises:

@@ -38,9 +38,9 @@ of the published SPLADE-v3 files, so an imported file re-exports byte for byte.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp

@@ -42,8 +42,8 @@ pruning) it returns the exact top-k of that score. Two limits of BMP 0.2 shape t
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Collection, Sequence
 
 import numpy as np
 import scipy.sparse as sp

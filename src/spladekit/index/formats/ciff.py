@@ -29,11 +29,11 @@ rest of the export (``benchmarks/runs/2026-12-07-source-notes.md``).
 
 from __future__ import annotations
 
-import os
-
 import functools
+import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 import scipy.sparse as sp

@@ -33,8 +33,8 @@ parsing) is not, since neither server can be installed here. See ``docs/serving.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp

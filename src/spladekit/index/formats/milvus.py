@@ -17,8 +17,8 @@ same engine as the server) in ``tests/index/formats/test_engines.py``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import scipy.sparse as sp
 

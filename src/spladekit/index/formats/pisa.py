@@ -20,8 +20,8 @@ No Java is needed (``pyterrier`` is imported but its JVM is not started).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import scipy.sparse as sp
 

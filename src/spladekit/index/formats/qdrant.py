@@ -31,15 +31,23 @@ folded in: Qdrant adds it. An import of such an export divides by the scale agai
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import (collect_rows, divide_by_scale, from_sparse_vector, iter_json_records, normalise_entries,
-                                     quantise, rank_hits, to_sparse_vectors)
+from spladekit.index.formats import (
+    collect_rows,
+    divide_by_scale,
+    from_sparse_vector,
+    iter_json_records,
+    normalise_entries,
+    quantise,
+    rank_hits,
+    to_sparse_vectors,
+)
 from spladekit.io import atomic_write
 
 DEFAULT_VECTOR_NAME = "splade"

@@ -9,8 +9,8 @@ export → import round trip is exact. Repeated keys in ``vector`` are summed on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import scipy.sparse as sp
 

@@ -24,15 +24,15 @@ of thumb, not values from the paper.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 from torch import nn
 
-from spladekit.model.calibrate.rescale import shares_storage, rescale_record
+from spladekit.model.calibrate.rescale import rescale_record, shares_storage
 from spladekit.model.calibrate.stats import (
     decoder_logits,
     logit_statistic,
@@ -452,7 +452,7 @@ def diagnose_mlm_head(
     *,
     queries: Sequence[str] | None = None,
     documents: Sequence[str] | None = None,
-    reference: "Diagnosis | float | None" = None,
+    reference: Diagnosis | float | None = None,
     name: str = "",
     max_length: int = 128,
     max_tokens: int | None = 1024,

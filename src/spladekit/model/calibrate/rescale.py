@@ -46,8 +46,8 @@ compounds (``total_factor`` is the product) and is appended to the history.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch

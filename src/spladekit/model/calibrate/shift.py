@@ -31,7 +31,7 @@ chooses ``F`` on the spread first and then ``s`` on the activity at that ``F``.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -11,7 +11,8 @@ multiplied by a constant F before training).
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -52,7 +53,7 @@ class RescaleSpec(Settings):
     activity_statistic: Literal["active_terms", "frac_positive"] = "active_terms"
 
     @model_validator(mode="after")
-    def _needs(self) -> "RescaleSpec":
+    def _needs(self) -> RescaleSpec:
         if self.factor is not None and self.mode is None:
             self.__dict__["mode"] = "factor"
         if self.mode in ("factor", "match_norm", "target_logit"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from torch import nn
 
 from spladekit.errors import SpladekitError
 from spladekit.model.heads import MLMHead
+
 
 class CalibrationError(SpladekitError, ValueError):
     """No factor (or shift) reaches the requested target (e.g. the bias alone already exceeds it).

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
-from typing import Dict
 
 import torch
 from torch import nn
@@ -55,7 +54,7 @@ class OpenSearchSplade(nn.Module):
         super().__init__()
         self.model, self.pooling = model, pooling
 
-    def forward(self, input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:  # noqa: A002 (DJL's name)
+    def forward(self, input: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:  # noqa: A002 (DJL's name)
         mask = input["attention_mask"]
         head = self.model.head
         logits = nn.functional.linear(common.hidden_states(self.model, input["input_ids"], mask), head.weight, head.bias)
