@@ -24,11 +24,18 @@ def main(jar: str, bulk: str, bodies_path: str, out: str) -> None:
     from jnius import autoclass
 
     classes = {
-        "FeatureField": "document.FeatureField", "StringField": "document.StringField", "Store": "document.Field$Store",
-        "Document": "document.Document", "Directory": "store.ByteBuffersDirectory", "IndexWriter": "index.IndexWriter",
-        "IndexWriterConfig": "index.IndexWriterConfig", "DirectoryReader": "index.DirectoryReader",
-        "IndexSearcher": "search.IndexSearcher", "Builder": "search.BooleanQuery$Builder",
-        "Occur": "search.BooleanClause$Occur", "MatchNoDocsQuery": "search.MatchNoDocsQuery",
+        "FeatureField": "document.FeatureField",
+        "StringField": "document.StringField",
+        "Store": "document.Field$Store",
+        "Document": "document.Document",
+        "Directory": "store.ByteBuffersDirectory",
+        "IndexWriter": "index.IndexWriter",
+        "IndexWriterConfig": "index.IndexWriterConfig",
+        "DirectoryReader": "index.DirectoryReader",
+        "IndexSearcher": "search.IndexSearcher",
+        "Builder": "search.BooleanQuery$Builder",
+        "Occur": "search.BooleanClause$Occur",
+        "MatchNoDocsQuery": "search.MatchNoDocsQuery",
     }
     L = {name: autoclass(f"org.apache.lucene.{path}") for name, path in classes.items()}
     FeatureField, Occur = L["FeatureField"], L["Occur"]

@@ -97,7 +97,9 @@ def test_killed_run_leftover_is_named_and_kept(tmp_path, kind):
 
 def test_an_empty_leftover_folder_of_a_dead_run_is_removed_without_a_word(tmp_path):
     out = tmp_path / "index"
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     empty, full = tmp_path / f".index.{proc.stdout.strip()}-abc.tmp", tmp_path / f".index.{proc.stdout.strip()}-def.tmp"
     empty.mkdir()
     full.mkdir()
@@ -144,19 +146,38 @@ def test_an_export_killed_inside_its_graph_stage_is_named_by_the_next_export(tmp
     model = make_tiny_model(tmp_path / "model")
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    driver = [sys.executable, str(Path(__file__).resolve().parent / "signal_driver.py"), "torch.onnx:export", "1", "after",
-              "SIGKILL", "--"]
-    killed = subprocess.run([*driver, "export-model", "--model", str(model), "--out", str(out)], capture_output=True,
-                            text=True, env=env, timeout=300)
+    driver = [
+        sys.executable,
+        str(Path(__file__).resolve().parent / "signal_driver.py"),
+        "torch.onnx:export",
+        "1",
+        "after",
+        "SIGKILL",
+        "--",
+    ]
+    killed = subprocess.run(
+        [*driver, "export-model", "--model", str(model), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     left = sorted(p for p in tmp_path.iterdir() if p.name.startswith("."))
     assert any(p.name.startswith("..out.") and (p / "model.onnx").is_file() for p in left), left
     holding = [p for p in left if any(p.iterdir())]
-    again = subprocess.run([sys.executable, "-m", "spladekit", "export-model", "--model", str(model), "--out", str(out)],
-                           capture_output=True, text=True, env=env, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "spladekit", "export-model", "--model", str(model), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert again.returncode == 0 and (out / "model.onnx").is_file(), again.stderr[-2000:]
     for item in left:  # each kept one named (with the command that removes it); only empty ones removed
         if item.exists():
-            assert f"warning: {item}: a temporary folder left by a run that did not finish" in again.stderr, again.stderr
+            assert f"warning: {item}: a temporary folder left by a run that did not finish" in again.stderr, (
+                again.stderr
+            )
         else:
             assert item not in holding

@@ -38,8 +38,18 @@ PACKAGE = "spladekit"
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     # cross-cutting helpers every stage shares (errors, atomic folders and JSON, settings records,
     # the distributed set-up, PNG plots, the version): no stage of their own, below all
-    ("foundation", ("spladekit.errors", "spladekit.io", "spladekit.settings", "spladekit.overrides",
-                    "spladekit.distributed", "spladekit.plots", "spladekit.version")),
+    (
+        "foundation",
+        (
+            "spladekit.errors",
+            "spladekit.io",
+            "spladekit.settings",
+            "spladekit.overrides",
+            "spladekit.distributed",
+            "spladekit.plots",
+            "spladekit.version",
+        ),
+    ),
     ("data", ("spladekit.data",)),  # text in: corpora, queries, qrels, runs on disk
     ("model", ("spladekit.model",)),  # tokens → hidden states → head logits → sparse vectors
     ("index", ("spladekit.index",)),  # sparse vectors → index → run
@@ -48,7 +58,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     # stage that saves a model (train, the CLI's inference-free, rescale and export-model) calls it
     ("publish", ("spladekit.publish",)),
     ("train", ("spladekit.train",)),  # a model from data, judged by the stages above (dev evaluation)
-    ("mine", ("spladekit.mine",)),  # training data from an index's candidates and teachers (reads train's dataset opener)
+    (
+        "mine",
+        ("spladekit.mine",),
+    ),  # training data from an index's candidates and teachers (reads train's dataset opener)
     ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
     ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)
     # adapters to the harnesses researchers evaluate in (PyTerrier transformers, an MTEB model): like the
@@ -98,14 +111,23 @@ def _imports(name: str, path: Path, is_package: bool, modules: dict) -> dict[str
             for alias in node.names:
                 if f"{source}.{alias.name}" in modules:
                     add(f"{source}.{alias.name}", node.lineno)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and node.args[0].value.split(".")[0] == PACKAGE):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and node.args[0].value.split(".")[0] == PACKAGE
+        ):
             add(node.args[0].value, node.lineno)
     if is_package:  # lazy re-exports: ``_EXPORTS = {"name": "spladekit.module", ...}``
         for node in tree.body:
-            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
-                    and isinstance(node.value, ast.Dict)):
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
+                and isinstance(node.value, ast.Dict)
+            ):
                 for value in node.value.values:
                     if isinstance(value, ast.Constant) and isinstance(value.value, str):
                         add(value.value, value.lineno)
@@ -200,8 +222,12 @@ def test_no_import_cycle():
 
 def test_no_stage_imports_a_later_stage():
     graph = import_graph()
-    upward = [f"{_where(graph, a, b)}: stage {STAGES[stage(a)][0]} imports the later stage {STAGES[stage(b)][0]}"
-              for a in graph for b in graph[a] if stage(b) > stage(a)]
+    upward = [
+        f"{_where(graph, a, b)}: stage {STAGES[stage(a)][0]} imports the later stage {STAGES[stage(b)][0]}"
+        for a in graph
+        for b in graph[a]
+        if stage(b) > stage(a)
+    ]
     assert not upward, "\n".join(upward)
 
 
@@ -222,15 +248,18 @@ def _graph_of(tmp_path: Path, files: dict[str, str]) -> dict[str, dict[str, int]
 
 
 def test_checker_finds_a_circle_through_a_function_and_a_package_reexport(tmp_path):
-    graph = _graph_of(tmp_path, {
-        "spladekit/__init__.py": "",
-        "spladekit/model/__init__.py": "from spladekit.model.a import f\n",
-        "spladekit/model/a.py": "def f():\n    from spladekit.model.b import g\n",
-        "spladekit/model/b.py": "from spladekit.model import c\n",  # reads the package: its re-export of a
-        "spladekit/model/c.py": "",
-        "spladekit/model/d.py": "import spladekit.model.c\n",  # the module only: no edge to the package
-        "spladekit/lazy/__init__.py": '_EXPORTS = {"x": "spladekit.model.d"}\n',
-    })
+    graph = _graph_of(
+        tmp_path,
+        {
+            "spladekit/__init__.py": "",
+            "spladekit/model/__init__.py": "from spladekit.model.a import f\n",
+            "spladekit/model/a.py": "def f():\n    from spladekit.model.b import g\n",
+            "spladekit/model/b.py": "from spladekit.model import c\n",  # reads the package: its re-export of a
+            "spladekit/model/c.py": "",
+            "spladekit/model/d.py": "import spladekit.model.c\n",  # the module only: no edge to the package
+            "spladekit/lazy/__init__.py": '_EXPORTS = {"x": "spladekit.model.d"}\n',
+        },
+    )
     assert graph["spladekit.model.b"] == {"spladekit.model": 1, "spladekit.model.c": 1}
     assert graph["spladekit.model.d"] == {"spladekit.model.c": 1}
     assert graph["spladekit.lazy"] == {"spladekit.model.d": 1}
@@ -248,8 +277,10 @@ def test_checker_finds_an_upward_import():
 
 # the moves that removed the circles kept the old import paths (re-exports from modules that close no circle)
 MOVED = {
-    "spladekit.model.encoder": ("spladekit.model.metadata", ["METADATA_FILE", "EncoderMetadata", "check_top_k",
-                                                             "damaged_weights_error"]),
+    "spladekit.model.encoder": (
+        "spladekit.model.metadata",
+        ["METADATA_FILE", "EncoderMetadata", "check_top_k", "damaged_weights_error"],
+    ),
     "spladekit.train.data": ("spladekit.train.examples", ["TrainingExample"]),
     "spladekit.index": ("spladekit.index.merge", ["merge_shards"]),
 }
@@ -297,8 +328,10 @@ def test_the_layout_page_names_every_module_and_only_those():
     tree = tree_entries(SRC / PACKAGE)
     twice = sorted({name for name in listed if listed.count(name) > 1})
     missing, stale = sorted(tree - set(listed)), sorted(set(listed) - tree)
-    assert not (missing or stale or twice), (f"docs/layout.md: modules missing from the page: {missing}; listed but not in "
-                                             f"src/spladekit: {stale}; listed twice: {twice}")
+    assert not (missing or stale or twice), (
+        f"docs/layout.md: modules missing from the page: {missing}; listed but not in "
+        f"src/spladekit: {stale}; listed twice: {twice}"
+    )
 
 
 def test_the_page_check_can_fail(tmp_path):
@@ -377,8 +410,14 @@ def test_the_mirror_check_can_fail(tmp_path):
     for name in ("__init__.py", "io.py", "index/__init__.py", "index/exact.py"):
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text("")
-    good = ("conftest.py", "train_helpers.py", "test_io.py", "test_readme.py", "index/test_exact.py",
-            "index/test_any_behaviour.py")
+    good = (
+        "conftest.py",
+        "train_helpers.py",
+        "test_io.py",
+        "test_readme.py",
+        "index/test_exact.py",
+        "index/test_any_behaviour.py",
+    )
     bad = ("test_stale.py", "train/test_loop.py", "index/exact_helpers.py", "index/formats/test_ciff.py")
     for name in good + bad:
         (tests / name).parent.mkdir(parents=True, exist_ok=True)

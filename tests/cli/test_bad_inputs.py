@@ -55,9 +55,15 @@ def test_errors_with_their_own_arguments_pickle():
         UnsupportedModelError,
     )
 
-    for error in (DataFormatError("a.jsonl", "bad weight", line=3, field="vector"), UnsupportedModelError("m/modules.json", "mean pooling"),
-                  MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"), RepeatedIdError("d1", 0, 4),
-                  CardMismatchError(Path("onnx/README.md"), ["training steps: 0 in the card, 100 in this model"], "give --overwrite")):
+    for error in (
+        DataFormatError("a.jsonl", "bad weight", line=3, field="vector"),
+        UnsupportedModelError("m/modules.json", "mean pooling"),
+        MissingExtraError("Seismic search", "pyseismic-lsr", "seismic"),
+        RepeatedIdError("d1", 0, 4),
+        CardMismatchError(
+            Path("onnx/README.md"), ["training steps: 0 in the card, 100 in this model"], "give --overwrite"
+        ),
+    ):
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
 
@@ -140,7 +146,9 @@ def _small_index(folder: Path, meta: dict | None = None) -> Path:
     from spladekit.index.writer import save_index
 
     matrix = sp.csr_matrix(np.array([[0, 1.5, 0], [2.0, 0, 0.5]], dtype=np.float32))
-    return save_index(folder, matrix, ["d1", "d2"], meta if meta is not None else {"model": "m"}, vocabulary=["a", "b", "c"])
+    return save_index(
+        folder, matrix, ["d1", "d2"], meta if meta is not None else {"model": "m"}, vocabulary=["a", "b", "c"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -179,7 +187,9 @@ def test_an_altered_or_missing_vocabulary_is_refused_not_exported_under_other_na
     (folder / "vocab.json").write_text(json.dumps(["b", "a", "c"]))  # same length, same tokens, swapped
     with pytest.raises(DataFormatError, match="vocab.json: does not match index.json's vocab_hash"):
         load_vocabulary(folder)
-    r = CliRunner().invoke(app, ["export", "--index", str(folder), "--format", "anserini", "--out", str(tmp_path / "out")])
+    r = CliRunner().invoke(
+        app, ["export", "--index", str(folder), "--format", "anserini", "--out", str(tmp_path / "out")]
+    )
     assert r.exit_code == 2 and "vocab.json" in r.output and not (tmp_path / "out").exists(), r.output
     (folder / "vocab.json").unlink()
     with pytest.raises(DataFormatError, match="vocab.json: missing: index.json records a vocabulary"):
@@ -283,8 +293,12 @@ def test_model_folders_without_weights_or_mlm_head(broken_models, tiny_bert_dir,
     with pytest.raises(HeadNotFoundError, match="no MLM-head weights"):
         SpladeEncoder.from_pretrained(backbone)
     SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain")  # a complete checkpoint loads
-    for args in (["rescale", backbone, "--factor", "0.5"], ["diagnose", no_weights],
-                 ["rescale", tiny_bert_dir, "--match-norm", no_weights], ["rescale", tmp_path / "missing", "--factor", "0.5"]):
+    for args in (
+        ["rescale", backbone, "--factor", "0.5"],
+        ["diagnose", no_weights],
+        ["rescale", tiny_bert_dir, "--match-norm", no_weights],
+        ["rescale", tmp_path / "missing", "--factor", "0.5"],
+    ):
         out = tmp_path / "out"
         result = cli(*args, "--out", out)
         assert_clean_failure(result, "error:")
@@ -351,7 +365,9 @@ def test_vocabulary_names_every_column_and_index_folder_exports(encoder, tmp_pat
 
     vocab = encoder.vocabulary
     assert len(vocab) == encoder.vocab_size and all(isinstance(t, str) for t in vocab)
-    missing = [j for j, t in enumerate(encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))) if t is None]
+    missing = [
+        j for j, t in enumerate(encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))) if t is None
+    ]
     assert missing and all(vocab[j] == f"[spladekit:{j}]" for j in missing)
     docs = encoder.encode(["protein cells", "cancer risk"], 16)
     folder = save_index(tmp_path / "index", docs, ["d1", "d2"], {"model": "m"}, vocabulary=vocab)
@@ -381,15 +397,18 @@ def test_empty_texts_are_read_with_a_warning_naming_count_ids_and_lines(tmp_path
     assert rows["q2"] == "" and rows["q3"] == "   " and len(rows) == 9  # kept: the warning says, nothing is dropped
     (message,) = _empty_warnings(record)
     # 7 empty texts (q2, q3, e5 … e9); the first five named with their lines, the rest elided
-    assert message.startswith(f"{path}: 7 empty text(s), ids 'q2' (line 2), 'q3' (line 3), 'e5' (line 5), "
-                              "'e6' (line 6), 'e7' (line 7) …: ")
+    assert message.startswith(
+        f"{path}: 7 empty text(s), ids 'q2' (line 2), 'q3' (line 3), 'e5' (line 5), 'e6' (line 6), 'e7' (line 7) …: "
+    )
     jsonl = tmp_path / "queries.jsonl"
     jsonl.write_text('{"_id": "a", "text": "x"}\n{"_id": "b", "text": " "}\n', encoding="utf-8")
     with pytest.warns(UserWarning) as record:
         read_queries(jsonl)
-    assert _empty_warnings(record) == [f"{jsonl}: 1 empty text(s), ids 'b' (line 2): an empty text has no term of its own "
-                                       "(its SPLADE vector holds only the special tokens' terms, or none), so as a query "
-                                       "it retrieves nothing related to it"]
+    assert _empty_warnings(record) == [
+        f"{jsonl}: 1 empty text(s), ids 'b' (line 2): an empty text has no term of its own "
+        "(its SPLADE vector holds only the special tokens' terms, or none), so as a query "
+        "it retrieves nothing related to it"
+    ]
     path.write_text("q1\tprotein\nq2\tcells\n", encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning for a file without empty texts
@@ -401,7 +420,9 @@ def test_search_and_query_export_warn_about_empty_queries(encoder, tiny_bert_dir
     from spladekit.index.writer import save_index
 
     docs = encoder.encode(["protein cells", "cancer risk"], 16)
-    folder = save_index(tmp_path / "index", docs, ["d1", "d2"], {"model": str(tiny_bert_dir)}, vocabulary=encoder.vocabulary)
+    folder = save_index(
+        tmp_path / "index", docs, ["d1", "d2"], {"model": str(tiny_bert_dir)}, vocabulary=encoder.vocabulary
+    )
     queries = tmp_path / "queries.tsv"
     queries.write_text("q1\tprotein\nq2\t\nq3\t \n", encoding="utf-8")
     expected = f"{queries}: 2 empty text(s), ids 'q2' (line 2), 'q3' (line 3): "
@@ -411,13 +432,27 @@ def test_search_and_query_export_warn_about_empty_queries(encoder, tiny_bert_dir
     assert [m[: len(expected)] for m in _empty_warnings(record)] == [expected]
     assert set(read_run(tmp_path / "run.trec")) <= {"q1", "q2", "q3"}  # a warning, not a refusal: the run is written
     with pytest.warns(UserWarning) as record:
-        result = cli("export", "--index", folder, "--format", "anserini-queries", "--queries", queries, "--out", tmp_path / "q")
+        result = cli(
+            "export", "--index", folder, "--format", "anserini-queries", "--queries", queries, "--out", tmp_path / "q"
+        )
     assert result.exit_code == 0, result.output
     assert [m[: len(expected)] for m in _empty_warnings(record)] == [expected]
 
 
 def test_index_cli_with_top_k_zero_is_a_clear_error(tiny_bert_dir, tiny_beir, tmp_path):
-    result = cli("index", "--model", tiny_bert_dir, "--data", tiny_beir, "--out", tmp_path / "idx", "--doc-top-k", "0", "--head-impl", "plain")
+    result = cli(
+        "index",
+        "--model",
+        tiny_bert_dir,
+        "--data",
+        tiny_beir,
+        "--out",
+        tmp_path / "idx",
+        "--doc-top-k",
+        "0",
+        "--head-impl",
+        "plain",
+    )
     assert_clean_failure(result, "--doc-top-k must be an integer ≥ 1")
     assert not (tmp_path / "idx").exists()
     assert not (tmp_path / ".idx.build").exists()  # refused before the build folder is made
@@ -478,26 +513,57 @@ def test_export_and_import_refuse_a_bad_quantisation_scale(tmp_path, scale):
     assert_clean_failure(result, "scale must be a finite number > 0")
     assert not (tmp_path / "bad").exists()
     assert cli("export", "--index", folder, "--format", "anserini", "--out", tmp_path / "ex").exit_code == 0
-    result = cli("import", "--input", tmp_path / "ex", "--format", "anserini", "--out", tmp_path / "imp", "--like", folder, "--scale", scale)
+    result = cli(
+        "import",
+        "--input",
+        tmp_path / "ex",
+        "--format",
+        "anserini",
+        "--out",
+        tmp_path / "imp",
+        "--like",
+        folder,
+        "--scale",
+        scale,
+    )
     assert_clean_failure(result, "scale must be a finite number > 0")
     assert not (tmp_path / "imp").exists()
 
 
-@pytest.mark.parametrize("fmt, option, message", [
-    ("milvus", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'milvus'"),
-    ("anserini", ["--query-top-k", "5"], "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'anserini'"),
-    ("qdrant", ["--scale", "50"], "scale (--scale) applies to anserini, anserini-queries and ciff only, not to format 'qdrant'"),
-    ("seismic", ["--keys", "id"], "keys (--keys) applies to elastic only, not to format 'seismic'"),
-    ("pgvector", ["--field-type", "sparse_vector"], "field_type (--field-type) applies to elastic only, not to format 'pgvector'"),
-    ("milvus", ["--hnsw"], "hnsw (--hnsw) applies to pgvector only, not to format 'milvus'"),
-    ("elastic", ["--table", "docs"], "table (--table) applies to pgvector only, not to format 'elastic'"),
-    # bad values of the options a format uses: refused before the folder is made (a bad --field-type
-    # used to fail after bulk.ndjson was written; the others left an empty folder)
-    ("elastic", ["--field-type", "dense"], "field_type must be one of"),
-    ("elastic", ["--keys", "name"], "keys must be one of"),
-    ("pgvector", ["--table", "x;y"], "must be a plain identifier"),
-    ("anserini-queries", ["--query-top-k", "0"], "query_top_k must be an integer in 1…1024"),
-])
+@pytest.mark.parametrize(
+    "fmt, option, message",
+    [
+        (
+            "milvus",
+            ["--query-top-k", "5"],
+            "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'milvus'",
+        ),
+        (
+            "anserini",
+            ["--query-top-k", "5"],
+            "query_top_k (--query-top-k) applies to anserini-queries only, not to format 'anserini'",
+        ),
+        (
+            "qdrant",
+            ["--scale", "50"],
+            "scale (--scale) applies to anserini, anserini-queries and ciff only, not to format 'qdrant'",
+        ),
+        ("seismic", ["--keys", "id"], "keys (--keys) applies to elastic only, not to format 'seismic'"),
+        (
+            "pgvector",
+            ["--field-type", "sparse_vector"],
+            "field_type (--field-type) applies to elastic only, not to format 'pgvector'",
+        ),
+        ("milvus", ["--hnsw"], "hnsw (--hnsw) applies to pgvector only, not to format 'milvus'"),
+        ("elastic", ["--table", "docs"], "table (--table) applies to pgvector only, not to format 'elastic'"),
+        # bad values of the options a format uses: refused before the folder is made (a bad --field-type
+        # used to fail after bulk.ndjson was written; the others left an empty folder)
+        ("elastic", ["--field-type", "dense"], "field_type must be one of"),
+        ("elastic", ["--keys", "name"], "keys must be one of"),
+        ("pgvector", ["--table", "x;y"], "must be a plain identifier"),
+        ("anserini-queries", ["--query-top-k", "0"], "query_top_k must be an integer in 1…1024"),
+    ],
+)
 def test_export_refuses_an_option_its_format_would_ignore(tmp_path, fmt, option, message):
     """`export --format milvus --query-top-k N` used to ignore --query-top-k without a word."""
     folder = _small_index(tmp_path / "index")
@@ -509,17 +575,27 @@ def test_export_refuses_an_option_its_format_would_ignore(tmp_path, fmt, option,
 @pytest.mark.parametrize(
     "option, message",
     [
-        (["--scale", "50"], "scale (--scale) applies to anserini, anserini-queries and ciff only, not to format 'qdrant'"),
+        (
+            ["--scale", "50"],
+            "scale (--scale) applies to anserini, anserini-queries and ciff only, not to format 'qdrant'",
+        ),
         (["--model", "m"], "not both"),  # --like names the tokens already
     ],
 )
 def test_import_refuses_an_option_it_would_ignore(tmp_path, option, message):
     folder = _small_index(tmp_path / "index")
     assert cli("export", "--index", folder, "--format", "qdrant", "--out", tmp_path / "ex").exit_code == 0
-    result = cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, *option)
+    result = cli(
+        "import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder, *option
+    )
     assert_clean_failure(result, message)
     assert not (tmp_path / "imp").exists()
-    assert cli("import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder).exit_code == 0
+    assert (
+        cli(
+            "import", "--input", tmp_path / "ex", "--format", "qdrant", "--out", tmp_path / "imp", "--like", folder
+        ).exit_code
+        == 0
+    )
 
 
 def test_import_of_a_tampered_manifest_scale_or_an_empty_file(tmp_path):
@@ -544,8 +620,10 @@ def test_import_refuses_an_id_that_is_not_a_string_or_an_integer(tmp_path, doc_i
     from spladekit.index.export import import_vectors
 
     path = tmp_path / "v.jsonl"  # null was imported as the document "None", true as "True"
-    path.write_text(json.dumps({"id": "d1", "vector": {"a": 1}}) + "\n" + json.dumps({"id": doc_id, "vector": {"b": 2}}) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps({"id": "d1", "vector": {"a": 1}}) + "\n" + json.dumps({"id": doc_id, "vector": {"b": 2}}) + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(DataFormatError, match="expected a non-empty string or an integer") as info:
         import_vectors("seismic", path, ["a", "b", "c"])
     assert info.value.line == 2 and info.value.field == "id"
@@ -568,11 +646,20 @@ def test_import_refuses_an_id_that_is_not_a_string_or_an_integer(tmp_path, doc_i
         (["--knn", "30", "--n-knn", "10"], "--knn, --n-knn apply to --backend seismic only"),
         (["--queries", "q.tsv"], "not both"),
         (["--query-cut", "5"], "--query-cut applies to --backend seismic only"),  # exact search would ignore them
-        (["--n-postings", "100", "--heap-factor", "0.5"], "--n-postings, --heap-factor apply to --backend seismic only"),
+        (
+            ["--n-postings", "100", "--heap-factor", "0.5"],
+            "--n-postings, --heap-factor apply to --backend seismic only",
+        ),
         (["--recall-k", "10"], "--recall-k applies to --backend seismic or two_step only"),
         (["--candidates", "10"], "--candidates applies to --backend two_step only, not to 'exact'"),
-        (["--backend", "seismic", "--first", "top_k=3"], "--first applies to --backend two_step only, not to 'seismic'"),
-        (["--backend", "two_step", "--query-cut", "5"], "--query-cut applies to --backend seismic only, not to 'two_step'"),
+        (
+            ["--backend", "seismic", "--first", "top_k=3"],
+            "--first applies to --backend two_step only, not to 'seismic'",
+        ),
+        (
+            ["--backend", "two_step", "--query-cut", "5"],
+            "--query-cut applies to --backend seismic only, not to 'two_step'",
+        ),
         (["--backend", "two_step", "--first", "mass=2"], "pruning rule 'mass=2'"),
         (["--backend", "two_step", "--candidates", "0"], "candidates"),
         (["--backend", "two_step", "--recall-k", "0"], "--recall-k must be ≥ 1"),
@@ -611,10 +698,14 @@ def test_seismic_search_without_pyseismic_names_the_extra(tmp_path, tiny_beir, m
 
     folder = _small_index(tmp_path / "index")
     monkeypatch.setitem(sys.modules, "seismic", None)
-    result = cli("search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec", "--backend", "seismic")
+    result = cli(
+        "search", "--index", folder, "--data", tiny_beir, "--out", tmp_path / "run.trec", "--backend", "seismic"
+    )
     assert_clean_failure(result, install_line("seismic"))
     assert "pyseismic-lsr" in result.output and not (tmp_path / "run.trec").exists()
-    with pytest.raises(ImportError, match=re.escape(install_line("seismic"))) as raised:  # the API: still an ImportError
+    with pytest.raises(
+        ImportError, match=re.escape(install_line("seismic"))
+    ) as raised:  # the API: still an ImportError
         SeismicSearcher(sp.csr_matrix(np.eye(3, dtype=np.float32)))
     assert isinstance(raised.value, MissingExtraError) and raised.value.extra == "seismic"
     from spladekit.index.index import Index
@@ -756,13 +847,18 @@ def test_an_export_that_fails_on_the_data_leaves_no_folder(tmp_path):
     from spladekit.index.writer import save_index
 
     vocab = [f"t{j}" for j in range(1100)]
-    save_index(tmp_path / "q", sp.csr_matrix(np.ones((1, 1100), dtype=np.float32)), ["q1"], {"model": "m"}, vocabulary=vocab)
+    save_index(
+        tmp_path / "q", sp.csr_matrix(np.ones((1, 1100), dtype=np.float32)), ["q1"], {"model": "m"}, vocabulary=vocab
+    )
     result = cli("export", "--index", tmp_path / "q", "--format", "anserini-queries", "--out", tmp_path / "ex")
     assert_clean_failure(result, "1024")
     assert not (tmp_path / "ex").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".ex")]
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "notes.txt").write_text("mine")
-    assert cli("export", "--index", tmp_path / "q", "--format", "anserini-queries", "--out", tmp_path / "kept").exit_code != 0
+    assert (
+        cli("export", "--index", tmp_path / "q", "--format", "anserini-queries", "--out", tmp_path / "kept").exit_code
+        != 0
+    )
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt"]
     # a folder that is not an export is refused (spladekit.io.check_output_folder); an export folder keeps its other files
     assert cli("export", "--index", tmp_path / "q", "--format", "seismic", "--out", tmp_path / "kept").exit_code == 2
@@ -796,7 +892,9 @@ def test_repeated_key_finds_the_first_key_given_twice_in_one_object():
     assert repeated_key('{"a": {"k": 1}, "b": [{"k": 2}, {"k": 3}]}') is None  # the same key in different objects
     assert repeated_key(b'{"k": 5, "q": "x", "k": 500}') == "k"
     assert repeated_key('[{"v": {"i": [1], "w": [1.0], "w": [2.0]}}]') == "0.v.w"
-    assert repeated_key('{"a": [1, {"b": 1}, {"c": {"d": 1, "d": 2}}], "e": {"f": 1, "f": 2}}') == "a.2.c.d"  # document order
+    assert (
+        repeated_key('{"a": [1, {"b": 1}, {"c": {"d": 1, "d": 2}}], "e": {"f": 1, "f": 2}}') == "a.2.c.d"
+    )  # document order
     assert repeated_key('{"x": {"y": 1, "y": 2}, "x": 3}') == "x"  # the outer object first
     assert repeated_key('{"a": 1, "\\u0061": 2}') == "a"  # an escape is the character it stands for
 
@@ -839,10 +937,13 @@ def test_yaml_that_would_run_code_is_refused(tmp_path):
     assert marker.exists()
 
 
-@pytest.mark.parametrize("line, field, words", [
-    ('{"_id": "31715818 X", "text": "t"}', "_id", "white space"),  # would fail only when the run is written
-    ('{"_id": "d2", "_id": "zz", "text": "t"}', "_id", "more than once"),  # json kept "zz" in silence
-])
+@pytest.mark.parametrize(
+    "line, field, words",
+    [
+        ('{"_id": "31715818 X", "text": "t"}', "_id", "white space"),  # would fail only when the run is written
+        ('{"_id": "d2", "_id": "zz", "text": "t"}', "_id", "more than once"),  # json kept "zz" in silence
+    ],
+)
 def test_corpus_ids_a_run_cannot_hold_and_repeated_keys_are_refused_when_read(tmp_path, line, field, words):
     from spladekit.data.beir import read_corpus
     from spladekit.errors import DataFormatError
@@ -854,8 +955,10 @@ def test_corpus_ids_a_run_cannot_hold_and_repeated_keys_are_refused_when_read(tm
     assert (info.value.path, info.value.line, info.value.field) == (path, 2, field)
 
 
-@pytest.mark.parametrize("field, value", [("doc_max_length", 1), ("doc_top_k", 0), ("batch_size", 0), ("chunk_size", -5),
-                                          ("doc_top_k", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("doc_max_length", 1), ("doc_top_k", 0), ("batch_size", 0), ("chunk_size", -5), ("doc_top_k", True)],
+)
 def test_index_config_refuses_bad_values_before_anything_is_made(tmp_path, field, value):
     """The library's IndexConfig refuses what the encoder would, at construction (the CLI gets the same
     message): no model is loaded and no temporary .OUT.build folder is left."""

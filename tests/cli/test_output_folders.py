@@ -24,7 +24,11 @@ def tiny(tmp_path_factory):
 
 def snapshot(folder: Path) -> dict[str, str]:
     """Relative path → SHA-256 of every file under ``folder`` (what must stay untouched)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def invoke(*args: str):
@@ -70,7 +74,9 @@ def test_index_refuses_a_folder_that_is_not_an_index_and_replaces_an_index(tiny,
     again = invoke(*index_args(model, beir, empty))  # an index is rebuilt in place (atomic swap), as before
     assert again.exit_code == 0, again.output
     # same corpus and model, same code path: the matrices and ids are the same bytes
-    assert {k: v for k, v in snapshot(empty).items() if k.endswith(".npy")} == {k: v for k, v in first_files.items() if k.endswith(".npy")}
+    assert {k: v for k, v in snapshot(empty).items() if k.endswith(".npy")} == {
+        k: v for k, v in first_files.items() if k.endswith(".npy")
+    }
 
 
 def test_index_out_under_a_file_is_one_error_line(tiny, tmp_path):
@@ -82,7 +88,9 @@ def test_index_out_under_a_file_is_one_error_line(tiny, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
-@pytest.mark.parametrize("option", [["--doc-max-length", "0"], ["--doc-max-length", "1"], ["--doc-top-k", "-1"], ["--doc-top-k", "0"]])
+@pytest.mark.parametrize(
+    "option", [["--doc-max-length", "0"], ["--doc-max-length", "1"], ["--doc-top-k", "-1"], ["--doc-top-k", "0"]]
+)
 def test_bad_index_options_create_nothing(tiny, tmp_path, option):
     model, beir = tiny
     refused(invoke(*index_args(model, beir, tmp_path / "ix"), *option), option[0])
@@ -105,10 +113,12 @@ def test_other_folder_commands_refuse_an_unrelated_folder(tiny, tmp_path, comman
     keep = tmp_path / "keep"
     keep.mkdir()
     (keep / "x").write_text("hi")
-    args = {"import": ["import", "--input", beir, "--format", "seismic", "--model", model],
-            "export": ["export", "--index", tmp_path / "missing-index", "--format", "seismic"],
-            "export-model": ["export-model", "--model", model],
-            "train": ["train", "--no-progress"]}[command]
+    args = {
+        "import": ["import", "--input", beir, "--format", "seismic", "--model", model],
+        "export": ["export", "--index", tmp_path / "missing-index", "--format", "seismic"],
+        "export-model": ["export-model", "--model", model],
+        "train": ["train", "--no-progress"],
+    }[command]
     refused(invoke(*args, "--out", keep), str(keep))
     assert snapshot(keep) == {"x": hashlib.sha256(b"hi").hexdigest()}
 

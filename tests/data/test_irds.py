@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("ir_datasets")
 
 
-
 def populate(home: Path, scifact: Path, version: str | None = "v2") -> Path:
     """IR_DATASETS_HOME/beir/scifact/source.zip: the official BEIR zip's layout (``scifact/corpus.jsonl``,
     ``scifact/queries.jsonl``, ``scifact/qrels/{train,test}.tsv``; ir_datasets' downloads.json
@@ -71,10 +70,16 @@ else:
 
 def run_irds(tmp: Path, scifact: Path, action: str) -> dict:
     """A fresh process: ir_datasets fixes its dataset paths from IR_DATASETS_HOME when first imported."""
-    env = dict(os.environ, IR_DATASETS_HOME=str(tmp / "irds-home"), SPLADEKIT_CACHE=str(tmp / "spladekit-cache"),
-               SPLADEKIT_OFFLINE="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(scifact), action], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = dict(
+        os.environ,
+        IR_DATASETS_HOME=str(tmp / "irds-home"),
+        SPLADEKIT_CACHE=str(tmp / "spladekit-cache"),
+        SPLADEKIT_OFFLINE="1",
+        PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(scifact), action], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -158,15 +163,26 @@ def test_irds_training_triples_equal_the_text_triples(tmp_path):
     (base / "irds_version.txt").write_text("v2")
     # IR_DATASETS_SKIP_DISK_FREE: ir_datasets checks the free disk against the real collection's docstore
     # (14.4 GB) before building it; this collection is ten lines (stop 39's CI failed on a fuller disk).
-    env = dict(os.environ, IR_DATASETS_HOME=str(tmp_path / "irds-home"), SPLADEKIT_OFFLINE="1", IR_DATASETS_SKIP_DISK_FREE="true",
-               PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    proc = subprocess.run([sys.executable, "-c", TRIPLES_SCRIPT, "irds:msmarco-passage/train/triples-small", "3"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        IR_DATASETS_HOME=str(tmp_path / "irds-home"),
+        SPLADEKIT_OFFLINE="1",
+        IR_DATASETS_SKIP_DISK_FREE="true",
+        PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", TRIPLES_SCRIPT, "irds:msmarco-passage/train/triples-small", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     tsv = tmp_path / "triples.tsv"
     tsv.write_text("".join(f"{queries[q]}\t{passages[p]}\t{passages[n]}\n" for q, p, n in triples))
     want = list(iter_triples(tsv))[:3]
-    assert [(g[1], [d[1] for d in g[2]], [d[1] for d in g[3]]) for g in got] == \
-        [(e.query, [t for _, t in e.positives], [t for _, t in e.negatives]) for e in want]
+    assert [(g[1], [d[1] for d in g[2]], [d[1] for d in g[3]]) for g in got] == [
+        (e.query, [t for _, t in e.positives], [t for _, t in e.negatives]) for e in want
+    ]
     assert [[g[0], g[2][0][0], g[3][0][0]] for g in got] == [list(t) for t in triples[:3]]  # ids kept; max_queries=3

@@ -181,9 +181,15 @@ def test_run_duplicates_error_or_dedupe_with_warning(tmp_path):
         assert read_run(path, dedupe=True) == {"q": {"a": 3.0, "b": 5.0}}
 
 
-@pytest.mark.parametrize("line, message", [
-    ("q Q0 a 1 high t", "is not a number"), ("q Q0 a 1 1_0 t", "is not a number"), ("q Q0 a 1 nan t", "not finite"), ("q Q0 a 1 2.0", "expected 6 columns"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("q Q0 a 1 high t", "is not a number"),
+        ("q Q0 a 1 1_0 t", "is not a number"),
+        ("q Q0 a 1 nan t", "not finite"),
+        ("q Q0 a 1 2.0", "expected 6 columns"),
+    ],
+)
 def test_bad_run_lines(tmp_path, line, message):
     path = tmp_path / "run.trec"
     path.write_text("q Q0 z 1 9.0 t\n" + line + "\n", encoding="utf-8")
@@ -230,8 +236,11 @@ def test_corpus_round_trip(tmp_path, docs, bom, crlf):
 
 
 tsv_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=30)
-tsv_id = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp"), blacklist_characters="\t"),
-                 min_size=1, max_size=8)
+tsv_id = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp"), blacklist_characters="\t"),
+    min_size=1,
+    max_size=8,
+)
 
 
 @SETTINGS
@@ -244,16 +253,21 @@ def test_tsv_round_trip(tmp_path, rows):
 
 # ids of TREC/qrels lines contain no whitespace (columns are split with str.split)
 word = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=6).filter(
-    lambda s: not any(c.isspace() for c in s))
+    lambda s: not any(c.isspace() for c in s)
+)
 
 
 @SETTINGS
-@given(st.dictionaries(word, st.dictionaries(word, st.integers(-1, 3), min_size=1, max_size=5), min_size=1, max_size=4),
-       st.booleans())
+@given(
+    st.dictionaries(word, st.dictionaries(word, st.integers(-1, 3), min_size=1, max_size=5), min_size=1, max_size=4),
+    st.booleans(),
+)
 def test_qrels_round_trip(tmp_path, qrels, beir):
     path = tmp_path / "qrels"
     if beir:
-        lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t{g}" for q, docs in qrels.items() for d, g in docs.items()]
+        lines = ["query-id\tcorpus-id\tscore"] + [
+            f"{q}\t{d}\t{g}" for q, docs in qrels.items() for d, g in docs.items()
+        ]
     else:
         lines = [f"{q} 0 {d} {g}" for q, docs in qrels.items() for d, g in docs.items()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -261,8 +275,14 @@ def test_qrels_round_trip(tmp_path, qrels, beir):
 
 
 @SETTINGS
-@given(st.dictionaries(word, st.dictionaries(word, st.integers(-1000, 1000).map(lambda x: x / 8), min_size=1, max_size=6),
-                       min_size=1, max_size=4))
+@given(
+    st.dictionaries(
+        word,
+        st.dictionaries(word, st.integers(-1000, 1000).map(lambda x: x / 8), min_size=1, max_size=6),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_run_round_trip_keeps_scores_and_order(tmp_path, run):
     from spladekit.data.trec import sorted_ranking
 
@@ -292,9 +312,15 @@ def test_real_scifact_counts(shared):
     assert len(dataset.queries) == 300 and len(dataset.corpus) == 5183
 
 
-@pytest.mark.parametrize("name, docs, judged, judgments", [
-    ("cranfield", 1400, 225, 1612), ("cisi", 1460, 76, 3114), ("medline", 1033, 30, 696), ("cacm", 3204, 52, 796),
-])
+@pytest.mark.parametrize(
+    "name, docs, judged, judgments",
+    [
+        ("cranfield", 1400, 225, 1612),
+        ("cisi", 1460, 76, 3114),
+        ("medline", 1033, 30, 696),
+        ("cacm", 3204, 52, 796),
+    ],
+)
 def test_real_classic_counts(shared, name, docs, judged, judgments):
     dataset = load_beir(shared / "data" / "classic" / name, "test")
     assert len(dataset.corpus) == docs
@@ -306,10 +332,14 @@ def test_real_classic_counts(shared, name, docs, judged, judgments):
         assert {g for d in dataset.qrels.values() for g in d.values()} <= {1, 2, 3, 4}
 
 
-@pytest.mark.parametrize("name, queries, judgments", [
-    ("qrels.dl19-passage.txt", 43, 9260), ("qrels.dl20-passage.txt", 54, 11386),
-    ("qrels.msmarco-passage.dev-subset.txt", 6980, 7437),
-])
+@pytest.mark.parametrize(
+    "name, queries, judgments",
+    [
+        ("qrels.dl19-passage.txt", 43, 9260),
+        ("qrels.dl20-passage.txt", 54, 11386),
+        ("qrels.msmarco-passage.dev-subset.txt", 6980, 7437),
+    ],
+)
 def test_real_trec_qrels(shared, name, queries, judgments):
     qrels = read_qrels(shared / "data" / "trec" / name)
     assert len(qrels) == queries and sum(len(d) for d in qrels.values()) == judgments
@@ -334,7 +364,14 @@ def test_real_trec_topics_and_toy_tsv(shared):
 @pytest.mark.parametrize("gz", [False, True])
 def test_corpus_count_is_the_number_of_records_read(tmp_path, gz):
     # the progress bar's total: blank and whitespace-only lines are not records, CRLF ends are
-    lines = ['{"_id": "a", "text": "x"}', "", "   ", '{"_id": "b", "text": "y"}', '{"_id": "c", "title": "t", "text": "z"}', ""]
+    lines = [
+        '{"_id": "a", "text": "x"}',
+        "",
+        "   ",
+        '{"_id": "b", "text": "y"}',
+        '{"_id": "c", "title": "t", "text": "z"}',
+        "",
+    ]
     raw = "\r\n".join(lines).encode()
     path = tmp_path / ("corpus.jsonl.gz" if gz else "corpus.jsonl")
     path.write_bytes(gzip.compress(raw) if gz else raw)

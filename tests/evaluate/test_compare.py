@@ -85,26 +85,56 @@ def test_cli_compare_writes_table_json_and_plots(tmp_path):
 
     qrels, run_a, run_b = _runs()
     qrels_path = tmp_path / "qrels.tsv"
-    qrels_path.write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()), encoding="utf-8")
+    qrels_path.write_text(
+        "query-id\tcorpus-id\tscore\n"
+        + "".join(f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()),
+        encoding="utf-8",
+    )
     write_run(run_a, tmp_path / "a.trec")
     write_run(run_b, tmp_path / "b.trec")
     out = tmp_path / "cmp"
-    result = CliRunner().invoke(app, ["compare", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--qrels",
-                                      str(qrels_path), "-m", "MRR@10", "-m", "R@1", "--permutations", "500",
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            str(tmp_path / "a.trec"),
+            str(tmp_path / "b.trec"),
+            "--qrels",
+            str(qrels_path),
+            "-m",
+            "MRR@10",
+            "-m",
+            "R@1",
+            "--permutations",
+            "500",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "| MRR@10 |" in result.output and "p (randomisation)" in result.output
     saved = json.loads((out / "compare.json").read_text())
     assert saved["measures"]["R@1"]["delta"] == pytest.approx((11 - 4) / 12)  # B: 11 at rank 1; A: 4 (i % 3 == 0)
     assert saved["judged_queries"] == 12 and saved["judged_queries_answered"] == {"a": 12, "b": 11}
-    assert saved["measures"]["MRR@10"]["permutations"] == 500 and saved["conventions"]["name"] == "beir"  # from the qrels path
+    assert (
+        saved["measures"]["MRR@10"]["permutations"] == 500 and saved["conventions"]["name"] == "beir"
+    )  # from the qrels path
     deltas = json.loads((out / "per_query_delta.json").read_text())
     assert set(deltas["R@1"]) == set(qrels)
     for name in ("delta_MRR@10.png", "delta_R@1.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    missing = CliRunner().invoke(app, ["compare", str(tmp_path / "a.trec"), str(tmp_path / "nope.trec"), "--qrels",
-                                       str(qrels_path), "--out", str(out)])
+    missing = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            str(tmp_path / "a.trec"),
+            str(tmp_path / "nope.trec"),
+            "--qrels",
+            str(qrels_path),
+            "--out",
+            str(out),
+        ],
+    )
     assert missing.exit_code == 2 and "nope.trec" in missing.output
 
 
@@ -114,7 +144,9 @@ def test_run_labels_tell_runs_of_the_same_file_name_apart(tmp_path):
     from spladekit.cli.evaluate import run_labels
 
     # the demo writes before/run.trec and after/run.trec: the table showed "run.trec" twice
-    assert run_labels(Path("out/demo/before/run.trec"), Path("out/demo/after/run.trec")) == ("before/run.trec", "after/run.trec")
+    assert run_labels(Path("out/demo/before/run.trec"), Path("out/demo/after/run.trec")) == (
+        "before/run.trec",
+        "after/run.trec",
+    )
     assert run_labels(Path("a.trec"), Path("x/b.trec")) == ("a.trec", "b.trec")
     assert run_labels(Path("x/a.trec"), Path("x/a.trec")) == ("A: a.trec", "B: a.trec")
-

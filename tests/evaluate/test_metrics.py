@@ -37,8 +37,12 @@ def test_hand_computed_default_and_trec_dl_levels():
     assert dl["MAP"] == pytest.approx((1 / 3) / 2)
     assert dl["R@1000"] == pytest.approx(1 / 2)
     assert dl["nDCG@10"] == pytest.approx(dcg / idcg)
-    assert dl["conventions"]["measures"] == {"nDCG@10": "nDCG@10", "MRR@10": "RR(rel=2)@10", "MAP": "AP(rel=2)",
-                                             "R@1000": "R(rel=2)@1000"}
+    assert dl["conventions"]["measures"] == {
+        "nDCG@10": "nDCG@10",
+        "MRR@10": "RR(rel=2)@10",
+        "MAP": "AP(rel=2)",
+        "R@1000": "R(rel=2)@1000",
+    }
     # per-measure selection: only MRR at level 2
     mixed = evaluate(RUN, QRELS, MEASURES, EvalConventions(relevance_levels={"MRR": 2}))
     assert mixed["MRR@10"] == pytest.approx(1 / 3) and mixed["R@1000"] == pytest.approx(2 / 3)
@@ -104,7 +108,9 @@ def test_presets_and_validation():
 
 def test_document_ids_that_match_nothing_judged_are_warned_about():
     qrels = {"q1": {"486": 1, "12": 0}, "q2": {"7": 2}}
-    with pytest.warns(UserWarning, match=r"none of the documents the run retrieves for its 2 judged queries is judged.*'D486'"):
+    with pytest.warns(
+        UserWarning, match=r"none of the documents the run retrieves for its 2 judged queries is judged.*'D486'"
+    ):
         result = evaluate({"q1": {"D486": 3.0, "D12": 1.0}, "q2": {"D7": 2.0}}, qrels, ["nDCG@10"])
     assert result["nDCG@10"] == 0.0
     import warnings
@@ -125,11 +131,27 @@ def test_the_command_line_prints_a_warning_as_one_line_without_source(tmp_path):
     import os
 
     env = dict(os.environ, PYTHONPATH=str(P(__file__).resolve().parents[2] / "src"))
-    proc = subprocess.run([sys.executable, "-m", "spladekit", "evaluate", "--run", str(tmp_path / "run.trec"), "--qrels",
-                           str(tmp_path / "qrels.txt")], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "evaluate",
+            "--run",
+            str(tmp_path / "run.trec"),
+            "--qrels",
+            str(tmp_path / "qrels.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "none of the documents" in line]
-    assert len(lines) == 1 and lines[0].startswith("warning: none of the documents") and ".py:" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("warning: none of the documents") and ".py:" not in proc.stderr, (
+        proc.stderr
+    )
 
 
 def test_tie_break_is_the_same_in_run_files_and_evaluation(tmp_path):
@@ -187,8 +209,22 @@ def test_cli_evaluate_run_records_conventions(tmp_path):
     run = tmp_path / "run.trec"
     write_run(RUN, run)
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["evaluate", "--run", str(run), "--qrels", str(qrels), "--preset", "trec-dl",
-                                      "--rel", "MRR=1", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "--run",
+            str(run),
+            "--qrels",
+            str(qrels),
+            "--preset",
+            "trec-dl",
+            "--rel",
+            "MRR=1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["MRR@10"] == pytest.approx(1 / 2)  # MRR at level 1 by --rel, recall at 2 by the preset
@@ -324,12 +360,27 @@ def test_model_evaluation_records_conventions_and_keeps_issue2_keys(tiny_bert_di
     from spladekit.cli import app
 
     out = tmp_path / "eval"
-    result = CliRunner().invoke(app, ["evaluate", "--model", str(tiny_bert_dir), "--data", str(tiny_beir), "--out",
-                                      str(out), "--preset", "arguana"])
+    result = CliRunner().invoke(
+        app,
+        ["evaluate", "--model", str(tiny_bert_dir), "--data", str(tiny_beir), "--out", str(out), "--preset", "arguana"],
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
-    for key in ("nDCG@10", "MRR@10", "R@100", "R@1000", "num_queries", "avg_query_terms", "avg_doc_terms", "flops",
-                "truncated_docs", "truncated_queries", "num_skipped", "num_unretrieved", "removed_query_id_docs"):
+    for key in (
+        "nDCG@10",
+        "MRR@10",
+        "R@100",
+        "R@1000",
+        "num_queries",
+        "avg_query_terms",
+        "avg_doc_terms",
+        "flops",
+        "truncated_docs",
+        "truncated_queries",
+        "num_skipped",
+        "num_unretrieved",
+        "removed_query_id_docs",
+    ):
         assert key in metrics, key
     assert metrics["conventions"]["name"] == "arguana" and metrics["conventions"]["remove_query_id"] is True
     assert json.loads((out / "config.json").read_text())["conventions"]["name"] == "arguana"

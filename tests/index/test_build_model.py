@@ -29,8 +29,9 @@ def test_index_built_from_an_encoder_searches_texts_with_that_model(tiny_bert_di
         assert abs(top[1] - scores[row, best]) <= 1e-5 * max(1.0, abs(scores[row, best]))  # float32 sums, reordered
 
 
-def test_an_index_built_with_an_encoder_searches_texts_with_it_without_loading_the_model_again(tiny_bert_dir, tiny_beir, tmp_path,
-                                                                                                monkeypatch):
+def test_an_index_built_with_an_encoder_searches_texts_with_it_without_loading_the_model_again(
+    tiny_bert_dir, tiny_beir, tmp_path, monkeypatch
+):
     """Loads of the model counted through ``SpladeEncoder.from_pretrained`` (the real loader, wrapped):
     build then search loads it once; a reopened folder loads the recorded model once; an index whose
     ``index.json`` names another query model does not search with the build's encoder."""
@@ -51,6 +52,8 @@ def test_an_index_built_with_an_encoder_searches_texts_with_it_without_loading_t
     again = reopened.search(ds.queries, k=5)
     assert len(loads) == 2 and again.run == built.run  # the recorded model, loaded once: the same run
     other = Index.build(encoder, ds.corpus, tmp_path / "other", metadata={"model": str(tmp_path / "another-model")})
-    with pytest.raises(ResolutionError, match="another-model"):  # index.json names another model: that one is loaded, not the build's encoder
+    with pytest.raises(
+        ResolutionError, match="another-model"
+    ):  # index.json names another model: that one is loaded, not the build's encoder
         other.search(ds.queries, k=5)
     assert len(loads) == 3

@@ -88,8 +88,12 @@ def test_a_long_row_cut_at_a_sampled_threshold_gives_the_same_top_k(monkeypatch,
     # itself checked against a sort of the whole row by (score descending, tie rank)
     rng = np.random.default_rng(3)
     n = 300_000
-    scores = {"distinct": rng.random(n), "few-values": rng.integers(0, 30, n),
-              "mostly-zero": np.where(rng.random(n) < 0.002, rng.random(n), 0), "half-zero": np.where(rng.random(n) < 0.5, rng.random(n), 0)}[kind]
+    scores = {
+        "distinct": rng.random(n),
+        "few-values": rng.integers(0, 30, n),
+        "mostly-zero": np.where(rng.random(n) < 0.002, rng.random(n), 0),
+        "half-zero": np.where(rng.random(n) < 0.5, rng.random(n), 0),
+    }[kind]
     scores = scores.astype(np.float32)
     tie = rng.permutation(n)
     for k in (1, 10, 1000, 5000):
@@ -101,4 +105,6 @@ def test_a_long_row_cut_at_a_sampled_threshold_gives_the_same_top_k(monkeypatch,
         positive = np.flatnonzero(scores > 0)
         want = positive[np.lexsort((tie[positive], -scores[positive]))][:k]
         assert [row for row, _ in cut] == want.tolist()
-    assert exact_module._sampled_cut(scores, 10) is not None or kind == "mostly-zero"  # the cut was taken (a sample holds positives)
+    assert (
+        exact_module._sampled_cut(scores, 10) is not None or kind == "mostly-zero"
+    )  # the cut was taken (a sample holds positives)

@@ -67,8 +67,12 @@ def test_streamed_import_writes_the_in_memory_import_byte_for_byte(tmp_path, mon
     monkeypatch.setattr(writer, "PIECE_BYTES", writer.MIN_BUDGET // 8 // BLOCK)
     monkeypatch.setattr(writer, "RUN_BYTES", writer.MIN_BUDGET // 2 // 61)
     monkeypatch.setattr(writer, "MERGE_BYTES", writer.MIN_BUDGET * 3 // 4 // 50)
-    import_to_index(fmt, tmp_path / "exp", VOCAB, tmp_path / "streamed", metadata={"model": "M"}, memory_budget=writer.MIN_BUDGET)
-    assert files(tmp_path / "streamed") == files(tmp_path / "memory")  # same rows into a writer whose output is independent of blocks
+    import_to_index(
+        fmt, tmp_path / "exp", VOCAB, tmp_path / "streamed", metadata={"model": "M"}, memory_budget=writer.MIN_BUDGET
+    )
+    assert files(tmp_path / "streamed") == files(
+        tmp_path / "memory"
+    )  # same rows into a writer whose output is independent of blocks
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "memory", "streamed"]  # the scratch rows are gone
 
     # the blocks themselves: consecutive row ranges of the matrix, ≤ BLOCK entries unless one row
@@ -85,13 +89,23 @@ def test_streamed_import_writes_the_in_memory_import_byte_for_byte(tmp_path, mon
     assert row == matrix.shape[0]
 
 
-@pytest.mark.parametrize("fmt, line, message", [
-    ("seismic", '{"id": "x", "vector": {"nope": 1.0}}', "line 3: field 'vector': token 'nope' is not in the model's vocabulary"),
-    ("qdrant", '{"id": 2, "payload": {"doc_id": "x"}, "vector": {"splade": {"indices": [99], "values": [1.0]}}}',
-     "line 3: field 'indices': index 99 ≥ vocabulary size 60"),
-    ("pgvector", "2\tx\t{1:0.5}/61", "line 3: field 'v': dimension 61 ≠ vocabulary size 60"),
-    ("anserini", "not json", "line 3: not valid JSON (Expecting value, column 1)"),  # spladekit.io.read_jsonl
-])
+@pytest.mark.parametrize(
+    "fmt, line, message",
+    [
+        (
+            "seismic",
+            '{"id": "x", "vector": {"nope": 1.0}}',
+            "line 3: field 'vector': token 'nope' is not in the model's vocabulary",
+        ),
+        (
+            "qdrant",
+            '{"id": 2, "payload": {"doc_id": "x"}, "vector": {"splade": {"indices": [99], "values": [1.0]}}}',
+            "line 3: field 'indices': index 99 ≥ vocabulary size 60",
+        ),
+        ("pgvector", "2\tx\t{1:0.5}/61", "line 3: field 'v': dimension 61 ≠ vocabulary size 60"),
+        ("anserini", "not json", "line 3: not valid JSON (Expecting value, column 1)"),  # spladekit.io.read_jsonl
+    ],
+)
 def test_a_bad_line_fails_the_streamed_import_as_it_fails_the_in_memory_one(tmp_path, fmt, line, message):
     m, ids = vectors(rows=2)
     export_vectors(fmt, tmp_path / "exp", m, ids, VOCAB)
@@ -112,11 +126,15 @@ def test_an_empty_file_repeated_ids_and_a_non_finite_weight_are_refused(tmp_path
     (tmp_path / "empty.jsonl").write_text("\n\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match=re.escape(f"{tmp_path / 'empty.jsonl'}: no vectors: the file is empty")):
         import_to_index("seismic", tmp_path / "empty.jsonl", VOCAB, tmp_path / "out")
-    twice = '{"id": "a", "vector": {"t1": 1.0}}\n{"id": "b", "vector": {"t2": 1.0}}\n{"id": "a", "vector": {"t3": 1.0}}\n'
+    twice = (
+        '{"id": "a", "vector": {"t1": 1.0}}\n{"id": "b", "vector": {"t2": 1.0}}\n{"id": "a", "vector": {"t3": 1.0}}\n'
+    )
     (tmp_path / "twice.jsonl").write_text(twice, encoding="utf-8")
     with pytest.raises(ValueError, match="'a' is given twice"):
         import_to_index("seismic", tmp_path / "twice.jsonl", VOCAB, tmp_path / "out")
-    (tmp_path / "inf.jsonl").write_text('{"id": "a", "vector": {"t1": 1.0}}\n{"id": "b", "vector": {"t2": Infinity}}\n', encoding="utf-8")
+    (tmp_path / "inf.jsonl").write_text(
+        '{"id": "a", "vector": {"t1": 1.0}}\n{"id": "b", "vector": {"t2": Infinity}}\n', encoding="utf-8"
+    )
     with pytest.raises(DataFormatError, match=r"inf\.jsonl, line 2.*not finite \(inf\)"):  # refused as it is read
         import_to_index("seismic", tmp_path / "inf.jsonl", VOCAB, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "inf.jsonl", "twice.jsonl"]
@@ -132,7 +150,7 @@ def test_an_empty_file_repeated_ids_and_a_non_finite_weight_are_refused(tmp_path
 BUDGET = writer.MIN_BUDGET  # 16 MiB, the smallest the writer accepts
 DOCS, TERMS, VOCAB_SIZE = 10_000, 400, 30_522  # 4M entries: 46 MiB as an int64/float32 CSR, 2.9 × the budget
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import json, re, sys, time
     from pathlib import Path
     from spladekit.index.export import import_to_index, import_vectors
@@ -156,7 +174,7 @@ PROBE = textwrap.dedent('''
             del matrix, ids
         result[mode] = {"growth": status("VmHWM") - base, "seconds": time.perf_counter() - start}
     print(json.dumps(result))
-''')
+""")
 
 
 def probe(*args) -> dict:
@@ -172,7 +190,9 @@ def point_chunks():
     column ids and integer weights."""
     rng = np.random.default_rng(0)
     for start in range(0, DOCS, 1000):
-        cols = np.sort(rng.integers(0, VOCAB_SIZE // TERMS, size=(1000, TERMS)) + np.arange(TERMS) * (VOCAB_SIZE // TERMS), axis=1)
+        cols = np.sort(
+            rng.integers(0, VOCAB_SIZE // TERMS, size=(1000, TERMS)) + np.arange(TERMS) * (VOCAB_SIZE // TERMS), axis=1
+        )
         yield start, cols, rng.integers(1, 1000, size=(1000, TERMS))
 
 
@@ -182,12 +202,19 @@ def write_points(path: Path) -> int:
     with open(path, "w", encoding="utf-8") as f:
         for start, cols, vals in point_chunks():
             for i in range(1000):
-                f.write(f'{{"id": {start + i}, "payload": {{"doc_id": "doc{start + i}"}}, "vector": {{"splade": {{"indices": ['
-                        + ",".join(map(str, cols[i].tolist())) + '], "values": [' + ",".join(map(str, vals[i].tolist())) + "]}}}\n")
+                f.write(
+                    f'{{"id": {start + i}, "payload": {{"doc_id": "doc{start + i}"}}, "vector": {{"splade": {{"indices": ['
+                    + ",".join(map(str, cols[i].tolist()))
+                    + '], "values": ['
+                    + ",".join(map(str, vals[i].tolist()))
+                    + "]}}}\n"
+                )
     return DOCS * TERMS
 
 
-@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak memory is read (and reset) from Linux /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="peak memory is read (and reset) from Linux /proc"
+)
 def test_an_import_several_times_the_budget_stays_within_it(tmp_path):
     entries = write_points(tmp_path / "points.jsonl")
     in_memory_csr = entries * (8 + 4) + (DOCS + 1) * 8  # int64 indices + float32 weights + indptr (rows_to_csr)
@@ -195,10 +222,19 @@ def test_an_import_several_times_the_budget_stays_within_it(tmp_path):
     # the in-memory import this replaces, on half the points (to keep the test short): already over the bound
     with open(tmp_path / "points.jsonl", "rb") as whole, open(tmp_path / "half.jsonl", "wb") as half:
         half.writelines(line for _, line in zip(range(DOCS // 2), whole))
-    peaks = probe(tmp_path / "points.jsonl", tmp_path / "streamed", tmp_path / "half.jsonl", tmp_path / "memory", BUDGET, VOCAB_SIZE)
+    peaks = probe(
+        tmp_path / "points.jsonl",
+        tmp_path / "streamed",
+        tmp_path / "half.jsonl",
+        tmp_path / "memory",
+        BUDGET,
+        VOCAB_SIZE,
+    )
     streamed, memory = peaks["streamed"], peaks["memory"]
-    print(f"peak growth: streamed {streamed['growth'] / 2**20:.1f} MiB ({streamed['seconds']:.1f} s), in memory (half the points) "
-          f"{memory['growth'] / 2**20:.1f} MiB ({memory['seconds']:.1f} s), budget {BUDGET / 2**20:.0f} MiB, in-memory CSR {in_memory_csr / 2**20:.1f} MiB")
+    print(
+        f"peak growth: streamed {streamed['growth'] / 2**20:.1f} MiB ({streamed['seconds']:.1f} s), in memory (half the points) "
+        f"{memory['growth'] / 2**20:.1f} MiB ({memory['seconds']:.1f} s), budget {BUDGET / 2**20:.0f} MiB, in-memory CSR {in_memory_csr / 2**20:.1f} MiB"
+    )
     # the budget covers the writer's work (tests/index/test_writer.py: ≤ budget + 8 MiB); on top:
     # the ids (10,000 × (≤ 8 + 16) bytes < 0.3 MB), one parsed point (400 ints and weights as Python
     # objects and arrays, < 0.1 MB), one block (≤ budget / 384 entries as int32 + float32 + its
@@ -206,7 +242,11 @@ def test_an_import_several_times_the_budget_stays_within_it(tmp_path):
     assert streamed["growth"] <= BUDGET + (8 << 20), streamed
     assert memory["growth"] > BUDGET + (8 << 20), memory  # the bound tells the two apart: it can fail
     index = Index.open(tmp_path / "streamed")  # mapped, not read
-    assert index.docs.shape == (DOCS, VOCAB_SIZE) and index.docs.nnz == entries and list(index.doc_ids) == [f"doc{i}" for i in range(DOCS)]
+    assert (
+        index.docs.shape == (DOCS, VOCAB_SIZE)
+        and index.docs.nnz == entries
+        and list(index.doc_ids) == [f"doc{i}" for i in range(DOCS)]
+    )
     np.testing.assert_array_equal(index.docs.indptr, np.arange(0, entries + 1, TERMS))
     for start, cols, vals in point_chunks():  # every row, against the generator (integer weights: exact in float32)
         a, b = start * TERMS, (start + 1000) * TERMS

@@ -46,8 +46,12 @@ def test_min_max_normalisation_and_fusion():
     assert list(fused["q1"]) == ["a", "c", "b", "d"]
     weighted = score_fusion([A, B], norm="min-max", weights=[0.3, 0.7])
     # a .3, b .15, c .7, d .35
-    assert weighted["q1"] == {"c": pytest.approx(0.7), "d": pytest.approx(0.35), "a": pytest.approx(0.3),
-                              "b": pytest.approx(0.15)}
+    assert weighted["q1"] == {
+        "c": pytest.approx(0.7),
+        "d": pytest.approx(0.35),
+        "a": pytest.approx(0.3),
+        "b": pytest.approx(0.15),
+    }
     assert list(weighted["q1"]) == ["c", "d", "a", "b"]
 
 
@@ -89,26 +93,69 @@ def test_fuse_cli(tmp_path):
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\tc\t1\n", encoding="utf-8")
     out = tmp_path / "fused.trec"
-    result = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(out),
-                                      "--method", "rrf", "--qrels", str(qrels)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "fuse",
+            str(tmp_path / "a.trec"),
+            str(tmp_path / "b.trec"),
+            "--out",
+            str(out),
+            "--method",
+            "rrf",
+            "--qrels",
+            str(qrels),
+        ],
+    )
     assert result.exit_code == 0, result.output
     fused = read_run(out)
     # a at ranks 1 and 3: 0.0 + 1/61 + 1/63, the same float operations here; the file keeps every digit (repr)
     assert fused["q1"]["a"] == 0.0 + 1 / 61 + 1 / 63
     settings = json.loads((tmp_path / "fused.trec.config.json").read_text())
-    assert settings["fusion"]["rrf_k"] == 60 and settings["runs"] == [str(tmp_path / "a.trec"), str(tmp_path / "b.trec")]
+    assert settings["fusion"]["rrf_k"] == 60 and settings["runs"] == [
+        str(tmp_path / "a.trec"),
+        str(tmp_path / "b.trec"),
+    ]
     assert "norm" not in settings["fusion"]  # score fusion's setting: RRF does not read it
     saved = json.loads((tmp_path / "fused.trec.metrics.json").read_text())
     assert saved["MRR@10"] == pytest.approx(0.5) and saved["qrels"] == str(qrels)
     # c is the only relevant document, ranked 2nd after a (tie broken by doc id): MRR@10 = 1/2
     assert json.loads(result.stdout.split("\nconventions")[0])["MRR@10"] == pytest.approx(0.5)
-    chosen = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(out),
-                                      "--qrels", str(qrels), "-m", "MRR@10", "-m", "R@2"])  # -m as in evaluate and compare
+    chosen = CliRunner().invoke(
+        app,
+        [
+            "fuse",
+            str(tmp_path / "a.trec"),
+            str(tmp_path / "b.trec"),
+            "--out",
+            str(out),
+            "--qrels",
+            str(qrels),
+            "-m",
+            "MRR@10",
+            "-m",
+            "R@2",
+        ],
+    )  # -m as in evaluate and compare
     assert chosen.exit_code == 0, chosen.output
     saved = json.loads((tmp_path / "fused.trec.metrics.json").read_text())
     assert {k for k in saved if "@" in k} == {"MRR@10", "R@2"} and saved["R@2"] == 1.0  # c at rank 2
-    bad = CliRunner().invoke(app, ["fuse", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--out", str(tmp_path / "x.trec"),
-                                   "--weight", "1", "--weight", "2", "--weight", "3"])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "fuse",
+            str(tmp_path / "a.trec"),
+            str(tmp_path / "b.trec"),
+            "--out",
+            str(tmp_path / "x.trec"),
+            "--weight",
+            "1",
+            "--weight",
+            "2",
+            "--weight",
+            "3",
+        ],
+    )
     assert bad.exit_code == 2 and "3 fusion weights for 2 runs" in bad.output
 
 
@@ -128,20 +175,31 @@ def test_one_run_or_all_zero_weights_are_refused():
     assert fuse([A, B], weights=[0.0, 1.0]) == reciprocal_rank_fusion([B, A], weights=[1.0, 0.0])  # one zero is fine
 
 
-@pytest.mark.parametrize("args, lines", [
-    (["{a}"], ["error: fusion needs at least two runs, got 1"]),
-    (["{a}", "{sub}/../a.trec"], ["error: {sub}/../a.trec: the same run file as {a}, given twice"]),
-    (["{a}", "{b}", "--weight", "0", "--weight", "0"], ["error: --weight: fusion weights are all 0 ([0.0, 0.0])"]),
-    (["{a}", "{b}", "--method", "borda"], ["error: --method: Input should be 'rrf' or 'score'"]),
-    (["{a}", "{b}", "--rrf-k", "inf"], ["error: --rrf-k: Input should be a finite number"]),  # every score 0
-    # a copy of A: document a scores 1 in both, 1e308 + 1e308 = inf
-    (["{a}", "{a2}", "--method", "score", "--weight", "1e308", "--weight", "1e308"], ["error: query 'q1': a fused score overflowed"]),
-    (["{a}", "{out}"], ["error: {out}: a run to fuse is also the --out"]),
-    (["{a}", "{b}", "-m", "nDCG@10"], ["error: --measure goes with --qrels"]),
-    # two bad options: one line each, naming the option (no pydantic dump)
-    (["{a}", "{b}", "--rrf-k", "0", "--depth", "0"], ["error: --rrf-k: Input should be greater than 0",
-                                                      "error: --depth: Input should be greater than or equal to 1"]),
-])
+@pytest.mark.parametrize(
+    "args, lines",
+    [
+        (["{a}"], ["error: fusion needs at least two runs, got 1"]),
+        (["{a}", "{sub}/../a.trec"], ["error: {sub}/../a.trec: the same run file as {a}, given twice"]),
+        (["{a}", "{b}", "--weight", "0", "--weight", "0"], ["error: --weight: fusion weights are all 0 ([0.0, 0.0])"]),
+        (["{a}", "{b}", "--method", "borda"], ["error: --method: Input should be 'rrf' or 'score'"]),
+        (["{a}", "{b}", "--rrf-k", "inf"], ["error: --rrf-k: Input should be a finite number"]),  # every score 0
+        # a copy of A: document a scores 1 in both, 1e308 + 1e308 = inf
+        (
+            ["{a}", "{a2}", "--method", "score", "--weight", "1e308", "--weight", "1e308"],
+            ["error: query 'q1': a fused score overflowed"],
+        ),
+        (["{a}", "{out}"], ["error: {out}: a run to fuse is also the --out"]),
+        (["{a}", "{b}", "-m", "nDCG@10"], ["error: --measure goes with --qrels"]),
+        # two bad options: one line each, naming the option (no pydantic dump)
+        (
+            ["{a}", "{b}", "--rrf-k", "0", "--depth", "0"],
+            [
+                "error: --rrf-k: Input should be greater than 0",
+                "error: --depth: Input should be greater than or equal to 1",
+            ],
+        ),
+    ],
+)
 def test_fuse_cli_refuses_bad_runs_and_options_naming_them(tmp_path, args, lines):
     from typer.testing import CliRunner
 
@@ -153,7 +211,13 @@ def test_fuse_cli_refuses_bad_runs_and_options_naming_them(tmp_path, args, lines
     (tmp_path / "sub").mkdir()
     out = tmp_path / "fused.trec"
     write_run(A, tmp_path / "a2.trec")
-    names = {"a": tmp_path / "a.trec", "a2": tmp_path / "a2.trec", "b": tmp_path / "b.trec", "sub": tmp_path / "sub", "out": out}
+    names = {
+        "a": tmp_path / "a.trec",
+        "a2": tmp_path / "a2.trec",
+        "b": tmp_path / "b.trec",
+        "sub": tmp_path / "sub",
+        "out": out,
+    }
     result = CliRunner().invoke(app, ["fuse", *(a.format(**names) for a in args), "--out", str(out)])
     assert result.exit_code == 2, result.output
     printed = result.output.splitlines()
@@ -192,18 +256,30 @@ def test_demo_rows_without_training(tiny_bert_dir, tiny_beir, tmp_path, capsys):
     # by the recorded model, without naming it; == holds by construction: the same weights through the
     # same encoder code on the same machine ("a query" is far below either max length)
     again = kept.search(["a query"], k=3).run
-    assert again == Index.open(kept.folder).search(["a query"], k=3, encoder=SpladeEncoder.from_pretrained(tiny_bert_dir)).run
+    assert (
+        again
+        == Index.open(kept.folder).search(["a query"], k=3, encoder=SpladeEncoder.from_pretrained(tiny_bert_dir)).run
+    )
     assert splade.metrics["query_ms"] > 0 and free.metrics["query_ms"] > 0
-    assert free.metrics["nDCG@10"] == evaluate(free.run, load_qrels(tiny_beir))["nDCG@10"]  # the printed number is its run's
+    assert (
+        free.metrics["nDCG@10"] == evaluate(free.run, load_qrels(tiny_beir))["nDCG@10"]
+    )  # the printed number is its run's
     printed = capsys.readouterr().out
     assert "| inference-free (IDF queries, same docs) |" in printed and "query ms" in printed
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary[rrf.name]["fusion"]["rrf_k"] == 60
     assert (tmp_path / "demo" / "fused_rrf" / "run.trec").exists()
-    _check_delta_plot(tmp_path / "demo", results, [splade.name, "bm25", "inference_free", "fused_rrf", "fused_minmax"],
-                      [("bm25", splade.name), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
-                      [("BM25", splade.name), ("BM25", f"fused RRF ({splade.name} + BM25)"),
-                       ("BM25", f"fused min-max ({splade.name} + BM25)")])
+    _check_delta_plot(
+        tmp_path / "demo",
+        results,
+        [splade.name, "bm25", "inference_free", "fused_rrf", "fused_minmax"],
+        [("bm25", splade.name), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
+        [
+            ("BM25", splade.name),
+            ("BM25", f"fused RRF ({splade.name} + BM25)"),
+            ("BM25", f"fused min-max ({splade.name} + BM25)"),
+        ],
+    )
 
 
 def _check_delta_plot(out, results, folders, pairs, labels):
@@ -214,9 +290,15 @@ def _check_delta_plot(out, results, folders, pairs, labels):
 
     from spladekit.demo import delta_pairs
 
-    written = {folder: json.loads((out / folder / "per_query.json").read_text())["nDCG@10"] for pair in pairs for folder in pair}
-    expected = [(label_a, label_b, {q: written[b][q] - written[a][q] for q in written[a]})
-                for (a, b), (label_a, label_b) in zip(pairs, labels)]
+    written = {
+        folder: json.loads((out / folder / "per_query.json").read_text())["nDCG@10"]
+        for pair in pairs
+        for folder in pair
+    }
+    expected = [
+        (label_a, label_b, {q: written[b][q] - written[a][q] for q in written[a]})
+        for (a, b), (label_a, label_b) in zip(pairs, labels)
+    ]
     assert all(set(written[a]) == set(written[b]) for a, b in pairs)  # every judged query on both sides
     assert delta_pairs(results, folders) == expected
     image = matplotlib.image.imread(out / "per_query_ndcg10.png")  # 120 dpi; panels of 3.2 in stacked, 9 in wide

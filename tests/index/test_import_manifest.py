@@ -33,8 +33,22 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("manifest")
     model, beir = make_model(root / "model"), make_beir(root / "beir")
     out = root / "index"
-    result = CliRunner().invoke(app, ["index", "--model", str(model), "--data", str(beir), "--out", str(out),
-                                      "--batch-size", "4", "--head-impl", "plain"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "index",
+            "--model",
+            str(model),
+            "--data",
+            str(beir),
+            "--out",
+            str(out),
+            "--batch-size",
+            "4",
+            "--head-impl",
+            "plain",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return model, out
 
@@ -45,7 +59,9 @@ def test_import_takes_the_model_export_json_names(built, tmp_path):
     r = runner.invoke(app, ["export", "--index", str(index), "--format", "seismic", "--out", str(tmp_path / "exp")])
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "exp" / "export.json").read_text())["model"] == str(model)
-    r = runner.invoke(app, ["import", "--input", str(tmp_path / "exp"), "--format", "seismic", "--out", str(tmp_path / "back")])
+    r = runner.invoke(
+        app, ["import", "--input", str(tmp_path / "exp"), "--format", "seismic", "--out", str(tmp_path / "back")]
+    )
     assert r.exit_code == 0, r.output
     assert f"model: {model} (from {tmp_path / 'exp' / 'export.json'})" in r.output
     vectors, ids, meta = load_index(index)
@@ -60,7 +76,9 @@ def test_import_without_a_named_model_asks_for_one(tmp_path):
     m = sp.csr_matrix(np.eye(3, V, dtype=np.float32))
     export_vectors("seismic", tmp_path / "exp", m, ["a", "b", "c"], VOCAB)  # model=None: none recorded
     runner = CliRunner()
-    r = runner.invoke(app, ["import", "--input", str(tmp_path / "exp"), "--format", "seismic", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app, ["import", "--input", str(tmp_path / "exp"), "--format", "seismic", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 2 and f"{tmp_path / 'exp' / 'export.json'} names no model" in r.output, r.output
     data = tmp_path / "exp" / FILES["seismic"]
     r = runner.invoke(app, ["import", "--input", str(data), "--format", "seismic", "--out", str(tmp_path / "o")])
@@ -87,8 +105,11 @@ def test_a_repeated_id_is_named_with_both_lines(tmp_path, fmt):
     with pytest.raises(DataFormatError) as caught:
         import_to_index(fmt, folder, VOCAB, out)
     assert caught.value.line == second and caught.value.path == data
-    assert re.search(rf"line {second}: field 'id': document id 'd1' is given twice: vector 2 \(line {first}\) "
-                     rf"and vector 5 \(line {second}\)", str(caught.value)), str(caught.value)
+    assert re.search(
+        rf"line {second}: field 'id': document id 'd1' is given twice: vector 2 \(line {first}\) "
+        rf"and vector 5 \(line {second}\)",
+        str(caught.value),
+    ), str(caught.value)
     # a failed import leaves nothing: no index, no scratch rows, and not the parents it had to make
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
 
@@ -102,9 +123,23 @@ def test_a_failed_cli_import_leaves_no_empty_parent_and_keeps_an_existing_one(tm
     (tmp_path / "kept").mkdir()
     runner = CliRunner()
     for out, left in ((tmp_path / "made" / "here" / "idx", "made"), (tmp_path / "kept" / "sub" / "idx", None)):
-        r = runner.invoke(app, ["import", "--input", str(tmp_path / "exp"), "--format", "qdrant", "--like", str(tmp_path / "like"),
-                                "--out", str(out)])
-        assert r.exit_code == 2 and "document id 'a' is given twice: vector 1 (line 1) and vector 3 (line 3)" in r.output, r.output
+        r = runner.invoke(
+            app,
+            [
+                "import",
+                "--input",
+                str(tmp_path / "exp"),
+                "--format",
+                "qdrant",
+                "--like",
+                str(tmp_path / "like"),
+                "--out",
+                str(out),
+            ],
+        )
+        assert (
+            r.exit_code == 2 and "document id 'a' is given twice: vector 1 (line 1) and vector 3 (line 3)" in r.output
+        ), r.output
         if left:
             assert not (tmp_path / left).exists()
     assert list((tmp_path / "kept").iterdir()) == []  # the folder that was there before stays; what was made goes

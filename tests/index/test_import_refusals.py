@@ -43,8 +43,10 @@ def test_a_file_cut_at_a_line_boundary_is_refused_by_the_manifest_count(tmp_path
     lines = data.read_text().splitlines(keepends=True)
     cut = 2 if fmt == "elastic" else 1  # elastic: an action line and its document
     data.write_text("".join(lines[:-cut]))  # every remaining line is whole: it parses cleanly
-    for attempt in (lambda: import_vectors(fmt, folder, VOCAB),
-                    lambda: import_to_index(fmt, folder, VOCAB, tmp_path / "out", memory_budget=1 << 24)):
+    for attempt in (
+        lambda: import_vectors(fmt, folder, VOCAB),
+        lambda: import_to_index(fmt, folder, VOCAB, tmp_path / "out", memory_budget=1 << 24),
+    ):
         with pytest.raises(DataFormatError, match=r"export\.json.*count.*announces 5 vectors, but 4 were read"):
             attempt()
     assert not (tmp_path / "out").exists()
@@ -72,7 +74,10 @@ def test_nan_weights_are_refused_naming_the_line(tmp_path):
         import_to_index("seismic", data, VOCAB, tmp_path / "out")
     with pytest.raises(ValueError, match="not finite"):
         normalise_entries([1, 2], [0.5, float("nan")])
-    assert normalise_entries([2, 1, 2], [0.5, 1.0, -0.25])[1].tolist() == [1.0, 0.25]  # the stated rule: summed, ≤ 0 dropped
+    assert normalise_entries([2, 1, 2], [0.5, 1.0, -0.25])[1].tolist() == [
+        1.0,
+        0.25,
+    ]  # the stated rule: summed, ≤ 0 dropped
 
 
 def test_weights_beyond_float32_are_refused_naming_the_line(tmp_path):
@@ -113,10 +118,14 @@ def test_an_integer_past_float64_is_refused_naming_the_line(tmp_path, fmt):
     def huge(record):
         if fmt in ("seismic", "elastic"):
             vector = record["vector" if fmt == "seismic" else next(k for k, v in record.items() if isinstance(v, dict))]
-            vector[next(iter(vector))] = 10 ** 400
+            vector[next(iter(vector))] = 10**400
         else:
-            vector = record["vector"]["splade"] if fmt == "qdrant" else next(v for v in record.values() if isinstance(v, dict))
-            vector["values"][0] = 10 ** 400
+            vector = (
+                record["vector"]["splade"]
+                if fmt == "qdrant"
+                else next(v for v in record.values() if isinstance(v, dict))
+            )
+            vector["values"][0] = 10**400
 
     _tamper(data, line, huge)
     with pytest.raises(DataFormatError, match=rf"line {line}.*beyond float64's range"):
@@ -132,7 +141,9 @@ def test_sparse_values_that_are_not_numbers_are_refused(tmp_path, fmt, value):
     data = folder / FILES[fmt]
 
     def bad(record):
-        vector = record["vector"]["splade"] if fmt == "qdrant" else next(v for v in record.values() if isinstance(v, dict))
+        vector = (
+            record["vector"]["splade"] if fmt == "qdrant" else next(v for v in record.values() if isinstance(v, dict))
+        )
         vector["values"][0] = value
 
     _tamper(data, 3, bad)
@@ -158,7 +169,9 @@ def test_repeated_keys_are_summed_in_term_vectors_only(tmp_path):
     data.write_text("\n".join(lines) + "\n")
     matrix, _ = import_vectors("seismic", data, VOCAB)
     original = json.loads(lines[1].replace('"t5": 0.25, "t5": 0.5, ', "", 1))["vector"]
-    assert matrix[1, 5] == np.float32(0.75 + original.get("t5", 0.0))  # float32 of the float64 sum, as normalise_entries stores it
+    assert matrix[1, 5] == np.float32(
+        0.75 + original.get("t5", 0.0)
+    )  # float32 of the float64 sum, as normalise_entries stores it
 
 
 @pytest.mark.parametrize("fmt", ["anserini", "ciff"])

@@ -104,8 +104,14 @@ def test_open_memory_maps_and_search_copies_nothing(tmp_path):
     assert np.array_equal(index.docs.toarray(), docs.toarray())  # stored as float32: exact round trip
     assert np.array_equal(index.postings.toarray(), docs.toarray().T)  # the term-major copy is the transpose
     index.search(random_vectors(3, 50, 0.2, 8), k=5)
-    assert mapped(index.postings.data) and mapped(index.postings.indices)  # scipy did not convert (copy) the posting arrays
-    stored = sum((tmp_path / "i" / f"{m}.{p}.npy").stat().st_size for m in ("docs", "postings") for p in ("indptr", "indices", "data"))
+    assert mapped(index.postings.data) and mapped(
+        index.postings.indices
+    )  # scipy did not convert (copy) the posting arrays
+    stored = sum(
+        (tmp_path / "i" / f"{m}.{p}.npy").stat().st_size
+        for m in ("docs", "postings")
+        for p in ("indptr", "indices", "data")
+    )
     arrays = 2 * (docs.nnz * (4 + 4)) + (500 + 1 + 50 + 1) * 4  # int32 indices, float32 data, int32 indptr
     assert arrays <= stored <= arrays + 6 * 256  # plus a .npy header (≤ 256 bytes) per array
 
@@ -115,15 +121,22 @@ def test_two_shards_give_the_run_of_one_folder(tmp_path):
     ids = shuffled_ids(600, 11)
     one = Index.from_vectors(tmp_path / "one", docs, ids)
     a, b = np.arange(0, 600, 2), np.arange(1, 600, 2)
-    shards = ShardedIndex([Index.from_vectors(tmp_path / "a", docs[a], [ids[i] for i in a]),
-                           Index.from_vectors(tmp_path / "b", docs[b], [ids[i] for i in b])])
+    shards = ShardedIndex(
+        [
+            Index.from_vectors(tmp_path / "a", docs[a], [ids[i] for i in a]),
+            Index.from_vectors(tmp_path / "b", docs[b], [ids[i] for i in b]),
+        ]
+    )
     for k in (1, 7, 100):
         # a document's score is summed over the query's terms in the same order in any folder: same bits
         assert shards.search(queries, k=k).hits == one.search(queries, k=k).hits
     # latency: each query's own time summed over the shards (not every query given the mean)
     timed = shards.search(queries, k=10, one_at_a_time=True)
     assert timed.seconds.shape == (20,) and np.unique(timed.seconds).size > 1
-    assert timed.latency.max_ms == pytest.approx(1000 * timed.seconds.max()) and timed.latency.max_ms > timed.latency.mean_ms
+    assert (
+        timed.latency.max_ms == pytest.approx(1000 * timed.seconds.max())
+        and timed.latency.max_ms > timed.latency.mean_ms
+    )
     with pytest.raises(ValueError, match="two shards"):
         ShardedIndex([one, shards.shards[0]])
 
@@ -134,7 +147,9 @@ def test_shards_of_different_models_or_vocabularies_are_refused(tmp_path):
     vocab = ["a", "b", "c", "d"]
     base = Index.from_vectors(tmp_path / "base", docs[:5], [f"x{i}" for i in range(5)], {"model": "m1"}, vocab)
     other_model = Index.from_vectors(tmp_path / "m2", docs[5:], [f"y{i}" for i in range(5)], {"model": "m2"}, vocab)
-    swapped = Index.from_vectors(tmp_path / "v2", docs[5:], [f"z{i}" for i in range(5)], {"model": "m1"}, ["b", "a", "c", "d"])
+    swapped = Index.from_vectors(
+        tmp_path / "v2", docs[5:], [f"z{i}" for i in range(5)], {"model": "m1"}, ["b", "a", "c", "d"]
+    )
     with pytest.raises(ValueError, match="different models"):
         ShardedIndex([base, other_model])
     with pytest.raises(ValueError, match="different vocabularies"):
@@ -229,8 +244,12 @@ def test_a_resumed_build_encodes_again_when_the_model_changed_at_the_same_path(t
     shutil.copytree(model, folder)
     out = tmp_path / "index"
     with pytest.raises(KeyboardInterrupt):
-        Index.build(CountingEncoder(SpladeEncoder.from_pretrained(str(folder), head_impl="plain"), fail_after=2), beir, out,
-                    chunk_size=2)
+        Index.build(
+            CountingEncoder(SpladeEncoder.from_pretrained(str(folder), head_impl="plain"), fail_after=2),
+            beir,
+            out,
+            chunk_size=2,
+        )
     weights = load_file(folder / "model.safetensors")
     weights = {name: (t * 1.5 if t.dtype == torch.float32 else t) for name, t in weights.items()}
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
@@ -260,12 +279,16 @@ def test_seismic_index_is_built_once_stored_and_reopened(tmp_path):
     assert again.hits == first.hits and again.settings.seismic_build == params["build"]
     exact = Index.open(tmp_path / "i").search(queries, k=10)
     assert recall_at_k(first.hits, exact.hits, k=10) >= 0.95  # lists of 800 docs fit Seismic's 3500 budget
-    assert first.built == ["the Seismic index and stored it in " + str(tmp_path / "i" / "seismic")] and again.built == []
+    assert (
+        first.built == ["the Seismic index and stored it in " + str(tmp_path / "i" / "seismic")] and again.built == []
+    )
     other = SeismicBuildParams(n_postings=50, summary_energy=0.2)
     Index.open(tmp_path / "i").search(queries, k=10, searcher=SeismicConfig(build=other))
     assert json.loads((tmp_path / "i" / "seismic" / "params.json").read_text())["build"]["n_postings"] == 50
     # build fields not asked for keep the stored index's: n_postings 50 stays, summary_energy changes
-    Index.open(tmp_path / "i").search(queries, k=10, searcher=SeismicConfig(build=SeismicBuildParams(summary_energy=0.3)))
+    Index.open(tmp_path / "i").search(
+        queries, k=10, searcher=SeismicConfig(build=SeismicBuildParams(summary_energy=0.3))
+    )
     built = json.loads((tmp_path / "i" / "seismic" / "params.json").read_text())["build"]
     assert built == dict(SeismicBuildParams().model_dump(), n_postings=50, summary_energy=0.3)
 
@@ -354,7 +377,12 @@ def test_verify_recomputes_the_tie_ranks(tmp_path):
     verify recomputes it."""
     docs = sp.csr_matrix(np.ones((4, 3), dtype=np.float32))  # every score ties: only the ranks order them
     Index.from_vectors(tmp_path / "i", docs, ["b", "a", "d", "c"])
-    assert [d for d, _ in Index.open(tmp_path / "i", verify=True).search(sp.csr_matrix(np.ones((1, 3), np.float32)), k=4).hits[0]] == ["a", "b", "c", "d"]
+    assert [
+        d
+        for d, _ in Index.open(tmp_path / "i", verify=True)
+        .search(sp.csr_matrix(np.ones((1, 3), np.float32)), k=4)
+        .hits[0]
+    ] == ["a", "b", "c", "d"]
     ranks = np.load(tmp_path / "i" / "tie_rank.npy")
     np.save(tmp_path / "i" / "tie_rank.npy", ranks[::-1].copy())
     with pytest.raises(DataFormatError, match="tie_rank.npy"):

@@ -29,15 +29,28 @@ def corpus(seed: int, num_docs: int = 700, vocab: int = 50, copies: int = 3, int
     rows = []
     for _ in range(base):
         terms = np.unique(rng.choice(vocab, size=rng.integers(1, 15), p=p / p.sum()))
-        values = rng.integers(1, 40, terms.size).astype(np.float32) if integer else rng.gamma(1.5, 1.0, terms.size).astype(np.float32)
+        values = (
+            rng.integers(1, 40, terms.size).astype(np.float32)
+            if integer
+            else rng.gamma(1.5, 1.0, terms.size).astype(np.float32)
+        )
         rows.append((terms, values))
-    order = rng.permutation(np.repeat(np.arange(base), copies))  # each document `copies` times, scattered over the blocks
+    order = rng.permutation(
+        np.repeat(np.arange(base), copies)
+    )  # each document `copies` times, scattered over the blocks
     indptr = np.concatenate([[0], np.cumsum([rows[i][0].size for i in order])])
-    docs = sp.csr_matrix((np.concatenate([rows[i][1] for i in order]), np.concatenate([rows[i][0] for i in order]), indptr), shape=(order.size, vocab))
+    docs = sp.csr_matrix(
+        (np.concatenate([rows[i][1] for i in order]), np.concatenate([rows[i][0] for i in order]), indptr),
+        shape=(order.size, vocab),
+    )
     queries = []
     for _ in range(25):
         terms = np.unique(rng.choice(vocab, size=rng.integers(3, 13)))
-        weights = rng.integers(1, 9, terms.size).astype(np.float32) if integer else rng.uniform(0.05, 3, terms.size).astype(np.float32)
+        weights = (
+            rng.integers(1, 9, terms.size).astype(np.float32)
+            if integer
+            else rng.uniform(0.05, 3, terms.size).astype(np.float32)
+        )
         queries.append(sp.csr_matrix((weights, terms, [0, terms.size]), shape=(1, vocab)))
     ids = [f"d{i:05d}" for i in rng.permutation(order.size)]  # id order ≠ row order: the tie rule is the ids'
     return docs, sp.vstack(queries).tocsr(), ids
@@ -91,7 +104,9 @@ def test_pruning_skips_postings(monkeypatch):
     postings = docs.T.tocsr()
     added = []
     real = maxscore.add_segment
-    monkeypatch.setattr(maxscore, "add_segment", lambda scores, rows, *rest: (added.append(rows.size), real(scores, rows, *rest)))
+    monkeypatch.setattr(
+        maxscore, "add_segment", lambda scores, rows, *rest: (added.append(rows.size), real(scores, rows, *rest))
+    )
     maxima = BlockMaxima(postings, 200)
     total = sum(int(np.diff(postings.indptr)[q.indices].sum()) for q in queries)
     assert search_postings(queries, postings, 1, maxima=maxima) == search_postings(queries, postings, 1)
@@ -118,8 +133,12 @@ def test_unsorted_or_repeated_query_terms_are_summed_in_term_order():
     # a query row with its terms out of order and one term twice: taken in canonical form by every kernel
     docs, queries, ids = corpus(6, integer=False)
     postings = docs.T.tocsr()
-    messy = sp.csr_matrix((np.array([0.5, 1.25, 0.25, 2.0], np.float32), np.array([9, 2, 9, 0]), [0, 4]), shape=(1, docs.shape[1]))
-    clean = sp.csr_matrix((np.array([2.0, 1.25, 0.75], np.float32), np.array([0, 2, 9]), [0, 3]), shape=(1, docs.shape[1]))
+    messy = sp.csr_matrix(
+        (np.array([0.5, 1.25, 0.25, 2.0], np.float32), np.array([9, 2, 9, 0]), [0, 4]), shape=(1, docs.shape[1])
+    )
+    clean = sp.csr_matrix(
+        (np.array([2.0, 1.25, 0.75], np.float32), np.array([0, 2, 9]), [0, 3]), shape=(1, docs.shape[1])
+    )
     want = search_postings(clean, postings, 20)
     assert search_postings(messy, postings, 20) == want
     assert search_postings(messy, postings, 20, maxima=BlockMaxima(postings, 64)) == want
@@ -158,7 +177,12 @@ def test_index_search_prunes_with_the_same_hits(tmp_path):
     pruned = reopened.search(queries, k=10)
     assert reopened.search(queries, k=10, searcher=ExactConfig(prune=False)).hits == pruned.hits
     half = docs.shape[0] // 2
-    shards = ShardedIndex([Index.from_vectors(tmp_path / "a", docs[:half], ids[:half]), Index.from_vectors(tmp_path / "b", docs[half:], ids[half:])])
+    shards = ShardedIndex(
+        [
+            Index.from_vectors(tmp_path / "a", docs[:half], ids[:half]),
+            Index.from_vectors(tmp_path / "b", docs[half:], ids[half:]),
+        ]
+    )
     assert shards.search(queries, k=10).hits == pruned.hits
     del index
 

@@ -40,7 +40,9 @@ def bad_deflate_gz(tmp_path):
 def encoder(tmp_path_factory):
     from spladekit.model.encoder import SpladeEncoder
 
-    return SpladeEncoder.from_pretrained(str(make_model(tmp_path_factory.mktemp("inputs") / "model")), head_impl="plain")
+    return SpladeEncoder.from_pretrained(
+        str(make_model(tmp_path_factory.mktemp("inputs") / "model")), head_impl="plain"
+    )
 
 
 def test_count_of_a_corrupt_deflate_stream_is_none(tmp_path):
@@ -50,11 +52,21 @@ def test_count_of_a_corrupt_deflate_stream_is_none(tmp_path):
 @pytest.mark.parametrize("show_progress", [True, False])
 def test_build_on_a_corrupt_gz_corpus_names_the_file(encoder, tmp_path, show_progress):
     with pytest.raises(DataFormatError, match="corpus.jsonl.gz"):
-        Index.build(encoder, bad_deflate_gz(tmp_path), tmp_path / "out", chunk_size=2, show_progress=show_progress, distributed=False)
+        Index.build(
+            encoder,
+            bad_deflate_gz(tmp_path),
+            tmp_path / "out",
+            chunk_size=2,
+            show_progress=show_progress,
+            distributed=False,
+        )
 
 
-@pytest.mark.parametrize("line", ["\ufeff", "\u00a0", "\u0085", "\u2028", "\u3000", "\x1c\x1d\x1e\x1f"],
-                         ids=["bom-only-first-line", "nbsp", "nel", "line-separator", "ideographic-space", "x1c-x1f"])
+@pytest.mark.parametrize(
+    "line",
+    ["\ufeff", "\u00a0", "\u0085", "\u2028", "\u3000", "\x1c\x1d\x1e\x1f"],
+    ids=["bom-only-first-line", "nbsp", "nel", "line-separator", "ideographic-space", "x1c-x1f"],
+)
 def test_count_equals_records_read_for_lines_that_read_as_blank(tmp_path, line):
     # read_jsonl skips a line that str.strip() empties (Unicode whitespace; a first line holding only the BOM)
     path = tmp_path / "corpus.jsonl"
@@ -68,7 +80,9 @@ def test_build_with_progress_reads_a_corpus_given_as_a_pipe(encoder, tmp_path):
     os.write(write_end, corpus_bytes())  # a few short lines: fits the pipe buffer
     os.close(write_end)
     try:
-        index = Index.build(encoder, f"/dev/fd/{read_end}", tmp_path / "out", chunk_size=4, show_progress=True, distributed=False)
+        index = Index.build(
+            encoder, f"/dev/fd/{read_end}", tmp_path / "out", chunk_size=4, show_progress=True, distributed=False
+        )
     finally:
         os.close(read_end)
     assert len(index) == len(DOCS)
@@ -131,7 +145,9 @@ def test_product_and_term_at_a_time_kernels_agree(monkeypatch, seed, doc_block):
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
     term_at_a_time = exact_search(queries, docs, k=50, prune=False)
     monkeypatch.setattr(exact, "PRUNE_FROM", 0)  # 300 documents, k = 50: pruned only when told
-    assert exact_search(queries, docs, k=50) == term_at_a_time  # pruned (MaxScore): the same sums by construction (tests/index/test_maxscore.py)
+    assert (
+        exact_search(queries, docs, k=50) == term_at_a_time
+    )  # pruned (MaxScore): the same sums by construction (tests/index/test_maxscore.py)
     dense = queries.toarray().astype(np.float64) @ docs.toarray().astype(np.float64).T
     eps32 = float(np.finfo(np.float32).eps)
     for q, row, a, b in zip(queries, dense, product, term_at_a_time):
@@ -162,7 +178,9 @@ def test_term_at_a_time_blocks_do_not_change_a_bit(monkeypatch):
     # postings with 64-bit row numbers (a folder of more than 2^31 - 1 entries) and memory-mapped,
     # read-only arrays take the same kernel: the same values again
     postings = docs.T.tocsr()
-    wide = sp.csr_matrix((postings.data, postings.indices.astype(np.int64), postings.indptr.astype(np.int64)), shape=postings.shape)
+    wide = sp.csr_matrix(
+        (postings.data, postings.indices.astype(np.int64), postings.indptr.astype(np.int64)), shape=postings.shape
+    )
     for array in (wide.data, wide.indices, wide.indptr):
         array.flags.writeable = False
     monkeypatch.setattr(exact, "DOC_BLOCK", 64)
@@ -181,8 +199,12 @@ def test_damaged_posting_lists_are_refused_naming_the_term(tmp_path, monkeypatch
     path = tmp_path / "ix" / "postings.indices.npy"
     rows = np.load(path)
     assert rows[:3].tolist() == [0, 2, 4]  # term 0's list: documents 0, 2, 4
-    rows[:3] = {"row-past-the-end": [0, 2, 7], "negative-row": [-1, 2, 4], "unsorted-row-past-the-end": [7, 0, 2],
-                "unsorted-in-range": [4, 0, 2]}[bad]
+    rows[:3] = {
+        "row-past-the-end": [0, 2, 7],
+        "negative-row": [-1, 2, 4],
+        "unsorted-row-past-the-end": [7, 0, 2],
+        "unsorted-in-range": [4, 0, 2],
+    }[bad]
     np.save(path, rows)
     monkeypatch.setattr(exact, "TAAT_FROM", 0)
     monkeypatch.setattr(exact, "DOC_BLOCK", 2)

@@ -199,7 +199,9 @@ def test_knn_graph_finds_the_neighbours_static_pruning_dropped(tmp_path):
     every = dict(query_cut=10_000, heap_factor=1e-9, num_threads=1)
     build = SeismicBuildParams(n_postings=pairs, max_fraction=1, min_cluster_size=1)
     plain = SeismicSearcher(docs, build)
-    assert sorted(plain.index.get_doc_ids_in_postings(0)) == [2 * i for i in range(pairs)]  # term 0's list: the B's pruned
+    assert sorted(plain.index.get_doc_ids_in_postings(0)) == [
+        2 * i for i in range(pairs)
+    ]  # term 0's list: the B's pruned
     k = 2 * pairs
     exact = [(r, float(docs[r, 0])) for r in np.argsort(-docs[:, 0].toarray().ravel(), kind="stable")[:k]]
     without = plain.search(query, k=k, params=SeismicSearchParams(**every))[0]
@@ -215,7 +217,7 @@ def test_knn_graph_finds_the_neighbours_static_pruning_dropped(tmp_path):
     for searcher in (graph, reopened):
         got = searcher.search(query, k=k, params=SeismicSearchParams(**every, n_knn=1))[0]
         assert [r for r, _ in got] == [r for r, _ in exact]
-        np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2 ** -10)  # Seismic stores f16 values
+        np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2**-10)  # Seismic stores f16 values
     with pytest.raises(ValueError, match="n_knn ≤ 1"):
         graph.search(query, k=k, params=SeismicSearchParams(**every, n_knn=2))  # beyond the graph: refused
 
@@ -229,7 +231,9 @@ def test_too_few_documents_for_the_knn_graph_are_refused_before_the_build():
     docs = _twins(5)  # 10 documents
     with pytest.raises(ValueError, match=r"needs at least 11 documents with a term, and the index has 10"):
         SeismicSearcher(docs, SeismicBuildParams(n_postings=5, nknn=10 - MIN_KNN_DOCUMENTS + 1))
-    assert SeismicSearcher(docs, SeismicBuildParams(n_postings=5, nknn=10 - MIN_KNN_DOCUMENTS)).knn_len == 8  # the bound itself is taken
+    assert (
+        SeismicSearcher(docs, SeismicBuildParams(n_postings=5, nknn=10 - MIN_KNN_DOCUMENTS)).knn_len == 8
+    )  # the bound itself is taken
     with pytest.raises(ValueError, match=r"nknn must be an integer in \[0, 1024\]"):
         SeismicBuildParams(nknn=MAX_NKNN + 1)  # would allocate nknn ids a document before failing
 
@@ -252,7 +256,9 @@ def test_a_pyseismic_panic_becomes_an_engine_failure_naming_the_option(monkeypat
         batch_search = search
 
     monkeypatch.setattr(searcher, "index", Panicking())
-    with pytest.raises(EngineFailure, match="pyseismic failed with n_knn 2 .*smaller nknn.*Index out of bounds") as raised:
+    with pytest.raises(
+        EngineFailure, match="pyseismic failed with n_knn 2 .*smaller nknn.*Index out of bounds"
+    ) as raised:
         searcher.search(docs[:1], k=3, params=SeismicSearchParams(n_knn=2))
     assert isinstance(raised.value, SpladekitError)
 
@@ -274,4 +280,6 @@ def test_a_real_knn_graph_with_too_few_neighbours_never_lets_a_panic_through():
     except EngineFailure as exc:
         assert "n_knn 20" in str(exc)
     else:
-        assert len(hits) == 60 and all(h and h[0][0] == i for i, h in enumerate(hits))  # each document finds itself first
+        assert len(hits) == 60 and all(
+            h and h[0][0] == i for i, h in enumerate(hits)
+        )  # each document finds itself first

@@ -38,9 +38,14 @@ def test_bytes_an_entry_by_hand_and_empty_rows_not_counted():
     assert max_shard_entries(LEAST, params, *rule_corpus(padded)) == int(LEAST // 69.2)
 
 
-@pytest.mark.parametrize("params, corpus", [(SeismicBuildParams(), (0, 0, 0)),
-                                            (SeismicBuildParams(n_postings=2, nknn=2), (1000, 30, 7)),
-                                            (SeismicBuildParams(max_fraction=24, nknn=30), (1_738_794_294, 8_800_000, 30522))])
+@pytest.mark.parametrize(
+    "params, corpus",
+    [
+        (SeismicBuildParams(), (0, 0, 0)),
+        (SeismicBuildParams(n_postings=2, nknn=2), (1000, 30, 7)),
+        (SeismicBuildParams(max_fraction=24, nknn=30), (1_738_794_294, 8_800_000, 30522)),
+    ],
+)
 def test_budget_for_is_the_least_budget_giving_the_shard_size(params, corpus):
     per_entry = build_bytes_per_entry(params, *corpus)
     for entries in (1, 30, 217_349_652):
@@ -60,7 +65,11 @@ def test_new_build_parameters_keep_the_stored_budget(big):
 
     h = big.metadata["content_hash"]
     first = open_or_build(big.folder, big.docs, h, SeismicBuildParams(n_postings=40), memory_budget=LEAST)
-    assert len(first) == -(-big.docs.nnz // max_shard_entries(LEAST, SeismicBuildParams(n_postings=40), *rule_corpus(big.docs))) >= 2
+    assert (
+        len(first)
+        == -(-big.docs.nnz // max_shard_entries(LEAST, SeismicBuildParams(n_postings=40), *rule_corpus(big.docs)))
+        >= 2
+    )
     again = open_or_build(big.folder, big.docs, h, SeismicBuildParams(n_postings=60))  # no budget asked: the stored one
     stored = json.loads((big.folder / "seismic" / "params.json").read_text())
     assert stored["build"]["n_postings"] == 60 and stored["memory_budget"] == LEAST
@@ -74,7 +83,9 @@ def test_a_budget_giving_the_same_shards_reuses_them(big):
     h = big.metadata["content_hash"]
     first = open_or_build(big.folder, big.docs, h, SeismicBuildParams(n_postings=40), memory_budget=LEAST)
     built: list[int] = []
-    again = open_or_build(big.folder, big.docs, h, None, memory_budget=LEAST + 4096, on_shard=built.append)  # 64 entries more a shard
+    again = open_or_build(
+        big.folder, big.docs, h, None, memory_budget=LEAST + 4096, on_shard=built.append
+    )  # 64 entries more a shard
     assert built == [] and again.ranges == first.ranges
     wider = open_or_build(big.folder, big.docs, h, None, memory_budget=4 * LEAST, on_shard=built.append)
     assert built and len(wider) < len(first)
@@ -83,7 +94,9 @@ def test_a_budget_giving_the_same_shards_reuses_them(big):
 def test_knn_refusal_names_the_budget_and_both_sizes_are_refused(tmp_path):
     from spladekit.index.seismic_store import open_or_build
 
-    docs = rows_of(1500, 3000, 200)  # 300k entries; nknn 1000: 48 + 5.2 + 80 = 133.2 B an entry, 3 shards of 500 documents
+    docs = rows_of(
+        1500, 3000, 200
+    )  # 300k entries; nknn 1000: 48 + 5.2 + 80 = 133.2 B an entry, 3 shards of 500 documents
     index = Index.from_vectors(tmp_path / "idx", docs, [f"d{i}" for i in range(docs.shape[0])])
     h = index.metadata["content_hash"]
     with pytest.raises(ValueError, match=r"has 500; .*a larger --memory-budget"):

@@ -75,7 +75,12 @@ def test_shard_ranges_tile_the_rows_within_the_entry_limit():
     limit = -(-int(indptr[-1]) // 3) + 9
     ranges = shard_ranges(indptr, limit)
     sizes = [int(indptr[b] - indptr[a]) for a, b in ranges]
-    assert len(ranges) == 3 and ranges[0][0] == 0 and ranges[-1][1] == 1000 and all(x[1] == y[0] for x, y in zip(ranges, ranges[1:]))
+    assert (
+        len(ranges) == 3
+        and ranges[0][0] == 0
+        and ranges[-1][1] == 1000
+        and all(x[1] == y[0] for x, y in zip(ranges, ranges[1:]))
+    )
     assert max(sizes) <= limit and min(sizes) >= limit - 2 * 9, sizes
     with pytest.raises(ValueError, match="max_entries"):
         shard_ranges(indptr, 0)
@@ -88,7 +93,10 @@ def test_each_shard_keeps_its_share_of_n_postings():
     assert [p.n_postings for p in shares] == [36, 50, 15]  # ⌈100 × 5/14⌉ = ⌈35.7⌉, 100 × 7/14, ⌈14.3⌉
     assert all(p.summary_energy == 0.3 for p in shares)  # only n_postings changes
     assert shard_params(params, indptr, [(0, 6)]) == [params]  # one shard: the parameters as given
-    assert [p.n_postings for p in shard_params(SeismicBuildParams(n_postings=1), indptr, [(0, 3), (3, 6)])] == [1, 1]  # ⌈·⌉: never 0
+    assert [p.n_postings for p in shard_params(SeismicBuildParams(n_postings=1), indptr, [(0, 3), (3, 6)])] == [
+        1,
+        1,
+    ]  # ⌈·⌉: never 0
     assert shard_params(params, np.zeros(4, np.int64), [(0, 1), (1, 3)]) == [params, params]  # no entry at all
 
 
@@ -110,17 +118,25 @@ def test_a_folder_stored_by_an_older_spladekit_is_refused(corpus):
         assert raised.value.path == record
     shutil.rmtree(index.folder / "seismic")
     built = []
-    again = open_or_build(index.folder, index.docs, index.metadata["content_hash"], params, on_shard=built.append, max_entries=3000)
+    again = open_or_build(
+        index.folder, index.docs, index.metadata["content_hash"], params, on_shard=built.append, max_entries=3000
+    )
     assert built == [0, 1, 2, 3] and json.loads(record.read_text())["shard_postings"] == "share"
-    assert [s.params.n_postings for _, s in again.shards] == [-(-60 * (b - a) // 900) for a, b in again.ranges]  # 12 entries a row
+    assert [s.params.n_postings for _, s in again.shards] == [
+        -(-60 * (b - a) // 900) for a, b in again.ranges
+    ]  # 12 entries a row
 
 
-@pytest.mark.parametrize("shares", [5, ["x"] * 4, [0] * 4, [-1] * 4, [True] * 4, [2.9] * 4, ["7"] * 4, [15] * 3, [61] * 4, None])
+@pytest.mark.parametrize(
+    "shares", [5, ["x"] * 4, [0] * 4, [-1] * 4, [True] * 4, [2.9] * 4, ["7"] * 4, [15] * 3, [61] * 4, None]
+)
 def test_a_bad_shard_n_postings_is_an_error_naming_the_field(corpus, shares):
     from spladekit.errors import DataFormatError
 
     index, docs, ids, queries = corpus
-    open_or_build(index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=60), max_entries=3000)
+    open_or_build(
+        index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=60), max_entries=3000
+    )
     record = index.folder / "seismic" / "params.json"
     stored = json.loads(record.read_text())
     stored["shard_n_postings"] = shares  # None: the list missing while "shard_postings" says "share"
@@ -140,8 +156,16 @@ def test_n_postings_beyond_what_pyseismic_can_multiply_is_refused():
 
 def test_a_new_shard_size_without_build_parameters_keeps_the_stored_ones(corpus):
     index, docs, ids, queries = corpus
-    open_or_build(index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=40, summary_energy=0.3), max_entries=3000)
-    again = open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, max_entries=5400)  # 2 shards, not 4
+    open_or_build(
+        index.folder,
+        index.docs,
+        index.metadata["content_hash"],
+        SeismicBuildParams(n_postings=40, summary_energy=0.3),
+        max_entries=3000,
+    )
+    again = open_or_build(
+        index.folder, index.docs, index.metadata["content_hash"], None, max_entries=5400
+    )  # 2 shards, not 4
     assert len(again) == 2 and again.params == SeismicBuildParams(n_postings=40, summary_energy=0.3)
     assert [s.params.n_postings for _, s in again.shards] == [20, 20]  # ⌈40 × 5,400 / 10,800⌉
 
@@ -160,7 +184,9 @@ def test_each_shard_equals_pyseismic_built_directly_on_its_range(corpus):
     reopened = Index.open(index.folder).seismic(params)  # from the folder, not rebuilt
     for (start, stop), (got_start, got), share in zip(ranges, reopened.shards, shares):
         assert got.params.n_postings == share
-        direct = SeismicSearcher(docs[start:stop], params.model_copy(update={"n_postings": share}))  # pyseismic on the same rows, same parameters
+        direct = SeismicSearcher(
+            docs[start:stop], params.model_copy(update={"n_postings": share})
+        )  # pyseismic on the same rows, same parameters
         assert got_start == start and structure(got) == structure(direct)
         a = got.search_arrays(got.prepare(queries), 10, EXHAUSTIVE)
         b = direct.search_arrays(direct.prepare(queries), 10, EXHAUSTIVE)
@@ -197,7 +223,9 @@ def test_one_shard_answers_exactly_as_the_single_searcher(corpus):
     single = one.shards[0][1]
     at = SeismicSearchParams(query_cut=5, heap_factor=0.7, num_threads=1)
     prepared = one.prepare(queries)
-    for (ra, sa), (rb, sb) in zip(one.search_arrays(prepared, 10, at, index.tie_rank), single.search_arrays(prepared, 10, at, index.tie_rank)):
+    for (ra, sa), (rb, sb) in zip(
+        one.search_arrays(prepared, 10, at, index.tie_rank), single.search_arrays(prepared, 10, at, index.tie_rank)
+    ):
         np.testing.assert_array_equal(ra, rb)  # no merge at all: the same arrays
         np.testing.assert_array_equal(sa, sb)
 
@@ -221,14 +249,18 @@ def _digest(path: Path) -> str:
 def test_a_killed_build_keeps_its_stored_shards_and_resumes(corpus, tmp_path):
     index, docs, ids, queries = corpus
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), RAYON_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, str(index.folder)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_BUILD, str(index.folder)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == -9, proc.stderr  # really killed (SIGKILL), not a clean exit
     work = index.folder / ".seismic.build"
     assert not (index.folder / "seismic").exists()
     assert sorted(p.name for p in work.iterdir() if p.name.startswith("shard-")) == ["shard-000000", "shard-000001"]
     kept = {n: _digest(work / n / SeismicSearcher.INDEX_FILE) for n in ("shard-000000", "shard-000001")}
     built = []
-    resumed = open_or_build(index.folder, index.docs, index.metadata["content_hash"], None, max_entries=3000, on_shard=built.append)
+    resumed = open_or_build(
+        index.folder, index.docs, index.metadata["content_hash"], None, max_entries=3000, on_shard=built.append
+    )
     assert built == [2, 3]  # only the shards the killed run had not stored
     assert not work.exists()
     final = index.folder / "seismic"
@@ -241,7 +273,9 @@ def test_a_killed_build_keeps_its_stored_shards_and_resumes(corpus, tmp_path):
     # shard_files: each file's size and SHA-256 as stored (pyseismic's clustering is not byte-for-byte
     # repeatable, so two builds' files are compared by structure below, not by hash)
     for params, folder in ((stored, final), (again, other.folder / "seismic")):
-        assert params.pop("shard_files") == [[p.stat().st_size, _digest(p)] for p in sorted(folder.glob("shard-*/" + SeismicSearcher.INDEX_FILE))]
+        assert params.pop("shard_files") == [
+            [p.stat().st_size, _digest(p)] for p in sorted(folder.glob("shard-*/" + SeismicSearcher.INDEX_FILE))
+        ]
     assert stored == again
     assert sorted(p.name for p in final.rglob("*")) == sorted(p.name for p in (other.folder / "seismic").rglob("*"))
     for (_, a), (_, b) in zip(resumed.shards, fresh.shards):
@@ -302,8 +336,14 @@ def test_the_build_peak_follows_the_shard_size_not_the_corpus(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), RAYON_NUM_THREADS="1")
 
     def peak(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", PEAK, mode, str(tmp_path / "idx"), str(rows), str(ROOT / "tests")], env=env,
-                             capture_output=True, text=True, timeout=600, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", PEAK, mode, str(tmp_path / "idx"), str(rows), str(ROOT / "tests")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
         shutil.rmtree(tmp_path / "idx" / "seismic", ignore_errors=True)  # each mode builds from scratch
         if "no-peak-reset" in out.stdout:
             pytest.skip("/proc/self/clear_refs cannot be written here (the peak cannot be reset)")
@@ -331,14 +371,44 @@ def test_search_memory_budget_sets_the_shard_size(tmp_path):
     model, beir = make_model(tmp_path / "model"), make_beir(tmp_path / "beir")
     out = tmp_path / "index"
     runner = CliRunner()
-    assert runner.invoke(app, ["index", "--model", str(model), "--data", str(beir), "--out", str(out), "--batch-size", "4", "--head-impl", "plain"]).exit_code == 0
-    args = ["search", "--index", str(out), "--queries", str(beir / "queries.tsv"), "--k", "5", "--out", str(tmp_path / "run.trec")]
+    assert (
+        runner.invoke(
+            app,
+            [
+                "index",
+                "--model",
+                str(model),
+                "--data",
+                str(beir),
+                "--out",
+                str(out),
+                "--batch-size",
+                "4",
+                "--head-impl",
+                "plain",
+            ],
+        ).exit_code
+        == 0
+    )
+    args = [
+        "search",
+        "--index",
+        str(out),
+        "--queries",
+        str(beir / "queries.tsv"),
+        "--k",
+        "5",
+        "--out",
+        str(tmp_path / "run.trec"),
+    ]
     r = runner.invoke(app, args + ["--backend", "seismic", "--memory-budget", "16MiB"])
     assert r.exit_code == 0, r.output
     stored = json.loads((out / "seismic" / "params.json").read_text())
     docs = Index.open(out).docs
     assert docs.shape[1] * 3500 > docs.nnz  # the tiny corpus keeps every entry (n_postings 3500): 48 + 52 B an entry
-    assert stored["memory_budget"] == 16 << 20 and stored["max_entries"] == (16 << 20) // (SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES)
+    assert stored["memory_budget"] == 16 << 20 and stored["max_entries"] == (16 << 20) // (
+        SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES
+    )
     assert stored["shards"] == [[0, Index.open(out).docs.shape[0], False]]
     r = runner.invoke(app, args + ["--backend", "exact", "--memory-budget", "16MiB"])
     assert r.exit_code != 0 and "--memory-budget" in r.output and "seismic or two_step only" in r.output
@@ -369,7 +439,9 @@ def test_released_map_pages_leave_the_resident_set_and_read_the_same(tmp_path):
     assert read - before > size - (8 << 20)
     assert release_mapped_pages(mapped[10:20], values) == 1  # one map; the plain array is skipped
     assert read - rss_file() > size - (8 << 20)
-    assert float(np.asarray(mapped, dtype=np.float64).sum()) == total  # same bytes, same summation order: equal by construction
+    assert (
+        float(np.asarray(mapped, dtype=np.float64).sum()) == total
+    )  # same bytes, same summation order: equal by construction
 
 
 def test_a_shard_file_swapped_copied_or_altered_is_refused_naming_it(tmp_path):
@@ -390,7 +462,12 @@ def test_a_shard_file_swapped_copied_or_altered_is_refused_naming_it(tmp_path):
     target = index.folder / "seismic"
     files = [target / f"shard-{n:06d}" / SeismicSearcher.INDEX_FILE for n in range(len(sharded))]
     sizes = [b - a for a, b in sharded.ranges]
-    assert len(files) == 4 and sizes[0] == sizes[1] and sizes[0] != sizes[3] and read_json(target / "params.json")["shard_files"] == [[f.stat().st_size, _digest(f)] for f in files]
+    assert (
+        len(files) == 4
+        and sizes[0] == sizes[1]
+        and sizes[0] != sizes[3]
+        and read_json(target / "params.json")["shard_files"] == [[f.stat().st_size, _digest(f)] for f in files]
+    )
     saved = [f.read_bytes() for f in files]
 
     def restore():
@@ -402,20 +479,28 @@ def test_a_shard_file_swapped_copied_or_altered_is_refused_naming_it(tmp_path):
     params = read_json(target / "params.json")
     with pytest.raises(DataFormatError, match=r"shard-000000/index\.index\.seismic: "):
         reopen()
+
     # the same with params.json's records rewritten to the files there (sizes that match): the first row gives it away
     def forge():
-        (target / "params.json").write_text(json.dumps(dict(params, shard_files=[[f.stat().st_size, _digest(f)] for f in files])))
+        (target / "params.json").write_text(
+            json.dumps(dict(params, shard_files=[[f.stat().st_size, _digest(f)] for f in files]))
+        )
 
     forge()
-    with pytest.raises(DataFormatError, match=r"shard-000000/index\.index\.seismic: its document 0 is not row 0 of the index"):
+    with pytest.raises(
+        DataFormatError, match=r"shard-000000/index\.index\.seismic: its document 0 is not row 0 of the index"
+    ):
         reopen()
     # shards 0 and 3 swapped (their document counts differ)
     restore()
     files[0].write_bytes(saved[3])
     files[3].write_bytes(saved[0])
     forge()
-    with pytest.raises(DataFormatError, match=rf"shard-000000/index\.index\.seismic: holds {sizes[3]} documents and {12 * sizes[3]} "
-                                              rf"entries where shard 0, rows \[0, {sizes[0]}\) has {sizes[0]} and {12 * sizes[0]}"):
+    with pytest.raises(
+        DataFormatError,
+        match=rf"shard-000000/index\.index\.seismic: holds {sizes[3]} documents and {12 * sizes[3]} "
+        rf"entries where shard 0, rows \[0, {sizes[0]}\) has {sizes[0]} and {12 * sizes[0]}",
+    ):
         reopen()
     (target / "params.json").write_text(json.dumps(params))
     restore()
@@ -427,7 +512,9 @@ def test_a_shard_file_swapped_copied_or_altered_is_refused_naming_it(tmp_path):
     middle = len(damaged) // 2
     damaged[middle : middle + 8] = bytes(255 - b for b in damaged[middle : middle + 8])
     files[1].write_bytes(bytes(damaged))
-    with pytest.raises(DataFormatError, match=r"shard-000001/index\.index\.seismic: does not match params.json's shard_files"):
+    with pytest.raises(
+        DataFormatError, match=r"shard-000001/index\.index\.seismic: does not match params.json's shard_files"
+    ):
         reopen(verify=True)
 
 
@@ -456,8 +543,10 @@ def test_shards_with_a_knn_graph_answer_the_exact_top_k_pruning_dropped(tmp_path
     assert sorted(without) == sorted(exact[:pairs])  # the A's only: each shard's list of term 0 lost its B's
     got = reopened.search(query, k=k, searcher=SeismicConfig(search=SeismicSearchParams(**every, n_knn=1))).hits[0]
     assert [d for d, _ in got] == [d for d, _ in exact]
-    np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2 ** -10)  # Seismic stores f16 values
-    with pytest.raises(ValueError, match=r"n-knn 2 asks for more neighbours than the k-NN graph .* holds \(1\)"):  # before any search
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in exact], rtol=2**-10)  # Seismic stores f16 values
+    with pytest.raises(
+        ValueError, match=r"n-knn 2 asks for more neighbours than the k-NN graph .* holds \(1\)"
+    ):  # before any search
         reopened.search(query, k=k, searcher=SeismicConfig(search=SeismicSearchParams(**every, n_knn=2)))
 
 
@@ -470,7 +559,9 @@ def test_a_shard_too_small_for_the_knn_graph_is_refused_before_any_shard_is_buil
     index = Index.from_vectors(tmp_path / "idx", docs, shuffled_ids(14, 4))
     build = SeismicBuildParams(n_postings=7, max_fraction=1, min_cluster_size=1, nknn=3)
     assert shard_ranges(docs.indptr, 12) == [(0, 5), (5, 10), (10, 14)]  # about equal: 28 entries in 3
-    with pytest.raises(ValueError, match=r"nknn 3: .* needs at least 5 documents with a term, and shard 2 \(rows \[10, 14\)\) has 4"):
+    with pytest.raises(
+        ValueError, match=r"nknn 3: .* needs at least 5 documents with a term, and shard 2 \(rows \[10, 14\)\) has 4"
+    ):
         open_or_build(index.folder, index.docs, index.metadata["content_hash"], build, max_entries=12)
     assert not (index.folder / "seismic").exists() and not (index.folder / ".seismic.build").exists()
 
@@ -483,10 +574,15 @@ def test_a_params_json_whose_nknn_differs_from_the_shards_graph_is_refused(tmp_p
 
     docs = _twins(6)
     index = Index.from_vectors(tmp_path / "idx", docs, shuffled_ids(12, 5))
-    open_or_build(index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=6), max_entries=12)
+    open_or_build(
+        index.folder, index.docs, index.metadata["content_hash"], SeismicBuildParams(n_postings=6), max_entries=12
+    )
     path = index.folder / "seismic" / "params.json"
     record = json.loads(path.read_text())
     record["build"]["nknn"] = 5
     path.write_text(json.dumps(record))
-    with pytest.raises(DataFormatError, match=r"params.json: field 'build.nknn': build.nknn 5 where shard 0's file holds a k-NN graph of 0"):
+    with pytest.raises(
+        DataFormatError,
+        match=r"params.json: field 'build.nknn': build.nknn 5 where shard 0's file holds a k-NN graph of 0",
+    ):
         Index.open(index.folder).seismic()

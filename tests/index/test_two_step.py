@@ -47,8 +47,10 @@ def corpus(seed: int, num_docs: int = 600, vocab: int = 60, integer: bool = True
         rows.append((terms, values.astype(np.float32)))
     order = rng.permutation(np.repeat(np.arange(len(rows)), 2))
     indptr = np.concatenate([[0], np.cumsum([rows[i][0].size for i in order])])
-    docs = sp.csr_matrix((np.concatenate([rows[i][1] for i in order]), np.concatenate([rows[i][0] for i in order]), indptr),
-                         shape=(order.size, vocab))
+    docs = sp.csr_matrix(
+        (np.concatenate([rows[i][1] for i in order]), np.concatenate([rows[i][0] for i in order]), indptr),
+        shape=(order.size, vocab),
+    )
     queries = []
     for _ in range(20):
         terms = np.unique(rng.choice(vocab, size=rng.integers(3, 13)))
@@ -58,8 +60,14 @@ def corpus(seed: int, num_docs: int = 600, vocab: int = 60, integer: bool = True
     return docs, sp.vstack(queries).tocsr(), ids
 
 
-def candidates_by_hand(docs: sp.csr_matrix, query: sp.csr_matrix, rule: str, query_rule: str | None = None, depth: int | None = None,
-                       ids: list[str] | None = None) -> np.ndarray:
+def candidates_by_hand(
+    docs: sp.csr_matrix,
+    query: sp.csr_matrix,
+    rule: str,
+    query_rule: str | None = None,
+    depth: int | None = None,
+    ids: list[str] | None = None,
+) -> np.ndarray:
     """Rows whose pruned vector meets the (pruned) query: float64 products, all terms ≥ 0, so > 0 iff
     a shared term; with ``depth``, the first ``depth`` of them by product descending, then id."""
     first = prune(query, query_rule) if query_rule else query
@@ -70,7 +78,9 @@ def candidates_by_hand(docs: sp.csr_matrix, query: sp.csr_matrix, rule: str, que
     return np.array(sorted(rows, key=lambda r: (-scores[r], ids[r]))[:depth], np.int64)
 
 
-def exact_over(docs: sp.csr_matrix, rows: np.ndarray, query: sp.csr_matrix, k: int, ids: list[str]) -> list[tuple[str, float]]:
+def exact_over(
+    docs: sp.csr_matrix, rows: np.ndarray, query: sp.csr_matrix, k: int, ids: list[str]
+) -> list[tuple[str, float]]:
     """Exact search over the documents of ``rows`` alone (the others emptied), named."""
     mask = np.zeros(docs.shape[0], bool)
     mask[rows] = True
@@ -126,24 +136,42 @@ def test_two_step_equals_exact_when_c_covers_every_document_with_a_nonzero_score
         dense[d, light] = rng.integers(1, 10, light.size)
     docs = sp.csr_matrix(dense)
     ids = [f"doc{i}" for i in rng.permutation(num_docs)]
-    queries = sp.csr_matrix(np.where(rng.random((15, vocab)) < 0.5, rng.uniform(0.1, 2, (15, vocab)), 0)[:, :10].astype(np.float32))
+    queries = sp.csr_matrix(
+        np.where(rng.random((15, vocab)) < 0.5, rng.uniform(0.1, 2, (15, vocab)), 0)[:, :10].astype(np.float32)
+    )
     queries = sp.hstack([queries, sp.csr_matrix((15, vocab - 10), dtype=np.float32)]).tocsr()
     index = Index.from_vectors(tmp_path / "i", docs, ids)
     assert index.pruned(rule).postings.nnz < docs.nnz / 2
     nonzero = [(docs @ queries[q].T).nnz for q in range(queries.shape[0])]
-    assert all(set(candidates_by_hand(docs, queries[q], rule)) == set(np.flatnonzero((docs @ queries[q].T).toarray())) for q in range(15))
+    assert all(
+        set(candidates_by_hand(docs, queries[q], rule)) == set(np.flatnonzero((docs @ queries[q].T).toarray()))
+        for q in range(15)
+    )
     for k in (1, 10, 1000):
         want = index.search(queries, k=k, searcher=ExactConfig()).hits
-        assert index.search(queries, k=k, searcher=TwoStepConfig(first=rule, candidates=max(nonzero), first_query=None)).hits == want
-        assert index.search(queries, k=k, searcher=TwoStepConfig(first=rule, candidates=num_docs, first_query=None)).hits == want
-    assert max(nonzero) > 10 and index.search(queries, k=10, searcher=TwoStepConfig(first=rule, candidates=1, first_query=None)).hits != want
+        assert (
+            index.search(
+                queries, k=k, searcher=TwoStepConfig(first=rule, candidates=max(nonzero), first_query=None)
+            ).hits
+            == want
+        )
+        assert (
+            index.search(queries, k=k, searcher=TwoStepConfig(first=rule, candidates=num_docs, first_query=None)).hits
+            == want
+        )
+    assert (
+        max(nonzero) > 10
+        and index.search(queries, k=10, searcher=TwoStepConfig(first=rule, candidates=1, first_query=None)).hits != want
+    )
 
 
 def test_ties_follow_the_document_ids(tmp_path):
     # every document twice (integer impacts): equal scores ordered by id, as exact search orders them
     docs, queries, ids = corpus(3)
     index = Index.from_vectors(tmp_path / "i", docs, ids)
-    got = index.search(queries, k=50, searcher=TwoStepConfig(first="top_k=100", candidates=docs.shape[0], first_query="none")).hits
+    got = index.search(
+        queries, k=50, searcher=TwoStepConfig(first="top_k=100", candidates=docs.shape[0], first_query="none")
+    ).hits
     assert got == index.search(queries, k=50).hits  # top_k=100 keeps every term of these documents
     assert any(len({s for _, s in hits}) < len(hits) for hits in got)
 
@@ -163,7 +191,10 @@ def test_rescoring_adds_in_term_order_as_exact_search():
     postings = docs.T.tocsr()
     rows = np.sort(np.random.default_rng(0).choice(docs.shape[0], 200, replace=False))
     for q in queries:
-        assert rescore_rows(docs, rows, q.indices, q.data).tobytes() == rescore(postings, rows, q.indices, q.data).tobytes()
+        assert (
+            rescore_rows(docs, rows, q.indices, q.data).tobytes()
+            == rescore(postings, rows, q.indices, q.data).tobytes()
+        )
     assert rescore_rows(docs, np.zeros(0, np.int64), q.indices, q.data).size == 0
 
 
@@ -178,24 +209,39 @@ def test_the_copy_is_stored_reopened_and_replaced_by_another_rule(tmp_path):
     assert record["nnz"] == prune(docs, "mass=0.5").nnz
     stored = index.pruned()
     want = sp.csr_matrix(prune(docs, "mass=0.5").T)
-    assert (stored.postings != want).nnz == 0 and stored.postings.indices.tolist() == sp.csr_matrix(want).indices.tolist()
+    assert (stored.postings != want).nnz == 0 and stored.postings.indices.tolist() == sp.csr_matrix(
+        want
+    ).indices.tolist()
     again = Index.open(index.folder, verify=True)  # postings_hash checked
     reopened = again.search(queries, k=10, searcher=TwoStepConfig(candidates=40))  # the stored rule
     assert reopened.built == [] and reopened.hits == first.hits
     assert reopened.settings.backend == "two_step"
-    assert reopened.settings.two_step == {"first": {"kind": "mass", "value": 0.5}, "first_query": {"kind": "top_k", "value": 16}, "candidates": 40,
-                                          "pruned_hash": record["postings_hash"]}
+    assert reopened.settings.two_step == {
+        "first": {"kind": "mass", "value": 0.5},
+        "first_query": {"kind": "top_k", "value": 16},
+        "candidates": 40,
+        "pruned_hash": record["postings_hash"],
+    }
     other = again.search(queries, k=10, searcher=TwoStepConfig(first="top_k=2", candidates=40))
-    assert other.built and json.loads((index.folder / "pruned" / "pruned.json").read_text())["rule"] == {"kind": "top_k", "value": 2}
+    assert other.built and json.loads((index.folder / "pruned" / "pruned.json").read_text())["rule"] == {
+        "kind": "top_k",
+        "value": 2,
+    }
     assert sorted(p.name for p in index.folder.iterdir() if p.name.startswith(".")) == []  # no journal or backup left
 
 
 def test_the_configuration_is_typed_and_registered():
     assert SEARCHERS["two_step"] is TwoStepConfig
     config = searcher_config("two_step", first={"kind": "top_k", "value": 8}, candidates=300)
-    assert (config.first, config.candidates) == ("top_k=8", 300) and hash(config) == hash(TwoStepConfig(first="top_k=8", candidates=300))
+    assert (config.first, config.candidates) == ("top_k=8", 300) and hash(config) == hash(
+        TwoStepConfig(first="top_k=8", candidates=300)
+    )
     defaults = TwoStepConfig()
-    assert (defaults.first, defaults.candidates, defaults.first_query) == (None, 700, "top_k=16")  # None: the stored copy's rule
+    assert (defaults.first, defaults.candidates, defaults.first_query) == (
+        None,
+        700,
+        "top_k=16",
+    )  # None: the stored copy's rule
     assert TwoStepConfig(first_query="none").first_query is None and TwoStepConfig(first_query=None).first_query is None
     for bad in ({"first": "mass=2"}, {"candidates": 0}, {"candidates": True}, {"first_query": "top=3"}, {"unknown": 1}):
         with pytest.raises(ValueError):
@@ -224,16 +270,28 @@ def test_a_killed_build_keeps_the_old_copy_and_resumes(tmp_path):
     index.pruned("top_k=2")  # an older copy, of another rule
     old = _digests(index.folder / "pruned")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, str(index.folder)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_BUILD, str(index.folder)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == -9, proc.stderr  # really killed (SIGKILL), not a clean exit
     work = index.folder / ".pruned.build"
-    assert sorted(p.name for p in work.iterdir() if p.name.startswith("range-")) == ["range-000000.npz", "range-000001.npz"]
+    assert sorted(p.name for p in work.iterdir() if p.name.startswith("range-")) == [
+        "range-000000.npz",
+        "range-000001.npz",
+    ]
     assert _digests(index.folder / "pruned") == old  # the old copy, whole
     assert Index.open(index.folder, verify=True).pruned().rule == {"kind": "top_k", "value": 2}
     kept = {name: digest for name, digest in _digests(work).items() if name.startswith("range-")}
     resumed = []
-    copy = open_or_build(index.folder, index.docs, index.postings, index.metadata["content_hash"], "mass=0.5", max_entries=700,
-                         on_range=resumed.append)
+    copy = open_or_build(
+        index.folder,
+        index.docs,
+        index.postings,
+        index.metadata["content_hash"],
+        "mass=0.5",
+        max_entries=700,
+        on_range=resumed.append,
+    )
     assert resumed[0] == 2 and len(resumed) >= 2  # only the ranges the killed run had not stored
     assert not work.exists() and copy.rule == {"kind": "mass", "value": 0.5}
     # an uninterrupted build in a second folder: the same files, byte for byte
@@ -279,14 +337,17 @@ def test_a_copy_of_another_index_is_refused_naming_pruned_json(stored, tmp_path)
     assert info.value.path == index.folder / "pruned" / "postings.indices.npy"
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda r: r.pop("rule"), "rule"),
-    (lambda r: r.update(rule={"kind": "top_k", "value": -1}), "rule"),
-    (lambda r: r.update(rule={"kind": "exec", "value": "os.system"}), "rule"),
-    (lambda r: r.update(nnz=10**12), None),
-    (lambda r: r.update(num_docs=3), "num_docs"),
-    (lambda r: r.update(nnz="12"), "nnz"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda r: r.pop("rule"), "rule"),
+        (lambda r: r.update(rule={"kind": "top_k", "value": -1}), "rule"),
+        (lambda r: r.update(rule={"kind": "exec", "value": "os.system"}), "rule"),
+        (lambda r: r.update(nnz=10**12), None),
+        (lambda r: r.update(num_docs=3), "num_docs"),
+        (lambda r: r.update(nnz="12"), "nnz"),
+    ],
+)
 def test_a_malformed_record_is_refused_before_searching(stored, change, field):
     index, *_ = stored
     path = index.folder / "pruned" / "pruned.json"
@@ -302,7 +363,9 @@ def test_altered_arrays_are_refused_naming_the_file(stored):
     index, *_ = stored
     folder = index.folder / "pruned"
     data = np.load(folder / "postings.data.npy")
-    np.save(folder / "postings.data.npy", np.array(list(data), dtype=object), allow_pickle=True)  # a pickle: never loaded
+    np.save(
+        folder / "postings.data.npy", np.array(list(data), dtype=object), allow_pickle=True
+    )  # a pickle: never loaded
     with pytest.raises(DataFormatError, match="cannot read") as info:
         _open_two_step(index.folder)
     assert info.value.path == folder / "postings.data.npy"
@@ -345,7 +408,9 @@ def test_damaged_document_rows_are_refused_not_read(stored):
     columns[len(columns) // 2] = docs.shape[1] + 7  # a column outside the vocabulary
     np.save(index.folder / "docs.indices.npy", columns)
     with pytest.raises(ValueError, match="docs.indices.npy is damaged"):
-        Index.open(index.folder).search(queries, k=5, searcher=TwoStepConfig(candidates=docs.shape[0], first_query=None))
+        Index.open(index.folder).search(
+            queries, k=5, searcher=TwoStepConfig(candidates=docs.shape[0], first_query=None)
+        )
 
 
 # ----------------------------------------------------------------------------------- serve
@@ -360,7 +425,10 @@ def test_serve_offers_two_step_only_with_a_stored_copy(tmp_path):
     docs, queries, ids = corpus(6)
     index = Index.from_vectors(tmp_path / "i", docs, ids)
     service = Service(ServeConfig(index=str(index.folder)), threads=1)
-    assert "two_step" not in service.backends and "pruned copy stored" in service.info()["unavailable_backends"]["two_step"]
+    assert (
+        "two_step" not in service.backends
+        and "pruned copy stored" in service.info()["unavailable_backends"]["two_step"]
+    )
     vector = {"indices": queries[0].indices.tolist(), "values": queries[0].data.tolist()}
     with pytest.raises(ValidationError, match="backend 'two_step' is not available on this server"):
         service.request_model.model_validate({"vector": vector, "backend": "two_step"})
@@ -368,7 +436,9 @@ def test_serve_offers_two_step_only_with_a_stored_copy(tmp_path):
     index.pruned("top_k=3")
     service = Service(ServeConfig(index=str(index.folder)), threads=1)
     assert service.backends[-1] == "two_step" and "two_step" not in service.info()["unavailable_backends"]
-    request = service.request_model.model_validate({"vector": vector, "backend": "two_step", "k": 7, "two_step": {"candidates": 9}})
+    request = service.request_model.model_validate(
+        {"vector": vector, "backend": "two_step", "k": 7, "two_step": {"candidates": 9}}
+    )
     answer = service.run_batch([request])[0]
     want = index.search(queries[0], k=7, searcher=TwoStepConfig(candidates=9)).hits[0]
     assert [(h["id"], h["score"]) for h in answer["results"][0]["hits"]] == want

@@ -28,8 +28,18 @@ from spladekit.index.layout import hash_arrays
 from spladekit.index.merge import merge_shards
 from spladekit.index.writer import matrix_blocks, write_index
 
-FILES = ("docs.indptr.npy", "docs.indices.npy", "docs.data.npy", "postings.indptr.npy", "postings.indices.npy", "postings.data.npy",
-         "doc_ids.offsets.npy", "doc_ids.utf8.npy", "tie_rank.npy", "index.json")
+FILES = (
+    "docs.indptr.npy",
+    "docs.indices.npy",
+    "docs.data.npy",
+    "postings.indptr.npy",
+    "postings.indices.npy",
+    "postings.data.npy",
+    "doc_ids.offsets.npy",
+    "doc_ids.utf8.npy",
+    "tie_rank.npy",
+    "index.json",
+)
 
 
 def random_matrix(rows: int, vocab: int, density: float, seed: int) -> sp.csr_matrix:
@@ -50,7 +60,9 @@ def check_folder(folder: Path, m: sp.csr_matrix, ids: list[str]) -> None:
     postings.sort_indices()
     for name, matrix in (("docs", docs), ("postings", postings)):
         for part in ("indptr", "indices", "data"):
-            np.testing.assert_array_equal(np.load(folder / f"{name}.{part}.npy"), getattr(matrix, part))  # integers / same float32 values: exact
+            np.testing.assert_array_equal(
+                np.load(folder / f"{name}.{part}.npy"), getattr(matrix, part)
+            )  # integers / same float32 values: exact
     np.testing.assert_array_equal(np.load(folder / "tie_rank.npy"), tie_ranks(ids))
     meta = json.loads((folder / "index.json").read_text())
     assert meta["content_hash"] == hash_arrays(docs.indptr, docs.indices, docs.data, ids, docs.shape)
@@ -68,7 +80,9 @@ def test_tiny_runs_and_steps_give_the_in_memory_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(writer, "RUN_BYTES", writer.MIN_BUDGET // 2 // 61)
     monkeypatch.setattr(writer, "MERGE_BYTES", writer.MIN_BUDGET * 3 // 4 // 50)
     monkeypatch.setattr(writer, "PIECE_BYTES", writer.MIN_BUDGET // 8 // 37)
-    write_index(tmp_path / "small", matrix_blocks(m, writer.MIN_BUDGET), ids, 90, {"x": 1}, memory_budget=writer.MIN_BUDGET)
+    write_index(
+        tmp_path / "small", matrix_blocks(m, writer.MIN_BUDGET), ids, 90, {"x": 1}, memory_budget=writer.MIN_BUDGET
+    )
     check_folder(tmp_path / "small", m, ids)
     for name in FILES:
         assert filecmp.cmp(tmp_path / "big" / name, tmp_path / "small" / name, shallow=False), name
@@ -111,7 +125,7 @@ def test_merged_shards_equal_one_folder_and_refuse_an_id_in_two(tmp_path):
 DOCS, TERMS, VOCAB, BLOCK = 200_000, 125, 30_522, 2_000  # 25 M postings: 200 MB of indices + impacts
 BUDGET = 64 << 20
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import json, re, sys
     from pathlib import Path
     import numpy as np, scipy.sparse as sp
@@ -152,7 +166,7 @@ PROBE = textwrap.dedent('''
         Index.from_vectors(out, m, ids, memory_budget=budget)
         extra = mapped(src)
     print(json.dumps({"growth": status("VmHWM") - base, "input_pages": extra}))
-''')
+""")
 
 
 def probe(*args) -> dict:
@@ -174,8 +188,10 @@ def test_a_corpus_three_times_the_budget_is_written_within_it(tmp_path):
         assert filecmp.cmp(tmp_path / "big" / name, tmp_path / "small" / name, shallow=False), name
     # from_vectors over the memory-mapped arrays of that folder: its own pages are the caller's
     mapped = probe("mapped", tmp_path / "copy", BUDGET, DOCS, TERMS, VOCAB, BLOCK, tmp_path / "small")
-    print(f"peak growth: blocks {small['growth'] / 2**20:.1f} MiB, memory-mapped {(mapped['growth'] - mapped['input_pages']) / 2**20:.1f} MiB "
-          f"(+ {mapped['input_pages'] / 2**20:.1f} MiB of the input's pages), budget {BUDGET / 2**20:.0f} MiB")
+    print(
+        f"peak growth: blocks {small['growth'] / 2**20:.1f} MiB, memory-mapped {(mapped['growth'] - mapped['input_pages']) / 2**20:.1f} MiB "
+        f"(+ {mapped['input_pages'] / 2**20:.1f} MiB of the input's pages), budget {BUDGET / 2**20:.0f} MiB"
+    )
     assert mapped["growth"] - mapped["input_pages"] <= BUDGET + (8 << 20), mapped
     for name in FILES:
         assert filecmp.cmp(tmp_path / "copy" / name, tmp_path / "small" / name, shallow=False), name
@@ -197,12 +213,27 @@ def test_budget_out_of_range_and_sizes_in_units():
     from spladekit.index.writer import MAX_BUDGET, parse_size
 
     m = sp.csr_matrix(np.ones((3, 4), np.float32))
-    with pytest.raises(ValueError, match=r"memory_budget .*\[16777216 \(16 MiB\), 1125899906842624 \(1 PiB\)\], got 1180591620717411303424"):
+    with pytest.raises(
+        ValueError,
+        match=r"memory_budget .*\[16777216 \(16 MiB\), 1125899906842624 \(1 PiB\)\], got 1180591620717411303424",
+    ):
         Index.from_vectors("/nonexistent/never-written", m, ["a", "b", "c"], memory_budget=2**70)
     assert MAX_BUDGET == 1024**5
-    assert parse_size("512MiB") == 512 * 1024**2 and parse_size("2GiB") == 2 * 1024**3 and parse_size("1.5GB") == 1_500_000_000
-    assert parse_size("67108864") == 64 * 1024**2 and parse_size(" 1 tib ") == 1024**4 and parse_size("20MB") == 20_000_000
-    for bad, why in (("12XB", "is not a size"), ("-5MiB", "is not a size"), ("1KiB", "16 MiB"), ("2PiB", "1 PiB"), ("2000TiB", "1 PiB")):
+    assert (
+        parse_size("512MiB") == 512 * 1024**2
+        and parse_size("2GiB") == 2 * 1024**3
+        and parse_size("1.5GB") == 1_500_000_000
+    )
+    assert (
+        parse_size("67108864") == 64 * 1024**2 and parse_size(" 1 tib ") == 1024**4 and parse_size("20MB") == 20_000_000
+    )
+    for bad, why in (
+        ("12XB", "is not a size"),
+        ("-5MiB", "is not a size"),
+        ("1KiB", "16 MiB"),
+        ("2PiB", "1 PiB"),
+        ("2000TiB", "1 PiB"),
+    ):
         with pytest.raises(ValueError, match="--memory-budget") as info:
             parse_size(bad)
         assert why in str(info.value)

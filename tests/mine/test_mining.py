@@ -44,8 +44,18 @@ def texts(tmp_path_factory):
 def mined(ce, texts, tmp_path_factory) -> Path:
     folder, _, _ = texts
     out = tmp_path_factory.mktemp("mined") / "out"
-    mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"), teachers=[str(ce)],
-                    num_negatives=3, chunk_queries=3), out, show_progress=False)
+    mine(
+        MineConfig(
+            data=str(folder / "pairs.tsv"),
+            format="tsv",
+            corpus=str(folder / "corpus.tsv"),
+            teachers=[str(ce)],
+            num_negatives=3,
+            chunk_queries=3,
+        ),
+        out,
+        show_progress=False,
+    )
     return out
 
 
@@ -60,7 +70,14 @@ def test_teacher_scores_are_cross_encoder_predict_pair_by_pair(ce, mined):
     model = CrossEncoder(str(ce), device="cpu")  # the activation recorded in its saved config
     assert isinstance(model.activation_fn, torch.nn.Identity)
     rows = datasets.load_from_disk(str(mined / "dataset"))
-    assert len(rows) == 9 and rows.column_names[:6] == ["query", "positive", "negative_1", "negative_2", "negative_3", "scores"]
+    assert len(rows) == 9 and rows.column_names[:6] == [
+        "query",
+        "positive",
+        "negative_1",
+        "negative_2",
+        "negative_3",
+        "scores",
+    ]
     for row in rows:
         docs = [row["positive"]] + [row[f"negative_{k}"] for k in (1, 2, 3)]
         for doc, score in zip(docs, row["scores"]):
@@ -87,8 +104,14 @@ def test_resume_reads_finished_chunks(ce, texts, mined, tmp_path, monkeypatch):
 
     folder, _, _ = texts
     out = tmp_path / "again"
-    config = MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"), teachers=[str(ce)],
-                        num_negatives=3, chunk_queries=3)
+    config = MineConfig(
+        data=str(folder / "pairs.tsv"),
+        format="tsv",
+        corpus=str(folder / "corpus.tsv"),
+        teachers=[str(ce)],
+        num_negatives=3,
+        chunk_queries=3,
+    )
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
@@ -98,7 +121,11 @@ def test_resume_reads_finished_chunks(ce, texts, mined, tmp_path, monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             mine(config, out, show_progress=False)
     chunks = sorted((out / "work").glob("teacher-*.json"))
-    assert [c.name for c in chunks] == ["teacher-00000.json", "teacher-00001.json", "teacher-00002.json"]  # 8 queries / 3
+    assert [c.name for c in chunks] == [
+        "teacher-00000.json",
+        "teacher-00001.json",
+        "teacher-00002.json",
+    ]  # 8 queries / 3
     first = json.loads(chunks[0].read_text())
     first["scores"] = [[s + 1000.0 for s in group] for group in first["scores"]]
     chunks[0].write_text(json.dumps(first))
@@ -113,18 +140,41 @@ def test_resume_reads_finished_chunks(ce, texts, mined, tmp_path, monkeypatch):
 
 
 def test_filters_by_hand():
-    cands = [("p1", 9.0), ("a", 8.0), ("b", 7.2), ("s", 6.5), ("c", 6.0), ("d", 5.5), ("e", 3.0), ("f", -1.0), ("g", -2.5)]
+    cands = [
+        ("p1", 9.0),
+        ("a", 8.0),
+        ("b", 7.2),
+        ("s", 6.5),
+        ("c", 6.0),
+        ("d", 5.5),
+        ("e", 3.0),
+        ("f", -1.0),
+        ("g", -2.5),
+    ]
     settings = FilterSettings(num_negatives=2, range_min=1, range_max=4, absolute_margin=0.5, min_score=-2.0)
     got = select_negatives(cands, [9.0, 7.0], settings, 4, excluded={"p1", "p2"}, same_as_query={"s"})
     # lowest positive 7.0: absolute margin drops s + 0.5 > 7.0 → a (8.0), b (7.2); min_score drops g;
     # survivors c 6.0, d 5.5, e 3.0, f -1.0; range_min 1 skips c; window [d, e, f]; top 2 → d, e
     assert got.negatives == [("d", 5.5), ("e", 3.0)] and got.complete
-    assert got.removed == {"positive": 1, "query_text": 1, "absolute_margin": 2, "relative_margin": 0, "max_score": 0,
-                           "min_score": 1, "range_min": 1, "range_max": 0, "not_sampled": 1}
+    assert got.removed == {
+        "positive": 1,
+        "query_text": 1,
+        "absolute_margin": 2,
+        "relative_margin": 0,
+        "max_score": 0,
+        "min_score": 1,
+        "range_min": 1,
+        "range_max": 0,
+        "not_sampled": 1,
+    }
     # relative margin with a negative positive score p = -2, r = 0.25: threshold p - |p|·r = -2.5 drops x, y
     # (the sign-unsafe p·(1 - r) = -1.5 would have kept y: sentence-transformers #3819)
-    neg = select_negatives([("x", -1.0), ("y", -2.4), ("z", -2.6), ("w", -4.0)], [-2.0],
-                           FilterSettings(num_negatives=2, relative_margin=0.25), 10)
+    neg = select_negatives(
+        [("x", -1.0), ("y", -2.4), ("z", -2.6), ("w", -4.0)],
+        [-2.0],
+        FilterSettings(num_negatives=2, relative_margin=0.25),
+        10,
+    )
     assert neg.negatives == [("z", -2.6), ("w", -4.0)] and neg.removed["relative_margin"] == 2
     top = select_negatives([("a", 1.0), ("b", 5.0), ("c", 3.0)], [], FilterSettings(num_negatives=2, max_score=4.0), 10)
     assert top.negatives == [("c", 3.0), ("a", 1.0)] and top.removed["max_score"] == 1  # re-sorted by score
@@ -134,7 +184,9 @@ def test_filters_by_hand():
     want = sorted((window[i] for i in picks), key=lambda x: -x[1])
     got = select_negatives(window, [], FilterSettings(num_negatives=2, sampling="random"), 10, rng=random.Random(7))
     assert got.negatives == want
-    short = select_negatives([("a", 1.0)], [], FilterSettings(num_negatives=2, sampling="random"), 10, rng=random.Random(0))
+    short = select_negatives(
+        [("a", 1.0)], [], FilterSettings(num_negatives=2, sampling="random"), 10, rng=random.Random(0)
+    )
     assert short.negatives == [("a", 1.0)] and not short.complete
     # sentence-transformers' default range_max: range_min + 10·n + max positives when a filter may remove
     assert default_range_max(FilterSettings(num_negatives=3, range_min=1, relative_margin=0.1), 2, True) == 33
@@ -174,16 +226,35 @@ def test_equals_sentence_transformers_mine_hard_negatives(ce, texts, tmp_path, s
             for rank, j in enumerate(np.argsort(-row, kind="stable")[:depth], 1):
                 run.write(f"q{i} Q0 {doc_ids[j]} {rank} {row[j]:.17g} dense\n")
     out = tmp_path / "out"
-    mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"), candidates="run",
-                    run=str(tmp_path / "dense.run"), teachers=[str(ce)], sampling=sampling, seed=5, **settings),
-         out, show_progress=False)
+    mine(
+        MineConfig(
+            data=str(folder / "pairs.tsv"),
+            format="tsv",
+            corpus=str(folder / "corpus.tsv"),
+            candidates="run",
+            run=str(tmp_path / "dense.run"),
+            teachers=[str(ce)],
+            sampling=sampling,
+            seed=5,
+            **settings,
+        ),
+        out,
+        show_progress=False,
+    )
     ours = datasets.load_from_disk(str(out / "dataset"))
 
     random.seed(5)  # sentence-transformers samples with the global random module, spladekit with Random(seed)
-    theirs = mine_hard_negatives(datasets.Dataset.from_dict({"query": [p[0] for p in pairs], "positive": [p[1] for p in pairs]}),
-                                 dense, corpus=list(corpus.values()), cross_encoder=CrossEncoder(str(ce), device="cpu"),
-                                 sampling_strategy=sampling, output_format="n-tuple", output_scores=True, verbose=False,
-                                 **settings)
+    theirs = mine_hard_negatives(
+        datasets.Dataset.from_dict({"query": [p[0] for p in pairs], "positive": [p[1] for p in pairs]}),
+        dense,
+        corpus=list(corpus.values()),
+        cross_encoder=CrossEncoder(str(ce), device="cpu"),
+        sampling_strategy=sampling,
+        output_format="n-tuple",
+        output_scores=True,
+        verbose=False,
+        **settings,
+    )
     assert len(theirs) > 0 and len(ours) == len(theirs)
     columns = ["query", "positive", "negative_1", "negative_2", "negative_3"]
     assert [[r[c] for c in columns] for r in ours] == [[r[c] for c in columns] for r in theirs]
@@ -200,14 +271,23 @@ def test_mined_dataset_trains(mined, tmp_path, loss):
     from spladekit.cli import app
 
     model = make_tiny_model(tmp_path / "student")
-    cfg = tiny_config(model, steps=8, batch_size=9, lr=3e-3, data={"format": "hf", "path": str(mined / "dataset"),
-                                                                      "num_negatives": 3},
-                      loss={"kind": loss, "scale_check": None}, regularizer={"lambda_q": 0.0, "lambda_d": 0.0})
+    cfg = tiny_config(
+        model,
+        steps=8,
+        batch_size=9,
+        lr=3e-3,
+        data={"format": "hf", "path": str(mined / "dataset"), "num_negatives": 3},
+        loss={"kind": loss, "scale_check": None},
+        regularizer={"lambda_q": 0.0, "lambda_d": 0.0},
+    )
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())
     res = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run"), "--no-progress"])
     assert res.exit_code == 0, res.output
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-              if '"loss"' in line and '"step"' in line]
+    losses = [
+        json.loads(line)["loss"]
+        for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        if '"loss"' in line and '"step"' in line
+    ]
     assert len(losses) == 8 and all(math.isfinite(x) for x in losses)
     # every step sees the same 9 rows with all their 3 negatives (batch = dataset): the loss must fall
     assert losses[-1] < losses[0], losses
@@ -221,12 +301,30 @@ def test_cli_mine_bm25_and_errors(tmp_path, shared):
 
     scifact = shared / "data" / "beir" / "scifact"
     out = tmp_path / "m"
-    res = CliRunner().invoke(app, ["mine", "--data", str(scifact), "--split", "train", "--max-queries", "3", "--out", str(out),
-                                   "--num-negatives", "2", "--no-progress"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "mine",
+            "--data",
+            str(scifact),
+            "--split",
+            "train",
+            "--max-queries",
+            "3",
+            "--out",
+            str(out),
+            "--num-negatives",
+            "2",
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert res.output.startswith("mined 3 queries:")
     rows = datasets.load_from_disk(str(out / "dataset"))
-    assert set(rows.column_names) >= {"query", "positive", "negative_1", "negative_2"} and "scores" not in rows.column_names
+    assert (
+        set(rows.column_names) >= {"query", "positive", "negative_1", "negative_2"}
+        and "scores" not in rows.column_names
+    )
     from spladekit.data.beir import load_beir
     from spladekit.index.bm25 import bm25_search
 
@@ -249,12 +347,20 @@ def test_model_candidates_are_the_dot_product_top_k(texts, tmp_path):
 
     folder, _, _ = texts
     model = make_tiny_model(tmp_path / "splade")
-    base = dict(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"), candidates="model",
-                model=str(model), num_negatives=2)
+    base = dict(
+        data=str(folder / "pairs.tsv"),
+        format="tsv",
+        corpus=str(folder / "corpus.tsv"),
+        candidates="model",
+        model=str(model),
+        num_negatives=2,
+    )
     data = read_mining_input(MineConfig(**base))
     encoder = SpladeEncoder.from_pretrained(str(model))
     doc_ids = list(data.corpus)
-    scores = (encoder.encode_queries(list(data.queries.values())) @ encoder.encode_documents(list(data.corpus.values())).T).toarray()
+    scores = (
+        encoder.encode_queries(list(data.queries.values())) @ encoder.encode_documents(list(data.corpus.values())).T
+    ).toarray()
     expect = {}
     for qid, row in zip(data.queries, scores):
         order = sorted(range(len(doc_ids)), key=lambda j: (-row[j], doc_ids[j]))  # ties by id: spladekit's search rule
@@ -274,8 +380,18 @@ def test_teachers_are_averaged(ce, texts, tmp_path):
     folder, _, _ = texts
     second = make_cross_encoder(tmp_path / "second", seed=9)
     out = tmp_path / "two"
-    mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"), teachers=[str(ce), str(second)],
-                    num_negatives=2, max_queries=3), out, show_progress=False)
+    mine(
+        MineConfig(
+            data=str(folder / "pairs.tsv"),
+            format="tsv",
+            corpus=str(folder / "corpus.tsv"),
+            teachers=[str(ce), str(second)],
+            num_negatives=2,
+            max_queries=3,
+        ),
+        out,
+        show_progress=False,
+    )
     models = [CrossEncoder(str(ce), device="cpu"), CrossEncoder(str(second), device="cpu")]
     for row in datasets.load_from_disk(str(out / "dataset")):
         for doc, score in zip([row["positive"], row["negative_1"], row["negative_2"]], row["scores"]):
@@ -286,7 +402,9 @@ def test_teachers_are_averaged(ce, texts, tmp_path):
 def test_hf_pairs_equal_tsv_pairs(texts, tmp_path):
     """The same (query, positive) pairs as a Hugging Face dataset file and as a TSV mine the same rows (BM25)."""
     folder, pairs, _ = texts
-    datasets.Dataset.from_dict({"anchor": [q for q, _ in pairs], "positive": [p for _, p in pairs]}).to_parquet(str(tmp_path / "p.parquet"))
+    datasets.Dataset.from_dict({"anchor": [q for q, _ in pairs], "positive": [p for _, p in pairs]}).to_parquet(
+        str(tmp_path / "p.parquet")
+    )
     common = dict(corpus=str(folder / "corpus.tsv"), num_negatives=2)
     mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", **common), tmp_path / "tsv", show_progress=False)
     mine(MineConfig(data=str(tmp_path / "p.parquet"), format="hf", **common), tmp_path / "hf", show_progress=False)
@@ -311,8 +429,15 @@ def test_a_chunk_scored_under_other_settings_is_scored_again(ce, texts, mined, t
         raise KeyboardInterrupt
 
     def config(teacher, **extra):
-        return MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
-                          teachers=[str(teacher)], num_negatives=3, chunk_queries=3, **extra)
+        return MineConfig(
+            data=str(folder / "pairs.tsv"),
+            format="tsv",
+            corpus=str(folder / "corpus.tsv"),
+            teachers=[str(teacher)],
+            num_negatives=3,
+            chunk_queries=3,
+            **extra,
+        )
 
     reference = datasets.load_from_disk(str(mined / "dataset"))
     other = make_cross_encoder(tmp_path / "other", seed=7)  # another teacher, later copied over `ce`'s path
@@ -330,7 +455,9 @@ def test_a_chunk_scored_under_other_settings_is_scored_again(ce, texts, mined, t
             shutil.copytree(ce, other)
         mine(config(teacher), out, show_progress=False)
         again = datasets.load_from_disk(str(out / "dataset"))
-        for a, b in zip(again, reference, strict=True):  # REL: the batch-padding bound above (MKL may differ by alignment)
+        for a, b in zip(
+            again, reference, strict=True
+        ):  # REL: the batch-padding bound above (MKL may differ by alignment)
             assert len(a["scores"]) == len(b["scores"]) and all(close(x, y) for x, y in zip(a["scores"], b["scores"]))
 
 
@@ -343,8 +470,17 @@ def test_a_teacher_that_is_no_cross_encoder_is_refused(texts, tmp_path):
     lm = make_tiny_model(tmp_path / "mlm")
     out = tmp_path / "out"
     with pytest.raises(DataFormatError, match=r"config\.json.*architectures.*BertForMaskedLM.*not a cross-encoder"):
-        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
-                        teachers=[str(lm)], num_negatives=3), out, show_progress=False)
+        mine(
+            MineConfig(
+                data=str(folder / "pairs.tsv"),
+                format="tsv",
+                corpus=str(folder / "corpus.tsv"),
+                teachers=[str(lm)],
+                num_negatives=3,
+            ),
+            out,
+            show_progress=False,
+        )
     assert not out.exists()
 
 
@@ -379,17 +515,32 @@ def test_a_checkpoint_without_the_classifier_head_is_refused(texts, tmp_path, ca
     from spladekit.errors import DataFormatError
 
     folder, _, _ = texts
-    lm = _mlm_as(tmp_path / "lm", None if case == "no-architectures" else ["BertForSequenceClassification"],
-                 shards=case == "sharded")
+    lm = _mlm_as(
+        tmp_path / "lm",
+        None if case == "no-architectures" else ["BertForSequenceClassification"],
+        shards=case == "sharded",
+    )
     weights = "model.safetensors.index.json" if case == "sharded" else "model.safetensors"
     if case != "sharded":
         with safe_open(str(lm / weights), "pt") as f:  # the premise: the checkpoint has no classifier
             assert not any(k.startswith("classifier.") for k in f.keys())
     out = tmp_path / "out"
-    with pytest.raises(DataFormatError, match=rf"{weights}: teacher .*classifier head \(classifier\.weight, classifier\.bias\) "
-                                              r"is not in the checkpoint"):
-        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
-                        teachers=[str(lm)], num_negatives=3), out, show_progress=False)
+    with pytest.raises(
+        DataFormatError,
+        match=rf"{weights}: teacher .*classifier head \(classifier\.weight, classifier\.bias\) "
+        r"is not in the checkpoint",
+    ):
+        mine(
+            MineConfig(
+                data=str(folder / "pairs.tsv"),
+                format="tsv",
+                corpus=str(folder / "corpus.tsv"),
+                teachers=[str(lm)],
+                num_negatives=3,
+            ),
+            out,
+            show_progress=False,
+        )
     assert not (out / "dataset").exists() and not (out / "naver").exists()
 
 
@@ -403,9 +554,20 @@ def test_a_teacher_with_several_labels_is_refused(texts, tmp_path):
     folder, _, _ = texts
     three = make_cross_encoder(tmp_path / "three", num_labels=3)
     out = tmp_path / "out"
-    with pytest.raises(DataFormatError, match=r"three/config\.json: field 'id2label': teacher .* has 3 labels; relevance needs one"):
-        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
-                        teachers=[str(three)], num_negatives=3), out, show_progress=False)
+    with pytest.raises(
+        DataFormatError, match=r"three/config\.json: field 'id2label': teacher .* has 3 labels; relevance needs one"
+    ):
+        mine(
+            MineConfig(
+                data=str(folder / "pairs.tsv"),
+                format="tsv",
+                corpus=str(folder / "corpus.tsv"),
+                teachers=[str(three)],
+                num_negatives=3,
+            ),
+            out,
+            show_progress=False,
+        )
     assert not out.exists()
     config = json.loads((three / "config.json").read_text())
     del config["id2label"], config["label2id"]
@@ -430,8 +592,14 @@ def test_a_teacher_whose_vocab_changed_at_the_same_path_is_scored_again(ce, text
     shutil.copy(ce.parent / f"{ce.name}-base" / "vocab.txt", teacher / "vocab.txt")
 
     def config():
-        return MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
-                          teachers=[str(teacher)], num_negatives=3, chunk_queries=3)
+        return MineConfig(
+            data=str(folder / "pairs.tsv"),
+            format="tsv",
+            corpus=str(folder / "corpus.tsv"),
+            teachers=[str(teacher)],
+            num_negatives=3,
+            chunk_queries=3,
+        )
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
@@ -478,12 +646,35 @@ def test_a_teacher_that_cannot_score_is_refused_in_one_line_before_out_is_made(c
         (teacher / "tokenizer.json").write_text(json.dumps(tokenizer))
         data = tmp_path / "pairs.tsv"
         data.write_text("".join(f"{q} extra40\t{p}\n" for q, p in pairs))
-        expect = rf"^error: {teacher}/tokenizer.json: field 'vocab': teacher .* has 205 token ids, its embedding 155 rows"
+        expect = (
+            rf"^error: {teacher}/tokenizer.json: field 'vocab': teacher .* has 205 token ids, its embedding 155 rows"
+        )
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "spladekit", "mine", "--format", "tsv", "--data", str(data),
-                           "--corpus", str(folder / "corpus.tsv"), "--teacher", str(teacher), "--out", str(out),
-                           "--num-negatives", "2", "--no-progress"], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src")))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "mine",
+            "--format",
+            "tsv",
+            "--data",
+            str(data),
+            "--corpus",
+            str(folder / "corpus.tsv"),
+            "--teacher",
+            str(teacher),
+            "--out",
+            str(out),
+            "--num-negatives",
+            "2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src")),
+    )
     errors = [line for line in done.stderr.splitlines() if not line.startswith("Loading weights")]
     assert done.returncode == 2 and len(errors) == 1 and re.match(expect, errors[0]), done.stderr[-2000:]
     assert not out.exists()
@@ -498,8 +689,10 @@ def test_a_negative_margin_is_refused(texts, tmp_path, option):
     from spladekit.cli import app
 
     folder, _, _ = texts
-    done = CliRunner().invoke(app, ["mine", "--format", "tsv", "--data", str(folder / "pairs.tsv"), "--out", str(tmp_path / "o"),
-                                    option, "-0.5"])
+    done = CliRunner().invoke(
+        app,
+        ["mine", "--format", "tsv", "--data", str(folder / "pairs.tsv"), "--out", str(tmp_path / "o"), option, "-0.5"],
+    )
     assert done.exit_code == 2 and option in done.stderr and "greater than or equal to 0" in done.stderr, done.output
     assert not (tmp_path / "o").exists()
 
@@ -515,12 +708,31 @@ def test_a_teacher_module_path_out_of_its_folder_is_refused(ce, texts, tmp_path)
     teacher = tmp_path / "teacher"
     shutil.copytree(ce, teacher)
     shutil.copytree(ce, tmp_path / "outside")
-    (teacher / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "../outside",
-                                                       "type": "sentence_transformers.cross_encoder.CrossEncoder.Transformer"}]))
+    (teacher / "modules.json").write_text(
+        json.dumps(
+            [
+                {
+                    "idx": 0,
+                    "name": "0",
+                    "path": "../outside",
+                    "type": "sentence_transformers.cross_encoder.CrossEncoder.Transformer",
+                }
+            ]
+        )
+    )
     out = tmp_path / "out"
     with pytest.raises(DataFormatError, match=r"modules.json: field 'path': path '../outside' leaves the model folder"):
-        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
-                        teachers=[str(teacher)], num_negatives=3), out, show_progress=False)
+        mine(
+            MineConfig(
+                data=str(folder / "pairs.tsv"),
+                format="tsv",
+                corpus=str(folder / "corpus.tsv"),
+                teachers=[str(teacher)],
+                num_negatives=3,
+            ),
+            out,
+            show_progress=False,
+        )
     assert not out.exists()
 
 
@@ -539,10 +751,22 @@ def test_a_teacher_with_its_own_code_is_refused(ce, texts, tmp_path):
     config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_evil.Evil"}
     (teacher / "config.json").write_text(json.dumps(config))
     out = tmp_path / "out"
-    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map.AutoModelForSequenceClassification': "
-                       r".*'Evil' .*modeling_evil.py .*--trust-remote-code"):
-        mine(MineConfig(data=str(folder / "pairs.tsv"), format="tsv", corpus=str(folder / "corpus.tsv"),
-                        teachers=[str(teacher)], num_negatives=3), out, show_progress=False)
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"config.json: field 'auto_map.AutoModelForSequenceClassification': "
+        r".*'Evil' .*modeling_evil.py .*--trust-remote-code",
+    ):
+        mine(
+            MineConfig(
+                data=str(folder / "pairs.tsv"),
+                format="tsv",
+                corpus=str(folder / "corpus.tsv"),
+                teachers=[str(teacher)],
+                num_negatives=3,
+            ),
+            out,
+            show_progress=False,
+        )
     assert not out.exists() and not marker.exists()
 
 
@@ -558,16 +782,24 @@ def test_a_teacher_with_its_own_code_runs_when_trusted(ce, texts, mined, tmp_pat
     folder, _, _ = texts
     teacher, marker, out = tmp_path / "teacher", tmp_path / "marker", tmp_path / "out"
     shutil.copytree(ce, teacher)
-    (teacher / "modeling_evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
-                                              "from transformers import BertForSequenceClassification as Evil\n")
+    (teacher / "modeling_evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+        "from transformers import BertForSequenceClassification as Evil\n"
+    )
     config = json.loads((teacher / "config.json").read_text())
     config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_evil.Evil"}
     (teacher / "config.json").write_text(json.dumps(config))
-    script = ("from spladekit.mine import MineConfig, mine\n"
-              f"mine(MineConfig(data={str(folder / 'pairs.tsv')!r}, format='tsv', corpus={str(folder / 'corpus.tsv')!r}, "
-              f"teachers=[{str(teacher)!r}], num_negatives=3, chunk_queries=3, trust_remote_code=True), {str(out)!r}, "
-              "show_progress=False)\n")
-    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    script = (
+        "from spladekit.mine import MineConfig, mine\n"
+        f"mine(MineConfig(data={str(folder / 'pairs.tsv')!r}, format='tsv', corpus={str(folder / 'corpus.tsv')!r}, "
+        f"teachers=[{str(teacher)!r}], num_negatives=3, chunk_queries=3, trust_remote_code=True), {str(out)!r}, "
+        "show_progress=False)\n"
+    )
+    env = dict(
+        os.environ,
+        HF_MODULES_CACHE=str(tmp_path / "modules"),
+        PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"),
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert marker.exists()

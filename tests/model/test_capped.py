@@ -62,7 +62,9 @@ def dense_capped(hidden, mask, weight, bias, k, pooling="max"):
 def heads(pooling):
     """(name, head) pairs: the plain head and the fused head of ``pooling``."""
     plain = lambda *a, **kw: plain_splade_head(*a, pooling=pooling, **kw)  # noqa: E731
-    fused_head = (lambda *a, **kw: fused_splade_head(*a, backend="torch", **kw)) if pooling == "max" else fused_sum_splade_head
+    fused_head = (
+        (lambda *a, **kw: fused_splade_head(*a, backend="torch", **kw)) if pooling == "max" else fused_sum_splade_head
+    )
     return [("plain", plain), ("fused", fused_head)]
 
 
@@ -135,9 +137,11 @@ def test_gradients_equal_autograd_on_the_dense_form(pooling, k):
     (out * g).sum().backward()
     G = logits.grad  # [B, L, V]
     (batch, length, vocab), u = G.shape, EPS32 / 2
-    bounds = [(vocab + 3) * u * (G.abs() @ w64.detach().abs()),
-              (batch * length + 3) * u * torch.einsum("blv,blh->vh", G.abs(), h64.detach().abs()),
-              (batch * length + 3) * u * G.abs().sum(dim=(0, 1))]
+    bounds = [
+        (vocab + 3) * u * (G.abs() @ w64.detach().abs()),
+        (batch * length + 3) * u * torch.einsum("blv,blh->vh", G.abs(), h64.detach().abs()),
+        (batch * length + 3) * u * G.abs().sum(dim=(0, 1)),
+    ]
     exact = [h64.grad, w64.grad, b64.grad]
     assert float(G.abs().sum()) > 0
     for name, head in heads(pooling):
@@ -205,7 +209,9 @@ def test_kept_entries_never_form_b_l_v_and_hold_n_times_k(monkeypatch):
     h, m, w, b, _ = _inputs(seed=3, grid=False, V=500)
     shapes = []
     real_linear = torch.nn.functional.linear
-    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: shapes.append(tuple(real_linear(*a).shape)) or real_linear(*a))
+    monkeypatch.setattr(
+        torch.nn.functional, "linear", lambda *a: shapes.append(tuple(real_linear(*a).shape)) or real_linear(*a)
+    )
     entries = capped.kept_entries(h.detach(), m, w.detach(), b.detach(), 4, chunk=64)
     tokens = int(m.sum())
     assert all(s == (tokens, min(64, 500 - lo)) for s, lo in zip(shapes, range(0, 500, 64)))
@@ -275,7 +281,9 @@ def test_exports_with_a_cap_give_the_capped_vectors_or_refuse(tmp_path):
     assert float((ordered[..., 4] - ordered[..., 5])[batch["attention_mask"].bool()].min()) > 1e-4
     want = encoder.encode_dense(TEXTS, LENGTH).numpy()
     tol = tolerance(encoder, TEXTS) + 2 * 2.0**-24
-    assert (want > 0).sum(axis=1).max() < (make_encoder(tmp_path, "bert").encode_dense(TEXTS, LENGTH).numpy() > 0).sum(axis=1).max()
+    assert (want > 0).sum(axis=1).max() < (make_encoder(tmp_path, "bert").encode_dense(TEXTS, LENGTH).numpy() > 0).sum(
+        axis=1
+    ).max()
 
     export_onnx(encoder, tmp_path / "onnx", vocab_tile=24)
     onnx_encoder = OnnxSpladeEncoder(tmp_path / "onnx")
@@ -284,7 +292,9 @@ def test_exports_with_a_cap_give_the_capped_vectors_or_refuse(tmp_path):
     out = export_for_engine("opensearch", encoder, tmp_path / "os")
     with zipfile.ZipFile(out / "model.zip") as archive:
         archive.extract("model.pt", tmp_path / "os-pt")
-    assert_vectors(djl_call(torch.jit.load(str(tmp_path / "os-pt" / "model.pt")), encoder, TEXTS)["output"].numpy(), want, tol)
+    assert_vectors(
+        djl_call(torch.jit.load(str(tmp_path / "os-pt" / "model.pt")), encoder, TEXTS)["output"].numpy(), want, tol
+    )
     out = export_for_engine("fastembed", encoder, tmp_path / "fe")
     feeds = {"input_ids": batch["input_ids"].numpy(), "attention_mask": batch["attention_mask"].numpy()}
     y = ort.InferenceSession(str(out / "model.onnx")).run(None, feeds)[0]
@@ -294,7 +304,9 @@ def test_exports_with_a_cap_give_the_capped_vectors_or_refuse(tmp_path):
     session = ort.InferenceSession(str(out / "splade-pp-ed-optimized.onnx"))
     for text, row in zip(TEXTS, want):
         ids = encoder.tokenize([text], LENGTH)["input_ids"].numpy()
-        idx, values = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)})
+        idx, values = session.run(
+            None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)}
+        )
         got = np.zeros_like(row)
         got[idx] = values
         assert_vectors(got, row, tol)

@@ -56,8 +56,11 @@ def _bound(hidden, mask, weight, bias):
 SETTINGS = [(1, None), (2, None), (2, 32), (3, 7), (2, 10_000)]  # (threads, vocabulary columns per product)
 
 
-@pytest.mark.parametrize("shape", [(5, 23, 16, 1001), (1, 9, 24, 37), (4, 64, 32, 2049), (3, 1, 8, 33)],
-                         ids=["odd-vocab", "batch-1", "longer", "length-1"])
+@pytest.mark.parametrize(
+    "shape",
+    [(5, 23, 16, 1001), (1, 9, 24, 37), (4, 64, 32, 2049), (3, 1, 8, 33)],
+    ids=["odd-vocab", "batch-1", "longer", "length-1"],
+)
 @pytest.mark.parametrize("threads,chunk", SETTINGS)
 def test_cpu_split_equals_plain_within_float32_bound(shape, threads, chunk):
     hidden, mask, weight, bias = _inputs(*shape)
@@ -78,8 +81,14 @@ def test_cpu_split_equals_plain_within_float32_bound(shape, threads, chunk):
     # the argmax is a real position holding the maximum (recomputed here in float64 from that position)
     real = ~empty
     assert bool(mask[real].gather(1, argmax[real].long()).bool().all())
-    at = torch.einsum("bvh,vh->bv", hidden[real].double().gather(1, argmax[real].long()[..., None].expand(-1, -1, shape[2])),
-                      weight.double()) + bias.double()
+    at = (
+        torch.einsum(
+            "bvh,vh->bv",
+            hidden[real].double().gather(1, argmax[real].long()[..., None].expand(-1, -1, shape[2])),
+            weight.double(),
+        )
+        + bias.double()
+    )
     assert bool(((at - maxval[real].double()).abs() <= _bound(hidden, mask, weight, bias)[real]).all())
 
 
@@ -100,8 +109,10 @@ def test_thread_count_keeps_values_within_the_bound(threads):
     assert bool(((one - many).abs().nan_to_num(0.0).double() <= bound).all())
     real = mask.bool().any(dim=1)
     h64, w64 = hidden[real].double(), weight.double()
-    at = [torch.einsum("bvh,vh->bv", h64.gather(1, a[real].long()[..., None].expand(-1, -1, h64.shape[2])), w64)
-          for a in (one_arg, many_arg)]
+    at = [
+        torch.einsum("bvh,vh->bv", h64.gather(1, a[real].long()[..., None].expand(-1, -1, h64.shape[2])), w64)
+        for a in (one_arg, many_arg)
+    ]
     assert bool(((at[0] - at[1]).abs() <= bound[real]).all())
     assert torch.get_num_threads() == before  # the caller's own setting is untouched
 
@@ -161,7 +172,9 @@ def test_grouped_rows_equal_row_by_row_within_the_bound(monkeypatch, threads):
     lengths = torch.randint(1, L + 1, (B,), generator=torch.Generator().manual_seed(3))
     lengths[[4, 9]] = 0  # rows without real tokens inside groups
     mask = (torch.arange(L)[None, :] < lengths[:, None]).long()
-    assert len(fused._row_groups([r for r in range(B) if lengths[r]], lengths.tolist(), fused.GROUP_TOKENS)) < B - 2  # grouped
+    assert (
+        len(fused._row_groups([r for r in range(B) if lengths[r]], lengths.tolist(), fused.GROUP_TOKENS)) < B - 2
+    )  # grouped
     bound = _bound(hidden, mask, weight, bias)
     with torch.no_grad():
         plain = plain_splade_head(hidden, mask, weight, bias)
@@ -176,8 +189,14 @@ def test_grouped_rows_equal_row_by_row_within_the_bound(monkeypatch, threads):
     assert torch.all(torch.isneginf(grouped[empty])) and torch.all(torch.isneginf(grouped_only[empty]))
     real = ~empty
     assert bool(mask[real].gather(1, grouped_arg[real].long()).bool().all())  # a real token of its own row
-    at = torch.einsum("bvh,vh->bv", hidden[real].double().gather(1, grouped_arg[real].long()[..., None].expand(-1, -1, H)),
-                      weight.double()) + bias.double()
+    at = (
+        torch.einsum(
+            "bvh,vh->bv",
+            hidden[real].double().gather(1, grouped_arg[real].long()[..., None].expand(-1, -1, H)),
+            weight.double(),
+        )
+        + bias.double()
+    )
     assert bool(((at - grouped[real].double()).abs() <= bound[real]).all())
 
 
@@ -208,8 +227,13 @@ def test_workers_leave_torch_thread_default_alone():
         print("COUNTS", torch.get_num_threads(), seen[0])
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+    )
     assert "COUNTS 2 2" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -243,8 +267,9 @@ def test_slices_at_two_threads_equal_each_slice_alone(monkeypatch):
     try:
         calls = []
         real_slices = splade.SpladeModel._forward_slices
-        monkeypatch.setattr(splade.SpladeModel, "_forward_slices",
-                            lambda self, *a: calls.append(1) or real_slices(self, *a))
+        monkeypatch.setattr(
+            splade.SpladeModel, "_forward_slices", lambda self, *a: calls.append(1) or real_slices(self, *a)
+        )
         with torch.no_grad():
             got = model(ids, mask)
         assert calls  # the sliced path ran
@@ -252,10 +277,10 @@ def test_slices_at_two_threads_equal_each_slice_alone(monkeypatch):
         rows = max(1, min(splade.SLICE_ROWS, -(-11 // 4)))
         with torch.no_grad():
             for lo in range(0, 11, rows):
-                m = mask[lo:lo + rows]
+                m = mask[lo : lo + rows]
                 length = int(m.sum(dim=1).max())
-                want = model._forward(ids[lo:lo + rows, :length], m[:, :length])
-                assert torch.equal(got[lo:lo + rows], want), lo
+                want = model._forward(ids[lo : lo + rows, :length], m[:, :length])
+                assert torch.equal(got[lo : lo + rows], want), lo
     finally:
         torch.set_num_threads(before)
 
@@ -295,8 +320,9 @@ def test_training_and_short_inputs_do_not_slice(monkeypatch):
         assert out.requires_grad
         seen = []
         real = splade.SpladeModel._forward
-        monkeypatch.setattr(splade.SpladeModel, "_forward",
-                            lambda self, *a: seen.append(torch.get_num_threads()) or real(self, *a))
+        monkeypatch.setattr(
+            splade.SpladeModel, "_forward", lambda self, *a: seen.append(torch.get_num_threads()) or real(self, *a)
+        )
         with torch.no_grad():
             model(*_batch(1, splade.SHORT_TOKENS))
         assert seen == [1] and torch.get_num_threads() == 2

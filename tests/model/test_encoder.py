@@ -36,7 +36,9 @@ def test_vectors_equal_formula_on_model_logits(encoder):
     matrix = encoder.encode_documents(TEXTS)
     assert matrix.shape == (len(TEXTS), len(encoder.tokenizer))
     for i, text in enumerate(TEXTS):
-        np.testing.assert_allclose(matrix[i].toarray().ravel(), reference_vector(encoder, text, 256), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            matrix[i].toarray().ravel(), reference_vector(encoder, text, 256), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_alone_batched_and_padded_give_same_vector(encoder):

@@ -17,8 +17,16 @@ from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.splade import SpladeModel
 from tests.conftest import make_tiny_bert, make_tokenizer
 
-EDGE = ["", "   \t\n  ", "😀🎉🚀", "\x00\x07\x1b\u200b", "protein", "cells " * 200, "gene expression in mouse brain",
-        "the effect of drug dose on blood levels in human patients"]
+EDGE = [
+    "",
+    "   \t\n  ",
+    "😀🎉🚀",
+    "\x00\x07\x1b\u200b",
+    "protein",
+    "cells " * 200,
+    "gene expression in mouse brain",
+    "the effect of drug dose on blood levels in human patients",
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +37,13 @@ def tiny(tmp_path_factory):
     with torch.no_grad():
         model.cls.predictions.decoder.bias.normal_(0.5, 0.5)
         model.cls.predictions.decoder.bias[tokenizer.pad_token_id] = 5.0  # a model that *would* weight [PAD]
-    return SpladeEncoder(SpladeModel(model, "plain"), tokenizer, EncoderMetadata(query_max_length=8, doc_max_length=16),
-                         batch_size=3, device="cpu")
+    return SpladeEncoder(
+        SpladeModel(model, "plain"),
+        tokenizer,
+        EncoderMetadata(query_max_length=8, doc_max_length=16),
+        batch_size=3,
+        device="cpu",
+    )
 
 
 # rtol = 1e-5, atol = 1e-6 on vectors of different batch compositions: float32 rounding of other
@@ -62,8 +75,9 @@ def test_pad_column_is_always_zero_even_when_the_model_weights_it(tiny):
     assert (raw[:, pad] > 1.0).all()  # the head itself gives [PAD] weight (bias +5)...
     encoded = tiny.encode_documents(EDGE)
     assert encoded[:, pad].nnz == 0  # ...the encoder output never does
-    np.testing.assert_allclose(np.delete(encoded.toarray(), pad, axis=1), np.delete(raw.numpy(), pad, axis=1),
-                               rtol=1e-5, atol=1e-6)  # every other column unchanged
+    np.testing.assert_allclose(
+        np.delete(encoded.toarray(), pad, axis=1), np.delete(raw.numpy(), pad, axis=1), rtol=1e-5, atol=1e-6
+    )  # every other column unchanged
 
 
 def test_truncation_is_counted(tiny):
@@ -87,8 +101,11 @@ def test_truncation_boundary_and_slow_tokenizer_path(tiny):
     tiny.encode_documents([exact, longer, "x"])
     assert tiny.last_truncated == 1
     batch = tiny.tokenize(EDGE, 16)
-    assert tiny._count_truncated(EDGE, 16, batch) == tiny._count_truncated(EDGE, 16) == sum(
-        len(tiny.tokenizer(t)["input_ids"]) > 16 for t in EDGE)
+    assert (
+        tiny._count_truncated(EDGE, 16, batch)
+        == tiny._count_truncated(EDGE, 16)
+        == sum(len(tiny.tokenizer(t)["input_ids"]) > 16 for t in EDGE)
+    )
 
 
 def _constant_encoder(folder, active: list[int]):
@@ -116,8 +133,11 @@ def test_vectors_with_zero_or_one_active_term(tmp_path, active):
     else:
         assert enc.decode(docs[0]) == []
     stats = efficiency_stats(queries, docs)
-    assert stats == {"avg_query_terms": float(len(active)), "avg_doc_terms": float(len(active)),
-                     "flops": float(len(active))}  # p_q = p_d = 1 on the one active term
+    assert stats == {
+        "avg_query_terms": float(len(active)),
+        "avg_doc_terms": float(len(active)),
+        "flops": float(len(active)),
+    }  # p_q = p_d = 1 on the one active term
     results = exact_search(queries, docs, k=10)
     run = results_to_run(results, ["q1", "q2"], ["d1", "d2", "d3"])
     if active:  # every document ties: ordered by index, then the run by doc id

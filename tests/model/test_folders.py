@@ -35,7 +35,9 @@ from tests.mlm_families import TEXTS, tiny_mlm, tiny_tokenizer
 # the module paths of sentence-transformers >= 5.4 (earlier versions kept them in sparse_encoder.models;
 # the `test` extra asks for >= 6.0); the folders spladekit reads are recognised by class name, whichever
 # version wrote them
-pytest.importorskip("sentence_transformers.sparse_encoder.modules", reason="needs sentence-transformers >= 6.0 (the `test` extra)")
+pytest.importorskip(
+    "sentence_transformers.sparse_encoder.modules", reason="needs sentence-transformers >= 6.0 (the `test` extra)"
+)
 from sentence_transformers import SparseEncoder  # noqa: E402
 from sentence_transformers.sparse_encoder.modules import (  # noqa: E402
     Router,
@@ -113,10 +115,14 @@ def _compare(folder: Path, head_impl: str, queries=QUERIES, documents=TEXTS) -> 
     encoder = SpladeEncoder.from_pretrained(folder, head_impl=head_impl, device="cpu")
     meta = encoder.metadata
     if meta.query_encoder == "splade":
-        _check_close(encoder.encode_queries(queries).toarray(), st_q, encoder, queries, meta.query_max_length, "queries")
+        _check_close(
+            encoder.encode_queries(queries).toarray(), st_q, encoder, queries, meta.query_max_length, "queries"
+        )
     else:  # the same float32 weights looked up (presence 1 × weight): exact
         np.testing.assert_array_equal(encoder.encode_queries(queries).toarray(), st_q)
-    _check_close(encoder.encode_documents(documents).toarray(), st_d, encoder, documents, meta.doc_max_length, "documents")
+    _check_close(
+        encoder.encode_documents(documents).toarray(), st_d, encoder, documents, meta.doc_max_length, "documents"
+    )
     return encoder
 
 
@@ -154,11 +160,16 @@ def test_router_with_a_static_query_side(bases, tmp_path):
     weight = torch.rand(len(tokenizer.get_vocab()), generator=torch.Generator().manual_seed(0))
     router = Router.for_query_document(
         query_modules=[SparseStaticEmbedding(tokenizer=tokenizer, weight=weight)],
-        document_modules=[Transformer(str(bases["bert"]), transformer_task="fill-mask"), SpladePooling("sum", "log1p_relu")],
+        document_modules=[
+            Transformer(str(bases["bert"]), transformer_task="fill-mask"),
+            SpladePooling("sum", "log1p_relu"),
+        ],
     )
     SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "router"))
     for head_impl in ("plain", "fused"):
-        encoder = _compare(tmp_path / "router", head_impl, queries=QUERIES + ["emoji 🙂 cell"])  # [UNK] weighted as stored
+        encoder = _compare(
+            tmp_path / "router", head_impl, queries=QUERIES + ["emoji 🙂 cell"]
+        )  # [UNK] weighted as stored
         assert encoder.metadata.query_encoder == "inference-free"
         assert encoder.metadata.pooling == "sum" and encoder.metadata.activation == "log1p_relu"
     assert torch.equal(encoder.query_weights, weight)  # weights and all
@@ -247,8 +258,13 @@ def test_sparse_auto_encoder_is_refused(bases, tmp_path):
 def test_mean_pooling_feature_extraction_and_unknown_modules_are_refused(bases, tmp_path):
     base = _st_folder(bases["bert"], tmp_path / "base")
     for name, change, file, field, words in [
-        ("mean", lambda m: m[1].update(type="sentence_transformers.sentence_transformer.modules.pooling.Pooling"),
-         "modules.json", "type", ("'1' (Pooling)", "mean/CLS")),
+        (
+            "mean",
+            lambda m: m[1].update(type="sentence_transformers.sentence_transformer.modules.pooling.Pooling"),
+            "modules.json",
+            "type",
+            ("'1' (Pooling)", "mean/CLS"),
+        ),
         ("unknown", lambda m: m[1].update(type="my_lab.pooling.CleverPooling"), "modules.json", "type", ("my_lab",)),
     ]:
         folder = tmp_path / name
@@ -336,7 +352,9 @@ def test_diagnose_and_rescale_accept_router_and_doc_only_folders(bases, tmp_path
     texts.write_text("\n".join(TEXTS) + "\n")
     runner = CliRunner()
     for name, source in (("router", tmp_path / "router"), ("doc-only", doc_only)):
-        result = runner.invoke(app, ["diagnose", str(source), "--out", str(tmp_path / f"diag-{name}"), "--texts", str(texts)])
+        result = runner.invoke(
+            app, ["diagnose", str(source), "--out", str(tmp_path / f"diag-{name}"), "--texts", str(texts)]
+        )
         assert result.exit_code == 0, result.output
         diagnosis = json.loads((tmp_path / f"diag-{name}" / "diagnosis.json").read_text())
         before = SpladeEncoder.from_pretrained(source, device="cpu")
@@ -372,10 +390,24 @@ def test_damaged_sentence_transformers_files_name_the_file(bases, tmp_path):
     (folder / "modules.json").write_text('[{"idx": 0, "type": ')
     with pytest.raises(DataFormatError, match="modules.json, line 1"):
         SpladeEncoder.from_pretrained(folder, device="cpu")
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "../elsewhere", "type": "sentence_transformers.base.modules.transformer.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": "sentence_transformers.sparse_encoder.modules.SpladePooling"},
-    ]))
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {
+                    "idx": 0,
+                    "name": "0",
+                    "path": "../elsewhere",
+                    "type": "sentence_transformers.base.modules.transformer.Transformer",
+                },
+                {
+                    "idx": 1,
+                    "name": "1",
+                    "path": "1_SpladePooling",
+                    "type": "sentence_transformers.sparse_encoder.modules.SpladePooling",
+                },
+            ]
+        )
+    )
     with pytest.raises(DataFormatError, match="leaves the model folder") as info:
         SpladeEncoder.from_pretrained(folder, device="cpu")
     assert info.value.field == "path"
@@ -395,23 +427,52 @@ def test_fine_tuning_an_inference_free_router_continues_its_query_side(tmp_path)
         document_modules=[Transformer(str(hf), transformer_task="fill-mask"), SpladePooling("max", "log1p_relu")],
     )
     SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "router"))
-    config = tiny_config(tmp_path / "router", steps=2, model__query_encoder="inference-free", model__train_query_weights=False)
+    config = tiny_config(
+        tmp_path / "router", steps=2, model__query_encoder="inference-free", model__train_query_weights=False
+    )
     result = train(config, tmp_path / "out", examples=make_examples(), show_progress=False)
     encoder = SpladeEncoder.from_pretrained(result.model_dir, device="cpu")
     # frozen: the saved side is relu(θ) of the start table, θ > 0: the same float32 numbers
     assert torch.equal(encoder.query_weights, weight)
-    assert encoder.metadata.extra["inference_free"]["init"] == "the start model's query weights (sentence-transformers-router)"
+    assert (
+        encoder.metadata.extra["inference_free"]["init"]
+        == "the start model's query weights (sentence-transformers-router)"
+    )
     assert encoder.metadata.activation == "log1p_relu"
     _compare(result.model_dir, "plain", queries=["w1 w2 w3", "w4"], documents=["w1 w2 w3 w5", "w6 w7"])
 
 
-@pytest.mark.parametrize("file,change,field,word", [
-    ("sentence_bert_config.json", lambda c: c.update(do_lower_case=True), "do_lower_case", "lowercases"),
-    ("config_sentence_transformers.json", lambda c: c.update(similarity_fn_name="cosine"), "similarity_fn_name", "'cosine'"),
-    ("config_sentence_transformers.json", lambda c: c.update(model_type="SentenceTransformer"), "model_type", "SparseEncoder"),
-    ("modules.json", lambda m: m.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                                         "type": "sentence_transformers.base.modules.normalize.Normalize"}), "type", "'2' (Normalize)"),
-])
+@pytest.mark.parametrize(
+    "file,change,field,word",
+    [
+        ("sentence_bert_config.json", lambda c: c.update(do_lower_case=True), "do_lower_case", "lowercases"),
+        (
+            "config_sentence_transformers.json",
+            lambda c: c.update(similarity_fn_name="cosine"),
+            "similarity_fn_name",
+            "'cosine'",
+        ),
+        (
+            "config_sentence_transformers.json",
+            lambda c: c.update(model_type="SentenceTransformer"),
+            "model_type",
+            "SparseEncoder",
+        ),
+        (
+            "modules.json",
+            lambda m: m.append(
+                {
+                    "idx": 2,
+                    "name": "2",
+                    "path": "2_Normalize",
+                    "type": "sentence_transformers.base.modules.normalize.Normalize",
+                }
+            ),
+            "type",
+            "'2' (Normalize)",
+        ),
+    ],
+)
 def test_other_settings_that_change_vectors_are_refused(bases, tmp_path, file, change, field, word):
     folder = _st_folder(bases["bert"], tmp_path / "st")
     _edit(folder / file, change)
@@ -425,8 +486,10 @@ def test_router_route_mappings_are_refused(bases, tmp_path):
         document_modules=[Transformer(str(bases["bert"]), transformer_task="fill-mask"), SpladePooling()],
     )
     SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "router"))
-    _edit(tmp_path / "router" / "router_config.json",
-          lambda c: c["parameters"].update(route_mappings={"('query', 'text')": "document"}))
+    _edit(
+        tmp_path / "router" / "router_config.json",
+        lambda c: c["parameters"].update(route_mappings={"('query', 'text')": "document"}),
+    )
     _refused(tmp_path / "router", "router_config.json", "parameters.route_mappings", "'query' and a 'document'")
 
 
@@ -441,10 +504,14 @@ def test_index_and_search_commands_use_the_folders_pooling(tiny_bert_dir, tiny_b
 
     folder = _st_folder(tiny_bert_dir, tmp_path / "st", "sum", "log1p_relu")
     runner = CliRunner()
-    result = runner.invoke(app, ["index", "--model", str(folder), "--data", str(tiny_beir), "--out", str(tmp_path / "index")])
+    result = runner.invoke(
+        app, ["index", "--model", str(folder), "--data", str(tiny_beir), "--out", str(tmp_path / "index")]
+    )
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["search", "--index", str(tmp_path / "index"), "--data", str(tiny_beir),
-                                 "--out", str(tmp_path / "run.trec")])
+    result = runner.invoke(
+        app,
+        ["search", "--index", str(tmp_path / "index"), "--data", str(tiny_beir), "--out", str(tmp_path / "run.trec")],
+    )
     assert result.exit_code == 0, result.output
     dataset = load_beir(tiny_beir, "test")
     st_q, st_d = _st_vectors(folder, list(dataset.queries.values()), list(dataset.corpus.values()))
@@ -476,8 +543,13 @@ def test_diagnosis_measures_splade_activity_with_the_models_pooling(bases):
     tokenizer = AutoTokenizer.from_pretrained(bases["bert"])
     queries, documents = QUERIES[:2], TEXTS[:3]
     summed = splade_stats(SpladeModel(mlm, "plain", pooling="sum"), tokenizer, queries, documents, 32, 8)
-    encoder = SpladeEncoder(SpladeModel(mlm, "plain", pooling="sum"), tokenizer,
-                            EncoderMetadata(query_max_length=32, doc_max_length=32), batch_size=8, device="cpu")
+    encoder = SpladeEncoder(
+        SpladeModel(mlm, "plain", pooling="sum"),
+        tokenizer,
+        EncoderMetadata(query_max_length=32, doc_max_length=32),
+        batch_size=8,
+        device="cpu",
+    )
     expected = float((encoder.encode_queries(queries) @ encoder.encode_documents(documents).T).toarray().mean())
     assert summed.score_mean == pytest.approx(expected, rel=1e-12)  # the same code on the same batches
     maxed = splade_stats(mlm, tokenizer, queries, documents, 32, 8)  # a bare masked LM: max pooling
@@ -505,8 +577,23 @@ def test_truncated_weights_name_the_file(tiny_bert_dir, tiny_beir, tmp_path, wei
     with pytest.raises(DataFormatError, match="damaged or truncated") as info:
         SpladeEncoder.from_pretrained(folder, device="cpu")
     assert info.value.path == path
-    done = subprocess.run([sys.executable, "-m", "spladekit", "index", "--model", str(folder), "--data", str(tiny_beir),
-                           "--out", str(tmp_path / "index")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "index",
+            "--model",
+            str(folder),
+            "--data",
+            str(tiny_beir),
+            "--out",
+            str(tmp_path / "index"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert str(path) in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "index").exists()
@@ -594,7 +681,13 @@ def test_contradictory_or_wrongly_typed_settings_are_refused(bases, tmp_path):
         ("extra-not-object", {"extra": "abc"}, "extra", ("JSON object",)),
         ("unknown-key", {"extras": "abc"}, "extras", ("unknown key 'extras'",)),
     ]:
-        _raises(_spladekit_folder(bases["bert"], tmp_path / name, **fields), DataFormatError, "spladekit.json", field, *words)
+        _raises(
+            _spladekit_folder(bases["bert"], tmp_path / name, **fields),
+            DataFormatError,
+            "spladekit.json",
+            field,
+            *words,
+        )
 
     folder = _st_folder(bases["bert"], tmp_path / "pooling-key")
     (folder / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling": "sum"}))
@@ -625,7 +718,11 @@ def test_damaged_fields_name_the_file_and_field(bases, tmp_path):
     for name, change, field in [
         ("modality-list", lambda c: c.update(modality_config=[1]), "modality_config"),
         ("modality-text", lambda c: c.update(modality_config={"text": "x"}), "modality_config.text"),
-        ("processor-list", lambda c: (c.pop("max_seq_length", None), c.update(processor_kwargs=[1])), "processor_kwargs"),
+        (
+            "processor-list",
+            lambda c: (c.pop("max_seq_length", None), c.update(processor_kwargs=[1])),
+            "processor_kwargs",
+        ),
     ]:
         folder = _st_folder(bases["bert"], tmp_path / name)
         _edit(folder / "sentence_bert_config.json", change)
@@ -650,8 +747,10 @@ def test_damaged_fields_name_the_file_and_field(bases, tmp_path):
     _edit(folder / "tokenizer_config.json", lambda c: c.update(model_max_length="8"))
     _raises(folder, DataFormatError, "tokenizer_config.json", "model_max_length", "'8'")
 
-    for name, change in [("vocab-size", lambda c: c.update(vocab_size=c["vocab_size"] + 8)),
-                         ("layers", lambda c: c.update(num_hidden_layers="2"))]:
+    for name, change in [
+        ("vocab-size", lambda c: c.update(vocab_size=c["vocab_size"] + 8)),
+        ("layers", lambda c: c.update(num_hidden_layers="2")),
+    ]:
         folder = tmp_path / name
         shutil.copytree(bases["bert"], folder)
         _edit(folder / "config.json", change)

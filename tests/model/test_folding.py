@@ -56,8 +56,12 @@ def by_hand_groups(tokenizer) -> list[list[int]]:
 
 
 def encoder_for(tokenizer, fold: bool, pooling: str = "max", head_impl: str = "plain") -> SpladeEncoder:
-    model = SpladeModel(tiny_modernbert(tokenizer), head_impl, pooling=pooling,
-                        fold=fold_vocabulary(tokenizer, len(tokenizer)) if fold else None)
+    model = SpladeModel(
+        tiny_modernbert(tokenizer),
+        head_impl,
+        pooling=pooling,
+        fold=fold_vocabulary(tokenizer, len(tokenizer)) if fold else None,
+    )
     return SpladeEncoder(model, tokenizer, EncoderMetadata(), device="cpu")  # a saved copy is named by its folder
 
 
@@ -109,7 +113,9 @@ def test_a_folded_model_saves_its_map_and_searches_exports_and_decodes_in_terms(
     loaded = SpladeEncoder.from_pretrained(tmp_path / "model", device="cpu", head_impl="fused")
     assert loaded.vocab_size == len(terms) and loaded.vocabulary == terms
     assert model_vocabulary(tmp_path / "model") == terms
-    torch.testing.assert_close(loaded.encode_dense(QUERIES, 64), encoder.encode_dense(QUERIES, 64), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        loaded.encode_dense(QUERIES, 64), encoder.encode_dense(QUERIES, 64), rtol=1e-5, atol=1e-6
+    )
     decoded = dict(loaded.decode(loaded.encode([QUERIES[0]], 64)))
     assert "the" in decoded and "protein" in decoded and not any(t.startswith("Ġ") for t in decoded)
 
@@ -123,7 +129,9 @@ def test_a_folded_model_saves_its_map_and_searches_exports_and_decodes_in_terms(
         best = max(result.run[qid], key=result.run[qid].get)
         assert result.run[qid][best] == pytest.approx(scores[i].max(), rel=1e-5)
     export_index(tmp_path / "index", "seismic", tmp_path / "seismic")
-    records = {r["id"]: r["vector"] for r in map(json.loads, (tmp_path / "seismic" / "docs.jsonl").read_text().splitlines())}
+    records = {
+        r["id"]: r["vector"] for r in map(json.loads, (tmp_path / "seismic" / "docs.jsonl").read_text().splitlines())
+    }
     row = d[0].toarray()[0]
     assert set(records["d0"]) == {terms[j] for j in np.nonzero(row)[0]}  # the vectors export names the folded terms
 
@@ -136,7 +144,9 @@ def test_exports_of_a_folded_model(tokenizer, tmp_path):
 
     encoder = encoder_for(tokenizer, fold=True)
     want = encoder.encode_dense(QUERIES, 64).numpy()
-    tol = 8 * EPS32 * float(np.abs(want).max()) + 2 * 2.0**-24  # two float32 evaluations of a 1-layer model (see test_onnx)
+    tol = (
+        8 * EPS32 * float(np.abs(want).max()) + 2 * 2.0**-24
+    )  # two float32 evaluations of a 1-layer model (see test_onnx)
     export_onnx(encoder, tmp_path / "onnx", vocab_tile=128)
     onnx_encoder = OnnxSpladeEncoder(tmp_path / "onnx")
     assert onnx_encoder.vocabulary == encoder.vocabulary and onnx_encoder.vocab_size == encoder.vocab_size
@@ -167,16 +177,19 @@ def test_training_with_a_folded_vocabulary(tokenizer, tmp_path):
     assert loaded.model.fold is not None and loaded.vocabulary == fold_vocabulary(tokenizer, len(tokenizer)).terms
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda f: f["columns"].__setitem__(3, len(f["terms"])), "fold.columns"),  # out of range
-    (lambda f: f["columns"].__setitem__(3, -1), "fold.columns"),
-    (lambda f: f["columns"].__setitem__(3, True), "fold.columns"),  # a boolean is not an id
-    (lambda f: f["columns"].pop(), "fold.columns"),  # one column fewer than the head's
-    (lambda f: f["terms"].__setitem__(1, f["terms"][0]), "fold.terms"),  # two terms named alike
-    (lambda f: f["terms"].append("never-used"), "fold.terms"),  # a term no column folds into
-    (lambda f: f.__setitem__("rule", "lowercase-everything"), "fold.rule"),
-    (lambda f: f.__setitem__("extra", 1), "fold"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda f: f["columns"].__setitem__(3, len(f["terms"])), "fold.columns"),  # out of range
+        (lambda f: f["columns"].__setitem__(3, -1), "fold.columns"),
+        (lambda f: f["columns"].__setitem__(3, True), "fold.columns"),  # a boolean is not an id
+        (lambda f: f["columns"].pop(), "fold.columns"),  # one column fewer than the head's
+        (lambda f: f["terms"].__setitem__(1, f["terms"][0]), "fold.terms"),  # two terms named alike
+        (lambda f: f["terms"].append("never-used"), "fold.terms"),  # a term no column folds into
+        (lambda f: f.__setitem__("rule", "lowercase-everything"), "fold.rule"),
+        (lambda f: f.__setitem__("extra", 1), "fold"),
+    ],
+)
 def test_a_malformed_saved_fold_is_refused_naming_the_field(tokenizer, tmp_path, edit, field):
     encoder_for(tokenizer, fold=True).save_pretrained(tmp_path / "model")
     path = tmp_path / "model" / "spladekit.json"
@@ -195,7 +208,9 @@ def test_fold_refusals(tokenizer):
     with pytest.raises(ValueError, match="byte-level BPE"):
         fold_vocabulary(tiny_tokenizer(), 64)  # WordPiece
     with pytest.raises(ValueError, match="fold maps"):
-        SpladeModel(tiny_modernbert(tokenizer), "plain", fold=VocabularyFold(columns=[0] * (len(tokenizer) - 1), terms=["x"]))
+        SpladeModel(
+            tiny_modernbert(tokenizer), "plain", fold=VocabularyFold(columns=[0] * (len(tokenizer) - 1), terms=["x"])
+        )
 
 
 def test_an_inference_free_folded_folder_is_refused(tokenizer, tmp_path):

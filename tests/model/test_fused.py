@@ -94,7 +94,10 @@ def _hand_gradients(hidden, mask, weight, bias, grad_out):
     (batch, length, vocab), u = dense.shape, EPS32 / 2
     out = {
         "hidden": (dense @ w, (vocab + 3) * u * (dense.abs() @ w.abs())),
-        "weight": (torch.einsum("blv,blh->vh", dense, h), (batch * length + 3) * u * torch.einsum("blv,blh->vh", dense.abs(), h.abs())),
+        "weight": (
+            torch.einsum("blv,blh->vh", dense, h),
+            (batch * length + 3) * u * torch.einsum("blv,blh->vh", dense.abs(), h.abs()),
+        ),
     }
     if bias is not None:
         out["bias"] = (dense.sum(dim=(0, 1)), (batch * length + 3) * u * dense.abs().sum(dim=(0, 1)))
@@ -105,7 +108,9 @@ def _within(got, exact, bound, what):
     """``|got − exact| ≤ bound`` elementwise (bounds from :func:`_hand_gradients`)."""
     err = (got.double() - exact).abs()
     worst = int(torch.argmax(err - bound))
-    assert bool((err <= bound).all()), f"{what}: |error| {err.flatten()[worst]:.3g} > bound {bound.flatten()[worst]:.3g} at flat index {worst}"
+    assert bool((err <= bound).all()), (
+        f"{what}: |error| {err.flatten()[worst]:.3g} > bound {bound.flatten()[worst]:.3g} at flat index {worst}"
+    )
 
 
 def _check_gradients(grads, hand, what):
@@ -155,10 +160,14 @@ def test_backward_matches_hand_formula(method):
         g, maxval.float(), argmax.int(), h.detach(), w.detach(), (True, True, True), chunk=7, method=method
     )
     hand = _hand_gradients(h, m, w, b, g)  # its rounding bounds: the backward accumulates in float32
-    for got, want, name in ((d_h, torch.einsum("blv,vh->blh", dense, w.detach()), "hidden"),
-                            (d_w, torch.einsum("blv,blh->vh", dense, h.detach()), "weight"),
-                            (d_b, dense.sum(dim=(0, 1)), "bias")):
-        torch.testing.assert_close(hand[name][0], want, rtol=1e-12, atol=1e-12)  # the loop and the scatter agree (float64)
+    for got, want, name in (
+        (d_h, torch.einsum("blv,vh->blh", dense, w.detach()), "hidden"),
+        (d_w, torch.einsum("blv,blh->vh", dense, h.detach()), "weight"),
+        (d_b, dense.sum(dim=(0, 1)), "bias"),
+    ):
+        torch.testing.assert_close(
+            hand[name][0], want, rtol=1e-12, atol=1e-12
+        )  # the loop and the scatter agree (float64)
         _within(got, want, hand[name][1], f"{method} d{name}")
 
 
@@ -226,8 +235,15 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="bias"):
         fused_splade_head(h, m, w, b[:5])
     with pytest.raises(ValueError, match="backward method"):
-        sparse_head_backward(torch.ones(5, 70), torch.ones(5, 70), torch.zeros(5, 70, dtype=torch.int32),
-                             h.detach(), w.detach(), (True, True, True), method="dense")
+        sparse_head_backward(
+            torch.ones(5, 70),
+            torch.ones(5, 70),
+            torch.zeros(5, 70, dtype=torch.int32),
+            h.detach(),
+            w.detach(),
+            (True, True, True),
+            method="dense",
+        )
 
 
 # --------------------------------------------------------------------- the whole encoder
@@ -339,10 +355,10 @@ _TRITON_SCRIPT = textwrap.dedent(
 def test_triton_kernel_in_interpreter():
     pytest.importorskip("triton", reason="triton is not installed: the Triton kernel cannot be checked")
     path = os.pathsep.join([str(SRC), str(SRC.parent), os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)  # the root too: the script imports tests.model.test_fused
-    proc = subprocess.run(
-        [sys.executable, "-c", _TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
+    env = dict(
+        os.environ, TRITON_INTERPRET="1", PYTHONPATH=path
+    )  # the root too: the script imports tests.model.test_fused
+    proc = subprocess.run([sys.executable, "-c", _TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "TRITON-OK" in proc.stdout, proc.stdout + proc.stderr
 
 

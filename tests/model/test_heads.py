@@ -85,7 +85,9 @@ def test_real_checkpoint_head(splade_tiny):
     folder = splade_tiny
     model = tf.AutoModelForMaskedLM.from_pretrained(folder).eval()
     tokenizer = tf.AutoTokenizer.from_pretrained(folder)
-    inputs = batch(tokenizer, ["what causes heart disease", "aspirin lowers the risk of a second heart attack in adults"])
+    inputs = batch(
+        tokenizer, ["what causes heart disease", "aspirin lowers the risk of a second heart attack in adults"]
+    )
     head = find_mlm_head(model)
     assert head.family == "bert" and tuple(head.weight.shape) == (30522, 128)
     with torch.no_grad():

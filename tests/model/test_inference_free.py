@@ -70,8 +70,12 @@ def test_bag_of_tokens_by_hand_and_equal_to_the_training_module():
 
 @pytest.fixture()
 def if_encoder():
-    encoder = SpladeEncoder(SpladeModel(tiny_mlm("bert"), "plain"), tiny_tokenizer(),
-                            EncoderMetadata(query_max_length=16, doc_max_length=32), device="cpu")
+    encoder = SpladeEncoder(
+        SpladeModel(tiny_mlm("bert"), "plain"),
+        tiny_tokenizer(),
+        EncoderMetadata(query_max_length=16, doc_max_length=32),
+        device="cpu",
+    )
     return make_inference_free(encoder, DOCS)
 
 
@@ -82,9 +86,13 @@ def test_save_load_round_trip_and_bad_files(if_encoder, tmp_path):
     loaded = SpladeEncoder.from_pretrained(tmp_path / "m", head_impl="plain", device="cpu")
     queries = ["the protein", "cancer cell cell"]
     # same weights file, same look-up: exact
-    np.testing.assert_array_equal(loaded.encode_queries(queries).toarray(), if_encoder.encode_queries(queries).toarray())
+    np.testing.assert_array_equal(
+        loaded.encode_queries(queries).toarray(), if_encoder.encode_queries(queries).toarray()
+    )
     q = loaded.encode_queries(queries).toarray()
-    assert q[0, ID["the"]] == pytest.approx(idf(3, 2), rel=1e-6) and q[1, ID["cell"]] == pytest.approx(idf(3, 1), rel=1e-6)
+    assert q[0, ID["the"]] == pytest.approx(idf(3, 2), rel=1e-6) and q[1, ID["cell"]] == pytest.approx(
+        idf(3, 1), rel=1e-6
+    )
     # documents: the full SPLADE model, unchanged (same weights, same code path: exact)
     np.testing.assert_array_equal(loaded.encode_documents(DOCS).toarray(), if_encoder.encode_documents(DOCS).toarray())
     (tmp_path / "m" / QUERY_WEIGHTS_FILE).unlink()
@@ -109,14 +117,21 @@ def test_cli_inference_free_index_search_evaluate(tiny_bert_dir, tiny_beir, tmp_
 
     runner = CliRunner()
     model = tmp_path / "if-model"
-    result = runner.invoke(app, ["inference-free", "--model", str(tiny_bert_dir), "--data", str(tiny_beir), "--out", str(model)])
+    result = runner.invoke(
+        app, ["inference-free", "--model", str(tiny_bert_dir), "--data", str(tiny_beir), "--out", str(model)]
+    )
     assert result.exit_code == 0, result.output
     encoder = SpladeEncoder.from_pretrained(model, device="cpu")
     dataset = load_beir(tiny_beir, "test")
     # IDF over the 6 documents: "protein" occurs in d1 only (title and text, counted once)
-    assert float(encoder.query_weights[encoder.tokenizer.convert_tokens_to_ids("protein")]) == pytest.approx(idf(6, 1), rel=1e-6)
+    assert float(encoder.query_weights[encoder.tokenizer.convert_tokens_to_ids("protein")]) == pytest.approx(
+        idf(6, 1), rel=1e-6
+    )
     index = tmp_path / "index"
-    assert runner.invoke(app, ["index", "--model", str(model), "--data", str(tiny_beir), "--out", str(index)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["index", "--model", str(model), "--data", str(tiny_beir), "--out", str(index)]).exit_code
+        == 0
+    )
     run_file = tmp_path / "run.trec"
     result = runner.invoke(app, ["search", "--index", str(index), "--data", str(tiny_beir), "--out", str(run_file)])
     assert result.exit_code == 0, result.output
@@ -130,7 +145,9 @@ def test_cli_inference_free_index_search_evaluate(tiny_bert_dir, tiny_beir, tmp_
                 # run files keep 6 decimals (5e-7); the documents were encoded in other batches than the index's, so
                 # their float32 weights differ by a few ulps: a relative 1e-5 covers that at any score size
                 assert run[qid][docid] == pytest.approx(scores[i, j], rel=1e-5, abs=5e-7)
-    evaluated = run_evaluation(EvalConfig(model=str(model), data=str(tiny_beir)), tmp_path / "eval", show_progress=False)
+    evaluated = run_evaluation(
+        EvalConfig(model=str(model), data=str(tiny_beir)), tmp_path / "eval", show_progress=False
+    )
     assert evaluated.metrics["avg_query_terms"] == pytest.approx(float((q > 0).sum(1).mean()))
 
 
@@ -143,8 +160,9 @@ def test_sentence_transformers_loads_the_router_layout(tiny_bert_dir, tiny_beir,
     queries = ["protein expression protein", "cancer risk", "vaccine"]
     ours = SpladeEncoder.from_pretrained(tmp_path / "m", head_impl="plain", device="cpu")
     # queries: the same float32 weights looked up (presence 1 × weight): exact
-    np.testing.assert_array_equal(model.encode_query(queries, convert_to_tensor=True).to_dense().numpy(),
-                                  ours.encode_queries(queries).toarray())
+    np.testing.assert_array_equal(
+        model.encode_query(queries, convert_to_tensor=True).to_dense().numpy(), ours.encode_queries(queries).toarray()
+    )
     docs = ["protein expression in mouse cells", "cancer risk"]
     st_docs = model.encode_document(docs, convert_to_tensor=True).to_dense().numpy()
     # every column but [PAD]: spladekit zeroes it, this untrained model (no suppress_pad bias) does not
@@ -183,8 +201,10 @@ def test_training_with_an_inference_free_query_side(tiny, tmp_path):
     st = pytest.importorskip("sentence_transformers")
     st_model = st.SparseEncoder(str(result.model_dir), device="cpu")
     queries = ["w1 w2 w3", "w7"]
-    np.testing.assert_array_equal(st_model.encode_query(queries, convert_to_tensor=True).to_dense().numpy(),
-                                  encoder.encode_queries(queries).toarray())
+    np.testing.assert_array_equal(
+        st_model.encode_query(queries, convert_to_tensor=True).to_dense().numpy(),
+        encoder.encode_queries(queries).toarray(),
+    )
 
 
 def test_frozen_query_weights_stay_idf(tiny, tmp_path):

@@ -57,8 +57,12 @@ def test_training_refuses_a_random_head_unless_asked(models, tmp_path):
         train(tiny_config(backbone, steps=1), tmp_path / "refused", examples=make_examples(), show_progress=False)
     assert not (tmp_path / "refused" / "model").exists()  # no model trained from a random head
     with pytest.warns(RuntimeWarning, match=NEEDLE):
-        result = train(tiny_config(backbone, steps=1, model__allow_random_head=True), tmp_path / "opt-in",
-                       examples=make_examples(), show_progress=False)
+        result = train(
+            tiny_config(backbone, steps=1, model__allow_random_head=True),
+            tmp_path / "opt-in",
+            examples=make_examples(),
+            show_progress=False,
+        )
     assert result.model_dir is not None and result.model_dir.is_dir()
     load_model(tiny_config(good))
 
@@ -72,9 +76,25 @@ def test_train_cli_refuses_a_backbone(models, tmp_path):
     triples = tmp_path / "triples.tsv"
     triples.write_text("w1 w2\tw1 w2 w3\tw9 w8\n", encoding="utf-8")
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["train", "--out", str(out), "--no-progress", "--set", f"model.path={backbone}",
-                                      "--set", "data.format=triples", "--set", f"data.path={triples}",
-                                      "--set", "steps=1", "--set", "batch_size=1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--set",
+            f"model.path={backbone}",
+            "--set",
+            "data.format=triples",
+            "--set",
+            f"data.path={triples}",
+            "--set",
+            "steps=1",
+            "--set",
+            "batch_size=1",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert NEEDLE in result.output and "Traceback" not in result.output
     assert not (out / "model").exists()
@@ -124,8 +144,16 @@ def test_one_rescale_spec_everywhere():
         assert spec.kwargs() == expected
     assert CliRescale(model="m", match_norm="1.5").spec().kwargs()["reference"] == 1.5  # a number, not a model id
     target = RescaleSpec(mode="target_logit", target=3.0, statistic="std").kwargs(None, ["a"], {"max_length": 8})
-    assert target == {"mode": "target_logit", "target": 3.0, "statistic": "std", "tokenizer": None, "texts": ["a"],
-                      "scale_bias": False, "force": False, "calibration": {"max_length": 8}}
+    assert target == {
+        "mode": "target_logit",
+        "target": 3.0,
+        "statistic": "std",
+        "tokenizer": None,
+        "texts": ["a"],
+        "scale_bias": False,
+        "force": False,
+        "calibration": {"max_length": 8},
+    }
     with pytest.raises(ValueError, match="needs 'target'"):
         RescaleSpec(mode="target_logit")
     with pytest.raises(ValueError, match="needs 'reference'"):
@@ -164,26 +192,45 @@ def test_a_folder_with_its_own_code_is_refused_before_anything_runs(models, tmp_
     good, _ = models
     folder, marker = tmp_path / "custom", tmp_path / "marker"
     shutil.copytree(good, folder)
-    (folder / "modeling_evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
-                                             "from transformers import BertForMaskedLM as EvilForMaskedLM\n")
+    (folder / "modeling_evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+        "from transformers import BertForMaskedLM as EvilForMaskedLM\n"
+    )
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}}))
-    with pytest.raises(UnsupportedModelError, match=r"config.json: field 'auto_map.AutoModelForMaskedLM': .*'EvilForMaskedLM' "
-                       r"\(modeling_evil.EvilForMaskedLM\) is code from modeling_evil.py .*--trust-remote-code"):
+    (folder / "config.json").write_text(
+        json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}})
+    )
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"config.json: field 'auto_map.AutoModelForMaskedLM': .*'EvilForMaskedLM' "
+        r"\(modeling_evil.EvilForMaskedLM\) is code from modeling_evil.py .*--trust-remote-code",
+    ):
         SpladeEncoder.from_pretrained(str(folder))
     assert not marker.exists()
     (folder / "config.json").write_text(json.dumps(config))
     tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
-    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer, "auto_map": {"AutoTokenizer": [None, "tokenization_evil.Evil"]}}))
-    with pytest.raises(UnsupportedModelError, match=r"tokenizer_config.json: field 'auto_map.AutoTokenizer': .*'Evil' .*--trust-remote-code"):
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({**tokenizer, "auto_map": {"AutoTokenizer": [None, "tokenization_evil.Evil"]}})
+    )
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"tokenizer_config.json: field 'auto_map.AutoTokenizer': .*'Evil' .*--trust-remote-code",
+    ):
         SpladeEncoder.from_pretrained(str(folder))
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
-    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}}))
+    (folder / "config.json").write_text(
+        json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "modeling_evil.EvilForMaskedLM"}})
+    )
     # the judge: transformers with trust_remote_code=True runs the code (in another process: it registers
     # the folder's class for BERT configs in this process's auto classes)
     judge = f"from transformers import AutoModelForMaskedLM; AutoModelForMaskedLM.from_pretrained({str(folder)!r}, trust_remote_code=True)"
-    subprocess.run([sys.executable, "-c", judge], check=True, capture_output=True, timeout=300,
-                   env=dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules")))
+    subprocess.run(
+        [sys.executable, "-c", judge],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules")),
+    )
     assert marker.exists()
 
 

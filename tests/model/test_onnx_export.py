@@ -84,8 +84,12 @@ def batch_of_one_check(encoder, reference: SpladeEncoder, texts, max_length: int
 
 @pytest.fixture(scope="module", params=["bert", "distilbert", "roberta", "modernbert"])
 def tiny_pair(request, tmp_path_factory):
-    encoder = SpladeEncoder(SpladeModel(tiny_mlm(request.param), "plain"), tiny_tokenizer(),
-                            EncoderMetadata(query_max_length=16, doc_max_length=32), device="cpu")
+    encoder = SpladeEncoder(
+        SpladeModel(tiny_mlm(request.param), "plain"),
+        tiny_tokenizer(),
+        EncoderMetadata(query_max_length=16, doc_max_length=32),
+        device="cpu",
+    )
     folder = export_onnx(encoder, tmp_path_factory.mktemp(f"onnx-{request.param}") / "export", vocab_tile=TILE)
     return encoder, OnnxSpladeEncoder(folder, batch_size=4)
 
@@ -123,7 +127,11 @@ def test_export_folder_layout(tiny_pair, tmp_path):
 
     graph = onnx.load(str(folder / "model.onnx")).graph
     ops = {node.op_type for node in graph.node}
-    assert {"ReduceMax", "Log"} <= ops and ops & {"Relu", "Max", "Clip"}  # max pooling, log1p and ReLU are inside the graph
+    assert {"ReduceMax", "Log"} <= ops and ops & {
+        "Relu",
+        "Max",
+        "Clip",
+    }  # max pooling, log1p and ReLU are inside the graph
     assert [o.name for o in graph.output] == ["weights"]
 
 
@@ -152,7 +160,9 @@ def test_a_graph_path_out_of_the_folder_is_refused(tiny_pair, tmp_path):
     for named in ("../elsewhere.onnx", str(tmp_path / "elsewhere.onnx")):
         meta["extra"]["onnx"]["file"] = named
         (folder / "spladekit.json").write_text(json.dumps(meta))
-        with pytest.raises(DataFormatError, match=r"spladekit.json: field 'extra.onnx.file': path .* leaves the model folder"):
+        with pytest.raises(
+            DataFormatError, match=r"spladekit.json: field 'extra.onnx.file': path .* leaves the model folder"
+        ):
             OnnxSpladeEncoder(folder)
 
 
@@ -161,8 +171,12 @@ def test_splade_tiny_matches_torch(splade_tiny, tmp_path):
     encoder = SpladeEncoder.from_pretrained(splade_tiny, head_impl="plain", device="cpu")
     folder = export_onnx(encoder, tmp_path / "splade-tiny-onnx")
     onnx_encoder = OnnxSpladeEncoder(folder)
-    texts = ["what causes cancer in mice?", "protein", "the effect of a high dose of aspirin on blood pressure in "
-             "elderly patients with heart disease", ""]
+    texts = [
+        "what causes cancer in mice?",
+        "protein",
+        "the effect of a high dose of aspirin on blood pressure in elderly patients with heart disease",
+        "",
+    ]
     check_equal(encoder, onnx_encoder, texts, 64)
     batch_of_one_check(onnx_encoder, encoder, texts, 64)
     assert onnx_encoder.metadata.query_max_length == encoder.metadata.query_max_length
@@ -174,30 +188,63 @@ def test_export_model_cli(tiny_bert_dir, tmp_path):
     from spladekit.cli import app
 
     out = tmp_path / "onnx"
-    result = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--format", "onnx", "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["export-model", "--model", str(tiny_bert_dir), "--format", "onnx", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "onnxruntime check: max |onnx - torch|" in result.output
     encoder = SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain", device="cpu")
     check_equal(encoder, OnnxSpladeEncoder(out), ["protein expression in cells", "cancer"], 64)
-    bad = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--format", "tflite", "--out", str(out)])
+    bad = CliRunner().invoke(
+        app, ["export-model", "--model", str(tiny_bert_dir), "--format", "tflite", "--out", str(out)]
+    )
     assert bad.exit_code == 2 and "format" in bad.output
     int8 = tmp_path / "int8"
-    result = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--out", str(int8), "--quantize", "int8",
-                                      "--vocab-tile", "100", "--pooling", "sum"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "export-model",
+            "--model",
+            str(tiny_bert_dir),
+            "--out",
+            str(int8),
+            "--quantize",
+            "int8",
+            "--vocab-tile",
+            "100",
+            "--pooling",
+            "sum",
+        ],
+    )
     assert result.exit_code == 0 and "int8 quantised" in result.output, result.output
     record = json.loads((int8 / "spladekit.json").read_text())["extra"]["onnx"]
-    assert (record["quantize"], record["vocab_tile"], record["pooling"], record["quantize_head"]) == ("int8", 100, "sum", False)
-    for args, word in ((["--quantize", "int4"], "int4"), (["--quantize-head"], "quantize"), (["--pooling", "mean"], "mean")):
-        bad = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--out", str(tmp_path / "bad"), *args])
+    assert (record["quantize"], record["vocab_tile"], record["pooling"], record["quantize_head"]) == (
+        "int8",
+        100,
+        "sum",
+        False,
+    )
+    for args, word in (
+        (["--quantize", "int4"], "int4"),
+        (["--quantize-head"], "quantize"),
+        (["--pooling", "mean"], "mean"),
+    ):
+        bad = CliRunner().invoke(
+            app, ["export-model", "--model", str(tiny_bert_dir), "--out", str(tmp_path / "bad"), *args]
+        )
         assert bad.exit_code == 2 and word in bad.output, bad.output
     # beyond the tiny model's 128 position embeddings (conftest.make_tiny_bert), and an opset torch.onnx
     # cannot export attention at: one line naming the option or the supported range, no IR dump
     from spladekit.model.onnx_export import MIN_OPSET, max_opset
 
-    for args, line in ((["--doc-max-length", "129"], "--doc-max-length 129 exceeds the model's 128 positions"),
-                       (["--query-max-length", "100000"], "--query-max-length 100000 exceeds the model's 128 positions"),
-                       (["--opset", "3"], f"opset 3 is not supported: choose {MIN_OPSET} to {max_opset()}")):
-        bad = CliRunner().invoke(app, ["export-model", "--model", str(tiny_bert_dir), "--out", str(tmp_path / "bad"), *args])
+    for args, line in (
+        (["--doc-max-length", "129"], "--doc-max-length 129 exceeds the model's 128 positions"),
+        (["--query-max-length", "100000"], "--query-max-length 100000 exceeds the model's 128 positions"),
+        (["--opset", "3"], f"opset 3 is not supported: choose {MIN_OPSET} to {max_opset()}"),
+    ):
+        bad = CliRunner().invoke(
+            app, ["export-model", "--model", str(tiny_bert_dir), "--out", str(tmp_path / "bad"), *args]
+        )
         errors = [text for text in bad.output.splitlines() if text.startswith("error:")]
         assert bad.exit_code == 2 and len(errors) == 1 and line in errors[0] and "graph(" not in bad.output, bad.output
     assert not (tmp_path / "bad").exists()
@@ -223,15 +270,21 @@ def formula(encoder: SpladeEncoder, texts, max_length: int, pooling: str, activa
 @pytest.mark.parametrize("family", ["bert", "modernbert"])
 @pytest.mark.parametrize("pooling,activation", VARIANTS)
 def test_variants_match_the_formula(family, pooling, activation, tmp_path):
-    encoder = SpladeEncoder(SpladeModel(tiny_mlm(family), "plain"), tiny_tokenizer(),
-                            EncoderMetadata(query_max_length=16, doc_max_length=32), device="cpu")
+    encoder = SpladeEncoder(
+        SpladeModel(tiny_mlm(family), "plain"),
+        tiny_tokenizer(),
+        EncoderMetadata(query_max_length=16, doc_max_length=32),
+        device="cpu",
+    )
     folder = export_onnx(encoder, tmp_path / "export", pooling=pooling, activation=activation, vocab_tile=TILE)
     record = json.loads((folder / "spladekit.json").read_text())["extra"]["onnx"]
     assert (record["pooling"], record["activation"]) == (pooling, activation)
     got = OnnxSpladeEncoder(folder).encode_dense(TEXTS, 32).numpy()
     exact = formula(encoder, TEXTS, 32, pooling, activation, torch.float64)
-    e32 = max(float(np.abs(formula(encoder, TEXTS, 32, pooling, activation, torch.float32) - exact).max()),
-              EPS32 * float(np.abs(exact).max()))
+    e32 = max(
+        float(np.abs(formula(encoder, TEXTS, 32, pooling, activation, torch.float32) - exact).max()),
+        EPS32 * float(np.abs(exact).max()),
+    )
     assert np.abs(got - exact).max() <= 8 * e32, (np.abs(got - exact).max(), e32)  # module docstring
     assert (exact > 0).sum() > 20 and (exact == 0).any()
     if pooling == "sum":  # a sum over positions differs from the max wherever two positions are active
@@ -251,16 +304,28 @@ def test_variants_match_sentence_transformers(pooling, activation, tmp_path):
     folder = tmp_path / "mlm"
     tiny_mlm("bert").save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
-    st = SparseEncoder(modules=[Transformer(str(folder), transformer_task="fill-mask", max_seq_length=32),
-                                SpladePooling(pooling_strategy=pooling, activation_function=activation)], device="cpu")
+    st = SparseEncoder(
+        modules=[
+            Transformer(str(folder), transformer_task="fill-mask", max_seq_length=32),
+            SpladePooling(pooling_strategy=pooling, activation_function=activation),
+        ],
+        device="cpu",
+    )
     expected = st.encode(TEXTS, convert_to_tensor=True, convert_to_sparse_tensor=False, batch_size=len(TEXTS)).numpy()
     encoder = SpladeEncoder.from_pretrained(folder, head_impl="plain", device="cpu", doc_max_length=32)
     expected[:, encoder.tokenizer.pad_token_id] = 0.0  # spladekit's convention: the [PAD] column is zero
-    got = OnnxSpladeEncoder(export_onnx(encoder, tmp_path / "onnx", pooling=pooling, activation=activation,
-                                        vocab_tile=TILE)).encode_dense(TEXTS, 32).numpy()
+    got = (
+        OnnxSpladeEncoder(
+            export_onnx(encoder, tmp_path / "onnx", pooling=pooling, activation=activation, vocab_tile=TILE)
+        )
+        .encode_dense(TEXTS, 32)
+        .numpy()
+    )
     exact = formula(encoder, TEXTS, 32, pooling, activation, torch.float64)
-    e32 = max(float(np.abs(formula(encoder, TEXTS, 32, pooling, activation, torch.float32) - exact).max()),
-              EPS32 * float(np.abs(exact).max()))
+    e32 = max(
+        float(np.abs(formula(encoder, TEXTS, 32, pooling, activation, torch.float32) - exact).max()),
+        EPS32 * float(np.abs(exact).max()),
+    )
     assert np.abs(expected - exact).max() <= 8 * e32  # the judge computes the formula...
     assert np.abs(got - expected).max() <= 16 * e32  # ...and the graph agrees with it (two 8·e32 errors)
 
@@ -318,8 +383,12 @@ _PROBE = textwrap.dedent(
 
 def _peak_growth(model_path, batch: int, length: int) -> int:
     """Peak RSS growth (bytes) of one onnxruntime run at ``[batch, length]``, in a fresh process."""
-    proc = subprocess.run([sys.executable, "-c", _PROBE, str(model_path), str(batch), str(length)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(model_path), str(batch), str(length)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.split("GROWTH")[1])
 
@@ -373,12 +442,18 @@ def test_int8_close_to_float32(splade_tiny, tmp_path, quantize_head):
     from onnx import numpy_helper
 
     weights = {init.name: init for init in graph.initializer}
-    quantised = [numpy_helper.to_array(weights[n.input[1]]) for n in graph.node
-                 if n.op_type == "MatMulInteger" and n.input[1] in weights]
+    quantised = [
+        numpy_helper.to_array(weights[n.input[1]])
+        for n in graph.node
+        if n.op_type == "MatMulInteger" and n.input[1] in weights
+    ]
     assert quantised and max(int(np.abs(w.astype(np.int32)).max()) for w in quantised) <= 64
     assert record["weight_bits"] == 7
-    texts = ["what causes cancer in mice?", "the effect of a high dose of aspirin on blood pressure in elderly "
-             "patients with heart disease", "protein expression of the p53 gene in human tumour cells"]
+    texts = [
+        "what causes cancer in mice?",
+        "the effect of a high dose of aspirin on blood pressure in elderly patients with heart disease",
+        "protein expression of the p53 gene in human tumour cells",
+    ]
     want = encoder.encode_dense(texts, 64).numpy()
     got = OnnxSpladeEncoder(folder).encode_dense(texts, 64).numpy()
     cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
@@ -392,7 +467,11 @@ def test_int8_close_to_float32(splade_tiny, tmp_path, quantize_head):
 # down-projection (intermediate → hidden) of the first and the last layer.
 KEPT_FLOAT32 = {
     "bert": ("/transform/dense/", "/bert/encoder/layer.0/output/dense/", "/bert/encoder/layer.2/output/dense/"),
-    "distilbert": ("/vocab_transform/", "/distilbert/transformer/layer.0/ffn/lin2/", "/distilbert/transformer/layer.2/ffn/lin2/"),
+    "distilbert": (
+        "/vocab_transform/",
+        "/distilbert/transformer/layer.0/ffn/lin2/",
+        "/distilbert/transformer/layer.2/ffn/lin2/",
+    ),
     "roberta": ("/dense/", "/roberta/encoder/layer.0/output/dense/", "/roberta/encoder/layer.2/output/dense/"),
     "modernbert": ("/head/dense/", "/model/layers.0/mlp/Wo/", "/model/layers.2/mlp/Wo/"),
 }
@@ -419,8 +498,12 @@ def test_int8_keeps_the_transform_and_the_outer_down_projections_float32(family,
     float32 = export_onnx(encoder, tmp_path / "f32", vocab_tile=TILE)
     kept = float32_products(float32 / "model.onnx", n_tiles)
     assert sorted(name.rsplit("/", 1)[0] + "/" for name in kept) == sorted(KEPT_FLOAT32[family]), kept
-    graph = onnx.load(str(export_onnx(encoder, tmp_path / "int8", vocab_tile=TILE, quantize="int8",
-                                      quantize_head=quantize_head) / "model.onnx")).graph
+    graph = onnx.load(
+        str(
+            export_onnx(encoder, tmp_path / "int8", vocab_tile=TILE, quantize="int8", quantize_head=quantize_head)
+            / "model.onnx"
+        )
+    ).graph
     weights = {t.name for t in graph.initializer}
     float_products = sorted(n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights)
     head = [name for name in float_products if name.count("/") == 1]
@@ -442,7 +525,9 @@ def test_an_index_recording_an_onnx_folder_encodes_queries_in_onnxruntime(tiny_p
     encoder, _ = tiny_pair
     folder = export_onnx(encoder, tmp_path / "onnx", vocab_tile=TILE)
     docs = sp.csr_matrix(np.eye(3, encoder.vocab_size, dtype=np.float32))
-    index = Index.from_vectors(tmp_path / "idx", docs, ["a", "b", "c"], metadata={"model": str(folder), "query_max_length": 8})
+    index = Index.from_vectors(
+        tmp_path / "idx", docs, ["a", "b", "c"], metadata={"model": str(folder), "query_max_length": 8}
+    )
     used = index.query_encoder()
     assert isinstance(used, OnnxSpladeEncoder) and used.metadata.query_max_length == 8
     got = used.encode_queries(TEXTS).toarray()

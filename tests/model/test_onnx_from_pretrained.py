@@ -21,8 +21,12 @@ from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx  # noqa: 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    encoder = SpladeEncoder(SpladeModel(tiny_mlm("bert"), "plain"), tiny_tokenizer(),
-                            EncoderMetadata(query_max_length=16, doc_max_length=32), device="cpu")
+    encoder = SpladeEncoder(
+        SpladeModel(tiny_mlm("bert"), "plain"),
+        tiny_tokenizer(),
+        EncoderMetadata(query_max_length=16, doc_max_length=32),
+        device="cpu",
+    )
     root = tmp_path_factory.mktemp("onnx-from-pretrained")
     encoder.save_pretrained(root / "torch")
     return root / "torch", export_onnx(encoder, root / "export")
@@ -39,7 +43,9 @@ def test_from_pretrained_opens_the_export_as_the_constructor_does(exported):
     shorter = OnnxSpladeEncoder.from_pretrained(folder, doc_max_length=8, query_top_k=3, batch_size=2)
     assert shorter.metadata.doc_max_length == 8 and shorter.metadata.query_top_k == 3 and shorter.batch_size == 2
     assert max(np.diff(shorter.encode_queries(TEXTS).indptr)) <= 3
-    np.testing.assert_array_equal(shorter.encode_documents(TEXTS).toarray(), direct.encode(TEXTS, max_length=8).toarray())
+    np.testing.assert_array_equal(
+        shorter.encode_documents(TEXTS).toarray(), direct.encode(TEXTS, max_length=8).toarray()
+    )
 
 
 def test_from_pretrained_refuses_torch_only_arguments_and_torch_folders(exported, tmp_path):
@@ -50,8 +56,12 @@ def test_from_pretrained_refuses_torch_only_arguments_and_torch_folders(exported
         OnnxSpladeEncoder.from_pretrained(folder, head_impl="fused")
     with pytest.raises(ValueError, match="providers="):
         OnnxSpladeEncoder.from_pretrained(folder, device="cuda")
-    with pytest.raises(DataFormatError, match=r"spladekit\.json: field 'extra\.onnx'.*load it with SpladeEncoder\.from_pretrained"):
+    with pytest.raises(
+        DataFormatError, match=r"spladekit\.json: field 'extra\.onnx'.*load it with SpladeEncoder\.from_pretrained"
+    ):
         OnnxSpladeEncoder.from_pretrained(torch_folder)
     with pytest.raises(ResolutionError, match="no such folder"):
         OnnxSpladeEncoder.from_pretrained(tmp_path / "missing")
-    assert SpladeEncoder.from_pretrained(torch_folder).vocab_size == OnnxSpladeEncoder.from_pretrained(folder).vocab_size
+    assert (
+        SpladeEncoder.from_pretrained(torch_folder).vocab_size == OnnxSpladeEncoder.from_pretrained(folder).vocab_size
+    )

@@ -77,7 +77,10 @@ def _hand(hidden, mask, weight, bias, grad_out, pooling, activation):
     n = batch * length
     grads = {
         "hidden": (dense @ w, (vocab + 8) * U * (dense.abs() @ w.abs())),
-        "weight": (torch.einsum("blv,blh->vh", dense, h), (n + 8) * U * torch.einsum("blv,blh->vh", dense.abs(), h.abs())),
+        "weight": (
+            torch.einsum("blv,blh->vh", dense, h),
+            (n + 8) * U * torch.einsum("blv,blh->vh", dense.abs(), h.abs()),
+        ),
         "bias": (dense.sum((0, 1)), (n + 8) * U * dense.abs().sum((0, 1))),
     }
     return (value, value_bound), grads
@@ -86,7 +89,9 @@ def _hand(hidden, mask, weight, bias, grad_out, pooling, activation):
 def _within(got, exact, bound, what):
     err = (got.double() - exact).abs()
     worst = int(torch.argmax(err - bound))
-    assert bool((err <= bound).all()), f"{what}: |error| {err.flatten()[worst]:.3g} > bound {bound.flatten()[worst]:.3g}"
+    assert bool((err <= bound).all()), (
+        f"{what}: |error| {err.flatten()[worst]:.3g} > bound {bound.flatten()[worst]:.3g}"
+    )
 
 
 @pytest.mark.parametrize("impl", ["plain", "fused"])
@@ -105,7 +110,9 @@ def test_head_values_and_gradients_equal_the_formula(impl, pooling, activation):
 def test_the_log1p_relu_activation_is_the_double_log():
     x = torch.tensor([-1.0, 0.0, 0.5, 3.0])
     expected = torch.log(1 + torch.log(1 + torch.relu(x)))
-    torch.testing.assert_close(splade_pool(x.view(1, 4, 1), torch.ones(1, 4), "sum", "log1p_relu")[0, 0], expected.sum())
+    torch.testing.assert_close(
+        splade_pool(x.view(1, 4, 1), torch.ones(1, 4), "sum", "log1p_relu")[0, 0], expected.sum()
+    )
 
 
 def test_fused_sum_head_splits_the_vocabulary_into_chunks(monkeypatch):

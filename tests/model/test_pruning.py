@@ -14,8 +14,13 @@ from spladekit.errors import DataFormatError, UnsupportedModelError
 from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 from spladekit.model.pruning import PruningRule, of_record, prune
 
-TEXTS = ["protein expression in cells", "cancer", "the effect of drug dose on blood levels in human patients", "x",
-         "gene expression and dna rna activity in mouse brain cells"]
+TEXTS = [
+    "protein expression in cells",
+    "cancer",
+    "the effect of drug dose on blood levels in human patients",
+    "x",
+    "gene expression and dna rna activity in mouse brain cells",
+]
 
 
 # ----------------------------------------------------------------------------------- by hand
@@ -73,9 +78,21 @@ def spread_matrix(seed: int, rows: int = 40, cols: int = 50) -> sp.csr_matrix:
     return sp.csr_matrix(dense)
 
 
-CASES = [("top_k", 1), ("top_k", 3), ("top_k", 100), ("mass", 0.3), ("mass", 0.5), ("mass", 0.9), ("mass", 1.0),
-         ("max_ratio", 0.0), ("max_ratio", 0.5), ("max_ratio", 1.0), ("threshold", 0.0), ("threshold", 1.0),
-         ("threshold", 0.7)]
+CASES = [
+    ("top_k", 1),
+    ("top_k", 3),
+    ("top_k", 100),
+    ("mass", 0.3),
+    ("mass", 0.5),
+    ("mass", 0.9),
+    ("mass", 1.0),
+    ("max_ratio", 0.0),
+    ("max_ratio", 0.5),
+    ("max_ratio", 1.0),
+    ("threshold", 0.0),
+    ("threshold", 1.0),
+    ("threshold", 0.7),
+]
 
 
 @pytest.mark.parametrize("kind,value", CASES)
@@ -116,8 +133,10 @@ def test_none_keeps_everything_and_duplicates_and_zeros_are_handled():
     matrix = spread_matrix(3)
     assert (prune(matrix, None) != matrix).nnz == 0
     # a non-canonical input: repeated entries summed first, explicit zeros are no active term
-    coo = sp.coo_matrix((np.array([1.0, 2.0, 0.0, 0.5], dtype=np.float32), (np.array([0, 0, 0, 0]), np.array([3, 3, 1, 2]))),
-                        shape=(1, 5))
+    coo = sp.coo_matrix(
+        (np.array([1.0, 2.0, 0.0, 0.5], dtype=np.float32), (np.array([0, 0, 0, 0]), np.array([3, 3, 1, 2]))),
+        shape=(1, 5),
+    )
     out = prune(coo, "top_k=5")
     assert out.indices.tolist() == [2, 3] and out.data.tolist() == [0.5, 3.0]
 
@@ -131,26 +150,54 @@ def test_hostile_weights_are_refused_naming_row_and_column(bad):
 
 
 # ----------------------------------------------------------------------------------- the rule itself
-@pytest.mark.parametrize("text,record", [("top_k=64", {"kind": "top_k", "value": 64}),
-                                         ("mass=0.9", {"kind": "mass", "value": 0.9}),
-                                         ("max_ratio=0", {"kind": "max_ratio", "value": 0.0}),
-                                         ("threshold=0.05", {"kind": "threshold", "value": 0.05})])
+@pytest.mark.parametrize(
+    "text,record",
+    [
+        ("top_k=64", {"kind": "top_k", "value": 64}),
+        ("mass=0.9", {"kind": "mass", "value": 0.9}),
+        ("max_ratio=0", {"kind": "max_ratio", "value": 0.0}),
+        ("threshold=0.05", {"kind": "threshold", "value": 0.05}),
+    ],
+)
 def test_rule_text_and_record_round_trip(text, record):
     rule = PruningRule.parse(text)
     assert rule.record() == record
     assert of_record(rule.record()) == rule and of_record(str(rule)) == rule
 
 
-@pytest.mark.parametrize("bad", ["top_k=0", "top_k=2.5", "mass=0", "mass=1.01", "max_ratio=-0.1", "max_ratio=2",
-                                 "threshold=-1", "threshold=nan", "mass=inf", "size=3", "top_k", "mass=abc"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "top_k=0",
+        "top_k=2.5",
+        "mass=0",
+        "mass=1.01",
+        "max_ratio=-0.1",
+        "max_ratio=2",
+        "threshold=-1",
+        "threshold=nan",
+        "mass=inf",
+        "size=3",
+        "top_k",
+        "mass=abc",
+    ],
+)
 def test_bad_rules_are_refused_in_one_line(bad):
     with pytest.raises(ValueError) as info:
         PruningRule.parse(bad)
     assert bad in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("record", [{"kind": "top_k", "value": True}, {"kind": "top_k"}, {"kind": "mass", "value": 0.5, "x": 1},
-                                    {"kind": "mass", "value": "0.5x"}, ["top_k", 3]])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"kind": "top_k", "value": True},
+        {"kind": "top_k"},
+        {"kind": "mass", "value": 0.5, "x": 1},
+        {"kind": "mass", "value": "0.5x"},
+        ["top_k", 3],
+    ],
+)
 def test_bad_records_are_refused(record):
     with pytest.raises(ValueError):
         of_record(record)
@@ -177,8 +224,15 @@ def plain(tiny_bert_dir):
 
 
 def test_encoder_applies_each_sides_rule_after_its_top_k(tiny_bert_dir, plain):
-    pruned = SpladeEncoder.from_pretrained(tiny_bert_dir, batch_size=2, head_impl="plain", device="cpu", doc_top_k=40,
-                                           query_pruning="max_ratio=0.6", doc_pruning=PruningRule(kind="mass", value=0.5))
+    pruned = SpladeEncoder.from_pretrained(
+        tiny_bert_dir,
+        batch_size=2,
+        head_impl="plain",
+        device="cpu",
+        doc_top_k=40,
+        query_pruning="max_ratio=0.6",
+        doc_pruning=PruningRule(kind="mass", value=0.5),
+    )
     assert pruned.metadata.doc_pruning == {"kind": "mass", "value": 0.5}
     # the same model, texts and batches: the same float32 vectors (one computation), then the rule
     full_d, full_q = plain.encode_documents(TEXTS), plain.encode_queries(TEXTS)
@@ -194,8 +248,9 @@ def test_an_inference_free_query_side_is_pruned_too(plain):
     from spladekit.model.inference_free import encode_bag
 
     weights = torch.rand(plain.vocab_size, generator=torch.Generator().manual_seed(0))
-    encoder = SpladeEncoder(plain.model, plain.tokenizer, EncoderMetadata(query_pruning="top_k=2"), device="cpu",
-                            query_weights=weights)
+    encoder = SpladeEncoder(
+        plain.model, plain.tokenizer, EncoderMetadata(query_pruning="top_k=2"), device="cpu", query_weights=weights
+    )
     bag, _ = encode_bag(plain.tokenizer, TEXTS, weights, 64)
     got = encoder.encode_queries(TEXTS)
     assert (got != prune(bag, "top_k=2")).nnz == 0 and got.getnnz(axis=1).max() == 2
@@ -251,11 +306,16 @@ def test_top_k_equals_sentence_transformers_max_active_dims(st_folder):
     # end to end: spladekit's encoder with the rule against SparseEncoder with max_active_dims. The full
     # vectors differ by float32 rounding only, at most `err` anywhere; where a row's k-th and (k+1)-th
     # largest weights are more than 2·err apart, both select the same k terms.
-    ours_full = SpladeEncoder.from_pretrained(st_folder, head_impl="plain", device="cpu").encode_documents(TEXTS).toarray()
+    ours_full = (
+        SpladeEncoder.from_pretrained(st_folder, head_impl="plain", device="cpu").encode_documents(TEXTS).toarray()
+    )
     err = float(np.abs(ours_full - theirs_full).max())
     assert err < 1e-4  # (their agreement itself: tests/model/test_folders.py, with a derived bound)
-    ours = SpladeEncoder.from_pretrained(st_folder, head_impl="plain", device="cpu",
-                                         doc_pruning=f"top_k={k}").encode_documents(TEXTS).toarray()
+    ours = (
+        SpladeEncoder.from_pretrained(st_folder, head_impl="plain", device="cpu", doc_pruning=f"top_k={k}")
+        .encode_documents(TEXTS)
+        .toarray()
+    )
     checked = 0
     for r in range(len(TEXTS)):
         ranked = np.sort(theirs_full[r])[::-1]
@@ -280,11 +340,19 @@ def test_index_records_the_rules_and_encodes_queries_with_them(tiny_bert_dir, ti
     from spladekit.index.index import Index
 
     model = tmp_path / "model"
-    SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain", device="cpu", query_pruning="top_k=3").save_pretrained(model)
-    out = build_index(IndexConfig(model=str(model), data=str(tiny_beir), out=str(tmp_path / "idx"), doc_pruning="mass=0.4",
-                                  head_impl="plain"))
+    SpladeEncoder.from_pretrained(
+        tiny_bert_dir, head_impl="plain", device="cpu", query_pruning="top_k=3"
+    ).save_pretrained(model)
+    out = build_index(
+        IndexConfig(
+            model=str(model), data=str(tiny_beir), out=str(tmp_path / "idx"), doc_pruning="mass=0.4", head_impl="plain"
+        )
+    )
     record = json.loads((out / "index.json").read_text())
-    assert record["doc_pruning"] == {"kind": "mass", "value": 0.4} and record["query_pruning"] == {"kind": "top_k", "value": 3}
+    assert record["doc_pruning"] == {"kind": "mass", "value": 0.4} and record["query_pruning"] == {
+        "kind": "top_k",
+        "value": 3,
+    }
     assert record["config"]["doc_pruning"] == "mass=0.4"
     index = Index.open(out)
     corpus = load_beir(str(tiny_beir), split="test").corpus
@@ -309,11 +377,15 @@ def test_an_onnx_export_carries_the_rules_and_its_encoder_applies_them(tiny_bert
     pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install 'spladekit[onnx]')")
     from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx
 
-    encoder = SpladeEncoder.from_pretrained(tiny_bert_dir, head_impl="plain", device="cpu", doc_pruning="top_k=4",
-                                            query_pruning="threshold=0.5")
+    encoder = SpladeEncoder.from_pretrained(
+        tiny_bert_dir, head_impl="plain", device="cpu", doc_pruning="top_k=4", query_pruning="threshold=0.5"
+    )
     folder = export_onnx(encoder, tmp_path / "x")
     onnx = OnnxSpladeEncoder.from_pretrained(folder)
-    assert (onnx.metadata.query_pruning, onnx.metadata.doc_pruning) == (encoder.metadata.query_pruning, encoder.metadata.doc_pruning)
+    assert (onnx.metadata.query_pruning, onnx.metadata.doc_pruning) == (
+        encoder.metadata.query_pruning,
+        encoder.metadata.doc_pruning,
+    )
     docs = onnx.encode_documents(TEXTS)
     assert docs.getnnz(axis=1).max() == 4
     assert (docs != prune(docs, "top_k=4")).nnz == 0 and (onnx.encode_queries(TEXTS).data >= 0.5).all()

@@ -21,7 +21,7 @@ TEXTS = ["protein expression in mouse cells", "cancer risk in patients with high
 
 # a custom sparse module: SPLADE max pooling of log(1 + ReLU(logits)), times a factor from its config;
 # importing it leaves a file behind (the witness that the folder's code ran)
-HALF_POOLING = '''
+HALF_POOLING = """
 import os
 from pathlib import Path
 
@@ -53,10 +53,10 @@ class HalfPooling(Module):
 
     def save(self, output_path, *args, **kwargs):
         self.save_config(output_path)
-'''
+"""
 
 # custom transformers classes (config.json auto_map): BERT's, under other names
-MODELING = '''
+MODELING = """
 import os
 from pathlib import Path
 
@@ -71,7 +71,7 @@ class TinyConfig(BertConfig):
 
 class TinyForMaskedLM(BertForMaskedLM):
     config_class = TinyConfig
-'''
+"""
 
 
 def _masked_lm(folder: Path) -> Path:
@@ -95,11 +95,23 @@ def witness(tmp_path, monkeypatch) -> Path:
 def custom_module_folder(tmp_path) -> Path:
     """A sentence-transformers folder: MLMTransformer (the masked LM at the root), then HalfPooling."""
     folder = _masked_lm(tmp_path / "half-pooling-model")
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sparse_encoder.models.MLMTransformer"},
-        {"idx": 1, "name": "1", "path": "1_HalfPooling", "type": "half_pooling.HalfPooling"}]))
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {
+                    "idx": 0,
+                    "name": "0",
+                    "path": "",
+                    "type": "sentence_transformers.sparse_encoder.models.MLMTransformer",
+                },
+                {"idx": 1, "name": "1", "path": "1_HalfPooling", "type": "half_pooling.HalfPooling"},
+            ]
+        )
+    )
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
-    (folder / "config_sentence_transformers.json").write_text(json.dumps({"model_type": "SparseEncoder", "similarity_fn_name": "dot"}))
+    (folder / "config_sentence_transformers.json").write_text(
+        json.dumps({"model_type": "SparseEncoder", "similarity_fn_name": "dot"})
+    )
     (folder / "1_HalfPooling").mkdir()
     (folder / "1_HalfPooling" / "config.json").write_text(json.dumps({"factor": 0.5}))
     (folder / "half_pooling.py").write_text(HALF_POOLING)
@@ -136,9 +148,14 @@ def test_custom_module_loads_as_sentence_transformers_loads_it(custom_module_fol
             (plain_folder / name).write_bytes((custom_module_folder / name).read_bytes())
     plain = SpladeEncoder.from_pretrained(plain_folder, head_impl="plain", doc_max_length=64, device="cpu")
     by_hand = 0.5 * plain.encode_documents(TEXTS).toarray()
-    by_hand[:, plain.tokenizer.pad_token_id] = ours_docs[:, plain.tokenizer.pad_token_id]  # spladekit zeroes [PAD]; the module does not
+    by_hand[:, plain.tokenizer.pad_token_id] = ours_docs[
+        :, plain.tokenizer.pad_token_id
+    ]  # spladekit zeroes [PAD]; the module does not
     np.testing.assert_allclose(ours_docs, by_hand, rtol=1e-5, atol=1e-7)
-    assert encoder.metadata.extra["custom_code"] == ["half_pooling.HalfPooling"] and encoder.vocab_size == ours_docs.shape[1]
+    assert (
+        encoder.metadata.extra["custom_code"] == ["half_pooling.HalfPooling"]
+        and encoder.vocab_size == ours_docs.shape[1]
+    )
     with pytest.raises(UnsupportedModelError, match="no masked LM of it to train, calibrate or export"):
         load_model_folder(str(custom_module_folder), trust_remote_code=True)
 
@@ -177,8 +194,10 @@ def auto_map_folder(tmp_path) -> Path:
     """A masked LM whose config names its own classes (``auto_map``), in ``modeling_tiny.py``."""
     folder = _masked_lm(tmp_path / "auto-map-model")
     config = json.loads((folder / "config.json").read_text())
-    config.update(architectures=["TinyForMaskedLM"],
-                  auto_map={"AutoConfig": "modeling_tiny.TinyConfig", "AutoModelForMaskedLM": "modeling_tiny.TinyForMaskedLM"})
+    config.update(
+        architectures=["TinyForMaskedLM"],
+        auto_map={"AutoConfig": "modeling_tiny.TinyConfig", "AutoModelForMaskedLM": "modeling_tiny.TinyForMaskedLM"},
+    )
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "modeling_tiny.py").write_text(MODELING)
     return folder
@@ -190,7 +209,11 @@ def test_auto_map_classes_refused_then_passed_on_to_transformers(auto_map_folder
     with pytest.raises(UnsupportedModelError) as caught:
         SpladeEncoder.from_pretrained(auto_map_folder)
     message = str(caught.value)
-    assert "'TinyConfig'" in message and f"modeling_tiny.py in {auto_map_folder}" in message and "--trust-remote-code" in message
+    assert (
+        "'TinyConfig'" in message
+        and f"modeling_tiny.py in {auto_map_folder}" in message
+        and "--trust-remote-code" in message
+    )
     assert "config.json" in message and not witness.exists()
     encoder = SpladeEncoder.from_pretrained(auto_map_folder, trust_remote_code=True, device="cpu", doc_max_length=128)
     assert witness.exists() and type(encoder.model.mlm).__name__ == "TinyForMaskedLM"
@@ -212,8 +235,22 @@ def test_every_model_command_takes_the_flag():
     import typer
 
     commands = typer.main.get_command(app).commands
-    for name in ("evaluate", "demo", "index", "search", "export", "import", "diagnose", "rescale", "train", "reproduce",
-                 "export-model", "inference-free", "serve", "mine"):
+    for name in (
+        "evaluate",
+        "demo",
+        "index",
+        "search",
+        "export",
+        "import",
+        "diagnose",
+        "rescale",
+        "train",
+        "reproduce",
+        "export-model",
+        "inference-free",
+        "serve",
+        "mine",
+    ):
         options = {opt for param in commands[name].params for opt in param.opts}
         assert "--trust-remote-code" in options, name
 

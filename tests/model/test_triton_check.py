@@ -21,7 +21,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 _SCRIPT = textwrap.dedent(
-    '''
+    """
     import importlib.util, inspect, json, sys, warnings
     from pathlib import Path
 
@@ -100,7 +100,7 @@ _SCRIPT = textwrap.dedent(
         report[scenario] = {"steps": steps, "warnings": [str(w.message) for w in caught],
                             "categories": [w.category.__name__ for w in caught]}
     print("REPORT " + json.dumps(report))
-    '''
+    """
 )
 
 
@@ -108,15 +108,22 @@ def _run(tmp_path, scenarios, **env):
     pytest.importorskip("triton", reason="triton is not installed: the Triton kernel cannot be checked")
     script = tmp_path / "check_script.py"
     script.write_text(_SCRIPT)
-    environ = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+    environ = dict(
+        os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    )
     environ.pop("SPLADEKIT_NO_TRITON", None)
     environ.pop("SPLADEKIT_TRITON_CHECK", None)
     environ.update(env)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), *scenarios], env=environ,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), *scenarios],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("REPORT "))
-    return json.loads(line[len("REPORT "):])
+    return json.loads(line[len("REPORT ") :])
 
 
 @pytest.mark.slow
@@ -172,9 +179,15 @@ def test_first_use_check_on_cuda_passes_the_real_kernel_in_silence():
 
     tc.reset()
     gen = torch.Generator().manual_seed(0)
-    h, w, b = torch.randn(6, 70, 96, generator=gen), torch.randn(1000, 96, generator=gen), torch.randn(1000, generator=gen)
+    h, w, b = (
+        torch.randn(6, 70, 96, generator=gen),
+        torch.randn(1000, 96, generator=gen),
+        torch.randn(1000, generator=gen),
+    )
     m = torch.ones(6, 70, dtype=torch.long)
-    m[1, 40:] = 0; m[2, :] = 0; m[3, :9] = 0
+    m[1, 40:] = 0
+    m[2, :] = 0
+    m[3, :9] = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for dtype in (torch.float32, torch.bfloat16):

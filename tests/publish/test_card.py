@@ -49,10 +49,18 @@ def trained(tmp_path_factory):
     with warnings.catch_warnings():  # the tiny model collapses (the monitor says so): not this test's subject
         warnings.simplefilter("ignore", RuntimeWarning)
         result = train(config, root / "run", examples=make_examples(16, negatives=3, seed=3), show_progress=False)
-    run_evaluation(EvalConfig(model=str(result.model_dir), data=str(beir), split="test", k=10), root / "eval",
-                   show_progress=False)
-    return {"root": root, "base": base, "beir": beir, "run": root / "run", "model": result.model_dir,
-            "last": result.last_dir, "eval": root / "eval"}
+    run_evaluation(
+        EvalConfig(model=str(result.model_dir), data=str(beir), split="test", k=10), root / "eval", show_progress=False
+    )
+    return {
+        "root": root,
+        "base": base,
+        "beir": beir,
+        "run": root / "run",
+        "model": result.model_dir,
+        "last": result.last_dir,
+        "eval": root / "eval",
+    }
 
 
 def _load(path: Path):
@@ -74,14 +82,18 @@ def _no_nulls(node, where="front matter"):
 
 def _tree(folder: Path) -> dict:
     """Every file under ``folder`` (hidden ones too) with its size, mtime and SHA-256."""
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _cli(*args, env=None, cwd=None):
     full = dict(os.environ, PYTHONPATH=str(SRC), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "spladekit", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "spladekit", *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=120
+    )
 
 
 # ------------------------------------------------------------------------------------------ train
@@ -101,10 +113,19 @@ def test_train_writes_a_card_the_hub_parses(trained):
         assert {r.dataset_type for r in results} == {"tinybeir"} and {r.dataset_split for r in results} == {"dev"}
         record = dev[step]  # the dev evaluation of exactly this saved model
         assert {r.metric_name: r.metric_value for r in results} == {
-            k: record[k] for k in ("nDCG@10", "MRR@10", "avg_query_terms", "avg_doc_terms", "flops")}
+            k: record[k] for k in ("nDCG@10", "MRR@10", "avg_query_terms", "avg_doc_terms", "flops")
+        }
         text = card.text
-        for needed in ("## Training", "λ_q = 0.01", "Dev curve", "## MLM head", "not rescaled", "## Framework versions",
-                       "2606.18811", "10.1145/3404835.3463098"):
+        for needed in (
+            "## Training",
+            "λ_q = 0.01",
+            "Dev curve",
+            "## MLM head",
+            "not rescaled",
+            "## Framework versions",
+            "2606.18811",
+            "10.1145/3404835.3463098",
+        ):
             assert needed in text, needed
         assert len(re.findall(r"^\| [024] \|", text, flags=re.M)) == 3  # one dev-curve row per evaluation step
 
@@ -119,15 +140,21 @@ def test_eval_results_read_back_equal_metrics_json(trained, tmp_path):
         if p.is_file() and p.name != "README.md":
             (folder / p.name).write_bytes(p.read_bytes())
     (folder / "1_SpladePooling").mkdir()
-    (folder / "1_SpladePooling" / "config.json").write_bytes((trained["model"] / "1_SpladePooling" / "config.json").read_bytes())
-    assert write_model_card(folder, evaluations=[trained["eval"]], license="apache-2.0", language=["en"]) == folder / "README.md"
+    (folder / "1_SpladePooling" / "config.json").write_bytes(
+        (trained["model"] / "1_SpladePooling" / "config.json").read_bytes()
+    )
+    assert (
+        write_model_card(folder, evaluations=[trained["eval"]], license="apache-2.0", language=["en"])
+        == folder / "README.md"
+    )
     card = _load(folder)
     metrics = read_json(trained["eval"] / "metrics.json")
     measures = read_json(trained["eval"] / "config.json")["measures"]
     results = card.data.eval_results
     # exact: YAML writes Python's shortest round-trip repr of each float, as JSON does
     assert {r.metric_name: r.metric_value for r in results} == {
-        k: metrics[k] for k in [*measures, "avg_query_terms", "avg_doc_terms", "flops"]}
+        k: metrics[k] for k in [*measures, "avg_query_terms", "avg_doc_terms", "flops"]
+    }
     assert {(r.dataset_type, r.dataset_name, r.dataset_split) for r in results} == {("tinybeir", "tinybeir", "test")}
     assert {r.metric_type for r in results} >= {"ndcg_at_10", "query_active_dims", "corpus_active_dims", "flops"}
     assert card.data.license == "apache-2.0" and card.data.language == ["en"]
@@ -143,7 +170,9 @@ def test_no_model_index_without_an_evaluation(tmp_path):
     base = make_tiny_model(tmp_path / "base")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        result = train(tiny_config(base, steps=2), tmp_path / "run", examples=make_examples(8, negatives=1), show_progress=False)
+        result = train(
+            tiny_config(base, steps=2), tmp_path / "run", examples=make_examples(8, negatives=1), show_progress=False
+        )
     text = (result.model_dir / "README.md").read_text()
     assert "model-index" not in text and "## Evaluation" not in text
     assert ModelCard.load(result.model_dir / "README.md").data.eval_results is None
@@ -168,11 +197,15 @@ def test_front_matter_from_a_hub_base_model_and_named_training_data(tmp_path):
 
     write_json(tmp_path / "config.json", {"architectures": ["BertForMaskedLM"], "vocab_size": 30522})
     write_json(tmp_path / "spladekit.json", {"source": "rasyosef/splade-tiny", "extra": {}})
-    write_yaml(tmp_path / "config.yaml", {"data": {"format": "beir", "path": "../shared/data/beir/scifact"},
-                                          "regularizer": {"kind": "l1"}, "steps": 3})
+    write_yaml(
+        tmp_path / "config.yaml",
+        {"data": {"format": "beir", "path": "../shared/data/beir/scifact"}, "regularizer": {"kind": "l1"}, "steps": 3},
+    )
     data = build_model_card(tmp_path).data
     assert data.base_model == "rasyosef/splade-tiny" and data.datasets == ["BeIR/scifact"]
-    assert data.library_name is None and data.eval_results is None  # no modules.json: not a sentence-transformers folder
+    assert (
+        data.library_name is None and data.eval_results is None
+    )  # no modules.json: not a sentence-transformers folder
     write_yaml(tmp_path / "config.yaml", {"data": {"format": "hf", "path": "sentence-transformers/msmarco-bm25"}})
     assert build_model_card(tmp_path).data.datasets == ["sentence-transformers/msmarco-bm25"]
     write_yaml(tmp_path / "config.yaml", {"data": {"format": "triples", "path": str(tmp_path)}})
@@ -205,10 +238,21 @@ def test_sentence_transformers_loads_the_folder_with_its_card(trained):
     texts = ["w1 w2 w3", "w4 w5 w6 w7 w8"]
     from tests.model.test_folders import _check_close  # the bound derived there (float32 sums in two orders)
 
-    st = SparseEncoder(str(trained["model"]), device="cpu").encode_document(texts, convert_to_tensor=True).to_dense().numpy()
+    st = (
+        SparseEncoder(str(trained["model"]), device="cpu")
+        .encode_document(texts, convert_to_tensor=True)
+        .to_dense()
+        .numpy()
+    )
     encoder = SpladeEncoder.from_pretrained(str(trained["model"]), device="cpu")
-    _check_close(encoder.encode_documents(texts).toarray(), st, encoder, texts, encoder.metadata.doc_max_length,
-                 "sentence-transformers on the folder with its card")
+    _check_close(
+        encoder.encode_documents(texts).toarray(),
+        st,
+        encoder,
+        texts,
+        encoder.metadata.doc_max_length,
+        "sentence-transformers on the folder with its card",
+    )
 
 
 def _run_snippets(folder: Path, tmp_path: Path, expected: int, monkeypatch) -> list[str]:
@@ -235,7 +279,9 @@ def _scores(output: str) -> list[float]:
 
 
 def test_the_card_snippets_run(trained, tmp_path, monkeypatch):
-    st, ours = _run_snippets(trained["model"], tmp_path, expected=2, monkeypatch=monkeypatch)  # sentence-transformers, spladekit
+    st, ours = _run_snippets(
+        trained["model"], tmp_path, expected=2, monkeypatch=monkeypatch
+    )  # sentence-transformers, spladekit
     assert len(_scores(st)) == 2 and len(_scores(ours)) == 2  # the [1, 2] scores printed
     # the same dot products from the two libraries: torch's repr prints 4 decimals (±5e-5); the vectors
     # agree to float32 rounding (test above) and each score sums ≤ V = 155 float32 products, whose two
@@ -283,8 +329,10 @@ def test_rescale_writes_its_record_and_keeps_a_card(trained, tmp_path):
     assert done.exit_code == 0, done.output
     card = _load(out)
     step = read_json(out / "config.json")["spladekit_rescale"]["history"][0]
-    row = (f"| 1 | factor | 0.5000 | no | {step['shift']:.4f} | {step['norms_before']['row_norm_mean']:.4f} | "
-           f"{step['norms_after']['row_norm_mean']:.4f} |")
+    row = (
+        f"| 1 | factor | 0.5000 | no | {step['shift']:.4f} | {step['norms_before']['row_norm_mean']:.4f} | "
+        f"{step['norms_after']['row_norm_mean']:.4f} |"
+    )
     assert row in card.text
     assert step["norms_after"]["row_norm_mean"] == pytest.approx(0.5 * step["norms_before"]["row_norm_mean"], rel=1e-6)
     (out / "README.md").write_text("# kept\n")
@@ -307,8 +355,9 @@ def test_a_shift_and_a_cap_are_rows_and_facts_of_the_card(trained, tmp_path):
     from spladekit.publish.card_record import read_card_record
 
     out = tmp_path / "shifted"
-    done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(out), "--shift", "1.5",
-                                    "--position-top-k", "4"])
+    done = CliRunner().invoke(
+        app, ["rescale", str(trained["base"]), "--out", str(out), "--shift", "1.5", "--position-top-k", "4"]
+    )
     assert done.exit_code == 0, done.output
     text = (out / "README.md").read_text(encoding="utf-8")
     step = read_json(out / "config.json")["spladekit_rescale"]["history"][0]
@@ -320,7 +369,9 @@ def test_a_shift_and_a_cap_are_rows_and_facts_of_the_card(trained, tmp_path):
     plain = tmp_path / "plain"
     done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(plain), "--shift", "1.5"])
     assert done.exit_code == 0, done.output
-    (plain / "README.md").write_text(text.replace("## ", "## Edited: ", 1), encoding="utf-8")  # the capped model's, edited
+    (plain / "README.md").write_text(
+        text.replace("## ", "## Edited: ", 1), encoding="utf-8"
+    )  # the capped model's, edited
     with pytest.raises(CardMismatchError, match="pooled per position: 4 in the card, none in this model"):
         write_model_card(plain)
 
@@ -333,7 +384,9 @@ def test_a_diagnosis_goes_into_the_card(trained, tmp_path):
 
     texts = tmp_path / "texts.txt"
     texts.write_text("w1 w2 w3\nw4 w5 w6 w7\nw8 w9\n")
-    done = CliRunner().invoke(app, ["diagnose", str(trained["base"]), "--out", str(tmp_path / "diag"), "--texts", str(texts)])
+    done = CliRunner().invoke(
+        app, ["diagnose", str(trained["base"]), "--out", str(tmp_path / "diag"), "--texts", str(texts)]
+    )
     assert done.exit_code == 0, done.output
     out = tmp_path / "rescaled"
     done = CliRunner().invoke(app, ["rescale", str(trained["base"]), "--out", str(out), "--factor", "2"])
@@ -409,7 +462,9 @@ def test_export_model_swaps_the_card_in_with_the_export(trained, tmp_path, monke
         return real(source, path)
 
     monkeypatch.setattr(spladekit.io, "replace_folder", watched)
-    done = CliRunner().invoke(app, ["export-model", "--model", str(trained["model"]), "--out", str(out), "--format", fmt])
+    done = CliRunner().invoke(
+        app, ["export-model", "--model", str(trained["model"]), "--out", str(out), "--format", fmt]
+    )
     assert done.exit_code == 0, done.output
     into_out = [names for path, names in swaps if path == out]
     assert into_out and all("README.md" in names for names in into_out), swaps
@@ -417,6 +472,7 @@ def test_export_model_swaps_the_card_in_with_the_export(trained, tmp_path, monke
     text = (out / "README.md").read_text()
     assert str(out.resolve()) in text or fmt != "onnx"  # the onnx snippets load OUT
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
 
 # ------------------------------------------------------------------------ a card of another model
 def test_a_reexport_over_another_models_export_refreshes_or_refuses_its_card(trained, tmp_path):
@@ -475,8 +531,13 @@ def test_the_card_record_line_reads_back_and_refuses_hostile_lines():
     edit before it counts as edited."""
     from spladekit.publish.card_record import MAX_LINE, PREFIX, SUFFIX, read_card_record, sign_card
 
-    facts = {"made from": "a --> b <!-- c", "training steps": 100, "selected": "nDCG@10 0.6592 at step 0",
-             "inference-free queries": True, "head rescaling factor": 0.5}
+    facts = {
+        "made from": "a --> b <!-- c",
+        "training steps": 100,
+        "selected": "nDCG@10 0.6592 at step 0",
+        "inference-free queries": True,
+        "head rescaling factor": 0.5,
+    }
     signed = sign_card("---\nlicense: mit\n---\n\n# m\n", facts)
     last = signed.splitlines()[-1]
     assert last.startswith(PREFIX) and last.endswith(SUFFIX) and last.count("-->") == 1 and "<!--" not in last[4:]
@@ -487,12 +548,15 @@ def test_the_card_record_line_reads_back_and_refuses_hostile_lines():
     assert read_card_record(signed.replace("# m", "# M")).edited is True
     assert read_card_record("# a card written by hand\n") is None
     digest = "0" * 64
-    hostile = [PREFIX + "{not json" + SUFFIX, PREFIX + "[" * 100_000 + "]" * 100_000 + SUFFIX,
-               PREFIX + json.dumps({"sha256": digest, "model": {"x": "y" * MAX_LINE}}) + SUFFIX,
-               PREFIX + json.dumps({"sha256": digest, "model": {"x": {"nested": 1}}}) + SUFFIX,
-               PREFIX + json.dumps({"sha256": "abc", "model": {}}) + SUFFIX,
-               PREFIX + json.dumps({"sha256": digest, "model": ["x"]}) + SUFFIX,
-               PREFIX + json.dumps({"sha256": digest, "model": {}})]  # the comment never closed
+    hostile = [
+        PREFIX + "{not json" + SUFFIX,
+        PREFIX + "[" * 100_000 + "]" * 100_000 + SUFFIX,
+        PREFIX + json.dumps({"sha256": digest, "model": {"x": "y" * MAX_LINE}}) + SUFFIX,
+        PREFIX + json.dumps({"sha256": digest, "model": {"x": {"nested": 1}}}) + SUFFIX,
+        PREFIX + json.dumps({"sha256": "abc", "model": {}}) + SUFFIX,
+        PREFIX + json.dumps({"sha256": digest, "model": ["x"]}) + SUFFIX,
+        PREFIX + json.dumps({"sha256": digest, "model": {}}),
+    ]  # the comment never closed
     for line in hostile:
         assert read_card_record("# card\n" + line + "\n") is None, line[:80]
 
@@ -551,8 +615,12 @@ def test_push_offline_fails_in_one_line_naming_the_endpoint(trained, tmp_path, m
 
     before = _tree(trained["model"])
     endpoint = f"http://127.0.0.1:{_closed_port()}"
-    env = {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": "hf_not_a_real_token",
-           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env = {
+        "HF_ENDPOINT": endpoint,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_TOKEN": "hf_not_a_real_token",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
     done = _cli("push", str(trained["model"]), "someone/tiny-splade", env=env)  # HF_ENDPOINT as a user sets it
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
@@ -564,7 +632,9 @@ def test_push_offline_fails_in_one_line_naming_the_endpoint(trained, tmp_path, m
     for extra in (["--revision", "v1"], ["--create-pr", "--private"]):
         done = CliRunner().invoke(app, ["push", str(trained["model"]), "someone/tiny-splade", *extra])
         lines = done.stderr.strip().splitlines()
-        assert done.exit_code == 2 and len(lines) == 1 and endpoint in lines[0] and "cannot reach" in lines[0], done.stderr
+        assert done.exit_code == 2 and len(lines) == 1 and endpoint in lines[0] and "cannot reach" in lines[0], (
+            done.stderr
+        )
     assert _tree(trained["model"]) == before
 
 
@@ -605,8 +675,11 @@ def test_push_refuses_a_link_out_of_the_folder_by_name(trained, tmp_path, monkey
     secret = tmp_path / "outside" / "secret.txt"
     secret.parent.mkdir()
     secret.write_text("not for the hub")
-    name, target = {"file": ("notes.txt", secret), "folder": ("extra", secret.parent),
-                    "dangling": ("gone.txt", tmp_path / "nowhere.txt")}[link]
+    name, target = {
+        "file": ("notes.txt", secret),
+        "folder": ("extra", secret.parent),
+        "dangling": ("gone.txt", tmp_path / "nowhere.txt"),
+    }[link]
     (folder / name).symlink_to(target)
     (folder / ".hidden-link").symlink_to(secret)  # hidden files are never uploaded: not refused
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
@@ -630,19 +703,29 @@ def test_push_dry_run_lists_exactly_what_upload_folder_would_send(trained, tmp_p
     from spladekit.publish.push import IGNORE_PATTERNS, folder_files, plan_push
 
     folder = _pushable(trained, tmp_path / "model")
-    for name, text in (("sub/deeper/notes.txt", "x" * 7), (".git/HEAD", "ref"), (".cache/huggingface/x", "y"),
-                       ("sub/.tmp", "t"), ("a b[1].txt", "odd name")):
+    for name, text in (
+        ("sub/deeper/notes.txt", "x" * 7),
+        (".git/HEAD", "ref"),
+        (".cache/huggingface/x", "y"),
+        ("sub/.tmp", "t"),
+        ("a b[1].txt", "odd name"),
+    ):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     (folder / "sub" / "alias.json").symlink_to(folder / "config.json")
     plan = plan_push(folder, "someone/x")
     theirs = HfApi(endpoint="http://127.0.0.1:9")._prepare_upload_folder_additions(  # as upload_folder calls it
-        folder, "", ignore_patterns=[*IGNORE_PATTERNS, *DEFAULT_IGNORE_PATTERNS, "README.md"])
+        folder, "", ignore_patterns=[*IGNORE_PATTERNS, *DEFAULT_IGNORE_PATTERNS, "README.md"]
+    )
     assert [n for n, _ in plan.files if n != "README.md"] == [op.path_in_repo for op in theirs]
     assert [size for n, size in plan.files if n != "README.md"] == [op.upload_info.size for op in theirs]
     ours = [op for op in plan.operations() if op.path_in_repo != "README.md"]
-    assert [(op.path_in_repo, op.upload_info.sha256) for op in ours] == [(op.path_in_repo, op.upload_info.sha256) for op in theirs]
-    assert "README.md" in dict(plan.files) and "sub/alias.json" in dict(plan.files) and "sub/.tmp" not in dict(plan.files)
+    assert [(op.path_in_repo, op.upload_info.sha256) for op in ours] == [
+        (op.path_in_repo, op.upload_info.sha256) for op in theirs
+    ]
+    assert (
+        "README.md" in dict(plan.files) and "sub/alias.json" in dict(plan.files) and "sub/.tmp" not in dict(plan.files)
+    )
     assert dict(plan.files)["sub/alias.json"] == (folder / "config.json").stat().st_size
     assert list(folder_files(folder)) == [n for n, _ in plan.files]
 
@@ -655,9 +738,16 @@ def _model_folder(trained, folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("given, suggestion", [("Apache 2.0", "apache-2.0"), ("MIT License", "mit"),
-                                               ("CC-BY-4.0", "cc-by-4.0"), ("GPL v3", "gpl-3.0"),
-                                               ("proprietary", None)])
+@pytest.mark.parametrize(
+    "given, suggestion",
+    [
+        ("Apache 2.0", "apache-2.0"),
+        ("MIT License", "mit"),
+        ("CC-BY-4.0", "cc-by-4.0"),
+        ("GPL v3", "gpl-3.0"),
+        ("proprietary", None),
+    ],
+)
 def test_card_refuses_a_licence_the_hub_refuses(trained, tmp_path, given, suggestion):
     """`card --license "Apache 2.0"` wrote a card the Hub rejects; it is refused, suggesting the Hub's
     lowercase identifier when one is close, and nothing is written."""
@@ -691,11 +781,17 @@ def test_card_refuses_a_bad_repo_id(trained, tmp_path):
     assert not (folder / "README.md").exists()
 
 
-@pytest.mark.parametrize("front, words", [
-    ("license: Apache 2.0", r"field 'license': license 'Apache 2.0' is not a Hugging Face Hub licence identifier; "
-                            r"did you mean 'apache-2.0'\?"),
-    ("license: other", r"field 'license': license 'other' needs license_name"),
-])
+@pytest.mark.parametrize(
+    "front, words",
+    [
+        (
+            "license: Apache 2.0",
+            r"field 'license': license 'Apache 2.0' is not a Hugging Face Hub licence identifier; "
+            r"did you mean 'apache-2.0'\?",
+        ),
+        ("license: other", r"field 'license': license 'other' needs license_name"),
+    ],
+)
 def test_push_dry_run_refuses_a_card_licence_the_hub_refuses(trained, tmp_path, front, words):
     """A card edited by hand (or written before this check): the dry run refuses what the Hub would;
     `other` with a license_name passes."""
@@ -707,7 +803,9 @@ def test_push_dry_run_refuses_a_card_licence_the_hub_refuses(trained, tmp_path, 
     (folder / "README.md").write_text(f"---\n{front}\n---\n\n# mine\n")
     done = CliRunner().invoke(app, ["push", str(folder), "someone/x", "--dry-run"])
     assert done.exit_code == 2 and re.search(r"README\.md: " + words, done.stderr), done.stderr
-    (folder / "README.md").write_text("---\nlicense: other\nlicense_name: my-licence\nlicense_link: LICENSE\n---\n\n# mine\n")
+    (folder / "README.md").write_text(
+        "---\nlicense: other\nlicense_name: my-licence\nlicense_link: LICENSE\n---\n\n# mine\n"
+    )
     done = CliRunner().invoke(app, ["push", str(folder), "someone/x", "--dry-run"])
     assert done.exit_code == 0, done.output
 
@@ -729,6 +827,12 @@ def test_a_base_model_licence_the_hub_refuses_is_not_inherited(trained, tmp_path
     with pytest.warns(UserWarning, match=r"base/README\.md: license 'Apache 2\.0' is not .*not inherited"):
         card = build_model_card(folder)
     assert card.data.license is None and card.data.language == "en"
-    (base / "README.md").write_text("---\nlicense: other\nlicense_name: base-licence\nlicense_link: https://x.org/l\n---\n")
+    (base / "README.md").write_text(
+        "---\nlicense: other\nlicense_name: base-licence\nlicense_link: https://x.org/l\n---\n"
+    )
     card = build_model_card(folder)
-    assert (card.data.license, card.data.license_name, card.data.license_link) == ("other", "base-licence", "https://x.org/l")
+    assert (card.data.license, card.data.license_name, card.data.license_link) == (
+        "other",
+        "base-licence",
+        "https://x.org/l",
+    )

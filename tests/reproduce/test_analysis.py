@@ -25,20 +25,28 @@ QIDS = [f"q{i}" for i in range(12)]
 
 def grid_dict() -> dict:
     return {
-        "name": "g", "seeds": [0, 1, 2],
+        "name": "g",
+        "seeds": [0, 1, 2],
         "backbones": [
             {"name": "orig", "path": "m", "treatments": ["none"]},
             {"name": "rows", "path": "m", "emulate": {"kind": "row_lognormal", "factor": 16, "sigma": 0.5}},
         ],
-        "treatments": [{"name": "none"}, {"name": "constant", "rescale": {"mode": "factor", "factor": 0.0625}},
-                       {"name": "matched", "rescale": {"mode": "match_norm", "reference": 1.0}}],
+        "treatments": [
+            {"name": "none"},
+            {"name": "constant", "rescale": {"mode": "factor", "factor": 0.0625}},
+            {"name": "matched", "rescale": {"mode": "match_norm", "reference": 1.0}},
+        ],
         "sweep": {"backbone": "rows", "net_scales": [0.25, 1, 4, 16], "seeds": [0, 1]},
         "report": {"matched_flops": "orig/none", "reference": "orig/none", "permutations": 2000},
         "diagnosis": {"dataset": "d", "num_texts": 4},
         "train": {"steps": 2, "batch_size": 2},
-        "evaluation": {"in_domain": [{"name": "ind", "path": "d"},
-                                     {"name": "ind-top2", "path": "d", "query_top_k": 2, "doc_top_k": 2}],
-                       "out_of_domain": [{"name": "ood", "path": "d"}]},
+        "evaluation": {
+            "in_domain": [
+                {"name": "ind", "path": "d"},
+                {"name": "ind-top2", "path": "d", "query_top_k": 2, "doc_top_k": 2},
+            ],
+            "out_of_domain": [{"name": "ood", "path": "d"}],
+        },
     }
 
 
@@ -52,18 +60,22 @@ def test_sweep_expands_into_factor_treatments_and_reuses_existing_cells():
     assert ids[:3] == ["orig--none--s0", "orig--none--s1", "orig--none--s2"]
     # the swept backbone: its own treatments × 3 seeds, then the two new sweep points × the sweep's 2 seeds
     assert ids[3:] == [f"rows--{t}--s{s}" for t in ("none", "constant", "matched") for s in (0, 1, 2)] + [
-        f"rows--{t}--s{s}" for t in ("sweep-x1_4", "sweep-x4") for s in (0, 1)]
+        f"rows--{t}--s{s}" for t in ("sweep-x1_4", "sweep-x4") for s in (0, 1)
+    ]
     assert scale_label(1 / 64) == "1_64" and scale_label(4.0) == "4" and scale_label(0.3) == "0.3"
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda d: d["sweep"].update(backbone="nope"), "sweep.backbone"),
-    (lambda d: d["treatments"].append({"name": "sweep-x2"}), "reserved for the sweep"),
-    (lambda d: d["report"].update(reference="orig/constant"), "report.reference"),
-    (lambda d: d["backbones"][1].update(inflate=4), "inflate or emulate"),
-    (lambda d: d["backbones"][1]["emulate"].update(kind="huge"), "emulate.kind"),
-    (lambda d: d["sweep"].update(net_scales=[1, 0]), "must be > 0"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda d: d["sweep"].update(backbone="nope"), "sweep.backbone"),
+        (lambda d: d["treatments"].append({"name": "sweep-x2"}), "reserved for the sweep"),
+        (lambda d: d["report"].update(reference="orig/constant"), "report.reference"),
+        (lambda d: d["backbones"][1].update(inflate=4), "inflate or emulate"),
+        (lambda d: d["backbones"][1]["emulate"].update(kind="huge"), "emulate.kind"),
+        (lambda d: d["sweep"].update(net_scales=[1, 0]), "must be > 0"),
+    ],
+)
 def test_grid_config_errors(tmp_path, change, words):
     data = grid_dict()
     change(data)
@@ -75,7 +87,12 @@ def test_grid_config_errors(tmp_path, change, words):
 def test_backbone_fingerprint_of_old_grids_is_unchanged():
     config = ReproduceConfig.model_validate(grid_dict())
     assert backbone_spec(config.backbones[0]) == {"path": "m", "inflate": None}  # as before emulations existed
-    assert backbone_spec(config.backbones[1])["emulate"] == {"kind": "row_lognormal", "factor": 16.0, "sigma": 0.5, "seed": 0}
+    assert backbone_spec(config.backbones[1])["emulate"] == {
+        "kind": "row_lognormal",
+        "factor": 16.0,
+        "sigma": 0.5,
+        "seed": 0,
+    }
 
 
 def test_local_config_is_the_non_circular_grid():
@@ -84,8 +101,15 @@ def test_local_config_is_the_non_circular_grid():
     assert set(kinds.values()) == {None, "uniform", "row_lognormal", "ln_gain"}
     assert len(config.seeds) >= 3 and all(d.max_docs is None for _, d in config.evaluation.datasets())
     assert [d.path for d in config.evaluation.out_of_domain] == ["cranfield", "cisi", "medline", "cacm"]
-    assert {t.name for t in config.treatments} == {"none", "constant", "calibrated", "match-norm", "shift", "scale+shift",
-                                                   "cap12"}
+    assert {t.name for t in config.treatments} == {
+        "none",
+        "constant",
+        "calibrated",
+        "match-norm",
+        "shift",
+        "scale+shift",
+        "cap12",
+    }
     scales = [s for s, _ in config.sweep_points()]
     assert min(scales) == 1 / 64 and max(scales) == 16
     cells = plan_grid(config)
@@ -123,9 +147,14 @@ def test_the_local_grid_as_first_run_keeps_its_fingerprints():
     first = ReproduceConfig.model_validate(data)
 
     def prints(config):
-        return {c.id: (fingerprint(init_spec(config, c)), fingerprint(train_spec(config, c)),
-                       [fingerprint(eval_spec(config, c, d)) for _, d in config.evaluation.datasets()])
-                for c in plan_grid(config)}
+        return {
+            c.id: (
+                fingerprint(init_spec(config, c)),
+                fingerprint(train_spec(config, c)),
+                [fingerprint(eval_spec(config, c, d)) for _, d in config.evaluation.datasets()],
+            )
+            for c in plan_grid(config)
+        }
 
     before, after = prints(first), prints(full)
     assert len(before) == 45 and len(after) == 66
@@ -140,7 +169,7 @@ def test_quality_at_flops_exact_interpolated_nearest():
     # log10 3.1623 = 0.5: halfway between 1 and 10 in log FLOPS
     value, method, used = quality_at_flops(points, math.sqrt(10))
     assert method == "interpolated" and used == pytest.approx(math.sqrt(10)) and value == pytest.approx(0.35)
-    value, _, _ = quality_at_flops(points, 10 ** 1.25)  # a quarter of the way from 10 to 100
+    value, _, _ = quality_at_flops(points, 10**1.25)  # a quarter of the way from 10 to 100
     assert value == pytest.approx(0.525)
     assert quality_at_flops(points, 0.1) == (0.2, "nearest", 1.0)
     assert quality_at_flops(points, 1000.0) == (0.6, "nearest", 100.0)
@@ -162,8 +191,12 @@ class TableRunner(RecordingRunner):
         pruned = dataset.query_top_k is not None
         values = {q: per_query_value(cell, dataset.name, q) for q in QIDS}
         write_json(folder / "per_query.json", {dataset.metric: values})
-        return {"nDCG@10": self.metric[cell] - (0.1 if pruned else 0.0), "flops": self.flops[cell] / (2 if pruned else 1),
-                "avg_query_terms": 5.0, "avg_doc_terms": 50.0}
+        return {
+            "nDCG@10": self.metric[cell] - (0.1 if pruned else 0.0),
+            "flops": self.flops[cell] / (2 if pruned else 1),
+            "avg_query_terms": 5.0,
+            "avg_doc_terms": 50.0,
+        }
 
 
 def per_query_value(cell: str, dataset: str, qid: str) -> float:
@@ -176,8 +209,14 @@ def run_table_grid(tmp_path: Path):
     flops, metric = {}, {}
     for cell in plan_grid(config):
         arm, s = cell.arm, cell.seed
-        base = {"orig/none": 5.0, "rows/none": 0.5, "rows/constant": 8.0, "rows/matched": 2.0,
-                "rows/sweep-x1_4": 16.0, "rows/sweep-x4": 1.0}[arm]
+        base = {
+            "orig/none": 5.0,
+            "rows/none": 0.5,
+            "rows/constant": 8.0,
+            "rows/matched": 2.0,
+            "rows/sweep-x1_4": 16.0,
+            "rows/sweep-x4": 1.0,
+        }[arm]
         flops[cell.id] = base * (1 + 0.01 * s)
         metric[cell.id] = 0.3 + 0.01 * math.log2(base) + 0.001 * s
     run_grid(config, tmp_path, TableRunner(flops, metric), log=silent)
@@ -202,8 +241,10 @@ def test_matched_flops_and_sweep_from_the_cells(tmp_path):
         return lo[1] + t * (hi[1] - lo[1])
 
     # rows/constant: points (8, m) unpruned and (4, m − 0.1) pruned bracket L ≈ 5.05 for every seed
-    expected = [by_hand([(flops[c], metric[c]), (flops[c] / 2, metric[c] - 0.1)])
-                for c in (f"rows--constant--s{s}" for s in range(3))]
+    expected = [
+        by_hand([(flops[c], metric[c]), (flops[c] / 2, metric[c] - 0.1)])
+        for c in (f"rows--constant--s{s}" for s in range(3))
+    ]
     assert rows["rows/constant"]["value"] == pytest.approx(statistics.fmean(expected))
     assert rows["rows/constant"]["value:std"] == pytest.approx(statistics.stdev(expected))
     assert rows["rows/constant"]["methods"] == ["interpolated"]
@@ -214,14 +255,25 @@ def test_matched_flops_and_sweep_from_the_cells(tmp_path):
     family = rows["rows/factor sweep"]
     assert family["seeds"] == 2
     arms = ("rows--sweep-x1_4", "rows--constant", "rows--sweep-x4", "rows--none")
-    expected = [by_hand([p for a in arms for p in ((flops[f"{a}--s{s}"], metric[f"{a}--s{s}"]),
-                                                   (flops[f"{a}--s{s}"] / 2, metric[f"{a}--s{s}"] - 0.1))])
-                for s in (0, 1)]
+    expected = [
+        by_hand(
+            [
+                p
+                for a in arms
+                for p in (
+                    (flops[f"{a}--s{s}"], metric[f"{a}--s{s}"]),
+                    (flops[f"{a}--s{s}"] / 2, metric[f"{a}--s{s}"] - 0.1),
+                )
+            ]
+        )
+        for s in (0, 1)
+    ]
     assert family["value"] == pytest.approx(statistics.fmean(expected))
 
     # the match-norm arm (init factor 0.5 from the test double) drawn at net scale 16 × 0.5 = 8
-    assert sweep_markers(config, results) == {"matched (F = 0.5)": (8.0, pytest.approx(
-        statistics.fmean(metric[f"rows--matched--s{s}"] for s in range(3))))}
+    assert sweep_markers(config, results) == {
+        "matched (F = 0.5)": (8.0, pytest.approx(statistics.fmean(metric[f"rows--matched--s{s}"] for s in range(3))))
+    }
     sweep = sweep_rows(config, results)
     assert [r["net_scale"] for r in sweep] == [0.25, 1, 4, 16] and [r["seeds"] for r in sweep] == [2, 3, 2, 3]
     assert sweep[1]["flops"] == pytest.approx(statistics.fmean(flops[f"rows--constant--s{s}"] for s in range(3)))
@@ -230,10 +282,30 @@ def test_matched_flops_and_sweep_from_the_cells(tmp_path):
 
 def test_paired_tests_match_scipy_on_seed_averaged_queries(tmp_path):
     config, *_ = run_table_grid(tmp_path)
-    record_sitting(tmp_path, {"command": "spladekit reproduce g.yaml", "started": "2026-12-01T09:00:00Z",
-                              "wall_seconds": 3725.0, "done": 27, "skipped": 0, "diverged": 0, "failed": 0})
-    record_sitting(tmp_path, {"command": "spladekit reproduce g.yaml", "started": "2026-12-01T11:00:00Z",
-                              "wall_seconds": 60.0, "done": 1, "skipped": 27, "diverged": 0, "failed": 0})
+    record_sitting(
+        tmp_path,
+        {
+            "command": "spladekit reproduce g.yaml",
+            "started": "2026-12-01T09:00:00Z",
+            "wall_seconds": 3725.0,
+            "done": 27,
+            "skipped": 0,
+            "diverged": 0,
+            "failed": 0,
+        },
+    )
+    record_sitting(
+        tmp_path,
+        {
+            "command": "spladekit reproduce g.yaml",
+            "started": "2026-12-01T11:00:00Z",
+            "wall_seconds": 60.0,
+            "done": 1,
+            "skipped": 27,
+            "diverged": 0,
+            "failed": 0,
+        },
+    )
     assert [s["wall_seconds"] for s in read_sittings(tmp_path)] == [3725.0, 60.0]
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -244,11 +316,18 @@ def test_paired_tests_match_scipy_on_seed_averaged_queries(tmp_path):
     written = write_report(config, tmp_path, command="spladekit reproduce g.yaml", publish=publish)
     with open(written["tests_csv"], newline="") as handle:
         tests = list(csv.DictReader(handle))
-    assert ("rows/none", "rows/constant") in comparison_pairs(config) and ("orig/none", "rows/matched") in comparison_pairs(config)
+    assert ("rows/none", "rows/constant") in comparison_pairs(config) and (
+        "orig/none",
+        "rows/matched",
+    ) in comparison_pairs(config)
     assert not [t for t in tests if "sweep" in t["a"] + t["b"] or t["dataset"] == "ind-top2"]
     row = next(t for t in tests if (t["a"], t["b"], t["dataset"]) == ("rows/none", "rows/matched", "ood"))
-    a = np.array([statistics.fmean(per_query_value(f"rows--none--s{s}", "ood", q) for s in range(3)) for q in sorted(QIDS)])
-    b = np.array([statistics.fmean(per_query_value(f"rows--matched--s{s}", "ood", q) for s in range(3)) for q in sorted(QIDS)])
+    a = np.array(
+        [statistics.fmean(per_query_value(f"rows--none--s{s}", "ood", q) for s in range(3)) for q in sorted(QIDS)]
+    )
+    b = np.array(
+        [statistics.fmean(per_query_value(f"rows--matched--s{s}", "ood", q) for s in range(3)) for q in sorted(QIDS)]
+    )
     assert float(row["delta"]) == pytest.approx(float((b - a).mean()))
     assert float(row["p_ttest"]) == pytest.approx(float(ttest_rel(b, a).pvalue))
     assert 0 < float(row["p_randomisation"]) <= 1 and row["seeds"] == "3" and row["n"] == str(len(QIDS))
@@ -266,7 +345,9 @@ def test_paired_tests_match_scipy_on_seed_averaged_queries(tmp_path):
     from spladekit.reproduce.report import READING_END, READING_START
 
     reading = f"{READING_START}\n## What it shows\n\nWritten by a person.\n{READING_END}"
-    publish.write_text(page.replace("## Quality and efficiency per arm", reading + "\n\n## Quality and efficiency per arm"))
+    publish.write_text(
+        page.replace("## Quality and efficiency per arm", reading + "\n\n## Quality and efficiency per arm")
+    )
     write_report(config, tmp_path, command="spladekit reproduce g.yaml", publish=publish)
     again = publish.read_text()
     assert again.count(reading) == 1 and again.index(reading) < again.index("## Quality and efficiency per arm")
@@ -308,8 +389,10 @@ def test_real_runner_builds_emulated_backbones(tiny_bert_dir, tmp_path):
     from spladekit.reproduce.cells import SpladekitRunner
 
     data = grid_dict()
-    data["backbones"] = [{"name": "rows", "path": str(tiny_bert_dir), "emulate": {"kind": "row_lognormal", "seed": 3}},
-                         {"name": "gain", "path": str(tiny_bert_dir), "emulate": {"kind": "ln_gain", "factor": 8}}]
+    data["backbones"] = [
+        {"name": "rows", "path": str(tiny_bert_dir), "emulate": {"kind": "row_lognormal", "seed": 3}},
+        {"name": "gain", "path": str(tiny_bert_dir), "emulate": {"kind": "ln_gain", "factor": 8}},
+    ]
     data.pop("sweep"), data.pop("report")
     config = ReproduceConfig.model_validate(data)
     original = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir)
@@ -318,9 +401,15 @@ def test_real_runner_builds_emulated_backbones(tiny_bert_dir, tmp_path):
     model = AutoModelForMaskedLM.from_pretrained(rows["model"])
     W0 = original.cls.predictions.decoder.weight.detach().double()
     f = torch.from_numpy(row_factors(W0.shape[0], 16.0, 0.5, 3))
-    torch.testing.assert_close(model.cls.predictions.decoder.weight.detach().double(), W0 * f[:, None], rtol=2**-23, atol=0)
+    torch.testing.assert_close(
+        model.cls.predictions.decoder.weight.detach().double(), W0 * f[:, None], rtol=2**-23, atol=0
+    )
     assert rows["emulation"]["seed"] == 3 and emulation_record(model)["kind"] == "row_lognormal"
     gain = runner.prepare_backbone(config.backbones[1], config, tmp_path / "gain")
     model = AutoModelForMaskedLM.from_pretrained(gain["model"])
-    torch.testing.assert_close(model.cls.predictions.transform.LayerNorm.weight, 8 * original.cls.predictions.transform.LayerNorm.weight,
-                               rtol=0, atol=0)  # ×8 is exact in binary floating point
+    torch.testing.assert_close(
+        model.cls.predictions.transform.LayerNorm.weight,
+        8 * original.cls.predictions.transform.LayerNorm.weight,
+        rtol=0,
+        atol=0,
+    )  # ×8 is exact in binary floating point

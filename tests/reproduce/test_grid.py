@@ -74,13 +74,19 @@ class RecordingRunner:
             from spladekit.train.monitor import TrainingDivergedError
 
             raise TrainingDivergedError("non-finite loss")
-        return {"model": f"trained:{cell.id}", "summary": {"steps": 2, "first": {"loss": 10.0 + cell.seed},
-                                                            "last": {"loss": 1.0}, "max_grad_norm": 3.0}}
+        return {
+            "model": f"trained:{cell.id}",
+            "summary": {"steps": 2, "first": {"loss": 10.0 + cell.seed}, "last": {"loss": 1.0}, "max_grad_norm": 3.0},
+        }
 
     def evaluate(self, model, dataset, config, folder):
         self.calls.append(("eval", model, dataset.name))
-        return {"nDCG@10": metric_value(model.split(":", 1)[1], dataset.name), "avg_query_terms": 5.0,
-                "avg_doc_terms": 50.0, "flops": 1.0 + len(model) / 100}
+        return {
+            "nDCG@10": metric_value(model.split(":", 1)[1], dataset.name),
+            "avg_query_terms": 5.0,
+            "avg_doc_terms": 50.0,
+            "flops": 1.0 + len(model) / 100,
+        }
 
 
 def metric_value(cell_id: str, dataset: str) -> float:
@@ -112,16 +118,19 @@ def _write(tmp_path: Path, data: dict) -> Path:
     return path
 
 
-@pytest.mark.parametrize("change, field, words", [
-    (lambda d: d.update(colour="red"), "colour", "Extra inputs"),
-    (lambda d: d["treatments"][1]["rescale"].pop("factor"), "treatments.1.rescale", "needs 'factor'"),
-    (lambda d: d["treatments"].append({"name": "none"}), None, "duplicate treatment"),
-    (lambda d: d["backbones"][0].update(treatments=["nope"]), None, "unknown treatment"),
-    (lambda d: d["train"].update(seed=3), None, "set by the grid"),
-    (lambda d: d["backbones"][0].update(name="a/b"), "backbones.0.name", "folder"),
-    (lambda d: d.update(seeds=[1, 1]), None, "duplicate seeds"),
-    (lambda d: d["evaluation"].update(in_domain=[], out_of_domain=[]), None, "at least one"),
-])
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        (lambda d: d.update(colour="red"), "colour", "Extra inputs"),
+        (lambda d: d["treatments"][1]["rescale"].pop("factor"), "treatments.1.rescale", "needs 'factor'"),
+        (lambda d: d["treatments"].append({"name": "none"}), None, "duplicate treatment"),
+        (lambda d: d["backbones"][0].update(treatments=["nope"]), None, "unknown treatment"),
+        (lambda d: d["train"].update(seed=3), None, "set by the grid"),
+        (lambda d: d["backbones"][0].update(name="a/b"), "backbones.0.name", "folder"),
+        (lambda d: d.update(seeds=[1, 1]), None, "duplicate seeds"),
+        (lambda d: d["evaluation"].update(in_domain=[], out_of_domain=[]), None, "at least one"),
+    ],
+)
 def test_config_errors_name_the_field(tmp_path, change, field, words):
     data = base_dict()
     change(data)
@@ -158,8 +167,11 @@ def test_overrides_reach_nested_keys_and_list_items(tmp_path):
 
 def test_plan_is_backbone_by_allowed_treatment_by_seed():
     config = ReproduceConfig.model_validate(base_dict())
-    expected = [f"{b}--{t}--s{s}" for b, ts in (("orig", ["none"]), ("big", ["none", "constant", "calibrated"]))
-                for t, s in itertools.product(ts, [0, 1])]
+    expected = [
+        f"{b}--{t}--s{s}"
+        for b, ts in (("orig", ["none"]), ("big", ["none", "constant", "calibrated"]))
+        for t, s in itertools.product(ts, [0, 1])
+    ]
     assert [c.id for c in plan_grid(config)] == expected
 
 
@@ -200,7 +212,9 @@ def test_grid_runs_every_stage_once_and_resumes(tmp_path):
     third = RecordingRunner()
     run_grid(bigger, tmp_path, third, log=silent)
     assert all(kind == "eval" for kind, *_ in third.calls)
-    assert sorted(third.calls) == sorted([("eval", f"trained:{cells[0]}", "ood1")] + [("eval", f"trained:{c}", "ood3") for c in cells])
+    assert sorted(third.calls) == sorted(
+        [("eval", f"trained:{cells[0]}", "ood1")] + [("eval", f"trained:{c}", "ood3") for c in cells]
+    )
 
 
 def test_failed_cell_is_reported_and_retried_without_redoing_finished_stages(tmp_path):
@@ -313,7 +327,9 @@ def test_evaluation_backend_is_in_the_fingerprint_only_when_not_exact():
     cell, (_, dataset) = plan_grid(config)[0], config.evaluation.datasets()[0]
     exact = eval_spec(config, cell, dataset)
     assert "backend" not in exact["encoding"]
-    seismic = ReproduceConfig.model_validate({**base_dict(), "evaluation": {**base_dict()["evaluation"], "backend": "seismic"}})
+    seismic = ReproduceConfig.model_validate(
+        {**base_dict(), "evaluation": {**base_dict()["evaluation"], "backend": "seismic"}}
+    )
     assert fingerprint(eval_spec(seismic, plan_grid(seismic)[0], dataset)) != fingerprint(exact)
 
 
@@ -330,7 +346,9 @@ def test_a_seismic_grid_without_pyseismic_stops_before_any_work(tmp_path, monkey
     from spladekit.errors import MissingExtraError, install_line
 
     monkeypatch.setitem(sys.modules, "seismic", None)
-    config = ReproduceConfig.model_validate({**base_dict(), "evaluation": {**base_dict()["evaluation"], "backend": "seismic"}})
+    config = ReproduceConfig.model_validate(
+        {**base_dict(), "evaluation": {**base_dict()["evaluation"], "backend": "seismic"}}
+    )
     runner = RecordingRunner()
     with pytest.raises(MissingExtraError, match=re.escape(install_line("seismic"))):
         run_grid(config, tmp_path / "o", runner, log=silent)
@@ -341,12 +359,21 @@ def test_a_seismic_grid_without_pyseismic_stops_before_any_work(tmp_path, monkey
     assert "pyseismic-lsr, which is not installed" in result.output and "refuses to start" in result.output
 
 
-@pytest.mark.parametrize("blocked, change, words", [
-    ("ir_datasets", {"evaluation": {"in_domain": [{"name": "ind", "path": "irds:beir/scifact/test"}]}},
-     "irds:beir/scifact/test needs ir_datasets"),
-    ("datasets", {"train": {"steps": 2, "batch_size": 2, "data": {"format": "hf", "path": "someone/pairs"}}},
-     "train.data.format: hf) needs datasets"),
-])
+@pytest.mark.parametrize(
+    "blocked, change, words",
+    [
+        (
+            "ir_datasets",
+            {"evaluation": {"in_domain": [{"name": "ind", "path": "irds:beir/scifact/test"}]}},
+            "irds:beir/scifact/test needs ir_datasets",
+        ),
+        (
+            "datasets",
+            {"train": {"steps": 2, "batch_size": 2, "data": {"format": "hf", "path": "someone/pairs"}}},
+            "train.data.format: hf) needs datasets",
+        ),
+    ],
+)
 def test_a_grid_missing_another_extra_stops_before_any_work(tmp_path, monkeypatch, blocked, change, words):
     """An irds: evaluation set or Hugging Face training data without their packages: refused before the first
     stage (the evaluation or the training data would fail hours in), and the dry run says so."""
@@ -363,7 +390,9 @@ def test_a_grid_missing_another_extra_stops_before_any_work(tmp_path, monkeypatc
     with pytest.raises(MissingExtraError, match=re.escape(words)):
         run_grid(ReproduceConfig.model_validate(settings), tmp_path / "o", runner, log=silent)
     assert runner.calls == []
-    result = CliRunner().invoke(app, ["reproduce", str(_write(tmp_path, settings)), "--dry-run", "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        app, ["reproduce", str(_write(tmp_path, settings)), "--dry-run", "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 0 and words in result.output and "refuses to start" in result.output, result.output
 
 
@@ -409,9 +438,11 @@ def test_training_curves_plot_from_metrics_logs(tmp_path):
     from spladekit.reproduce.cells import read_metrics_log, summarize_training
 
     log = tmp_path / "metrics.jsonl"
-    records = [{"step": 2, "loss": 3.0, "grad_norm": 9.0, "active_q": 10, "active_d": 40, "step_time_s": 0.5},
-               {"step": 1, "loss": 5.0, "grad_norm": 2.0, "active_q": 20, "active_d": 80, "step_time_s": 0.25},
-               {"step": 2, "split": "validation", "loss": 4.0}]
+    records = [
+        {"step": 2, "loss": 3.0, "grad_norm": 9.0, "active_q": 10, "active_d": 40, "step_time_s": 0.5},
+        {"step": 1, "loss": 5.0, "grad_norm": 2.0, "active_q": 20, "active_d": 80, "step_time_s": 0.25},
+        {"step": 2, "split": "validation", "loss": 4.0},
+    ]
     log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     read = read_metrics_log(log)
     assert [r["step"] for r in read] == [1, 2]
@@ -488,7 +519,9 @@ def test_cli_dry_run_and_bad_config(tmp_path):
 
     runner = CliRunner()
     path = _write(tmp_path, base_dict())
-    result = runner.invoke(app, ["reproduce", str(path), "--dry-run", "--set", "seeds=[4]", "--out", str(tmp_path / "o")])
+    result = runner.invoke(
+        app, ["reproduce", str(path), "--dry-run", "--set", "seeds=[4]", "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 0, result.output
     assert "orig--none--s4: pending" in result.output and "big--calibrated--s4 (head inflated ×16)" in result.output
     bad = copy.deepcopy(base_dict())
@@ -524,7 +557,10 @@ def test_a_killed_sitting_is_recorded_and_counted(tmp_path, monkeypatch):
     assert signal.getsignal(signal.SIGTERM) == before  # handler restored
     (sitting,) = read_sittings(tmp_path / "o")
     assert sitting["interrupted"] and 0.2 <= sitting["wall_seconds"] < 5
-    assert "Total wall time 0 min 00 s over 1 invocation(s)" in write_report(load_reproduce_config(_write(tmp_path, base_dict())), tmp_path / "o")["markdown"].read_text()
+    assert (
+        "Total wall time 0 min 00 s over 1 invocation(s)"
+        in write_report(load_reproduce_config(_write(tmp_path, base_dict())), tmp_path / "o")["markdown"].read_text()
+    )
 
 
 # ------------------------------------------------------------------------------------ real runner
@@ -540,17 +576,29 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
 
     (tiny_beir / "qrels" / "train.tsv").write_text((tiny_beir / "qrels" / "test.tsv").read_text())
     data = {
-        "name": "e2e", "seeds": [0],
+        "name": "e2e",
+        "seeds": [0],
         "backbones": [{"name": "x4", "path": str(tiny_bert_dir), "inflate": 4}],
-        "treatments": [{"name": "none"},
-                       {"name": "matched", "rescale": {"mode": "match_norm", "reference": str(tiny_bert_dir)}}],
+        "treatments": [
+            {"name": "none"},
+            {"name": "matched", "rescale": {"mode": "match_norm", "reference": str(tiny_bert_dir)}},
+        ],
         "diagnosis": {"dataset": str(tiny_beir), "num_texts": 4, "max_length": 16, "max_tokens": 64},
-        "train": {"model": {"query_max_length": 8, "doc_max_length": 16, "head_impl": "plain"},
-                  "data": {"format": "beir", "path": str(tiny_beir), "negatives": "none", "num_negatives": 0},
-                  "steps": 2, "batch_size": 2, "device": "cpu", "monitor": {"logit_sample": 1}},
-        "evaluation": {"in_domain": [{"name": "tiny", "path": str(tiny_beir)}],
-                       "out_of_domain": [{"name": "tiny-top1", "path": str(tiny_beir), "query_top_k": 1, "doc_top_k": 1}],
-                       "batch_size": 4, "head_impl": "plain", "k": 10},
+        "train": {
+            "model": {"query_max_length": 8, "doc_max_length": 16, "head_impl": "plain"},
+            "data": {"format": "beir", "path": str(tiny_beir), "negatives": "none", "num_negatives": 0},
+            "steps": 2,
+            "batch_size": 2,
+            "device": "cpu",
+            "monitor": {"logit_sample": 1},
+        },
+        "evaluation": {
+            "in_domain": [{"name": "tiny", "path": str(tiny_beir)}],
+            "out_of_domain": [{"name": "tiny-top1", "path": str(tiny_beir), "query_top_k": 1, "doc_top_k": 1}],
+            "batch_size": 4,
+            "head_impl": "plain",
+            "k": 10,
+        },
         "device": "cpu",
     }
     config = ReproduceConfig.model_validate(data)
@@ -559,7 +607,9 @@ def test_real_runner_end_to_end(tiny_bert_dir, tiny_beir, tmp_path):
     assert outcome.done == ["x4--none--s0", "x4--matched--s0"], outcome.failed
 
     original = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir).cls.predictions.decoder.weight.detach()
-    inflated = AutoModelForMaskedLM.from_pretrained(out / "backbones" / "x4" / "model").cls.predictions.decoder.weight.detach()
+    inflated = AutoModelForMaskedLM.from_pretrained(
+        out / "backbones" / "x4" / "model"
+    ).cls.predictions.decoder.weight.detach()
     torch.testing.assert_close(inflated, 4 * original)
     matched = json.loads((out / "cells" / "x4--matched--s0" / "result.json").read_text())
     assert matched["init"]["factor"] == pytest.approx(0.25, rel=1e-6)
@@ -622,13 +672,21 @@ def test_a_grid_naming_shift_scale_shift_and_a_cap_plans_and_validates(tmp_path)
     cells = {c.id: c for c in plan_grid(config)}
     assert init_spec(config, cells["orig--cap12--s0"])["head"] == {"position_top_k": 12, "fold_vocabulary": None}
     # a treatment without the new fields keeps its earlier fingerprint (the fields are left out at their defaults)
-    assert set(init_spec(config, cells["big--constant--s0"])["rescale"]) == {"mode", "factor", "reference", "target",
-                                                                          "statistic", "scale_bias"}
+    assert set(init_spec(config, cells["big--constant--s0"])["rescale"]) == {
+        "mode",
+        "factor",
+        "reference",
+        "target",
+        "statistic",
+        "scale_bias",
+    }
     assert "head" not in init_spec(config, cells["big--constant--s0"])
     assert init_spec(config, cells["big--shift--s0"])["rescale"]["activity"] == "rasyosef/splade-tiny"
-    for bad, words in (({"name": "x", "rescale": {"shift": 1.0, "activity": 3.0}}, "not both"),
-                       ({"name": "x", "head": {"position_top_k": -1}}, "greater than or equal"),
-                       ({"name": "x", "rescale": {"mode": "joint", "target": 2.0}}, "reference")):
+    for bad, words in (
+        ({"name": "x", "rescale": {"shift": 1.0, "activity": 3.0}}, "not both"),
+        ({"name": "x", "head": {"position_top_k": -1}}, "greater than or equal"),
+        ({"name": "x", "rescale": {"mode": "joint", "target": 2.0}}, "reference"),
+    ):
         broken = base_dict()
         broken["treatments"].append(bad)
         with pytest.raises(DataFormatError, match=words):
@@ -645,8 +703,10 @@ def test_the_runner_sets_the_head_up_for_shift_and_cap_treatments(shared, tmp_pa
     monkeypatch.setenv("SPLADEKIT_SHARED", str(shared))
     data = base_dict(str(shared / "data" / "beir" / "scifact"))
     data["backbones"] = [{"name": "tiny", "path": str(shared / "models" / "splade-tiny")}]
-    data["treatments"] = [{"name": "shift", "rescale": {"activity": str(shared / "models" / "splade-tiny")}},
-                          {"name": "cap12", "head": {"position_top_k": 12}}]
+    data["treatments"] = [
+        {"name": "shift", "rescale": {"activity": str(shared / "models" / "splade-tiny")}},
+        {"name": "cap12", "head": {"position_top_k": 12}},
+    ]
     data["diagnosis"] = {"dataset": str(shared / "data" / "beir" / "scifact"), "num_texts": 8, "max_length": 32}
     config = ReproduceConfig.model_validate(data)
     cells = {c.treatment.name: c for c in plan_grid(config)}
@@ -657,8 +717,17 @@ def test_the_runner_sets_the_head_up_for_shift_and_cap_treatments(shared, tmp_pa
     assert abs(step["shift"]) < 0.5  # the midpoint between two neighbouring pooled logits around the same count
     from spladekit.reproduce.report import cell_row
 
-    row = cell_row({"id": "tiny--shift--s0", "arm": "tiny/shift", "backbone": "tiny", "treatment": "shift", "seed": 0,
-                    "init": shifted}, config)
+    row = cell_row(
+        {
+            "id": "tiny--shift--s0",
+            "arm": "tiny/shift",
+            "backbone": "tiny",
+            "treatment": "shift",
+            "seed": 0,
+            "init": shifted,
+        },
+        config,
+    )
     assert row["shift"] == step["shift"] and row["factor"] == 1.0  # the report's head shift is the one the model stores
     capped = runner.init_cell(cells["cap12"], str(shared / "models" / "splade-tiny"), config, tmp_path / "cap")
     assert SpladeEncoder.from_pretrained(capped["model"], device="cpu").model.position_top_k == 12

@@ -69,7 +69,10 @@ async def _burst_after_warmup(pairs: int, **knobs):
     batcher.start()
     try:
         for w in range(pairs):
-            assert await asyncio.gather(batcher.submit(-2 * w - 1, 1, 30), batcher.submit(-2 * w - 2, 1, 30)) == [-20 * w - 10, -20 * w - 20]
+            assert await asyncio.gather(batcher.submit(-2 * w - 1, 1, 30), batcher.submit(-2 * w - 2, 1, 30)) == [
+                -20 * w - 10,
+                -20 * w - 20,
+            ]
         record.clear()
         jobs = await _burst(batcher, 20)
     finally:
@@ -87,7 +90,9 @@ def _check_deadline_held(jobs, record):
     refused = [(i, s, d, a) for i, s, d, a in jobs if isinstance(a, Overloaded)]
     assert all(a == 10 * i for i, s, d, a in jobs if not isinstance(a, Overloaded))
     ids = {j[0] for j in jobs}
-    assert {i for i, _, _ in answered} == {p for p in computed if p in ids}  # what was computed was answered, nothing else
+    assert {i for i, _, _ in answered} == {
+        p for p in computed if p in ids
+    }  # what was computed was answered, nothing else
     longest_batch = max(ended - began for began, ended, _ in record)
     for i, submitted, done in answered:
         began, _ = computed[i]
@@ -131,7 +136,13 @@ def test_jobs_refused_on_arrival_when_the_queued_work_exceeds_the_deadline():
 
     async def main():
         record: list = []
-        batcher = MicroBatcher(_sleeping_batch(record), max_batch=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=100, max_queue_wait_s=DEADLINE_S)
+        batcher = MicroBatcher(
+            _sleeping_batch(record),
+            max_batch=MAX_BATCH,
+            max_wait_s=MAX_WAIT_S,
+            queue_size=100,
+            max_queue_wait_s=DEADLINE_S,
+        )
         batcher.start()
         try:
             assert await batcher.submit(-1, 1, 30) == -10  # one batch: the estimate exists
@@ -145,7 +156,11 @@ def test_jobs_refused_on_arrival_when_the_queued_work_exceeds_the_deadline():
     assert BATCH_S <= s < 10 * BATCH_S  # one query per batch, the sleep and a little more
     # the batcher's own test, the same float arithmetic: `queued queries * s > max_queue_wait_s`
     admitted = next(m for m in itertools.count() if m * s > DEADLINE_S)
-    on_arrival = [(i, submitted, done, a) for i, submitted, done, a in jobs if isinstance(a, Overloaded) and a.cause == "expected_wait"]
+    on_arrival = [
+        (i, submitted, done, a)
+        for i, submitted, done, a in jobs
+        if isinstance(a, Overloaded) and a.cause == "expected_wait"
+    ]
     assert [i for i, *_ in on_arrival] == list(range(admitted, 20))
     for i, submitted, done, exc in on_arrival:
         assert done - submitted < BATCH_S, (i, done - submitted)  # at once: no batch ran meanwhile
@@ -154,9 +169,14 @@ def test_jobs_refused_on_arrival_when_the_queued_work_exceeds_the_deadline():
     assert batcher.refused_by_cause["expected_wait"] == 20 - admitted
 
 
-@pytest.mark.parametrize("deadline, wait, problem", [(0.002, 0.002, "must be finite and exceed max_wait_s"),
-                                                     (float("nan"), 0.002, "must be finite"),
-                                                     (float("inf"), 0.002, "must be finite")])
+@pytest.mark.parametrize(
+    "deadline, wait, problem",
+    [
+        (0.002, 0.002, "must be finite and exceed max_wait_s"),
+        (float("nan"), 0.002, "must be finite"),
+        (float("inf"), 0.002, "must be finite"),
+    ],
+)
 def test_a_deadline_not_above_the_batch_wait_is_refused(deadline, wait, problem):
     with pytest.raises(ValueError, match=f"max_queue_wait_s .*{problem}"):
         MicroBatcher(lambda p: p, max_wait_s=wait, max_queue_wait_s=deadline)
@@ -171,8 +191,23 @@ def test_the_serve_option_is_checked_naming_it(tmp_path):
     with pytest.raises(ValidationError, match="max_queue_wait_ms"):
         ServeConfig(index="x", max_queue_wait_ms=0)
     # refused before any index or model is read (the folder does not exist)
-    done = subprocess.run([sys.executable, "-m", "spladekit", "serve", "--index", str(tmp_path / "none"), "--max-wait-ms", "5",
-                           "--max-queue-wait-ms", "5"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "serve",
+            "--index",
+            str(tmp_path / "none"),
+            "--max-wait-ms",
+            "5",
+            "--max-queue-wait-ms",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "--max-queue-wait-ms: " in done.stderr and "must exceed max_wait_ms (5)" in done.stderr, done.stderr[-2000:]
 
@@ -190,7 +225,9 @@ def test_a_lone_request_is_not_refused_for_the_batchers_own_wait_for_company(kno
     the limit (bounds with HANDOFF_S of slack for the thread hand-offs)."""
 
     async def main():
-        batcher = MicroBatcher(lambda payloads: [p * 10 for p in payloads], max_batch=2, max_wait_s=0.2, queue_size=10, **{knob: 0.3})
+        batcher = MicroBatcher(
+            lambda payloads: [p * 10 for p in payloads], max_batch=2, max_wait_s=0.2, queue_size=10, **{knob: 0.3}
+        )
         batcher.start()
         try:
             began = time.monotonic()
@@ -238,7 +275,10 @@ def test_oldest_jobs_that_would_exceed_the_latency_limit_are_refused_not_compute
     for job, waited, expected in ((jobs[0], 500, 1125), (jobs[1], 375, 750)):
         exc = job.future.exception()
         assert isinstance(exc, Overloaded) and exc.cause == "latency"
-        assert f"waited {waited} ms and its batch would take about {expected} ms more, over the latency limit of 1000 ms (not computed)" in str(exc)
+        assert (
+            f"waited {waited} ms and its batch would take about {expected} ms more, over the latency limit of 1000 ms (not computed)"
+            in str(exc)
+        )
     assert batcher.refused_by_cause["latency"] == 2
 
 
@@ -282,7 +322,9 @@ def test_a_job_whose_caller_left_is_dropped_and_the_others_answered():
         batcher.start()
         left, never = asyncio.Event(), asyncio.Event()
         try:
-            jobs = [asyncio.ensure_future(batcher.submit(i, 1, 30, gone=(left if i == 2 else never).wait)) for i in range(4)]
+            jobs = [
+                asyncio.ensure_future(batcher.submit(i, 1, 30, gone=(left if i == 2 else never).wait)) for i in range(4)
+            ]
             await asyncio.sleep(BATCH_S / 2)  # jobs 0 and 1 are computing, 2 and 3 wait
             left.set()
             answers = await asyncio.gather(*jobs, return_exceptions=True)
@@ -314,11 +356,16 @@ def test_answered_jobs_stay_within_the_latency_limit():
     answered = [(i, s, d) for i, s, d, a in jobs if not isinstance(a, Overloaded)]
     refused = [(i, a) for i, s, d, a in jobs if isinstance(a, Overloaded)]
     assert answered and refused, (answered, refused)
-    assert {i for i, _, _ in answered} == computed and all(a == 10 * i for i, _, _, a in jobs if not isinstance(a, Overloaded))
+    assert {i for i, _, _ in answered} == computed and all(
+        a == 10 * i for i, _, _, a in jobs if not isinstance(a, Overloaded)
+    )
     for i, submitted, done in answered:
         assert done - submitted <= LATENCY_S + 2 * HANDOFF_S, (i, done - submitted)
     for i, exc in refused:
-        assert exc.cause in ("expected_wait", "latency") and f"over the latency limit of {1000 * LATENCY_S:g} ms" in str(exc), exc
+        assert exc.cause in (
+            "expected_wait",
+            "latency",
+        ) and f"over the latency limit of {1000 * LATENCY_S:g} ms" in str(exc), exc
     assert sum(batcher.refused_by_cause.values()) == len(refused)
 
 
@@ -343,7 +390,9 @@ def test_a_batch_holding_every_open_connections_request_is_not_held_back():
 
     async def main(connections, second_after):
         record: list = []
-        batcher = MicroBatcher(_sleeping_batch(record), max_batch=8, max_wait_s=1.0, queue_size=10, open_connections=lambda: connections)
+        batcher = MicroBatcher(
+            _sleeping_batch(record), max_batch=8, max_wait_s=1.0, queue_size=10, open_connections=lambda: connections
+        )
         batcher.start()
         try:
             began = time.monotonic()
@@ -361,4 +410,6 @@ def test_a_batch_holding_every_open_connections_request_is_not_held_back():
     took, batches = asyncio.run(main(3, 0.2))
     assert batches == [[1, 2]], batches  # the later request joined: the batch waited
     took, batches = asyncio.run(main(0, None))
-    assert batches == [[1]] and took >= 0.99, took  # unknown: waited out max_wait_s (asyncio may fire a timer up to its clock resolution early)
+    assert batches == [[1]] and took >= 0.99, (
+        took
+    )  # unknown: waited out max_wait_s (asyncio may fire a timer up to its clock resolution early)

@@ -30,8 +30,18 @@ from uvicorn.server import ServerState  # noqa: E402
 
 from spladekit.serve.connection import HEAD_TIMEOUT_S, NoDelayHTTPProtocol, server_config  # noqa: E402
 
-BUILT_ON = ["__init__", "connection_made", "connection_lost", "data_received", "on_message_begin", "on_url", "on_header",
-            "on_headers_complete", "on_message_complete", "on_response_complete"]
+BUILT_ON = [
+    "__init__",
+    "connection_made",
+    "connection_lost",
+    "data_received",
+    "on_message_begin",
+    "on_url",
+    "on_header",
+    "on_headers_complete",
+    "on_message_complete",
+    "on_response_complete",
+]
 """The methods of ``HttpToolsProtocol`` the protocol overrides, or whose state (``url``, ``headers``,
 ``cycle``, ``pipeline``, ``scope``, ``config``) it reads."""
 
@@ -47,7 +57,9 @@ def _serve_requirement() -> Requirement:
 
 def test_the_installed_uvicorn_is_one_the_protocol_was_tested_on():
     requirement = _serve_requirement()
-    assert requirement.specifier.contains(uvicorn.__version__), f"uvicorn {uvicorn.__version__} is outside {requirement}"
+    assert requirement.specifier.contains(uvicorn.__version__), (
+        f"uvicorn {uvicorn.__version__} is outside {requirement}"
+    )
     assert all(requirement.specifier.contains(version) for version in TESTED), f"{sorted(TESTED)} vs {requirement}"
     assert uvicorn.__version__ in TESTED, f"uvicorn {uvicorn.__version__}: no record that the protocol was tested on it"
 
@@ -58,7 +70,8 @@ def test_the_uvicorn_methods_the_protocol_builds_on_are_unchanged():
     digest = hashlib.sha256(source.encode()).hexdigest()
     assert digest == TESTED.get(uvicorn.__version__), (
         f"uvicorn {uvicorn.__version__}'s HttpToolsProtocol differs from the one NoDelayHTTPProtocol was tested on "
-        f"({', '.join(BUILT_ON)}); review spladekit/serve/connection.py, then record {digest}")
+        f"({', '.join(BUILT_ON)}); review spladekit/serve/connection.py, then record {digest}"
+    )
 
 
 async def asgi_app(scope, receive, send):
@@ -75,9 +88,18 @@ def test_the_head_timeout_reaches_the_protocol_through_its_configuration():
             config = server_config("test_serve_connection:asgi_app", head_timeout_s=seconds)
             made.append(NoDelayHTTPProtocol(config=config, server_state=ServerState(), app_state={}, _loop=loop))
         assert [p.head_timeout_s for p in made] == [3.5, 7.0]
-        plain = NoDelayHTTPProtocol(config=uvicorn.Config("test_serve_connection:asgi_app"), server_state=ServerState(), app_state={},
-                                    _loop=loop)
+        plain = NoDelayHTTPProtocol(
+            config=uvicorn.Config("test_serve_connection:asgi_app"),
+            server_state=ServerState(),
+            app_state={},
+            _loop=loop,
+        )
         assert plain.head_timeout_s == HEAD_TIMEOUT_S  # a plain uvicorn configuration: the default
-        assert pickle.loads(pickle.dumps(server_config("test_serve_connection:asgi_app", head_timeout_s=3.5))).head_timeout_s == 3.5
+        assert (
+            pickle.loads(
+                pickle.dumps(server_config("test_serve_connection:asgi_app", head_timeout_s=3.5))
+            ).head_timeout_s
+            == 3.5
+        )
     finally:
         loop.close()

@@ -77,8 +77,22 @@ def guarded(scifact_index, tmp_path_factory):
     index, _ = scifact_index
     key_file = tmp_path_factory.mktemp("key") / "key.txt"
     key_file.write_text("s3cret-clé\n", encoding="utf-8")  # not ASCII: its UTF-8 bytes are the key
-    running = Server(index.folder, key_file.parent / "server.log", "--workers", "2", "--threads", "1", "--api-key-file", str(key_file),
-                     "--queue-size", "1", "--max-batch", "1", "--max-wait-ms", "0")
+    running = Server(
+        index.folder,
+        key_file.parent / "server.log",
+        "--workers",
+        "2",
+        "--threads",
+        "1",
+        "--api-key-file",
+        str(key_file),
+        "--queue-size",
+        "1",
+        "--max-batch",
+        "1",
+        "--max-wait-ms",
+        "0",
+    )
     running.key = "s3cret-clé"
     try:
         wait_for_workers(running, 2)
@@ -116,10 +130,14 @@ def test_vector_queries_under_concurrency_equal_index_search(server, scifact_ind
 def test_text_queries_equal_index_search(server, scifact_index, backend):
     index, queries = scifact_index
     want = index.search(queries, k=K, searcher=searcher_config(backend)).hits
-    one = httpx.post(server.url + "/search", json={"query": queries, "k": K, "backend": backend}, timeout=60)  # a list in one request
+    one = httpx.post(
+        server.url + "/search", json={"query": queries, "k": K, "backend": backend}, timeout=60
+    )  # a list in one request
     assert one.status_code == 200, one.text
     assert_close_ranking(hits_of(one.json()), want)
-    alone = asyncio.run(_concurrent(server.url, [{"query": q, "k": K, "backend": backend} for q in queries]))  # one text per request
+    alone = asyncio.run(
+        _concurrent(server.url, [{"query": q, "k": K, "backend": backend} for q in queries])
+    )  # one text per request
     assert all(r.status_code == 200 for r in alone)
     assert_close_ranking([hits_of(r.json())[0] for r in alone], want)
 
@@ -131,7 +149,12 @@ def test_two_step_candidates_of_a_request_reach_the_search(server, scifact_index
     vectors = index.query_encoder().encode_queries(queries[:8])
     for candidates in (3, 40):  # 3 < k: at least k are rescored
         want = index.search(vectors, k=K, searcher=TwoStepConfig(candidates=candidates)).hits
-        body = {"vector": [vector_body(vectors[i]) for i in range(8)], "k": K, "backend": "two_step", "two_step": {"candidates": candidates}}
+        body = {
+            "vector": [vector_body(vectors[i]) for i in range(8)],
+            "k": K,
+            "backend": "two_step",
+            "two_step": {"candidates": candidates},
+        }
         response = httpx.post(server.url + "/search", json=body, timeout=60)
         assert response.status_code == 200, response.text
         assert hits_of(response.json()) == want
@@ -143,11 +166,15 @@ def test_fields_and_query_terms(server, scifact_index):
     ids = httpx.post(server.url + "/search", json={"query": queries[0], "k": 3, "fields": "ids"}).json()
     want = index.search([queries[0]], k=3).hits[0]
     assert ids["results"][0]["hits"] == [doc for doc, _ in want]
-    terms = httpx.post(server.url + "/search", json={"query": queries[0], "k": 3, "fields": "terms", "top_terms": 5}).json()
+    terms = httpx.post(
+        server.url + "/search", json={"query": queries[0], "k": 3, "fields": "terms", "top_terms": 5}
+    ).json()
     expected = encoder.decode(encoder.encode_queries([queries[0]]), top_k=5)  # (token, weight), heaviest first
     got = [(t["term"], t["weight"]) for t in terms["results"][0]["terms"]]
     assert [t for t, _ in got] == [t for t, _ in expected]
-    np.testing.assert_allclose([w for _, w in got], [w for _, w in expected], rtol=1e-5)  # encoded alone both times; float32
+    np.testing.assert_allclose(
+        [w for _, w in got], [w for _, w in expected], rtol=1e-5
+    )  # encoded alone both times; float32
 
 
 def test_health_info_and_openapi(server, scifact_index):
@@ -158,7 +185,10 @@ def test_health_info_and_openapi(server, scifact_index):
     assert health["status"] == "ok"
     info = httpx.get(server.url + "/info").json()
     assert info["index"]["num_docs"] == NUM_DOCS and info["index"]["vocab_size"] == 30522
-    assert info["index"]["model"] == index.metadata["model"] and info["index"]["content_hash"] == index.metadata["content_hash"]
+    assert (
+        info["index"]["model"] == index.metadata["model"]
+        and info["index"]["content_hash"] == index.metadata["content_hash"]
+    )
     assert info["index"]["query_max_length"] == index.metadata["query_max_length"]
     assert info["backends"] == ["exact", "seismic", "two_step"] and info["unavailable_backends"] == {}
     assert info["server"]["version"] == spladekit.__version__
@@ -204,7 +234,16 @@ def onnx_served(scifact_index, tmp_path_factory):
     """splade-tiny exported by ``spladekit export-model`` (ONNX), recorded as an index's query model, served."""
     index, _ = scifact_index
     root = tmp_path_factory.mktemp("onnx")
-    command = [sys.executable, "-m", "spladekit", "export-model", "--model", index.metadata["model"], "--out", str(root / "model")]
+    command = [
+        sys.executable,
+        "-m",
+        "spladekit",
+        "export-model",
+        "--model",
+        index.metadata["model"],
+        "--out",
+        str(root / "model"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     served = _index_with_query_model(index, root / "index", root / "model")
@@ -263,9 +302,12 @@ def test_inference_free_query_side_through_the_server_equals_index_search(infere
     # depends on the batch), then the same Index.search on the same float32 vector
     assert [hits_of(r.json())[0] for r in alone] == want
     # the query's terms, computed here from the tokenizer and the weight table alone
-    terms = httpx.post(running.url + "/search", json={"query": queries[0], "k": 1, "fields": "terms", "top_terms": 1000}).json()
-    ids = encoder.tokenizer(queries[0], add_special_tokens=False, truncation=True,
-                            max_length=served.metadata["query_max_length"])["input_ids"]
+    terms = httpx.post(
+        running.url + "/search", json={"query": queries[0], "k": 1, "fields": "terms", "top_terms": 1000}
+    ).json()
+    ids = encoder.tokenizer(
+        queries[0], add_special_tokens=False, truncation=True, max_length=served.metadata["query_max_length"]
+    )["input_ids"]
     weights = encoder.query_weights.numpy()
     expected = {encoder.tokenizer.convert_ids_to_tokens(j): float(weights[j]) for j in set(ids) if weights[j] > 0}
     assert {t["term"]: t["weight"] for t in terms["results"][0]["terms"]} == expected
@@ -275,8 +317,20 @@ def test_inference_free_query_side_through_the_server_equals_index_search(infere
 def impatient(scifact_index, tmp_path_factory):
     """A server whose requests time out after 0.5 s, heads and bodies after 1 s, batches of at most 40 queries."""
     index, _ = scifact_index
-    running = Server(index.folder, tmp_path_factory.mktemp("timeout") / "server.log", "--threads", "1",
-                     "--request-timeout", "0.5", "--head-timeout", "1", "--body-timeout", "1", "--max-batch", "40")
+    running = Server(
+        index.folder,
+        tmp_path_factory.mktemp("timeout") / "server.log",
+        "--threads",
+        "1",
+        "--request-timeout",
+        "0.5",
+        "--head-timeout",
+        "1",
+        "--body-timeout",
+        "1",
+        "--max-batch",
+        "40",
+    )
     try:
         yield running
     finally:
@@ -288,7 +342,9 @@ def test_request_timeout_through_the_server_then_the_next_request_served(impatie
     so at least the later ones wait past 0.5 s in the queue): they are answered 503 with Retry-After and a
     message naming the timeout; the server then answers the next request as usual."""
     _, queries = scifact_index
-    long = [((q + " ") * 20)[:1900] for q in queries]  # under max_query_chars; the tokenizer truncates to the query max length
+    long = [
+        ((q + " ") * 20)[:1900] for q in queries
+    ]  # under max_query_chars; the tokenizer truncates to the query max length
     responses = asyncio.run(_concurrent(impatient.url, [{"query": long, "k": K}] * 8))
     codes = [r.status_code for r in responses]
     assert set(codes) <= {200, 503} and 503 in codes, codes
@@ -300,7 +356,9 @@ def test_request_timeout_through_the_server_then_the_next_request_served(impatie
         time.sleep(0.1)
     after = httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K})
     assert after.status_code == 200, after.text
-    assert hits_of(after.json()) == hits_of(httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K}).json())
+    assert hits_of(after.json()) == hits_of(
+        httpx.post(impatient.url + "/search", json={"query": queries[0], "k": K}).json()
+    )
 
 
 def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(impatient):
@@ -309,7 +367,9 @@ def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(i
     (before, uvicorn waited for the rest as long as the client stayed)."""
     with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as slow:
         began = time.monotonic()
-        slow.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"query\": ")
+        slow.sendall(
+            b'POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"query": '
+        )
         assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
         answer = b""
         while chunk := slow.recv(65536):  # to the end: the server closes the connection
@@ -317,7 +377,9 @@ def test_a_body_shorter_than_its_content_length_gets_408_and_others_are_served(i
         waited = time.monotonic() - began
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
-    assert json.loads(body)["error"].startswith("body: the request body was not received within 1 s (10 bytes came of 200)")
+    assert json.loads(body)["error"].startswith(
+        "body: the request body was not received within 1 s (10 bytes came of 200)"
+    )
     # the server's timer runs on its event loop, whose timers may fire a little early (0.99992 s was seen);
     # 0.95 s still tells 'held for the body timeout' from 'answered at once'
     assert 0.95 <= waited < 15, waited
@@ -344,9 +406,11 @@ def test_a_head_not_received_in_time_gets_408_and_a_silent_connection_is_closed(
     are served meanwhile. (Before, uvicorn timed nothing before a head was complete: each such
     connection stayed open for as long as its client wished.)"""
     good = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as slow, \
-            socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as silent, \
-            socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as kept:
+    with (
+        socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as slow,
+        socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as silent,
+        socket.create_connection(("127.0.0.1", impatient.port), timeout=20) as kept,
+    ):
         began = time.monotonic()
         slow.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\n")  # the head's blank line never comes
         kept.sendall(good)
@@ -363,7 +427,10 @@ def test_a_head_not_received_in_time_gets_408_and_a_silent_connection_is_closed(
     for name, answer in answers.items():
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), (name, head)
-        assert json.loads(body)["error"].startswith("headers: the request's head was not received within 1 s"), (name, body)
+        assert json.loads(body)["error"].startswith("headers: the request's head was not received within 1 s"), (
+            name,
+            body,
+        )
     # the timers run on the server's event loop, which may fire them a little early (see the 408 of a body)
     assert 0.95 <= waited < 15 and 0.95 <= silent_waited < 15, (waited, silent_waited)
     assert httpx.post(impatient.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
@@ -383,8 +450,9 @@ def _answers(data: bytes) -> list[tuple[int, bytes]]:
 
 
 def _search_head(body: bytes) -> bytes:
-    return (f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    return (
+        f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
 
 
 def test_a_pipelined_request_after_a_large_body_is_answered_in_order(impatient):
@@ -487,11 +555,31 @@ BAD = [  # (what, raw body or JSON object, status, field named in the message)
     ("lengths differ", _vec([5, 6], [1.0]), 422, "vector.0"),
     ("unknown backend", {"query": "protein", "backend": "bm25"}, 422, "backend"),
     ("seismic parameters with exact", {"query": "protein", "seismic": {"query_cut": 3}}, 422, "seismic"),
-    ("seismic query_cut 0", {"query": "protein", "backend": "seismic", "seismic": {"query_cut": 0}}, 422, "seismic.query_cut"),
-    ("seismic n_knn without a k-NN graph", {"query": "protein", "backend": "seismic", "seismic": {"n_knn": 1}}, 422, "seismic.n_knn"),
+    (
+        "seismic query_cut 0",
+        {"query": "protein", "backend": "seismic", "seismic": {"query_cut": 0}},
+        422,
+        "seismic.query_cut",
+    ),
+    (
+        "seismic n_knn without a k-NN graph",
+        {"query": "protein", "backend": "seismic", "seismic": {"n_knn": 1}},
+        422,
+        "seismic.n_knn",
+    ),
     ("two_step parameters with exact", {"query": "protein", "two_step": {"candidates": 30}}, 422, "two_step"),
-    ("two_step candidates 0", {"query": "protein", "backend": "two_step", "two_step": {"candidates": 0}}, 422, "two_step.candidates"),
-    ("two_step rule asked", {"query": "protein", "backend": "two_step", "two_step": {"first": "top_k=1"}}, 422, "two_step.first"),
+    (
+        "two_step candidates 0",
+        {"query": "protein", "backend": "two_step", "two_step": {"candidates": 0}},
+        422,
+        "two_step.candidates",
+    ),
+    (
+        "two_step rule asked",
+        {"query": "protein", "backend": "two_step", "two_step": {"first": "top_k=1"}},
+        422,
+        "two_step.first",
+    ),
     ("unknown fields value", {"query": "protein", "fields": "everything"}, 422, "fields"),
     ("body over the size limit", _vec(list(range(30000)), [1.0] * 30000) | {"pad": "x" * (1 << 20)}, 413, "body"),
 ]
@@ -512,41 +600,60 @@ def test_bad_requests_refused_and_the_next_request_served(server):
         assert after.json()["results"] == first.json()["results"], what  # same answer: the server is unharmed
 
 
-@pytest.mark.parametrize("body, field", [
-    (b'{"query": "protein", "k": 5, "k": 500}', "k"),
-    (b'{"vector": [{"indices": [1000], "values": [1.0]}, {"indices": [2000], "values": [1.0], "values": [2.0]}], "k": 3}',
-     "vector.1.values"),  # named by its place, as pydantic names fields
-    (b'{"vector": {"indices": [1000], "values": [1.0], "indices": [2000]}}', "vector.indices"),
-    (b'{"query": "protein", "query": 5}', "query"),  # found before validation, which judged only the last value (query.0)
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        (b'{"query": "protein", "k": 5, "k": 500}', "k"),
+        (
+            b'{"vector": [{"indices": [1000], "values": [1.0]}, {"indices": [2000], "values": [1.0], "values": [2.0]}], "k": 3}',
+            "vector.1.values",
+        ),  # named by its place, as pydantic names fields
+        (b'{"vector": {"indices": [1000], "values": [1.0], "indices": [2000]}}', "vector.indices"),
+        (
+            b'{"query": "protein", "query": 5}',
+            "query",
+        ),  # found before validation, which judged only the last value (query.0)
+    ],
+)
 def test_a_repeated_key_is_named_by_its_path(server, body, field):
     response = httpx.post(server.url + "/search", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 422, response.text
-    assert response.json()["problems"] == [{"field": field, "message": f"'{field.rpartition('.')[2]}' appears more than once in one "
-                                                                        "object (which value is meant?)"}], response.text
+    assert response.json()["problems"] == [
+        {
+            "field": field,
+            "message": f"'{field.rpartition('.')[2]}' appears more than once in one object (which value is meant?)",
+        }
+    ], response.text
     assert response.json()["error"].startswith(f"{field}: ")
 
 
-@pytest.mark.parametrize("content_type, status", [
-    (None, 415),  # no Content-Type: what a browser sends cross-origin for a Blob body, unasked
-    ("text/plain;charset=UTF-8", 415),  # what a browser sends cross-origin for a string body, unasked
-    ("application/x-www-form-urlencoded", 415),  # curl -d without -H; an HTML form
-    ("multipart/form-data; boundary=x", 415),
-    ("application/jsonp", 415),
-    ("application/json", 200),
-    ("Application/JSON; charset=utf-8", 200),  # media types are case-insensitive (RFC 9110 §8.3.1)
-    ("application/vnd.api+json", 200),  # a structured +json type (RFC 6839 §3.1)
-])
+@pytest.mark.parametrize(
+    "content_type, status",
+    [
+        (None, 415),  # no Content-Type: what a browser sends cross-origin for a Blob body, unasked
+        ("text/plain;charset=UTF-8", 415),  # what a browser sends cross-origin for a string body, unasked
+        ("application/x-www-form-urlencoded", 415),  # curl -d without -H; an HTML form
+        ("multipart/form-data; boundary=x", 415),
+        ("application/jsonp", 415),
+        ("application/json", 200),
+        ("Application/JSON; charset=utf-8", 200),  # media types are case-insensitive (RFC 9110 §8.3.1)
+        ("application/vnd.api+json", 200),  # a structured +json type (RFC 6839 §3.1)
+    ],
+)
 def test_search_bodies_must_be_sent_as_json(server, content_type, status):
     """/search reads its body only when the request says it is JSON: the types a web page can make a
     browser send without the server's leave (CORS "simple" requests) are refused with 415 naming the
     header, and the next request is served."""
     headers = {} if content_type is None else {"content-type": content_type}
-    response = httpx.post(server.url + "/search", content=json.dumps({"query": "protein", "k": 3}).encode(), headers=headers)
+    response = httpx.post(
+        server.url + "/search", content=json.dumps({"query": "protein", "k": 3}).encode(), headers=headers
+    )
     assert response.request.headers.get("content-type") == content_type  # httpx added none of its own
     assert response.status_code == status, response.text
     if status == 415:
-        assert response.json()["error"].startswith("content-type: the body must be sent as application/json"), response.text
+        assert response.json()["error"].startswith("content-type: the body must be sent as application/json"), (
+            response.text
+        )
         assert response.json()["problems"] == [{"field": "content-type", "message": "not JSON"}]
     assert httpx.post(server.url + "/search", json={"query": "protein", "k": 3}).status_code == 200
 
@@ -558,8 +665,9 @@ def test_requests_of_clients_that_left_are_not_computed(server, scifact_index):
     (``abandoned``), so the two counts add up exactly; the first batch starts before anyone leaves."""
     _, queries = scifact_index
     payload = json.dumps({"query": queries, "k": K}).encode()
-    request = (f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+    request = (
+        f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
     before = httpx.get(server.url + "/health").json()
     sockets = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(12)]
     for s in sockets:
@@ -591,7 +699,10 @@ def _raw_exchange(port: int, head: bytes, body: bytes = b"") -> tuple[int, bytes
             if b"\r\n\r\n" in data:
                 status_line, _, rest = data.partition(b"\r\n")
                 headers, _, payload = rest.partition(b"\r\n\r\n")
-                length = next((int(h.split(b":")[1]) for h in headers.split(b"\r\n") if h.lower().startswith(b"content-length")), 0)
+                length = next(
+                    (int(h.split(b":")[1]) for h in headers.split(b"\r\n") if h.lower().startswith(b"content-length")),
+                    0,
+                )
                 if len(payload) >= length:
                     return int(status_line.split()[1]), payload[:length]
     raise AssertionError(f"no complete answer: {data[:200]!r}")
@@ -605,8 +716,10 @@ def test_an_over_long_head_gets_431_and_a_long_one_is_served(server):
     body = json.dumps({"query": "protein folding", "k": 3}).encode()
 
     def head(header_bytes: int) -> bytes:
-        return (f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                f"X-Pad: {'a' * header_bytes}\r\n\r\n").encode()
+        return (
+            f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"X-Pad: {'a' * header_bytes}\r\n\r\n"
+        ).encode()
 
     status, payload = _raw_exchange(server.port, head(2 * MAX_HEAD_BYTES), body)
     assert status == 431 and json.loads(payload)["problems"][0]["field"] == "headers", payload
@@ -620,6 +733,7 @@ def test_past_max_connections_503_with_retry_after(scifact_index, tmp_path):
     index, _ = scifact_index
     running = Server(index.folder, tmp_path / "server.log", "--threads", "1", "--max-connections", "2")
     try:
+
         async def three():
             clients = [httpx.AsyncClient(base_url=running.url, timeout=30) for _ in range(3)]
             try:
@@ -657,6 +771,7 @@ def test_workers_each_accept_their_own_connections(guarded):
     SO_REUSEPORT socket, spladekit.serve.workers; with one shared socket the first awake worker took
     nearly all). The kernel spreads them by a hash of the client's port: all 16 on one worker has
     probability 2 / 2**16."""
+
     async def pids():
         clients = [httpx.AsyncClient(base_url=guarded.url, timeout=30) for _ in range(16)]
         try:
@@ -682,8 +797,21 @@ def test_a_port_in_use_is_refused_naming_the_address(guarded, scifact_index, wor
     """Refused before the index and model load (no "Loading weights"), as one line and exit 2, with one
     worker too (there uvicorn itself used to find it, after the model loaded, and exit 3)."""
     index, _ = scifact_index
-    command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--port", str(guarded.port), "--workers", str(workers)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=die_with_parent)
+    command = [
+        sys.executable,
+        "-m",
+        "spladekit",
+        "serve",
+        "--index",
+        str(index.folder),
+        "--port",
+        str(guarded.port),
+        "--workers",
+        str(workers),
+    ]
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=die_with_parent
+    )
     RUNNING[process.pid] = process
     try:
         _, stderr = process.communicate(timeout=120)  # bounded: one that bound the port would serve on
@@ -707,13 +835,20 @@ def test_503_with_retry_after_past_a_queue_of_one(guarded, scifact_index):
     assert httpx.post(guarded.url + "/search", json={"query": "protein", "k": 3}, headers=right).status_code == 200
 
 
-
 @pytest.fixture(scope="module")
 def shedding(scifact_index, tmp_path_factory):
     """A server with a queue-wait deadline of 100 ms and batches of at most 64 queries."""
     index, _ = scifact_index
-    running = Server(index.folder, tmp_path_factory.mktemp("deadline") / "server.log", "--threads", "1",
-                     "--max-batch", "64", "--max-queue-wait-ms", "100")
+    running = Server(
+        index.folder,
+        tmp_path_factory.mktemp("deadline") / "server.log",
+        "--threads",
+        "1",
+        "--max-batch",
+        "64",
+        "--max-queue-wait-ms",
+        "100",
+    )
     try:
         yield running
     finally:
@@ -745,7 +880,9 @@ def test_503_with_retry_after_past_the_queue_wait_deadline_then_the_next_request
     health = httpx.get(shedding.url + "/health").json()
     # one worker: every 503 above is one of its refusals (no request timed out: the timeout is 10 s), and
     # only the answered requests were computed, 64 queries each
-    assert health["refused_by_cause"]["queue_wait"] + health["refused_by_cause"]["expected_wait"] == codes.count(503), health
+    assert health["refused_by_cause"]["queue_wait"] + health["refused_by_cause"]["expected_wait"] == codes.count(503), (
+        health
+    )
     assert health["refused_by_cause"]["queue_full"] == 0 and health["queries"] == 64 * codes.count(200), health
     # the queue is empty: nothing ahead of it (64 long texts: 0.7–1 s idle, past httpx's default 5 s on a loaded machine)
     after = httpx.post(shedding.url + "/search", json={"query": long, "k": K}, timeout=60)
@@ -824,8 +961,20 @@ def test_a_damaged_model_is_one_error_before_any_worker(scifact_index, tmp_path,
     shutil.copytree(Path(index.metadata["model"]), model)
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    command = [sys.executable, "-m", "spladekit", "serve", "--index", str(index.folder), "--model", str(model),
-               "--port", str(free_port()), "--workers", workers]
+    command = [
+        sys.executable,
+        "-m",
+        "spladekit",
+        "serve",
+        "--index",
+        str(index.folder),
+        "--model",
+        str(model),
+        "--port",
+        str(free_port()),
+        "--workers",
+        workers,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # bounded: a loop would time out
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and done.stderr.startswith("error: ")

@@ -32,8 +32,10 @@ from tests.serve_helpers import (
 )
 
 httpx = pytest.importorskip("httpx")
-pytestmark = [pytest.mark.xdist_group("serve-shared"),
-              pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux's /proc/PID/smaps_rollup")]
+pytestmark = [
+    pytest.mark.xdist_group("serve-shared"),
+    pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux's /proc/PID/smaps_rollup"),
+]
 K = 10
 
 
@@ -45,7 +47,9 @@ def index_and_queries(tmp_path_factory):
 @pytest.fixture(scope="module")
 def shared(index_and_queries, tmp_path_factory):
     index, _ = index_and_queries
-    running = Server(index.folder, tmp_path_factory.mktemp("log") / "server.log", "--workers", "2", "--threads", "2", "--share-index")
+    running = Server(
+        index.folder, tmp_path_factory.mktemp("log") / "server.log", "--workers", "2", "--threads", "2", "--share-index"
+    )
     try:
         wait_for_workers(running, 2)
         yield running
@@ -65,7 +69,9 @@ def _answers_by_worker(url: str, bodies: list[dict], workers: int) -> dict[int, 
             pid = client.get("/health").json()["pid"]
             if pid not in answers:
                 responses = [client.post("/search", json=b) for b in bodies]
-                assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:2]
+                assert all(r.status_code == 200 for r in responses), [
+                    r.text for r in responses if r.status_code != 200
+                ][:2]
                 answers[pid] = [r.json() for r in responses]
     return answers
 
@@ -100,6 +106,7 @@ def test_forked_workers_each_accept_their_own_connections(shared):
     replaced after the fork, spladekit.serve.workers): 16 connections opened at once reach both
     (all 16 on one worker: probability 2 / 2**16 by the kernel's hash; with the one inherited socket
     the first awake worker took nearly all)."""
+
     async def pids():
         clients = [httpx.AsyncClient(base_url=shared.url, timeout=30) for _ in range(16)]
         try:

@@ -100,8 +100,14 @@ def reference_gradients(model_dir: Path, seed: int = 1, scale: float = 1.0, **ov
     (total * scale).backward()
     full = {n: None if p.grad is None else p.grad.clone() for n, p in params}
     abs_sum = {n: sum(c[i].abs() for c in contributions) for i, (n, _) in enumerate(params)}
-    return {"parts": {"loss": float(total.detach()), **parts}, "grads": full, "abs_sum": abs_sum, "terms": len(contributions),
-            "q": q.detach(), "d": d.detach()}
+    return {
+        "parts": {"loss": float(total.detach()), **parts},
+        "grads": full,
+        "abs_sum": abs_sum,
+        "terms": len(contributions),
+        "q": q.detach(),
+        "d": d.detach(),
+    }
 
 
 def assert_within_bound(cached: dict, ref: dict) -> float:
@@ -171,8 +177,13 @@ def test_cached_gradients_equal_the_full_batch_with_dropout_and_flops(dropout_mo
 def test_cached_with_accumulation_margin_mse_and_fp16_scaler(dropout_model):
     # grad_accum 2 cuts the 8 queries in 4 + 4, mini_batch_size 3 each part in 3 + 1: four mini-batches
     assert mini_batch_bounds(8, 3, 2) == [(0, 3), (3, 4), (4, 7), (7, 8)]
-    settings = dict(model__head_impl="fused", cached={"mini_batch_size": 3}, grad_accum=2, precision="fp16",
-                    loss={"kind": "margin_mse"})
+    settings = dict(
+        model__head_impl="fused",
+        cached={"mini_batch_size": 3},
+        grad_accum=2,
+        precision="fp16",
+        loss={"kind": "margin_mse"},
+    )
     scale = 2.0**10
     parts, tensors, cached = cached_gradients(dropout_model, scale=scale, **settings)
     ref = reference_gradients(dropout_model, scale=scale, **settings)  # same autocast: the encoder's own
@@ -186,8 +197,9 @@ def test_cached_with_accumulation_margin_mse_and_fp16_scaler(dropout_model):
 def test_cached_inference_free_query_side(dropout_model, trained):
     # the bag-of-tokens query side: trained jointly (its θ gets a gradient) or frozen (no graph on
     # the query side: only the documents are re-encoded and back-propagated)
-    settings = dict(model__query_encoder="inference-free", model__train_query_weights=trained,
-                    cached={"mini_batch_size": 3})
+    settings = dict(
+        model__query_encoder="inference-free", model__train_query_weights=trained, cached={"mini_batch_size": 3}
+    )
     parts, tensors, cached = cached_gradients(dropout_model, **settings)
     ref = reference_gradients(dropout_model, **settings)
     assert_same_vectors(tensors, ref)
@@ -219,8 +231,12 @@ def test_cached_training_logs_the_same_records(tmp_path):
     model_dir = make_tiny_model(tmp_path / "model")
     examples = make_examples()
     train(tiny_config(model_dir, steps=2), tmp_path / "plain", examples=examples, show_progress=False)
-    train(tiny_config(model_dir, steps=2, cached={"mini_batch_size": 1}), tmp_path / "cached", examples=examples,
-          show_progress=False)
+    train(
+        tiny_config(model_dir, steps=2, cached={"mini_batch_size": 1}),
+        tmp_path / "cached",
+        examples=examples,
+        show_progress=False,
+    )
     import json
 
     read = lambda p: [json.loads(x) for x in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
@@ -248,7 +264,9 @@ def test_with_dropout_a_cached_run_is_another_draw_of_the_noise(dropout_model, t
     examples = make_examples()
     for name, extra in (("plain", {}), ("cached", {"cached": {"mini_batch_size": 1}})):
         train(tiny_config(dropout_model, steps=1, **extra), tmp_path / name, examples=examples, show_progress=False)
-    plain, cached = (json.loads((tmp_path / n / "metrics.jsonl").read_text().splitlines()[0]) for n in ("plain", "cached"))
+    plain, cached = (
+        json.loads((tmp_path / n / "metrics.jsonl").read_text().splitlines()[0]) for n in ("plain", "cached")
+    )
     assert cached["loss"] != pytest.approx(plain["loss"], rel=1e-4)
     text = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
     assert "Without dropout the loss and gradients are those of the\n  uncached batch" in text

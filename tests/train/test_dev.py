@@ -51,8 +51,15 @@ def test_best_checkpoint_is_the_highest_logged_dev_metric(tiny, tmp_path):
 
     examples = make_examples(16, negatives=3, seed=3)
     beir = _beir_dev(tmp_path / "beir", make_examples(10, negatives=2, seed=9))
-    config = tiny_config(tiny, steps=8, lr=3e-3, eval_every=2, checkpoint_every=2, keep_checkpoints=10,
-                         dev={"data": str(beir), "split": "dev", "k": 10})
+    config = tiny_config(
+        tiny,
+        steps=8,
+        lr=3e-3,
+        eval_every=2,
+        checkpoint_every=2,
+        keep_checkpoints=10,
+        dev={"data": str(beir), "split": "dev", "k": 10},
+    )
     out = tmp_path / "run"
     result = train(config, out, examples=examples, show_progress=False)
     dev = _records(out, "dev")
@@ -66,15 +73,19 @@ def test_best_checkpoint_is_the_highest_logged_dev_metric(tiny, tmp_path):
     assert result.model_dir == out / "model" and result.last_dir == out / "last"
     # model/ holds the weights of the best step (equal tensors: the same values saved twice), last/ the final ones
     final_weights = _weights(out / "last")
-    assert all(torch.equal(final_weights[k], v) for k, v in _weights(out / "checkpoints" / "step-0000008" / "model").items())
+    assert all(
+        torch.equal(final_weights[k], v) for k, v in _weights(out / "checkpoints" / "step-0000008" / "model").items()
+    )
     if best["step"] > 0:
         ckpt = _weights(out / "checkpoints" / f"step-{best['step']:07d}" / "model")
         assert all(torch.equal(ckpt[k], v) for k, v in _weights(out / "model").items())
     # spladekit evaluate on model/ and last/ gives the logged numbers (same encoder, index and evaluation code)
     for folder, record in ((out / "model", best), (out / "last", dev[-1])):
-        metrics = run_evaluation(EvalConfig(model=str(folder), data=str(beir), split="dev", k=10,
-                                            measures=["nDCG@10", "MRR@10"]), tmp_path / folder.name,
-                                 show_progress=False).metrics
+        metrics = run_evaluation(
+            EvalConfig(model=str(folder), data=str(beir), split="dev", k=10, measures=["nDCG@10", "MRR@10"]),
+            tmp_path / folder.name,
+            show_progress=False,
+        ).metrics
         # same weights, same batches, same code: equal up to float summation order (1e-9 is far below a rank swap)
         assert metrics["nDCG@10"] == pytest.approx(record["nDCG@10"], abs=1e-9)
         assert metrics["MRR@10"] == pytest.approx(record["MRR@10"], abs=1e-9)
@@ -90,14 +101,23 @@ def test_dev_scores_of_an_inference_free_run_are_those_of_its_saved_model(tiny, 
 
     examples = make_examples(16, negatives=3, seed=3)
     beir = _beir_dev(tmp_path / "beir", make_examples(10, negatives=2, seed=9))
-    config = tiny_config(tiny, steps=4, lr=3e-3, eval_every=2, dev={"data": str(beir), "split": "dev", "k": 10},
-                         **{"model__query_encoder": "inference-free"})
+    config = tiny_config(
+        tiny,
+        steps=4,
+        lr=3e-3,
+        eval_every=2,
+        dev={"data": str(beir), "split": "dev", "k": 10},
+        **{"model__query_encoder": "inference-free"},
+    )
     out = tmp_path / "run"
     train(config, out, examples=examples, show_progress=False)
     last = _records(out, "dev")[-1]
     assert last["step"] == 4
-    metrics = run_evaluation(EvalConfig(model=str(out / "last"), data=str(beir), split="dev", k=10, measures=["nDCG@10", "MRR@10"]),
-                             tmp_path / "eval", show_progress=False).metrics
+    metrics = run_evaluation(
+        EvalConfig(model=str(out / "last"), data=str(beir), split="dev", k=10, measures=["nDCG@10", "MRR@10"]),
+        tmp_path / "eval",
+        show_progress=False,
+    ).metrics
     # same weights and code path: equal up to float summation order (1e-9 is far below a rank swap)
     assert metrics["nDCG@10"] == pytest.approx(last["nDCG@10"], abs=1e-9)
     assert metrics["avg_query_terms"] == pytest.approx(last["avg_query_terms"], abs=1e-9)
@@ -117,8 +137,9 @@ def test_held_out_training_queries_and_early_stopping(tiny, tmp_path):
 
     examples = make_examples(20, negatives=3, seed=5)
     # lr so small that the ranking never changes: no evaluation improves on step 0, patience 2 stops at step 2·2
-    config = tiny_config(tiny, steps=20, lr=1e-12, eval_every=2, data__validation_fraction=0.25,
-                         dev={"patience": 2, "k": 10})
+    config = tiny_config(
+        tiny, steps=20, lr=1e-12, eval_every=2, data__validation_fraction=0.25, dev={"patience": 2, "k": 10}
+    )
     out = tmp_path / "run"
     result = train(config, out, examples=examples, show_progress=False)
     dev = _records(out, "dev")
@@ -133,8 +154,10 @@ def test_held_out_dev_set_from_texts():
     from spladekit.train.dev import _doc_id, held_out_dev_set
 
     train_ex = [TrainingExample("a", "w1", [("1+", "w1 w2")], [("1-", "w3")])]
-    held = [TrainingExample("b", "w5", [("2+", "w5 w6")], [("2-", "w1 w2")]),  # negative = the training positive
-            TrainingExample("c", "w5", [("3+", "w7")], [])]  # the same query text: one query, two positives
+    held = [
+        TrainingExample("b", "w5", [("2+", "w5 w6")], [("2-", "w1 w2")]),  # negative = the training positive
+        TrainingExample("c", "w5", [("3+", "w7")], []),
+    ]  # the same query text: one query, two positives
     ds = held_out_dev_set(held, train_ex)
     assert sorted(ds.corpus.values()) == ["w1 w2", "w3", "w5 w6", "w7"]  # 5 texts, one repeated
     assert ds.queries == {"b": "w5"}
@@ -176,21 +199,41 @@ def test_curves_draw_the_dev_row(tmp_path, monkeypatch):
     save = plots._save
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
     records = [{"step": s, "loss": 1.0 / s, "active_q": 10, "active_d": 20} for s in range(1, 5)]
-    dev = [{"step": s, "split": "dev", "nDCG@10": 0.1 * s, "MRR@10": 0.1, "avg_query_terms": 5,
-            "avg_doc_terms": 9, "flops": 2.0, "best": s == 2} for s in (0, 2, 4)]
+    dev = [
+        {
+            "step": s,
+            "split": "dev",
+            "nDCG@10": 0.1 * s,
+            "MRR@10": 0.1,
+            "avg_query_terms": 5,
+            "avg_doc_terms": 9,
+            "flops": 2.0,
+            "best": s == 2,
+        }
+        for s in (0, 2, 4)
+    ]
     path = plots.training_curves(records + dev, tmp_path / "c.png")
     plots.training_curves(records, tmp_path / "plain.png")
     with_dev, plain = figures
     panels = {ax.get_title(): ax for ax in with_dev.axes if ax.get_visible()}
-    assert {ax.get_subplotspec().rowspan.start for ax in plain.axes} == {0, 1} and "dev retrieval" not in \
-        {ax.get_title() for ax in plain.axes}
+    assert {ax.get_subplotspec().rowspan.start for ax in plain.axes} == {0, 1} and "dev retrieval" not in {
+        ax.get_title() for ax in plain.axes
+    }
     drawn = {}
     for title in ("dev retrieval", "dev active terms", "dev FLOPS"):
         assert panels[title].get_subplotspec().rowspan.start == 2, title  # the third row
-        drawn.update({line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in panels[title].lines})
+        drawn.update(
+            {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in panels[title].lines}
+        )
     steps = [0, 2, 4]
-    assert drawn == {"nDCG@10": (steps, [0.0, 0.2, 0.4]), "MRR@10": (steps, [0.1] * 3), "best": ([2], [0.2]),
-                     "avg_query_terms": (steps, [5] * 3), "avg_doc_terms": (steps, [9] * 3), "flops": (steps, [2.0] * 3)}
+    assert drawn == {
+        "nDCG@10": (steps, [0.0, 0.2, 0.4]),
+        "MRR@10": (steps, [0.1] * 3),
+        "best": ([2], [0.2]),
+        "avg_query_terms": (steps, [5] * 3),
+        "avg_doc_terms": (steps, [9] * 3),
+        "flops": (steps, [2.0] * 3),
+    }
     # the PNG: gold pixels (matplotlib's "gold", #FFD700) only in the left quarter of the lower third
     pixels = matplotlib.image.imread(path)[..., :3]
     rows, cols = np.nonzero(np.all(np.abs(pixels - np.array([1.0, 215 / 255, 0.0])) < 0.02, axis=-1))

@@ -21,7 +21,13 @@ from tests.train_helpers import make_tiny_model, tiny_config  # noqa: E402
 QUERIES = ["w1 w2", "w3 w4 w5", "w6", "w7 w8", "w9 w10 w11"]
 POS = ["w1 w2 w20", "w3 w21 w5", "w6 w22 w23", "w7 w8 w24", "w9 w25"]
 NEGS = [[f"w{30 + 3 * i + k} w{60 + i}" for k in range(3)] for i in range(5)]
-SCORES = [[9.5, 3.0, 1.25, -2.0], [7.0, 6.5, 0.5, 0.0], [4.0, 1.0, 2.0, 3.0], [8.0, -1.0, -1.5, -3.0], [5.5, 5.0, 4.5, 4.0]]
+SCORES = [
+    [9.5, 3.0, 1.25, -2.0],
+    [7.0, 6.5, 0.5, 0.0],
+    [4.0, 1.0, 2.0, 3.0],
+    [8.0, -1.0, -1.5, -3.0],
+    [5.5, 5.0, 4.5, 4.0],
+]
 
 
 def _config(path, **more) -> DataConfig:
@@ -43,9 +49,15 @@ def test_pairs_equal_beir_training_qrels(tmp_path):
     datasets.Dataset.from_dict({"anchor": QUERIES, "positive": POS}).to_parquet(str(path))
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
-    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(POS)))
-    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(QUERIES)))
-    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(5)))
+    (beir / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(POS))
+    )
+    (beir / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(QUERIES))
+    )
+    (beir / "qrels" / "train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(5))
+    )
     hf = load_training_examples(_config(path, cache_dir=str(tmp_path / "cache")))
     assert len(hf) == 5
     assert _texts(hf) == _texts(read_beir_training(beir, "train", "none"))
@@ -73,7 +85,7 @@ def _naver(folder: Path, negatives: int = 3) -> Path:
         ids = [f"p{i}"] + [f"n{i}-{k}" for k in range(negatives)]
         collection += [f"{d}\t{t}" for d, t in zip(ids, [POS[i]] + NEGS[i][:negatives])]
         qrel[str(i)] = {f"p{i}": 1}
-        scores[str(i)] = dict(zip(ids, SCORES[i][:1 + negatives]))
+        scores[str(i)] = dict(zip(ids, SCORES[i][: 1 + negatives]))
     (folder / "full_collection" / "raw.tsv").write_text("\n".join(collection) + "\n")
     (folder / "train_queries" / "raw.tsv").write_text("".join(f"{i}\t{q}\n" for i, q in enumerate(QUERIES)))
     (folder / "qrel" / "qrel.json").write_text(json.dumps(qrel))
@@ -101,8 +113,12 @@ def test_hard_negatives_with_teacher_scores_equal_naver(tmp_path):
 def test_margin_labels_give_the_naver_margins(tmp_path):
     """The sentence-transformers MarginMSE label (n margins s⁺ − s⁻_i) as an .arrow file gives the
     margins of the naver teacher scores exactly (differences of the same binary fractions)."""
-    columns = {"query": QUERIES, "positive": POS, "negatives": NEGS,  # one list-valued negatives column
-               "label": [[s[0] - s[k] for k in (1, 2, 3)] for s in SCORES]}
+    columns = {
+        "query": QUERIES,
+        "positive": POS,
+        "negatives": NEGS,  # one list-valued negatives column
+        "label": [[s[0] - s[k] for k in (1, 2, 3)] for s in SCORES],
+    }
     path = tmp_path / "margins.arrow"
     table = datasets.Dataset.from_dict(columns)
     table.save_to_disk(str(tmp_path / "tmp-save"))
@@ -125,28 +141,41 @@ def test_margin_labels_give_the_naver_margins(tmp_path):
 
 def test_columns_mapped_by_config(tmp_path):
     path = tmp_path / "mapped.parquet"
-    datasets.Dataset.from_dict({"doc": POS, "extra": ["x"] * 5, "question": QUERIES, "hard": [n[1] for n in NEGS]}).to_parquet(str(path))
-    cfg = _config(path, cache_dir=str(tmp_path / "cache"), columns={"query": "question", "positive": "doc", "negatives": ["hard"]})
+    datasets.Dataset.from_dict(
+        {"doc": POS, "extra": ["x"] * 5, "question": QUERIES, "hard": [n[1] for n in NEGS]}
+    ).to_parquet(str(path))
+    cfg = _config(
+        path, cache_dir=str(tmp_path / "cache"), columns={"query": "question", "positive": "doc", "negatives": ["hard"]}
+    )
     hf = load_training_examples(cfg)
     assert _texts(hf) == [(q, [p], [n[1]]) for q, p, n in zip(QUERIES, POS, NEGS)]
     with pytest.raises(DataFormatError, match="no column 'nope'"):
         load_training_examples(_config(path, cache_dir=str(tmp_path / "cache"), columns={"query": "nope"}))
 
 
-@pytest.mark.parametrize("row, change, words", [
-    (3, {"positive": ""}, "row 3 (dataset[3]): expected a non-empty text"),
-    (1, {"negative_2": None}, "row 1 (dataset[1]): expected a non-empty text"),
-    (2, {"score": [1.0, 2.0]}, "row 2 (dataset[2]): 2 score(s) for 1 positive and 3 negative(s)"),
-    (4, {"score": [1.0, float("nan"), 0.0, 0.0]}, "row 4 (dataset[4]): expected a finite number, got nan"),
-])
+@pytest.mark.parametrize(
+    "row, change, words",
+    [
+        (3, {"positive": ""}, "row 3 (dataset[3]): expected a non-empty text"),
+        (1, {"negative_2": None}, "row 1 (dataset[1]): expected a non-empty text"),
+        (2, {"score": [1.0, 2.0]}, "row 2 (dataset[2]): 2 score(s) for 1 positive and 3 negative(s)"),
+        (4, {"score": [1.0, float("nan"), 0.0, 0.0]}, "row 4 (dataset[4]): expected a finite number, got nan"),
+    ],
+)
 def test_bad_rows_are_named(tmp_path, row, change, words):
-    rows = [{"query": q, "positive": p, "negative_1": n[0], "negative_2": n[1], "negative_3": n[2], "score": s}
-            for q, p, n, s in zip(QUERIES, POS, NEGS, SCORES)]
+    rows = [
+        {"query": q, "positive": p, "negative_1": n[0], "negative_2": n[1], "negative_3": n[2], "score": s}
+        for q, p, n, s in zip(QUERIES, POS, NEGS, SCORES)
+    ]
     rows[row].update(change)
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     field = next(iter(change))
-    with pytest.raises(DataFormatError, match=rf"bad.jsonl: field '{field}': " + words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        DataFormatError,
+        match=rf"bad.jsonl: field '{field}': "
+        + words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]"),
+    ):
         load_training_examples(_config(path, cache_dir=str(tmp_path / "cache")))
 
 
@@ -167,8 +196,11 @@ def test_an_empty_negatives_list_is_an_error_when_negatives_are_expected(tmp_pat
     assert _texts(plain)[2] == (QUERIES[2], [POS[2]], []) and _texts(plain)[1] == (QUERIES[1], [POS[1]], NEGS[1])
     # the check runs before anything is written: no OUT folder, no OUT/config.yaml
     model = make_tiny_model(tmp_path / "model")
-    config = tiny_config(model, steps=1, data={"format": "hf", "path": str(path), "num_negatives": 1,
-                                               "cache_dir": str(tmp_path / "cache")})
+    config = tiny_config(
+        model,
+        steps=1,
+        data={"format": "hf", "path": str(path), "num_negatives": 1, "cache_dir": str(tmp_path / "cache")},
+    )
     with pytest.raises(DataFormatError, match="row 2 .* an empty list of hard negatives, but data.num_negatives is 1"):
         train(config, tmp_path / "out", show_progress=False)
     assert not (tmp_path / "out").exists()
@@ -194,10 +226,12 @@ def test_missing_local_source_and_hub_id_offline(tmp_path):
     with pytest.raises(ResolutionError, match="no such file"):
         load_training_examples(_config(tmp_path / "none.parquet"))
     # a hub id is a real load_dataset call: offline it fails with a clear error (no mock)
-    code = ("from spladekit.train.config import DataConfig\nfrom spladekit.train.data import load_training_examples\n"
-            "from spladekit.errors import ResolutionError\n"
-            "try:\n    load_training_examples(DataConfig(format='hf', path='spladekit-test/no-such-dataset'))\n"
-            "except ResolutionError as exc:\n    print('RESOLUTION', exc)\n")
+    code = (
+        "from spladekit.train.config import DataConfig\nfrom spladekit.train.data import load_training_examples\n"
+        "from spladekit.errors import ResolutionError\n"
+        "try:\n    load_training_examples(DataConfig(format='hf', path='spladekit-test/no-such-dataset'))\n"
+        "except ResolutionError as exc:\n    print('RESOLUTION', exc)\n"
+    )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "RESOLUTION data.path spladekit-test/no-such-dataset" in out.stdout, out.stdout + out.stderr
@@ -214,8 +248,12 @@ def test_training_on_a_dataset_with_margin_mse(tmp_path):
     path = tmp_path / "hard.parquet"
     columns = {"query": QUERIES, "positive": POS, "negative_1": [n[0] for n in NEGS], "score": [s[:2] for s in SCORES]}
     datasets.Dataset.from_dict(columns).to_parquet(str(path))
-    config = tiny_config(model, steps=3, loss__kind="margin_mse", data={"format": "hf", "path": str(path), "num_negatives": 1,
-                                                                         "cache_dir": str(tmp_path / "cache")})
+    config = tiny_config(
+        model,
+        steps=3,
+        loss__kind="margin_mse",
+        data={"format": "hf", "path": str(path), "num_negatives": 1, "cache_dir": str(tmp_path / "cache")},
+    )
     result = train(config, tmp_path / "out", show_progress=False)
     assert result.steps == 3 and result.model_dir.is_dir()
     naver = _naver(tmp_path / "naver", negatives=1)

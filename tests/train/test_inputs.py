@@ -24,8 +24,11 @@ def test_distillation_with_too_few_scored_negatives_is_refused_before_out(tmp_pa
     with pytest.raises(ValueError, match="teacher scores for every sampled document"):  # what the step would do
         global_batch(examples, 0, 4, 4, 0, need_teacher=True)
     out = tmp_path / "out"
-    with pytest.raises(DataFormatError, match=r"mined/dataset: field 'data.num_negatives': query 'q\d+' has 3 hard "
-                                              r"negatives, data.num_negatives is 4 \(8 queries have fewer\)"):
+    with pytest.raises(
+        DataFormatError,
+        match=r"mined/dataset: field 'data.num_negatives': query 'q\d+' has 3 hard "
+        r"negatives, data.num_negatives is 4 \(8 queries have fewer\)",
+    ):
         train(config, out, examples=examples, show_progress=False)
     assert not out.exists()
     check_distillation(examples, 3, "ok")  # 3 scored negatives each: nothing to say
@@ -92,11 +95,19 @@ def test_non_finite_scores_and_grades_are_refused_before_training(tmp_path, valu
     bad = '{"1": {"10": %s, "11": 0.5}}' % value
     parsed = json.loads(bad)["1"]["10"]  # the premise: json takes it, beyond float range or non-finite
     assert parsed > sys.float_info.max if isinstance(parsed, int) else not math.isfinite(parsed)
-    folder = _naver(tmp_path / "naver", bad if where == "scores" else good, bad if where == "qrel" else '{"1": {"10": 1}}')
+    folder = _naver(
+        tmp_path / "naver", bad if where == "scores" else good, bad if where == "qrel" else '{"1": {"10": 1}}'
+    )
     name = "s.json" if where == "scores" else "qrel.json"
     model = make_tiny_model(tmp_path / "m")
-    config = tiny_config(model, loss__kind="margin_mse", data__num_negatives=1, data__format="naver",
-                         data__path=str(folder), data__teacher_scores="scores/s.json")
+    config = tiny_config(
+        model,
+        loss__kind="margin_mse",
+        data__num_negatives=1,
+        data__format="naver",
+        data__path=str(folder),
+        data__teacher_scores="scores/s.json",
+    )
     out = tmp_path / "out"
     with pytest.raises(DataFormatError, match=rf"{name}: field '1\.10': expected a finite number"):
         train(config, out, show_progress=False)
@@ -108,9 +119,12 @@ def test_naver_queries_without_a_pair_are_skipped_with_a_warning(tmp_path):
     documents but no teacher scores: each group is named in a warning (count and ids), query 1 is read."""
     from spladekit.train.data import read_naver
 
-    folder = _naver(tmp_path, '{"1": {"10": 2.0, "11": 1.0}, "2": {"12": 1.0}}',
-                    '{"1": {"10": 1}, "2": {"12": 0}, "3": {"13": 1}, "4": {"11": 2}}',
-                    "1\tq one\n2\tq two\n3\tq three\n4\tq four\n")
+    folder = _naver(
+        tmp_path,
+        '{"1": {"10": 2.0, "11": 1.0}, "2": {"12": 1.0}}',
+        '{"1": {"10": 1}, "2": {"12": 0}, "3": {"13": 1}, "4": {"11": 2}}',
+        "1\tq one\n2\tq two\n3\tq three\n4\tq four\n",
+    )
     with pytest.warns(UserWarning) as caught:
         examples = read_naver(folder, folder / "scores" / "s.json")
     assert [e.qid for e in examples] == ["1"]
@@ -129,16 +143,20 @@ def _beir(folder: Path) -> Path:
     docs = {"d1": "apple banana fruit", "d2": "apple pie recipe", "d3": "car engine oil", "d4": "banana bread"}
     (folder / "qrels").mkdir(parents=True)
     (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in docs.items()))
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n"
-                                                  for q, t in (("q1", "apple banana"), ("q2", "banana bread"))))
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in (("q1", "apple banana"), ("q2", "banana bread")))
+    )
     (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td4\t1\n")
     return folder
 
 
-@pytest.mark.parametrize("scores, words", [
-    ('{"q1": {"d1": 1.0}, "q9": {"d2": 0.5}}', r"t.json: field 'q9': query id 'q9' is not a query of .*train.tsv"),
-    ('{"q1": {"d1": 1.0, "d7": 0.5}}', r"t.json: field 'q1.d7': document id 'd7' is not in the corpus"),
-])
+@pytest.mark.parametrize(
+    "scores, words",
+    [
+        ('{"q1": {"d1": 1.0}, "q9": {"d2": 0.5}}', r"t.json: field 'q9': query id 'q9' is not a query of .*train.tsv"),
+        ('{"q1": {"d1": 1.0, "d7": 0.5}}', r"t.json: field 'q1.d7': document id 'd7' is not in the corpus"),
+    ],
+)
 def test_beir_teacher_scores_with_unknown_ids_are_refused(tmp_path, scores, words):
     from spladekit.train.data import read_beir_training
 
@@ -161,14 +179,21 @@ def test_beir_teacher_scores_outside_the_miner_are_counted_or_used(tmp_path):
     teacher.write_text('{"q1": {"d1": 3.0, "d3": 1.0, "d2": 2.0}, "q2": {"d4": 3.0, "d3": 0.5}}')
     docs = ["d1", "d2", "d3", "d4"]
     texts = ["apple banana fruit", "apple pie recipe", "car engine oil", "banana bread"]
-    top = {q: [docs[i] for i, _ in bm25_search([text], texts, k=4)[0]] for q, text in
-           (("q1", "apple banana"), ("q2", "banana bread"))}
+    top = {
+        q: [docs[i] for i, _ in bm25_search([text], texts, k=4)[0]]
+        for q, text in (("q1", "apple banana"), ("q2", "banana bread"))
+    }
     expect_bm25 = {"q1": [d for d in top["q1"] if d != "d1"][:1], "q2": [d for d in top["q2"] if d != "d4"][:1]}
-    expect_bm25 = {q: [d for d in negs if d in ({"d3", "d2"} if q == "q1" else {"d3"})] for q, negs in expect_bm25.items()}
+    expect_bm25 = {
+        q: [d for d in negs if d in ({"d3", "d2"} if q == "q1" else {"d3"})] for q, negs in expect_bm25.items()
+    }
     assert "d3" not in expect_bm25["q1"] + expect_bm25["q2"]  # the premise: d3 is outside BM25's top-1
     left_out = (2 - len(expect_bm25["q1"])) + (1 - len(expect_bm25["q2"]))
-    with pytest.warns(UserWarning, match=rf"t.json: {left_out} of the 3 scored non-relevant documents of 2 queries "
-                                         r"\(\d queries affected\) are not among the bm25 miner's top-1"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"t.json: {left_out} of the 3 scored non-relevant documents of 2 queries "
+        r"\(\d queries affected\) are not among the bm25 miner's top-1",
+    ):
         examples = read_beir_training(folder, "train", "bm25", depth=1, teacher_scores=teacher)
     assert {e.qid: [d for d, _ in e.negatives] for e in examples} == expect_bm25
     used = read_beir_training(folder, "train", "teacher", depth=1, teacher_scores=teacher)
@@ -178,11 +203,24 @@ def test_beir_teacher_scores_outside_the_miner_are_counted_or_used(tmp_path):
         read_beir_training(folder, "train", "teacher")
 
     model = make_tiny_model(tmp_path / "m")
-    config = tiny_config(model, loss__kind="margin_mse", data__num_negatives=1, data__format="beir",
-                         data__path=str(folder), data__negatives="bm25", data__mining_depth=1,
-                         data__teacher_scores=str(teacher))
+    config = tiny_config(
+        model,
+        loss__kind="margin_mse",
+        data__num_negatives=1,
+        data__format="beir",
+        data__path=str(folder),
+        data__negatives="bm25",
+        data__mining_depth=1,
+        data__teacher_scores=str(teacher),
+    )
     assert min(len(v) for v in expect_bm25.values()) == 0  # a query left with no negative
-    with pytest.warns(UserWarning), pytest.raises(DataFormatError, match=r"has 0 hard negatives.*the bm25 miner's "
-                                                  r"top-1 documents that have a teacher score.*data.negatives: teacher"):
+    with (
+        pytest.warns(UserWarning),
+        pytest.raises(
+            DataFormatError,
+            match=r"has 0 hard negatives.*the bm25 miner's "
+            r"top-1 documents that have a teacher score.*data.negatives: teacher",
+        ),
+    ):
         train(config, tmp_path / "out", show_progress=False)
     assert not (tmp_path / "out").exists()

@@ -117,8 +117,16 @@ def test_batch_statistics_by_hand():
     # active terms q: 2, 1; d: 2, 1, 1, 0. p_q = (1/2, 1/2, 1/2), p_d = (1/4, 2/4, 1/4) -> FLOPS 0.5.
     # positives: q0·d0 = 1, q1·d2 = 1; hard negatives: q0·d1 = 1, q1·d3 = 0.
     stats = batch_statistics(q, d, group=2)
-    expected = {"active_q": 1.5, "active_d": 1.0, "zero_q": 0.0, "zero_d": 0.25, "batch_flops": 0.5,
-                "pos_score": 1.0, "neg_score": 0.5, "margin": 0.5}
+    expected = {
+        "active_q": 1.5,
+        "active_d": 1.0,
+        "zero_q": 0.0,
+        "zero_d": 0.25,
+        "batch_flops": 0.5,
+        "pos_score": 1.0,
+        "neg_score": 0.5,
+        "margin": 0.5,
+    }
     assert stats == pytest.approx(expected)
     # G = 1: the negatives are the other in-batch documents: q0·d2 = 0, q1·d0 = 1
     stats = batch_statistics(q, d[[0, 2]], group=1)

@@ -31,31 +31,57 @@ def _records(out: Path, split: str) -> list[dict]:
 def test_spladekit_train_says_each_phase_in_order(tiny, tmp_path):
     triples = tmp_path / "t.tsv"
     triples.write_text("".join(f"{e.query}\t{e.positives[0][1]}\t{e.negatives[0][1]}\n" for e in make_examples()))
-    cfg = tiny_config(tiny, steps=4, eval_every=2, validate_every=2, data={"format": "triples", "path": str(triples),
-                                                                          "num_negatives": 1, "validation_fraction": 0.25},
-                      dev={"k": 10})
+    cfg = tiny_config(
+        tiny,
+        steps=4,
+        eval_every=2,
+        validate_every=2,
+        data={"format": "triples", "path": str(triples), "num_negatives": 1, "validation_fraction": 0.25},
+        dev={"k": 10},
+    )
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    done = subprocess.run([sys.executable, "-m", "spladekit", "train", str(tmp_path / "c.yaml"), "--out", str(out)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "spladekit", "train", str(tmp_path / "c.yaml"), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout
     lines = [line.strip() for line in re.split(r"[\r\n]+", done.stdout) if line.strip()]
     dev = _records(out, "dev")
     validation = _records(out, "validation")
     best = json.loads((out / "best.json").read_text())
     # the scores printed are those the run logged (metrics.jsonl) and selected on (best.json)
-    expected = [f"training {tiny} on {triples} (triples) into {out}", "reading the training data",
-                "9 training queries, 3 held out", "loading the model", "155 terms, max pooling",
-                "loading the dev set", "dev set ", "validation at step 0: ranking loss "
-                f"{validation[0]['val_loss_rank']:.4f}", "dev evaluation at step 0: 3 queries",
-                f"dev at step 0: nDCG@10 {dev[0]['nDCG@10']:.4f}"]
+    expected = [
+        f"training {tiny} on {triples} (triples) into {out}",
+        "reading the training data",
+        "9 training queries, 3 held out",
+        "loading the model",
+        "155 terms, max pooling",
+        "loading the dev set",
+        "dev set ",
+        f"validation at step 0: ranking loss {validation[0]['val_loss_rank']:.4f}",
+        "dev evaluation at step 0: 3 queries",
+        f"dev at step 0: nDCG@10 {dev[0]['nDCG@10']:.4f}",
+    ]
     for step, val, row in ((2, validation[1], dev[1]), (4, validation[2], dev[2])):
-        expected += ["training:", f"validation at step {step}: ranking loss {val['val_loss_rank']:.4f}",
-                     f"dev evaluation at step {step}", f"dev at step {step}: nDCG@10 {row['nDCG@10']:.4f}"]
-    expected += ["saving the final model", f"final model (step 4): {out / 'last'}", "done: 4 steps in ",
-                 f"trained 4 steps; best dev nDCG@10 {best['value']:.4f} at step {best['step']}: {out / 'model'}; "
-                 f"last model (step 4): {out / 'last'}"]
+        expected += [
+            "training:",
+            f"validation at step {step}: ranking loss {val['val_loss_rank']:.4f}",
+            f"dev evaluation at step {step}",
+            f"dev at step {step}: nDCG@10 {row['nDCG@10']:.4f}",
+        ]
+    expected += [
+        "saving the final model",
+        f"final model (step 4): {out / 'last'}",
+        "done: 4 steps in ",
+        f"trained 4 steps; best dev nDCG@10 {best['value']:.4f} at step {best['step']}: {out / 'model'}; "
+        f"last model (step 4): {out / 'last'}",
+    ]
     position = 0
     for want in expected:
         found = next((i for i in range(position, len(lines)) if lines[i].startswith(want)), None)
@@ -90,10 +116,21 @@ def test_the_step_bar_counts_training_steps_only(tiny, tmp_path):
     sleep = 3.0
     stream = io.StringIO()
     progress = Progress(stream=stream)
-    cfg = tiny_config(tiny, steps=4, eval_every=2, data={"format": "triples", "path": "unused", "num_negatives": 1,
-                                                         "validation_fraction": 0.25}, dev={"k": 10})
+    cfg = tiny_config(
+        tiny,
+        steps=4,
+        eval_every=2,
+        data={"format": "triples", "path": "unused", "num_negatives": 1, "validation_fraction": 0.25},
+        dev={"k": 10},
+    )
     began = time.perf_counter()
-    train(cfg, tmp_path / "out", examples=make_examples(), show_progress=False, callbacks=[SlowEvaluations(sleep), progress])
+    train(
+        cfg,
+        tmp_path / "out",
+        examples=make_examples(),
+        show_progress=False,
+        callbacks=[SlowEvaluations(sleep), progress],
+    )
     wall = time.perf_counter() - began
     # three dev evaluations (steps 0, 2, 4), each longer than `sleep`: evaluation time, not training time
     assert progress.evaluated_s >= 3 * sleep

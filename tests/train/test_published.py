@@ -19,11 +19,24 @@ from spladekit.train.config import DataConfig  # noqa: E402
 from spladekit.train.data import load_training_examples, read_naver  # noqa: E402
 
 QUERIES = {101: "what is a protein", 202: "cancer risk factors", 303: "how vaccines work"}
-PASSAGES = {1: "proteins are chains of amino acids", 2: "a protein shake", 3: "protein folding", 4: "risk of cancer rises with age",
-            5: "cancer cells", 6: "vaccine trial", 7: "vaccines train the immune system", 8: "work from home", 9: "a risk"}
+PASSAGES = {
+    1: "proteins are chains of amino acids",
+    2: "a protein shake",
+    3: "protein folding",
+    4: "risk of cancer rises with age",
+    5: "cancer cells",
+    6: "vaccine trial",
+    7: "vaccines train the immune system",
+    8: "work from home",
+    9: "a risk",
+}
 POSITIVE = {101: 1, 202: 4, 303: 7}
 NEGATIVES = {101: [2, 3, 9], 202: [5, 9, 2], 303: [6, 8, 3]}
-SCORES = {101: {1: 9.5, 2: 3.25, 3: 1.0, 9: -2.0}, 202: {4: 7.0, 5: 6.5, 9: 0.5, 2: -1.0}, 303: {7: 8.0, 6: 4.0, 8: -3.5, 3: 2.0}}
+SCORES = {
+    101: {1: 9.5, 2: 3.25, 3: 1.0, 9: -2.0},
+    202: {4: 7.0, 5: 6.5, 9: 0.5, 2: -1.0},
+    303: {7: 8.0, 6: 4.0, 8: -3.5, 3: 2.0},
+}
 
 
 def naver(folder: Path) -> Path:
@@ -45,40 +58,76 @@ def st_hard_negatives(folder: Path) -> dict:
     folder.mkdir(parents=True)
     with gzip.open(folder / "msmarco-hard-negatives.jsonl.gz", "wt") as f:
         for q, negs in NEGATIVES.items():  # two systems whose lists overlap (the union is kept, in order)
-            f.write(json.dumps({"qid": q, "pos": [POSITIVE[q]], "neg": {"bm25": negs[:2], "msmarco-MiniLM-L-6-v3": negs[1:]}}) + "\n")
+            f.write(
+                json.dumps(
+                    {"qid": q, "pos": [POSITIVE[q]], "neg": {"bm25": negs[:2], "msmarco-MiniLM-L-6-v3": negs[1:]}}
+                )
+                + "\n"
+            )
     with gzip.open(folder / "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz", "wb") as f:
         pickle.dump(SCORES, f)
     (folder / "collection.tsv").write_text("".join(f"{p}\t{t}\n" for p, t in PASSAGES.items()))
     (folder / "queries.train.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in QUERIES.items()))
-    return dict(format="st-hard-negatives", path=str(folder / "msmarco-hard-negatives.jsonl.gz"),
-                teacher_scores=str(folder / "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz"),
-                corpus=str(folder / "collection.tsv"), queries=str(folder / "queries.train.tsv"))
+    return dict(
+        format="st-hard-negatives",
+        path=str(folder / "msmarco-hard-negatives.jsonl.gz"),
+        teacher_scores=str(folder / "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz"),
+        corpus=str(folder / "collection.tsv"),
+        queries=str(folder / "queries.train.tsv"),
+    )
 
 
 def st_margin_mse(folder: Path) -> dict:
     """sentence-transformers/msmarco ``bert-ensemble-margin-mse`` (query_id, positive_id, negative_id, score =
     s(q, d+) - s(q, d-), ids as strings) with its ``corpus`` (passage_id, passage) and ``queries`` (query_id, query)."""
     folder.mkdir(parents=True)
-    rows = [{"query_id": str(q), "positive_id": str(POSITIVE[q]), "negative_id": str(n), "score": SCORES[q][POSITIVE[q]] - SCORES[q][n]}
-            for q in NEGATIVES for n in NEGATIVES[q]]
+    rows = [
+        {
+            "query_id": str(q),
+            "positive_id": str(POSITIVE[q]),
+            "negative_id": str(n),
+            "score": SCORES[q][POSITIVE[q]] - SCORES[q][n],
+        }
+        for q in NEGATIVES
+        for n in NEGATIVES[q]
+    ]
     datasets.Dataset.from_list(rows).to_parquet(str(folder / "margin.parquet"))
-    datasets.Dataset.from_dict({"passage_id": [str(p) for p in PASSAGES], "passage": list(PASSAGES.values())}).to_parquet(str(folder / "corpus.parquet"))
-    datasets.Dataset.from_dict({"query_id": [str(q) for q in QUERIES], "query": list(QUERIES.values())}).to_parquet(str(folder / "queries.parquet"))
-    return dict(format="st-margin-mse", path=str(folder / "margin.parquet"), corpus=str(folder / "corpus.parquet"),
-                queries=str(folder / "queries.parquet"))
+    datasets.Dataset.from_dict(
+        {"passage_id": [str(p) for p in PASSAGES], "passage": list(PASSAGES.values())}
+    ).to_parquet(str(folder / "corpus.parquet"))
+    datasets.Dataset.from_dict({"query_id": [str(q) for q in QUERIES], "query": list(QUERIES.values())}).to_parquet(
+        str(folder / "queries.parquet")
+    )
+    return dict(
+        format="st-margin-mse",
+        path=str(folder / "margin.parquet"),
+        corpus=str(folder / "corpus.parquet"),
+        queries=str(folder / "queries.parquet"),
+    )
 
 
 def by_text(example) -> tuple:
     docs = dict(example.positives + example.negatives)
-    return (example.query, sorted(t for _, t in example.positives), sorted(t for _, t in example.negatives),
-            {docs[d]: s for d, s in example.teacher.items()})
+    return (
+        example.query,
+        sorted(t for _, t in example.positives),
+        sorted(t for _, t in example.negatives),
+        {docs[d]: s for d, s in example.teacher.items()},
+    )
 
 
 def test_naver_pickle_and_st_hard_negatives_read_to_the_same_examples(tmp_path):
     ours = read_naver(naver(tmp_path / "naver"), "cross-encoder-scores.pkl.gz")
     st = load_training_examples(DataConfig(**st_hard_negatives(tmp_path / "st")))
-    expected = [(QUERIES[q], [PASSAGES[POSITIVE[q]]], sorted(PASSAGES[n] for n in NEGATIVES[q]),
-                 {PASSAGES[p]: s for p, s in SCORES[q].items()}) for q in QUERIES]
+    expected = [
+        (
+            QUERIES[q],
+            [PASSAGES[POSITIVE[q]]],
+            sorted(PASSAGES[n] for n in NEGATIVES[q]),
+            {PASSAGES[p]: s for p, s in SCORES[q].items()},
+        )
+        for q in QUERIES
+    ]
     assert [by_text(e) for e in ours] == expected
     assert [by_text(e) for e in st] == expected
     assert [e.qid for e in st] == ["101", "202", "303"]
@@ -102,10 +151,15 @@ def test_st_lines_without_a_positive_are_counted_not_silently_dropped(tmp_path):
 def test_margin_mse_ids_resolve_to_the_same_margins(tmp_path):
     margins = load_training_examples(DataConfig(**st_margin_mse(tmp_path / "mm")))
     reference = read_naver(naver(tmp_path / "naver"), "cross-encoder-scores.pkl.gz")
-    want = sorted((e.query, e.positives[0][1], text, e.teacher[e.positives[0][0]] - e.teacher[d])
-                  for e in reference for d, text in e.negatives)
-    got = sorted((e.query, e.positives[0][1], e.negatives[0][1], e.teacher[e.positives[0][0]] - e.teacher[e.negatives[0][0]])
-                 for e in margins)
+    want = sorted(
+        (e.query, e.positives[0][1], text, e.teacher[e.positives[0][0]] - e.teacher[d])
+        for e in reference
+        for d, text in e.negatives
+    )
+    got = sorted(
+        (e.query, e.positives[0][1], e.negatives[0][1], e.teacher[e.positives[0][0]] - e.teacher[e.negatives[0][0]])
+        for e in margins
+    )
     assert got == want  # a margin m is stored as teacher scores 0 and -m: 0 - (-m) = m exactly
 
 
@@ -137,11 +191,17 @@ def test_bad_ids_name_file_and_line(tmp_path):
         load_training_examples(DataConfig(**config))
     mm = st_margin_mse(tmp_path / "mm")
     jsonl = tmp_path / "mm" / "margin.jsonl"
-    jsonl.write_text(json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "2", "score": 6.25}) + "\n"
-                     + json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "404", "score": 1.0}) + "\n")
+    jsonl.write_text(
+        json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "2", "score": 6.25})
+        + "\n"
+        + json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "404", "score": 1.0})
+        + "\n"
+    )
     with pytest.raises(DataFormatError, match=r"margin.jsonl, line 2: field 'negative_id': passage id '404'"):
         load_training_examples(DataConfig(**{**mm, "path": str(jsonl)}))
-    datasets.Dataset.from_list([{"query_id": "5", "positive_id": "1", "negative_id": "2", "score": 1.0}]).to_parquet(mm["path"])
+    datasets.Dataset.from_list([{"query_id": "5", "positive_id": "1", "negative_id": "2", "score": 1.0}]).to_parquet(
+        mm["path"]
+    )
     with pytest.raises(DataFormatError, match=r"row 0: query id '5'"):
         load_training_examples(DataConfig(**mm))
     with gzip.open(tmp_path / "bad.pkl.gz", "wb") as f:
@@ -164,7 +224,7 @@ class _WritesMarker:
 
 
 def _pickle(path: Path, obj, protocol: int = pickle.HIGHEST_PROTOCOL) -> Path:
-    with (gzip.open(path, "wb") if path.name.endswith(".gz") else open(path, "wb")) as f:
+    with gzip.open(path, "wb") if path.name.endswith(".gz") else open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
     return path
 
@@ -222,7 +282,9 @@ def test_containers_older_protocols_build_by_call_are_read(tmp_path):
 
     scores = defaultdict(dict, {7: OrderedDict([(8, 1.5), (9, -0.25)])})
     for protocol in (0, 2, 5):
-        assert read_score_pickle(_pickle(tmp_path / f"d{protocol}.pkl", scores, protocol)) == {"7": {"8": 1.5, "9": -0.25}}
+        assert read_score_pickle(_pickle(tmp_path / f"d{protocol}.pkl", scores, protocol)) == {
+            "7": {"8": 1.5, "9": -0.25}
+        }
     with pytest.raises(DataFormatError, match=r"expected a dict \{pid: score\}, got set"):
         read_score_pickle(_pickle(tmp_path / "set.pkl", {1: {2, 3}}, 2))
 
@@ -253,8 +315,11 @@ def test_two_raw_ids_that_are_one_are_refused_naming_both(tmp_path, kind, table)
         first, second, field = "'10'", "' 10'", "5.10"
     path = tmp_path / ("scores.pkl" if kind == "pickle" else "scores.json")
     _pickle(path, scores) if kind == "pickle" else path.write_text(json.dumps(scores))
-    with pytest.raises(DataFormatError, match=rf"scores.{'pkl' if kind == 'pickle' else 'json'}: field '{re.escape(field)}': "
-                       rf"(query|document) ids {re.escape(str(first))} and {re.escape(second)} are one id"):
+    with pytest.raises(
+        DataFormatError,
+        match=rf"scores.{'pkl' if kind == 'pickle' else 'json'}: field '{re.escape(field)}': "
+        rf"(query|document) ids {re.escape(str(first))} and {re.escape(second)} are one id",
+    ):
         read_score_file(path)
 
 
@@ -265,8 +330,11 @@ def test_ids_are_read_by_one_rule_in_json_and_pickles(tmp_path):
     json_path.write_text(json.dumps({" 1": {"10 ": 0.5, "x": 1}}))
     pickled = read_score_file(_pickle(tmp_path / "scores.pkl", {1: {10: 0.5, " x": 1}}))
     assert read_score_file(json_path) == pickled == {"1": {"10": 0.5, "x": 1.0}}
-    for bad, why in (({1.0: {2: 1.0}}, "an id is a string or an integer, got float 1.0"),
-                     ({True: {2: 1.0}}, "got bool True"), ({"  ": {2: 1.0}}, "empty id")):
+    for bad, why in (
+        ({1.0: {2: 1.0}}, "an id is a string or an integer, got float 1.0"),
+        ({True: {2: 1.0}}, "got bool True"),
+        ({"  ": {2: 1.0}}, "empty id"),
+    ):
         with pytest.raises(DataFormatError, match=re.escape(why)):
             read_score_file(_pickle(tmp_path / "bad.pkl", bad))
 
@@ -280,10 +348,18 @@ def test_numbers_beyond_float_range_name_file_and_field(tmp_path):
         read_score_pickle(_pickle(tmp_path / "huge.pkl", {1: {2: huge}}))
     mm = st_margin_mse(tmp_path / "mm")
     jsonl = tmp_path / "mm" / "margin.jsonl"
-    jsonl.write_text(json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "2", "score": 6.25}) + "\n"
-                     + '{"query_id": "101", "positive_id": "1", "negative_id": "3", "score": ' + "9" * 400 + "}\n")
-    with pytest.raises(DataFormatError, match=r"margin.jsonl, line 2: field 'score': expected a finite number, got an "
-                       "integer of 400 digits"):
+    jsonl.write_text(
+        json.dumps({"query_id": "101", "positive_id": "1", "negative_id": "2", "score": 6.25})
+        + "\n"
+        + '{"query_id": "101", "positive_id": "1", "negative_id": "3", "score": '
+        + "9" * 400
+        + "}\n"
+    )
+    with pytest.raises(
+        DataFormatError,
+        match=r"margin.jsonl, line 2: field 'score': expected a finite number, got an "
+        "integer of 400 digits",
+    ):
         load_training_examples(DataConfig(**{**mm, "path": str(jsonl)}))
 
 
@@ -293,17 +369,29 @@ def test_a_beir_corpus_is_read_as_title_and_text(tmp_path):
     config = st_hard_negatives(tmp_path / "st")
     titles = {p: f"title {p}" for p in PASSAGES}
     corpus = tmp_path / "st" / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": str(p), "title": titles[p], "text": t}) + "\n" for p, t in PASSAGES.items()))
+    corpus.write_text(
+        "".join(json.dumps({"_id": str(p), "title": titles[p], "text": t}) + "\n" for p, t in PASSAGES.items())
+    )
     examples = load_training_examples(DataConfig(**{**config, "corpus": str(corpus)}))
     assert {d: t for e in examples for d, t in e.positives + e.negatives} == {
-        str(p): f"title {p} {PASSAGES[p]}" for q in QUERIES for p in [POSITIVE[q], *NEGATIVES[q]]}
+        str(p): f"title {p} {PASSAGES[p]}" for q in QUERIES for p in [POSITIVE[q], *NEGATIVES[q]]
+    }
     # the same rule for a dataset with title and text columns; a dataset with two unnamed text columns is refused
     parquet = tmp_path / "st" / "corpus.parquet"
-    datasets.Dataset.from_dict({"_id": [str(p) for p in PASSAGES], "title": list(titles.values()),
-                                "text": list(PASSAGES.values())}).to_parquet(str(parquet))
-    assert load_training_examples(DataConfig(**{**config, "corpus": str(parquet)}))[0].positives == [("1", f"title 1 {PASSAGES[1]}")]
-    datasets.Dataset.from_dict({"pid": list(PASSAGES), "passage_id": [str(p) for p in PASSAGES], "head": list(titles.values()),
-                                "body2": list(PASSAGES.values())}).to_parquet(str(parquet))
+    datasets.Dataset.from_dict(
+        {"_id": [str(p) for p in PASSAGES], "title": list(titles.values()), "text": list(PASSAGES.values())}
+    ).to_parquet(str(parquet))
+    assert load_training_examples(DataConfig(**{**config, "corpus": str(parquet)}))[0].positives == [
+        ("1", f"title 1 {PASSAGES[1]}")
+    ]
+    datasets.Dataset.from_dict(
+        {
+            "pid": list(PASSAGES),
+            "passage_id": [str(p) for p in PASSAGES],
+            "head": list(titles.values()),
+            "body2": list(PASSAGES.values()),
+        }
+    ).to_parquet(str(parquet))
     with pytest.raises(DataFormatError, match=r"which column is the text\? string columns \['head', 'body2'\]"):
         load_training_examples(DataConfig(**{**config, "corpus": str(parquet)}))
 
@@ -322,11 +410,17 @@ def test_spladekit_train_on_a_hostile_pickle_ends_in_one_line_before_out(tmp_pat
     _pickle(Path(config["teacher_scores"]), {101: {1: _WritesMarker(marker)}})
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"data": config, "steps": 1}))
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "spladekit", "train", str(tmp_path / "c.yaml"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src")))
+    done = subprocess.run(
+        [sys.executable, "-m", "spladekit", "train", str(tmp_path / "c.yaml"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src")),
+    )
     lines = done.stderr.strip().splitlines()  # the run's progress lines (reading the data), then the error
     errors = [line for line in lines if line.startswith("error:")]
     assert done.returncode == 2 and errors == lines[-1:] and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert errors[0].startswith(f"error: {config['teacher_scores']}: refused: the pickle names the global {os.name}.system")
+    assert errors[0].startswith(
+        f"error: {config['teacher_scores']}: refused: the pickle names the global {os.name}.system"
+    )
     assert not out.exists() and not marker.exists()

@@ -174,11 +174,15 @@ def test_df_activation_by_hand(alpha, beta):
     got = df_activation(torch.tensor(xs, dtype=torch.float64), alpha, beta)
     want = [activation_by_hand(x, alpha, beta) for x in xs]
     np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-6, atol=1e-30)  # float32 result of float64 work
-    assert got[xs.index(alpha)].item() == pytest.approx(0.5, rel=1e-6) and got[-1].item() == 1.0 and got[0].item() == 0.0
+    assert (
+        got[xs.index(alpha)].item() == pytest.approx(0.5, rel=1e-6) and got[-1].item() == 1.0 and got[0].item() == 0.0
+    )
     assert bool(torch.all(got[1:] >= got[:-1]))  # increasing with the share
 
 
-@pytest.mark.parametrize("alpha,beta", [(0.0, 1.0), (1.0, 1.0), (1.5, 1.0), (0.1, 0.0), (0.1, -2.0), (0.1, float("inf"))])
+@pytest.mark.parametrize(
+    "alpha,beta", [(0.0, 1.0), (1.0, 1.0), (1.5, 1.0), (0.1, 0.0), (0.1, -2.0), (0.1, float("inf"))]
+)
 def test_df_activation_refuses_its_bad_parameters(alpha, beta):
     with pytest.raises(ValueError, match="0 < alpha < 1"):
         df_activation(torch.tensor([0.5]), alpha, beta)
@@ -258,16 +262,19 @@ def test_penalty_dispatches_each_kind_to_its_function():
         SparsityPenalty(RegularizerConfig(kind="df_flops", df={"alpha": 0.2, "beta": 3.0}))
 
 
-@pytest.mark.parametrize("overrides,field", [
-    (["regularizer.kind=flops_l0"], "regularizer"),
-    (["regularizer.threshold=3"], "regularizer"),
-    (["regularizer.kind=df_flops"], "regularizer"),
-    (["regularizer.kind=df_flops", "regularizer.df.alpha=0.1"], "regularizer.df.beta"),
-    (["regularizer.kind=df_flops", "regularizer.df.alpha=1", "regularizer.df.beta=2"], "regularizer.df.alpha"),
-    (["regularizer.kind=flops", "regularizer.df.alpha=0.1", "regularizer.df.beta=2"], "regularizer"),
-    (["regularizer.kind=flops_l1"], "regularizer.kind"),
-    (["regularizer.anti_zero=-1"], "regularizer.anti_zero"),
-])
+@pytest.mark.parametrize(
+    "overrides,field",
+    [
+        (["regularizer.kind=flops_l0"], "regularizer"),
+        (["regularizer.threshold=3"], "regularizer"),
+        (["regularizer.kind=df_flops"], "regularizer"),
+        (["regularizer.kind=df_flops", "regularizer.df.alpha=0.1"], "regularizer.df.beta"),
+        (["regularizer.kind=df_flops", "regularizer.df.alpha=1", "regularizer.df.beta=2"], "regularizer.df.alpha"),
+        (["regularizer.kind=flops", "regularizer.df.alpha=0.1", "regularizer.df.beta=2"], "regularizer"),
+        (["regularizer.kind=flops_l1"], "regularizer.kind"),
+        (["regularizer.anti_zero=-1"], "regularizer.anti_zero"),
+    ],
+)
 def test_config_refuses_settings_the_kind_does_not_read_or_needs(overrides, field):
     from spladekit.errors import DataFormatError
     from spladekit.train.config import load_config
@@ -281,8 +288,16 @@ def test_config_with_a_new_regulariser_is_saved_and_read_back(tmp_path):
     from spladekit.io import write_yaml
     from spladekit.train.config import load_config
 
-    config = load_config(None, ["regularizer.kind=df_flops", "regularizer.df.alpha=0.1", "regularizer.df.beta=4",
-                                "regularizer.df.refresh_every=50", "regularizer.anti_zero=1"])
+    config = load_config(
+        None,
+        [
+            "regularizer.kind=df_flops",
+            "regularizer.df.alpha=0.1",
+            "regularizer.df.beta=4",
+            "regularizer.df.refresh_every=50",
+            "regularizer.anti_zero=1",
+        ],
+    )
     write_yaml(tmp_path / "config.yaml", config.model_dump(mode="json"))
     again = load_config(tmp_path / "config.yaml")
     assert again == config and again.regularizer.df.refresh_every == 50 and again.regularizer.anti_zero == 1.0

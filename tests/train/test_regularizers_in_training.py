@@ -28,8 +28,7 @@ from tests.train_helpers import make_examples, make_tiny_model, tiny_config  # n
 # relative error ≤ (N + V + 2)·2⁻²⁴ ≈ 165 · 6e-8 ≈ 1e-5 (Higham §3.1, no cancellation): rtol 2e-5.
 RTOL = 2e-5
 DF = {"alpha": 0.3, "beta": 2.0, "refresh_every": 2, "sample_docs": 100, "encode_batch_size": 8}
-KINDS = {"flops_l0": {"regularizer__threshold": 80.0}, "idf_flops": {},
-         "df_flops": {"regularizer__df": DF}}
+KINDS = {"flops_l0": {"regularizer__threshold": 80.0}, "idf_flops": {}, "df_flops": {"regularizer__df": DF}}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +72,9 @@ def _df_weights_by_hand(encoder: _Encoder, documents: list[str], config) -> np.n
     size = config.regularizer.df.encode_batch_size
     with torch.no_grad():
         for lo in range(0, len(documents), size):
-            counts += (encoder(encoder.tokens(documents[lo : lo + size], config.model.doc_max_length)) > 0).sum(0).numpy()
+            counts += (
+                (encoder(encoder.tokens(documents[lo : lo + size], config.model.doc_max_length)) > 0).sum(0).numpy()
+            )
     encoder.model.train()
     x, alpha, beta = counts / len(documents), config.regularizer.df.alpha, config.regularizer.df.beta
     with np.errstate(divide="ignore"):
@@ -122,8 +123,7 @@ def test_idf_flops_refuses_a_folded_vocabulary_and_an_inference_free_query_side(
 
 def test_df_refresh_happens_on_its_schedule(tiny, tmp_path):
     """refresh_every 2 over 5 steps: estimates of the model after 0, 2 and 4 updates (before steps 1, 3, 5)."""
-    config = tiny_config(tiny, steps=5, seed=3, regularizer__kind="df_flops",
-                         regularizer__df={**DF, "sample_docs": 10})
+    config = tiny_config(tiny, steps=5, seed=3, regularizer__kind="df_flops", regularizer__df={**DF, "sample_docs": 10})
     refresh = DocumentFrequencyRefresh()
     trainer = Trainer(config, tmp_path / "out", examples=make_examples(), callbacks=[refresh])
     trainer.fit()
@@ -155,8 +155,14 @@ def test_resume_with_df_flops_is_bit_identical(tiny, tmp_path):
     """Estimates after 0 and 3 updates; a run stopped after step 2 resumes with the step-0 estimate from its
     checkpoint and makes the step-3 one as the uninterrupted run did: the same computation, bit for bit.
     Without the saved estimate the resumed run would estimate again at once (after 2 updates) and differ."""
-    config = tiny_config(tiny, steps=4, checkpoint_every=2, regularizer__kind="df_flops",
-                         regularizer__df={**DF, "refresh_every": 3}, monitor__dense_fraction=0.9)
+    config = tiny_config(
+        tiny,
+        steps=4,
+        checkpoint_every=2,
+        regularizer__kind="df_flops",
+        regularizer__df={**DF, "refresh_every": 3},
+        monitor__dense_fraction=0.9,
+    )
     examples = make_examples()
     full = train(config, tmp_path / "full", examples=examples, show_progress=False)
     train(config, tmp_path / "resumed", examples=examples, show_progress=False, stop_after=2)
@@ -213,8 +219,9 @@ def test_anti_zero_term_is_its_formula_in_the_loss_and_the_gradient(tiny):
     q, d = tensors["q"].double(), tensors["d"].double()
     want = mu / q.sum() ** 2 + mu / d.sum() ** 2  # naver/splade: 1/(Σ_i Σ_j w_ij)² per side
     assert parts["loss_anti_zero"] == pytest.approx(float(want), rel=RTOL)
-    assert parts["loss"] == pytest.approx(parts["loss_rank"] + parts["loss_reg_q"] + parts["loss_reg_d"]
-                                          + parts["loss_anti_zero"], rel=1e-6)
+    assert parts["loss"] == pytest.approx(
+        parts["loss_rank"] + parts["loss_reg_q"] + parts["loss_reg_d"] + parts["loss_anti_zero"], rel=1e-6
+    )
     off, _, grads_off, _ = _step(tiny, 0.0)
     assert off["loss_rank"] == parts["loss_rank"] and "loss_anti_zero" not in off
     # the gradient the term adds: autograd of μ/(Σq)² + μ/(Σd)² alone, through the same encoding

@@ -47,16 +47,24 @@ def inputs(tmp_path_factory):
     (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": e.qid, "text": e.query}) + "\n" for e in examples))
     for split in ("train", "dev"):
         (beir / "qrels" / f"{split}.tsv").write_text(
-            "query-id\tcorpus-id\tscore\n" + "".join(f"{e.qid}\t{e.positives[0][0]}\t1\n" for e in examples))
+            "query-id\tcorpus-id\tscore\n" + "".join(f"{e.qid}\t{e.positives[0][0]}\t1\n" for e in examples)
+        )
     return {"root": root, "model": model, "triples": triples, "beir": beir}
 
 
 def _config(inputs, folder: Path, **more) -> Path:
     import yaml
 
-    config = {"model": {"path": str(inputs["model"]), "head_impl": "fused", "query_max_length": 16, "doc_max_length": 24},
-              "data": {"format": "triples", "path": str(inputs["triples"]), "num_negatives": 1},
-              "steps": 3, "batch_size": 4, "lr": 1e-3, "seed": 0, "curves": False, "monitor": {"logit_sample": 0}}
+    config = {
+        "model": {"path": str(inputs["model"]), "head_impl": "fused", "query_max_length": 16, "doc_max_length": 24},
+        "data": {"format": "triples", "path": str(inputs["triples"]), "num_negatives": 1},
+        "steps": 3,
+        "batch_size": 4,
+        "lr": 1e-3,
+        "seed": 0,
+        "curves": False,
+        "monitor": {"logit_sample": 0},
+    }
     for key, value in more.items():
         node = config
         *path, last = key.split("__")
@@ -71,8 +79,19 @@ def _config(inputs, folder: Path, **more) -> Path:
 def _run(target: str, nth: int, when: str, config: Path, out: Path, tmp: Path):
     tmp.mkdir()
     env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="2", TMPDIR=str(tmp))
-    command = [sys.executable, str(HERE / "signal_driver.py"), target, str(nth), when, "--",
-               "train", str(config), "--out", str(out), "--no-progress"]
+    command = [
+        sys.executable,
+        str(HERE / "signal_driver.py"),
+        target,
+        str(nth),
+        when,
+        "--",
+        "train",
+        str(config),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -103,18 +122,28 @@ def _check_left_complete(out: Path, tmp: Path) -> None:
         if (out / name).exists():
             assert (out / name / "model.safetensors").is_file() and (out / name / "config.json").is_file()
             if (out / name / "README.md").exists():
-                assert (out / name / "README.md").read_text().rstrip().splitlines()[-1].startswith("<!-- spladekit-card ")
+                assert (
+                    (out / name / "README.md").read_text().rstrip().splitlines()[-1].startswith("<!-- spladekit-card ")
+                )
 
 
 PHASES = {
     # phase: (what the driver wraps, which call, before/after it, config fields)
-    "mining": ("spladekit.model.splade:SpladeModel._forward", 1, "before",
-               {"data__format": "beir", "data__negatives": "model", "data__mining_depth": 4}),
+    "mining": (
+        "spladekit.model.splade:SpladeModel._forward",
+        1,
+        "before",
+        {"data__format": "beir", "data__negatives": "model", "data__mining_depth": 4},
+    ),
     "set-up, the model not loaded": ("spladekit.train.trainer:Trainer._setup_model", 1, "before", {}),
     "dev evaluation": ("spladekit.model.splade:SpladeModel._forward", 1, "before", {"eval_every": 2}),
     "a step": ("spladekit.train.trainer:Trainer.optimizer_step", 2, "before", {"checkpoint_every": 1}),
-    "writing a checkpoint": ("transformers.modeling_utils:PreTrainedModel.save_pretrained", 2, "after",
-                             {"checkpoint_every": 1}),
+    "writing a checkpoint": (
+        "transformers.modeling_utils:PreTrainedModel.save_pretrained",
+        2,
+        "after",
+        {"checkpoint_every": 1},
+    ),
     "writing the final model": ("transformers.modeling_utils:PreTrainedModel.save_pretrained", 1, "after", {}),
     "the model cards": ("spladekit.train.callbacks:ModelCards.on_train_end", 1, "before", {}),
 }
@@ -142,7 +171,12 @@ def test_sigterm_in_each_phase_exits_143_leaving_only_complete_files(inputs, tmp
     if phase == "the model cards":  # the final model written, its card not yet, nor result.json (written last)
         assert (out / "model" / "model.safetensors").is_file() and not (out / "model" / "README.md").exists()
         assert not (out / "result.json").exists()
-        again = subprocess.run([sys.executable, "-m", "spladekit", "train", str(config), "--out", str(out), "--no-progress"],
-                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(SRC)), timeout=300)
+        again = subprocess.run(
+            [sys.executable, "-m", "spladekit", "train", str(config), "--out", str(out), "--no-progress"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(SRC)),
+            timeout=300,
+        )
         assert again.returncode == 0 and "already trained" not in again.stdout, again.stderr[-3000:]
         assert (out / "model" / "README.md").is_file() and (out / "result.json").is_file()

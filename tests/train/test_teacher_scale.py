@@ -56,7 +56,9 @@ def _student_teacher(model_dir: Path, examples, factor: float):
     from the loop), so the expected ratio of spreads is exactly 1 / factor."""
     from spladekit.model.encoder import SpladeEncoder
 
-    enc = SpladeEncoder.from_pretrained(model_dir, head_impl="plain", device="cpu", query_max_length=16, doc_max_length=24)
+    enc = SpladeEncoder.from_pretrained(
+        model_dir, head_impl="plain", device="cpu", query_max_length=16, doc_max_length=24
+    )
     out = []
     for e in examples:
         docs = e.positives + e.negatives

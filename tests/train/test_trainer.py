@@ -96,7 +96,9 @@ def test_naver_scores_must_be_numbers(tmp_path):
 def _tiny_beir(folder: Path) -> Path:
     docs = {"d1": "apple banana fruit", "d2": "apple pie recipe", "d3": "car engine oil", "d4": "banana bread"}
     (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()))
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items())
+    )
     (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "apple banana"}) + "\n")
     (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     return folder
@@ -122,7 +124,10 @@ def test_beir_training_with_model_negatives(tiny, tmp_path):
     (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq\td1\t1\n")
     (example,) = read_beir_training(folder, "train", "model", depth=2, negatives_model=str(tiny))
     enc = SpladeEncoder.from_pretrained(tiny, head_impl="plain", device="cpu")
-    ranked = [list(docs)[i] for i, _ in exact_search(enc.encode_queries(["w1 w2"]), enc.encode_documents(list(docs.values())), k=4)[0]]
+    ranked = [
+        list(docs)[i]
+        for i, _ in exact_search(enc.encode_queries(["w1 w2"]), enc.encode_documents(list(docs.values())), k=4)[0]
+    ]
     assert [d for d, _ in example.negatives] == [d for d in ranked if d != "d1"][:2]
     with pytest.raises(ValueError, match="negatives_model"):
         read_beir_training(folder, "train", "model")
@@ -143,14 +148,28 @@ def test_global_batch_is_deterministic_and_covers_an_epoch():
 
 # ------------------------------------------------------------------------------------ the loop
 def test_loss_parts_add_up_and_monitoring_is_logged(tiny, tmp_path):
-    result = train(tiny_config(tiny, steps=3, curves=True), tmp_path / "out", examples=make_examples(), show_progress=False)
+    result = train(
+        tiny_config(tiny, steps=3, curves=True), tmp_path / "out", examples=make_examples(), show_progress=False
+    )
     records = _records(tmp_path / "out")
     assert [r["step"] for r in records] == [1, 2, 3]
     for r in records:
         assert r["loss"] == pytest.approx(r["loss_rank"] + r["loss_reg_q"] + r["loss_reg_d"], rel=1e-5)
         assert r["loss_reg_d"] == pytest.approx(r["lambda_d"] * r["reg_d"], rel=1e-5)
-        for key in ("head_norm", "logit_mean", "logit_p99", "logit_max", "active_q", "active_d", "batch_flops",
-                    "pos_score", "neg_score", "margin", "grad_norm", "lr"):
+        for key in (
+            "head_norm",
+            "logit_mean",
+            "logit_p99",
+            "logit_max",
+            "active_q",
+            "active_d",
+            "batch_flops",
+            "pos_score",
+            "neg_score",
+            "margin",
+            "grad_norm",
+            "lr",
+        ):
             assert np.isfinite(r[key]), key
     assert [r["lambda_q"] for r in records] == pytest.approx([1e-2 / 4, 1e-2, 1e-2])  # (t/2)², T = 2
     assert result.curves is not None and result.curves.stat().st_size > 0
@@ -200,9 +219,13 @@ def test_a_finished_run_is_not_redone_nor_continued_with_other_settings(tiny, tm
     assert (again.steps, again.last_metrics, again.model_dir) == (first.steps, first.last_metrics, first.model_dir)
     done = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress"])
     assert done.exit_code == 0 and "already trained" in done.output and "nothing was done" in done.output, done.output
-    trusted = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress", "--trust-remote-code"])
+    trusted = CliRunner().invoke(
+        app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress", "--trust-remote-code"]
+    )
     assert trusted.exit_code == 0 and "already trained" in trusted.output, trusted.output  # a permission, not a setting
-    bad = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "lr=0.002", "--no-progress"])
+    bad = CliRunner().invoke(
+        app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "lr=0.002", "--no-progress"]
+    )
     assert bad.exit_code == 2 and "lr: 0.001 → 0.002" in bad.stderr and "left as it is" in bad.stderr, bad.output
     assert len(bad.stderr.strip().splitlines()) == 1 and _tree(out) == before
     triples.write_text(triples.read_text().replace("w", "W", 1))  # one character of the data changed
@@ -221,7 +244,9 @@ def test_a_stopped_run_resumes_only_from_the_same_inputs(tiny, tmp_path):
     train(cfg, tmp_path / "out", examples=examples, show_progress=False, stop_after=1)
     with pytest.raises(RunChangedError, match=r"the training examples changed"):
         train(cfg, tmp_path / "out", examples=make_examples(seed=5), show_progress=False)
-    resumed = train(tiny_config(tiny, steps=3, checkpoint_every=2), tmp_path / "out", examples=examples, show_progress=False)
+    resumed = train(
+        tiny_config(tiny, steps=3, checkpoint_every=2), tmp_path / "out", examples=examples, show_progress=False
+    )
     assert resumed.steps == 3 and [r["step"] for r in _records(tmp_path / "out")] == [1, 2, 3]
 
 
@@ -251,7 +276,9 @@ def test_rerun_without_checkpoint_starts_the_metrics_afresh(tiny, tmp_path):
     cfg = tiny_config(tiny, steps=2, checkpoint_every=0)
     examples = make_examples()
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "metrics.jsonl").write_text(json.dumps({"step": 0, "kind": "killed-run"}) + "\n" + json.dumps({"step": 1, "loss": 9.0}) + "\n")
+    (tmp_path / "out" / "metrics.jsonl").write_text(
+        json.dumps({"step": 0, "kind": "killed-run"}) + "\n" + json.dumps({"step": 1, "loss": 9.0}) + "\n"
+    )
     train(cfg, tmp_path / "out", examples=examples, show_progress=False)
     lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert not any(r.get("kind") == "killed-run" or r.get("loss") == 9.0 for r in lines)
@@ -275,8 +302,10 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tiny, tmp_path):
     train(cfg, tmp_path / "out", examples=examples, show_progress=False, stop_after=1)
     state = torch.load(tmp_path / "out" / "checkpoints" / "step-0000001" / "trainer.pt", weights_only=False)
     poisoned = dict(state)
-    poisoned["model"] = {k: (torch.full_like(v, float("nan")) if "decoder.bias" in k or k.endswith("predictions.bias") else v)
-                         for k, v in state["model"].items()}
+    poisoned["model"] = {
+        k: (torch.full_like(v, float("nan")) if "decoder.bias" in k or k.endswith("predictions.bias") else v)
+        for k, v in state["model"].items()
+    }
     torch.save(poisoned, tmp_path / "out" / "checkpoints" / "step-0000001" / "trainer.pt")
     with pytest.raises(TrainingDivergedError, match="non-finite loss"):
         train(cfg, tmp_path / "out", examples=examples, show_progress=False)
@@ -298,14 +327,18 @@ def test_zero_and_dense_collapse_alarms(tmp_path):
         train(cfg, tmp_path / "zero", examples=make_examples(), show_progress=False)
     # the tiny model starts dense (bias +1): after the warm-up the dense alarm fires, without stopping
     live = make_tiny_model(tmp_path / "live")
-    cfg = tiny_config(live, steps=1, regularizer={"warmup_steps": 0}, monitor={"dense_fraction": 0.1, "logit_sample": 0})
+    cfg = tiny_config(
+        live, steps=1, regularizer={"warmup_steps": 0}, monitor={"dense_fraction": 0.1, "logit_sample": 0}
+    )
     result = train(cfg, tmp_path / "dense", examples=make_examples(), show_progress=False)
     assert any(a.startswith("dense collapse at step 1") for a in result.alarms)
 
 
 def test_distillation_losses_train(tiny, tmp_path):
     for kind in ("margin_mse", "kl"):
-        cfg = tiny_config(tiny, steps=1, loss={"kind": kind}, data={"format": "triples", "path": "x", "num_negatives": 2})
+        cfg = tiny_config(
+            tiny, steps=1, loss={"kind": kind}, data={"format": "triples", "path": "x", "num_negatives": 2}
+        )
         result = train(cfg, tmp_path / kind, examples=make_examples(), show_progress=False)
         assert np.isfinite(result.last_metrics["loss_rank"])
 
@@ -350,8 +383,9 @@ def test_head_options_and_a_shift_train_and_are_saved(tiny, tmp_path):
     vectors = encoder.encode(["w1 w2 w3", "w10 w20 w30 w40 w5"], 24)
     assert encoder.model.position_top_k == 3 and max(np.diff(vectors.indptr)) <= 3 * 7  # ≤ k per real position
     encoder.model.head_impl = "plain"
-    np.testing.assert_allclose(encoder.encode(["w1 w2 w3", "w10 w20 w30 w40 w5"], 24).toarray(), vectors.toarray(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        encoder.encode(["w1 w2 w3", "w10 w20 w30 w40 w5"], 24).toarray(), vectors.toarray(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_final_model_loads_in_three_libraries_with_the_same_vectors(tiny, tmp_path):
@@ -385,10 +419,14 @@ def test_cli_train(tiny, tmp_path):
     cfg = tiny_config(tiny, steps=2, data={"format": "triples", "path": str(triples)})
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "steps=1", "--no-progress"])
+    res = CliRunner().invoke(
+        app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "steps=1", "--no-progress"]
+    )
     assert res.exit_code == 0, res.output
     assert "trained 1 steps" in res.output
-    assert TrainConfig.model_validate(__import__("yaml").safe_load((out / "model" / "config.yaml").read_text())).steps == 1
+    assert (
+        TrainConfig.model_validate(__import__("yaml").safe_load((out / "model" / "config.yaml").read_text())).steps == 1
+    )
     bad = CliRunner().invoke(app, ["train", str(tmp_path / "c.yaml"), "--out", str(out), "--set", "stepz=1"])
     assert bad.exit_code == 2 and "stepz" in bad.output
 
@@ -410,7 +448,9 @@ def _demo_beir(tmp_path):
     examples = make_examples(8, negatives=0)
     docs = {f"d{i}": e.positives[0][1] for i, e in enumerate(examples)}
     (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in docs.items()))
-    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": e.query}) + "\n" for i, e in enumerate(examples)))
+    (beir / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": e.query}) + "\n" for i, e in enumerate(examples))
+    )
     rows = "".join(f"q{i}\td{i}\t1\n" for i in range(8))
     (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
@@ -421,9 +461,21 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     from spladekit.demo import run_demo
 
     beir = _demo_beir(tmp_path)
-    results = run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4,
-                       overrides=["steps=2", "batch_size=4", "validate_every=0", "data.validation_fraction=0.25",
-                                  "eval_every=1", "model.head_impl=plain", "curves=false"])
+    results = run_demo(
+        str(tiny),
+        str(beir),
+        tmp_path / "demo",
+        batch_size=4,
+        overrides=[
+            "steps=2",
+            "batch_size=4",
+            "validate_every=0",
+            "data.validation_fraction=0.25",
+            "eval_every=1",
+            "model.head_impl=plain",
+            "curves=false",
+        ],
+    )
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary["training"]["steps"] == 2
     best = summary["training"]["best"]  # selected on the 2 held-out training queries, never on test
@@ -433,20 +485,41 @@ def test_demo_trains_and_prints_before_after(tiny, tmp_path, capsys):
     names = ["model (before)", f"model (fine-tuned, best dev step {best['step']})"]
     if best["step"] != 2:
         names.append("model (fine-tuned, last step 2)")
-    assert [r.name for r in results][:len(names) + 1] == names + ["bm25"]
-    assert [r.name for r in results][len(names) + 1:] == [  # the query-side rows, built on the selected model
-        "inference-free (IDF queries, same docs)", f"fused RRF ({names[1]} + bm25)", f"fused min-max ({names[1]} + bm25)"]
+    assert [r.name for r in results][: len(names) + 1] == names + ["bm25"]
+    assert [r.name for r in results][len(names) + 1 :] == [  # the query-side rows, built on the selected model
+        "inference-free (IDF queries, same docs)",
+        f"fused RRF ({names[1]} + bm25)",
+        f"fused min-max ({names[1]} + bm25)",
+    ]
     printed = capsys.readouterr().out
     assert f"| {names[1]} |" in printed and "fine-tuning: nDCG@10" in printed
     assert (tmp_path / "demo" / "train" / "model" / "modules.json").exists()
     for folder, name in (("before", names[0]), ("bm25", "bm25")):
-        assert json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
+        assert (
+            json.loads((tmp_path / "demo" / folder / "metrics.json").read_text())["nDCG@10"] == summary[name]["nDCG@10"]
+        )
     from tests.index.test_fusion import _check_delta_plot
 
-    folders = ["before", "after", *(["last"] if len(names) == 3 else []), "bm25", "inference_free", "fused_rrf", "fused_minmax"]
-    _check_delta_plot(tmp_path / "demo", results, folders, [("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
-                      [("before fine-tuning", "fine-tuned"), ("BM25", "fused RRF (fine-tuned + BM25)"),
-                       ("BM25", "fused min-max (fine-tuned + BM25)")])
+    folders = [
+        "before",
+        "after",
+        *(["last"] if len(names) == 3 else []),
+        "bm25",
+        "inference_free",
+        "fused_rrf",
+        "fused_minmax",
+    ]
+    _check_delta_plot(
+        tmp_path / "demo",
+        results,
+        folders,
+        [("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax")],
+        [
+            ("before fine-tuning", "fine-tuned"),
+            ("BM25", "fused RRF (fine-tuned + BM25)"),
+            ("BM25", "fused min-max (fine-tuned + BM25)"),
+        ],
+    )
 
 
 def test_the_demo_names_truncation_once_for_the_systems_that_share_it():
@@ -456,9 +529,13 @@ def test_the_demo_names_truncation_once_for_the_systems_that_share_it():
     def system(name, truncated):
         return SystemResult(name, {}, {} if truncated is None else {"truncated_docs": truncated}, {}, 0.0)
 
-    lines = truncation_lines([system("before", 7), system("fine-tuned", 7), system("bm25", None), system("other", 3), system("none", 0)], 10)
-    assert lines == ["before, fine-tuned: 7 of 10 documents were longer than the document max length and truncated",
-                     "other: 3 of 10 documents were longer than the document max length and truncated"]
+    lines = truncation_lines(
+        [system("before", 7), system("fine-tuned", 7), system("bm25", None), system("other", 3), system("none", 0)], 10
+    )
+    assert lines == [
+        "before, fine-tuned: 7 of 10 documents were longer than the document max length and truncated",
+        "other: 3 of 10 documents were longer than the document max length and truncated",
+    ]
 
 
 def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monkeypatch):
@@ -482,12 +559,20 @@ def test_a_demo_stopped_during_training_keeps_its_baseline(tiny, tmp_path, monke
     (previous / "train").mkdir()
     (previous / "train" / "checkpoint.txt").write_text("kept")
     with pytest.raises(KeyboardInterrupt):
-        run_demo(str(tiny), str(beir), tmp_path / "demo", batch_size=4, overrides=["steps=2", "batch_size=4", "model.head_impl=plain"])
+        run_demo(
+            str(tiny),
+            str(beir),
+            tmp_path / "demo",
+            batch_size=4,
+            overrides=["steps=2", "batch_size=4", "model.head_impl=plain"],
+        )
     dataset, encoder = _load(str(tiny), str(beir), 4, head_impl="plain", query_max_length=64, doc_max_length=128)
     again = evaluate_splade(encoder, dataset, name="again", show_progress=False)
     kept = json.loads((tmp_path / "demo" / "before" / "metrics.json").read_text())
     assert kept["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"], abs=1e-12)  # same model, data and code path
-    assert (tmp_path / "demo" / "before" / "run.trec").exists() and (tmp_path / "demo" / "bm25" / "metrics.json").exists()
+    assert (tmp_path / "demo" / "before" / "run.trec").exists() and (
+        tmp_path / "demo" / "bm25" / "metrics.json"
+    ).exists()
     assert not (tmp_path / "demo" / "summary.json").exists() and not (tmp_path / "demo" / "after").exists()
     assert (tmp_path / "demo" / "train" / "checkpoint.txt").read_text() == "kept"  # training resumes from its folder
 
@@ -522,10 +607,18 @@ def test_bf16_autocast_keeps_float32_weights(tiny, tmp_path):
 def test_fused_and_plain_heads_train_alike(tiny, tmp_path):
     pytest.importorskip("spladekit.model.fused")
     model = {"path": str(tiny), "query_max_length": 16, "doc_max_length": 24}
-    train(tiny_config(tiny, steps=2, model=dict(model, head_impl="fused")), tmp_path / "f", examples=make_examples(),
-          show_progress=False)
-    train(tiny_config(tiny, steps=2, model=dict(model, head_impl="plain")), tmp_path / "p", examples=make_examples(),
-          show_progress=False)
+    train(
+        tiny_config(tiny, steps=2, model=dict(model, head_impl="fused")),
+        tmp_path / "f",
+        examples=make_examples(),
+        show_progress=False,
+    )
+    train(
+        tiny_config(tiny, steps=2, model=dict(model, head_impl="plain")),
+        tmp_path / "p",
+        examples=make_examples(),
+        show_progress=False,
+    )
     fused, plain = _records(tmp_path / "f"), _records(tmp_path / "p")
     assert [r["loss"] for r in fused] == pytest.approx([r["loss"] for r in plain], rel=1e-5)
     # exact: counts of weights > 0, and every max logit of this tiny model sits ≥ 0.8 above 0 (its
@@ -533,12 +626,15 @@ def test_fused_and_plain_heads_train_alike(tiny, tmp_path):
     assert [r["active_d"] for r in fused] == [r["active_d"] for r in plain]
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("lr", float("inf"), "finite"),  # passed gt=0; the run stopped at step 2 with a non-finite loss
-    ("steps", True, "boolean"),  # pydantic's lax mode read it as 1 step
-    ("regularizer.lambda_d", True, "boolean"),
-    ("seed", 10**23, "less than or equal"),  # was accepted, then torch.manual_seed overflowed
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("lr", float("inf"), "finite"),  # passed gt=0; the run stopped at step 2 with a non-finite loss
+        ("steps", True, "boolean"),  # pydantic's lax mode read it as 1 step
+        ("regularizer.lambda_d", True, "boolean"),
+        ("seed", 10**23, "less than or equal"),  # was accepted, then torch.manual_seed overflowed
+    ],
+)
 def test_settings_refuse_non_finite_boolean_and_out_of_range_numbers(tmp_path, field, value, words):
     import yaml
 

@@ -22,7 +22,9 @@ def reproduce(
     cell: list[str] | None = typer.Option(None, "--cell", help="run only this cell id (repeatable)"),
     force: bool = typer.Option(False, help="redo stages that an older, different config produced"),
     report_only: bool = typer.Option(False, "--report-only", help="only (re)write the tables and plots"),
-    publish: Path | None = typer.Option(None, help="also write the report here (e.g. docs/results.md), plots in img/ beside it"),
+    publish: Path | None = typer.Option(
+        None, help="also write the report here (e.g. docs/results.md), plots in img/ beside it"
+    ),
     trust_remote_code: bool = trust_option(),
 ):
     """Run backbone × head treatment × seed: diagnose, rescale, train, evaluate; write tables and plots.
@@ -42,7 +44,9 @@ def reproduce(
     if dry_run:
         typer.echo(describe_plan(grid, folder))
         return
-    command = "spladekit reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a) if len(sys.argv) > 1 else None
+    command = (
+        "spladekit reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a) if len(sys.argv) > 1 else None
+    )
     outcome = None
     if not report_only:
         started, clock = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
@@ -54,28 +58,54 @@ def reproduce(
         try:
             from spladekit.reproduce.cells import SpladekitRunner
 
-            outcome = run_grid(grid, folder, SpladekitRunner(trust_remote_code=trust_remote_code), cells=cell or None, force=force,
-                               log=typer.echo)
+            outcome = run_grid(
+                grid,
+                folder,
+                SpladekitRunner(trust_remote_code=trust_remote_code),
+                cells=cell or None,
+                force=force,
+                log=typer.echo,
+            )
         except (SpladekitError, ValueError) as exc:
             fail(exc)
         except KeyboardInterrupt:  # the time spent counts in the report's total wall time
-            record_sitting(folder, {"command": command, "started": started, "wall_seconds": round(time.perf_counter() - clock, 1),
-                                    "interrupted": True})
+            record_sitting(
+                folder,
+                {
+                    "command": command,
+                    "started": started,
+                    "wall_seconds": round(time.perf_counter() - clock, 1),
+                    "interrupted": True,
+                },
+            )
             typer.echo("interrupted: finished stages are kept; the same command resumes", err=True)
             raise typer.Exit(130)
         finally:
             signal.signal(signal.SIGTERM, previous)
         if outcome.done or outcome.diverged or outcome.failed:  # a sitting that ran something
-            record_sitting(folder, {"command": command, "started": started, "wall_seconds": round(time.perf_counter() - clock, 1),
-                                    "done": len(outcome.done), "skipped": len(outcome.skipped),
-                                    "diverged": len(outcome.diverged), "failed": len(outcome.failed)})
+            record_sitting(
+                folder,
+                {
+                    "command": command,
+                    "started": started,
+                    "wall_seconds": round(time.perf_counter() - clock, 1),
+                    "done": len(outcome.done),
+                    "skipped": len(outcome.skipped),
+                    "diverged": len(outcome.diverged),
+                    "failed": len(outcome.failed),
+                },
+            )
     written = write_report(grid, folder, command=command, publish=publish)
-    typer.echo(f"wrote {written['markdown']}, {written['cells_csv'].name}, {written['arms_csv'].name}"
-               + f" and {len(plot_files(written))} plot(s)"
-               + (f"; published to {written['published']}" if publish else ""))
+    typer.echo(
+        f"wrote {written['markdown']}, {written['cells_csv'].name}, {written['arms_csv'].name}"
+        + f" and {len(plot_files(written))} plot(s)"
+        + (f"; published to {written['published']}" if publish else "")
+    )
     if outcome is not None:
-        typer.echo(f"cells: {len(outcome.done)} done, {len(outcome.skipped)} skipped (finished earlier), "
-                   f"{len(outcome.diverged)} diverged, {len(outcome.failed)} failed")
+        typer.echo(
+            f"cells: {len(outcome.done)} done, {len(outcome.skipped)} skipped (finished earlier), "
+            f"{len(outcome.diverged)} diverged, {len(outcome.failed)} failed"
+        )
         if outcome.failed:
             for cell_id, error in outcome.failed.items():
                 typer.secho(f"  {cell_id}: {error}", fg=typer.colors.RED, err=True)

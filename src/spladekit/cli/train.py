@@ -9,7 +9,12 @@ import typer
 
 from spladekit.cli.app import app, fail, trust_option
 
-TRAIN_MARKERS = ("inputs.json", "config.yaml", "metrics.jsonl", "checkpoints")  # what a training run writes first (spladekit.train.trainer)
+TRAIN_MARKERS = (
+    "inputs.json",
+    "config.yaml",
+    "metrics.jsonl",
+    "checkpoints",
+)  # what a training run writes first (spladekit.train.trainer)
 
 
 @app.command()
@@ -28,9 +33,14 @@ def train(
 
     try:
         cfg = load_config(config, list(set_) + (["model.trust_remote_code=true"] if trust_remote_code else []))
-        inputs = {"model.path": cfg.model.path, "data.path": cfg.data.path, "data.negatives_model": cfg.data.negatives_model,
-                  "data.teacher_scores": cfg.data.teacher_scores, "data.queries": cfg.data.queries,
-                  "data.corpus": cfg.data.corpus}
+        inputs = {
+            "model.path": cfg.model.path,
+            "data.path": cfg.data.path,
+            "data.negatives_model": cfg.data.negatives_model,
+            "data.teacher_scores": cfg.data.teacher_scores,
+            "data.queries": cfg.data.queries,
+            "data.corpus": cfg.data.corpus,
+        }
         check_output_folder(out, "training output folder", TRAIN_MARKERS, inputs)  # resumable: its own folder is fine
         result = run_training(cfg, out, show_progress=progress)
     except SpladekitError as exc:
@@ -38,13 +48,21 @@ def train(
     if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: only the main process reports
         return
     if result.already_done:
-        typer.echo(f"already trained: {out} holds this run finished (the same settings and input files); nothing was done")
+        typer.echo(
+            f"already trained: {out} holds this run finished (the same settings and input files); nothing was done"
+        )
     typer.echo(result.summary())
     last, held_out = result.last_metrics, result.validation
-    details = [f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}"] if last else []
+    details = (
+        [f"last step: loss {last['loss']:.4f}, active terms q/d {last['active_q']:.1f}/{last['active_d']:.1f}"]
+        if last
+        else []
+    )
     if held_out:
-        details.append(f"held-out validation at step {held_out['step']}: ranking loss {held_out['val_loss_rank']:.4f}, "
-                       f"accuracy {held_out['val_accuracy']:.3f}")
+        details.append(
+            f"held-out validation at step {held_out['step']}: ranking loss {held_out['val_loss_rank']:.4f}, "
+            f"accuracy {held_out['val_accuracy']:.3f}"
+        )
     if details:
         typer.echo("; ".join(details))
     for alarm in result.alarms:

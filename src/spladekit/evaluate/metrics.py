@@ -150,8 +150,10 @@ def _rel_family(name: str) -> str:
     by_case = {key.lower(): family for key, family in takes_rel.items()}
     family = takes_rel.get(name) or by_case.get(str(name).strip().lower())
     if family is None:
-        raise ValueError(f"relevance level given for {name!r}, which is not a measure taking one; measures with a "
-                         f"relevance level: {', '.join(sorted({*takes_rel.values()}))} (nDCG uses graded gains)")
+        raise ValueError(
+            f"relevance level given for {name!r}, which is not a measure taking one; measures with a "
+            f"relevance level: {', '.join(sorted({*takes_rel.values()}))} (nDCG uses graded gains)"
+        )
     return family
 
 
@@ -229,7 +231,9 @@ def evaluate_per_query(
     return _per_query(prepare_run(run, conventions)[0], qrels, measures, conventions)
 
 
-def _per_query(ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: EvalConventions) -> dict[str, dict[str, float]]:
+def _per_query(
+    ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: EvalConventions
+) -> dict[str, dict[str, float]]:
     """:func:`evaluate_per_query` on a run already passed through :func:`prepare_run`.
 
     Raises:
@@ -243,14 +247,23 @@ def _per_query(ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: 
     parsed = {name: parse_measure(name, conventions) for name in measures}
     top = max((grade for docs in qrels.values() for grade in docs.values()), default=0)
     if top > GRADE_MAX:
-        raise ValueError(f"qrels grade {top} is above {GRADE_MAX}: trec_eval allocates memory for every grade "
-                         "value up to the largest (see spladekit.data.trec.GRADE_MAX)")
-    above = [f"{name} (relevant: grade ≥ {m.params['rel']})" for name, m in parsed.items() if m.params.get("rel", 1) > max(top, 1)]
+        raise ValueError(
+            f"qrels grade {top} is above {GRADE_MAX}: trec_eval allocates memory for every grade "
+            "value up to the largest (see spladekit.data.trec.GRADE_MAX)"
+        )
+    above = [
+        f"{name} (relevant: grade ≥ {m.params['rel']})"
+        for name, m in parsed.items()
+        if m.params.get("rel", 1) > max(top, 1)
+    ]
     if above:
         import warnings
 
-        warnings.warn(f"no judgment reaches the relevance level of {', '.join(above)}: the qrels' highest grade is {top}, "
-                      f"so these score 0 for every query (conventions {conventions.name!r}; choose --preset or --rel)", stacklevel=3)
+        warnings.warn(
+            f"no judgment reaches the relevance level of {', '.join(above)}: the qrels' highest grade is {top}, "
+            f"so these score 0 for every query (conventions {conventions.name!r}; choose --preset or --rel)",
+            stacklevel=3,
+        )
     by_native: dict[str, list[str]] = {}
     for name, measure in parsed.items():
         by_native.setdefault(repr(measure), []).append(name)

@@ -88,8 +88,19 @@ class LatencyStats:
         ms = np.asarray(seconds, dtype=np.float64) * 1000.0
         if ms.size == 0:
             return cls(mode, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        p50, p95, p99 = (ms[0],) * 3 if ms.size == 1 else np.percentile(ms, [50, 95, 99])  # one call: skip the quantile machinery
-        return cls(mode, int(ms.size), float(ms.sum() / 1000.0), float(ms.mean()), float(p50), float(p95), float(p99), float(ms.max()))
+        p50, p95, p99 = (
+            (ms[0],) * 3 if ms.size == 1 else np.percentile(ms, [50, 95, 99])
+        )  # one call: skip the quantile machinery
+        return cls(
+            mode,
+            int(ms.size),
+            float(ms.sum() / 1000.0),
+            float(ms.mean()),
+            float(p50),
+            float(p95),
+            float(p99),
+            float(ms.max()),
+        )
 
 
 @dataclass

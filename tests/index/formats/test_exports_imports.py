@@ -190,7 +190,9 @@ def test_seismic_jsonl_round_trip_and_seismic_scores(tmp_path):
     S = seismic.get_seismic_string()
     q = np.zeros(len(VOCAB), np.float32)
     q[[2, 3, 8]] = [1.0, 0.5, 2.0]
-    hits = index.search("q", np.array([VOCAB[j] for j in (2, 3, 8)], dtype=S), q[[2, 3, 8]], k=40, query_cut=10, heap_factor=1.0)
+    hits = index.search(
+        "q", np.array([VOCAB[j] for j in (2, 3, 8)], dtype=S), q[[2, 3, 8]], k=40, query_cut=10, heap_factor=1.0
+    )
     exact = m.toarray().astype(np.float64) @ q.astype(np.float64)
     # Seismic keeps document values as float16 (nearest: 2^-11 relative, 2^-25 absolute below 2^-14) and
     # the 3-term query as float32, summing in float32 (4 roundings of 2^-24): test_index_seismic.f16_score_tolerance
@@ -202,7 +204,9 @@ def test_seismic_jsonl_round_trip_and_seismic_scores(tmp_path):
 
 # ------------------------------------------------------------------ Qdrant
 def test_qdrant_vectors_sorted_unique_and_round_trip(tmp_path):
-    unsorted = sp.csr_matrix((np.array([1.0, 2.0, 0.5], np.float32), np.array([7, 2, 7]), np.array([0, 3])), shape=(1, 10))
+    unsorted = sp.csr_matrix(
+        (np.array([1.0, 2.0, 0.5], np.float32), np.array([7, 2, 7]), np.array([0, 3])), shape=(1, 10)
+    )
     assert qdrant.to_sparse_vectors(unsorted) == [{"indices": [2, 7], "values": [2.0, 1.5]}]
     idx, val = qdrant.from_sparse_vector([9, 1, 9], [1.0, 1.0, 0.25])
     assert idx.tolist() == [1, 9] and val.tolist() == [1.0, 1.25]
@@ -267,7 +271,11 @@ def _es_score(body: dict, source: dict, field: str, mapping: dict) -> float:
 
 def test_feature_field_storage_rule_by_hand():
     # 0.1f = 0x3DCCCCCD; clearing the low 15 bits gives 0x3DCC8000 = 0.0998535156 (Lucene stores that)
-    assert float(elastic.stored_value(0.1)) == np.float32(np.uint32(0x3DCC8000).view(np.float32)) == pytest.approx(0.0998535156)
+    assert (
+        float(elastic.stored_value(0.1))
+        == np.float32(np.uint32(0x3DCC8000).view(np.float32))
+        == pytest.approx(0.0998535156)
+    )
     assert float(elastic.stored_value(1.5)) == 1.5  # 9 significant bits hold 1.5 exactly
     w = np.random.default_rng(0).uniform(1e-3, 10, 10_000).astype(np.float32)
     rel = (w - elastic.stored_value(w)) / w
@@ -283,7 +291,10 @@ def test_elastic_bulk_round_trip_and_query_scores_dot_product(tmp_path, keys, fi
     m = m.tocsr()
     ids = [f"d{i}" for i in range(15)]
     export_vectors("elastic", tmp_path / "exp", m, ids, VOCAB, keys=keys, field_type=field_type)
-    assert json.loads((tmp_path / "exp" / "mapping.json").read_text())["mappings"]["properties"]["splade"]["type"] == field_type
+    assert (
+        json.loads((tmp_path / "exp" / "mapping.json").read_text())["mappings"]["properties"]["splade"]["type"]
+        == field_type
+    )
     back, back_ids = import_vectors("elastic", tmp_path / "exp", VOCAB)
     assert back_ids == ids and np.array_equal(back.toarray(), m.toarray())
     lines = (tmp_path / "exp" / "bulk.ndjson").read_text().splitlines()
@@ -308,7 +319,9 @@ def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
     from spladekit.index.layout import content_hash, load_vocabulary
     from spladekit.index.writer import save_index
 
-    raw = sp.csr_matrix((np.array([1.0, 2.0, 0.5, 0.0], np.float32), np.array([4, 1, 4, 2]), np.array([0, 4])), shape=(1, 6))
+    raw = sp.csr_matrix(
+        (np.array([1.0, 2.0, 0.5, 0.0], np.float32), np.array([4, 1, 4, 2]), np.array([0, 4])), shape=(1, 6)
+    )
     save_index(tmp_path / "i", raw, ["d"], {"model": "m"}, vocabulary=list("abcdef"))
     m, ids, meta = load_index(tmp_path / "i")
     assert m.indices.tolist() == [1, 4] and m.data.tolist() == [2.0, 1.5] and meta["nnz"] == 2
@@ -320,7 +333,9 @@ def test_save_index_merges_repeats_and_loads_old_folders(tmp_path):
     meta = json.loads((tmp_path / "i" / "index.json").read_text())
     del meta["vocab_hash"]
     (tmp_path / "i" / "index.json").write_text(json.dumps(meta))
-    assert load_vocabulary(tmp_path / "i") is None and load_index(tmp_path / "i")[2]["content_hash"] == content_hash(m, ids)
+    assert load_vocabulary(tmp_path / "i") is None and load_index(tmp_path / "i")[2]["content_hash"] == content_hash(
+        m, ids
+    )
     # a tampered folder is refused (same array shapes, another value)
     np.save(tmp_path / "i" / "docs.data.npy", np.array([9.0, 1.5], np.float32))
     with pytest.raises(DataFormatError, match="content hash"):
@@ -342,7 +357,10 @@ def test_pgvector_text_form_is_one_based_and_round_trips(tmp_path):
     m = random_matrix(12, len(VOCAB), seed=21)
     ids = ["a\tb", "c\\d"] + [f"d{i}" for i in range(10)]
     manifest = export_vectors("pgvector", tmp_path / "exp", m, ids, None, table="docs")
-    assert manifest.files == ["docs.tsv", "schema.sql"] and "sparsevec(10)" in (tmp_path / "exp" / "schema.sql").read_text()
+    assert (
+        manifest.files == ["docs.tsv", "schema.sql"]
+        and "sparsevec(10)" in (tmp_path / "exp" / "schema.sql").read_text()
+    )
     back, back_ids = import_vectors("pgvector", tmp_path / "exp", VOCAB)
     assert back_ids == ids and np.array_equal(back.toarray(), m.toarray())  # shortest float32 text is exact
     with pytest.raises(ValueError, match="plain identifier"):
@@ -359,7 +377,11 @@ def test_milvus_rows_round_trip_and_errors(tmp_path):
     manifest = export_vectors("milvus", tmp_path / "exp", m, [f"d{i}" for i in range(15)], None)
     assert manifest.options["metric_type"] == "IP" and manifest.options["drop_ratio_search"] == 0.0
     first = json.loads((tmp_path / "exp" / "rows.jsonl").read_text().splitlines()[0])
-    assert first["id"] == 0 and first["doc_id"] == "d0" and first["splade"]["indices"] == sorted(first["splade"]["indices"])
+    assert (
+        first["id"] == 0
+        and first["doc_id"] == "d0"
+        and first["splade"]["indices"] == sorted(first["splade"]["indices"])
+    )
     back, ids = import_vectors("milvus", tmp_path / "exp", VOCAB)
     assert ids == [f"d{i}" for i in range(15)] and np.array_equal(back.toarray(), m.toarray())
     (tmp_path / "bad.jsonl").write_text('{"id": 0, "doc_id": "x", "splade": {"indices": [99], "values": [1.0]}}\n')
@@ -379,21 +401,45 @@ def test_cli_export_qdrant_idf_writes_the_modifier_and_integer_impacts(tmp_path)
     matrix = sp.csr_matrix(np.array([[0, 1.54, 0.04, 0], [2.0, 0, 0.05, 0.26]], dtype=np.float32))
     folder = save_index(tmp_path / "idx", matrix, ["d1", "d2"], {"model": "m"}, vocabulary=["a", "b", "c", "d"])
     runner = CliRunner()
-    result = runner.invoke(app, ["export", "--index", str(folder), "--format", "qdrant", "--idf", "--scale", "10",
-                                 "--out", str(tmp_path / "exp")])
+    result = runner.invoke(
+        app,
+        [
+            "export",
+            "--index",
+            str(folder),
+            "--format",
+            "qdrant",
+            "--idf",
+            "--scale",
+            "10",
+            "--out",
+            str(tmp_path / "exp"),
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert json.loads((tmp_path / "exp" / "collection.json").read_text()) == {"sparse_vectors": {"splade": {"modifier": "idf"}}}
+    assert json.loads((tmp_path / "exp" / "collection.json").read_text()) == {
+        "sparse_vectors": {"splade": {"modifier": "idf"}}
+    }
     points = [json.loads(line) for line in (tmp_path / "exp" / "points.jsonl").read_text().splitlines()]
     # 1.54·10 + ½ → 15; 0.04·10 + ½ → 0 (left out); 0.05·10 + ½ = 1.0 → 1 (float32 0.05 is above 0.05); 2.6 + ½ → 3
-    assert [p["vector"]["splade"] for p in points] == [{"indices": [1], "values": [15]}, {"indices": [0, 2, 3], "values": [20, 1, 3]}]
+    assert [p["vector"]["splade"] for p in points] == [
+        {"indices": [1], "values": [15]},
+        {"indices": [0, 2, 3], "values": [20, 1, 3]},
+    ]
     manifest = ExportManifest.load(tmp_path / "exp")
     assert manifest.scale == 10 and manifest.options["modifier"] == "idf"
     back, ids = import_vectors("qdrant", tmp_path / "exp", ["a", "b", "c", "d"])
     assert ids == ["d1", "d2"] and np.allclose(back.toarray(), [[0, 1.5, 0, 0], [2.0, 0, 0.1, 0.3]])
-    plain = runner.invoke(app, ["export", "--index", str(folder), "--format", "qdrant", "--out", str(tmp_path / "plain")])
+    plain = runner.invoke(
+        app, ["export", "--index", str(folder), "--format", "qdrant", "--out", str(tmp_path / "plain")]
+    )
     assert plain.exit_code == 0, plain.output
     assert json.loads((tmp_path / "plain" / "collection.json").read_text()) == {"sparse_vectors": {"splade": {}}}
-    assert json.loads((tmp_path / "plain" / "points.jsonl").read_text().splitlines()[0])["vector"]["splade"]["values"] == [float(np.float32(1.54)), float(np.float32(0.04))]
-    refused = runner.invoke(app, ["export", "--index", str(folder), "--format", "milvus", "--idf", "--out", str(tmp_path / "m")])
+    assert json.loads((tmp_path / "plain" / "points.jsonl").read_text().splitlines()[0])["vector"]["splade"][
+        "values"
+    ] == [float(np.float32(1.54)), float(np.float32(0.04))]
+    refused = runner.invoke(
+        app, ["export", "--index", str(folder), "--format", "milvus", "--idf", "--out", str(tmp_path / "m")]
+    )
     assert refused.exit_code == 2 and "idf (--idf) applies to qdrant only, not to format 'milvus'" in refused.output
     assert not (tmp_path / "m").exists()

@@ -108,7 +108,9 @@ def test_row_lognormal_scales_each_row_by_its_factor(family):
     torch.testing.assert_close(W1, W0 * torch.from_numpy(f)[:, None], rtol=2**-23, atol=0)
     assert torch.equal(model.get_input_embeddings().weight, E0)  # the decoder was untied first
     assert record["row_factor_median"] == pytest.approx(float(np.median(f)))
-    assert record["row_factor_max"] == pytest.approx(float(f.max())) and emulation_record(model)["kind"] == "row_lognormal"
+    assert (
+        record["row_factor_max"] == pytest.approx(float(f.max())) and emulation_record(model)["kind"] == "row_lognormal"
+    )
     assert rescale_record(model) is None  # the emulation is not a rescaling: a treatment needs no force
 
 
@@ -125,7 +127,9 @@ def test_ln_gain_multiplies_the_gain_only(family):
     assert torch.equal(W1, W) and (b is None or torch.equal(b1, b)) and (beta is None or torch.equal(beta1, beta))
     torch.testing.assert_close(gamma1, C * gamma, rtol=0, atol=0)  # ×16 is exact in binary floating point
     # z = c·W(γ⊙n) + Wβ + b
-    torch.testing.assert_close(model_logits(model, inputs), logits_by_hand(n, W, b, gamma, beta, gain=C), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        model_logits(model, inputs), logits_by_hand(n, W, b, gamma, beta, gain=C), atol=ATOL, rtol=0
+    )
 
 
 def test_uniform_multiplies_the_decoder_weight_not_the_bias():

@@ -114,7 +114,10 @@ def test_bert_bias_alias_is_split_and_kept_equal():
     rescale_mlm_head(model, factor=2.0, scale_bias=True)
     assert model.cls.predictions.bias is not model.cls.predictions.decoder.bias
     assert torch.equal(model.cls.predictions.bias, model.cls.predictions.decoder.bias)
-    assert rescale_record(model)["history"][0]["untied"] == ["cls.predictions.decoder.weight", "cls.predictions.decoder.bias"]
+    assert rescale_record(model)["history"][0]["untied"] == [
+        "cls.predictions.decoder.weight",
+        "cls.predictions.decoder.bias",
+    ]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -168,7 +171,9 @@ def test_second_rescale_refused_unless_forced_then_compounds():
     assert [step["factor"] for step in record["history"]] == [0.5, 3.0]
     assert [step["forced"] for step in record["history"]] == [False, True]
     assert record["total_factor"] == pytest.approx(1.5) and record["total_bias_factor"] == pytest.approx(3.0)
-    assert record["history"][1]["norms_before"]["row_norm_mean"] == pytest.approx(record["history"][0]["norms_after"]["row_norm_mean"])
+    assert record["history"][1]["norms_before"]["row_norm_mean"] == pytest.approx(
+        record["history"][0]["norms_after"]["row_norm_mean"]
+    )
     # z = 3·(0.5·W h + b)
     mask = inputs["attention_mask"].bool()
     expected = 3.0 * (0.5 * torch.einsum("blh,vh->blv", h, before["W"]) + before["b"])
@@ -228,13 +233,24 @@ def test_target_logit_hits_the_target(statistic, scale_bias):
     model = tiny_mlm("bert")
     tokenizer = tiny_tokenizer()
     now = token_logits(model, tokenizer)
-    stat = {"max": np.max, "mean": np.mean, "p99": lambda x: np.quantile(x, 0.99), "p90": lambda x: np.quantile(x, 0.9)}[statistic]
+    stat = {
+        "max": np.max,
+        "mean": np.mean,
+        "p99": lambda x: np.quantile(x, 0.99),
+        "p90": lambda x: np.quantile(x, 0.9),
+    }[statistic]
     b = find_mlm_head(model).bias.detach().double().numpy()
     # reachable by construction: the statistic of the logits rescaled by hand with F = 1.7
     target = float(stat(1.7 * now if scale_bias else 1.7 * (now - b) + b))
     factor = rescale_mlm_head(
-        model, mode="target_logit", target=target, statistic=statistic, tokenizer=tokenizer, texts=TEXTS,
-        scale_bias=scale_bias, calibration={"max_tokens": None},
+        model,
+        mode="target_logit",
+        target=target,
+        statistic=statistic,
+        tokenizer=tokenizer,
+        texts=TEXTS,
+        scale_bias=scale_bias,
+        calibration={"max_tokens": None},
     )
     assert factor > 0
     after = token_logits(model, tokenizer)
@@ -266,8 +282,12 @@ def test_diagnose_weight_and_text_statistics():
     head = diagnosis.head
     assert head.family == "bert" and head.tied and (head.vocab_size, head.hidden_size) == W.shape
     assert head.frobenius == pytest.approx(np.linalg.norm(W), rel=1e-9)
-    assert head.row_norm["mean"] == pytest.approx(rows.mean()) and head.row_norm["median"] == pytest.approx(np.median(rows))
-    assert head.row_norm["p99"] == pytest.approx(np.quantile(rows, 0.99)) and head.row_norm["max"] == pytest.approx(rows.max())
+    assert head.row_norm["mean"] == pytest.approx(rows.mean()) and head.row_norm["median"] == pytest.approx(
+        np.median(rows)
+    )
+    assert head.row_norm["p99"] == pytest.approx(np.quantile(rows, 0.99)) and head.row_norm["max"] == pytest.approx(
+        rows.max()
+    )
     assert head.bias["mean"] == pytest.approx(b.mean()) and head.bias["max"] == pytest.approx(b.max())
     gain = model.cls.predictions.transform.LayerNorm.weight.detach().double().numpy()
     assert head.transform["norm_gain"]["mean"] == pytest.approx(gain.mean())
@@ -276,7 +296,9 @@ def test_diagnose_weight_and_text_statistics():
     stats = diagnosis.logits
     assert stats.n_tokens == logits.shape[0] and stats.n_texts == len(TEXTS)
     assert stats.mean == pytest.approx(logits.mean(), abs=1e-5) and stats.std == pytest.approx(logits.std(), rel=1e-5)
-    assert stats.p99 == pytest.approx(np.quantile(logits, 0.99), abs=1e-5) and stats.max == pytest.approx(logits.max(), abs=1e-5)
+    assert stats.p99 == pytest.approx(np.quantile(logits, 0.99), abs=1e-5) and stats.max == pytest.approx(
+        logits.max(), abs=1e-5
+    )
     assert stats.frac_positive == pytest.approx((logits > 0).mean(), abs=1e-9)
 
     # SPLADE at initialisation, from explicit logits: w = max_t log(1 + ReLU(z)) per text
@@ -310,7 +332,9 @@ def test_diagnose_query_document_scores_and_reference_diagnosis():
     def vectors(texts):
         inputs = batch(tokenizer, texts)
         head = find_mlm_head(model)
-        z = expected_logits(transformed_hidden(model, inputs), head.weight.detach().double(), head.bias.detach().double(), 1.0, False)
+        z = expected_logits(
+            transformed_hidden(model, inputs), head.weight.detach().double(), head.bias.detach().double(), 1.0, False
+        )
         z = z.masked_fill(~inputs["attention_mask"].bool().unsqueeze(-1), -1e9)
         return torch.log1p(torch.relu(z)).amax(dim=1).numpy()
 
@@ -361,7 +385,9 @@ def test_real_checkpoint_rescale_save_reload(tmp_path, splade_tiny):
     torch.testing.assert_close(model_logits(reloaded, inputs)[mask], expected[mask], rtol=1e-5, atol=1e-4)
     encoder = SpladeEncoder.from_pretrained(tmp_path, head_impl="plain", device="cpu")
     z = expected.masked_fill(~mask.unsqueeze(-1), -1e9)
-    np.testing.assert_allclose(encoder.encode(texts, 64).toarray(), torch.log1p(torch.relu(z)).amax(dim=1).numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        encoder.encode(texts, 64).toarray(), torch.log1p(torch.relu(z)).amax(dim=1).numpy(), rtol=1e-4, atol=1e-4
+    )
     assert encoder.metadata.extra["rescale"] == rescale_record(reloaded) == rescale_record(model)
     assert rescale_record(reloaded)["history"][0]["norms_before"]["row_norm_mean"] == pytest.approx(
         np.linalg.norm(E0.numpy(), axis=1).mean()
@@ -416,7 +442,19 @@ def test_cli_diagnose_and_rescale(tmp_path):
     W = find_mlm_head(tiny_mlm("bert")).weight.detach().double().numpy()
     rows = np.linalg.norm(W, axis=1)
 
-    result = runner.invoke(app, ["diagnose", str(model_dir), "--texts", str(texts), "--reference", str(ref_dir), "--out", str(tmp_path / "diag")])
+    result = runner.invoke(
+        app,
+        [
+            "diagnose",
+            str(model_dir),
+            "--texts",
+            str(texts),
+            "--reference",
+            str(ref_dir),
+            "--out",
+            str(tmp_path / "diag"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "diag" / "diagnosis.json").read_text())
     assert report["head"]["row_norm"]["mean"] == pytest.approx(rows.mean())
@@ -438,7 +476,9 @@ def test_cli_diagnose_and_rescale(tmp_path):
     result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(out), "--match-norm", "2.5"])
     assert result.exit_code == 0, result.output
     reloaded = tf.AutoModelForMaskedLM.from_pretrained(out)
-    assert np.linalg.norm(find_mlm_head(reloaded).weight.detach().double().numpy(), axis=1).mean() == pytest.approx(2.5, rel=1e-6)
+    assert np.linalg.norm(find_mlm_head(reloaded).weight.detach().double().numpy(), axis=1).mean() == pytest.approx(
+        2.5, rel=1e-6
+    )
     assert json.loads((out / "spladekit.json").read_text())["extra"]["rescale"]["history"][0]["mode"] == "match_norm"
     assert json.loads((out / "rescale_config.json").read_text())["match_norm"] == "2.5"
 
@@ -449,9 +489,25 @@ def test_cli_diagnose_and_rescale(tmp_path):
     record = json.loads((tmp_path / "again" / "config.json").read_text())["spladekit_rescale"]
     assert record["total_factor"] == pytest.approx(2.0 * 2.5 / rows.mean())
 
-    target = runner.invoke(app, ["rescale", str(model_dir), "--out", str(tmp_path / "t"), "--target-logit", "3", "--statistic", "max", "--texts", str(texts)])
+    target = runner.invoke(
+        app,
+        [
+            "rescale",
+            str(model_dir),
+            "--out",
+            str(tmp_path / "t"),
+            "--target-logit",
+            "3",
+            "--statistic",
+            "max",
+            "--texts",
+            str(texts),
+        ],
+    )
     assert target.exit_code == 0, target.output
-    assert token_logits(tf.AutoModelForMaskedLM.from_pretrained(tmp_path / "t"), tiny_tokenizer()).max() == pytest.approx(3.0, abs=1e-4)
+    assert token_logits(
+        tf.AutoModelForMaskedLM.from_pretrained(tmp_path / "t"), tiny_tokenizer()
+    ).max() == pytest.approx(3.0, abs=1e-4)
 
     for bad in (["--factor", "2", "--match-norm", "1"], [], ["--target-logit", "3"]):
         result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(tmp_path / "bad"), *bad])
@@ -466,7 +522,9 @@ def test_diagnose_reports_modernbert_final_norm():
     diagnosis = diagnose_mlm_head(model)
     gain = model.model.final_norm.weight.detach().double().numpy()
     assert diagnosis.head.final_norm["mean"] == pytest.approx(gain.mean()) and diagnosis.head.family == "modernbert"
-    assert diagnosis.head.transform["norm_gain"]["mean"] == pytest.approx(model.head.norm.weight.detach().double().mean().item())
+    assert diagnosis.head.transform["norm_gain"]["mean"] == pytest.approx(
+        model.head.norm.weight.detach().double().mean().item()
+    )
     assert diagnose_mlm_head(tiny_mlm("bert")).head.final_norm is None
 
 
@@ -484,8 +542,9 @@ def test_builtin_reference_is_splade_tiny_measured_on_scifact(shared):
 
     encoder = SpladeEncoder.from_pretrained(shared / "models" / "splade-tiny", head_impl="plain", device="cpu")
     queries, documents = sample_beir_texts(shared / "data" / "beir" / "scifact", 64, 64, 0)
-    got = diagnose_mlm_head(encoder.model, encoder.tokenizer, queries=queries, documents=documents, max_length=128,
-                            max_tokens=1024, seed=0)
+    got = diagnose_mlm_head(
+        encoder.model, encoder.tokenizer, queries=queries, documents=documents, max_length=128, max_tokens=1024, seed=0
+    )
     ref = BUILTIN_REFERENCE
     assert got.head.row_norm["mean"] == pytest.approx(ref["row_norm_mean"], rel=1e-5)
     for key in ("mean", "std", "p99", "max", "frac_positive"):
@@ -523,7 +582,9 @@ def test_diagnose_without_reference_judges_against_the_builtin_one_and_suggests_
     assert abs(after.splade.active_terms["mean"] - target_active) <= 1 / (2 * len(texts)) + 1e-9
     assert json.dumps(diagnosis.to_dict()) and "suggested shift s" in diagnosis.table()
     without_text = diagnose_mlm_head(tiny_mlm("bert"))
-    assert without_text.suggested_factor == pytest.approx(BUILTIN_REFERENCE["row_norm_mean"] / without_text.head.row_norm["mean"])
+    assert without_text.suggested_factor == pytest.approx(
+        BUILTIN_REFERENCE["row_norm_mean"] / without_text.head.row_norm["mean"]
+    )
     assert without_text.suggested_shift is None and "needs sample text" in without_text.table()
 
 
@@ -536,13 +597,35 @@ def test_cli_diagnose_says_each_phase_in_order(tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     src = str(Path(__file__).resolve().parents[3] / "src")
-    proc = subprocess.run([sys.executable, "-c", "from spladekit.cli import main; main()", "diagnose", str(model_dir),
-                           "--texts", str(texts), "--out", str(tmp_path / "diag")],
-                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": src})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from spladekit.cli import main; main()",
+            "diagnose",
+            str(model_dir),
+            "--texts",
+            str(texts),
+            "--out",
+            str(tmp_path / "diag"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": src},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.replace("\r", "\n").splitlines() if line and "%|" not in line]
-    phases = ["diagnose ", "sample text: 6 texts", "loading ", "MLM head: decoder", "logits on 6 texts",
-              "SPLADE vectors at initialisation", "suggesting a factor and a shift", "writing "]
+    phases = [
+        "diagnose ",
+        "sample text: 6 texts",
+        "loading ",
+        "MLM head: decoder",
+        "logits on 6 texts",
+        "SPLADE vectors at initialisation",
+        "suggesting a factor and a shift",
+        "writing ",
+    ]
     found = [next(i for i, line in enumerate(lines) if line.startswith(p)) for p in phases]
     assert found == sorted(found), lines
     assert "suggested shift s" in proc.stdout and "verdict:" in proc.stdout
@@ -553,8 +636,11 @@ def test_logit_histogram_marks_the_tail_the_sample_cuts(tmp_path, monkeypatch):
 
     seen = {}
     real = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.update(title=fig.axes[0].get_title(),
-                                                                         xlim=fig.axes[0].get_xlim()) or real(fig, path))
+    monkeypatch.setattr(
+        plots,
+        "_save",
+        lambda fig, path: seen.update(title=fig.axes[0].get_title(), xlim=fig.axes[0].get_xlim()) or real(fig, path),
+    )
     sample = np.random.default_rng(0).normal(-7.6, 2.9, 10_000)
     plots.head_logits({"m": sample}, tmp_path / "l.png", marks={"max of all logits": 12.24}, note="a sample of 10,000")
     assert (tmp_path / "l.png").stat().st_size > 0

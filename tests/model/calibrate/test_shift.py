@@ -93,7 +93,9 @@ def test_a_shift_is_carried_by_every_export(tmp_path):
     out = export_for_engine("opensearch", encoder, tmp_path / "os")
     with zipfile.ZipFile(out / "model.zip") as archive:
         archive.extract("model.pt", tmp_path / "os-pt")
-    assert_vectors(djl_call(torch.jit.load(str(tmp_path / "os-pt" / "model.pt")), encoder, TEXTS)["output"].numpy(), want, tol)
+    assert_vectors(
+        djl_call(torch.jit.load(str(tmp_path / "os-pt" / "model.pt")), encoder, TEXTS)["output"].numpy(), want, tol
+    )
 
     out = export_for_engine("elasticsearch", encoder, tmp_path / "es")
     loaded, record = torch.jit.load(str(out / "model.pt")), json.loads((out / "spladekit.json").read_text())["extra"]
@@ -111,7 +113,9 @@ def test_a_shift_is_carried_by_every_export(tmp_path):
     session = ort.InferenceSession(str(out / "splade-pp-ed-optimized.onnx"))
     for text, row in zip(TEXTS, want):
         ids = encoder.tokenize([text], LENGTH)["input_ids"].numpy()
-        idx, values = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)})
+        idx, values = session.run(
+            None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)}
+        )
         got = np.zeros_like(row)
         got[idx] = values
         assert_vectors(got, row, tol)
@@ -136,7 +140,11 @@ def _active_terms_and_allowance(splade: SpladeModel, tokenizer, texts, shift: fl
     with torch.no_grad():
         h = model.hidden_states(batch["input_ids"], batch["attention_mask"])
         head = model.head
-        z = (h @ head.weight.T + head.bias).masked_fill(~batch["attention_mask"].bool()[..., None], float("-inf")).amax(dim=1)
+        z = (
+            (h @ head.weight.T + head.bias)
+            .masked_fill(~batch["attention_mask"].bool()[..., None], float("-inf"))
+            .amax(dim=1)
+        )
         size = (h.abs().amax(dim=(0, 1)) @ head.weight.abs().T).max() + head.bias.abs().max() + abs(shift)
     delta = (h.shape[-1] + 2) * EPS32 / 2 * float(size)
     near = int((z.abs() <= delta).sum())
@@ -158,10 +166,21 @@ def test_joint_calibration_reaches_both_targets():
     texts = distinct_texts()
     mlm = tiny_mlm("roberta")
     splade = SpladeModel(mlm, "plain")
-    factor = rescale_mlm_head(splade, mode="joint", target=2.5, activity=7.0, tokenizer=tokenizer, texts=texts,
-                              calibration={"max_tokens": None})
+    factor = rescale_mlm_head(
+        splade,
+        mode="joint",
+        target=2.5,
+        activity=7.0,
+        tokenizer=tokenizer,
+        texts=texts,
+        calibration={"max_tokens": None},
+    )
     step = rescale_record(mlm)["history"][-1]
-    assert step["mode"] == "joint" and step["factor"] == factor and step["shift"] == pytest.approx(rescale_record(mlm)["total_shift"])
+    assert (
+        step["mode"] == "joint"
+        and step["factor"] == factor
+        and step["shift"] == pytest.approx(rescale_record(mlm)["total_shift"])
+    )
     assert _by_hand_std(mlm, tokenizer, texts) == pytest.approx(2.5, rel=1e-5)  # brentq's 1e-10, then float32 logits
     active, allowance = _active_terms_and_allowance(splade, tokenizer, texts, step["shift"])
     assert abs(active - 7.0) <= allowance, (active, allowance)
@@ -175,8 +194,14 @@ def test_joint_calibration_against_a_reference_model_and_a_shift_on_the_fraction
     ref_std = _by_hand_std(reference.mlm, tokenizer, texts)
     ref_active, _ = _active_terms_and_allowance(reference, tokenizer, texts, 0.0)
     splade = SpladeModel(tiny_mlm("bert", seed=9), "plain")
-    rescale_mlm_head(splade, mode="joint", reference=(reference, tokenizer), tokenizer=tokenizer, texts=texts,
-                     calibration={"max_tokens": None})
+    rescale_mlm_head(
+        splade,
+        mode="joint",
+        reference=(reference, tokenizer),
+        tokenizer=tokenizer,
+        texts=texts,
+        calibration={"max_tokens": None},
+    )
     step = rescale_record(splade)["history"][-1]
     assert step["target"] == pytest.approx(ref_std, rel=1e-5) and step["activity_target"] == pytest.approx(ref_active)
     assert _by_hand_std(splade.mlm, tokenizer, texts) == pytest.approx(ref_std, rel=1e-5)
@@ -184,8 +209,16 @@ def test_joint_calibration_against_a_reference_model_and_a_shift_on_the_fraction
     assert abs(active - ref_active) <= allowance
 
     other = tiny_mlm("bert", seed=11)  # the fraction of token logits above zero, on the whole sample
-    rescale_mlm_head(other, mode="factor", factor=0.5, activity=0.1, activity_statistic="frac_positive",
-                     tokenizer=tokenizer, texts=texts, calibration={"max_tokens": None})
+    rescale_mlm_head(
+        other,
+        mode="factor",
+        factor=0.5,
+        activity=0.1,
+        activity_statistic="frac_positive",
+        tokenizer=tokenizer,
+        texts=texts,
+        calibration={"max_tokens": None},
+    )
     head = find_mlm_head(other)
     hidden = token_hidden_states(other, tokenizer, texts, max_tokens=None).double()
     z = hidden @ head.weight.detach().double().T + head.bias.detach().double()
@@ -210,9 +243,13 @@ def test_shift_arguments_are_checked_before_anything_changes():
 
     mlm = tiny_mlm("bert")
     before = find_mlm_head(mlm).bias.detach().clone()
-    for kwargs, words in (({"mode": None}, "nothing to do"), ({"mode": None, "shift": 1.0, "activity": 3.0}, "not both"),
-                          ({"mode": None, "shift": float("nan")}, "finite"), ({"mode": "joint", "target": 2.0}, "reference"),
-                          ({"mode": None, "activity": 3.0}, "tokenizer")):
+    for kwargs, words in (
+        ({"mode": None}, "nothing to do"),
+        ({"mode": None, "shift": 1.0, "activity": 3.0}, "not both"),
+        ({"mode": None, "shift": float("nan")}, "finite"),
+        ({"mode": "joint", "target": 2.0}, "reference"),
+        ({"mode": None, "activity": 3.0}, "tokenizer"),
+    ):
         with pytest.raises(ValueError, match=words):
             rescale_mlm_head(mlm, **kwargs)
     assert torch.equal(find_mlm_head(mlm).bias.detach(), before) and rescale_record(mlm) is None
@@ -252,7 +289,9 @@ def test_cli_rescale_shift_joint_and_head_options(tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS * 2) + "\n")
     out = tmp_path / "shifted"
-    result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(out), "--shift", "1.5", "--position-top-k", "4"])
+    result = runner.invoke(
+        app, ["rescale", str(model_dir), "--out", str(out), "--shift", "1.5", "--position-top-k", "4"]
+    )
     assert result.exit_code == 0, result.output
     assert "shift s = 1.5" in result.output and "position_top_k = 4" in result.output
     meta = json.loads((out / "spladekit.json").read_text())
@@ -263,12 +302,29 @@ def test_cli_rescale_shift_joint_and_head_options(tmp_path):
     card = (out / "README.md").read_text()
     assert "shift" in card and "1.5" in card
 
-    joint = runner.invoke(app, ["rescale", str(model_dir), "--out", str(tmp_path / "joint"), "--joint", "--reference",
-                                str(ref_dir), "--texts", str(texts)])
+    joint = runner.invoke(
+        app,
+        [
+            "rescale",
+            str(model_dir),
+            "--out",
+            str(tmp_path / "joint"),
+            "--joint",
+            "--reference",
+            str(ref_dir),
+            "--texts",
+            str(texts),
+        ],
+    )
     assert joint.exit_code == 0, joint.output
     step = json.loads((tmp_path / "joint" / "config.json").read_text())["spladekit_rescale"]["history"][0]
     assert step["mode"] == "joint" and step["shift_mode"] == "activity" and step["reference"] == str(ref_dir)
-    for bad in (["--joint"], ["--shift", "1", "--target-activity", "3"], ["--joint", "--factor", "2"], ["--target-activity", "3"]):
+    for bad in (
+        ["--joint"],
+        ["--shift", "1", "--target-activity", "3"],
+        ["--joint", "--factor", "2"],
+        ["--target-activity", "3"],
+    ):
         result = runner.invoke(app, ["rescale", str(model_dir), "--out", str(tmp_path / "bad"), *bad])
         assert result.exit_code == 2, (bad, result.output)
     assert not (tmp_path / "bad").exists()

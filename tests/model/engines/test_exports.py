@@ -50,7 +50,9 @@ def make_encoder(tmp_path: Path, family: str = "bert", **meta) -> SpladeEncoder:
     tok.save_pretrained(tmp_path / "tok")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
     folder = tmp_path / f"model-{family}-{'-'.join(f'{k}{v}' for k, v in meta.items())}"
-    SpladeEncoder(tiny_mlm(family), tokenizer, EncoderMetadata(doc_max_length=LENGTH, **meta), device="cpu").save_pretrained(folder)
+    SpladeEncoder(
+        tiny_mlm(family), tokenizer, EncoderMetadata(doc_max_length=LENGTH, **meta), device="cpu"
+    ).save_pretrained(folder)
     return SpladeEncoder.from_pretrained(folder, device="cpu", head_impl="plain")
 
 
@@ -61,7 +63,9 @@ def float64_weights(encoder: SpladeEncoder, texts, max_length: int) -> np.ndarra
     with torch.no_grad():
         weights = model(batch["input_ids"], batch["attention_mask"]).numpy()
     ref = SpladeEncoder(model, encoder.tokenizer, copy.deepcopy(encoder.metadata), device="cpu")
-    zero = [encoder.tokenizer.pad_token_id] + (list(encoder.tokenizer.all_special_ids) if ref.metadata.zero_special_tokens else [])
+    zero = [encoder.tokenizer.pad_token_id] + (
+        list(encoder.tokenizer.all_special_ids) if ref.metadata.zero_special_tokens else []
+    )
     weights[:, zero] = 0.0
     return weights
 
@@ -109,9 +113,11 @@ def test_allowlisted_pooling_equals_the_formula():
     keep[0] = 0
     for pooling in ("max", "sum"):
         for activation in ("relu", "log1p_relu"):
+
             def act(x):
                 y = torch.log1p(torch.relu(x))
                 return torch.log1p(y) if activation == "log1p_relu" else y
+
             if pooling == "max":
                 expected = act(logits.masked_fill(~mask.bool().unsqueeze(-1), float("-inf")).amax(dim=1))
             else:
@@ -125,8 +131,12 @@ def es_call(module, encoder, text: str, arguments: list[str]):
     """One sequence as ml-cpp passes it: [1, L] int64, the tokenization's argument list."""
     batch = encoder.tokenize([text], LENGTH)
     ids, mask = batch["input_ids"].long(), batch["attention_mask"].long()
-    args = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
-            "position_ids": torch.arange(ids.shape[1]).unsqueeze(0)}
+    args = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": torch.zeros_like(ids),
+        "position_ids": torch.arange(ids.shape[1]).unsqueeze(0),
+    }
     with torch.no_grad():
         result = module(*[args[name] for name in arguments])
     if isinstance(result, tuple):  # ml-cpp: element 0 of a tuple
@@ -134,9 +144,17 @@ def es_call(module, encoder, text: str, arguments: list[str]):
     return result
 
 
-@pytest.mark.parametrize("family,variant", [("bert", ("max", "relu")), ("bert", ("max", "log1p_relu")),
-                                            ("bert", ("sum", "relu")), ("distilbert", ("max", "relu")),
-                                            ("electra", ("max", "relu")), ("roberta", ("sum", "log1p_relu"))])
+@pytest.mark.parametrize(
+    "family,variant",
+    [
+        ("bert", ("max", "relu")),
+        ("bert", ("max", "log1p_relu")),
+        ("bert", ("sum", "relu")),
+        ("distilbert", ("max", "relu")),
+        ("electra", ("max", "relu")),
+        ("roberta", ("sum", "log1p_relu")),
+    ],
+)
 def test_elasticsearch_pt_gives_the_vector_per_sequence(tmp_path, family, variant):
     encoder = make_encoder(tmp_path, family)
     pooling, activation = variant
@@ -230,7 +248,6 @@ def test_opensearch_zip_gives_the_vectors_and_decodes(tmp_path, activation):
         assert max(abs(decoded[t] - spladekit[t]) for t in decoded) <= tolerance(encoder, TEXTS)
 
 
-
 @pytest.mark.engines
 @pytest.mark.xdist_group("engine-venvs")  # one worker builds/uses the venvs
 def test_opensearch_py_ml_traces_the_same_folder_equal(tmp_path):
@@ -247,7 +264,9 @@ from opensearch_py_ml.ml_models.sparse_encoding_model import SparseEncodingModel
 m = SparseEncodingModel(model_id=sys.argv[1], folder_path=sys.argv[2], overwrite=True)
 print(m.save_as_pt(sentences=["today is sunny"], model_id=sys.argv[1], add_apache_license=False))
 """
-    zip_path = run_in("opensearch-py-ml", script, encoder.metadata.source, str(tmp_path / "osml")).strip().splitlines()[-1]
+    zip_path = (
+        run_in("opensearch-py-ml", script, encoder.metadata.source, str(tmp_path / "osml")).strip().splitlines()[-1]
+    )
     with zipfile.ZipFile(zip_path) as archive:
         pt = next(n for n in archive.namelist() if n.endswith(".pt"))
         archive.extract(pt, tmp_path / "theirs")
@@ -286,15 +305,24 @@ print(json.dumps([[e.indices.tolist(), e.values.tolist()] for e in model.embed(t
 
 @pytest.mark.engines
 @pytest.mark.xdist_group("engine-venvs")
-@pytest.mark.parametrize("family,meta", [("bert", {}), ("bert", {"activation": "log1p_relu"}),
-                                         ("bert", {"zero_special_tokens": True}), ("roberta", {}),
-                                         ("distilbert", {"activation": "log1p_relu"}), ("splade-tiny", {})])
+@pytest.mark.parametrize(
+    "family,meta",
+    [
+        ("bert", {}),
+        ("bert", {"activation": "log1p_relu"}),
+        ("bert", {"zero_special_tokens": True}),
+        ("roberta", {}),
+        ("distilbert", {"activation": "log1p_relu"}),
+        ("splade-tiny", {}),
+    ],
+)
 def test_fastembed_loads_the_export_and_equals_spladekit(tmp_path, family, meta, request):
     from tests.engine_venvs import run_in
 
     if family == "splade-tiny":
-        encoder = SpladeEncoder.from_pretrained(request.getfixturevalue("splade_tiny"), device="cpu", head_impl="plain",
-                                                doc_max_length=LENGTH)
+        encoder = SpladeEncoder.from_pretrained(
+            request.getfixturevalue("splade_tiny"), device="cpu", head_impl="plain", doc_max_length=LENGTH
+        )
     else:
         encoder = make_encoder(tmp_path, family, **meta)
     out = export_for_engine("fastembed", encoder, tmp_path / "fe")
@@ -361,8 +389,12 @@ def test_anserini_onnx_encoder_runs_the_export(tmp_path, variant):
     cache.mkdir(parents=True)
     for name in (ONNX_FILE, VOCAB_FILE):
         shutil.copy(out / name, cache / name)
-    proc = subprocess.run([sys.executable, "-c", ANSERINI, str(eh.anserini_jar()), str(tmp_path / "home"), json.dumps(TEXTS)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", ANSERINI, str(eh.anserini_jar()), str(tmp_path / "home"), json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     tol = tolerance(encoder, TEXTS)
@@ -396,15 +428,30 @@ def test_cli_export_model_engine_formats(tmp_path):
     from spladekit.index.formats.elastic import mapping
 
     encoder = make_encoder(tmp_path, "bert")
-    proc = subprocess.run([sys.executable, "-m", "spladekit", "export-model", "--model", encoder.metadata.source,
-                           "--format", "fastembed", "--out", str(tmp_path / "cli-fastembed")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "export-model",
+            "--model",
+            encoder.metadata.source,
+            "--format",
+            "fastembed",
+            "--out",
+            str(tmp_path / "cli-fastembed"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "cli-fastembed" / "model.onnx").is_file() and "HOW_TO_LOAD.md" in proc.stdout
     for engine, field_type in (("elasticsearch", "sparse_vector"), ("opensearch", "rank_features")):
         out = tmp_path / f"cli-{engine}"
-        result = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, "--format", engine,
-                                          "--out", str(out)])
+        result = CliRunner().invoke(
+            app, ["export-model", "--model", encoder.metadata.source, "--format", engine, "--out", str(out)]
+        )
         assert result.exit_code == 0, result.output
         assert json.dumps(mapping("splade", field_type), indent=2) in (out / "HOW_TO_LOAD.md").read_text()
         # the model card beside the export (issue 33): parsed by huggingface_hub, tagged with the engine, and its
@@ -413,15 +460,19 @@ def test_cli_export_model_engine_formats(tmp_path):
         assert {"sparse-encoder", "splade", "spladekit", engine} <= set(card.data.tags)
         assert "(HOW_TO_LOAD.md)" in card.text and "SpladeEncoder.from_pretrained" not in card.text
         (out / "README.md").write_text("my own card")  # a second export keeps a card the user wrote
-        again = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, "--format", engine,
-                                         "--out", str(out)])
+        again = CliRunner().invoke(
+            app, ["export-model", "--model", encoder.metadata.source, "--format", engine, "--out", str(out)]
+        )
         assert again.exit_code == 0, again.output
         assert (out / "README.md").read_text() == "my own card"
-    for args, words in ((["--format", "elasticsearch", "--quantize", "int8"], "--format onnx only"),
-                        (["--format", "fastembed", "--opset", "3"], "--format onnx only"),
-                        (["--format", "nope"], "elasticsearch, opensearch, fastembed, anserini")):
-        refused = CliRunner().invoke(app, ["export-model", "--model", encoder.metadata.source, *args,
-                                           "--out", str(tmp_path / "q")])
+    for args, words in (
+        (["--format", "elasticsearch", "--quantize", "int8"], "--format onnx only"),
+        (["--format", "fastembed", "--opset", "3"], "--format onnx only"),
+        (["--format", "nope"], "elasticsearch, opensearch, fastembed, anserini"),
+    ):
+        refused = CliRunner().invoke(
+            app, ["export-model", "--model", encoder.metadata.source, *args, "--out", str(tmp_path / "q")]
+        )
         assert refused.exit_code == 2 and words in refused.output and not (tmp_path / "q").exists(), refused.output
 
 
@@ -460,9 +511,11 @@ def _libtorch_declarations() -> Path | None:
     return header if header.is_file() else None
 
 
-@pytest.mark.skipif(_libtorch_declarations() is None,
-                    reason="torch 2.7.1's RegistrationDeclarations.h not found: `make test` (scripts/setup-engines.sh) "
-                           "extracts it, or SPLADEKIT_LIBTORCH_DECLARATIONS=torch-2.7.1-*.whl or the header")
+@pytest.mark.skipif(
+    _libtorch_declarations() is None,
+    reason="torch 2.7.1's RegistrationDeclarations.h not found: `make test` (scripts/setup-engines.sh) "
+    "extracts it, or SPLADEKIT_LIBTORCH_DECLARATIONS=torch-2.7.1-*.whl or the header",
+)
 @pytest.mark.parametrize("family", ["bert", "distilbert", "roberta"])
 def test_torchscript_signatures_exist_in_libtorch_2_7_1(tmp_path, family):
     """Every ATen call in the Elasticsearch and OpenSearch .pt files has its signature in torch 2.7.1's
@@ -488,11 +541,23 @@ def bpe_roberta_encoder() -> SpladeEncoder:
     from tests.mlm_families import WORDS
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(TEXTS + [" ".join(WORDS)], vocab_size=300, min_frequency=1,
-                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    tokenizer = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                                     cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
-                                     model_max_length=62)
+    bpe.train_from_iterator(
+        TEXTS + [" ".join(WORDS)],
+        vocab_size=300,
+        min_frequency=1,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+    )
+    tokenizer = RobertaTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        model_max_length=62,
+    )
     mlm = tiny_mlm("roberta", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     return SpladeEncoder(mlm, tokenizer, EncoderMetadata(doc_max_length=LENGTH, source="bpe-roberta"), device="cpu")
 

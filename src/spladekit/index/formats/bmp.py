@@ -76,7 +76,9 @@ def build(path: str | Path, ciff_file: str | Path, max_tf: int, bsize: int = 16)
     import bmp
 
     if max_tf > MAX_IMPACT:
-        raise ValueError(f"largest impact {max_tf} > {MAX_IMPACT}: BMP keeps 8-bit block maxima; export with a scale from document_scale()")
+        raise ValueError(
+            f"largest impact {max_tf} > {MAX_IMPACT}: BMP keeps 8-bit block maxima; export with a scale from document_scale()"
+        )
     if bsize < 1:
         raise ValueError(f"bsize must be ≥ 1, got {bsize}")
     bmp.ciff2bmp(ciff_file=str(ciff_file), output=str(path), bsize=int(bsize), compress_range=False)
@@ -95,15 +97,18 @@ def _integer_query(indices: np.ndarray, values: np.ndarray, vocabulary: Sequence
     return indices[weights > 0], weights[weights > 0]
 
 
-def query_weights(indices: np.ndarray, values: np.ndarray, vocabulary: Sequence[str], indexed: Collection[str] | None = None
-                  ) -> dict[str, int]:
+def query_weights(
+    indices: np.ndarray, values: np.ndarray, vocabulary: Sequence[str], indexed: Collection[str] | None = None
+) -> dict[str, int]:
     """One query as BMP's ``{term: integer weight}`` (module docstring): the terms of ``indexed``
     only (all when None), largest weight exactly 32; ``{}`` when no term is left."""
     columns, weights = _integer_query(indices, values, vocabulary, indexed)
     return {vocabulary[j]: int(w) for j, w in zip(columns.tolist(), weights.tolist())}
 
 
-def quantised_queries(queries: sp.spmatrix, vocabulary: Sequence[str], indexed: Collection[str] | None = None) -> sp.csr_matrix:
+def quantised_queries(
+    queries: sp.spmatrix, vocabulary: Sequence[str], indexed: Collection[str] | None = None
+) -> sp.csr_matrix:
     """``[Q, V]`` the integer query vectors :func:`query_weights` hands BMP (what exact search is
     compared with)."""
     rows, cols, vals = [], [], []
@@ -141,8 +146,16 @@ def depth(k: int) -> int:
     return next((d for d in DEPTHS if d > k), DEPTHS[-1])
 
 
-def search(searcher, queries: sp.spmatrix, vocabulary: Sequence[str], doc_ids: Sequence[str], indexed: Collection[str], k: int = 10,
-           alpha: float = 1.0, beta: float = 1.0) -> list[list[tuple[int, float]]]:
+def search(
+    searcher,
+    queries: sp.spmatrix,
+    vocabulary: Sequence[str],
+    doc_ids: Sequence[str],
+    indexed: Collection[str],
+    k: int = 10,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+) -> list[list[tuple[int, float]]]:
     """Top-``k`` of each query with a ``bmp.Searcher``: ``(row, score)`` lists like ``exact_search``
     (ties by document id). Terms outside ``indexed`` (:func:`indexed_terms`) match nothing and are
     dropped; a query with no term left returns ``[]`` without calling BMP (which cannot take it)."""

@@ -192,8 +192,9 @@ def bulk_rows(path: str | Path, vocabulary: Sequence[str], field: str = "splade"
         action = None
         yield doc_id, row
     if action is not None:  # the file ends after an action line: its document was cut off
-        raise DataFormatError(path, "the last action line has no document line after it (the file ends early)",
-                              line=action_line)
+        raise DataFormatError(
+            path, "the last action line has no document line after it (the file ends early)", line=action_line
+        )
 
 
 def query_body(
@@ -224,5 +225,7 @@ def query_body(
     terms = vector_object(idx, val, vocabulary, keys)
     if field_type == "sparse_vector":
         return {"size": k, "query": {"sparse_vector": {"field": field, "query_vector": terms, "prune": False}}}
-    should = [{"rank_feature": {"field": f"{field}.{key}", "linear": {}, "boost": weight}} for key, weight in terms.items()]
+    should = [
+        {"rank_feature": {"field": f"{field}.{key}", "linear": {}, "boost": weight}} for key, weight in terms.items()
+    ]
     return {"size": k, "query": {"bool": {"should": should}}}

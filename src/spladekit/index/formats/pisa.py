@@ -60,8 +60,14 @@ def retriever(index, k: int = 10, algorithm: str = "block_max_wand", threads: in
 
 
 def search(
-    index, queries: sp.spmatrix, doc_ids: Sequence[str], k: int = 10, scale: float = 100.0, algorithm: str = "block_max_wand",
-    threads: int = 1, retrieve=None,
+    index,
+    queries: sp.spmatrix,
+    doc_ids: Sequence[str],
+    k: int = 10,
+    scale: float = 100.0,
+    algorithm: str = "block_max_wand",
+    threads: int = 1,
+    retrieve=None,
 ) -> list[list[tuple[int, float]]]:
     """Search quantised ``queries`` with a safe algorithm; ``(row, score)`` lists like ``exact_search``.
 

@@ -95,7 +95,9 @@ def parse_statistic(name: str) -> tuple[str, float | None]:
     match = re.fullmatch(r"p(\d{1,2}(?:\.\d+)?|100)", name)
     if match:
         return "percentile", float(match.group(1)) / 100.0
-    raise ValueError(f"unknown logit statistic {name!r}; use one of {', '.join(NAMED_STATISTICS)} or a percentile such as p99")
+    raise ValueError(
+        f"unknown logit statistic {name!r}; use one of {', '.join(NAMED_STATISTICS)} or a percentile such as p99"
+    )
 
 
 def logit_statistic(logits: torch.Tensor, statistic: str) -> float:
@@ -148,7 +150,13 @@ def token_hidden_states(
     rows = []
     try:
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+            batch = tokenizer(
+                texts[start : start + batch_size],
+                max_length=max_length,
+                truncation=True,
+                padding=True,
+                return_tensors="pt",
+            )
             mask = batch["attention_mask"].to(device)
             hidden = splade.hidden_states(batch["input_ids"].to(device), mask)
             rows.append(hidden[mask.bool()].float())
