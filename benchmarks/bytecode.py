@@ -72,7 +72,7 @@ def main() -> int:
             "from source": dict(base, PYTHONPYCACHEPREFIX=empty, PYTHONDONTWRITEBYTECODE="1"),
         }
         walls = {(case, env): [] for case in cases for env in envs}
-        for case, code in cases.items():  # warm-up: the file cache holds the sources and the bytecode
+        for code in cases.values():  # warm-up: the file cache holds the sources and the bytecode
             for env in envs.values():
                 run_once(code, env)
         for _ in range(options.repeats):

@@ -73,7 +73,7 @@ def main() -> int:
     cases = {k: v for k, v in CASES.items() if not (options.no_torch and k == "import torch")}
     walls: dict[str, list[float]] = {name: [] for name in cases}
     rss: dict[str, list[float]] = {name: [] for name in cases}
-    for name, args in cases.items():  # warm-up: the file cache holds the modules before timing
+    for args in cases.values():  # warm-up: the file cache holds the modules before timing
         run_once(args)
     for _ in range(options.repeats):
         for name, args in cases.items():

@@ -278,8 +278,8 @@ def phase_search(corpus: str, work: Path) -> dict:
         exact = ExactConfig(prune=prune)
         for k in (10, 1000):
             r = timed_search(
-                lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, searcher=exact).hits],
-                lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, searcher=exact),
+                lambda qq, kk: [[d for d, _ in h] for h in index.search(qq, k=kk, searcher=exact).hits],  # noqa: B023 (called in this iteration only)
+                lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, searcher=exact),  # noqa: B023 (called in this iteration only)
                 q,
                 k,
             )
@@ -402,7 +402,10 @@ def phase_pisa_search(corpus: str, work: Path) -> dict:
         part = {}
         for k in (10, 1000):
             r = timed_search(
-                lambda qq, kk: run(frames, algorithm, kk), lambda qq, i, kk: run(frames[i : i + 1], algorithm, kk), q, k
+                lambda qq, kk: run(frames, algorithm, kk),  # noqa: B023 (called in this iteration only)
+                lambda qq, i, kk: run(frames[i : i + 1], algorithm, kk),  # noqa: B023 (called in this iteration only)
+                q,
+                k,
             )
             hits = r.pop("hits")
             part.update(r)
@@ -509,10 +512,10 @@ def phase_seismic_interleaved(corpus: str, work: Path, rounds: int = 3) -> dict:
     for k in (10, 1000):
         opts = dict(k=k, query_cut=at.query_cut, heap_factor=at.heap_factor, n_knn=0, sorted=True)
         calls = {
-            "direct_one": lambda i: engine.search(str(i), comps[i], vals[i], **opts),
-            "spladekit_one": lambda i: index.search(rows[i], k=k, searcher=SeismicConfig(search=at)),
-            "direct_batch": lambda i: engine.batch_search(qids, comps, vals, num_threads=1, **opts),
-            "spladekit_batch": lambda i: index.search(q, k=k, searcher=SeismicConfig(search=at)),
+            "direct_one": lambda i: engine.search(str(i), comps[i], vals[i], **opts),  # noqa: B023 (called in this iteration only)
+            "spladekit_one": lambda i: index.search(rows[i], k=k, searcher=SeismicConfig(search=at)),  # noqa: B023 (called in this iteration only)
+            "direct_batch": lambda i: engine.batch_search(qids, comps, vals, num_threads=1, **opts),  # noqa: B023 (called in this iteration only)
+            "spladekit_batch": lambda i: index.search(q, k=k, searcher=SeismicConfig(search=at)),  # noqa: B023 (called in this iteration only)
         }
         spent = {name: [] for name in calls}
         for i in range(20):  # warm-up
@@ -688,9 +691,10 @@ def phase_seismic_shards_search(corpus: str, work: Path) -> dict:
         for k in (10, 1000):
             r = timed_search(
                 lambda qq, kk: [
-                    [d for d, _ in h] for h in index.search(qq, k=kk, searcher=SeismicConfig(search=at)).hits
+                    [d for d, _ in h]
+                    for h in index.search(qq, k=kk, searcher=SeismicConfig(search=at)).hits  # noqa: B023 (called in this iteration only)
                 ],
-                lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, searcher=SeismicConfig(search=at)),
+                lambda qq, i, kk: index.search(qq[i : i + 1], k=kk, searcher=SeismicConfig(search=at)),  # noqa: B023 (called in this iteration only)
                 q,
                 k,
             )

@@ -92,12 +92,12 @@ def main() -> None:
         del dataset, built
 
         def search(i, k, cut, heap):  # called in this iteration only, before `del index` below frees the build
-            hits = index.search(
+            hits = index.search(  # noqa: B023, F821 (called in this iteration only, before `del index` frees the build)
                 str(i), components[i], values[i], k=k, query_cut=cut, heap_factor=heap, n_knn=0, sorted=True
-            )  # noqa: F821, B023
+            )
             rows = np.fromiter((int(h[2]) for h in hits), np.int64)
             found = (
-                np.fromiter((h[1] for h in hits), np.float32) if not keep else (docs[rows] @ q[i].T).toarray().ravel()
+                np.fromiter((h[1] for h in hits), np.float32) if not keep else (docs[rows] @ q[i].T).toarray().ravel()  # noqa: B023 (called in this iteration only)
             )
             return rows[np.lexsort((rows, -found))[:10]]
 

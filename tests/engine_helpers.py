@@ -135,9 +135,11 @@ def postgres_server():
             try:
                 connect().close()
                 break
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as error:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"PostgreSQL did not start:\n{(root / 'server.log').read_text()[-2000:]}")
+                    raise RuntimeError(
+                        f"PostgreSQL did not start:\n{(root / 'server.log').read_text()[-2000:]}"
+                    ) from error
                 time.sleep(0.1)
         yield connect
     finally:
@@ -222,7 +224,7 @@ def assert_top_k_agrees(name, got, want, scores, tol, k, doc_ids=None):
         )
         rows = [r for r, _ in g]
         assert len(set(rows)) == len(rows), f"{label}: a document returned twice"
-        for i, ((row, s), (_, ws)) in enumerate(zip(g, w)):
+        for i, ((row, s), (_, _ws)) in enumerate(zip(g, w)):
             t = tol[q, row]
             assert abs(s - scores[q, row]) <= t, (
                 f"{label}: row {row} scored {s!r}, exact {scores[q, row]!r} (tolerance {t:.3g})"

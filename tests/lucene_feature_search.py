@@ -45,7 +45,7 @@ def main(jar: str, bulk: str, bodies_path: str, out: str) -> None:
     with open(bulk, encoding="utf-8") as f:
         lines = [json.loads(line) for line in f if line.strip()]
     field = None
-    for action, source in zip(lines[0::2], lines[1::2]):
+    for _action, source in zip(lines[0::2], lines[1::2]):
         doc = L["Document"]()
         doc.add(L["StringField"]("doc_id", source["doc_id"], L["Store"].YES))
         field = field or next(k for k in source if k != "doc_id")

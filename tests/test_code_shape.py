@@ -307,12 +307,6 @@ def test_ruff_finds_no_syntax_error_or_undefined_name():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the repository is linted and formatted once, after the branches in flight are merged (a "
-    "repository-wide `ruff format` now would block their merges); then this mark goes",
-)
 def test_ruff_check_and_format_are_clean():
     for args in (("check", "--output-format", "concise", "."), ("format", "--check", ".")):
         done = _ruff(*args)

@@ -206,7 +206,7 @@ def test_merged_top_k_is_the_by_hand_merge_of_the_shards_hits(corpus):
     ties = 0
     for q in range(queries.shape[0]):
         pooled = []
-        for (start, stop), (_, shard) in zip(sharded.ranges, sharded.shards):
+        for (start, _stop), (_, shard) in zip(sharded.ranges, sharded.shards):
             for row, score in shard.search(queries[q], k=10, params=at)[0]:  # each shard's own answer, its rows
                 pooled.append((ids[start + row], score))
         want = sorted(pooled, key=lambda pair: (-pair[1], pair[0]))[:10]  # score descending, then document id

@@ -186,7 +186,7 @@ def test_bf16_grid_inputs_equal_the_plain_head():
 
 def test_cap_of_v_or_more_is_no_cap_and_bad_values_are_refused():
     h, m, w, b, _ = _inputs()
-    for name, head in heads("max") + heads("sum"):
+    for _name, head in heads("max") + heads("sum"):
         torch.testing.assert_close(head(h, m, w, b, position_top_k=70), head(h, m, w, b), rtol=0, atol=0)
         for bad in (0, -1, 2.5, True):
             with pytest.raises(ValueError, match="position_top_k"):

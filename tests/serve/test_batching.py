@@ -361,7 +361,7 @@ def test_answered_jobs_stay_within_the_latency_limit():
     )
     for i, submitted, done in answered:
         assert done - submitted <= LATENCY_S + 2 * HANDOFF_S, (i, done - submitted)
-    for i, exc in refused:
+    for _i, exc in refused:
         assert exc.cause in (
             "expected_wait",
             "latency",

@@ -92,7 +92,7 @@ def test_non_finite_scores_and_grades_are_refused_before_training(tmp_path, valu
     import math
 
     good = '{"1": {"10": 2.5, "11": 0.5}}'
-    bad = '{"1": {"10": %s, "11": 0.5}}' % value
+    bad = f'{{"1": {{"10": {value!s}, "11": 0.5}}}}'
     parsed = json.loads(bad)["1"]["10"]  # the premise: json takes it, beyond float range or non-finite
     assert parsed > sys.float_info.max if isinstance(parsed, int) else not math.isfinite(parsed)
     folder = _naver(

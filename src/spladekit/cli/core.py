@@ -143,4 +143,4 @@ def demo(
             "rerun the same command to finish",
             err=True,
         )
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None

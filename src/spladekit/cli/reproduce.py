@@ -79,7 +79,7 @@ def reproduce(
                 },
             )
             typer.echo("interrupted: finished stages are kept; the same command resumes", err=True)
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
         finally:
             signal.signal(signal.SIGTERM, previous)
         if outcome.done or outcome.diverged or outcome.failed:  # a sitting that ran something

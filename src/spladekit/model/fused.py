@@ -311,7 +311,9 @@ def _masked_max(
                 global _TRITON_FAILED
                 _TRITON_FAILED = True
                 warnings.warn(
-                    f"fused SPLADE head: Triton kernel failed ({error!r}); using the chunked-torch path", RuntimeWarning
+                    f"fused SPLADE head: Triton kernel failed ({error!r}); using the chunked-torch path",
+                    RuntimeWarning,
+                    stacklevel=2,
                 )
     if hidden.device.type == "cpu":
         return _packed_masked_max(hidden, attention_mask, weight, bias, with_argmax)
