@@ -329,27 +329,7 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     config = demo_config(model, data, full, overrides)
     lengths = dict(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length)
     name = Path(model).name or model
-    dataset, before_encoder = _load(
-        model,
-        data,
-        batch_size,
-        head_impl=config.model.head_impl,
-        trust_remote_code=config.model.trust_remote_code,
-        **lengths,
-    )
-    before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
-    del before_encoder
-    bm25 = evaluate_bm25(dataset)
-    _remove_previous_results(
-        out
-    )  # an interrupted rerun must not leave this run's baseline beside the last run's results
-    for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped
-        write_system(system, out / folder)
-    print(
-        f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
-        f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)",
-        flush=True,
-    )  # before the training's lines (stderr)
+    dataset, before, bm25 = _train_demo_baseline(model, data, out, batch_size, config, lengths, name)
     print(
         f"fine-tuning on {data} train: {config.steps} steps, batch {config.batch_size}, lr {config.lr}, "
         f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}",
@@ -359,37 +339,16 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     result = run_training(config, out / "train")
     train_seconds = time.perf_counter() - started
     print(result.summary(), flush=True)  # as `spladekit train` ends
-    best = result.best
-    label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
-    trusted = config.model.trust_remote_code  # a model saved from one with its own classes carries their code
-    after_encoder = SpladeEncoder.from_pretrained(
-        result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, trust_remote_code=trusted, **lengths
-    )
-    after = evaluate_splade(
-        after_encoder, dataset, name=label, index=out / "index", index_metadata=_model_record(result.model_dir)
-    )
-    extra = query_side_rows(after_encoder, after, bm25, dataset)
-    systems, folders = [before, after], ["before", "after"]
-    if (
-        best and result.last_dir is not None and best["step"] != result.steps
-    ):  # the final model differs from the selected one
-        del after_encoder
-        last_encoder = SpladeEncoder.from_pretrained(
-            result.last_dir,
-            batch_size=batch_size,
-            head_impl=config.model.head_impl,
-            trust_remote_code=trusted,
-            **lengths,
-        )
-        systems.append(evaluate_splade(last_encoder, dataset, name=f"{name} (fine-tuned, last step {result.steps})"))
-        folders.append("last")
+    after, fine_tuned, extra = _fine_tuned_systems(result, name, dataset, bm25, out, batch_size, config, lengths)
+    systems = [before, *fine_tuned]
+    folders = ["before", "after", "last"][: len(systems)]
     training = {
         "seconds": train_seconds,
         "steps": result.steps,
         "config": config.model_dump(mode="json"),
         "validation": result.validation,
         "alarms": result.alarms,
-        "best": best,
+        "best": result.best,
         "dev": result.dev,
         "early_stopped": result.early_stopped,
     }
@@ -407,7 +366,8 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
         f"doc active terms {before.metrics['avg_doc_terms']:.1f} -> {after.metrics['avg_doc_terms']:.1f}, "
         f"training {train_seconds:.0f} s"
     )
-    if best:
+    if result.best:
+        best = result.best
         print(
             f"model selected on the held-out training queries (dev {best['metric']} {best['value']:.4f} at step "
             f"{best['step']}); the test split was not looked at during training"
@@ -416,3 +376,57 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
         print(f"training curves: {result.curves}")
     print(f"outputs in {out}/")
     return systems + [bm25, *extra]
+
+
+def _train_demo_baseline(model: str, data: str, out: Path, batch_size: int, config, lengths: dict, name: str):
+    """The training demo's baseline, ``(dataset, before, bm25)``: the model before fine-tuning and BM25 evaluated,
+    written to ``out/before`` and ``out/bm25`` (kept if training is stopped) and printed."""
+    dataset, before_encoder = _load(
+        model,
+        data,
+        batch_size,
+        head_impl=config.model.head_impl,
+        trust_remote_code=config.model.trust_remote_code,
+        **lengths,
+    )
+    before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
+    del before_encoder
+    bm25 = evaluate_bm25(dataset)
+    # an interrupted rerun must not leave this run's baseline beside the last run's results
+    _remove_previous_results(out)
+    for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped
+        write_system(system, out / folder)
+    print(
+        f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
+        f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)",
+        flush=True,
+    )  # before the training's lines (stderr)
+    return dataset, before, bm25
+
+
+def _fine_tuned_systems(result, name: str, dataset, bm25, out: Path, batch_size: int, config, lengths: dict):
+    """``(after, systems, extra)``: the selected model evaluated (indexed in ``out/index``), then the last step's
+    model when it differs from the selected one (``systems``: after, and last if so), and the query-side rows."""
+    best = result.best
+    label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
+    trusted = config.model.trust_remote_code  # a model saved from one with its own classes carries their code
+    after_encoder = SpladeEncoder.from_pretrained(
+        result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, trust_remote_code=trusted, **lengths
+    )
+    after = evaluate_splade(
+        after_encoder, dataset, name=label, index=out / "index", index_metadata=_model_record(result.model_dir)
+    )
+    extra = query_side_rows(after_encoder, after, bm25, dataset)
+    systems = [after]
+    # the final model differs from the selected one
+    if best and result.last_dir is not None and best["step"] != result.steps:
+        del after_encoder
+        last_encoder = SpladeEncoder.from_pretrained(
+            result.last_dir,
+            batch_size=batch_size,
+            head_impl=config.model.head_impl,
+            trust_remote_code=trusted,
+            **lengths,
+        )
+        systems.append(evaluate_splade(last_encoder, dataset, name=f"{name} (fine-tuned, last step {result.steps})"))
+    return after, systems, extra

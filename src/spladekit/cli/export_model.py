@@ -85,48 +85,8 @@ def export_model(
         check_extra("onnx", "ONNX export (and its onnxruntime check)")  # before the model loads
         check_output_folder(out, "ONNX export", ("model.onnx",), {"--model": model})
         opset = 17 if opset is None else opset
-        for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        from spladekit.model.encoder import SpladeEncoder
-        from spladekit.model.onnx_export import check_export, export_onnx
-        from spladekit.model.remote_code import require_masked_lm
-
-        encoder = SpladeEncoder.from_pretrained(
-            model,
-            query_max_length=query_max_length,
-            doc_max_length=doc_max_length,
-            head_impl="plain",
-            device="cpu",
-            trust_remote_code=trust_remote_code,
-        )
-        require_masked_lm(encoder)
-        limit = encoder.max_positions
-        for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
-            if value is not None and limit is not None and value > limit:
-                raise ValueError(
-                    f"{name} {value} exceeds the model's {limit} positions (its position embeddings); "
-                    f"choose at most {limit}"
-                )
-        from spladekit.io import atomic_folder
-        from spladekit.publish.card import write_model_card
-
-        with atomic_folder(out) as stage:  # export and README.md swapped in together; a failure leaves OUT as it was
-            try:
-                export_onnx(
-                    encoder,
-                    stage,
-                    opset=opset,
-                    pooling=pooling,
-                    activation=activation,
-                    vocab_tile=vocab_tile,
-                    quantize=quantize,
-                    quantize_head=quantize_head,
-                )
-            except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
-                first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-                raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
-            write_model_card(stage, previous=out, reference=str(out.resolve()), overwrite=overwrite, remedy=CARD_REMEDY)
+        encoder = _load_for_onnx(model, query_max_length, doc_max_length, trust_remote_code)
+        _write_onnx(encoder, out, opset, pooling, activation, vocab_tile, quantize, quantize_head, overwrite)
         written = out
     except (SpladekitError, ValueError, ImportError) as exc:
         fail(exc)
@@ -135,12 +95,73 @@ def export_model(
         + (f", {quantize} quantised" if quantize else "")
         + ")"
     )
+    from spladekit.model.onnx_export import check_export
+
     try:
         typer.echo(f"onnxruntime check: max |onnx - torch| = {check_export(encoder, written):.2e} on 3 texts")
     except ImportError:
         from spladekit.errors import install_line
 
         typer.echo(f"onnxruntime not installed: the export was not run ({install_line('onnx')})")
+
+
+def _load_for_onnx(model: str, query_max_length: int | None, doc_max_length: int | None, trust_remote_code: bool):
+    """The masked-LM ``model`` on the CPU with the plain head, for the ONNX export.
+
+    Raises:
+        ValueError: a max length below 1 or past the model's positions (its position embeddings).
+    """
+    for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    from spladekit.model.encoder import SpladeEncoder
+    from spladekit.model.remote_code import require_masked_lm
+
+    encoder = SpladeEncoder.from_pretrained(
+        model,
+        query_max_length=query_max_length,
+        doc_max_length=doc_max_length,
+        head_impl="plain",
+        device="cpu",
+        trust_remote_code=trust_remote_code,
+    )
+    require_masked_lm(encoder)
+    limit = encoder.max_positions
+    for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
+        if value is not None and limit is not None and value > limit:
+            raise ValueError(
+                f"{name} {value} exceeds the model's {limit} positions (its position embeddings); "
+                f"choose at most {limit}"
+            )
+    return encoder
+
+
+def _write_onnx(encoder, out: Path, opset: int, pooling, activation, vocab_tile, quantize, quantize_head, overwrite):
+    """The ONNX export and its model card written to ``out`` together (atomic: a failure leaves ``out`` as it was).
+
+    Raises:
+        ValueError: torch.onnx refused the export (its first line, not torch's IR dump).
+    """
+    from spladekit.io import atomic_folder
+    from spladekit.model.onnx_export import export_onnx
+    from spladekit.publish.card import write_model_card
+
+    with atomic_folder(out) as stage:  # export and README.md swapped in together; a failure leaves OUT as it was
+        try:
+            export_onnx(
+                encoder,
+                stage,
+                opset=opset,
+                pooling=pooling,
+                activation=activation,
+                vocab_tile=vocab_tile,
+                quantize=quantize,
+                quantize_head=quantize_head,
+            )
+        except RuntimeError as exc:  # torch.onnx's refusal, e.g. an unsupported --opset
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise ValueError(f"ONNX export failed (--opset {opset}): {first}") from exc  # not torch's IR dump
+        write_model_card(stage, previous=out, reference=str(out.resolve()), overwrite=overwrite, remedy=CARD_REMEDY)
 
 
 def _export_engine(

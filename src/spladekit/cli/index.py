@@ -182,7 +182,6 @@ def search(
     from spladekit.data.trec import write_run
     from spladekit.errors import SpladekitError, check_extra
     from spladekit.index.index import open_index
-    from spladekit.index.results import recall_at_k
     from spladekit.io import write_json
 
     try:
@@ -228,20 +227,27 @@ def search(
         write_json(Path(str(out) + ".config.json"), settings)
         write_json(Path(str(out) + ".latency.json"), asdict(result.latency))
         if recall_k:
-            approx = (
-                result
-                if recall_k <= k
-                else searched.search(
-                    vectors, k=recall_k, searcher=searcher, query_ids=list(topics), one_at_a_time=one_at_a_time
-                )
-            )
-            exact = searched.search(vectors, k=recall_k, query_ids=list(topics))
-            recall = {f"recall@{recall_k}": recall_at_k(approx.hits, exact.hits, k=recall_k)}
-            write_json(Path(str(out) + ".recall.json"), dict(recall, **settings))
-            typer.echo(json.dumps(recall))
+            _write_recall(searched, result, vectors, list(topics), searcher, k, recall_k, one_at_a_time, out, settings)
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(f"wrote {out} ({len(topics)} queries, {result.latency.mean_ms:.2f} ms/query)")
+
+
+def _write_recall(searched, result, vectors, query_ids, searcher, k, recall_k, one_at_a_time, out: Path, settings):
+    """``RUN.recall.json``: recall@R of the searcher's top-R (``result`` itself when R ≤ k) against exact
+    search's, with the run's settings record; the recall printed as one JSON line."""
+    from spladekit.index.results import recall_at_k
+    from spladekit.io import write_json
+
+    approx = (
+        result
+        if recall_k <= k
+        else searched.search(vectors, k=recall_k, searcher=searcher, query_ids=query_ids, one_at_a_time=one_at_a_time)
+    )
+    exact = searched.search(vectors, k=recall_k, query_ids=query_ids)
+    recall = {f"recall@{recall_k}": recall_at_k(approx.hits, exact.hits, k=recall_k)}
+    write_json(Path(str(out) + ".recall.json"), dict(recall, **settings))
+    typer.echo(json.dumps(recall))
 
 
 def _check_run_path(out: Path, index: list[Path], queries: Path | None, data: str | None) -> None:

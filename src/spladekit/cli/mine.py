@@ -55,18 +55,9 @@ def mine(
     from pydantic import ValidationError
 
     from spladekit.cli.app import options_error
-    from spladekit.data.irds import check_irds
-    from spladekit.errors import SpladekitError, check_extra
+    from spladekit.errors import SpladekitError
 
-    try:  # before torch, a model or the data load: the dataset/ output needs datasets, a teacher sentence-transformers
-        check_extra(
-            "mine",
-            "spladekit mine" + (" with a --teacher" if teacher else ""),
-            ("datasets", "sentence_transformers") if teacher else ("datasets",),
-        )
-        check_irds(data, corpus)
-    except SpladekitError as exc:
-        fail(exc)
+    _check_extras(data, corpus, teacher)
     from spladekit.io import check_output_folder
     from spladekit.mine import MineConfig
     from spladekit.mine import mine as run_mining
@@ -117,3 +108,20 @@ def mine(
     typer.echo(
         f"written: {out / 'dataset'} (data.format: hf), {out / 'naver'} (data.format: naver), {out / 'stats.json'}"
     )
+
+
+def _check_extras(data: str, corpus: str | None, teacher: list[str]) -> None:
+    """Before torch, a model or the data load: the extras mining needs (the dataset/ output needs ``datasets``, a
+    teacher ``sentence-transformers``) and ir_datasets for an ``irds:`` id; a missing one ends the command in one line."""
+    from spladekit.data.irds import check_irds
+    from spladekit.errors import SpladekitError, check_extra
+
+    try:
+        check_extra(
+            "mine",
+            "spladekit mine" + (" with a --teacher" if teacher else ""),
+            ("datasets", "sentence_transformers") if teacher else ("datasets",),
+        )
+        check_irds(data, corpus)
+    except SpladekitError as exc:
+        fail(exc)

@@ -227,6 +227,26 @@ def rounded_to_zero(matrix: sp.spmatrix, scale: float, target: Path) -> int:
     return zero
 
 
+def _write_anserini_queries(target: Path, named: Path, matrix, ids, vocabulary, scale, query_top_k) -> tuple[int, dict]:
+    """Anserini's pre-encoded queries written to ``target``: ``(count, export.json's options)``; the queries left
+    out (no term after quantisation) and those pruned to ``query_top_k`` terms are said on stderr, naming ``named``."""
+    written = anserini.write_preencoded_queries(target, matrix, ids, vocabulary, scale=scale, query_top_k=query_top_k)
+    options = {"empty_queries": written.empty, "query_top_k": query_top_k, "pruned_queries": written.pruned}
+    if written.empty:
+        print(
+            f"spladekit export: {len(written.empty)} queries with no term after quantisation (scale {scale:g}) left out of "
+            f"{named} (Anserini cannot read an empty query; they match nothing): {', '.join(written.empty[:10])}"
+            f"{' …' if len(written.empty) > 10 else ''} (listed in export.json)",
+            file=sys.stderr,
+        )
+    if written.pruned:
+        print(
+            f"spladekit export: {len(written.pruned)} queries pruned to their {query_top_k} heaviest terms (listed in export.json)",
+            file=sys.stderr,
+        )
+    return written.count, options
+
+
 def _write_export(
     fmt,
     out: Path,
@@ -254,23 +274,7 @@ def _write_export(
     if fmt == "anserini":
         count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
-        written = anserini.write_preencoded_queries(
-            target, matrix, ids, vocabulary, scale=scale, query_top_k=query_top_k
-        )
-        count = written.count
-        options = {"empty_queries": written.empty, "query_top_k": query_top_k, "pruned_queries": written.pruned}
-        if written.empty:
-            print(
-                f"spladekit export: {len(written.empty)} queries with no term after quantisation (scale {scale:g}) left out of "
-                f"{out / FILES[fmt]} (Anserini cannot read an empty query; they match nothing): {', '.join(written.empty[:10])}"
-                f"{' …' if len(written.empty) > 10 else ''} (listed in export.json)",
-                file=sys.stderr,
-            )
-        if written.pruned:
-            print(
-                f"spladekit export: {len(written.pruned)} queries pruned to their {query_top_k} heaviest terms (listed in export.json)",
-                file=sys.stderr,
-            )
+        count, options = _write_anserini_queries(target, out / FILES[fmt], matrix, ids, vocabulary, scale, query_top_k)
     elif fmt == "seismic":
         count = seismic_jsonl.write_seismic_jsonl(target, matrix, ids, vocabulary)
     elif fmt == "qdrant":

@@ -219,10 +219,8 @@ def pruned_top_k(
         return None
     bounds, cuts, g, eta = prepared
     postings = maxima.postings
-    doc_rows, impacts = (
-        np.asarray(postings.indices),
-        np.asarray(postings.data),
-    )  # plain views: slicing a memmap costs µs
+    # plain views: slicing a memmap costs µs
+    doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data)
     pointer = np.zeros(2, dtype=doc_rows.dtype)
     term_weights = [np.array([w], np.float32) for w in weights.tolist()]
     edges = maxima.edges.tolist()
@@ -258,21 +256,8 @@ def pruned_top_k(
         if stop:
             cut, m = stop
             found_rows = np.flatnonzero(block >= cut)
-            found_rows, acc = _complete(
-                found_rows + low,
-                block[found_rows],
-                doc_rows,
-                impacts,
-                starts,
-                ends,
-                order,
-                term_weights,
-                rest,
-                m,
-                th,
-                g,
-                eta,
-            )
+            segments = (doc_rows, impacts, starts, ends, order, term_weights, rest, m, th, g, eta)
+            found_rows, acc = _complete(found_rows + low, block[found_rows], *segments)
         else:
             found_rows = np.flatnonzero(block >= (_at_least((th - eta) / (1 + 3 * g)) if th > eta else SMALLEST)) + low
             acc = block[found_rows - low].astype(np.float64)

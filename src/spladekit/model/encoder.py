@@ -190,6 +190,36 @@ def load_model_folder(
     return (*_load_weights(folder, dtype, allow_random_head), folder)
 
 
+def _query_weights(folder, meta, tokenizer, model, location):
+    """The inference-free query side's weights per vocabulary entry (None for a SPLADE query side).
+
+    Raises:
+        DataFormatError: ``spladekit.json`` names an unknown ``query_encoder``.
+        UnsupportedModelError: a folded vocabulary with an inference-free query side.
+    """
+    query_weights = None
+    if meta.query_encoder == INFERENCE_FREE:
+        query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
+    elif meta.query_encoder != "splade":
+        from spladekit.errors import DataFormatError
+
+        raise DataFormatError(
+            Path(location) / METADATA_FILE,
+            f"unknown query_encoder {meta.query_encoder!r}; expected 'splade' or {INFERENCE_FREE!r}",
+            field="query_encoder",
+        )
+    if query_weights is not None and model.fold is not None:
+        from spladekit.errors import UnsupportedModelError
+
+        raise UnsupportedModelError(
+            Path(location) / METADATA_FILE,
+            "a folded vocabulary with an inference-free query "
+            "side (its weights are per vocabulary entry, not per term)",
+            field="fold",
+        )
+    return query_weights
+
+
 def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: bool = False):
     """``(mlm, tokenizer)`` from where a :class:`~spladekit.model.folders.ModelFolder` says they are."""
     from transformers import AutoTokenizer
@@ -414,26 +444,7 @@ class SpladeEncoder:
             position_top_k=meta.position_top_k,
             fold=saved_fold(meta, location, int(mlm.config.vocab_size)),
         )
-        query_weights = None
-        if meta.query_encoder == INFERENCE_FREE:
-            query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
-        elif meta.query_encoder != "splade":
-            from spladekit.errors import DataFormatError
-
-            raise DataFormatError(
-                Path(location) / METADATA_FILE,
-                f"unknown query_encoder {meta.query_encoder!r}; expected 'splade' or {INFERENCE_FREE!r}",
-                field="query_encoder",
-            )
-        if query_weights is not None and model.fold is not None:
-            from spladekit.errors import UnsupportedModelError
-
-            raise UnsupportedModelError(
-                Path(location) / METADATA_FILE,
-                "a folded vocabulary with an inference-free query "
-                "side (its weights are per vocabulary entry, not per term)",
-                field="fold",
-            )
+        query_weights = _query_weights(folder, meta, tokenizer, model, location)
         encoder = cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
         # a length above the model's positions (max_seq_length, spladekit.json, an argument) is lowered
         # to them here, with a warning, so that the metadata recorded (index, run config) is what runs

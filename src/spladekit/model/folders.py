@@ -537,10 +537,13 @@ def _same_vocabulary(query_dir: Path, document_dir: Path, path: Path) -> None:
         )
 
 
-def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder:
-    path = router_dir / ROUTER_FILE
-    if not path.exists():
-        raise DataFormatError(path, "the Router module has no router_config.json")
+def _router_routes(path: Path) -> tuple[dict, dict]:
+    """``(types, structure)`` of a Router's ``router_config.json``: exactly a 'query' and a 'document' route.
+
+    Raises:
+        DataFormatError: a field of the wrong type.
+        UnsupportedModelError: route mappings, or routes other than 'query' and 'document'.
+    """
     config = _json_object(path)
     types, structure = config.get("types"), config.get("structure")
     if not isinstance(types, dict) or not isinstance(structure, dict):
@@ -559,6 +562,37 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
         raise UnsupportedModelError(
             path, f"routes {sorted(structure)}; spladekit reads exactly 'query' and 'document'", field="structure"
         )
+    return types, structure
+
+
+def _static_query_side(query_dir: Path, module_id: str) -> QuerySide:
+    """The Router's query route, one ``SparseStaticEmbedding`` module: its weights in an ``idf.json`` named by
+    its ``config.json``, else its weight file.
+
+    Raises:
+        DataFormatError: no weight file.
+    """
+    static_config_path = query_dir / "config.json"
+    static_config = _json_object(static_config_path) if static_config_path.exists() else {}
+    json_path = static_config.get("path")
+    if isinstance(json_path, str) and json_path.endswith(".json"):
+        side = QuerySide("idf.json", _module_dir(query_dir, json_path, static_config_path, kind="file"), query_dir)
+    else:
+        weights = [query_dir / n for n in ("model.safetensors", "pytorch_model.bin") if (query_dir / n).exists()]
+        if not weights:
+            raise DataFormatError(
+                query_dir / "model.safetensors",
+                f"route 'query', module {module_id!r}: SparseStaticEmbedding has no weight file",
+            )
+        side = QuerySide("safetensors", weights[0], query_dir)
+    return side
+
+
+def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder:
+    path = router_dir / ROUTER_FILE
+    if not path.exists():
+        raise DataFormatError(path, "the Router module has no router_config.json")
+    types, structure = _router_routes(path)
 
     def entries(route: str) -> list[tuple[str, str, Path]]:
         ids = structure[route]
@@ -595,19 +629,7 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
         return folder  # one encoder for both sides
     if len(query) == 1 and query[0][1] in _STATIC:
         module_id, _, query_dir = query[0]
-        static_config_path = query_dir / "config.json"
-        static_config = _json_object(static_config_path) if static_config_path.exists() else {}
-        json_path = static_config.get("path")
-        if isinstance(json_path, str) and json_path.endswith(".json"):
-            side = QuerySide("idf.json", _module_dir(query_dir, json_path, static_config_path, kind="file"), query_dir)
-        else:
-            weights = [query_dir / n for n in ("model.safetensors", "pytorch_model.bin") if (query_dir / n).exists()]
-            if not weights:
-                raise DataFormatError(
-                    query_dir / "model.safetensors",
-                    f"route 'query', module {module_id!r}: SparseStaticEmbedding has no weight file",
-                )
-            side = QuerySide("safetensors", weights[0], query_dir)
+        side = _static_query_side(query_dir, module_id)
         _same_vocabulary(query_dir, mlm_dir, path)
         folder.query_side = side
         folder.query_max_length = _tokenizer_length(query_dir)
@@ -664,7 +686,6 @@ def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> 
             custom code not trusted (naming the class, its file and ``--trust-remote-code``).
         DataFormatError: a damaged file (naming it and the field).
     """
-    from spladekit.errors import ResolutionError
     from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE
     from spladekit.model.remote_code import CUSTOM_LAYOUT, find_custom_code, refusal
 
@@ -698,6 +719,24 @@ def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> 
             f"side) and {METADATA_FILE} (a spladekit model, which never writes {IDF_FILE}); "
             "which query side is meant is unclear: remove one of them",
         )
+    folder = _read_layout(root, spladekit_json)
+    folder.spladekit_json, folder.custom_code, folder.trust_remote_code = spladekit_json, custom, trust_remote_code
+    if spladekit_json is not None and spladekit_json.get("query_encoder") == INFERENCE_FREE:
+        from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
+
+        folder.query_side = QuerySide("spladekit", root / QUERY_WEIGHTS_FILE, root)
+    return folder
+
+
+def _read_layout(root: Path, spladekit_json: dict | None) -> ModelFolder:
+    """The folder ``root`` by its files: sentence-transformers (``modules.json``), OpenSearch doc-only
+    (``config.json`` and ``idf.json``), spladekit (``spladekit.json``) or a plain masked LM.
+
+    Raises:
+        ResolutionError: neither ``config.json`` nor ``modules.json``.
+    """
+    from spladekit.errors import ResolutionError
+
     if (root / MODULES_FILE).exists():
         folder = _read_sentence_transformers(root)
     elif (root / "config.json").exists() and (root / IDF_FILE).exists() and spladekit_json is None:
@@ -721,9 +760,4 @@ def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> 
         raise ResolutionError(
             f"model folder {root} has neither config.json (a masked LM) nor modules.json (sentence-transformers)"
         )
-    folder.spladekit_json, folder.custom_code, folder.trust_remote_code = spladekit_json, custom, trust_remote_code
-    if spladekit_json is not None and spladekit_json.get("query_encoder") == INFERENCE_FREE:
-        from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
-
-        folder.query_side = QuerySide("spladekit", root / QUERY_WEIGHTS_FILE, root)
     return folder

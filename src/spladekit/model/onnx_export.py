@@ -388,27 +388,8 @@ def export_onnx(
         graph = SpladeGraph(
             model, getattr(encoder.tokenizer, "pad_token_id", None), pooling, activation, vocab_tile, zero_ids
         ).eval()
-        # two texts of different lengths, so the traced example has padding
-        sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
-        args = (sample["input_ids"].long(), sample["attention_mask"].long())
-        axes = {
-            "input_ids": {0: "batch", 1: "sequence"},
-            "attention_mask": {0: "batch", 1: "sequence"},
-            OUTPUT_NAME: {0: "batch"},
-        }
         traced = tmp / (ONNX_FILE + ".float32" if quantize else ONNX_FILE)
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
-            torch.onnx.export(
-                graph,
-                args,
-                str(traced),
-                input_names=list(INPUT_NAMES),
-                output_names=[OUTPUT_NAME],
-                dynamic_axes=axes,
-                opset_version=opset,
-                dynamo=False,
-            )
+        _trace(encoder, graph, traced, opset)
         n_tiles = -(-model.vocab_size // vocab_tile)
         cap = (
             model.position_top_k
@@ -438,6 +419,30 @@ def export_onnx(
             meta.query_encoder = INFERENCE_FREE
         meta.save(tmp)
     return out
+
+
+def _trace(encoder: SpladeEncoder, graph: torch.nn.Module, traced: Path, opset: int) -> None:
+    """``graph`` exported by torch.onnx's tracer to ``traced``, with a dynamic batch and sequence."""
+    # two texts of different lengths, so the traced example has padding
+    sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
+    args = (sample["input_ids"].long(), sample["attention_mask"].long())
+    axes = {
+        "input_ids": {0: "batch", 1: "sequence"},
+        "attention_mask": {0: "batch", 1: "sequence"},
+        OUTPUT_NAME: {0: "batch"},
+    }
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
+        torch.onnx.export(
+            graph,
+            args,
+            str(traced),
+            input_names=list(INPUT_NAMES),
+            output_names=[OUTPUT_NAME],
+            dynamic_axes=axes,
+            opset_version=opset,
+            dynamo=False,
+        )
 
 
 def _export_metadata(encoder: SpladeEncoder, model, options: dict) -> EncoderMetadata:

@@ -226,19 +226,12 @@ class Diagnosis:
             rows.append(("tokens measured", self.logits.n_tokens, ref_logits.get("n_tokens", "")))
         if self.splade:
             ref_splade = ref.get("splade") or {}
-            rows.append(
-                (
-                    "SPLADE active terms / text",
-                    self.splade.active_terms["mean"],
-                    (ref_splade.get("active_terms") or {}).get("mean", ""),
-                )
-            )
-            rows.append(
-                ("SPLADE active fraction of V", self.splade.active_fraction, ref_splade.get("active_fraction", ""))
-            )
-            rows.append(
-                (f"mean score ({self.splade.score_pairs})", self.splade.score_mean, ref_splade.get("score_mean", ""))
-            )
+            ref_terms = (ref_splade.get("active_terms") or {}).get("mean", "")
+            rows += [
+                ("SPLADE active terms / text", self.splade.active_terms["mean"], ref_terms),
+                ("SPLADE active fraction of V", self.splade.active_fraction, ref_splade.get("active_fraction", "")),
+                (f"mean score ({self.splade.score_pairs})", self.splade.score_mean, ref_splade.get("score_mean", "")),
+            ]
         if self.scale_ratio is not None:
             rows.append(("head scale ratio (this / reference)", self.scale_ratio, ""))
         if self.suggested_factor is not None:

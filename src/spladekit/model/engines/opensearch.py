@@ -158,25 +158,33 @@ def export(
             "traced_with_torch": torch.__version__,
         }
         if v.inference_free:
-            weights = encoder.query_weights.detach().float().cpu().tolist()
-            vocab = encoder.vocabulary
-            idf = {vocab[j]: float(w) for j, w in enumerate(weights) if j < len(vocab)}
-            with zipfile.ZipFile(tmp / QUERY_ZIP, "w") as archive:
-                archive.writestr("tokenizer.json", tokenizer_json(encoder, encoder.metadata.query_max_length))
-                archive.writestr("idf.json", json.dumps(idf, ensure_ascii=False))
-            write_json(
-                tmp / QUERY_CONFIG,
-                register_config(
-                    name + "-query-tokenizer",
-                    tmp / QUERY_ZIP,
-                    "SPARSE_TOKENIZE",
-                    "query side of a doc-only SPLADE model (idf.json weights)",
-                ),
-            )
+            _write_query_side(encoder, tmp, name)
             record["query_side"] = QUERY_ZIP
         common.write_metadata(encoder, tmp, ENGINE, record)
         common.write_how_to(tmp, how_to(v.inference_free, index_mapping))
     return Path(out)
+
+
+def _write_query_side(encoder, folder: Path, name: str) -> None:
+    """The query side of a doc-only model into ``folder``: ``QUERY_ZIP`` (the query tokenizer and ``idf.json``,
+    each vocabulary entry's weight) and its registration config ``QUERY_CONFIG``."""
+    from spladekit.io import write_json
+
+    weights = encoder.query_weights.detach().float().cpu().tolist()
+    vocab = encoder.vocabulary
+    idf = {vocab[j]: float(w) for j, w in enumerate(weights) if j < len(vocab)}
+    with zipfile.ZipFile(folder / QUERY_ZIP, "w") as archive:
+        archive.writestr("tokenizer.json", tokenizer_json(encoder, encoder.metadata.query_max_length))
+        archive.writestr("idf.json", json.dumps(idf, ensure_ascii=False))
+    write_json(
+        folder / QUERY_CONFIG,
+        register_config(
+            name + "-query-tokenizer",
+            folder / QUERY_ZIP,
+            "SPARSE_TOKENIZE",
+            "query side of a doc-only SPLADE model (idf.json weights)",
+        ),
+    )
 
 
 def how_to(doc_only: bool, index_mapping: dict | None = None) -> str:
