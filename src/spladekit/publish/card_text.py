@@ -67,6 +67,24 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _inference_free_text(sk: dict) -> list[str]:
+    """The card's paragraph on an inference-free query side: a table of weights, and where they come from."""
+    record = (sk.get("extra") or {}).get("inference_free") or {}
+    how = ""
+    if record.get("idf_documents"):
+        how = f" The weights are the IDF of {record['idf_documents']} documents"
+        how += (f", {record['formula']}" if record.get("formula") else "") + "."
+    elif record.get("init"):
+        how = f" The weights start from the {record['init']}" + (
+            ", trained jointly with the documents." if record.get("trained") else "."
+        )
+    return [
+        "",
+        "Queries are **inference-free**: a query's vector is the bag of its tokens, each weighted by its "
+        "entry in a table (`query_weights.safetensors`); only documents go through the model." + how,
+    ]
+
+
 def _what(records, name: str, base_model: str | None) -> str:
     sk, config = records.spladekit, records.config
     arch = ", ".join(config.get("architectures") or []) or config.get("model_type") or "a masked-language model"
@@ -81,20 +99,7 @@ def _what(records, name: str, base_model: str | None) -> str:
         "document by the dot product of their vectors (no normalisation).",
     ]
     if records.inference_free:
-        record = (sk.get("extra") or {}).get("inference_free") or {}
-        how = ""
-        if record.get("idf_documents"):
-            how = f" The weights are the IDF of {record['idf_documents']} documents"
-            how += (f", {record['formula']}" if record.get("formula") else "") + "."
-        elif record.get("init"):
-            how = f" The weights start from the {record['init']}" + (
-                ", trained jointly with the documents." if record.get("trained") else "."
-            )
-        lines += [
-            "",
-            "Queries are **inference-free**: a query's vector is the bag of its tokens, each weighted by its "
-            "entry in a table (`query_weights.safetensors`); only documents go through the model." + how,
-        ]
+        lines += _inference_free_text(sk)
     if records.onnx is not None:
         onnx = records.onnx
         lines += [""]
@@ -193,6 +198,32 @@ def _usage(records, reference: str) -> str:
     return "\n".join(lines)
 
 
+def _rescale_row(i: int, step: dict) -> list:
+    """Row ``i`` of the rescaling history table: the mode (and what it matched), F, whether the bias was scaled,
+    the shift, and the mean decoder-row norm before and after."""
+    how = step.get("mode")
+    if step.get("mode") == "match_norm":
+        how += f" (reference {step.get('reference')}, row norm {_number(step.get('reference_row_norm_mean'))})"
+    elif step.get("mode") in ("target_logit", "joint"):
+        how += f" ({step.get('statistic')} = {_number(step.get('target'))} on {step.get('n_texts')} texts)"
+    if step.get("shift_mode") == "activity":
+        how += (
+            f"; shift: {step.get('activity_statistic')} {_number(step.get('activity_reached'))} "
+            f"(target {_number(step.get('activity_target'))})"
+        )
+    before = (step.get("norms_before") or {}).get("row_norm_mean")
+    after = (step.get("norms_after") or {}).get("row_norm_mean")
+    return [
+        i,
+        how,
+        step.get("factor"),
+        "yes" if step.get("scale_bias") else "no",
+        step.get("shift", 0.0),
+        before,
+        after,
+    ]
+
+
 def _head(records) -> str:
     lines = [
         "## MLM head: diagnosis and rescaling",
@@ -202,31 +233,7 @@ def _head(records) -> str:
     ]
     rescale = records.rescale
     if rescale and rescale.get("history"):
-        rows = []
-        for i, step in enumerate(rescale["history"], 1):
-            how = step.get("mode")
-            if step.get("mode") == "match_norm":
-                how += f" (reference {step.get('reference')}, row norm {_number(step.get('reference_row_norm_mean'))})"
-            elif step.get("mode") in ("target_logit", "joint"):
-                how += f" ({step.get('statistic')} = {_number(step.get('target'))} on {step.get('n_texts')} texts)"
-            if step.get("shift_mode") == "activity":
-                how += (
-                    f"; shift: {step.get('activity_statistic')} {_number(step.get('activity_reached'))} "
-                    f"(target {_number(step.get('activity_target'))})"
-                )
-            before = (step.get("norms_before") or {}).get("row_norm_mean")
-            after = (step.get("norms_after") or {}).get("row_norm_mean")
-            rows.append(
-                [
-                    i,
-                    how,
-                    step.get("factor"),
-                    "yes" if step.get("scale_bias") else "no",
-                    step.get("shift", 0.0),
-                    before,
-                    after,
-                ]
-            )
+        rows = [_rescale_row(i, step) for i, step in enumerate(rescale["history"], 1)]
         lines += [
             "",
             _table(["#", "mode", "F", "bias scaled", "shift s", "mean decoder-row norm before", "after"], rows),
@@ -311,31 +318,35 @@ def _training(records) -> str | None:
             ["model selected", f"best {sel.get('metric')} = {_number(sel.get('value'))} at step {sel.get('step')}"]
         )
     lines = ["## Training", "", _table(["", ""], rows)]
-    dev = records.dev_records
-    if dev:
-        settings = config.get("dev") or {}
-        measures = [m for m in settings.get("measures") or [] if any(m in r for r in dev)]
-        where = (
-            f"`{settings['data']}` split {settings.get('split')}"
-            if settings.get("data")
-            else "held-out training queries against the training corpus"
-        )
-        proxy = ""
-        if settings.get("max_queries") or settings.get("max_docs"):
-            proxy = f" (a proxy: max_queries {settings.get('max_queries')}, max_docs {settings.get('max_docs')})"
-        rows = [
-            [r.get("step")]
-            + [r.get(m) for m in measures]
-            + [r.get("avg_query_terms"), r.get("avg_doc_terms"), r.get("flops"), "best" if r.get("best") else ""]
-            for r in dev
-        ]
-        lines += [
-            "",
-            f"Dev curve: {where}{proxy}, every {config.get('eval_every')} steps.",
-            "",
-            _table(["step", *measures, "active terms q", "active terms d", "FLOPS", ""], rows),
-        ]
+    if records.dev_records:
+        lines += _dev_curve(config, records.dev_records)
     return "\n".join(lines)
+
+
+def _dev_curve(config: dict, dev: list[dict]) -> list[str]:
+    """The card's dev curve: where the dev queries come from, and a row per evaluation (the best one marked)."""
+    settings = config.get("dev") or {}
+    measures = [m for m in settings.get("measures") or [] if any(m in r for r in dev)]
+    where = (
+        f"`{settings['data']}` split {settings.get('split')}"
+        if settings.get("data")
+        else "held-out training queries against the training corpus"
+    )
+    proxy = ""
+    if settings.get("max_queries") or settings.get("max_docs"):
+        proxy = f" (a proxy: max_queries {settings.get('max_queries')}, max_docs {settings.get('max_docs')})"
+    rows = [
+        [r.get("step")]
+        + [r.get(m) for m in measures]
+        + [r.get("avg_query_terms"), r.get("avg_doc_terms"), r.get("flops"), "best" if r.get("best") else ""]
+        for r in dev
+    ]
+    return [
+        "",
+        f"Dev curve: {where}{proxy}, every {config.get('eval_every')} steps.",
+        "",
+        _table(["step", *measures, "active terms q", "active terms d", "FLOPS", ""], rows),
+    ]
 
 
 def _evaluation(evals) -> str | None:

@@ -332,17 +332,7 @@ def run_cell(
             cell, config, folder / "eval_init", init.result["model"], runner, "init", log
         )
 
-    trained = _Stage(folder / "train", spec, "train", cell.id, force)
-    if trained.result is None:
-        log(f"[{cell.id}] train")
-        trained.begin()
-        try:
-            trained.finish({"status": "ok", **runner.train_cell(cell, init.result["model"], config, folder / "train")})
-        except Exception as exc:
-            if not is_divergence(exc):
-                raise
-            log(f"[{cell.id}] training stopped: {type(exc).__name__}: {exc}")
-            trained.finish({"status": "diverged", "error": f"{type(exc).__name__}: {exc}"})
+    trained = _train_stage(cell, config, folder, runner, spec, init.result["model"], force, log)
     result["train"] = trained.result
     if trained.result.get("status") == "diverged":
         result["status"] = "diverged"
@@ -353,6 +343,32 @@ def run_cell(
     result["datasets"] = {d.name: role for role, d in evals}
     write_json(folder / RESULT, result)
     return result
+
+
+def _train_stage(
+    cell: Cell,
+    config: ReproduceConfig,
+    folder: Path,
+    runner: CellRunner,
+    spec: dict,
+    model: str,
+    force: bool,
+    log: Callable[[str], None],
+) -> _Stage:
+    """The cell's training stage from the initial ``model``, run unless finished; a divergence or collapse is
+    recorded as its result (``status``: ``diverged``), any other error raised."""
+    trained = _Stage(folder / "train", spec, "train", cell.id, force)
+    if trained.result is None:
+        log(f"[{cell.id}] train")
+        trained.begin()
+        try:
+            trained.finish({"status": "ok", **runner.train_cell(cell, model, config, folder / "train")})
+        except Exception as exc:
+            if not is_divergence(exc):
+                raise
+            log(f"[{cell.id}] training stopped: {type(exc).__name__}: {exc}")
+            trained.finish({"status": "diverged", "error": f"{type(exc).__name__}: {exc}"})
+    return trained
 
 
 def _evaluate_all(

@@ -121,7 +121,6 @@ def _rescale_text(spec) -> str:
 def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
     """The dry-run text: inputs (resolved offline), stages, and every cell with its status in ``out``."""
     cells = plan_grid(config)
-    train = config.train
     lines = [
         f"reproduce grid {config.name!r}: {len(cells)} cells = "
         f"{len(config.backbones)} backbone(s) × treatments × seeds {config.seeds}"
@@ -139,26 +138,7 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
         missing += where.startswith(OFFLINE)
         lines.append(f"  {what.ljust(width)}  {where}")
     lines.append("")
-    lines.append("stages of each cell:")
-    lines.append(f"  1. diagnose the MLM head on {config.diagnosis.num_texts} texts of {config.diagnosis.dataset}")
-    lines.append("  2. rescale the head (per treatment, below)")
-    steps, batch = train.get("steps", "default"), train.get("batch_size", "default")
-    loss = (train.get("loss") or {}).get("kind", "default")
-    lines.append(f"  3. train: {steps} steps × batch {batch}, loss {loss}")
-    sets = ", ".join(
-        f"{d.name} ({d.metric}, {role.replace('_', '-')}"
-        + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "")
-        + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "")
-        + ")"
-        for role, d in config.evaluation.datasets()
-    )
-    lines.append(f"  4. evaluate ({config.evaluation.backend}): {sets}")
-    from spladekit.errors import MissingExtraError
-
-    try:
-        check_extras(config)
-    except MissingExtraError as exc:
-        lines.append(f"     {exc}: the grid refuses to start without it")
+    lines += _stages_text(config)
     lines.append("")
     lines.append("treatments:")
     for treatment in config.treatments:
@@ -181,3 +161,30 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
             f"{missing} input(s) not available offline: the grid needs them (hub or download) before it can run."
         )
     return "\n".join(lines)
+
+
+def _stages_text(config: ReproduceConfig) -> list[str]:
+    """The dry run's stages of each cell (diagnose, rescale, train, evaluate), and a missing extra if any."""
+    train = config.train
+    lines = []
+    lines.append("stages of each cell:")
+    lines.append(f"  1. diagnose the MLM head on {config.diagnosis.num_texts} texts of {config.diagnosis.dataset}")
+    lines.append("  2. rescale the head (per treatment, below)")
+    steps, batch = train.get("steps", "default"), train.get("batch_size", "default")
+    loss = (train.get("loss") or {}).get("kind", "default")
+    lines.append(f"  3. train: {steps} steps × batch {batch}, loss {loss}")
+    sets = ", ".join(
+        f"{d.name} ({d.metric}, {role.replace('_', '-')}"
+        + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "")
+        + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "")
+        + ")"
+        for role, d in config.evaluation.datasets()
+    )
+    lines.append(f"  4. evaluate ({config.evaluation.backend}): {sets}")
+    from spladekit.errors import MissingExtraError
+
+    try:
+        check_extras(config)
+    except MissingExtraError as exc:
+        lines.append(f"     {exc}: the grid refuses to start without it")
+    return lines

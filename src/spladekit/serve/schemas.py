@@ -193,6 +193,22 @@ def _two_step_model() -> type[BaseModel]:
     return TwoStepParams
 
 
+def _text_rule(max_query_chars: int):
+    """The rule of one query text, at most ``max_query_chars`` characters with something visible (pydantic names
+    the failing one ``query.N``)."""
+
+    def _text(text: str) -> str:
+        if not _visible(text):
+            raise ValueError(
+                "empty text (nothing but whitespace, control or format characters: the tokenizer would give no token of it)"
+            )
+        if len(text) > max_query_chars:
+            raise ValueError(f"the text has {len(text)} characters; at most {max_query_chars}")
+        return text
+
+    return _text
+
+
 def _search_request_model(
     SparseVector: type[BaseModel],
     SeismicParams: type[BaseModel],
@@ -205,16 +221,7 @@ def _search_request_model(
     unavailable: dict[str, str],
 ) -> type[BaseModel]:
     """``SearchRequest``: the ``POST /search`` body (the module's rules)."""
-
-    def _text(text: str) -> str:
-        """One query text's rules (pydantic names the failing one ``query.N``)."""
-        if not _visible(text):
-            raise ValueError(
-                "empty text (nothing but whitespace, control or format characters: the tokenizer would give no token of it)"
-            )
-        if len(text) > max_query_chars:
-            raise ValueError(f"the text has {len(text)} characters; at most {max_query_chars}")
-        return text
+    _text = _text_rule(max_query_chars)
 
     class SearchRequest(BaseModel):
         """``POST /search``: one query or a list, as texts (encoded by the server) or sparse vectors."""

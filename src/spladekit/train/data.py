@@ -249,19 +249,7 @@ def read_beir_training(
         teacher_path = Path(teacher_scores)
         teacher = read_score_file(teacher_path)
         _check_teacher_ids(teacher, teacher_path, dataset)
-    doc_ids = list(dataset.corpus)
-    doc_texts = [dataset.corpus[d] for d in doc_ids]
-    query_texts = [dataset.queries[q] for q in qids]
-    if negatives == "bm25":
-        mined = [[doc_ids[i] for i in hits] for hits in mine_negatives_bm25(query_texts, doc_texts, depth + 20)]
-    elif negatives == "model":
-        if not negatives_model:
-            raise ValueError("data.negatives='model' needs data.negatives_model")
-        mined = mine_negatives_model(negatives_model, {q: dataset.queries[q] for q in qids}, dataset.corpus, depth + 20)
-    elif negatives in ("none", "teacher"):
-        mined = [[] for _ in qids]
-    else:
-        raise ValueError(f"unknown negative miner {negatives!r}")
+    mined = _mined(negatives, qids, dataset, depth, negatives_model)
     examples = []
     left_out = scored_total = queries_short = 0
     for qid, hits in zip(qids, mined):
@@ -301,6 +289,28 @@ def read_beir_training(
             stacklevel=2,
         )
     return examples
+
+
+def _mined(negatives: str, qids: list[str], dataset, depth: int, negatives_model: str | None) -> list[list[str]]:
+    """Each query's top ``depth + 20`` document ids by the miner ``negatives`` (none for ``none`` and ``teacher``).
+
+    Raises:
+        ValueError: ``model`` without ``negatives_model``; an unknown miner.
+    """
+    doc_ids = list(dataset.corpus)
+    doc_texts = [dataset.corpus[d] for d in doc_ids]
+    query_texts = [dataset.queries[q] for q in qids]
+    if negatives == "bm25":
+        mined = [[doc_ids[i] for i in hits] for hits in mine_negatives_bm25(query_texts, doc_texts, depth + 20)]
+    elif negatives == "model":
+        if not negatives_model:
+            raise ValueError("data.negatives='model' needs data.negatives_model")
+        mined = mine_negatives_model(negatives_model, {q: dataset.queries[q] for q in qids}, dataset.corpus, depth + 20)
+    elif negatives in ("none", "teacher"):
+        mined = [[] for _ in qids]
+    else:
+        raise ValueError(f"unknown negative miner {negatives!r}")
+    return mined
 
 
 def _check_teacher_ids(teacher: dict[str, dict[str, float]], path: Path, dataset) -> None:

@@ -181,19 +181,7 @@ def read_st_hard_negatives(
         if qid not in query_text:
             raise DataFormatError(path, f"query id {qid!r} is not in {Path(queries).name}", line=number, field="qid")
         positives = [normalise_id(p, path, "pos", number) for p in record["pos"]]
-        names = systems if systems is not None else list(record["neg"])
-        negatives: list[str] = []
-        for name in names:
-            if name not in record["neg"]:
-                raise DataFormatError(
-                    path, f"no negatives of system {name!r} (has {list(record['neg'])})", line=number, field="neg"
-                )
-            if not isinstance(record["neg"][name], list):
-                raise DataFormatError(path, "expected a list of passage ids", line=number, field=f"neg.{name}")
-            for pid in record["neg"][name]:
-                pid = normalise_id(pid, path, f"neg.{name}", number)
-                if pid not in positives and pid not in negatives:
-                    negatives.append(pid)
+        negatives = _st_negatives(record["neg"], systems, positives, path, number)
         if not positives:
             unpaired.append(number)  # a query without a positive gives no training pair
             continue
@@ -230,6 +218,27 @@ def read_st_hard_negatives(
             stacklevel=2,
         )
     return examples
+
+
+def _st_negatives(neg: dict, systems: list[str] | None, positives: list[str], path: Path, number: int) -> list[str]:
+    """The negatives of one line: the ``neg`` lists of ``systems`` (all when None) in order, without repeats or
+    positives.
+
+    Raises:
+        DataFormatError: a system the line lacks, or a list that is not one (naming the file and line).
+    """
+    names = systems if systems is not None else list(neg)
+    negatives: list[str] = []
+    for name in names:
+        if name not in neg:
+            raise DataFormatError(path, f"no negatives of system {name!r} (has {list(neg)})", line=number, field="neg")
+        if not isinstance(neg[name], list):
+            raise DataFormatError(path, "expected a list of passage ids", line=number, field=f"neg.{name}")
+        for pid in neg[name]:
+            pid = normalise_id(pid, path, f"neg.{name}", number)
+            if pid not in positives and pid not in negatives:
+                negatives.append(pid)
+    return negatives
 
 
 def _margin_rows(path: Path):
