@@ -85,11 +85,11 @@ def test_the_head_timeout_reaches_the_protocol_through_its_configuration():
     try:
         made = []
         for seconds in (3.5, 7.0):
-            config = server_config("test_serve_connection:asgi_app", head_timeout_s=seconds)
+            config = server_config("tests.serve.test_connection:asgi_app", head_timeout_s=seconds)
             made.append(NoDelayHTTPProtocol(config=config, server_state=ServerState(), app_state={}, _loop=loop))
         assert [p.head_timeout_s for p in made] == [3.5, 7.0]
         plain = NoDelayHTTPProtocol(
-            config=uvicorn.Config("test_serve_connection:asgi_app"),
+            config=uvicorn.Config("tests.serve.test_connection:asgi_app"),
             server_state=ServerState(),
             app_state={},
             _loop=loop,
@@ -97,7 +97,7 @@ def test_the_head_timeout_reaches_the_protocol_through_its_configuration():
         assert plain.head_timeout_s == HEAD_TIMEOUT_S  # a plain uvicorn configuration: the default
         assert (
             pickle.loads(
-                pickle.dumps(server_config("test_serve_connection:asgi_app", head_timeout_s=3.5))
+                pickle.dumps(server_config("tests.serve.test_connection:asgi_app", head_timeout_s=3.5))
             ).head_timeout_s
             == 3.5
         )
