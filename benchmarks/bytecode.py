@@ -32,12 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENCODE = ("from spladekit.model.encoder import SpladeEncoder; "
-          "SpladeEncoder.from_pretrained({model!r}).encode_queries(['warm up'])")
+ENCODE = (
+    "from spladekit.model.encoder import SpladeEncoder; "
+    "SpladeEncoder.from_pretrained({model!r}).encode_queries(['warm up'])"
+)
 
 
 def run_once(code: str, env: dict) -> float:
@@ -59,13 +61,18 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "splade-tiny"))
     options = parser.parse_args()
-    cases = {"import torch, transformers": "import torch, transformers",
-             "load the query encoder": ENCODE.format(model=options.model)}
+    cases = {
+        "import torch, transformers": "import torch, transformers",
+        "load the query encoder": ENCODE.format(model=options.model),
+    }
     with tempfile.TemporaryDirectory(prefix="spladekit-no-bytecode-") as empty:
         base = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-        envs = {"with bytecode": base, "from source": dict(base, PYTHONPYCACHEPREFIX=empty, PYTHONDONTWRITEBYTECODE="1")}
+        envs = {
+            "with bytecode": base,
+            "from source": dict(base, PYTHONPYCACHEPREFIX=empty, PYTHONDONTWRITEBYTECODE="1"),
+        }
         walls = {(case, env): [] for case in cases for env in envs}
-        for case, code in cases.items():  # warm-up: the file cache holds the sources and the bytecode
+        for code in cases.values():  # warm-up: the file cache holds the sources and the bytecode
             for env in envs.values():
                 run_once(code, env)
         for _ in range(options.repeats):
@@ -73,15 +80,19 @@ def main() -> int:
                 for name, env in envs.items():
                     walls[case, name].append(run_once(code, env))
     load = os.getloadavg()[0]
-    print(f"Process start-up with and without bytecode, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {load:.1f}, Python "
-          f"{platform.python_version()}, {options.repeats} runs per case (interleaved)\n")
+    print(
+        f"Process start-up with and without bytecode, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {load:.1f}, Python "
+        f"{platform.python_version()}, {options.repeats} runs per case (interleaved)\n"
+    )
     print("| case | from source: median s (min) | with bytecode: median s (min) | ratio |")
     print("|---|---:|---:|---:|")
     for case in cases:
         src, pyc = walls[case, "from source"], walls[case, "with bytecode"]
-        print(f"| {case} | {statistics.median(src):.2f} ({min(src):.2f}) | {statistics.median(pyc):.2f} ({min(pyc):.2f}) | "
-              f"**{statistics.median(pyc) / statistics.median(src):.2f}** |")
+        print(
+            f"| {case} | {statistics.median(src):.2f} ({min(src):.2f}) | {statistics.median(pyc):.2f} ({min(pyc):.2f}) | "
+            f"**{statistics.median(pyc) / statistics.median(src):.2f}** |"
+        )
     return 0
 
 

@@ -54,7 +54,7 @@ def head_inputs(batch: int, length: int, hidden: int, vocab: int, device, grad: 
     b = (torch.randn(vocab, generator=gen) - 2.0).to(device)
     mask = torch.ones(batch, length, dtype=torch.long, device=device)
     for row in range(batch):  # lengths from L/2 to L: padding, as in a real batch
-        mask[row, length // 2 + (row * length // (2 * batch)):] = 0
+        mask[row, length // 2 + (row * length // (2 * batch)) :] = 0
     if grad:
         h, w, b = (t.requires_grad_(True) for t in (h, w, b))
     return h, mask, w, b, torch.rand(batch, vocab, generator=gen).to(device)
@@ -77,6 +77,7 @@ def call(case: str, k: int, mode: str, inputs):
         out = head(h, mask, w, b, position_top_k=cap, **kwargs)
         (out * g).sum().backward()
         return out
+
     return run
 
 
@@ -111,22 +112,34 @@ def scifact(args, device, label: str) -> list[dict]:
         seconds, peak = timed(run, device, 1, 1)
         vectors = run()
         active[case] = vectors.nnz / vectors.shape[0]
-        rows.append({"load": label, "mode": f"splade-tiny, {len(docs)} SciFact docs", "case": case, "seconds": seconds,
-                     "peak": peak, "active": active[case]})
+        rows.append(
+            {
+                "load": label,
+                "mode": f"splade-tiny, {len(docs)} SciFact docs",
+                "case": case,
+                "seconds": seconds,
+                "peak": peak,
+                "active": active[case],
+            }
+        )
         print(f"  [{label}] scifact {case}: {seconds:.3f} s, {active[case]:.1f} active terms/doc", file=sys.stderr)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     anchor = {(r["load"], r["mode"]): r for r in rows if r["case"] == "fused"}
-    lines = ["| load | case | head | s per call | peak MiB | time ÷ uncapped fused | memory ÷ uncapped fused |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| load | case | head | s per call | peak MiB | time ÷ uncapped fused | memory ÷ uncapped fused |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         a = anchor[(r["load"], r["mode"])]
         memory = f"{r['peak'] / a['peak']:.2f}" if a["peak"] > 0 else "n/a"
         extra = f" ({r['active']:.1f} active terms/doc)" if "active" in r else ""
-        lines.append(f"| {r['load']} | {r['mode']} | {r['case']}{extra} | {r['seconds']:.4f} | {r['peak'] / 2**20:.1f} | "
-                     f"{r['seconds'] / a['seconds']:.2f} | {memory} |")
+        lines.append(
+            f"| {r['load']} | {r['mode']} | {r['case']}{extra} | {r['seconds']:.4f} | {r['peak'] / 2**20:.1f} | "
+            f"{r['seconds'] / a['seconds']:.2f} | {memory} |"
+        )
     return "\n".join(lines)
 
 
@@ -146,8 +159,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    print(f"# capped fused head: B={args.batch} L={args.length} H={args.hidden} V={args.vocab} k={args.k}, float32, "
-          f"{device}, {args.threads} thread(s), torch {torch.__version__}, {platform.processor() or platform.machine()}")
+    print(
+        f"# capped fused head: B={args.batch} L={args.length} H={args.hidden} V={args.vocab} k={args.k}, float32, "
+        f"{device}, {args.threads} thread(s), torch {torch.__version__}, {platform.processor() or platform.machine()}"
+    )
     rows = measure(args, device, "idle") + (scifact(args, device, "idle") if args.scifact_docs else [])
     if args.busy:
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -73,7 +73,7 @@ def main() -> int:
     cases = {k: v for k, v in CASES.items() if not (options.no_torch and k == "import torch")}
     walls: dict[str, list[float]] = {name: [] for name in cases}
     rss: dict[str, list[float]] = {name: [] for name in cases}
-    for name, args in cases.items():  # warm-up: the file cache holds the modules before timing
+    for args in cases.values():  # warm-up: the file cache holds the modules before timing
         run_once(args)
     for _ in range(options.repeats):
         for name, args in cases.items():
@@ -84,15 +84,26 @@ def main() -> int:
     rows = []
     for name in cases:
         median = statistics.median(walls[name])
-        rows.append({"case": name, "median_s": median, "min_s": min(walls[name]), "ratio": median / anchor,
-                     "peak_mib": statistics.median(rss[name])})
-    print(f"CLI start-up, {date.today().isoformat()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {options.repeats} runs per case "
-          f"(interleaved)\n")
+        rows.append(
+            {
+                "case": name,
+                "median_s": median,
+                "min_s": min(walls[name]),
+                "ratio": median / anchor,
+                "peak_mib": statistics.median(rss[name]),
+            }
+        )
+    print(
+        f"CLI start-up, {date.today().isoformat()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {options.repeats} runs per case "
+        f"(interleaved)\n"
+    )
     print("| case | median s | min s | × python -c pass | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['case']} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['ratio']:.1f} | {row['peak_mib']:.0f} |")
+        print(
+            f"| {row['case']} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['ratio']:.1f} | {row['peak_mib']:.0f} |"
+        )
     if options.out:
         options.out.write_text(json.dumps(rows, indent=2) + "\n")
     help_median = next(r["median_s"] for r in rows if r["case"] == "spladekit --help")

@@ -71,8 +71,15 @@ ENVS = {  # environment → packages it adds over the project's
     "fastembed": ["fastembed==0.9.1"],
 }
 CASES = {  # case → environment (None: the project's own)
-    "sk-fused": None, "sk-plain": None, "sk-onnx": None, "sk-onnx-int8": None, "sk-onnx-int8h": None,
-    "st-torch": None, "st-onnx": "st-onnx", "st-onnx-int8": "st-onnx", "st-openvino": "st-onnx",
+    "sk-fused": None,
+    "sk-plain": None,
+    "sk-onnx": None,
+    "sk-onnx-int8": None,
+    "sk-onnx-int8h": None,
+    "st-torch": None,
+    "st-onnx": "st-onnx",
+    "st-onnx-int8": "st-onnx",
+    "st-openvino": "st-onnx",
     "st-openvino-int8": "st-onnx",
     "fastembed": "fastembed",
 }
@@ -121,8 +128,11 @@ def prepare(model: Path, work: Path, data: Path, n_docs: int, n_queries: int) ->
         queries = [q["text"] for q in queries if q["_id"] in test][:n_queries]
         (work / "texts.json").write_text(json.dumps({"docs": docs, "queries": queries}))
     encoder = SpladeEncoder.from_pretrained(model, device="cpu")
-    for name, kwargs in (("sk-onnx", {}), ("sk-onnx-int8", {"quantize": "int8"}),
-                         ("sk-onnx-int8h", {"quantize": "int8", "quantize_head": True})):
+    for name, kwargs in (
+        ("sk-onnx", {}),
+        ("sk-onnx-int8", {"quantize": "int8"}),
+        ("sk-onnx-int8h", {"quantize": "int8", "quantize_head": True}),
+    ):
         if not (work / name / "model.onnx").exists():
             export_onnx(encoder, work / name, **kwargs)
     folder = work / "fastembed-model"  # the MLM logits graph fastembed's SPLADE++ class expects
@@ -136,15 +146,25 @@ def prepare(model: Path, work: Path, data: Path, n_docs: int, n_queries: int) ->
                 self.mlm = mlm
 
             def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.mlm(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+                return self.mlm(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).logits
 
         sample = encoder.tokenizer(["fastembed export", "a"], padding=True, return_tensors="pt")
         names = ["input_ids", "attention_mask", "token_type_ids"]
         axes = {n: {0: "batch", 1: "sequence"} for n in names} | {"logits": {0: "batch", 1: "sequence"}}
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(Logits(), tuple(sample[n] for n in names), str(folder / "model.onnx"), input_names=names,
-                              output_names=["logits"], dynamic_axes=axes, opset_version=17, dynamo=False)
+            torch.onnx.export(
+                Logits(),
+                tuple(sample[n] for n in names),
+                str(folder / "model.onnx"),
+                input_names=names,
+                output_names=["logits"],
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
+            )
         encoder.tokenizer.save_pretrained(folder)
         encoder.model.mlm.config.save_pretrained(folder)
         config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -192,7 +212,10 @@ def build(case: str, model: Path, work: Path, threads: int):
 
         def docs(texts):
             m = encoder.encode(texts, LENGTH).tocsr()
-            return [(m.indices[m.indptr[i]:m.indptr[i + 1]], m.data[m.indptr[i]:m.indptr[i + 1]]) for i in range(m.shape[0])]
+            return [
+                (m.indices[m.indptr[i] : m.indptr[i + 1]], m.data[m.indptr[i] : m.indptr[i + 1]])
+                for i in range(m.shape[0])
+            ]
 
         return docs, lambda q: encoder.encode_queries([q]), encoder.vocab_size
     if case.startswith("st-"):
@@ -211,8 +234,9 @@ def build(case: str, model: Path, work: Path, threads: int):
             if case == "st-onnx-int8" and not (folder / "onnx" / "model_qint8_avx512_vnni.onnx").exists():
                 from sentence_transformers import export_dynamic_quantized_onnx_model
 
-                export_dynamic_quantized_onnx_model(SparseEncoder(str(folder), device="cpu", backend="onnx"),
-                                                    "avx512_vnni", str(folder))
+                export_dynamic_quantized_onnx_model(
+                    SparseEncoder(str(folder), device="cpu", backend="onnx"), "avx512_vnni", str(folder)
+                )
             if case == "st-onnx-int8":
                 kwargs["model_kwargs"] = {"file_name": "onnx/model_qint8_avx512_vnni.onnx"}
             import onnxruntime as ort
@@ -241,8 +265,9 @@ def build(case: str, model: Path, work: Path, threads: int):
     if case == "fastembed":
         from fastembed import SparseTextEmbedding
 
-        fe = SparseTextEmbedding("prithivida/Splade_PP_en_v1", specific_model_path=str(work / "fastembed-model"),
-                                 threads=threads)
+        fe = SparseTextEmbedding(
+            "prithivida/Splade_PP_en_v1", specific_model_path=str(work / "fastembed-model"), threads=threads
+        )
 
         def docs(texts):
             return [(e.indices, e.values) for e in fe.embed(texts, batch_size=BATCH)]
@@ -272,9 +297,18 @@ def worker(case: str, model: Path, work: Path, threads: int, out: Path) -> None:
         times.append((time.perf_counter() - start) * 1000)
     dense = _dense(rows, vocab)
     np.save(out.with_suffix(".npy"), dense)
-    out.write_text(json.dumps({"docs_per_s": len(docs) / wall, "docs_per_cpu_s": len(docs) / cpu, "wall_s": wall,
-                               "cpu_s": cpu, "peak_rss_mib": _status("VmHWM") / 2**20,
-                               "query_ms": statistics.median(times)}))
+    out.write_text(
+        json.dumps(
+            {
+                "docs_per_s": len(docs) / wall,
+                "docs_per_cpu_s": len(docs) / cpu,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "peak_rss_mib": _status("VmHWM") / 2**20,
+                "query_ms": statistics.median(times),
+            }
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- the run
@@ -285,16 +319,39 @@ def run_config(case, env, threads, load, args, out: Path) -> dict:
     python = env_python(env)
     if not python.exists():
         return {"error": f"environment {env} missing (run --setup)"}
-    environment = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                       PYTHONPATH=str(ROOT / "src"), TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
-                       TRANSFORMERS_OFFLINE="1")
+    environment = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONPATH=str(ROOT / "src"),
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
     busy = subprocess.Popen([sys.executable, "-c", BUSY]) if load == "busy" else None
     try:
         if busy:
             time.sleep(0.5)
-        proc = subprocess.run([str(python), __file__, "--worker", case, "--threads", str(threads), "--model", str(args.model),
-                               "--work", str(args.work), "--result", str(out)], env=environment, capture_output=True,
-                              text=True, timeout=args.timeout)
+        proc = subprocess.run(
+            [
+                str(python),
+                __file__,
+                "--worker",
+                case,
+                "--threads",
+                str(threads),
+                "--model",
+                str(args.model),
+                "--work",
+                str(args.work),
+                "--result",
+                str(out),
+            ],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {args.timeout} s"}
     finally:
@@ -320,13 +377,19 @@ def agreement(case_file: Path, reference):
 
 def report(results: dict, errors: dict, args, load_start, load_end, started: str) -> None:
     """Print the table of medians and the ratios (module docstring) from ``{(case, threads, load): [run]}``."""
-    model_name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                      platform.processor())
-    print(f"# CPU encoding, splade-tiny, {args.docs} SciFact documents × ≤{LENGTH} tokens, batch {BATCH}; "
-          f"{args.queries} test queries one at a time; {started}; {model_name}, {os.cpu_count()} CPUs; "
-          f"load average at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-          f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; medians of {max((len(v) for v in results.values()), default=0)} interleaved repetitions\n")
-    print("| case | threads | load | docs/s | docs per CPU-s | peak RSS MiB | batch-1 query ms | min cosine vs fp32 | max abs diff |")
+    model_name = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
+    print(
+        f"# CPU encoding, splade-tiny, {args.docs} SciFact documents × ≤{LENGTH} tokens, batch {BATCH}; "
+        f"{args.queries} test queries one at a time; {started}; {model_name}, {os.cpu_count()} CPUs; "
+        f"load average at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
+        f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; medians of {max((len(v) for v in results.values()), default=0)} interleaved repetitions\n"
+    )
+    print(
+        "| case | threads | load | docs/s | docs per CPU-s | peak RSS MiB | batch-1 query ms | min cosine vs fp32 | max abs diff |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     med = {}
     for case in args.cases:
@@ -343,8 +406,10 @@ def report(results: dict, errors: dict, args, load_start, load_end, started: str
                 m["cos_min"] = min(r["cos_min"] for r in rs)
                 m["max_abs"] = max(r["max_abs"] for r in rs)
                 med[key] = m
-                print(f"| {case} | {threads} | {load} | {m['docs_per_s']:.1f} | {m['docs_per_cpu_s']:.1f} | "
-                      f"{m['peak_rss_mib']:.0f} | {m['query_ms']:.2f} | {m['cos_min']:.5f} | {m['max_abs']:.2e} |")
+                print(
+                    f"| {case} | {threads} | {load} | {m['docs_per_s']:.1f} | {m['docs_per_cpu_s']:.1f} | "
+                    f"{m['peak_rss_mib']:.0f} | {m['query_ms']:.2f} | {m['cos_min']:.5f} | {m['max_abs']:.2e} |"
+                )
     print("\nRatios (same run):")
     for case in args.cases:
         for load in args.loads:
@@ -355,14 +420,27 @@ def report(results: dict, errors: dict, args, load_start, load_end, started: str
         for threads in args.threads:
             fused, plain = med.get(("sk-fused", threads, load)), med.get(("sk-plain", threads, load))
             if fused and plain:
-                print(f"- sk-fused ÷ sk-plain docs/s, {threads} thread(s), {load}: {fused['docs_per_s'] / plain['docs_per_s']:.2f}")
+                print(
+                    f"- sk-fused ÷ sk-plain docs/s, {threads} thread(s), {load}: {fused['docs_per_s'] / plain['docs_per_s']:.2f}"
+                )
     for load in args.loads:
         for threads in args.threads:
-            best = {side: min(((m["query_ms"], k[0]) for k, m in med.items() if k[0].startswith(side)
-                               and k[1:] == (threads, load)), default=None) for side in ("sk-", "st-")}
+            best = {
+                side: min(
+                    (
+                        (m["query_ms"], k[0])
+                        for k, m in med.items()
+                        if k[0].startswith(side) and k[1:] == (threads, load)
+                    ),
+                    default=None,
+                )
+                for side in ("sk-", "st-")
+            }
             if best["sk-"] and best["st-"]:
-                print(f"- batch-1 query, {threads} thread(s), {load}: best spladekit {best['sk-'][1]} "
-                      f"{best['sk-'][0]:.2f} ms, best sentence-transformers {best['st-'][1]} {best['st-'][0]:.2f} ms")
+                print(
+                    f"- batch-1 query, {threads} thread(s), {load}: best spladekit {best['sk-'][1]} "
+                    f"{best['sk-'][0]:.2f} ms, best sentence-transformers {best['st-'][1]} {best['st-'][0]:.2f} ms"
+                )
 
 
 def report_existing(args) -> None:
@@ -375,8 +453,10 @@ def report_existing(args) -> None:
     results: dict[tuple, list] = {}
     for path in sorted(runs.glob("segment-*.json")):
         seg = json.loads(path.read_text())
-        print(f"# repetitions {seg['reps'][0]}–{seg['reps'][1]}: {seg['started']} to {seg['ended']}, load average "
-              f"{'/'.join(f'{x:.2f}' for x in seg['load_start'])} → {'/'.join(f'{x:.2f}' for x in seg['load_end'])}")
+        print(
+            f"# repetitions {seg['reps'][0]}–{seg['reps'][1]}: {seg['started']} to {seg['ended']}, load average "
+            f"{'/'.join(f'{x:.2f}' for x in seg['load_start'])} → {'/'.join(f'{x:.2f}' for x in seg['load_end'])}"
+        )
     for path in sorted(runs.glob("*-*-*-*.json")):
         if path.stem.startswith("segment-"):
             continue
@@ -397,17 +477,25 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=64)
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--first-rep", type=int, default=0,
-                        help="number of the first repetition (to run repetitions as separate invocations "
-                             "into the same --work, then --report all of them)")
+    parser.add_argument(
+        "--first-rep",
+        type=int,
+        default=0,
+        help="number of the first repetition (to run repetitions as separate invocations "
+        "into the same --work, then --report all of them)",
+    )
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--loads", nargs="*", default=["idle", "busy"], choices=["idle", "busy"])
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
     parser.add_argument("--out", type=Path, default=None, help="write every measurement as JSON")
     parser.add_argument("--setup", action="store_true", help="create the competitors' environments and exit")
-    parser.add_argument("--report", action="store_true", help="print the table of the runs already in --work/runs "
-                        "(e.g. of an interrupted run; load at end = now) and exit")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the table of the runs already in --work/runs "
+        "(e.g. of an interrupted run; load at end = now) and exit",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -451,17 +539,37 @@ def main() -> None:
                         continue
                     r["cos_min"], r["max_abs"] = agreement(out.with_suffix(".npy"), ref)
                     results.setdefault(key, []).append(r)
-                    print(f"  rep {rep} {key}: {r['docs_per_s']:.1f} docs/s, {r['query_ms']:.1f} ms/query, "
-                          f"{r['peak_rss_mib']:.0f} MiB (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+                    print(
+                        f"  rep {rep} {key}: {r['docs_per_s']:.1f} docs/s, {r['query_ms']:.1f} ms/query, "
+                        f"{r['peak_rss_mib']:.0f} MiB (load {os.getloadavg()[0]:.1f})",
+                        file=sys.stderr,
+                    )
     load_end = os.getloadavg()
-    (runs / f"segment-{args.first_rep}.json").write_text(json.dumps({
-        "reps": [args.first_rep, args.first_rep + args.reps - 1], "started": started,
-        "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": load_start, "load_end": load_end}))
+    (runs / f"segment-{args.first_rep}.json").write_text(
+        json.dumps(
+            {
+                "reps": [args.first_rep, args.first_rep + args.reps - 1],
+                "started": started,
+                "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "load_start": load_start,
+                "load_end": load_end,
+            }
+        )
+    )
     report(results, errors, args, load_start, load_end, started)
     if args.out:
-        args.out.write_text(json.dumps({"results": {"|".join(map(str, k)): v for k, v in results.items()},
-                                        "errors": {"|".join(map(str, k)): v for k, v in errors.items()},
-                                        "load_start": load_start, "load_end": load_end, "started": started}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "results": {"|".join(map(str, k)): v for k, v in results.items()},
+                    "errors": {"|".join(map(str, k)): v for k, v in errors.items()},
+                    "load_start": load_start,
+                    "load_end": load_end,
+                    "started": started,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

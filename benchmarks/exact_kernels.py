@@ -30,9 +30,9 @@ import argparse
 import time
 
 import numpy as np
+import retrieval
 import scipy.sparse as sp
 
-import retrieval
 import spladekit.index.exact as exact
 import spladekit.index.maxscore as maxscore
 
@@ -41,7 +41,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, action="append", help="corpus sizes (repeatable)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--blocks", type=int, action="append", help="DOC_BLOCK sizes to compare with one block (repeatable)")
+    parser.add_argument(
+        "--blocks", type=int, action="append", help="DOC_BLOCK sizes to compare with one block (repeatable)"
+    )
     parser.add_argument("--prune", action="store_true", help="pruned kernel against every posting added")
     parser.add_argument("--prune-block", type=int, action="append", help="PRUNE_BLOCK values (repeatable)")
     parser.add_argument("--candidate-cost", type=int, action="append", help="CANDIDATE_COST values (repeatable)")
@@ -51,7 +53,9 @@ def main() -> None:
     if args.blocks:
         return block_sizes(args)
     queries = retrieval.queries()[0][:100].tocsr().astype(np.float32)
-    print("| documents | mean list length (median over queries) | product ms/q | term at a time ms/q | product ÷ term at a time |")
+    print(
+        "| documents | mean list length (median over queries) | product ms/q | term at a time ms/q | product ÷ term at a time |"
+    )
     print("|---|---|---|---|---|")
     for n in args.docs or [20_000, 100_000]:
         blocks, _, _ = retrieval.corpus_blocks(f"synthetic-{n}")
@@ -97,7 +101,9 @@ def pruning(args) -> None:
     """Every posting added (``TAAT_FROM`` 0, no maxima) against the pruned kernel, interleaved."""
     queries = retrieval.queries()[0][:100].tocsr().astype(np.float32)
     exact.TAAT_FROM, exact.PRUNE_FROM = 0, 0
-    print("| documents | k | PRUNE_BLOCK | CANDIDATE_COST | every posting CPU ms/q | pruned CPU ms/q | pruned ÷ every posting | maxima fill s | same lists |")
+    print(
+        "| documents | k | PRUNE_BLOCK | CANDIDATE_COST | every posting CPU ms/q | pruned CPU ms/q | pruned ÷ every posting | maxima fill s | same lists |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for n in args.docs or [200_000]:
         blocks, _, _ = retrieval.corpus_blocks(f"synthetic-{n}")
@@ -116,7 +122,10 @@ def pruning(args) -> None:
                         found[name] = exact.search_postings(queries, postings, k, maxima=given)
                         timing.setdefault(name, []).append((time.process_time() - began) / queries.shape[0] * 1e3)
                     every, pruned = np.median(timing["every"]), np.median(timing["pruned"])
-                    print(f"| {n} | {k} | {block} | {cost} | {every:.2f} | {pruned:.2f} | {pruned / every:.2f} | {fill:.2f} | {found['every'] == found['pruned']} |", flush=True)
+                    print(
+                        f"| {n} | {k} | {block} | {cost} | {every:.2f} | {pruned:.2f} | {pruned / every:.2f} | {fill:.2f} | {found['every'] == found['pruned']} |",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

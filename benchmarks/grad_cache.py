@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 TARGET_MEMORY, TARGET_TIME = 1.3, 1.4
@@ -101,17 +101,33 @@ def build(args, folder: Path):
     (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
     tokenizer = BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=True)
     torch.manual_seed(0)
-    mlm = BertForMaskedLM(BertConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
-                                     num_attention_heads=args.heads, intermediate_size=4 * args.hidden,
-                                     max_position_embeddings=max(args.doc_length, args.query_length) + 2))
+    mlm = BertForMaskedLM(
+        BertConfig(
+            vocab_size=args.vocab,
+            hidden_size=args.hidden,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            intermediate_size=4 * args.hidden,
+            max_position_embeddings=max(args.doc_length, args.query_length) + 2,
+        )
+    )
     suppress_pad_column(mlm, tokenizer)
-    config = TrainConfig.model_validate({
-        "model": {"path": "built-in-code", "head_impl": args.head, "query_max_length": args.query_length,
-                  "doc_max_length": args.doc_length},
-        "data": {"num_negatives": args.negatives}, "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3},
-        "batch_size": args.batch, "precision": args.precision, "device": args.device,
-        "cached": {"mini_batch_size": args.mini} if args.mini else None,
-    })
+    config = TrainConfig.model_validate(
+        {
+            "model": {
+                "path": "built-in-code",
+                "head_impl": args.head,
+                "query_max_length": args.query_length,
+                "doc_max_length": args.doc_length,
+            },
+            "data": {"num_negatives": args.negatives},
+            "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3},
+            "batch_size": args.batch,
+            "precision": args.precision,
+            "device": args.device,
+            "cached": {"mini_batch_size": args.mini} if args.mini else None,
+        }
+    )
     device = torch.device(args.device)
     model = SpladeModel(mlm, args.head).to(device).train()
     return config, model, _Encoder(model, tokenizer, config, device), words
@@ -138,8 +154,12 @@ def worker(args) -> dict:
     group = 1 + args.negatives
     meter, times, peaks = Meter(torch.device(args.device)), [], []
     for step in range(1 + args.steps):
-        batch = Batch([text(args.query_length) for _ in range(args.batch)],
-                      [text(args.doc_length) for _ in range(args.batch * group)], None, group)
+        batch = Batch(
+            [text(args.query_length) for _ in range(args.batch)],
+            [text(args.doc_length) for _ in range(args.batch * group)],
+            None,
+            group,
+        )
         meter.start()
         began = time.perf_counter()
         train_step(encoder, batch, config, DistInfo(), 1e-3, 1e-3, scaler)
@@ -163,8 +183,11 @@ CONFIGS = [("uncached 16", 16, None), ("uncached 256", 256, None), ("cached 256 
 def machine(device: str) -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
+        name = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
         cpu = name
     except (OSError, StopIteration):
         pass
@@ -189,8 +212,13 @@ def main(argv=None) -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=3, help="measured steps per configuration (after one warm-up)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default); 1 by default: on "
-                        "a shared 2-core machine two threads' barriers made identical mini-batch backwards take 0.04-2.8 s")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (0: torch's default); 1 by default: on "
+        "a shared 2-core machine two threads' barriers made identical mini-batch backwards take 0.04-2.8 s",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)  # worker mode
     parser.add_argument("--mini", type=int, help=argparse.SUPPRESS)
@@ -201,9 +229,11 @@ def main(argv=None) -> None:
         return
 
     command = "PYTHONPATH=src python " + " ".join([sys.argv[0]] + sys.argv[1:])
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     where = machine(args.device)
-    base = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("json", "batch", "mini", "worker")]
+    base = [
+        f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("json", "batch", "mini", "worker")
+    ]
     results = {}
     for name, batch, mini in CONFIGS:
         extra = ["--worker", "--batch", str(batch)] + (["--mini", str(mini)] if mini else [])
@@ -211,31 +241,53 @@ def main(argv=None) -> None:
         line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
         if done.returncode or line is None:
             sys.exit(f"{name}: the worker failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-        out = json.loads(line[len("RESULT "):])
-        results[name] = {**out, "time_s": statistics.median(out["times_s"]), "peak_mib": statistics.median(out["peaks_mib"])}
-        print(f"{name:16s} step {results[name]['time_s']:7.2f} s   peak +{results[name]['peak_mib']:8.1f} MiB   "
-              f"(steps {', '.join(f'{t:.2f}' for t in out['times_s'])} s)", flush=True)
+        out = json.loads(line[len("RESULT ") :])
+        results[name] = {
+            **out,
+            "time_s": statistics.median(out["times_s"]),
+            "peak_mib": statistics.median(out["peaks_mib"]),
+        }
+        print(
+            f"{name:16s} step {results[name]['time_s']:7.2f} s   peak +{results[name]['peak_mib']:8.1f} MiB   "
+            f"(steps {', '.join(f'{t:.2f}' for t in out['times_s'])} s)",
+            flush=True,
+        )
 
     cached, small, large = results["cached 256 / 16"], results["uncached 16"], results["uncached 256"]
     memory_ratio = cached["peak_mib"] / small["peak_mib"]
     time_ratio = cached["time_s"] / large["time_s"]
     print()
-    print(f"memory: cached 256/16 ÷ uncached 16  = {memory_ratio:.2f}  (target ≤ {TARGET_MEMORY}: "
-          f"{'met' if memory_ratio <= TARGET_MEMORY else 'NOT met'})")
-    print(f"time:   cached 256/16 ÷ uncached 256 = {time_ratio:.2f}  (target ≤ {TARGET_TIME}: "
-          f"{'met' if time_ratio <= TARGET_TIME else 'NOT met'})")
+    print(
+        f"memory: cached 256/16 ÷ uncached 16  = {memory_ratio:.2f}  (target ≤ {TARGET_MEMORY}: "
+        f"{'met' if memory_ratio <= TARGET_MEMORY else 'NOT met'})"
+    )
+    print(
+        f"time:   cached 256/16 ÷ uncached 256 = {time_ratio:.2f}  (target ≤ {TARGET_TIME}: "
+        f"{'met' if time_ratio <= TARGET_TIME else 'NOT met'})"
+    )
     print(f"memory: uncached 256 ÷ uncached 16   = {large['peak_mib'] / small['peak_mib']:.2f}  (what caching saves)")
-    print(f"model: V {args.vocab}, H {args.hidden}, {args.layers} layers, {args.heads} heads, query {args.query_length} / "
-          f"document {args.doc_length} tokens, G = {1 + args.negatives}, {args.head} head, {args.precision}, "
-          f"{small['threads']} threads, medians of {args.steps} steps after 1 warm-up")
+    print(
+        f"model: V {args.vocab}, H {args.hidden}, {args.layers} layers, {args.heads} heads, query {args.query_length} / "
+        f"document {args.doc_length} tokens, G = {1 + args.negatives}, {args.head} head, {args.precision}, "
+        f"{small['threads']} threads, medians of {args.steps} steps after 1 warm-up"
+    )
     print(f"command: {command}")
     print(f"machine: {where}")
     print(f"date: {started.isoformat(timespec='seconds')}")
     if args.json:
         from spladekit.io import write_json
 
-        write_json(args.json, {"results": results, "memory_ratio": memory_ratio, "time_ratio": time_ratio,
-                               "command": command, "machine": where, "date": started.isoformat()})
+        write_json(
+            args.json,
+            {
+                "results": results,
+                "memory_ratio": memory_ratio,
+                "time_ratio": time_ratio,
+                "command": command,
+                "machine": where,
+                "date": started.isoformat(),
+            },
+        )
 
 
 if __name__ == "__main__":

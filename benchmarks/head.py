@@ -95,16 +95,23 @@ def build_st_model(shape: Shape, folder: Path, device: torch.device):
     torch.manual_seed(0)
     if shape.family == "bert":
         config = BertConfig(
-            vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-            num_attention_heads=shape.heads, intermediate_size=shape.intermediate,
+            vocab_size=shape.vocab,
+            hidden_size=shape.hidden,
+            num_hidden_layers=shape.layers,
+            num_attention_heads=shape.heads,
+            intermediate_size=shape.intermediate,
         )
         mlm = BertForMaskedLM(config)
     else:
         from transformers import ModernBertConfig, ModernBertForMaskedLM
 
         config = ModernBertConfig(
-            vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-            num_attention_heads=shape.heads, intermediate_size=shape.intermediate, pad_token_id=0,
+            vocab_size=shape.vocab,
+            hidden_size=shape.hidden,
+            num_hidden_layers=shape.layers,
+            num_attention_heads=shape.heads,
+            intermediate_size=shape.intermediate,
+            pad_token_id=0,
         )
         mlm = ModernBertForMaskedLM(config)
     mlm.save_pretrained(folder)
@@ -256,7 +263,10 @@ def train_cases(st, model_plain, model_fused, q, d_pos, d_neg, device, dtype, ar
         return mnrl_flops_loss(pool(hq, q["attention_mask"]), pool(hd, docs["attention_mask"]))
 
     st_loss = SpladeLoss(
-        st, SparseMultipleNegativesRankingLoss(st), document_regularizer_weight=DOC_REG, query_regularizer_weight=QUERY_REG
+        st,
+        SparseMultipleNegativesRankingLoss(st),
+        document_regularizer_weight=DOC_REG,
+        query_regularizer_weight=QUERY_REG,
     )
 
     def st_step():
@@ -265,7 +275,9 @@ def train_cases(st, model_plain, model_fused, q, d_pos, d_neg, device, dtype, ar
 
     def spladekit(model):
         def run():
-            return mnrl_flops_loss(model(q["input_ids"], q["attention_mask"]), model(docs["input_ids"], docs["attention_mask"]))
+            return mnrl_flops_loss(
+                model(q["input_ids"], q["attention_mask"]), model(docs["input_ids"], docs["attention_mask"])
+            )
 
         return run
 
@@ -291,7 +303,10 @@ def shift_bias_to_sparsity(model: SpladeModel, batch, fraction: float, dtype) ->
     from spladekit.model.fused import _masked_max
 
     head = model.head
-    with torch.inference_mode(), torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype != torch.float32):
+    with (
+        torch.inference_mode(),
+        torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype != torch.float32),
+    ):
         hidden = model.hidden_states(batch["input_ids"], batch["attention_mask"])
         w = head.weight.to(hidden.dtype)
         b = head.bias.to(hidden.dtype)
@@ -327,7 +342,19 @@ def run_config(shape: Shape, args, device: torch.device, dtype: torch.dtype, wor
             except torch.OutOfMemoryError:
                 seconds, peak = float("nan"), float("nan")
             del opt
-            rows.append(Row(shape.name, "train", sparsity, case, seconds, train_tokens / seconds, shape.d / seconds, peak / 2**30, active))
+            rows.append(
+                Row(
+                    shape.name,
+                    "train",
+                    sparsity,
+                    case,
+                    seconds,
+                    train_tokens / seconds,
+                    shape.d / seconds,
+                    peak / 2**30,
+                    active,
+                )
+            )
             print(f"  {shape.name} train {sparsity} {case}: {seconds:.4f} s, {peak / 2**30:.2f} GiB", file=sys.stderr)
             mlm.zero_grad(set_to_none=True)
             gc.collect()
@@ -354,7 +381,19 @@ def run_config(shape: Shape, args, device: torch.device, dtype: torch.dtype, wor
                 seconds, peak = timed(call, device, args.warmup, args.steps)
             except torch.OutOfMemoryError:
                 seconds, peak = float("nan"), float("nan")
-            rows.append(Row(shape.name, "encode", sparsity, case, seconds, shape.enc * shape.enc_len / seconds, shape.enc / seconds, peak / 2**30, active))
+            rows.append(
+                Row(
+                    shape.name,
+                    "encode",
+                    sparsity,
+                    case,
+                    seconds,
+                    shape.enc * shape.enc_len / seconds,
+                    shape.enc / seconds,
+                    peak / 2**30,
+                    active,
+                )
+            )
             print(f"  {shape.name} encode {sparsity} {case}: {shape.enc / seconds:.1f} docs/s", file=sys.stderr)
         mlm.float()
     del st, mlm, model_plain, model_fused
@@ -393,7 +432,9 @@ def scifact_encoding(n_docs: int, batch_size: int) -> str:
     from spladekit.data.resolve import shared_roots
     from spladekit.model.encoder import SpladeEncoder
 
-    roots = [r for r in shared_roots() if (r / "models" / "splade-tiny").is_dir() and (r / "data/beir/scifact").is_dir()]
+    roots = [
+        r for r in shared_roots() if (r / "models" / "splade-tiny").is_dir() and (r / "data/beir/scifact").is_dir()
+    ]
     if not roots:
         return "SciFact / splade-tiny not found in the shared folder: skipped"
     root = roots[0]
@@ -401,7 +442,9 @@ def scifact_encoding(n_docs: int, batch_size: int) -> str:
     texts = list(corpus.values())[:n_docs]
     out, mats = [], {}
     for impl in ("plain", "fused"):
-        encoder = SpladeEncoder.from_pretrained(root / "models/splade-tiny", head_impl=impl, device="cpu", batch_size=batch_size)
+        encoder = SpladeEncoder.from_pretrained(
+            root / "models/splade-tiny", head_impl=impl, device="cpu", batch_size=batch_size
+        )
         encoder.encode_documents(texts[:batch_size])  # warm-up
         wall, cpu = time.perf_counter(), time.process_time()
         mats[impl] = encoder.encode_documents(texts)
@@ -447,7 +490,11 @@ def main(argv=None) -> None:
     import sentence_transformers
     import transformers
 
-    card = torch.cuda.get_device_name() if gpu else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    card = (
+        torch.cuda.get_device_name()
+        if gpu
+        else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    )
     print(
         f"# {card}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, "
         f"transformers {transformers.__version__}, sentence-transformers {sentence_transformers.__version__}; "

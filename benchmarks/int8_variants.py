@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from onnx_quality import run_of  # noqa: E402
+
 from spladekit.data.beir import load_beir  # noqa: E402
 from spladekit.evaluate.metrics import evaluate  # noqa: E402
 from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx  # noqa: E402
@@ -77,8 +78,14 @@ class Graph:
             if not any(i in weights for i in node.input):
                 self.short[node.name] = name.split("/")[0] + (".pv" if node.name.endswith("_1") else ".qk")
                 continue
-            for old, new in (("/MatMul", ""), ("/attention/self/", "."), ("/attention/output/dense", ".ao"),
-                             ("/intermediate/dense", ".fi"), ("/output/dense", ".fo"), ("/transform/dense", "T")):
+            for old, new in (
+                ("/MatMul", ""),
+                ("/attention/self/", "."),
+                ("/attention/output/dense", ".ao"),
+                ("/intermediate/dense", ".fi"),
+                ("/output/dense", ".fo"),
+                ("/transform/dense", "T"),
+            ):
                 name = name.replace(old, new)
             self.short[node.name] = name
         self.by_short = {v: k for k, v in self.short.items()}
@@ -111,7 +118,9 @@ def spec(graph: Graph, name: str):
             elif token == "u8w":
                 options["weight_type"] = QuantType.QUInt8
             else:
-                extra[{"asym": "ActivationSymmetric", "wsym": "WeightSymmetric", "constb": "MatMulConstBOnly"}[token]] = True
+                extra[
+                    {"asym": "ActivationSymmetric", "wsym": "WeightSymmetric", "constb": "MatMulConstBOnly"}[token]
+                ] = True
         else:
             raise SystemExit(f"unknown variant token {token!r} in {name!r} (see the module docstring)")
     return quant, options, extra
@@ -131,8 +140,14 @@ def build(name: str, float32: Path, work: Path, encoder_of) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(float32, tmp, ignore=shutil.ignore_patterns("model.onnx"))
-    quantize_dynamic(str(float32 / "model.onnx"), str(tmp / "model.onnx"), op_types_to_quantize=["MatMul", "Gemm"],
-                     nodes_to_exclude=[n for n in graph.products if n not in quant], extra_options=extra, **options)
+    quantize_dynamic(
+        str(float32 / "model.onnx"),
+        str(tmp / "model.onnx"),
+        op_types_to_quantize=["MatMul", "Gemm"],
+        nodes_to_exclude=[n for n in graph.products if n not in quant],
+        extra_options=extra,
+        **options,
+    )
     tmp.rename(out)
     return out
 
@@ -192,9 +207,11 @@ def main() -> None:
                 encoder.encode_documents(sample)
                 seconds[name].append(time.perf_counter() - start)
         load = os.getloadavg()
-        print(f"# docs/s, {len(sample)} SciFact documents (max length 256, batch 32), {args.threads} thread(s), "
-              f"medians of {args.reps} interleaved repetitions; {stamp}; load average at end "
-              f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}\n")
+        print(
+            f"# docs/s, {len(sample)} SciFact documents (max length 256, batch 32), {args.threads} thread(s), "
+            f"medians of {args.reps} interleaved repetitions; {stamp}; load average at end "
+            f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}\n"
+        )
         print("| variant | docs/s | ÷ float32 |\n|---|---|---|")
         base = len(sample) / statistics.median(seconds["float32"])
         for name, values in seconds.items():
@@ -235,11 +252,15 @@ def main() -> None:
         rows.append((name, ndcg(q, d, len(dids)), ndcg(q, d, sub), c.min(), c.mean()))
         print(f"  {name}: {rows[-1][1][0]:.4f} {rows[-1][2][0]:.4f} {c.min():.5f}", file=sys.stderr, flush=True)
     load = os.getloadavg()
-    print(f"# SciFact test ({len(qids)} queries), {len(dids)} documents (and the first {sub}), splade-tiny, "
-          f"onnxruntime dynamic int8 variants vs the float32 graph; {stamp}; load average at end "
-          f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}\n")
-    print(f"| variant | nDCG@10 ({len(dids)} docs) | change ± s.e. (queries changed) | nDCG@10 (first {sub}) | "
-          "change ± s.e. (queries changed) | min cosine | 1 − mean cosine |")
+    print(
+        f"# SciFact test ({len(qids)} queries), {len(dids)} documents (and the first {sub}), splade-tiny, "
+        f"onnxruntime dynamic int8 variants vs the float32 graph; {stamp}; load average at end "
+        f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}\n"
+    )
+    print(
+        f"| variant | nDCG@10 ({len(dids)} docs) | change ± s.e. (queries changed) | nDCG@10 (first {sub}) | "
+        "change ± s.e. (queries changed) | min cosine | 1 − mean cosine |"
+    )
     print("|---|---|---|---|---|---|---|")
     print(f"| float32 | {base[0]:.4f} | | {base_sub[0]:.4f} | | 1 | 0 |")
     for name, full, part, cmin, cmean in rows:

@@ -56,7 +56,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=ROOT.parent / "shared" / "models" / "splade-tiny")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "beir" / "scifact")
-    parser.add_argument("--docs", type=int, default=0, help="0: the whole corpus; else judged docs + the first others up to N")
+    parser.add_argument(
+        "--docs", type=int, default=0, help="0: the whole corpus; else judged docs + the first others up to N"
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -73,9 +75,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cases = {"torch": torch_encoder}
-        for name, kwargs in (("onnx", {}), ("onnx-int8", {"quantize": "int8"}),
-                             ("onnx-int8-head", {"quantize": "int8", "quantize_head": True})):
-            cases[name] = OnnxSpladeEncoder(export_onnx(torch_encoder, Path(tmp) / name, **kwargs), threads=args.threads)
+        for name, kwargs in (
+            ("onnx", {}),
+            ("onnx-int8", {"quantize": "int8"}),
+            ("onnx-int8-head", {"quantize": "int8", "quantize_head": True}),
+        ):
+            cases[name] = OnnxSpladeEncoder(
+                export_onnx(torch_encoder, Path(tmp) / name, **kwargs), threads=args.threads
+            )
         for name, encoder in cases.items():
             start = time.perf_counter()
             d = encoder.encode_documents(texts)
@@ -85,8 +92,10 @@ def main() -> None:
             rows.append((name, ndcg, seconds))
             print(f"  {name}: nDCG@10 {ndcg:.4f}, {seconds:.1f} s", file=sys.stderr)
     load = os.getloadavg()
-    print(f"# SciFact test ({len(qids)} queries), {len(dids)} documents, splade-tiny, {args.threads} thread(s); "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at end {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}\n")
+    print(
+        f"# SciFact test ({len(qids)} queries), {len(dids)} documents, splade-tiny, {args.threads} thread(s); "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at end {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}\n"
+    )
     print("| case | nDCG@10 | change vs torch | corpus encoding s (wall) |")
     print("|---|---|---|---|")
     base = rows[0][1]

@@ -43,9 +43,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import spladekit.model.fused as fused  # noqa: E402
 from spladekit.data.beir import load_beir  # noqa: E402
 from spladekit.data.resolve import shared_roots  # noqa: E402
-import spladekit.model.fused as fused  # noqa: E402
 from spladekit.model.encoder import SpladeEncoder  # noqa: E402
 from spladekit.model.inference_free import make_inference_free  # noqa: E402
 from spladekit.model.onnx_export import OnnxSpladeEncoder, export_onnx  # noqa: E402
@@ -108,33 +108,49 @@ def main() -> None:
     if args.plain and torch_default.model.head_impl != "plain":
         cases["torch (plain)"] = SpladeEncoder.from_pretrained(args.model, device="cpu", head_impl="plain")
     with tempfile.TemporaryDirectory() as tmp:
-        folder = export_onnx(SpladeEncoder.from_pretrained(args.model, device="cpu", head_impl="plain"), Path(tmp) / "onnx")
+        folder = export_onnx(
+            SpladeEncoder.from_pretrained(args.model, device="cpu", head_impl="plain"), Path(tmp) / "onnx"
+        )
         cases["onnxruntime"] = OnnxSpladeEncoder(folder, threads=args.threads)
-        free = make_inference_free(SpladeEncoder.from_pretrained(args.model, device="cpu"), list(dataset.corpus.values()))
+        free = make_inference_free(
+            SpladeEncoder.from_pretrained(args.model, device="cpu"), list(dataset.corpus.values())
+        )
         cases["inference-free"] = free
         results = {}
         for batch_size in (1, 8, 32):
             times = measure(cases, queries, batch_size, args.rounds)
-            results[batch_size] = {name: {k: statistics.median(v) for k, v in t.items()} | {"batches": len(t["wall"])}
-                                   for name, t in times.items()}
+            results[batch_size] = {
+                name: {k: statistics.median(v) for k, v in t.items()} | {"batches": len(t["wall"])}
+                for name, t in times.items()
+            }
     anchor = next(iter(cases))
     import onnxruntime
     import transformers
 
-    print(f"# query encoding latency ({date.today().isoformat()}; {platform.machine()}, {platform.processor() or 'cpu'}; "
-          f"threads {args.threads}; torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, "
-          f"transformers {transformers.__version__})")
-    print(f"model {args.model}; {len(queries)} queries of {args.data} (test), query max length "
-          f"{torch_default.metadata.query_max_length}; {args.rounds} rounds; medians; ratio = anchor ({anchor}) ÷ case\n")
-    print("| batch | case | ms / batch (wall) | ms / query (wall) | ms / batch (CPU) | speed-up vs anchor (wall) | (CPU) | batch gain (wall) |")
+    print(
+        f"# query encoding latency ({date.today().isoformat()}; {platform.machine()}, {platform.processor() or 'cpu'}; "
+        f"threads {args.threads}; torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, "
+        f"transformers {transformers.__version__})"
+    )
+    print(
+        f"model {args.model}; {len(queries)} queries of {args.data} (test), query max length "
+        f"{torch_default.metadata.query_max_length}; {args.rounds} rounds; medians; ratio = anchor ({anchor}) ÷ case\n"
+    )
+    print(
+        "| batch | case | ms / batch (wall) | ms / query (wall) | ms / batch (CPU) | speed-up vs anchor (wall) | (CPU) | batch gain (wall) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for batch_size, row in results.items():
         for name, r in row.items():
             a, single = row[anchor], results[1][name]["wall"]
-            print(f"| {batch_size} | {name} | {r['wall']:.3f} | {r['wall'] / batch_size:.3f} | {r['cpu']:.3f} | "
-                  f"{a['wall'] / r['wall']:.2f}× | {a['cpu'] / max(r['cpu'], 1e-9):.2f}× | {single * batch_size / r['wall']:.2f}× |")
+            print(
+                f"| {batch_size} | {name} | {r['wall']:.3f} | {r['wall'] / batch_size:.3f} | {r['cpu']:.3f} | "
+                f"{a['wall'] / r['wall']:.2f}× | {a['cpu'] / max(r['cpu'], 1e-9):.2f}× | {single * batch_size / r['wall']:.2f}× |"
+            )
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
+        args.out.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2)
+        )
 
 
 if __name__ == "__main__":

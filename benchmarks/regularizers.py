@@ -82,8 +82,14 @@ def arm_config(name: str, steps: int):
     from spladekit.train.config import load_config
 
     reg = dict(ARMS[name])
-    overrides = ["eval_every=0", "validate_every=0", "curves=false", f"steps={steps}",
-                 f"warmup_steps={max(1, round(steps / 10))}", f"regularizer.warmup_steps={max(1, round(steps / 3))}"]
+    overrides = [
+        "eval_every=0",
+        "validate_every=0",
+        "curves=false",
+        f"steps={steps}",
+        f"warmup_steps={max(1, round(steps / 10))}",
+        f"regularizer.warmup_steps={max(1, round(steps / 3))}",
+    ]
     config = load_config(HERE.parent / "configs" / "demo.yaml", overrides)
     data = config.model_dump()
     data["regularizer"] = {**data["regularizer"], **reg}
@@ -117,16 +123,28 @@ def evaluate_arm(name: str, config, model_dir: Path, work: Path, dataset) -> dic
     cache = work / slug(name) / "eval.json"
     if cache.exists():
         return json.loads(cache.read_text())
-    encoder = SpladeEncoder.from_pretrained(model_dir, batch_size=32, query_max_length=config.model.query_max_length,
-                                            doc_max_length=config.model.doc_max_length)
+    encoder = SpladeEncoder.from_pretrained(
+        model_dir,
+        batch_size=32,
+        query_max_length=config.model.query_max_length,
+        doc_max_length=config.model.doc_max_length,
+    )
     began = time.perf_counter()
-    result = evaluate_splade(encoder, dataset, k=100, measures=["nDCG@10"], show_progress=False, name=name,
-                             index=work / slug(name) / "index")
+    result = evaluate_splade(
+        encoder, dataset, k=100, measures=["nDCG@10"], show_progress=False, name=name, index=work / slug(name) / "index"
+    )
     per_query = result.per_query["nDCG@10"]
-    record = {"arm": name, "nDCG@10": result.metrics["nDCG@10"], "se": standard_error(per_query.values()),
-              "flops": result.metrics["flops"], "avg_query_terms": result.metrics["avg_query_terms"],
-              "avg_doc_terms": result.metrics["avg_doc_terms"], "per_query": per_query,
-              "eval_s": time.perf_counter() - began, "regularizer": ARMS[name]}
+    record = {
+        "arm": name,
+        "nDCG@10": result.metrics["nDCG@10"],
+        "se": standard_error(per_query.values()),
+        "flops": result.metrics["flops"],
+        "avg_query_terms": result.metrics["avg_query_terms"],
+        "avg_doc_terms": result.metrics["avg_doc_terms"],
+        "per_query": per_query,
+        "eval_s": time.perf_counter() - began,
+        "regularizer": ARMS[name],
+    }
     cache.write_text(json.dumps(record))
     return record
 
@@ -191,8 +209,12 @@ def pruning_table(config, model_dir: Path, work: Path, dataset) -> list[dict]:
 
     index = Index.open(work / slug(BASELINE) / "index")
     docs, doc_ids = index.docs.astype(np.float32).tocsr(), list(index.doc_ids)
-    encoder = SpladeEncoder.from_pretrained(model_dir, batch_size=32, query_max_length=config.model.query_max_length,
-                                            doc_max_length=config.model.doc_max_length)
+    encoder = SpladeEncoder.from_pretrained(
+        model_dir,
+        batch_size=32,
+        query_max_length=config.model.query_max_length,
+        doc_max_length=config.model.doc_max_length,
+    )
     qids = sorted(q for q in dataset.queries if q in dataset.qrels)
     queries = encoder.encode_queries([dataset.queries[q] for q in qids])
     scratch = work / "pruning-index"
@@ -204,32 +226,45 @@ def pruning_table(config, model_dir: Path, work: Path, dataset) -> list[dict]:
             rule = rule_for_level(docs, kind, level * unpruned)
             ndcg, se, eff = search_ndcg(prune(docs, rule), doc_ids, queries, qids, dataset, scratch)
             rows.append({"rule": kind, "level": level, "value": rule.value, "nDCG@10": ndcg, "se": se, **eff})
-            print(f"  pruning {kind}={rule.value} (level {level}): nDCG@10 {ndcg:.4f} ± {se:.4f}, "
-                  f"doc terms {eff['avg_doc_terms']:.1f}", flush=True)
+            print(
+                f"  pruning {kind}={rule.value} (level {level}): nDCG@10 {ndcg:.4f} ± {se:.4f}, "
+                f"doc terms {eff['avg_doc_terms']:.1f}",
+                flush=True,
+            )
     return rows
 
 
 # ----------------------------------------------------------------------------------- report
 def table(records: list[dict]) -> str:
     base = next(r for r in records if r["arm"] == BASELINE)
-    lines = ["| arm | nDCG@10 ± SE | Δ vs baseline (paired SE) | FLOPS | × baseline FLOPS | query terms | doc terms | "
-             "train s | target |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| arm | nDCG@10 ± SE | Δ vs baseline (paired SE) | FLOPS | × baseline FLOPS | query terms | doc terms | "
+        "train s | target |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in records:
         delta, delta_se = paired(r, base)
         ratio = r["flops"] / base["flops"]
         met = r["arm"] != BASELINE and r["nDCG@10"] >= base["nDCG@10"] - base["se"] and ratio <= TARGET_FLOPS_SHARE
-        lines.append(f"| {r['arm']} | {r['nDCG@10']:.4f} ± {r['se']:.4f} | {delta:+.4f} ({delta_se:.4f}) | "
-                     f"{r['flops']:.2f} | {ratio:.2f} | {r['avg_query_terms']:.1f} | {r['avg_doc_terms']:.1f} | "
-                     f"{r.get('train_s', float('nan')):.0f} | {'met' if met else ('—' if r['arm'] == BASELINE else 'no')} |")
+        lines.append(
+            f"| {r['arm']} | {r['nDCG@10']:.4f} ± {r['se']:.4f} | {delta:+.4f} ({delta_se:.4f}) | "
+            f"{r['flops']:.2f} | {ratio:.2f} | {r['avg_query_terms']:.1f} | {r['avg_doc_terms']:.1f} | "
+            f"{r.get('train_s', float('nan')):.0f} | {'met' if met else ('—' if r['arm'] == BASELINE else 'no')} |"
+        )
     return "\n".join(lines)
 
 
 def pruning_markdown(rows: list[dict]) -> str:
-    lines = ["| level (× unpruned doc terms) | rule=value | doc terms | nDCG@10 ± SE | FLOPS |", "|---|---|---|---|---|"]
+    lines = [
+        "| level (× unpruned doc terms) | rule=value | doc terms | nDCG@10 ± SE | FLOPS |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         shown = "none" if r["rule"] == "none" else f"{r['rule']}={r['value']:g}"
-        lines.append(f"| {r['level']:g} | {shown} | {r['avg_doc_terms']:.1f} | {r['nDCG@10']:.4f} ± {r['se']:.4f} | "
-                     f"{r['flops']:.2f} |")
+        lines.append(
+            f"| {r['level']:g} | {shown} | {r['avg_doc_terms']:.1f} | {r['nDCG@10']:.4f} ± {r['se']:.4f} | "
+            f"{r['flops']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -238,14 +273,27 @@ def plot(records: list[dict], path: Path) -> Path:
 
     points = {r["arm"]: [(r["flops"], r["nDCG@10"])] for r in records}
     errors = {r["arm"]: [r["se"]] for r in records}
-    return quality_vs_flops(points, path, xlabel="mean FLOPS (SciFact test)", ylabel="nDCG@10 (SciFact test)",
-                            title="regularisers: nDCG@10 vs FLOPS (± 1 SE)", errors=errors, baseline=BASELINE,
-                            flops_share=TARGET_FLOPS_SHARE)
+    return quality_vs_flops(
+        points,
+        path,
+        xlabel="mean FLOPS (SciFact test)",
+        ylabel="nDCG@10 (SciFact test)",
+        title="regularisers: nDCG@10 vs FLOPS (± 1 SE)",
+        errors=errors,
+        baseline=BASELINE,
+        flops_share=TARGET_FLOPS_SHARE,
+    )
 
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     return {"cpu": cpu, "cores": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version()}
 
 
@@ -270,10 +318,12 @@ def main(argv=None) -> int:
     for name in arms:
         config, result, seconds = train_arm(name, args.steps, args.work, examples)
         last = result.last_metrics
-        print(f"{name}: trained {result.steps} steps in {seconds:.0f} s (done before: {result.already_done}); "
-              f"last batch: active_q {last.get('active_q', float('nan')):.1f}, active_d {last.get('active_d', float('nan')):.1f}, "
-              f"batch_flops {last.get('batch_flops', float('nan')):.2f}, loss_rank {last.get('loss_rank', float('nan')):.3f}",
-              flush=True)
+        print(
+            f"{name}: trained {result.steps} steps in {seconds:.0f} s (done before: {result.already_done}); "
+            f"last batch: active_q {last.get('active_q', float('nan')):.1f}, active_d {last.get('active_d', float('nan')):.1f}, "
+            f"batch_flops {last.get('batch_flops', float('nan')):.2f}, loss_rank {last.get('loss_rank', float('nan')):.3f}",
+            flush=True,
+        )
         if args.pilot:
             continue
         record = evaluate_arm(name, config, result.model_dir, args.work, dataset)
@@ -281,8 +331,11 @@ def main(argv=None) -> int:
         records.append(record)
         if name == BASELINE:
             baseline_run = (config, result.model_dir)
-        print(f"  test: nDCG@10 {record['nDCG@10']:.4f} ± {record['se']:.4f}, FLOPS {record['flops']:.2f}, "
-              f"terms q/d {record['avg_query_terms']:.1f}/{record['avg_doc_terms']:.1f}", flush=True)
+        print(
+            f"  test: nDCG@10 {record['nDCG@10']:.4f} ± {record['se']:.4f}, FLOPS {record['flops']:.2f}, "
+            f"terms q/d {record['avg_query_terms']:.1f}/{record['avg_doc_terms']:.1f}",
+            flush=True,
+        )
     if args.pilot or not any(r["arm"] == BASELINE for r in records):
         return 0
     print("\n" + table(records), flush=True)
@@ -290,8 +343,12 @@ def main(argv=None) -> int:
     rows = [] if args.no_pruning else pruning_table(*baseline_run, args.work, dataset)
     if rows:
         print("\n" + pruning_markdown(rows), flush=True)
-    out = {"machine_end": machine(), "steps": args.steps, "arms": [{k: v for k, v in r.items() if k != "per_query"}
-                                                                    for r in records], "pruning": rows}
+    out = {
+        "machine_end": machine(),
+        "steps": args.steps,
+        "arms": [{k: v for k, v in r.items() if k != "per_query"} for r in records],
+        "pruning": rows,
+    }
     (args.work / "regularizers.json").write_text(json.dumps(out, indent=1))
     print(json.dumps({"machine_end": out["machine_end"]}), flush=True)
     return 0

@@ -63,44 +63,59 @@ def main() -> None:
     scores = np.zeros((q.shape[0], n), np.float32)
     dense = q.T.toarray()
     for start in range(0, n, 500_000):
-        scores[:, start:start + 500_000] = (docs[start:start + 500_000] @ dense).T
+        scores[:, start : start + 500_000] = (docs[start : start + 500_000] @ dense).T
     truth = [set(np.lexsort((np.arange(n), -row))[:10].tolist()) for row in scores]
     del scores
     n_postings = int(np.ceil(N_POSTINGS_8M * docs.nnz / (docs.nnz * ROWS_8M / n)))
     names = np.array([str(j) for j in range(vocab)], dtype=seismic.get_seismic_string())
-    components = [names[q.indices[q.indptr[i]:q.indptr[i + 1]]] for i in range(q.shape[0])]
-    values = [np.ascontiguousarray(q.data[q.indptr[i]:q.indptr[i + 1]]) for i in range(q.shape[0])]
+    components = [names[q.indices[q.indptr[i] : q.indptr[i + 1]]] for i in range(q.shape[0])]
+    values = [np.ascontiguousarray(q.data[q.indptr[i] : q.indptr[i + 1]]) for i in range(q.shape[0])]
     print(f"synthetic-{n}: {docs.nnz:,} entries, n_postings {n_postings}, {q.shape[0]} queries ({ONE} one per call)")
-    print("| input | entries | build CPU s | query_cut / heap_factor | candidates | recall@10 | ms a query | ÷ full input's ms (same setting) |")
+    print(
+        "| input | entries | build CPU s | query_cut / heap_factor | candidates | recall@10 | ms a query | ÷ full input's ms (same setting) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     anchor = {}
     for keep in [0] + cuts:
         built = top_terms(docs, keep) if keep else docs
         started = time.process_time()
         dataset = seismic.SeismicDataset()
-        dataset.add_documents_by_id([str(i) for i in range(n)], built.indices.astype(np.int64), built.data.astype(np.float32),
-                                    built.indptr.astype(np.int64))
+        dataset.add_documents_by_id(
+            [str(i) for i in range(n)],
+            built.indices.astype(np.int64),
+            built.data.astype(np.float32),
+            built.indptr.astype(np.int64),
+        )
         index = seismic.SeismicIndex.build_from_dataset(dataset, n_postings=n_postings, max_fraction=6.0)
         build = time.process_time() - started
         entries = built.nnz
         del dataset, built
 
         def search(i, k, cut, heap):  # called in this iteration only, before `del index` below frees the build
-            hits = index.search(str(i), components[i], values[i], k=k, query_cut=cut, heap_factor=heap, n_knn=0, sorted=True)  # noqa: F821, B023
+            hits = index.search(  # noqa: B023, F821 (called in this iteration only, before `del index` frees the build)
+                str(i), components[i], values[i], k=k, query_cut=cut, heap_factor=heap, n_knn=0, sorted=True
+            )
             rows = np.fromiter((int(h[2]) for h in hits), np.int64)
-            found = np.fromiter((h[1] for h in hits), np.float32) if not keep else (docs[rows] @ q[i].T).toarray().ravel()
+            found = (
+                np.fromiter((h[1] for h in hits), np.float32) if not keep else (docs[rows] @ q[i].T).toarray().ravel()  # noqa: B023 (called in this iteration only)
+            )
             return rows[np.lexsort((rows, -found))[:10]]
 
         for cut, heap in SETTINGS:
             for k in CANDIDATES if keep else [10]:
-                recall = np.mean([len(truth[i] & set(search(i, k, cut, heap).tolist())) / 10 for i in range(q.shape[0])])
+                recall = np.mean(
+                    [len(truth[i] & set(search(i, k, cut, heap).tolist())) / 10 for i in range(q.shape[0])]
+                )
                 started = time.process_time()
                 for i in range(ONE):
                     search(i, k, cut, heap)
                 ms = (time.process_time() - started) / ONE * 1e3
                 anchor.setdefault((cut, heap), ms)
-                print(f"| {f'top {keep}' if keep else 'full (anchor)'} | {entries:,} | {build:.0f} | {cut} / {heap} | {k} | {recall:.3f} | "
-                      f"{ms:.3f} | {ms / anchor[(cut, heap)]:.2f} |", flush=True)
+                print(
+                    f"| {f'top {keep}' if keep else 'full (anchor)'} | {entries:,} | {build:.0f} | {cut} / {heap} | {k} | {recall:.3f} | "
+                    f"{ms:.3f} | {ms / anchor[(cut, heap)]:.2f} |",
+                    flush=True,
+                )
         del index
 
 

@@ -71,7 +71,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -103,8 +102,14 @@ def scifact_index():
 
         torch.set_num_threads(1)
         encoder = SpladeEncoder.from_pretrained(str(model), batch_size=32)
-        Index.build(encoder, shared() / "data" / "beir" / "scifact" / "corpus.jsonl.gz", folder, metadata={"model": str(model)},
-                    distributed=False, show_progress=True)
+        Index.build(
+            encoder,
+            shared() / "data" / "beir" / "scifact" / "corpus.jsonl.gz",
+            folder,
+            metadata={"model": str(model)},
+            distributed=False,
+            show_progress=True,
+        )
     return Index.open(folder), list(dataset.queries.values())
 
 
@@ -122,8 +127,14 @@ def synthetic_index(n: int, vocabulary_from):
     folder = CACHE / f"synthetic-{n}"
     if not (folder / "index.json").exists():
         blocks, ids, vocab = retrieval.corpus_blocks(f"synthetic-{n}")
-        write_index(folder, blocks, ids, vocab, {"corpus": f"synthetic-{n}", "model": str(shared() / "models" / "splade-tiny")},
-                    load_vocabulary(vocabulary_from))
+        write_index(
+            folder,
+            blocks,
+            ids,
+            vocab,
+            {"corpus": f"synthetic-{n}", "model": str(shared() / "models" / "splade-tiny")},
+            load_vocabulary(vocabulary_from),
+        )
     return Index.open(folder), retrieval.queries()[0]
 
 
@@ -145,8 +156,21 @@ class Server:
         import httpx
 
         self.url = f"http://127.0.0.1:{free_port()}"
-        command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", self.url.rsplit(":", 1)[1],
-                   "--workers", str(workers), "--threads", "1", *options]
+        command = [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "serve",
+            "--index",
+            str(folder),
+            "--port",
+            self.url.rsplit(":", 1)[1],
+            "--workers",
+            str(workers),
+            "--threads",
+            "1",
+            *options,
+        ]
         self.log = open(log, "wb")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline, seen = time.monotonic() + 180, set()
@@ -242,8 +266,12 @@ def index_mapping_kib(pid: int, folder: Path) -> tuple[int, int]:
 def memory(server: Server, folder: Path) -> dict:
     pids = server.processes()
     index = [index_mapping_kib(p, folder) for p in pids]
-    return {"pss_sum_mib": sum(pss_kib(p) for p in pids) / 1024, "processes": len(pids),
-            "index_pss_sum_mib": sum(p for p, _ in index) / 1024, "index_rss_per_process_mib": [r / 1024 for _, r in index if r]}
+    return {
+        "pss_sum_mib": sum(pss_kib(p) for p in pids) / 1024,
+        "processes": len(pids),
+        "index_pss_sum_mib": sum(p for p, _ in index) / 1024,
+        "index_rss_per_process_mib": [r / 1024 for _, r in index if r],
+    }
 
 
 # ----------------------------------------------------------------------------------- load
@@ -282,8 +310,10 @@ class RawHTTP:
     async def _post(self, connection, path: str, body: bytes) -> tuple[int, bytes]:
         reader, writer = connection
         try:
-            writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                         % (path.encode(), self.host.encode(), len(body), body))
+            writer.write(
+                b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (path.encode(), self.host.encode(), len(body), body)
+            )
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.split(b"\r\n")
             headers = dict(line.split(b":", 1) for line in lines[1:] if b":" in line)
@@ -337,17 +367,30 @@ async def closed_loop(url: str, bodies: list[bytes], clients: int, requests: int
     for conn in http:
         conn.close()
     ok = codes.get(200, 0)
-    return {"clients": clients, "answers": ok, "seconds": elapsed, "throughput": ok / elapsed, **percentiles(latencies),
-            "errors": sum(n for c, n in codes.items() if c not in (200, 503)), "refused_503": codes.get(503, 0),
-            "client_cpu_ms_per_request": 1000 * cpu / max(1, sum(codes.values())), "hits": answers}  # warm-up not in the client's
+    return {
+        "clients": clients,
+        "answers": ok,
+        "seconds": elapsed,
+        "throughput": ok / elapsed,
+        **percentiles(latencies),
+        "errors": sum(n for c, n in codes.items() if c not in (200, 503)),
+        "refused_503": codes.get(503, 0),
+        "client_cpu_ms_per_request": 1000 * cpu / max(1, sum(codes.values())),
+        "hits": answers,
+    }  # warm-up not in the client's
 
 
 def refusal_cause(body: bytes) -> str:
     """The cause of a 503 from its message (``spladekit.serve.batching.Overloaded``; the request timeout's own)."""
     message = json.loads(body).get("error", "") if body else ""
-    for cause, words in (("queue_full", "queue is full"), ("queue_wait", "in the queue, over the queue-wait limit"),
-                         ("expected_wait", "ms of work, over the queue-wait limit"), ("expected_wait", "ms of work, over the latency limit"),
-                         ("latency", "more, over the latency limit"), ("timeout", "request timeout")):
+    for cause, words in (
+        ("queue_full", "queue is full"),
+        ("queue_wait", "in the queue, over the queue-wait limit"),
+        ("expected_wait", "ms of work, over the queue-wait limit"),
+        ("expected_wait", "ms of work, over the latency limit"),
+        ("latency", "more, over the latency limit"),
+        ("timeout", "request timeout"),
+    ):
         if words in message:
             return cause
     return "other"
@@ -395,12 +438,21 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, seconds: float, 
     codes: dict[int, int] = {}
     for _, _, status in records:
         codes[status] = codes.get(status, 0) + 1
-    return {"rate": rate, "sent": total, "answered_200": codes.get(200, 0), "refused_503": codes.get(503, 0),
-            "errors": sum(n for c, n in codes.items() if c not in (200, 503)),
-            "refused_by_cause": causes, "answered_per_s": codes.get(200, 0) / seconds,
-            "first_half": percentiles(first), "second_half": percentiles(second), "all": percentiles([ms for _, ms in served]),
-            "max_ms": max((ms for _, ms in served), default=None),
-            "server_took": {**percentiles(took), "max_ms": max(took, default=None)}, "pss_sum_mib": [m for _, m in samples]}
+    return {
+        "rate": rate,
+        "sent": total,
+        "answered_200": codes.get(200, 0),
+        "refused_503": codes.get(503, 0),
+        "errors": sum(n for c, n in codes.items() if c not in (200, 503)),
+        "refused_by_cause": causes,
+        "answered_per_s": codes.get(200, 0) / seconds,
+        "first_half": percentiles(first),
+        "second_half": percentiles(second),
+        "all": percentiles([ms for _, ms in served]),
+        "max_ms": max((ms for _, ms in served), default=None),
+        "server_took": {**percentiles(took), "max_ms": max(took, default=None)},
+        "pss_sum_mib": [m for _, m in samples],
+    }
 
 
 # ----------------------------------------------------------------------------------- anchor
@@ -410,8 +462,14 @@ def in_process(index, texts: list[str], vectors, opts: dict | None = None) -> di
     out = {}
     encoder = index.query_encoder()
     opts = opts or {}
-    for kind, one, everything in (("text", lambda i: index.search([texts[i]], k=K, encoder=encoder, **opts), lambda: index.search(texts, k=K, encoder=encoder, **opts)),
-                                  ("vector", lambda i: index.search(vectors[i : i + 1], k=K, **opts), lambda: index.search(vectors, k=K, **opts))):
+    for kind, one, everything in (
+        (
+            "text",
+            lambda i: index.search([texts[i]], k=K, encoder=encoder, **opts),
+            lambda: index.search(texts, k=K, encoder=encoder, **opts),
+        ),
+        ("vector", lambda i: index.search(vectors[i : i + 1], k=K, **opts), lambda: index.search(vectors, k=K, **opts)),
+    ):
         one(0)
         began = time.perf_counter()
         for i in range(len(texts)):
@@ -420,7 +478,11 @@ def in_process(index, texts: list[str], vectors, opts: dict | None = None) -> di
         began = time.perf_counter()
         result = everything()
         batch = len(texts) / (time.perf_counter() - began)
-        out[kind] = {"one_per_call_qps": per_call, "one_call_qps": batch, "hits": [[d for d, _ in h] for h in result.hits]}
+        out[kind] = {
+            "one_per_call_qps": per_call,
+            "one_call_qps": batch,
+            "hits": [[d for d, _ in h] for h in result.hits],
+        }
     return out
 
 
@@ -435,22 +497,47 @@ def agreement(answers: dict[int, list[str]], want: list[list[str]]) -> float:
 # ----------------------------------------------------------------------------------- main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, action="append", help="concurrent clients (repeatable; default 1, 8, 32)")
+    parser.add_argument(
+        "--clients", type=int, action="append", help="concurrent clients (repeatable; default 1, 8, 32)"
+    )
     parser.add_argument("--workers", type=int, action="append", help="worker counts (repeatable; default 1, 2)")
     parser.add_argument("--requests", type=int, default=1500, help="answers per run at most")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per run at most")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--overload-seconds", type=float, default=10.0)
     parser.add_argument("--overload-queue", type=int, default=32, help="queue size of the overload run's server")
-    parser.add_argument("--synthetic", type=int, help="serve benchmarks/retrieval.py's synthetic-N corpus instead of SciFact (e.g. 1000000)")
-    parser.add_argument("--anchor-queries", type=int, default=300, help="queries of the in-process anchor (all 300 at SciFact; fewer at 1M)")
-    parser.add_argument("--index", type=Path, help="serve this index folder (its vectors: retrieval.queries()) instead of SciFact")
-    parser.add_argument("--backend", choices=("exact", "seismic"), default="exact", help="the backend every request asks for")
-    parser.add_argument("--seismic-budget", type=int, help="bytes of build memory of one Seismic shard (default: the library's)")
-    parser.add_argument("--query-cut", type=int, default=20, help="Seismic query_cut of every request (backend seismic)")
-    parser.add_argument("--heap-factor", type=float, default=0.5, help="Seismic heap_factor of every request (backend seismic)")
+    parser.add_argument(
+        "--synthetic",
+        type=int,
+        help="serve benchmarks/retrieval.py's synthetic-N corpus instead of SciFact (e.g. 1000000)",
+    )
+    parser.add_argument(
+        "--anchor-queries",
+        type=int,
+        default=300,
+        help="queries of the in-process anchor (all 300 at SciFact; fewer at 1M)",
+    )
+    parser.add_argument(
+        "--index", type=Path, help="serve this index folder (its vectors: retrieval.queries()) instead of SciFact"
+    )
+    parser.add_argument(
+        "--backend", choices=("exact", "seismic"), default="exact", help="the backend every request asks for"
+    )
+    parser.add_argument(
+        "--seismic-budget", type=int, help="bytes of build memory of one Seismic shard (default: the library's)"
+    )
+    parser.add_argument(
+        "--query-cut", type=int, default=20, help="Seismic query_cut of every request (backend seismic)"
+    )
+    parser.add_argument(
+        "--heap-factor", type=float, default=0.5, help="Seismic heap_factor of every request (backend seismic)"
+    )
     parser.add_argument("--no-overload", action="store_true", help="skip the overload runs")
-    parser.add_argument("--share-index", action="store_true", help="servers of 2+ workers with --share-index (workers forked after the index loaded: one copy of the Seismic shards)")
+    parser.add_argument(
+        "--share-index",
+        action="store_true",
+        help="servers of 2+ workers with --share-index (workers forked after the index loaded: one copy of the Seismic shards)",
+    )
     parser.add_argument("--busy", action="store_true", help="one competing busy-loop process beside the whole run")
     parser.add_argument("--out", type=Path, default=CACHE / "results.json")
     args = parser.parse_args()
@@ -475,7 +562,9 @@ def run_all(args) -> None:
 
     import torch
 
-    torch.set_num_threads(1)  # as each worker (--threads 1): on 2 shared cores 2 torch threads contend (10x slower here)
+    torch.set_num_threads(
+        1
+    )  # as each worker (--threads 1): on 2 shared cores 2 torch threads contend (10x slower here)
     index, texts = scifact_index()
     vectors = index.query_encoder().encode_queries(texts)
     if args.synthetic:
@@ -494,18 +583,45 @@ def run_all(args) -> None:
         from spladekit.index.seismic_store import SeismicConfig
 
         began = time.perf_counter()
-        shards = len(index.seismic(memory_budget=args.seismic_budget))  # built (or reopened) here, once, before any server
+        shards = len(
+            index.seismic(memory_budget=args.seismic_budget)
+        )  # built (or reopened) here, once, before any server
         print(f"seismic: {shards} shards ready in {time.perf_counter() - began:.0f} s", flush=True)
         route = {"backend": "seismic", "seismic": {"query_cut": args.query_cut, "heap_factor": args.heap_factor}}
-        opts = {"searcher": SeismicConfig(search=SeismicSearchParams(**route["seismic"]))}  # the requests' own settings, in process
+        opts = {
+            "searcher": SeismicConfig(search=SeismicSearchParams(**route["seismic"]))
+        }  # the requests' own settings, in process
     arrays_mib = sum(f.stat().st_size for f in index.folder.glob("*.npy")) / 2**20
-    bodies = {"text": encoded([{"query": t, "k": K, **route} for t in texts]),
-              "vector": encoded([{"vector": {"indices": [int(j) for j in vectors[i].indices], "values": [float(w) for w in vectors[i].data]},
-                                  "k": K, **route} for i in range(len(texts))])}
-    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "load": "busy (one competing busy-loop process)" if args.busy else "idle",
-              "load_average_start": os.getloadavg(), "num_docs": len(index), "index_arrays_mib": arrays_mib, "route": route,
-              "requests": args.requests, "seconds": args.seconds, "runs": [], "memory": {}, "overload": {}}
+    bodies = {
+        "text": encoded([{"query": t, "k": K, **route} for t in texts]),
+        "vector": encoded(
+            [
+                {
+                    "vector": {
+                        "indices": [int(j) for j in vectors[i].indices],
+                        "values": [float(w) for w in vectors[i].data],
+                    },
+                    "k": K,
+                    **route,
+                }
+                for i in range(len(texts))
+            ]
+        ),
+    }
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "load": "busy (one competing busy-loop process)" if args.busy else "idle",
+        "load_average_start": os.getloadavg(),
+        "num_docs": len(index),
+        "index_arrays_mib": arrays_mib,
+        "route": route,
+        "requests": args.requests,
+        "seconds": args.seconds,
+        "runs": [],
+        "memory": {},
+        "overload": {},
+    }
     anchor = in_process(index, texts[: args.anchor_queries], vectors[: args.anchor_queries], opts)
     report["in_process"] = {kind: {k: v for k, v in a.items() if k != "hits"} for kind, a in anchor.items()}
     print(json.dumps(report["in_process"]), flush=True)
@@ -524,11 +640,17 @@ def run_all(args) -> None:
                 for clients in clients_list:
                     pids = server.processes()
                     before = cpu_seconds(pids)
-                    run = asyncio.run(closed_loop(server.url, bodies[kind], clients, args.requests, args.seconds, args.warmup))
+                    run = asyncio.run(
+                        closed_loop(server.url, bodies[kind], clients, args.requests, args.seconds, args.warmup)
+                    )
                     served = max(1, run["answers"] + run["refused_503"] + run["errors"] + args.warmup)
                     run["server_cpu_ms_per_request"] = 1000 * (cpu_seconds(pids) - before) / served
                     run["agreement"] = agreement(run.pop("hits"), anchor[kind]["hits"])
-                    run.update(workers=workers, kind=kind, vs_in_process_one_per_call=run["throughput"] / anchor[kind]["one_per_call_qps"])
+                    run.update(
+                        workers=workers,
+                        kind=kind,
+                        vs_in_process_one_per_call=run["throughput"] / anchor[kind]["one_per_call_qps"],
+                    )
                     report["runs"].append(run)
                     print(json.dumps(run), flush=True)
             report["memory"][workers] = memory(server, folder)
@@ -536,22 +658,41 @@ def run_all(args) -> None:
         finally:
             server.stop()
 
-    for workers in ([] if args.no_overload else workers_list):  # overload: 2x the capacity measured for text queries, with and without the deadline
+    for workers in (
+        [] if args.no_overload else workers_list
+    ):  # overload: 2x the capacity measured for text queries, with and without the deadline
         capacity = max(r["throughput"] for r in report["runs"] if r["workers"] == workers and r["kind"] == "text")
-        deadline_ms = 1000 * args.overload_queue * workers / capacity  # the per-worker queue's drain time at capacity / workers
+        deadline_ms = (
+            1000 * args.overload_queue * workers / capacity
+        )  # the per-worker queue's drain time at capacity / workers
         batch_ms = 1000 * MAX_BATCH * workers / capacity  # one full batch of one worker at capacity / workers
         bound = float(f"{deadline_ms:.1f}") + batch_ms  # = (queue + max batch) x workers / capacity
         for deadline, limit in ((deadline_ms, bound), (deadline_ms, None), (None, None)):
-            options = ["--queue-size", str(args.overload_queue)] + ([] if deadline is None else ["--max-queue-wait-ms", f"{deadline:.1f}"])
+            options = ["--queue-size", str(args.overload_queue)] + (
+                [] if deadline is None else ["--max-queue-wait-ms", f"{deadline:.1f}"]
+            )
             options += [] if limit is None else ["--max-latency-ms", f"{limit:.1f}"]
             name = f"overload-{workers}{'-deadline' if deadline else ''}{'-latency' if limit else ''}"
             server = Server(folder, workers, logs / f"{name}.log", *options, *(share if workers > 1 else ()))
             try:
                 pids = server.processes()
-                run = asyncio.run(open_loop(server.url, bodies["text"], 2 * capacity, args.overload_seconds,
-                                            lambda: sum(pss_kib(p) for p in pids) / 1024))
-                run.update(workers=workers, capacity=capacity, queue_size=args.overload_queue, max_queue_wait_ms=deadline,
-                           max_latency_ms=None if limit is None else float(f"{limit:.1f}"), bound_ms=bound)
+                run = asyncio.run(
+                    open_loop(
+                        server.url,
+                        bodies["text"],
+                        2 * capacity,
+                        args.overload_seconds,
+                        lambda: sum(pss_kib(p) for p in pids) / 1024,  # noqa: B023 (called in this iteration only)
+                    )
+                )
+                run.update(
+                    workers=workers,
+                    capacity=capacity,
+                    queue_size=args.overload_queue,
+                    max_queue_wait_ms=deadline,
+                    max_latency_ms=None if limit is None else float(f"{limit:.1f}"),
+                    bound_ms=bound,
+                )
                 report["overload"][name] = run
                 print(json.dumps(run), flush=True)
             finally:
@@ -563,41 +704,73 @@ def run_all(args) -> None:
 
 
 def markdown(r: dict) -> str:
-    lines = [f"Date {r['date']}; {r['machine']}; {r.get('load', 'idle')}; load average at start {r['load_average_start'][0]:.1f}, at end "
-             f"{r['load_average_end'][0]:.1f}; {r['num_docs']} documents, index arrays {r['index_arrays_mib']:.1f} MiB; "
-             f"k = {K}; backend {r.get('route', {}).get('backend', 'exact')} {r.get('route', {}).get('seismic', '')}; runs bounded by {r['requests']} answers / {r['seconds']:g} s.", "",
-             "In process (`Index.search`, same queries): " + "; ".join(
-                 f"{kind}: {a['one_per_call_qps']:.0f} q/s one per call, {a['one_call_qps']:.0f} q/s all in one call"
-                 for kind, a in r["in_process"].items()), "",
-             "| workers | queries | clients | answers/s | × 1 client | ÷ in-process one per call | p50 ms | p95 ms | p99 ms | p99 ÷ p50 | errors | 503 | same hits | CPU ms per request: server / client |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Date {r['date']}; {r['machine']}; {r.get('load', 'idle')}; load average at start {r['load_average_start'][0]:.1f}, at end "
+        f"{r['load_average_end'][0]:.1f}; {r['num_docs']} documents, index arrays {r['index_arrays_mib']:.1f} MiB; "
+        f"k = {K}; backend {r.get('route', {}).get('backend', 'exact')} {r.get('route', {}).get('seismic', '')}; runs bounded by {r['requests']} answers / {r['seconds']:g} s.",
+        "",
+        "In process (`Index.search`, same queries): "
+        + "; ".join(
+            f"{kind}: {a['one_per_call_qps']:.0f} q/s one per call, {a['one_call_qps']:.0f} q/s all in one call"
+            for kind, a in r["in_process"].items()
+        ),
+        "",
+        "| workers | queries | clients | answers/s | × 1 client | ÷ in-process one per call | p50 ms | p95 ms | p99 ms | p99 ÷ p50 | errors | 503 | same hits | CPU ms per request: server / client |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in r["runs"]:
-        one = next(x["throughput"] for x in r["runs"] if x["workers"] == run["workers"] and x["kind"] == run["kind"] and x["clients"] == min(
-            y["clients"] for y in r["runs"]))
-        lines.append(f"| {run['workers']} | {run['kind']} | {run['clients']} | {run['throughput']:.0f} | {run['throughput'] / one:.2f} | "
-                     f"{run['vs_in_process_one_per_call']:.2f} | {run['p50_ms']:.1f} | {run['p95_ms']:.1f} | {run['p99_ms']:.1f} | "
-                     f"{run['p99_ms'] / run['p50_ms']:.2f} | {run['errors']} | {run['refused_503']} | {run['agreement']:.3f} | "
-                     f"{run['server_cpu_ms_per_request']:.2f} / {run['client_cpu_ms_per_request']:.2f} |")
-    lines += ["", "| workers | processes | PSS sum MiB | index files: PSS sum MiB | index files: RSS per process MiB |", "|---|---|---|---|---|"]
+        one = next(
+            x["throughput"]
+            for x in r["runs"]
+            if x["workers"] == run["workers"]
+            and x["kind"] == run["kind"]
+            and x["clients"] == min(y["clients"] for y in r["runs"])
+        )
+        lines.append(
+            f"| {run['workers']} | {run['kind']} | {run['clients']} | {run['throughput']:.0f} | {run['throughput'] / one:.2f} | "
+            f"{run['vs_in_process_one_per_call']:.2f} | {run['p50_ms']:.1f} | {run['p95_ms']:.1f} | {run['p99_ms']:.1f} | "
+            f"{run['p99_ms'] / run['p50_ms']:.2f} | {run['errors']} | {run['refused_503']} | {run['agreement']:.3f} | "
+            f"{run['server_cpu_ms_per_request']:.2f} / {run['client_cpu_ms_per_request']:.2f} |"
+        )
+    lines += [
+        "",
+        "| workers | processes | PSS sum MiB | index files: PSS sum MiB | index files: RSS per process MiB |",
+        "|---|---|---|---|---|",
+    ]
     for workers, m in r["memory"].items():
-        lines.append(f"| {workers} | {m['processes']} | {m['pss_sum_mib']:.0f} | {m['index_pss_sum_mib']:.1f} | "
-                     f"{', '.join(f'{x:.1f}' for x in m['index_rss_per_process_mib'])} |")
+        lines.append(
+            f"| {workers} | {m['processes']} | {m['pss_sum_mib']:.0f} | {m['index_pss_sum_mib']:.1f} | "
+            f"{', '.join(f'{x:.1f}' for x in m['index_rss_per_process_mib'])} |"
+        )
     if not r["overload"]:  # --no-overload
         return "\n".join(lines)
-    lines += ["", "| workers | deadline ms | latency limit ms | capacity answers/s | offered /s | answered /s | sent | 200 | 503: queue full / waited past deadline / expected wait / latency / timeout | errors "
-              "| p50 / p99 ms first half | p50 / p99 ms second half | client p99 / max ms | server took_ms p99 / max | bound ms | max ÷ bound: client / server "
-              "| PSS sum MiB first → max → last |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| workers | deadline ms | latency limit ms | capacity answers/s | offered /s | answered /s | sent | 200 | 503: queue full / waited past deadline / expected wait / latency / timeout | errors "
+        "| p50 / p99 ms first half | p50 / p99 ms second half | client p99 / max ms | server took_ms p99 / max | bound ms | max ÷ bound: client / server "
+        "| PSS sum MiB first → max → last |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for o in r["overload"].values():
-        f, s, a, t, mem, c = o["first_half"], o["second_half"], o["all"], o["server_took"], o["pss_sum_mib"], o["refused_by_cause"]
+        f, s, a, t, mem, c = (
+            o["first_half"],
+            o["second_half"],
+            o["all"],
+            o["server_took"],
+            o["pss_sum_mib"],
+            o["refused_by_cause"],
+        )
         deadline = "off" if o["max_queue_wait_ms"] is None else f"{o['max_queue_wait_ms']:.0f}"
         other = f" (+{c['other']} other)" if c.get("other") else ""
         limit = "off" if o.get("max_latency_ms") is None else f"{o['max_latency_ms']:.0f}"
-        lines.append(f"| {o['workers']} | {deadline} | {limit} | {o['capacity']:.0f} | {o['rate']:.0f} | {o['answered_per_s']:.0f} | {o['sent']} | {o['answered_200']} | "
-                     f"{c.get('queue_full', 0)} / {c.get('queue_wait', 0)} / {c.get('expected_wait', 0)} / {c.get('latency', 0)} / {c.get('timeout', 0)}"
-                     f"{other} | {o['errors']} | "
-                     f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | {a['p99_ms']:.0f} / {o['max_ms']:.0f} | "
-                     f"{t['p99_ms']:.0f} / {t['max_ms']:.0f} | {o['bound_ms']:.0f} | {o['max_ms'] / o['bound_ms']:.2f} / {t['max_ms'] / o['bound_ms']:.2f} | "
-                     f"{mem[0]:.0f} → {max(mem):.0f} → {mem[-1]:.0f} |")
+        lines.append(
+            f"| {o['workers']} | {deadline} | {limit} | {o['capacity']:.0f} | {o['rate']:.0f} | {o['answered_per_s']:.0f} | {o['sent']} | {o['answered_200']} | "
+            f"{c.get('queue_full', 0)} / {c.get('queue_wait', 0)} / {c.get('expected_wait', 0)} / {c.get('latency', 0)} / {c.get('timeout', 0)}"
+            f"{other} | {o['errors']} | "
+            f"{f['p50_ms']:.0f} / {f['p99_ms']:.0f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | {a['p99_ms']:.0f} / {o['max_ms']:.0f} | "
+            f"{t['p99_ms']:.0f} / {t['max_ms']:.0f} | {o['bound_ms']:.0f} | {o['max_ms'] / o['bound_ms']:.2f} / {t['max_ms'] / o['bound_ms']:.2f} | "
+            f"{mem[0]:.0f} → {max(mem):.0f} → {mem[-1]:.0f} |"
+        )
     return "\n".join(lines)
 
 

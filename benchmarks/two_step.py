@@ -61,8 +61,16 @@ def phase_copy(corpus: str, work: Path, rule: str) -> dict:
     with retrieval.Clock() as c:
         copy = index.pruned(rule)
     target = folder(corpus, work) / "pruned"
-    return {"rule": rule, "build_s": c.wall, "build_cpu_s": c.cpu, "rss": retrieval.peak_rss(), "base_rss": base,
-            "nnz": int(copy.postings.nnz), "index_nnz": int(index.docs.nnz), "bytes": retrieval.folder_bytes(target)}
+    return {
+        "rule": rule,
+        "build_s": c.wall,
+        "build_cpu_s": c.cpu,
+        "rss": retrieval.peak_rss(),
+        "base_rss": base,
+        "nnz": int(copy.postings.nnz),
+        "index_nnz": int(index.docs.nnz),
+        "bytes": retrieval.folder_bytes(target),
+    }
 
 
 def exact_hits(index, q, work: Path, corpus: str) -> dict[int, list[list[str]]]:
@@ -96,7 +104,9 @@ def interleaved(index, q, config, k: int, n: int) -> tuple[float, float]:
     return 1000 * float(np.mean(exact)), 1000 * float(np.mean(two))
 
 
-def phase_search(corpus: str, work: Path, candidates: list[int], first_queries: list[str | None], one: int) -> list[dict]:
+def phase_search(
+    corpus: str, work: Path, candidates: list[int], first_queries: list[str | None], one: int
+) -> list[dict]:
     """Every (k, c, first-query rule) of the stored copy: recall over all queries, interleaved timing."""
     from spladekit.index.index import Index
     from spladekit.index.two_step import TwoStepConfig
@@ -115,9 +125,20 @@ def phase_search(corpus: str, work: Path, candidates: list[int], first_queries: 
                 config = TwoStepConfig(candidates=c, first_query=fq)
                 got = [[d for d, _ in h] for h in index.search(q, k=k, searcher=config).hits]
                 exact_ms, two_ms = interleaved(index, q, config, k, min(one, q.shape[0]))
-                rows.append({"rule": f"{rule['kind']}={rule['value']}", "k": k, "c": c, "first_query": fq, "recall@10": recall(got, truth[k], 10),
-                             f"recall@{k}": recall(got, truth[k], k), "exact_ms": exact_ms, "two_step_ms": two_ms,
-                             "speedup": exact_ms / two_ms, "load": os.getloadavg()[0]})
+                rows.append(
+                    {
+                        "rule": f"{rule['kind']}={rule['value']}",
+                        "k": k,
+                        "c": c,
+                        "first_query": fq,
+                        "recall@10": recall(got, truth[k], 10),
+                        f"recall@{k}": recall(got, truth[k], k),
+                        "exact_ms": exact_ms,
+                        "two_step_ms": two_ms,
+                        "speedup": exact_ms / two_ms,
+                        "load": os.getloadavg()[0],
+                    }
+                )
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
@@ -140,11 +161,24 @@ def phase_scifact(work: Path, rules: list[str], candidates: list[int], first_que
     for rule in rules:
         for c in candidates:
             for fq in first_queries:
-                result = index.search(q, k=10, query_ids=query_ids, searcher=TwoStepConfig(first=rule, candidates=c, first_query=fq))
+                result = index.search(
+                    q, k=10, query_ids=query_ids, searcher=TwoStepConfig(first=rule, candidates=c, first_query=fq)
+                )
                 value = evaluate(result.run, qrels, ["nDCG@10"])["nDCG@10"]
-                rows.append({"rule": rule, "c": c, "first_query": fq, "exact_ndcg@10": base, "two_step_ndcg@10": value,
-                             "difference": value - base, "copy_share": index.pruned().postings.nnz / index.docs.nnz,
-                             "recall@10": recall([[d for d, _ in h] for h in result.hits], [[d for d, _ in h] for h in exact.hits], 10)})
+                rows.append(
+                    {
+                        "rule": rule,
+                        "c": c,
+                        "first_query": fq,
+                        "exact_ndcg@10": base,
+                        "two_step_ndcg@10": value,
+                        "difference": value - base,
+                        "copy_share": index.pruned().postings.nnz / index.docs.nnz,
+                        "recall@10": recall(
+                            [[d for d, _ in h] for h in result.hits], [[d for d, _ in h] for h in exact.hits], 10
+                        ),
+                    }
+                )
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
@@ -157,8 +191,21 @@ def run_phase(name: str, corpus: str, work: Path, extra: dict, busy: bool):
     """A phase in a fresh process (its own peak RSS); ``busy``: one spinning process beside it."""
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     try:
-        cmd = [sys.executable, __file__, "--phase", name, "--corpus", corpus, "--work", str(work), "--extra", json.dumps(extra)]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(HERE.parent / "src")))
+        cmd = [
+            sys.executable,
+            __file__,
+            "--phase",
+            name,
+            "--corpus",
+            corpus,
+            "--work",
+            str(work),
+            "--extra",
+            json.dumps(extra),
+        ]
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+        )
     finally:
         if spinner is not None:
             spinner.kill()
@@ -169,8 +216,11 @@ def run_phase(name: str, corpus: str, work: Path, extra: dict, busy: bool):
 
 
 def table(copies: list[dict], rows: list[dict], scifact: list[dict]) -> str:
-    lines = ["| rule | entries kept | copy build CPU s (peak RSS GB) | k | c | first-step query | exact ms | two-step ms | exact ÷ two-step | "
-             "recall@10 | recall@k |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| rule | entries kept | copy build CPU s (peak RSS GB) | k | c | first-step query | exact ms | two-step ms | exact ÷ two-step | "
+        "recall@10 | recall@k |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     by_rule = {c["rule"]: c for c in copies}
     for r in rows:
         c = by_rule.get(r["rule"], {})
@@ -178,14 +228,21 @@ def table(copies: list[dict], rows: list[dict], scifact: list[dict]) -> str:
         build = f"{c['build_cpu_s']:.0f} ({c['rss'] / 1e9:.2f})" if c else ""
         mark = " **✓**" if r["speedup"] >= 3 and r["recall@10"] >= 0.99 else ""
         at_k = r[f"recall@{r['k']}"]
-        lines.append(f"| {r['rule']} | {share} | {build} | {r['k']} | {r['c']} | {r['first_query'] or 'whole'} | {r['exact_ms']:.2f} | "
-                     f"{r['two_step_ms']:.2f} | {r['speedup']:.2f}{mark} | {r['recall@10']:.4f} | {at_k:.4f} |")
+        lines.append(
+            f"| {r['rule']} | {share} | {build} | {r['k']} | {r['c']} | {r['first_query'] or 'whole'} | {r['exact_ms']:.2f} | "
+            f"{r['two_step_ms']:.2f} | {r['speedup']:.2f}{mark} | {r['recall@10']:.4f} | {at_k:.4f} |"
+        )
     if scifact:
-        lines += ["", "| SciFact rule | c | first-step query | entries kept | nDCG@10 exact | nDCG@10 two-step | difference | recall@10 |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| SciFact rule | c | first-step query | entries kept | nDCG@10 exact | nDCG@10 two-step | difference | recall@10 |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for s in scifact:
-            lines.append(f"| {s['rule']} | {s['c']} | {s['first_query'] or 'whole'} | {s['copy_share']:.3f} | {s['exact_ndcg@10']:.4f} | "
-                         f"{s['two_step_ndcg@10']:.4f} | {s['difference']:+.4f} | {s['recall@10']:.4f} |")
+            lines.append(
+                f"| {s['rule']} | {s['c']} | {s['first_query'] or 'whole'} | {s['copy_share']:.3f} | {s['exact_ndcg@10']:.4f} | "
+                f"{s['two_step_ndcg@10']:.4f} | {s['difference']:+.4f} | {s['recall@10']:.4f} |"
+            )
     return "\n".join(lines)
 
 
@@ -195,7 +252,9 @@ def main():
     ap.add_argument("--work", type=Path, default=Path("/tmp/spladekit-bench"))
     ap.add_argument("--rule", action="append", default=[], help="the pruned copy's rule, KIND=VALUE (repeat)")
     ap.add_argument("--candidates", type=int, action="append", default=[], help="c (repeat; at least k are rescored)")
-    ap.add_argument("--first-query", action="append", default=[], help="first-step query rule (repeat; 'none': the whole query)")
+    ap.add_argument(
+        "--first-query", action="append", default=[], help="first-step query rule (repeat; 'none': the whole query)"
+    )
     ap.add_argument("--one", type=int, default=100, help="queries timed one per call")
     ap.add_argument("--scifact", action="store_true", help="also nDCG@10 on SciFact (real vectors, qrels)")
     ap.add_argument("--busy", action="store_true", help="a busy process beside the timed phases")
@@ -217,8 +276,13 @@ def main():
             results["build"] = retrieval.run_phase("build", corpus, args.work)
         for rule in rules:
             results["copies"].append(run_phase("copy", corpus, args.work, {"rule": rule}, False))
-            results["rows"] += run_phase("search", corpus, args.work, {"candidates": candidates, "first_queries": first_queries,
-                                                                       "one": args.one}, args.busy)
+            results["rows"] += run_phase(
+                "search",
+                corpus,
+                args.work,
+                {"candidates": candidates, "first_queries": first_queries, "one": args.one},
+                args.busy,
+            )
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1, default=float))
     if args.scifact:

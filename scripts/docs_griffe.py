@@ -20,7 +20,10 @@ import re
 import griffe
 
 ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|attr|data|exc|obj|const):`(~?)([\w.]+)(?:\(\))?`")
-LITERAL = re.compile(r"^(?P<indent>[ \t]*)(?P<text>\S.*?)::[ \t]*\n(?P<blank>[ \t]*\n)+(?P<block>(?:(?P=indent)[ \t]+\S.*\n|[ \t]*\n)+)", re.M)
+LITERAL = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<text>\S.*?)::[ \t]*\n(?P<blank>[ \t]*\n)+(?P<block>(?:(?P=indent)[ \t]+\S.*\n|[ \t]*\n)+)",
+    re.M,
+)
 
 
 def _target(obj: griffe.Object, name: str) -> str:

@@ -38,7 +38,9 @@ def on_files(files: Files, config) -> Files:
     runs = sorted((BENCHMARKS / "runs").glob("*.md"))
     files.append(File.generated(config, "benchmarks/RESULTS.md", abs_src_path=str(BENCHMARKS / "RESULTS.md")))
     for path in runs:
-        log = File.generated(config, f"benchmarks/runs/{path.name}", abs_src_path=str(path), inclusion=InclusionLevel.NOT_IN_NAV)
+        log = File.generated(
+            config, f"benchmarks/runs/{path.name}", abs_src_path=str(path), inclusion=InclusionLevel.NOT_IN_NAV
+        )
         files.append(log)
     files.append(File.generated(config, "benchmarks/run-logs.md", content=_runs_index(runs)))
     return files

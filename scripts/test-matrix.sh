@@ -3,7 +3,7 @@
 # and print pass/fail per environment (issue 11). CI runs plain `make test` only; this is for a
 # person checking that a change holds on every code path of this machine.
 #
-#   scripts/test-matrix.sh [pytest args...]     e.g. scripts/test-matrix.sh tests/test_fused.py
+#   scripts/test-matrix.sh [pytest args...]     e.g. scripts/test-matrix.sh tests/model/test_fused.py
 #
 # Environment: PY (the Python with pytest; default .venv/bin/python), XDIST (default "-n 2 --dist loadgroup", as
 # `make test`). Exit status: the number of environments that failed (0 = all passed).

@@ -28,14 +28,26 @@ def byte_level_tokenizer(texts: list[str], vocab_size: int = 800):
     bpe = Tokenizer(models.BPE(unk_token=None))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     bpe.train_from_iterator(texts, trainer)
     cls, sep = bpe.token_to_id("[CLS]"), bpe.token_to_id("[SEP]")
-    bpe.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
-                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                                   pad_token="[PAD]", mask_token="[MASK]", model_max_length=64)
+    bpe.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        model_max_length=64,
+    )
 
 
 def tiny_modernbert(tokenizer, seed: int = 0, hidden: int = 32):
@@ -43,13 +55,25 @@ def tiny_modernbert(tokenizer, seed: int = 0, hidden: int = 32):
     import transformers as tf
 
     torch.manual_seed(seed)
-    config = tf.ModernBertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=1,
-                                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                 global_attn_every_n_layers=1, local_attention=16,
-                                 pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
-                                 sep_token_id=tokenizer.sep_token_id, bos_token_id=tokenizer.cls_token_id,
-                                 eos_token_id=tokenizer.sep_token_id, mask_token_id=tokenizer.mask_token_id)
+    config = tf.ModernBertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        global_attn_every_n_layers=1,
+        local_attention=16,
+        pad_token_id=tokenizer.pad_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        mask_token_id=tokenizer.mask_token_id,
+    )
     model = tf.ModernBertForMaskedLM(config).eval()
     with torch.no_grad():
-        model.decoder.bias.copy_(torch.randn(model.decoder.bias.shape, generator=torch.Generator().manual_seed(seed + 1)))
+        model.decoder.bias.copy_(
+            torch.randn(model.decoder.bias.shape, generator=torch.Generator().manual_seed(seed + 1))
+        )
     return model

@@ -47,9 +47,11 @@ def fail_disallowed_skip(report) -> None:
     if reason is None or not on_ci() or reason in ALLOWED_SKIPS:
         return
     report.outcome = "failed"
-    report.longrepr = (f"skipped under CI={os.environ['CI']}, where a skip fails the run: {reason}\n"
-                       "(set up what it needs, as `make test` does; a reason no CI machine can meet belongs in "
-                       "ALLOWED_SKIPS of tests/conftest.py)")
+    report.longrepr = (
+        f"skipped under CI={os.environ['CI']}, where a skip fails the run: {reason}\n"
+        "(set up what it needs, as `make test` does; a reason no CI machine can meet belongs in "
+        "ALLOWED_SKIPS of tests/conftest.py)"
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -64,6 +66,7 @@ def pytest_make_collect_report(collector):
     report = yield  # a module-level importorskip skips the whole module here
     fail_disallowed_skip(report)
     return report
+
 
 WORDS = (
     "the a of and to in is for on with protein cell cells gene genes cancer risk study patients "
@@ -120,8 +123,12 @@ def make_tiny_bert(vocab_size: int, seed: int = 0):
 
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128,
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
     )
     return BertForMaskedLM(config).eval()
 

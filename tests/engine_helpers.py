@@ -1,4 +1,4 @@
-"""Starting and stopping the real serving engines of ``tests/test_engines.py`` and
+"""Starting and stopping the real serving engines of ``tests/index/formats/test_engines.py`` and
 ``benchmarks/engines.py``, and the comparison of an engine's top-k with exact search.
 
 Every engine runs from files that the project's set-up installs (``make setup``: the ``test``
@@ -104,11 +104,30 @@ def postgres_server():
                 shutil.copytree(libs, root / "pg" / libs.name, symlinks=True)
             subprocess.run(["chmod", "-R", "a+rX", str(root / "pg")], check=True)
             bindir = root / "pg" / package.name / "pginstall" / "bin"
-        subprocess.run([str(bindir / "initdb"), "-D", str(root / "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"],
-                       check=True, user=user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        subprocess.run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(root / "data"),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            ],
+            check=True,
+            user=user,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         log = open(root / "server.log", "wb")
-        proc = subprocess.Popen([str(bindir / "postgres"), "-D", str(root / "data"), "-k", str(root), "-h", "", "-c", "fsync=off"],
-                                user=user, stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            [str(bindir / "postgres"), "-D", str(root / "data"), "-k", str(root), "-h", "", "-c", "fsync=off"],
+            user=user,
+            stdout=log,
+            stderr=log,
+        )
         log.close()
         connect = lambda: psycopg.connect(host=str(root), user="postgres", dbname="postgres")  # noqa: E731
         deadline = time.monotonic() + 30
@@ -116,9 +135,11 @@ def postgres_server():
             try:
                 connect().close()
                 break
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as error:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"PostgreSQL did not start:\n{(root / 'server.log').read_text()[-2000:]}")
+                    raise RuntimeError(
+                        f"PostgreSQL did not start:\n{(root / 'server.log').read_text()[-2000:]}"
+                    ) from error
                 time.sleep(0.1)
         yield connect
     finally:
@@ -198,12 +219,16 @@ def assert_top_k_agrees(name, got, want, scores, tol, k, doc_ids=None):
     same = 0
     for q, (g, w) in enumerate(zip(got, want)):
         label = f"{name}, query {q}" + (f" ({doc_ids[g[0][0]]}…)" if doc_ids and g else "")
-        assert len(g) == len(w) == min(k, int((scores[q] > 0).sum())), f"{label}: {len(g)} hits, exact search has {len(w)}"
+        assert len(g) == len(w) == min(k, int((scores[q] > 0).sum())), (
+            f"{label}: {len(g)} hits, exact search has {len(w)}"
+        )
         rows = [r for r, _ in g]
         assert len(set(rows)) == len(rows), f"{label}: a document returned twice"
-        for i, ((row, s), (_, ws)) in enumerate(zip(g, w)):
+        for i, ((row, s), (_, _ws)) in enumerate(zip(g, w)):
             t = tol[q, row]
-            assert abs(s - scores[q, row]) <= t, f"{label}: row {row} scored {s!r}, exact {scores[q, row]!r} (tolerance {t:.3g})"
+            assert abs(s - scores[q, row]) <= t, (
+                f"{label}: row {row} scored {s!r}, exact {scores[q, row]!r} (tolerance {t:.3g})"
+            )
             ref = scores[q, w[i][0]]
             assert abs(s - ref) <= t + tol[q, w[i][0]], f"{label}: rank {i + 1} score {s!r}, exact top-{k} has {ref!r}"
         same += rows == [r for r, _ in w]

@@ -39,8 +39,9 @@ def build(name: str) -> Path:
     if marker.exists() and marker.read_text() == json.dumps(packages):
         return python
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True, capture_output=True, timeout=300)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True, capture_output=True,
-                   timeout=1800)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *packages], check=True, capture_output=True, timeout=1800
+    )
     marker.write_text(json.dumps(packages))  # written last: a half-built venv is rebuilt (--clear) next time
     return python
 
@@ -53,8 +54,10 @@ def engine_python(name: str) -> Path:
     if marker.exists() and marker.read_text() == json.dumps(ENVS[name]):
         return root / "bin" / "python"
     if not os.environ.get("SPLADEKIT_ENGINE_VENVS"):
-        pytest.skip(f"the {name} venv ({', '.join(ENVS[name])}) is not built under {root}: `make test` builds it "
-                    f"(python tests/engine_venvs.py), or SPLADEKIT_ENGINE_VENVS=1 lets the test build it")
+        pytest.skip(
+            f"the {name} venv ({', '.join(ENVS[name])}) is not built under {root}: `make test` builds it "
+            f"(python tests/engine_venvs.py), or SPLADEKIT_ENGINE_VENVS=1 lets the test build it"
+        )
     try:
         return build(name)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
@@ -66,8 +69,9 @@ def run_in(name: str, script: str, *args: str, env: dict | None = None, timeout:
     """Run ``script`` (Python source) with the venv's python; returns stdout, fails with stderr."""
     full_env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONNOUSERSITE="1", **(env or {}))
     full_env.pop("PYTHONPATH", None)  # the engine's own view, not our sources
-    proc = subprocess.run([str(engine_python(name)), "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+    proc = subprocess.run(
+        [str(engine_python(name)), "-c", script, *args], capture_output=True, text=True, timeout=timeout, env=full_env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

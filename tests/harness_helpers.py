@@ -14,7 +14,10 @@ def scifact_part(scifact: Path, out: Path, every: int = 12) -> Path:
     qrels = (scifact / "qrels" / "test.tsv").read_text().splitlines()
     judged = {line.split("\t")[1] for line in qrels[1:]}
     (out / "qrels").mkdir(parents=True)
-    with gzip.open(scifact / "corpus.jsonl.gz", "rt", encoding="utf-8") as lines, open(out / "corpus.jsonl", "w") as kept:
+    with (
+        gzip.open(scifact / "corpus.jsonl.gz", "rt", encoding="utf-8") as lines,
+        open(out / "corpus.jsonl", "w") as kept,
+    ):
         for number, line in enumerate(lines):
             if json.loads(line)["_id"] in judged or number % every == 0:
                 kept.write(line)

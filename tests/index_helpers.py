@@ -37,15 +37,27 @@ def make_model(folder: Path, max_lengths: dict | None = None, seed: int = 0) -> 
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])],
     )
     tok.decoder = decoders.WordPiece()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]"
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
     )
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
     )
     model = BertForMaskedLM(config).eval()
     with torch.no_grad():  # larger logits and a negative bias: sparse, text-dependent vectors
@@ -86,6 +98,8 @@ def make_beir(folder: Path, docs=DOCS, queries=QUERIES) -> Path:
         for qid, text in queries.items():
             f.write(json.dumps({"_id": qid, "text": text}) + "\n")
     (folder / "qrels").mkdir(exist_ok=True)
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\td0\t1\n" for q in queries))
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\td0\t1\n" for q in queries)
+    )
     (folder / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in queries.items()))
     return folder

@@ -24,11 +24,18 @@ def main(jar: str, bulk: str, bodies_path: str, out: str) -> None:
     from jnius import autoclass
 
     classes = {
-        "FeatureField": "document.FeatureField", "StringField": "document.StringField", "Store": "document.Field$Store",
-        "Document": "document.Document", "Directory": "store.ByteBuffersDirectory", "IndexWriter": "index.IndexWriter",
-        "IndexWriterConfig": "index.IndexWriterConfig", "DirectoryReader": "index.DirectoryReader",
-        "IndexSearcher": "search.IndexSearcher", "Builder": "search.BooleanQuery$Builder",
-        "Occur": "search.BooleanClause$Occur", "MatchNoDocsQuery": "search.MatchNoDocsQuery",
+        "FeatureField": "document.FeatureField",
+        "StringField": "document.StringField",
+        "Store": "document.Field$Store",
+        "Document": "document.Document",
+        "Directory": "store.ByteBuffersDirectory",
+        "IndexWriter": "index.IndexWriter",
+        "IndexWriterConfig": "index.IndexWriterConfig",
+        "DirectoryReader": "index.DirectoryReader",
+        "IndexSearcher": "search.IndexSearcher",
+        "Builder": "search.BooleanQuery$Builder",
+        "Occur": "search.BooleanClause$Occur",
+        "MatchNoDocsQuery": "search.MatchNoDocsQuery",
     }
     L = {name: autoclass(f"org.apache.lucene.{path}") for name, path in classes.items()}
     FeatureField, Occur = L["FeatureField"], L["Occur"]
@@ -38,7 +45,7 @@ def main(jar: str, bulk: str, bodies_path: str, out: str) -> None:
     with open(bulk, encoding="utf-8") as f:
         lines = [json.loads(line) for line in f if line.strip()]
     field = None
-    for action, source in zip(lines[0::2], lines[1::2]):
+    for _action, source in zip(lines[0::2], lines[1::2]):
         doc = L["Document"]()
         doc.add(L["StringField"]("doc_id", source["doc_id"], L["Store"].YES))
         field = field or next(k for k in source if k != "doc_id")

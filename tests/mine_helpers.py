@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from train_helpers import WORDS, make_tiny_model
+from tests.train_helpers import WORDS, make_tiny_model
 
 
 def make_cross_encoder(folder: Path, seed: int = 1, num_labels: int = 1) -> Path:
@@ -21,9 +21,16 @@ def make_cross_encoder(folder: Path, seed: int = 1, num_labels: int = 1) -> Path
     make_tiny_model(base)  # for its tokenizer
     tokenizer = BertTokenizerFast.from_pretrained(str(base))
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, num_labels=num_labels,
-                        initializer_range=0.3)  # wide weights: well-spread logits (no near-ties)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=num_labels,
+        initializer_range=0.3,
+    )  # wide weights: well-spread logits (no near-ties)
     model = BertForSequenceClassification(config).eval()
     with torch.no_grad():  # spread the logits so that ranks are well separated
         model.classifier.weight.mul_(10.0)
@@ -43,8 +50,14 @@ def make_dense_model(folder: Path, seed: int = 2):
     make_tiny_model(base)
     tokenizer = BertTokenizerFast.from_pretrained(str(base))
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     BertModel(config).save_pretrained(base)
     transformer = models.Transformer(str(base))
     pooling = models.Pooling(transformer.get_word_embedding_dimension(), "mean")

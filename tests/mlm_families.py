@@ -34,7 +34,12 @@ def tiny_tokenizer():
 def tiny_config(family: str, **overrides):
     """A 1-layer config of ``family`` with vocabulary :data:`V` and width :data:`H`."""
     common = dict(
-        vocab_size=V, hidden_size=H, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64
+        vocab_size=V,
+        hidden_size=H,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
     )
     if family == "bert":
         config = tf.BertConfig(**common)
@@ -43,7 +48,9 @@ def tiny_config(family: str, **overrides):
     elif family == "xlm-roberta":
         config = tf.XLMRobertaConfig(**common, pad_token_id=0)
     elif family == "distilbert":
-        config = tf.DistilBertConfig(vocab_size=V, dim=H, n_layers=1, n_heads=2, hidden_dim=64, max_position_embeddings=64)
+        config = tf.DistilBertConfig(
+            vocab_size=V, dim=H, n_layers=1, n_heads=2, hidden_dim=64, max_position_embeddings=64
+        )
     elif family == "modernbert":
         config = tf.ModernBertConfig(
             **common,

@@ -1,5 +1,5 @@
-"""Helpers of the tests that run ``spladekit serve`` as a real server (tests/test_serve.py,
-tests/test_serve_shared.py): a subprocess on a free loopback port, stopped by its PID (and its
+"""Helpers of the tests that run ``spladekit serve`` as a real server (tests/serve/test_server.py,
+tests/serve/test_shared_index.py): a subprocess on a free loopback port, stopped by its PID (and its
 workers by its process group), never left behind; the SciFact index they serve."""
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def scifact_index_with_seismic(folder: Path, num_docs: int):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # on 2 shared cores one thread encodes faster than two contending ones
     try:
-        index = Index.build(encoder, {i: ds.corpus[i] for i in ids}, folder, metadata={"model": str(model)}, distributed=False)
+        index = Index.build(
+            encoder, {i: ds.corpus[i] for i in ids}, folder, metadata={"model": str(model)}, distributed=False
+        )
     finally:
         torch.set_num_threads(threads)
     index.seismic()  # stored in the folder: the server serves it, never builds it
@@ -127,11 +129,26 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        command = [sys.executable, "-m", "spladekit", "serve", "--index", str(folder), "--port", str(self.port), *options]
+        command = [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "serve",
+            "--index",
+            str(folder),
+            "--port",
+            str(self.port),
+            *options,
+        ]
         with open(log, "wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                            preexec_fn=die_with_parent,
-                                            env=dict(os.environ, PYTHONFAULTHANDLER="1"))  # stacks in the log on a fatal signal
+            self.process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+                env=dict(os.environ, PYTHONFAULTHANDLER="1"),
+            )  # stacks in the log on a fatal signal
         RUNNING[self.process.pid] = self.process
         try:
             self._wait_healthy()
@@ -155,7 +172,9 @@ class Server:
             except httpx.TransportError:
                 pass
             time.sleep(0.3)
-        raise RuntimeError(f"the server did not answer /health within {self.HEALTH_WAIT_S} s:\n{self.log.read_text()[-3000:]}")
+        raise RuntimeError(
+            f"the server did not answer /health within {self.HEALTH_WAIT_S} s:\n{self.log.read_text()[-3000:]}"
+        )
 
     def stop(self, ctrl_c: bool = False) -> None:
         stop(self.process, ctrl_c)
@@ -177,8 +196,6 @@ def wait_for_workers(running: Server, workers: int) -> None:
         assert time.monotonic() < deadline, f"{len(seen)} of {workers} workers answered within 90 s"
         seen.add(httpx.get(running.url + "/health").json()["pid"])
         time.sleep(0.05)
-
-
 
 
 def vector_body(row) -> dict:

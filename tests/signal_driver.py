@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
     for part in path:
         owner = getattr(owner, part)
     _wrap(owner, name, int(nth), when, getattr(signal, signal_name[0] if signal_name else "SIGTERM"))
-    sys.argv = ["spladekit", *argv[cut + 1:]]
+    sys.argv = ["spladekit", *argv[cut + 1 :]]
     from spladekit.cli import main as cli_main
 
     cli_main()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import conftest
+from tests import conftest
 
 pytest_plugins = ["pytester"]
 
@@ -81,8 +81,9 @@ def _run(pytester, monkeypatch, ci: str | None):
         monkeypatch.setenv("CI", ci)
     pytester.makepyfile(**{name[:-3]: text for name, text in SUITE.items()})
     # a failed collection stops a plain run before any test; going on shows every outcome in one run
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rsfE", "--continue-on-collection-errors",
-                                        plugins=[conftest])
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-rsfE", "--continue-on-collection-errors", plugins=[conftest]
+    )
 
 
 def test_under_ci_a_skip_for_what_the_set_up_provides_fails(pytester, monkeypatch):
@@ -92,14 +93,19 @@ def test_under_ci_a_skip_for_what_the_set_up_provides_fails(pytester, monkeypatc
     result.assert_outcomes(passed=1, skipped=2, failed=1, errors=3, xfailed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
-    failed = [line.split("where a skip fails the run: ", 1)[1] for line in out.splitlines()
-              if line.startswith("skipped under CI=true, where a skip fails the run: ")]
-    assert sorted(failed) == sorted([
-        "spladekit_no_such_package not installed",
-        "could not import 'spladekit_no_such_package': No module named 'spladekit_no_such_package'",
-        "../shared (or $SPLADEKIT_SHARED) is not present: real-data test skipped",
-        "needs a CUDA device",
-    ])
+    failed = [
+        line.split("where a skip fails the run: ", 1)[1]
+        for line in out.splitlines()
+        if line.startswith("skipped under CI=true, where a skip fails the run: ")
+    ]
+    assert sorted(failed) == sorted(
+        [
+            "spladekit_no_such_package not installed",
+            "could not import 'spladekit_no_such_package': No module named 'spladekit_no_such_package'",
+            "../shared (or $SPLADEKIT_SHARED) is not present: real-data test skipped",
+            "needs a CUDA device",
+        ]
+    )
     skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     assert len(skipped) == 2 and all(line.endswith(f": {CUDA}") for line in skipped), skipped
 
@@ -111,8 +117,10 @@ def test_without_ci_every_skip_is_a_skip(pytester, monkeypatch, ci):
     assert "where a skip fails the run" not in result.stdout.str()
 
 
-@pytest.mark.parametrize("value, enforced", [("true", True), ("TRUE", True), ("1", True), ("yes", True),
-                                             ("false", False), ("0", False), ("", False)])
+@pytest.mark.parametrize(
+    "value, enforced",
+    [("true", True), ("TRUE", True), ("1", True), ("yes", True), ("false", False), ("0", False), ("", False)],
+)
 def test_which_ci_values_enforce_the_rule(monkeypatch, value, enforced):
     monkeypatch.setenv("CI", value)
     assert conftest.on_ci() is enforced
@@ -120,9 +128,12 @@ def test_which_ci_values_enforce_the_rule(monkeypatch, value, enforced):
 
 def test_each_allowed_reason_is_still_given_by_a_test():
     """An allow-list entry that no test gives any more would let a later skip of that wording pass:
-    each must appear word for word in a test file (tests/*.py, this file and conftest.py aside)."""
-    sources = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "tests").glob("*.py"))
-                      if p.name not in {"conftest.py", Path(__file__).name})
+    each must appear word for word in a test file (tests/**/*.py, this file and conftest.py aside)."""
+    sources = "".join(
+        p.read_text(encoding="utf-8")
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if p.name not in {"conftest.py", Path(__file__).name}
+    )
     assert conftest.ALLOWED_SKIPS and all(f'"{reason}"' in sources for reason in conftest.ALLOWED_SKIPS)
 
 

@@ -84,16 +84,23 @@ def _relative(path: Path) -> str:
 
 
 def test_no_function_body_past_the_limit():
-    too_long = [f"{_relative(path)}:{line} {name}: {lines} lines"
-                for path in sorted(PACKAGE.rglob("*.py")) for name, line, lines in long_functions(path)]
-    assert not too_long, f"function bodies over {MAX_BODY_LINES} lines (split them by what they do):\n" + "\n".join(too_long)
+    too_long = [
+        f"{_relative(path)}:{line} {name}: {lines} lines"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name, line, lines in long_functions(path)
+    ]
+    assert not too_long, f"function bodies over {MAX_BODY_LINES} lines (split them by what they do):\n" + "\n".join(
+        too_long
+    )
 
 
 def test_the_length_check_can_fail(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_BODY_LINES))
-    source = (f'def fits():\n    """Doc\n\n    string."""\n{body}\n\n'  # the docstring is not counted
-              f"class C:\n    def too_long(self):\n        y = 0\n" + body.replace("    ", "        ") + "\n"
-              f"        def inner():\n            return 1\n")
+    source = (
+        f'def fits():\n    """Doc\n\n    string."""\n{body}\n\n'  # the docstring is not counted
+        f"class C:\n    def too_long(self):\n        y = 0\n" + body.replace("    ", "        ") + "\n"
+        "        def inner():\n            return 1\n"
+    )
     path = tmp_path / "m.py"
     path.write_text(source)
     assert [(name, lines) for name, _, lines in long_functions(path)] == [("C.too_long", MAX_BODY_LINES + 3)]
@@ -101,29 +108,40 @@ def test_the_length_check_can_fail(tmp_path):
 
 # ------------------------------------------------------------------------------ notes in docs, comments
 
-MONTHS = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
-          r"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
+MONTHS = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
+    r"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+)
 YEAR = r"(?:19|20)\d\d"
 NOTE_PATTERNS: dict[str, list[re.Pattern]] = {
-    "a date": [re.compile(p) for p in (
-        rf"\b{YEAR}-[01]\d-[0-3]\d\b",  # ISO
-        rf"\b\d{{1,2}} {MONTHS}\.? {YEAR}\b",  # 2 December 2026
-        rf"\b{MONTHS}\.? (?:\d{{1,2}}, )?{YEAR}\b",  # December 2026, Dec 2, 2026
-    )],
-    "an issue number": [re.compile(p, re.IGNORECASE) for p in (
-        r"\b(?:issues?|PR|pull request|ticket)s? ?#?\d+\b",  # issue 35, issues 22, PR #7
-        r"#\d+\b",  # #35, project#35 (owner/repo#N and addresses are removed first: they can be followed)
-    )],
-    "a measurement": [re.compile(p, re.IGNORECASE) for p in (
-        r"\d(?:\.\d+)? ?(?:ms|µs|us|ns)\b",  # a time figure
-        r"\d[\d.,]* ?(?:documents|docs|queries|texts|passages|tokens|requests|answers)/s\b",  # a rate
-        r"\d(?:\.\d+)? ?[×x] ?(?:faster|slower|scaling|speed-?up)\b",  # a speed-up
-        r"\b(?:peak|RSS)\b[^.;]{0,40}?\d(?:\.\d+)? ?[KMGT]i?B\b",  # a memory peak
-        r"\d(?:\.\d+)? ?[KMGT]i?B (?:peak|RSS)\b",
-        r"\b(?:Xeon|EPYC|vCPU|Ryzen)\b",  # the machine a figure was read on
-        r"\bmeasured\b[^.;:]{0,40}?\d",  # "measured here +0.8 GB", "measured on the 2-core ..."
-        r"\btook \d",  # "took 0.90 s"
-    )],
+    "a date": [
+        re.compile(p)
+        for p in (
+            rf"\b{YEAR}-[01]\d-[0-3]\d\b",  # ISO
+            rf"\b\d{{1,2}} {MONTHS}\.? {YEAR}\b",  # 2 December 2026
+            rf"\b{MONTHS}\.? (?:\d{{1,2}}, )?{YEAR}\b",  # December 2026, Dec 2, 2026
+        )
+    ],
+    "an issue number": [
+        re.compile(p, re.IGNORECASE)
+        for p in (
+            r"\b(?:issues?|PR|pull request|ticket)s? ?#?\d+\b",  # issue 35, issues 22, PR #7
+            r"#\d+\b",  # #35, project#35 (owner/repo#N and addresses are removed first: they can be followed)
+        )
+    ],
+    "a measurement": [
+        re.compile(p, re.IGNORECASE)
+        for p in (
+            r"\d(?:\.\d+)? ?(?:ms|µs|us|ns)\b",  # a time figure
+            r"\d[\d.,]* ?(?:documents|docs|queries|texts|passages|tokens|requests|answers)/s\b",  # a rate
+            r"\d(?:\.\d+)? ?[×x] ?(?:faster|slower|scaling|speed-?up)\b",  # a speed-up
+            r"\b(?:peak|RSS)\b[^.;]{0,40}?\d(?:\.\d+)? ?[KMGT]i?B\b",  # a memory peak
+            r"\d(?:\.\d+)? ?[KMGT]i?B (?:peak|RSS)\b",
+            r"\b(?:Xeon|EPYC|vCPU|Ryzen)\b",  # the machine a figure was read on
+            r"\bmeasured\b[^.;:]{0,40}?\d",  # "measured here +0.8 GB", "measured on the 2-core ..."
+            r"\btook \d",  # "took 0.90 s"
+        )
+    ],
 }
 FOLLOWABLE = re.compile(r"https?://\S+|\b[\w.-]+/[\w.-]+#\d+\b")  # an address, owner/repo#N
 LOG_PATH = re.compile(r"\bruns/\d{4}-\d\d-\d\d-[\w.-]+\.md\b")  # a dated log's file name: a pointer
@@ -155,41 +173,52 @@ def notes(path: Path) -> list[tuple[int, str, str]]:
 
 
 def test_no_dates_measurements_or_issue_numbers_in_docstrings_or_comments():
-    bad = [f"{_relative(path)}:{line}: {kind}: {text!r}"
-           for path in sorted(PACKAGE.rglob("*.py")) for line, kind, text in notes(path)]
-    assert not bad, ("dates, measurements or issue numbers in docstrings or comments (the contract stays; the "
-                     "figures go to benchmarks/RESULTS.md or a dated log under benchmarks/runs/):\n" + "\n".join(bad))
+    bad = [
+        f"{_relative(path)}:{line}: {kind}: {text!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, kind, text in notes(path)
+    ]
+    assert not bad, (
+        "dates, measurements or issue numbers in docstrings or comments (the contract stays; the "
+        "figures go to benchmarks/RESULTS.md or a dated log under benchmarks/runs/):\n" + "\n".join(bad)
+    )
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("# measured here +0.8 GB of memory", "a measurement"),
-    ('"""Whole calls took 3.87 ms per query."""', "a measurement"),
-    ('"""Read on an AMD EPYC."""', "a measurement"),
-    ('"""4.2 vs 26 documents/s beside a busy process."""', "a measurement"),
-    ("# peak RSS growth 100 MiB", "a measurement"),
-    ('"""See issue 22."""', "an issue number"),
-    ("# the fix of #35", "an issue number"),
-    ('"""eland#827"""', "an issue number"),
-    ('"""Rerun on 2 December 2026."""', "a date"),
-    ("# rerun on 2026-12-07", "a date"),
-    ('"""As of December 2026."""', "a date"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("# measured here +0.8 GB of memory", "a measurement"),
+        ('"""Whole calls took 3.87 ms per query."""', "a measurement"),
+        ('"""Read on an AMD EPYC."""', "a measurement"),
+        ('"""4.2 vs 26 documents/s beside a busy process."""', "a measurement"),
+        ("# peak RSS growth 100 MiB", "a measurement"),
+        ('"""See issue 22."""', "an issue number"),
+        ("# the fix of #35", "an issue number"),
+        ('"""eland#827"""', "an issue number"),
+        ('"""Rerun on 2 December 2026."""', "a date"),
+        ("# rerun on 2026-12-07", "a date"),
+        ('"""As of December 2026."""', "a date"),
+    ],
+)
 def test_the_notes_check_finds(tmp_path, text, kind):
     path = tmp_path / "m.py"
     path.write_text(f"x = 1\n{text}\n")
     assert {(line, found_kind) for line, found_kind, _ in notes(path)} == {(2, kind)}
 
 
-@pytest.mark.parametrize("text", [
-    '"""The texts measured; n_tokens: tokens kept (at most 1024)."""',  # a count, not a figure read
-    '"""Working memory of a write, bytes (1 GiB)."""',  # a default
-    '"""huggingface/sentence-transformers#3819: subtract |p|·r."""',  # another tracker, followable
-    '"""https://github.com/elastic/eland/issues/827"""',
-    '"""The cross-over: ``benchmarks/runs/2026-12-07-index-constants.md``."""',  # a pointer to a log
-    '"""Paria et al., ICLR 2020, §3; RFC 6298."""',  # citations
-    "# x = 1  # type: ignore[attr-defined]",
-    '"""max_wait_s: seconds; 0.5 s by default."""',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"""The texts measured; n_tokens: tokens kept (at most 1024)."""',  # a count, not a figure read
+        '"""Working memory of a write, bytes (1 GiB)."""',  # a default
+        '"""huggingface/sentence-transformers#3819: subtract |p|·r."""',  # another tracker, followable
+        '"""https://github.com/elastic/eland/issues/827"""',
+        '"""The cross-over: ``benchmarks/runs/2026-12-07-index-constants.md``."""',  # a pointer to a log
+        '"""Paria et al., ICLR 2020, §3; RFC 6298."""',  # citations
+        "# x = 1  # type: ignore[attr-defined]",
+        '"""max_wait_s: seconds; 0.5 s by default."""',
+    ],
+)
 def test_the_notes_check_leaves_alone(tmp_path, text):
     path = tmp_path / "m.py"
     path.write_text(f"x = 1\n{text}\n")
@@ -210,7 +239,9 @@ def _doctest_modules() -> list[str]:
         if ">>>" not in source:
             continue
         tree = ast.parse(source)
-        nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        nodes = [tree] + [
+            n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
         if any(DOCTEST_LINE.search(ast.get_docstring(n, clean=False) or "") for n in nodes):
             parts = path.relative_to(SRC).with_suffix("").parts
             found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
@@ -225,8 +256,10 @@ def _entry_docstring(name: str) -> str:
 def test_each_entry_point_has_a_runnable_example(name):
     docstring = _entry_docstring(name)
     has_example = EXAMPLE_BLOCK.search(docstring) is not None and DOCTEST_LINE.search(docstring) is not None
-    assert has_example, (f"{ENTRY_POINTS[name]}.{name}: its docstring needs an ``Example::`` block of ``>>>`` "
-                         "lines (run by tests/test_code_shape.py)")
+    assert has_example, (
+        f"{ENTRY_POINTS[name]}.{name}: its docstring needs an ``Example::`` block of ``>>>`` "
+        "lines (run by tests/test_code_shape.py)"
+    )
 
 
 @pytest.mark.parametrize("module", _doctest_modules())
@@ -248,7 +281,9 @@ def test_docstring_examples_run(module, request, tmp_path, monkeypatch):
     for test in tests:
         runner.run(test, out=report.write)
     results = runner.summarize(verbose=False)
-    assert results.failed == 0, f"{module}: {results.failed} of {results.attempted} examples failed:\n{report.getvalue()}"
+    assert results.failed == 0, (
+        f"{module}: {results.failed} of {results.attempted} examples failed:\n{report.getvalue()}"
+    )
 
 
 # --------------------------------------------------------------------------------------------- ruff
@@ -272,9 +307,6 @@ def test_ruff_finds_no_syntax_error_or_undefined_name():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the repository is linted and formatted once, after the branches in flight are merged (a "
-                          "repository-wide `ruff format` now would block their merges); then this mark goes")
 def test_ruff_check_and_format_are_clean():
     for args in (("check", "--output-format", "concise", "."), ("format", "--check", ".")):
         done = _ruff(*args)

@@ -29,6 +29,7 @@ SRC = ROOT / "src"
 
 pytestmark = pytest.mark.xdist_group("docs-site")  # one build per module, on one worker
 
+
 class _Warnings(logging.Handler):
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -58,7 +59,13 @@ def site(tmp_path_factory) -> dict:
 def test_strict_build_passes(site):
     assert site["error"] is None, f"{site['error']}\n" + "\n".join(site["warnings"])
     assert not site["warnings"]
-    for page in ["index.html", "api/index.html", "api/model/index.html", "benchmarks/RESULTS/index.html", "training/index.html"]:
+    for page in [
+        "index.html",
+        "api/index.html",
+        "api/model/index.html",
+        "benchmarks/RESULTS/index.html",
+        "training/index.html",
+    ]:
         assert (site["dir"] / page).is_file(), page
 
 
@@ -80,7 +87,10 @@ def declared_modules() -> list[str]:
     names = []
     for path in sorted((SRC / "spladekit").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
-        if any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets) for node in tree.body):
+        if any(
+            isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+            for node in tree.body
+        ):
             parts = path.relative_to(SRC).with_suffix("").parts
             names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
@@ -97,9 +107,14 @@ def canonical(module: str, name: str) -> str:
     obj = getattr(importlib.import_module(module), name)
     if inspect.isclass(obj) or inspect.isroutine(obj):
         return f"{obj.__module__}.{obj.__qualname__}"
-    for path in sorted((SRC / Path(*module.split("."))).rglob("*.py")) if (SRC / Path(*module.split("."))).is_dir() else []:
+    for path in (
+        sorted((SRC / Path(*module.split("."))).rglob("*.py")) if (SRC / Path(*module.split("."))).is_dir() else []
+    ):
         tree = ast.parse(path.read_text())
-        if any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets) for node in tree.body):
+        if any(
+            isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets)
+            for node in tree.body
+        ):
             return ".".join(path.relative_to(SRC).with_suffix("").parts) + f".{name}"
     return f"{module}.{name}"
 
@@ -160,8 +175,18 @@ def test_definition_of_public_covers_the_packages():
     """The rule finds the package, its stage packages and the harness adapters (a rule that found
     nothing would let every later check pass)."""
     modules = set(declared_modules())
-    assert {"spladekit", "spladekit.data", "spladekit.model", "spladekit.index", "spladekit.evaluate", "spladekit.train",
-            "spladekit.mine", "spladekit.reproduce", "spladekit.pyterrier", "spladekit.mteb"} <= modules
+    assert {
+        "spladekit",
+        "spladekit.data",
+        "spladekit.model",
+        "spladekit.index",
+        "spladekit.evaluate",
+        "spladekit.train",
+        "spladekit.mine",
+        "spladekit.reproduce",
+        "spladekit.pyterrier",
+        "spladekit.mteb",
+    } <= modules
     assert ("spladekit", "SpladeEncoder") in public_names() and len(public_names()) > 100
 
 
@@ -184,7 +209,11 @@ def test_every_public_name_is_documented(site):
             missing.append(public[0])
         elif obj.is_class:
             for member in obj.members.values():
-                if member.name.startswith("_") or member.is_alias or not (member.is_function or "property" in member.labels):
+                if (
+                    member.name.startswith("_")
+                    or member.is_alias
+                    or not (member.is_function or "property" in member.labels)
+                ):
                     continue
                 if not (member.docstring and member.docstring.value.strip()):
                     undocumented.append(member.path)
@@ -215,9 +244,15 @@ def test_splade_encoder_page_holds_signature_and_methods(site):
     assert parameters and re.sub(r"\s+", "", signature).startswith("SpladeEncoder(")
     for parameter in parameters:
         assert re.search(rf"\b{parameter}\b", signature), (parameter, signature)
-    methods = [name for name, value in vars(SpladeEncoder).items() if not name.startswith("_")
-               and (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod, property)))]
-    assert {"from_pretrained", "save_pretrained", "encode", "encode_queries", "encode_documents", "decode"} <= set(methods)
+    methods = [
+        name
+        for name, value in vars(SpladeEncoder).items()
+        if not name.startswith("_")
+        and (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod, property)))
+    ]
+    assert {"from_pretrained", "save_pretrained", "encode", "encode_queries", "encode_documents", "decode"} <= set(
+        methods
+    )
     for name in methods:
         assert f"{anchor}.{name}" in found, name
         value = inspect.getattr_static(SpladeEncoder, name)
@@ -244,13 +279,21 @@ def test_griffe_extension_reads_roles_and_literal_blocks():
     """Expected Markdown written by hand: a role becomes an optional cross-reference to the path Python
     would resolve from the docstring's object; a literal block becomes a fenced block."""
     markdown = _script("docs_griffe").markdown
-    files = {"__init__.py": "from pkg.other import Thing\ndef f():\n    '''Doc.'''\n", "other.py": "class Thing:\n    def go(self): ...\n"}
+    files = {
+        "__init__.py": "from pkg.other import Thing\ndef f():\n    '''Doc.'''\n",
+        "other.py": "class Thing:\n    def go(self): ...\n",
+    }
     with griffe.temporary_visited_package("pkg", files) as pkg:
         text = markdown(pkg["f"], "a :class:`Thing`, :meth:`Thing.go`, :func:`~pkg.other.Thing.go` and :mod:`os.path`")
     ref = '<autoref identifier="{}" optional><code>{}</code></autoref>'
-    assert text == (f"a {ref.format('pkg.other.Thing', 'Thing')}, {ref.format('pkg.other.Thing.go', 'Thing.go')}, "
-                    f"{ref.format('pkg.other.Thing.go', 'go')} and {ref.format('os.path', 'os.path')}")
-    assert markdown(None, "Example::\n\n    x = 1\n\n    y = 2\n\nAfter.") == "Example:\n\n```python\nx = 1\n\ny = 2\n```\n\nAfter."
+    assert text == (
+        f"a {ref.format('pkg.other.Thing', 'Thing')}, {ref.format('pkg.other.Thing.go', 'Thing.go')}, "
+        f"{ref.format('pkg.other.Thing.go', 'go')} and {ref.format('os.path', 'os.path')}"
+    )
+    assert (
+        markdown(None, "Example::\n\n    x = 1\n\n    y = 2\n\nAfter.")
+        == "Example:\n\n```python\nx = 1\n\ny = 2\n```\n\nAfter."
+    )
     assert markdown(None, "Layout::\n\n    a/\n      b.json") == "Layout:\n\n```text\na/\n  b.json\n```"
     assert markdown(None, "Ends with a colon: and ``code::``") == "Ends with a colon: and ``code::``"
 
@@ -264,11 +307,19 @@ def test_hooks_rewrite_repository_links():
         def __init__(self, uri):
             self.file = type("F", (), {"src_uri": uri})()
 
-    assert hooks.on_page_markdown("[a](docs/demo.md#x) [b](benchmarks/runs/)", Page("index.md"), None, None) == \
-        "[a](demo.md#x) [b](benchmarks/run-logs.md)"
+    assert (
+        hooks.on_page_markdown("[a](docs/demo.md#x) [b](benchmarks/runs/)", Page("index.md"), None, None)
+        == "[a](demo.md#x) [b](benchmarks/run-logs.md)"
+    )
     page = "RESULTS" + ".md"  # not written whole: test_readme checks every anchor of that page named in the repository
-    assert hooks.on_page_markdown(f"[r](../benchmarks/{page}#h)", Page("serving.md"), None, None) == f"[r](benchmarks/{page}#h)"
-    assert hooks.on_page_markdown(f"[r](../benchmarks/{page})", Page("api/x.md"), None, None) == f"[r](../benchmarks/{page})"
+    assert (
+        hooks.on_page_markdown(f"[r](../benchmarks/{page}#h)", Page("serving.md"), None, None)
+        == f"[r](benchmarks/{page}#h)"
+    )
+    assert (
+        hooks.on_page_markdown(f"[r](../benchmarks/{page})", Page("api/x.md"), None, None)
+        == f"[r](../benchmarks/{page})"
+    )
     assert hooks.on_page_markdown("[logs](runs/)", Page("benchmarks/RESULTS.md"), None, None) == "[logs](run-logs.md)"
     row = "| [e](docs/engines.md) | `--format a\\|b\\|c` |"
     assert hooks.on_page_markdown(row, Page("index.md"), None, None) == "| [e](engines.md) | `--format a|b|c` |"

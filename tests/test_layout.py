@@ -38,8 +38,18 @@ PACKAGE = "spladekit"
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     # cross-cutting helpers every stage shares (errors, atomic folders and JSON, settings records,
     # the distributed set-up, PNG plots, the version): no stage of their own, below all
-    ("foundation", ("spladekit.errors", "spladekit.io", "spladekit.settings", "spladekit.overrides",
-                    "spladekit.distributed", "spladekit.plots", "spladekit.version")),
+    (
+        "foundation",
+        (
+            "spladekit.errors",
+            "spladekit.io",
+            "spladekit.settings",
+            "spladekit.overrides",
+            "spladekit.distributed",
+            "spladekit.plots",
+            "spladekit.version",
+        ),
+    ),
     ("data", ("spladekit.data",)),  # text in: corpora, queries, qrels, runs on disk
     ("model", ("spladekit.model",)),  # tokens → hidden states → head logits → sparse vectors
     ("index", ("spladekit.index",)),  # sparse vectors → index → run
@@ -48,7 +58,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     # stage that saves a model (train, the CLI's inference-free, rescale and export-model) calls it
     ("publish", ("spladekit.publish",)),
     ("train", ("spladekit.train",)),  # a model from data, judged by the stages above (dev evaluation)
-    ("mine", ("spladekit.mine",)),  # training data from an index's candidates and teachers (reads train's dataset opener)
+    (
+        "mine",
+        ("spladekit.mine",),
+    ),  # training data from an index's candidates and teachers (reads train's dataset opener)
     ("serve", ("spladekit.serve",)),  # an index and its query model behind HTTP
     ("demo", ("spladekit.demo", "spladekit.reproduce")),  # jobs made of the above (demo, reproduction grids)
     # adapters to the harnesses researchers evaluate in (PyTerrier transformers, an MTEB model): like the
@@ -98,14 +111,23 @@ def _imports(name: str, path: Path, is_package: bool, modules: dict) -> dict[str
             for alias in node.names:
                 if f"{source}.{alias.name}" in modules:
                     add(f"{source}.{alias.name}", node.lineno)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and node.args[0].value.split(".")[0] == PACKAGE):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and node.args[0].value.split(".")[0] == PACKAGE
+        ):
             add(node.args[0].value, node.lineno)
     if is_package:  # lazy re-exports: ``_EXPORTS = {"name": "spladekit.module", ...}``
         for node in tree.body:
-            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
-                    and isinstance(node.value, ast.Dict)):
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
+                and isinstance(node.value, ast.Dict)
+            ):
                 for value in node.value.values:
                     if isinstance(value, ast.Constant) and isinstance(value.value, str):
                         add(value.value, value.lineno)
@@ -200,8 +222,12 @@ def test_no_import_cycle():
 
 def test_no_stage_imports_a_later_stage():
     graph = import_graph()
-    upward = [f"{_where(graph, a, b)}: stage {STAGES[stage(a)][0]} imports the later stage {STAGES[stage(b)][0]}"
-              for a in graph for b in graph[a] if stage(b) > stage(a)]
+    upward = [
+        f"{_where(graph, a, b)}: stage {STAGES[stage(a)][0]} imports the later stage {STAGES[stage(b)][0]}"
+        for a in graph
+        for b in graph[a]
+        if stage(b) > stage(a)
+    ]
     assert not upward, "\n".join(upward)
 
 
@@ -222,15 +248,18 @@ def _graph_of(tmp_path: Path, files: dict[str, str]) -> dict[str, dict[str, int]
 
 
 def test_checker_finds_a_circle_through_a_function_and_a_package_reexport(tmp_path):
-    graph = _graph_of(tmp_path, {
-        "spladekit/__init__.py": "",
-        "spladekit/model/__init__.py": "from spladekit.model.a import f\n",
-        "spladekit/model/a.py": "def f():\n    from spladekit.model.b import g\n",
-        "spladekit/model/b.py": "from spladekit.model import c\n",  # reads the package: its re-export of a
-        "spladekit/model/c.py": "",
-        "spladekit/model/d.py": "import spladekit.model.c\n",  # the module only: no edge to the package
-        "spladekit/lazy/__init__.py": '_EXPORTS = {"x": "spladekit.model.d"}\n',
-    })
+    graph = _graph_of(
+        tmp_path,
+        {
+            "spladekit/__init__.py": "",
+            "spladekit/model/__init__.py": "from spladekit.model.a import f\n",
+            "spladekit/model/a.py": "def f():\n    from spladekit.model.b import g\n",
+            "spladekit/model/b.py": "from spladekit.model import c\n",  # reads the package: its re-export of a
+            "spladekit/model/c.py": "",
+            "spladekit/model/d.py": "import spladekit.model.c\n",  # the module only: no edge to the package
+            "spladekit/lazy/__init__.py": '_EXPORTS = {"x": "spladekit.model.d"}\n',
+        },
+    )
     assert graph["spladekit.model.b"] == {"spladekit.model": 1, "spladekit.model.c": 1}
     assert graph["spladekit.model.d"] == {"spladekit.model.c": 1}
     assert graph["spladekit.lazy"] == {"spladekit.model.d": 1}
@@ -248,8 +277,10 @@ def test_checker_finds_an_upward_import():
 
 # the moves that removed the circles kept the old import paths (re-exports from modules that close no circle)
 MOVED = {
-    "spladekit.model.encoder": ("spladekit.model.metadata", ["METADATA_FILE", "EncoderMetadata", "check_top_k",
-                                                             "damaged_weights_error"]),
+    "spladekit.model.encoder": (
+        "spladekit.model.metadata",
+        ["METADATA_FILE", "EncoderMetadata", "check_top_k", "damaged_weights_error"],
+    ),
     "spladekit.train.data": ("spladekit.train.examples", ["TrainingExample"]),
     "spladekit.index": ("spladekit.index.merge", ["merge_shards"]),
 }
@@ -297,8 +328,10 @@ def test_the_layout_page_names_every_module_and_only_those():
     tree = tree_entries(SRC / PACKAGE)
     twice = sorted({name for name in listed if listed.count(name) > 1})
     missing, stale = sorted(tree - set(listed)), sorted(set(listed) - tree)
-    assert not (missing or stale or twice), (f"docs/layout.md: modules missing from the page: {missing}; listed but not in "
-                                             f"src/spladekit: {stale}; listed twice: {twice}")
+    assert not (missing or stale or twice), (
+        f"docs/layout.md: modules missing from the page: {missing}; listed but not in "
+        f"src/spladekit: {stale}; listed twice: {twice}"
+    )
 
 
 def test_the_page_check_can_fail(tmp_path):
@@ -324,3 +357,69 @@ def test_no_two_classes_share_a_name():
                 where.setdefault(node.name, []).append(f"{path.relative_to(SRC).as_posix()}:{node.lineno}")
     shared = {name: places for name, places in where.items() if len(places) > 1}
     assert not shared, f"one name per thing: {shared}"
+
+
+# ---------------------------------------------------------------- the tests mirror the source tree
+
+TESTS = Path(__file__).resolve().parent
+#: the test files about the whole repository, not one part of src/spladekit: they stay at tests/ top level
+WHOLE_REPOSITORY_CHECKS = {
+    "test_ci_skips.py": "the suite's skip rule under CI (conftest.py) and .ci/run",
+    "test_code_shape.py": "function length, docstrings, doctests, ruff over the repository",
+    "test_docs_site.py": "the documentation site (mkdocs.yml, docs/api/)",
+    "test_layout.py": "this file: imports between stages, the layout page, the tests' places",
+    "test_makefile.py": "the set-up steps of make demo and make test",
+    "test_readme.py": "the README's commands and the documentation's links",
+    "test_security_doc.py": "docs/security.md against the sources",
+}
+
+
+def misplaced_tests(tests: Path, package: Path, whole_repository: set[str]) -> list[str]:
+    """The files under ``tests`` out of the mirrored layout (docs/layout.md, "Tests"), each with why.
+
+    A test file's folder names a package of ``package`` (``tests/index/formats/`` → ``index/formats/``);
+    at the top level a test file is ``test_<module>.py`` of a top-level module (``test_io.py``) or one of
+    ``whole_repository``. Modules that are not tests (``conftest.py``, the helper modules) live at the top
+    level only.
+    """
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        relative, folder = path.relative_to(tests), path.parent.relative_to(tests)
+        if not path.name.startswith("test_"):
+            if folder.parts:
+                found.append(f"{relative.as_posix()}: a helper module lives at tests/ top level")
+        elif folder.parts and not (package / folder / "__init__.py").is_file():
+            found.append(f"{relative.as_posix()}: no package src/spladekit/{folder.as_posix()}/")
+        elif not folder.parts and path.name not in whole_repository:
+            if not (package / path.name.removeprefix("test_")).is_file():
+                found.append(f"{relative.as_posix()}: no module src/spladekit/{path.name.removeprefix('test_')}")
+    return found
+
+
+def test_the_tests_mirror_the_source_tree():
+    misplaced = misplaced_tests(TESTS, SRC / PACKAGE, set(WHOLE_REPOSITORY_CHECKS))
+    assert not misplaced, "tests out of the mirrored layout (docs/layout.md, Tests):\n" + "\n".join(misplaced)
+
+
+def test_each_whole_repository_check_exists():
+    assert sorted(name for name in WHOLE_REPOSITORY_CHECKS if not (TESTS / name).is_file()) == []
+
+
+def test_the_mirror_check_can_fail(tmp_path):
+    package, tests = tmp_path / "spladekit", tmp_path / "tests"
+    for name in ("__init__.py", "io.py", "index/__init__.py", "index/exact.py"):
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("")
+    good = (
+        "conftest.py",
+        "train_helpers.py",
+        "test_io.py",
+        "test_readme.py",
+        "index/test_exact.py",
+        "index/test_any_behaviour.py",
+    )
+    bad = ("test_stale.py", "train/test_loop.py", "index/exact_helpers.py", "index/formats/test_ciff.py")
+    for name in good + bad:
+        (tests / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / name).write_text("")
+    assert [line.split(":")[0] for line in misplaced_tests(tests, package, {"test_readme.py"})] == sorted(bad)

@@ -21,7 +21,9 @@ def _plan(target: str, tmp_path: Path) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     venv = tmp_path / "no-venv-yet"
-    proc = subprocess.run(["make", "-n", "-C", str(ROOT), target, f"VENV={venv}"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), target, f"VENV={venv}"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return [line.strip() for line in proc.stdout.splitlines() if line.strip() and not line.startswith("make")]
 
@@ -29,7 +31,9 @@ def _plan(target: str, tmp_path: Path) -> list[str]:
 def test_demo_installs_the_core_package_only(tmp_path):
     plan = _plan("demo", tmp_path)
     installs = [line for line in plan if " pip install " in line]
-    assert any(line.endswith(" -e .") and "--no-compile" in line and "torch==2.13.0" in line for line in installs), installs
+    assert any(line.endswith(" -e .") and "--no-compile" in line and "torch==2.13.0" in line for line in installs), (
+        installs
+    )
     assert not any("[test]" in line for line in plan) and not any("setup-engines" in line for line in plan), plan
     assert plan[-1].endswith("bin/spladekit demo")
     compiled = next(i for i, line in enumerate(plan) if " -m compileall " in line)
@@ -56,11 +60,15 @@ def test_the_byte_compile_step_writes_bytecode_skips_tests_and_survives_a_bad_fi
     (package / "mod.py").write_text("X = 1\n")
     (package / "tests" / "test_mod.py").write_text("Y = 2\n")
     (package / "bad_syntax.py").write_text("def f(:\n")
-    line = line.replace(str(tmp_path / "no-venv-yet" / "bin" / "python"), sys.executable).replace(str(tmp_path / "no-venv-yet"), str(venv))
+    line = line.replace(str(tmp_path / "no-venv-yet" / "bin" / "python"), sys.executable).replace(
+        str(tmp_path / "no-venv-yet"), str(venv)
+    )
     proc = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "note: some files were not byte-compiled" in proc.stdout, proc.stdout + proc.stderr
     assert list((package / "__pycache__").glob("mod.*.pyc")) and not (package / "tests" / "__pycache__").exists()
-    assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == "make test"  # CI calls exactly the README's command
+    assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[
+        -1
+    ] == "make test"  # CI calls exactly the README's command
 
 
 def test_docs_installs_the_docs_extra_and_serves_the_site(tmp_path):

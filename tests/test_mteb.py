@@ -10,8 +10,8 @@ import pytest
 
 mteb = pytest.importorskip("mteb")
 
-from harness_helpers import scifact_part  # noqa: E402
 from spladekit.mteb import SpladeMTEB, beir_task  # noqa: E402
+from tests.harness_helpers import scifact_part  # noqa: E402
 
 
 def test_encode_gives_sparse_vectors_and_similarity_is_the_dot_product(tiny_bert_dir, tiny_beir):
@@ -26,9 +26,19 @@ def test_encode_gives_sparse_vectors_and_similarity_is_the_dot_product(tiny_bert
     task = beir_task(tiny_beir)
     docs = ["protein expression in mouse cells", "cancer risk in patients", ""]
     queries = ["protein", "cancer risk"]
-    batches = DataLoader([{"text": t} for t in docs], batch_size=2, collate_fn=lambda b: {"text": [x["text"] for x in b]})
-    d = model.encode(batches, task_metadata=task.metadata, hf_split="test", hf_subset="default", prompt_type=PromptType.document)
-    q = model.encode([{"text": queries}], task_metadata=task.metadata, hf_split="test", hf_subset="default", prompt_type=PromptType.query)
+    batches = DataLoader(
+        [{"text": t} for t in docs], batch_size=2, collate_fn=lambda b: {"text": [x["text"] for x in b]}
+    )
+    d = model.encode(
+        batches, task_metadata=task.metadata, hf_split="test", hf_subset="default", prompt_type=PromptType.document
+    )
+    q = model.encode(
+        [{"text": queries}],
+        task_metadata=task.metadata,
+        hf_split="test",
+        hf_subset="default",
+        prompt_type=PromptType.query,
+    )
     assert d.is_sparse and q.is_sparse and d.dtype == torch.float32
     assert np.array_equal(d.to_dense().numpy(), model.encoder.encode_documents(docs).toarray())
     assert np.array_equal(q.to_dense().numpy(), model.encoder.encode_queries(queries).toarray())
@@ -64,10 +74,16 @@ def test_mteb_ndcg_on_scifact_is_spladekit_evaluate_ndcg(shared, splade_tiny, tm
     config = EvalConfig(model=str(splade_tiny), data=str(folder), doc_max_length=64)
     ours = run_evaluation(config, tmp_path / "eval", show_progress=False).metrics
     model = SpladeMTEB(str(splade_tiny), device="cpu", **options)
-    result = mteb.evaluate(model, beir_task(folder), cache=None, prediction_folder=tmp_path / "mteb", show_progress_bar=False)
+    result = mteb.evaluate(
+        model, beir_task(folder), cache=None, prediction_folder=tmp_path / "mteb", show_progress_bar=False
+    )
     scores = result.task_results[0].scores["test"][0]
-    for key, value in (("mteb_ndcg_at_10", scores["ndcg_at_10"]), ("spladekit_nDCG@10", ours["nDCG@10"]),
-                       ("mteb_recall_at_100", scores["recall_at_100"]), ("spladekit_R@100", ours["R@100"])):
+    for key, value in (
+        ("mteb_ndcg_at_10", scores["ndcg_at_10"]),
+        ("spladekit_nDCG@10", ours["nDCG@10"]),
+        ("mteb_recall_at_100", scores["recall_at_100"]),
+        ("spladekit_R@100", ours["R@100"]),
+    ):
         record_property(key, float(value))  # the numbers compared, in a --junitxml report
     assert abs(scores["ndcg_at_10"] - ours["nDCG@10"]) <= 5e-6 + 1e-12
     assert abs(scores["recall_at_100"] - ours["R@100"]) <= 5e-6 + 1e-12

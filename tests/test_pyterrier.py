@@ -11,14 +11,21 @@ import pytest
 
 pt = pytest.importorskip("pyterrier")
 
-from harness_helpers import scifact_part  # noqa: E402
 from spladekit.pyterrier import SpladeKit, TextLoader, token_names, toks_to_rows  # noqa: E402
+from tests.harness_helpers import scifact_part  # noqa: E402
 
-DOCS = pd.DataFrame({
-    "docno": ["d1", "d2", "d3", "d4", "d5"],
-    "text": ["protein expression in mouse cells", "cancer risk in patients with high blood levels",
-             "vaccine trial results and response", "gene expression and dna rna activity", "brain activity in human study"],
-})
+DOCS = pd.DataFrame(
+    {
+        "docno": ["d1", "d2", "d3", "d4", "d5"],
+        "text": [
+            "protein expression in mouse cells",
+            "cancer risk in patients with high blood levels",
+            "vaccine trial results and response",
+            "gene expression and dna rna activity",
+            "brain activity in human study",
+        ],
+    }
+)
 TOPICS = pd.DataFrame({"qid": ["q1", "q2", "q3"], "query": ["protein expression", "cancer risk", "vaccine response"]})
 
 
@@ -108,13 +115,12 @@ def test_retriever_takes_query_toks_from_a_query_encoder(kit, tmp_path):
 def test_retriever_searches_by_the_searcher_configuration(kit, tmp_path):
     """``searcher=SeismicConfig(...)``: the retriever's rows are :meth:`Index.search`'s with that
     configuration, each score the document's dot product up to Seismic's float16 storage (the bound of
-    ``tests/test_index_seismic.py``); a configuration the index cannot honour (``n_knn`` above the
+    ``tests/index/test_seismic.py``); a configuration the index cannot honour (``n_knn`` above the
     graph's ``nknn``, 0 by default) is refused before any model loads or query is encoded."""
     pytest.importorskip("seismic", reason="pyseismic-lsr not installed")
-    from test_index_seismic import f16_score_tolerance
-
     from spladekit.index.seismic import SeismicSearchParams
     from spladekit.index.seismic_store import SeismicConfig
+    from tests.index.test_seismic import f16_score_tolerance
 
     index = kit.indexer(tmp_path / "idx").index(DOCS.to_dict("records"))
     searcher = SeismicConfig(search=SeismicSearchParams(query_cut=50, heap_factor=1.0))
@@ -138,7 +144,10 @@ def test_retriever_searches_by_the_searcher_configuration(kit, tmp_path):
 def test_text_loader(tmp_path, tiny_beir):
     results = pd.DataFrame({"qid": ["q1", "q1"], "docno": ["d3", "d1"], "score": [2.0, 1.0]})
     loaded = TextLoader(tiny_beir)(results)  # a BEIR folder: title + " " + text
-    assert list(loaded["text"]) == ["Vaccine vaccine trial results and response", "Protein protein expression in mouse cells"]
+    assert list(loaded["text"]) == [
+        "Vaccine vaccine trial results and response",
+        "Protein protein expression in mouse cells",
+    ]
     with pytest.raises(KeyError, match="'d9'"):
         TextLoader({"d1": "x"})(pd.DataFrame({"qid": ["q"], "docno": ["d9"]}))
 
@@ -188,15 +197,17 @@ def test_pt_experiment_on_scifact_gives_spladekit_evaluate_numbers(shared, splad
     metrics = run_evaluation(config, tmp_path / "eval", show_progress=False).metrics
     dataset = load_beir(data, "test")
     topics = pd.DataFrame({"qid": list(dataset.queries), "query": list(dataset.queries.values())})
-    qrels = pd.DataFrame([(q, d, g) for q, docs in dataset.qrels.items() for d, g in docs.items()],
-                         columns=["qid", "docno", "label"])
+    qrels = pd.DataFrame(
+        [(q, d, g) for q, docs in dataset.qrels.items() for d, g in docs.items()], columns=["qid", "docno", "label"]
+    )
     bm25_index = pisa.PisaIndex(str(tmp_path / "pisa"), text_field="text")
     bm25_index.index({"docno": d, "text": t} for d, t in dataset.corpus.items())
     splade = SpladeKit(str(splade_tiny), doc_max_length=64, device="cpu").retriever(tmp_path / "idx", k=config.k)
     from pyterrier.measures import R, nDCG  # PyTerrier takes ir_measures objects (its strings are TREC names)
 
-    table = pt.Experiment([bm25_index.bm25(num_results=1000), splade], topics, qrels, [nDCG@10, R@100],
-                          names=["bm25", "spladekit"])
+    table = pt.Experiment(
+        [bm25_index.bm25(num_results=1000), splade], topics, qrels, [nDCG @ 10, R @ 100], names=["bm25", "spladekit"]
+    )
     row = table.set_index("name").loc["spladekit"]
     for measure in ("nDCG@10", "R@100"):  # the numbers compared, in a --junitxml report
         record_property(f"pt_{measure}", float(row[measure]))

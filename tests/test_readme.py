@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_dir
+from tests.conftest import shared_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -67,8 +67,15 @@ def readme_blocks(text: str) -> list[dict]:
         marker = reason = None
         if start > 0 and (mm := MARKER.match(lines[start - 1].strip())):
             marker, reason = mm.group(1), mm.group(2)
-        blocks.append({"line": start + 1, "lang": lang, "code": "\n".join(lines[start + 1:j]) + "\n",
-                       "marker": marker, "reason": reason})
+        blocks.append(
+            {
+                "line": start + 1,
+                "lang": lang,
+                "code": "\n".join(lines[start + 1 : j]) + "\n",
+                "marker": marker,
+                "reason": reason,
+            }
+        )
         i = j + 1
     return blocks
 
@@ -80,10 +87,17 @@ def shell_blocks() -> list[dict]:
 def test_every_shell_block_is_marked_run_or_skip_with_a_reason():
     blocks = shell_blocks()
     assert blocks, "README.md has no shell block"
-    problems = [f"README.md line {b['line']}: no `<!-- readme-test: run -->` or `<!-- readme-test: skip: "
-                f"REASON -->` on the line before this ```{b['lang']} block" for b in blocks if b["marker"] is None]
-    problems += [f"README.md line {b['line']}: a skip marker without its reason"
-                 for b in blocks if b["marker"] == "skip" and not b["reason"]]
+    problems = [
+        f"README.md line {b['line']}: no `<!-- readme-test: run -->` or `<!-- readme-test: skip: "
+        f"REASON -->` on the line before this ```{b['lang']} block"
+        for b in blocks
+        if b["marker"] is None
+    ]
+    problems += [
+        f"README.md line {b['line']}: a skip marker without its reason"
+        for b in blocks
+        if b["marker"] == "skip" and not b["reason"]
+    ]
     assert not problems, "\n".join(problems)
     # The opening promise of the page: the two commands come first.
     first = blocks[0]
@@ -91,8 +105,11 @@ def test_every_shell_block_is_marked_run_or_skip_with_a_reason():
     assert any(b["marker"] == "run" for b in blocks), "no README block is run by this test"
     # A marker must sit right before a fence: one elsewhere is a mistake that would silently skip nothing.
     lines = README.read_text(encoding="utf-8").splitlines()
-    stray = [n + 1 for n, line in enumerate(lines) if MARKER.match(line.strip())
-             and not (n + 1 < len(lines) and FENCE.match(lines[n + 1]))]
+    stray = [
+        n + 1
+        for n, line in enumerate(lines)
+        if MARKER.match(line.strip()) and not (n + 1 < len(lines) and FENCE.match(lines[n + 1]))
+    ]
     assert not stray, f"README.md lines {stray}: a readme-test marker not followed by a fenced block"
 
 
@@ -110,10 +127,16 @@ def test_readme_run_blocks(tmp_path):
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m spladekit "$@"\n')
     shim.chmod(0o755)
     env = dict(os.environ)
-    env.update(PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               SPLADEKIT_SHARED=str(shared.resolve()), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               SPLADEKIT_CACHE=str(tmp_path / "cache"), NO_COLOR="1", COLUMNS="100")
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        SPLADEKIT_SHARED=str(shared.resolve()),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        SPLADEKIT_CACHE=str(tmp_path / "cache"),
+        NO_COLOR="1",
+        COLUMNS="100",
+    )
     report, not_run = [], []
     for b in blocks:
         missing = [tool for tool in ("curl",) if re.search(rf"\b{tool}\b", b["code"]) and shutil.which(tool) is None]
@@ -122,15 +145,24 @@ def test_readme_run_blocks(tmp_path):
             continue
         started = time.monotonic()
         # Its own process group, so that a block's background process (a server) is ended with it.
-        proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", b["code"]], cwd=work, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", b["code"]],
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=BLOCK_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
-            pytest.fail(f"README.md block at line {b['line']} ran past {BLOCK_TIMEOUT_S} s:\n{b['code']}\n"
-                        f"--- output ---\n{out[-4000:]}{err[-4000:]}")
+            pytest.fail(
+                f"README.md block at line {b['line']} ran past {BLOCK_TIMEOUT_S} s:\n{b['code']}\n"
+                f"--- output ---\n{out[-4000:]}{err[-4000:]}"
+            )
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # anything the block left running (its group only)
@@ -140,7 +172,8 @@ def test_readme_run_blocks(tmp_path):
         report.append(f"line {b['line']}: {seconds:.1f} s")
         assert proc.returncode == 0, (
             f"README.md block at line {b['line']} failed (exit {proc.returncode}):\n{b['code']}\n"
-            f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}")
+            f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}"
+        )
     started = time.monotonic()
     _run_python_snippet(work, env, tmp_path)
     report.append(f"the Python snippet: {time.monotonic() - started:.1f} s")
@@ -155,8 +188,11 @@ def test_readme_run_blocks(tmp_path):
 def python_snippet() -> str:
     """The README's one ``python`` block that runs spladekit alone (the one calling ``load_beir``; the
     harness block needs PyTerrier's topic frames and the hub)."""
-    blocks = [b for b in readme_blocks(README.read_text(encoding="utf-8"))
-              if b["lang"] == "python" and "load_beir(" in b["code"]]
+    blocks = [
+        b
+        for b in readme_blocks(README.read_text(encoding="utf-8"))
+        if b["lang"] == "python" and "load_beir(" in b["code"]
+    ]
     assert len(blocks) == 1, [b["line"] for b in blocks]
     return blocks[0]["code"]
 
@@ -169,15 +205,31 @@ def _run_python_snippet(work: Path, env: dict, scratch: Path) -> None:
     assert code.count('load_beir("scifact"') == 1, code
     script = scratch / "snippet.py"
     script.write_text(code.replace('load_beir("scifact"', 'load_beir("mydata"'), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True,
-                          timeout=BLOCK_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S
+    )
     assert done.returncode == 0, f"the README's Python snippet failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    printed = re.fullmatch(r"nDCG@10 (\d\.\d{4})  MRR@10 (\d\.\d{4})  R@1000 (\d\.\d{4})", done.stdout.strip().splitlines()[-1])
+    printed = re.fullmatch(
+        r"nDCG@10 (\d\.\d{4})  MRR@10 (\d\.\d{4})  R@1000 (\d\.\d{4})", done.stdout.strip().splitlines()[-1]
+    )
     assert printed, f"the snippet's last line is not its result: {done.stdout[-2000:]!r}"
     measures = ["nDCG@10", "MRR@10", "R@1000"]
-    cli = subprocess.run(["spladekit", "evaluate", "--run", "mydata.trec", "--qrels", "mydata/qrels/test.tsv",
-                          *[a for m in measures for a in ("-m", m)]], cwd=work, env=env, capture_output=True, text=True,
-                         timeout=BLOCK_TIMEOUT_S)
+    cli = subprocess.run(
+        [
+            "spladekit",
+            "evaluate",
+            "--run",
+            "mydata.trec",
+            "--qrels",
+            "mydata/qrels/test.tsv",
+            *[a for m in measures for a in ("-m", m)],
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+    )
     assert cli.returncode == 0, cli.stderr
     expected = json.loads(cli.stdout)
     assert list(printed.groups()) == [f"{expected[m]:.4f}" for m in measures], (printed.group(0), expected)
@@ -186,10 +238,15 @@ def _run_python_snippet(work: Path, env: dict, scratch: Path) -> None:
 def _ignored_by_git(paths: list[str]) -> dict[str, bool] | None:
     """``{path: ignored}`` by this checkout's ``.gitignore`` (``git check-ignore --no-index``; paths relative
     to the checkout, a folder ending with ``/``), or None without git or outside a checkout."""
-    if shutil.which("git") is None or subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode:
+    if (
+        shutil.which("git") is None
+        or subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode
+    ):
         return None
-    return {path: subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", "--", path]).returncode == 0
-            for path in paths}
+    return {
+        path: subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", "--", path]).returncode == 0
+        for path in paths
+    }
 
 
 def test_the_python_snippet_ends_by_printing_its_result():
@@ -197,8 +254,11 @@ def test_the_python_snippet_ends_by_printing_its_result():
     import ast
 
     last = ast.parse(python_snippet()).body[-1]
-    assert isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and getattr(last.value.func, "id", None) == "print", \
-        ast.unparse(last)
+    assert (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and getattr(last.value.func, "id", None) == "print"
+    ), ast.unparse(last)
 
 
 def test_the_readmes_outputs_are_ignored_by_git():
@@ -216,6 +276,7 @@ def test_the_readmes_outputs_are_ignored_by_git():
 
 # ---- every spladekit command line of the README names a command and options that exist ----------------
 
+
 def spladekit_calls(code: str) -> list[tuple[str, list[str]]]:
     """``(command, [--options])`` of each ``spladekit COMMAND ...`` call in a shell block.
 
@@ -230,35 +291,51 @@ def spladekit_calls(code: str) -> list[tuple[str, list[str]]]:
             words = part.split()
             for k, w in enumerate(words):
                 if w == "spladekit" and k + 1 < len(words) and not words[k + 1].startswith("-"):
-                    calls.append((words[k + 1], [o.split("=")[0] for o in words[k + 2:] if o.startswith("--")]))
+                    calls.append((words[k + 1], [o.split("=")[0] for o in words[k + 2 :] if o.startswith("--")]))
                     break
     return calls
 
 
 def test_readme_command_lines_name_real_commands_and_options():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-               COLUMNS="400", NO_COLOR="1", TERM="dumb")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        COLUMNS="400",
+        NO_COLOR="1",
+        TERM="dumb",
+    )
     helps: dict[str, str] = {}
     problems = []
     for b in shell_blocks():
         for command, options in spladekit_calls(b["code"]):
             if command not in helps:
-                done = subprocess.run([sys.executable, "-m", "spladekit", command, "--help"], env=env,
-                                      capture_output=True, text=True, timeout=60)
+                done = subprocess.run(
+                    [sys.executable, "-m", "spladekit", command, "--help"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 helps[command] = done.stdout if done.returncode == 0 else ""
             if not helps[command]:
                 problems.append(f"README.md line {b['line']}: `spladekit {command}` is not a command")
                 continue
-            problems += [f"README.md line {b['line']}: `spladekit {command}` has no option {o}"
-                         for o in options if not re.search(re.escape(o) + r"(?![\w-])", helps[command])]
+            problems += [
+                f"README.md line {b['line']}: `spladekit {command}` has no option {o}"
+                for o in options
+                if not re.search(re.escape(o) + r"(?![\w-])", helps[command])
+            ]
     assert helps, "no spladekit command line in the README"
     assert not problems, "\n".join(problems)
 
 
 def test_spladekit_calls_parser():
     code = "spladekit index --model m --data d --out o   # --backend x\nA=1 spladekit search --index i \\\n  --k=10 && spladekit evaluate --run r\n"
-    assert spladekit_calls(code) == [("index", ["--model", "--data", "--out"]), ("search", ["--index", "--k"]),
-                                     ("evaluate", ["--run"])]
+    assert spladekit_calls(code) == [
+        ("index", ["--model", "--data", "--out"]),
+        ("search", ["--index", "--k"]),
+        ("evaluate", ["--run"]),
+    ]
 
 
 # ---- links of the documentation pages ---------------------------------------------------------------
@@ -269,9 +346,9 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 def github_slug(heading: str) -> str:
     """GitHub's anchor of a heading: lower case, markup and punctuation removed, spaces to hyphens."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)      # a link keeps its text
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link keeps its text
     text = text.strip().lower()
-    text = re.sub(r"[^\w\- ]", "", text)                          # \w keeps letters of any script, digits, _
+    text = re.sub(r"[^\w\- ]", "", text)  # \w keeps letters of any script, digits, _
     return text.replace(" ", "-")
 
 
@@ -320,7 +397,7 @@ def test_documentation_links_resolve():
 
 def link_problem(page: Path, target: str) -> str | None:
     """Why a relative link of ``page`` does not resolve (no such file; no such heading), or None."""
-    if re.match(r"^[a-z][a-z0-9+.-]*:", target):                    # http:, https:, mailto: ...
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: ...
         return None
     file_part, _, fragment = target.partition("#")
     dest = (page.parent / file_part).resolve() if file_part else page
@@ -335,8 +412,10 @@ def test_github_slug_rule():
     # GitHub's rule applied by hand: lower case, punctuation other than - and _ dropped, spaces to hyphens.
     assert github_slug("`spladekit serve` (`benchmarks/serve.py`)") == "spladekit-serve-benchmarksservepy"
     assert github_slug("The head's product against one core's peak") == "the-heads-product-against-one-cores-peak"
-    assert github_slug("Retrieval: exact search against PISA, BMP and Seismic") == \
-        "retrieval-exact-search-against-pisa-bmp-and-seismic"
+    assert (
+        github_slug("Retrieval: exact search against PISA, BMP and Seismic")
+        == "retrieval-exact-search-against-pisa-bmp-and-seismic"
+    )
 
 
 # ---- the results page: every reference into it resolves, its summary links every section --------------
@@ -358,8 +437,9 @@ def repo_text_files() -> list[Path]:
     """The repository's text files (README, docs, sources, tests, benchmarks, scripts), hidden folders skipped."""
     found = []
     for folder, dirs, files in os.walk(ROOT):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS
-                         and not d.endswith(".egg-info"))
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS and not d.endswith(".egg-info")
+        )
         found += [Path(folder) / f for f in sorted(files) if Path(f).suffix in TEXT_SUFFIXES or f == "Makefile"]
     return found
 
@@ -376,11 +456,15 @@ def results_references(text: str) -> tuple[list[str], list[str]]:
 
 def test_results_references_parser():
     page = "RESULTS" + ".md"
-    text = (f"see [the page](../benchmarks/{page}#int8-onnx-exports) and ``benchmarks/{page}``, \"Seismic by\n"
-            f"shards\"; `benchmarks/{page}` (\"The 8.8M row\"), ``{page}`` (``spladekit serve``), {page}, 'int8'. "
-            f"Not a name: {page} (lines 1-97), [{page}]({page}).")
-    assert results_references(text) == (["int8-onnx-exports"],
-                                         ["Seismic by shards", "The 8.8M row", "spladekit serve", "int8"])
+    text = (
+        f'see [the page](../benchmarks/{page}#int8-onnx-exports) and ``benchmarks/{page}``, "Seismic by\n'
+        f'shards"; `benchmarks/{page}` ("The 8.8M row"), ``{page}`` (``spladekit serve``), {page}, \'int8\'. '
+        f"Not a name: {page} (lines 1-97), [{page}]({page})."
+    )
+    assert results_references(text) == (
+        ["int8-onnx-exports"],
+        ["Seismic by shards", "The 8.8M row", "spladekit serve", "int8"],
+    )
 
 
 def test_every_reference_into_the_results_page_resolves():
@@ -396,10 +480,12 @@ def test_every_reference_into_the_results_page_resolves():
         found, named = results_references(text)
         seen += len(found) + len(named)
         where = path.relative_to(ROOT)
-        problems += [f"{where}: no heading '#{a}' in benchmarks/RESULTS.md"
-                     for a in found if a not in page_anchors]
-        problems += [f"{where}: no heading of benchmarks/RESULTS.md begins with \"{n}\"" for n in named
-                     if not any(h.startswith(plain_heading(n)) for h in page_headings)]
+        problems += [f"{where}: no heading '#{a}' in benchmarks/RESULTS.md" for a in found if a not in page_anchors]
+        problems += [
+            f'{where}: no heading of benchmarks/RESULTS.md begins with "{n}"'
+            for n in named
+            if not any(h.startswith(plain_heading(n)) for h in page_headings)
+        ]
     assert seen, "no reference into benchmarks/RESULTS.md found: the scan is broken"
     assert not problems, "\n".join(problems)
 
@@ -411,13 +497,13 @@ def summary_rows() -> list[str]:
         return []
     start = lines.index(f"## {SUMMARY_HEADING}")
     rows, table_started = [], False
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("|"):
             table_started = True
             rows.append(line)
         elif table_started or line.startswith("#"):
             break
-    return rows[2:]                                                 # header and |---| lines dropped
+    return rows[2:]  # header and |---| lines dropped
 
 
 def test_results_page_summary_links_each_section():

@@ -19,9 +19,17 @@ def make_tiny_model(folder: Path, dropout: float = 0.0, seed: int = 0, tie: bool
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     tokenizer = BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=True)
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
-                        attention_probs_dropout_prob=dropout, tie_word_embeddings=tie)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        tie_word_embeddings=tie,
+    )
     model = BertForMaskedLM(config)
     with torch.no_grad():  # a positive decoder bias so that vectors start non-empty
         model.cls.predictions.bias.add_(bias)
@@ -55,7 +63,12 @@ def tiny_config(model_dir: Path, **overrides):
         "model": {"path": str(model_dir), "head_impl": "plain", "query_max_length": 16, "doc_max_length": 24},
         "data": {"format": "triples", "path": "unused", "num_negatives": 1},
         "regularizer": {"lambda_q": 1e-2, "lambda_d": 1e-2, "warmup_steps": 2},
-        "steps": 4, "batch_size": 4, "lr": 1e-3, "seed": 0, "monitor": {"logit_sample": 1}, "curves": False,
+        "steps": 4,
+        "batch_size": 4,
+        "lr": 1e-3,
+        "seed": 0,
+        "monitor": {"logit_sample": 1},
+        "curves": False,
     }
     for key, value in overrides.items():
         node = data
@@ -75,7 +88,9 @@ def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str, df_mo
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         step_result = one_step(Path(model_dir), grad_accum=2)
@@ -87,8 +102,12 @@ def ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str, df_mo
             torch.save(counts, Path(out) / "df-counts.pt")
         from spladekit.train import train
 
-        train(tiny_config(Path(model_dir), steps=1, checkpoint_every=1), Path(out) / "run", examples=make_examples(),
-              show_progress=False)
+        train(
+            tiny_config(Path(model_dir), steps=1, checkpoint_every=1),
+            Path(out) / "run",
+            examples=make_examples(),
+            show_progress=False,
+        )
     finally:
         dist.destroy_process_group()
 
@@ -121,8 +140,11 @@ def document_frequencies(model_dir: Path, encode_batch_size: int = 8):
     from spladekit.train.examples import training_documents
     from spladekit.train.step import _Encoder, load_model, sample_document_frequencies
 
-    config = tiny_config(model_dir, regularizer__kind="df_flops",
-                         regularizer__df={"alpha": 0.3, "beta": 2.0, "encode_batch_size": encode_batch_size})
+    config = tiny_config(
+        model_dir,
+        regularizer__kind="df_flops",
+        regularizer__df={"alpha": 0.3, "beta": 2.0, "encode_batch_size": encode_batch_size},
+    )
     model, tokenizer, _ = load_model(config)
     encoder = _Encoder(model, tokenizer, config, torch.device("cpu"))
     return sample_document_frequencies(encoder, training_documents(make_examples()), config, D.init_distributed())

@@ -18,7 +18,6 @@ import importlib
 # Importing the function now (spladekit.evaluate.metrics: no numpy, no torch) rebinds the name after the
 # subpackage's first load, as the eager imports of this module always did.
 from spladekit.evaluate.metrics import EvalConventions, evaluate  # noqa: E402
-
 from spladekit.version import __version__  # noqa: E402,F401
 
 # public name -> the module that defines it (imported when the name is first read)

@@ -22,10 +22,24 @@ from spladekit.model.encoder import SpladeEncoder
 from spladekit.plots import per_query_deltas
 
 QUALITY_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000")
-TABLE_COLUMNS = ("nDCG@10", "MRR@10", "R@100", "R@1000", "avg_query_terms", "avg_doc_terms", "flops", "query_ms",
-                 "wall_time_s")
-COLUMN_LABELS = {"avg_query_terms": "avg query terms", "avg_doc_terms": "avg doc terms", "flops": "FLOPS",
-                 "query_ms": "query ms", "wall_time_s": "wall time (s)"}
+TABLE_COLUMNS = (
+    "nDCG@10",
+    "MRR@10",
+    "R@100",
+    "R@1000",
+    "avg_query_terms",
+    "avg_doc_terms",
+    "flops",
+    "query_ms",
+    "wall_time_s",
+)
+COLUMN_LABELS = {
+    "avg_query_terms": "avg query terms",
+    "avg_doc_terms": "avg doc terms",
+    "flops": "FLOPS",
+    "query_ms": "query ms",
+    "wall_time_s": "wall time (s)",
+}
 COLUMN_FORMATS = {**{c: "{:.4f}" for c in QUALITY_COLUMNS}, "query_ms": "{:.3f}"}  # others: one decimal
 
 
@@ -50,19 +64,44 @@ EXTRA_FOLDERS = ["inference_free", "fused_rrf", "fused_minmax"]
 DEMO_RECIPES = {
     "default": {
         "model": {"query_max_length": 64, "doc_max_length": 128},
-        "data": {"format": "beir", "split": "train", "negatives": "bm25", "num_negatives": 1, "validation_fraction": 0.1},
+        "data": {
+            "format": "beir",
+            "split": "train",
+            "negatives": "bm25",
+            "num_negatives": 1,
+            "validation_fraction": 0.1,
+        },
         "regularizer": {"kind": "flops", "lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 33},
-        "steps": 100, "batch_size": 32, "lr": 2e-4, "warmup_steps": 10, "precision": "fp32",
-        "validate_every": 50, "seed": 0,
-        "eval_every": 50, "dev": {"metric": "nDCG@10", "k": 100, "max_docs": 1000},
+        "steps": 100,
+        "batch_size": 32,
+        "lr": 2e-4,
+        "warmup_steps": 10,
+        "precision": "fp32",
+        "validate_every": 50,
+        "seed": 0,
+        "eval_every": 50,
+        "dev": {"metric": "nDCG@10", "k": 100, "max_docs": 1000},
     },
     "full": {
         "model": {"query_max_length": 64, "doc_max_length": 256},
-        "data": {"format": "beir", "split": "train", "negatives": "bm25", "num_negatives": 1, "validation_fraction": 0.1},
+        "data": {
+            "format": "beir",
+            "split": "train",
+            "negatives": "bm25",
+            "num_negatives": 1,
+            "validation_fraction": 0.1,
+        },
         "regularizer": {"kind": "flops", "lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 200},
-        "steps": 600, "batch_size": 64, "lr": 5e-5, "warmup_steps": 60, "precision": "bf16",
-        "checkpoint_every": 200, "validate_every": 100, "seed": 0,
-        "eval_every": 100, "dev": {"metric": "nDCG@10", "k": 100},
+        "steps": 600,
+        "batch_size": 64,
+        "lr": 5e-5,
+        "warmup_steps": 60,
+        "precision": "bf16",
+        "checkpoint_every": 200,
+        "validate_every": 100,
+        "seed": 0,
+        "eval_every": 100,
+        "dev": {"metric": "nDCG@10", "k": 100},
     },
 }
 
@@ -79,8 +118,9 @@ def demo_config(model: str, data: str, full: bool = False, overrides: list[str] 
     return TrainConfig.model_validate(apply_overrides(recipe, overrides or []))
 
 
-def query_side_rows(encoder: SpladeEncoder, splade: SystemResult, bm25: SystemResult, dataset,
-                    latency_queries: int = 100) -> list[SystemResult]:
+def query_side_rows(
+    encoder: SpladeEncoder, splade: SystemResult, bm25: SystemResult, dataset, latency_queries: int = 100
+) -> list[SystemResult]:
     """The demo's query-side rows, built from one SPLADE system (``encoder`` and its result ``splade``):
 
     - ``inference-free``: ``encoder``'s documents (the same index folder, ``splade.index_folder``)
@@ -94,30 +134,40 @@ def query_side_rows(encoder: SpladeEncoder, splade: SystemResult, bm25: SystemRe
     """
     import copy
 
+    from spladekit.evaluate.systems import evaluate_fused, query_latency
     from spladekit.index.fusion import FusionConfig
     from spladekit.model.inference_free import make_inference_free
-    from spladekit.evaluate.systems import evaluate_fused, query_latency
 
     started = time.perf_counter()
     free = copy.copy(encoder)  # shares the model and tokenizer; its own metadata and query side
     free.metadata = copy.deepcopy(encoder.metadata)
     make_inference_free(free, list(dataset.corpus.values()))
     idf_seconds = time.perf_counter() - started
-    free_row = evaluate_splade(free, dataset, name="inference-free (IDF queries, same docs)",
-                               index=Index.open(splade.index_folder), show_progress=False)
+    free_row = evaluate_splade(
+        free,
+        dataset,
+        name="inference-free (IDF queries, same docs)",
+        index=Index.open(splade.index_folder),
+        show_progress=False,
+    )
     free_row.seconds += idf_seconds
     texts = list(dataset.queries.values())[:latency_queries]
     warmup = min(5, len(texts) // 2)
     latency = query_latency({"splade": encoder, "inference-free": free}, texts, warmup=warmup)
     splade.metrics["query_ms"], free_row.metrics["query_ms"] = latency["splade"], latency["inference-free"]
     source = splade.name
-    rows = [free_row,
-            evaluate_fused([splade, bm25], dataset, f"fused RRF ({source} + bm25)", FusionConfig(method="rrf")),
-            evaluate_fused([splade, bm25], dataset, f"fused min-max ({source} + bm25)",
-                           FusionConfig(method="score", norm="min-max"))]
-    print(f"query encoding, median per query (batch 1, {len(texts) - warmup} timed queries, side by side): "
-          f"{source} {latency['splade']:.2f} ms, inference-free {latency['inference-free']:.3f} ms "
-          f"({latency['splade'] / max(latency['inference-free'], 1e-9):.0f}× faster)")
+    rows = [
+        free_row,
+        evaluate_fused([splade, bm25], dataset, f"fused RRF ({source} + bm25)", FusionConfig(method="rrf")),
+        evaluate_fused(
+            [splade, bm25], dataset, f"fused min-max ({source} + bm25)", FusionConfig(method="score", norm="min-max")
+        ),
+    ]
+    print(
+        f"query encoding, median per query (batch 1, {len(texts) - warmup} timed queries, side by side): "
+        f"{source} {latency['splade']:.2f} ms, inference-free {latency['inference-free']:.3f} ms "
+        f"({latency['splade'] / max(latency['inference-free'], 1e-9):.0f}× faster)"
+    )
     return rows
 
 
@@ -126,8 +176,10 @@ def _load(model: str, data: str, batch_size: int, **encoder_options):
     print(f"dataset {dataset.path}: {len(dataset.corpus)} documents, {len(dataset.queries)} judged test queries")
     encoder = SpladeEncoder.from_pretrained(model, batch_size=batch_size, **encoder_options)
     meta = encoder.metadata
-    print(f"model {model}: vocabulary {encoder.vocab_size}, max lengths q/d {meta.query_max_length}/"
-          f"{meta.doc_max_length}, head {getattr(encoder.model, 'head_impl', 'its own modules')}")
+    print(
+        f"model {model}: vocabulary {encoder.vocab_size}, max lengths q/d {meta.query_max_length}/"
+        f"{meta.doc_max_length}, head {getattr(encoder.model, 'head_impl', 'its own modules')}"
+    )
     return dataset, encoder
 
 
@@ -150,8 +202,14 @@ def _remove_previous_results(out: Path) -> None:
         print(f"removed the previous demo's results from {out}/ ({', '.join(p.name for p in found)}); train/ is kept")
 
 
-def _report(results: list[SystemResult], folders: list[str], dataset, out: Path, extra: dict | None = None,
-            written: tuple[str, ...] = ()) -> None:
+def _report(
+    results: list[SystemResult],
+    folders: list[str],
+    dataset,
+    out: Path,
+    extra: dict | None = None,
+    written: tuple[str, ...] = (),
+) -> None:
     """Write every system's outputs (but those in the folders ``written`` already), ``summary.json``,
     ``table.md`` and the per-query plot; print the table."""
     for system, folder in zip(results, folders):
@@ -164,8 +222,12 @@ def _report(results: list[SystemResult], folders: list[str], dataset, out: Path,
     write_json(out / "summary.json", summary)
     with atomic_write(out / "table.md") as handle:
         handle.write(table + "\n")
-    per_query_deltas(delta_pairs(results, folders), "nDCG@10", out / "per_query_ndcg10.png",
-                     title=f"{dataset.name} test: per-query nDCG@10, wins and losses")
+    per_query_deltas(
+        delta_pairs(results, folders),
+        "nDCG@10",
+        out / "per_query_ndcg10.png",
+        title=f"{dataset.name} test: per-query nDCG@10, wins and losses",
+    )
     print(table)
     for line in truncation_lines(results, len(dataset.corpus)):
         print(line)
@@ -176,7 +238,9 @@ def _report(results: list[SystemResult], folders: list[str], dataset, out: Path,
 DELTA_PAIRS = (("before", "after"), ("bm25", "fused_rrf"), ("bm25", "fused_minmax"))
 
 
-def delta_pairs(results: list[SystemResult], folders: list[str], measure: str = "nDCG@10") -> list[tuple[str, str, dict]]:
+def delta_pairs(
+    results: list[SystemResult], folders: list[str], measure: str = "nDCG@10"
+) -> list[tuple[str, str, dict]]:
     """``[(label A, label B, {qid: B − A})]`` of :data:`DELTA_PAIRS` (those whose two systems ran), from the
     systems' per-query values of ``measure`` (every judged query, 0 where unretrieved:
     :func:`spladekit.evaluate.metrics.evaluate`), for :func:`spladekit.plots.per_query_deltas`.
@@ -188,7 +252,9 @@ def delta_pairs(results: list[SystemResult], folders: list[str], measure: str = 
     wanted = list(DELTA_PAIRS) if splade == "after" else [("bm25", splade), *DELTA_PAIRS[1:]]
     labels = {"before": "before fine-tuning", "after": "fine-tuned", "bm25": "BM25"}
     labels.setdefault(splade, by_folder[splade].name)
-    labels.update(fused_rrf=f"fused RRF ({labels[splade]} + BM25)", fused_minmax=f"fused min-max ({labels[splade]} + BM25)")
+    labels.update(
+        fused_rrf=f"fused RRF ({labels[splade]} + BM25)", fused_minmax=f"fused min-max ({labels[splade]} + BM25)"
+    )
     pairs = []
     for a, b in wanted:
         if a in by_folder and b in by_folder:
@@ -206,8 +272,10 @@ def truncation_lines(results: list[SystemResult], documents: int) -> list[str]:
     for result in results:
         if result.metrics.get("truncated_docs"):
             truncated.setdefault(result.metrics["truncated_docs"], []).append(result.name)
-    return [f"{', '.join(names)}: {count} of {documents} documents were longer than the document max length and truncated"
-            for count, names in truncated.items()]
+    return [
+        f"{', '.join(names)}: {count} of {documents} documents were longer than the document max length and truncated"
+        for count, names in truncated.items()
+    ]
 
 
 def _model_record(model: str | Path) -> dict:
@@ -218,8 +286,16 @@ def _model_record(model: str | Path) -> dict:
     return model_record(model, resolve_model(str(model)))
 
 
-def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool = True, full: bool = False,
-             overrides: list[str] | None = None, trust_remote_code: bool = False) -> list[SystemResult]:
+def run_demo(
+    model: str,
+    data: str,
+    out: Path,
+    batch_size: int = 32,
+    train: bool = True,
+    full: bool = False,
+    overrides: list[str] | None = None,
+    trust_remote_code: bool = False,
+) -> list[SystemResult]:
     """Evaluate ``model`` and BM25 on ``data`` (test split); with ``train``, fine-tune ``model`` on the
     train split (:func:`demo_config`) and evaluate the result the same way. Writes runs, metrics,
     the table (``table.md``), per-query plot and, with training, ``train/`` (curves, metrics, model).
@@ -234,8 +310,9 @@ def run_demo(model: str, data: str, out: Path, batch_size: int = 32, train: bool
         trusted = ["model.trust_remote_code=true"] if trust_remote_code else []
         return _run_train_demo(model, data, out, batch_size, full, list(overrides or []) + trusted)
     dataset, encoder = _load(model, data, batch_size, trust_remote_code=trust_remote_code)
-    splade = evaluate_splade(encoder, dataset, name=Path(model).name or model, index=out / "index",
-                             index_metadata=_model_record(model))
+    splade = evaluate_splade(
+        encoder, dataset, name=Path(model).name or model, index=out / "index", index_metadata=_model_record(model)
+    )
     bm25 = evaluate_bm25(dataset)
     extra = query_side_rows(encoder, splade, bm25, dataset)
     results = [splade, bm25, *extra]
@@ -252,50 +329,104 @@ def _run_train_demo(model: str, data: str, out: Path, batch_size: int, full: boo
     config = demo_config(model, data, full, overrides)
     lengths = dict(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length)
     name = Path(model).name or model
-    dataset, before_encoder = _load(model, data, batch_size, head_impl=config.model.head_impl,
-                                    trust_remote_code=config.model.trust_remote_code, **lengths)
-    before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
-    del before_encoder
-    bm25 = evaluate_bm25(dataset)
-    _remove_previous_results(out)  # an interrupted rerun must not leave this run's baseline beside the last run's results
-    for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped
-        write_system(system, out / folder)
-    print(f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
-          f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)", flush=True)  # before the training's lines (stderr)
-    print(f"fine-tuning on {data} train: {config.steps} steps, batch {config.batch_size}, lr {config.lr}, "
-          f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}", flush=True)
+    dataset, before, bm25 = _train_demo_baseline(model, data, out, batch_size, config, lengths, name)
+    print(
+        f"fine-tuning on {data} train: {config.steps} steps, batch {config.batch_size}, lr {config.lr}, "
+        f"FLOPS λ_q/λ_d {config.regularizer.lambda_q:g}/{config.regularizer.lambda_d:g}",
+        flush=True,
+    )
     started = time.perf_counter()
     result = run_training(config, out / "train")
     train_seconds = time.perf_counter() - started
     print(result.summary(), flush=True)  # as `spladekit train` ends
-    best = result.best
-    label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
-    trusted = config.model.trust_remote_code  # a model saved from one with its own classes carries their code
-    after_encoder = SpladeEncoder.from_pretrained(result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl,
-                                                  trust_remote_code=trusted, **lengths)
-    after = evaluate_splade(after_encoder, dataset, name=label, index=out / "index",
-                            index_metadata=_model_record(result.model_dir))
-    extra = query_side_rows(after_encoder, after, bm25, dataset)
-    systems, folders = [before, after], ["before", "after"]
-    if best and result.last_dir is not None and best["step"] != result.steps:  # the final model differs from the selected one
-        del after_encoder
-        last_encoder = SpladeEncoder.from_pretrained(result.last_dir, batch_size=batch_size, head_impl=config.model.head_impl,
-                                                     trust_remote_code=trusted, **lengths)
-        systems.append(evaluate_splade(last_encoder, dataset, name=f"{name} (fine-tuned, last step {result.steps})"))
-        folders.append("last")
-    training = {"seconds": train_seconds, "steps": result.steps, "config": config.model_dump(mode="json"),
-                "validation": result.validation, "alarms": result.alarms, "best": best, "dev": result.dev,
-                "early_stopped": result.early_stopped}
-    _report(systems + [bm25, *extra], folders + ["bm25", *EXTRA_FOLDERS], dataset, out, {"training": training},
-            written=("before", "bm25"))
+    after, fine_tuned, extra = _fine_tuned_systems(result, name, dataset, bm25, out, batch_size, config, lengths)
+    systems = [before, *fine_tuned]
+    folders = ["before", "after", "last"][: len(systems)]
+    training = {
+        "seconds": train_seconds,
+        "steps": result.steps,
+        "config": config.model_dump(mode="json"),
+        "validation": result.validation,
+        "alarms": result.alarms,
+        "best": result.best,
+        "dev": result.dev,
+        "early_stopped": result.early_stopped,
+    }
+    _report(
+        systems + [bm25, *extra],
+        folders + ["bm25", *EXTRA_FOLDERS],
+        dataset,
+        out,
+        {"training": training},
+        written=("before", "bm25"),
+    )
     delta = after.metrics["nDCG@10"] - before.metrics["nDCG@10"]
-    print(f"fine-tuning: nDCG@10 {before.metrics['nDCG@10']:.4f} -> {after.metrics['nDCG@10']:.4f} ({delta:+.4f}), "
-          f"doc active terms {before.metrics['avg_doc_terms']:.1f} -> {after.metrics['avg_doc_terms']:.1f}, "
-          f"training {train_seconds:.0f} s")
-    if best:
-        print(f"model selected on the held-out training queries (dev {best['metric']} {best['value']:.4f} at step "
-              f"{best['step']}); the test split was not looked at during training")
+    print(
+        f"fine-tuning: nDCG@10 {before.metrics['nDCG@10']:.4f} -> {after.metrics['nDCG@10']:.4f} ({delta:+.4f}), "
+        f"doc active terms {before.metrics['avg_doc_terms']:.1f} -> {after.metrics['avg_doc_terms']:.1f}, "
+        f"training {train_seconds:.0f} s"
+    )
+    if result.best:
+        best = result.best
+        print(
+            f"model selected on the held-out training queries (dev {best['metric']} {best['value']:.4f} at step "
+            f"{best['step']}); the test split was not looked at during training"
+        )
     if result.curves:
         print(f"training curves: {result.curves}")
     print(f"outputs in {out}/")
     return systems + [bm25, *extra]
+
+
+def _train_demo_baseline(model: str, data: str, out: Path, batch_size: int, config, lengths: dict, name: str):
+    """The training demo's baseline, ``(dataset, before, bm25)``: the model before fine-tuning and BM25 evaluated,
+    written to ``out/before`` and ``out/bm25`` (kept if training is stopped) and printed."""
+    dataset, before_encoder = _load(
+        model,
+        data,
+        batch_size,
+        head_impl=config.model.head_impl,
+        trust_remote_code=config.model.trust_remote_code,
+        **lengths,
+    )
+    before = evaluate_splade(before_encoder, dataset, name=f"{name} (before)")
+    del before_encoder
+    bm25 = evaluate_bm25(dataset)
+    # an interrupted rerun must not leave this run's baseline beside the last run's results
+    _remove_previous_results(out)
+    for system, folder in ((before, "before"), (bm25, "bm25")):  # kept if training is stopped
+        write_system(system, out / folder)
+    print(
+        f"before fine-tuning: {before.name} nDCG@10 {before.metrics['nDCG@10']:.4f}, bm25 {bm25.metrics['nDCG@10']:.4f} "
+        f"(runs and metrics in {out / 'before'}/ and {out / 'bm25'}/)",
+        flush=True,
+    )  # before the training's lines (stderr)
+    return dataset, before, bm25
+
+
+def _fine_tuned_systems(result, name: str, dataset, bm25, out: Path, batch_size: int, config, lengths: dict):
+    """``(after, systems, extra)``: the selected model evaluated (indexed in ``out/index``), then the last step's
+    model when it differs from the selected one (``systems``: after, and last if so), and the query-side rows."""
+    best = result.best
+    label = f"{name} (fine-tuned, best dev step {best['step']})" if best else f"{name} (fine-tuned)"
+    trusted = config.model.trust_remote_code  # a model saved from one with its own classes carries their code
+    after_encoder = SpladeEncoder.from_pretrained(
+        result.model_dir, batch_size=batch_size, head_impl=config.model.head_impl, trust_remote_code=trusted, **lengths
+    )
+    after = evaluate_splade(
+        after_encoder, dataset, name=label, index=out / "index", index_metadata=_model_record(result.model_dir)
+    )
+    extra = query_side_rows(after_encoder, after, bm25, dataset)
+    systems = [after]
+    # the final model differs from the selected one
+    if best and result.last_dir is not None and best["step"] != result.steps:
+        del after_encoder
+        last_encoder = SpladeEncoder.from_pretrained(
+            result.last_dir,
+            batch_size=batch_size,
+            head_impl=config.model.head_impl,
+            trust_remote_code=trusted,
+            **lengths,
+        )
+        systems.append(evaluate_splade(last_encoder, dataset, name=f"{name} (fine-tuned, last step {result.steps})"))
+    return after, systems, extra

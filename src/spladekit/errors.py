@@ -106,7 +106,9 @@ class CardMismatchError(SpladekitError, ValueError):
 
     def __init__(self, path, differences: list[str], remedy: str):
         self.path, self.differences, self.remedy = path, list(differences), remedy
-        super().__init__(f"{path}: edited by hand, and it describes another model ({'; '.join(self.differences)}); {remedy}")
+        super().__init__(
+            f"{path}: edited by hand, and it describes another model ({'; '.join(self.differences)}); {remedy}"
+        )
 
     def __reduce__(self):
         return type(self), (self.path, self.differences, self.remedy)
@@ -159,8 +161,10 @@ class RepeatedIdError(SpladekitError, ValueError):
 
     def __init__(self, doc_id: str, first: int, second: int):
         self.doc_id, self.first, self.second = doc_id, first, second
-        super().__init__(f"document ids repeat: {doc_id!r} is given twice (documents {first + 1} and {second + 1}, "
-                         "counted from 1 in input order)")
+        super().__init__(
+            f"document ids repeat: {doc_id!r} is given twice (documents {first + 1} and {second + 1}, "
+            "counted from 1 in input order)"
+        )
 
     def __reduce__(self):
         return type(self), (self.doc_id, self.first, self.second)
@@ -174,8 +178,10 @@ def validation_problems(exc) -> list[tuple[str, str]]:
     (the text a validator raised). The one formatting of validation errors: callers add the file
     (:class:`DataFormatError`) or the command-line option (:func:`spladekit.cli.app.options_error`).
     """
-    return [(".".join(str(part) for part in error["loc"]), error["msg"].removeprefix("Value error, "))
-            for error in exc.errors()]
+    return [
+        (".".join(str(part) for part in error["loc"]), error["msg"].removeprefix("Value error, "))
+        for error in exc.errors()
+    ]
 
 
 class UnsupportedModelError(DataFormatError):

@@ -19,8 +19,9 @@ import os
 import shutil
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 
 def default_mode(directory: bool = False) -> int:
@@ -108,11 +109,13 @@ def warn_stale_temporaries(path: str | Path) -> list[Path]:
     path, stale = Path(path), []
     own, nested = f".{path.name}.", f"..{path.name}."
     try:
-        candidates = sorted({*path.parent.glob(f"{glob.escape(own)}*.tmp"), *path.parent.glob(f"{glob.escape(nested)}*.tmp")})
+        candidates = sorted(
+            {*path.parent.glob(f"{glob.escape(own)}*.tmp"), *path.parent.glob(f"{glob.escape(nested)}*.tmp")}
+        )
     except OSError:
         return stale
     for item in candidates:
-        writer = item.name[len(own if item.name.startswith(own) else nested):].split("-", 1)[0]
+        writer = item.name[len(own if item.name.startswith(own) else nested) :].split("-", 1)[0]
         if writer.isdigit() and (int(writer) == os.getpid() or _process_alive(int(writer))):
             continue
         try:
@@ -129,9 +132,13 @@ def warn_stale_temporaries(path: str | Path) -> list[Path]:
 
         kind = "folder" if item.is_dir() else "file"
         who = f"process {writer}, no longer running" if writer.isdigit() else "an earlier version"
-        warnings.warn(f"{item}: a temporary {kind} left by a run that did not finish ({who}; killed?) while "
-                      f"writing {path}; it is not used and is left as it is: look inside or remove it "
-                      f"(rm -r '{item}') once no run is writing {path}", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"{item}: a temporary {kind} left by a run that did not finish ({who}; killed?) while "
+            f"writing {path}; it is not used and is left as it is: look inside or remove it "
+            f"(rm -r '{item}') once no run is writing {path}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return stale
 
 
@@ -149,12 +156,15 @@ def ensure_folder(path: str | Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputPathError(f"{path}: cannot create the folder ({exc.strerror or exc}; is a parent folder a file?)") from exc
+        raise OutputPathError(
+            f"{path}: cannot create the folder ({exc.strerror or exc}; is a parent folder a file?)"
+        ) from exc
     return path
 
 
-def check_output_folder(out: str | Path, kind: str, markers: tuple[str, ...], inputs: dict[str, Any] | None = None,
-                        option: str = "--out") -> Path:
+def check_output_folder(
+    out: str | Path, kind: str, markers: tuple[str, ...], inputs: dict[str, Any] | None = None, option: str = "--out"
+) -> Path:
     """Refuse an output folder a command would replace or write into wrongly, before any work.
 
     The one rule of every command writing a folder (index, import, export, inference-free, rescale,
@@ -183,9 +193,11 @@ def check_output_folder(out: str | Path, kind: str, markers: tuple[str, ...], in
             continue
         source = Path(value).resolve()
         if target == source or source in target.parents or target in source.parents:
-            relation = ("is" if target == source else "lies inside" if source in target.parents else "contains")
-            raise OutputPathError(f"{option} {out} {relation} the input {name} {value}; writing there would destroy the input "
-                                  "(choose another output folder)")
+            relation = "is" if target == source else "lies inside" if source in target.parents else "contains"
+            raise OutputPathError(
+                f"{option} {out} {relation} the input {name} {value}; writing there would destroy the input "
+                "(choose another output folder)"
+            )
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -195,8 +207,10 @@ def check_output_folder(out: str | Path, kind: str, markers: tuple[str, ...], in
         if not out.is_dir():
             raise OutputPathError(f"{out}: is a file; this output ({kind}) is a folder (the file is left as it is)")
         if any(out.iterdir()) and not any((out / name).exists() for name in markers):
-            raise OutputPathError(f"{out}: an existing folder that is not a {kind} (no {' or '.join(markers)} in it); "
-                                  "it is left as it is: choose a new or empty folder, or remove it first")
+            raise OutputPathError(
+                f"{out}: an existing folder that is not a {kind} (no {' or '.join(markers)} in it); "
+                "it is left as it is: choose a new or empty folder, or remove it first"
+            )
     return out
 
 
@@ -424,15 +438,18 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_repeated_keys)
     except _RepeatedKey as exc:
-        raise DataFormatError(path, "the key appears more than once in one object (which value is meant?)",
-                              field=exc.key) from exc
+        raise DataFormatError(
+            path, "the key appears more than once in one object (which value is meant?)", field=exc.key
+        ) from exc
     except json.JSONDecodeError as exc:
         raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=exc.lineno) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise DataFormatError(path, f"cannot read ({exc})") from exc
 
 
-def read_jsonl(path: str | Path, skip_blank: bool = True, object_pairs_hook=_refuse_repeated_keys) -> Iterator[tuple[int, Any]]:
+def read_jsonl(
+    path: str | Path, skip_blank: bool = True, object_pairs_hook=_refuse_repeated_keys
+) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, record)`` for each line of a JSON Lines file (``.gz`` read transparently).
 
     Raises:
@@ -449,8 +466,9 @@ def read_jsonl(path: str | Path, skip_blank: bool = True, object_pairs_hook=_ref
         try:
             yield number, json.loads(line, object_pairs_hook=object_pairs_hook)
         except _RepeatedKey as exc:
-            raise DataFormatError(path, "the key appears more than once in one object (which value is meant?)",
-                                  line=number, field=exc.key) from exc
+            raise DataFormatError(
+                path, "the key appears more than once in one object (which value is meant?)", line=number, field=exc.key
+            ) from exc
         except json.JSONDecodeError as exc:
             raise DataFormatError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", line=number) from exc
 
@@ -508,12 +526,16 @@ def read_yaml(path: str | Path) -> Any:
     try:
         return yaml.load(text, Loader=_unique_keys_loader()) or {}
     except _RepeatedYamlKey as exc:
-        raise DataFormatError(path, "the key appears more than once in one mapping (which value is meant?)",
-                              line=exc.line, field=exc.key) from exc
+        raise DataFormatError(
+            path, "the key appears more than once in one mapping (which value is meant?)", line=exc.line, field=exc.key
+        ) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise DataFormatError(path, f"not valid YAML ({getattr(exc, 'problem', None) or exc})",
-                              line=mark.line + 1 if mark is not None else None) from exc
+        raise DataFormatError(
+            path,
+            f"not valid YAML ({getattr(exc, 'problem', None) or exc})",
+            line=mark.line + 1 if mark is not None else None,
+        ) from exc
 
 
 def count_records(path: str | Path) -> int | None:
@@ -579,13 +601,19 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         while True:
             try:
                 raw = handle.readline()
-            except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError; a bad deflate block is a zlib.error
-                raise DataFormatError(path, f"cannot read (corrupt or truncated file?): {exc}", line=number + 1) from exc
+            except (
+                OSError,
+                EOFError,
+                zlib.error,
+            ) as exc:  # gzip.BadGzipFile is an OSError; a bad deflate block is a zlib.error
+                raise DataFormatError(
+                    path, f"cannot read (corrupt or truncated file?): {exc}", line=number + 1
+                ) from exc
             if not raw:
                 return
             number += 1
             if number == 1 and raw.startswith(BOM):
-                raw = raw[len(BOM):]
+                raw = raw[len(BOM) :]
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
             if raw.endswith(b"\r"):  # CRLF, or a CR ending the last line of a CRLF file

@@ -50,17 +50,36 @@ class SpladeMTEB(AbsEncoder):
             ``doc_max_length``, ``head_impl``, ``batch_size``, ...).
     """
 
-    def __init__(self, model_name, revision: str | None = None, *, device: str | None = None,
-                 trust_remote_code: bool = False, **options: Any):
+    def __init__(
+        self,
+        model_name,
+        revision: str | None = None,
+        *,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+        **options: Any,
+    ):
         self._source = model_name
         self._options = dict(options, device=device)
         if trust_remote_code:
             self._options["trust_remote_code"] = True
         self.model = None if isinstance(model_name, (str, Path)) else model_name
-        name = str(model_name) if isinstance(model_name, (str, Path)) else (model_name.metadata.source or "spladekit-model")
-        self.mteb_model_meta = ModelMeta.create_empty(overwrites=dict(
-            name=name, revision=revision, loader=type(self), model_type=["sparse"],
-            similarity_fn_name=ScoringFunction.DOT_PRODUCT, framework=["PyTorch"], use_instructions=False))
+        name = (
+            str(model_name)
+            if isinstance(model_name, (str, Path))
+            else (model_name.metadata.source or "spladekit-model")
+        )
+        self.mteb_model_meta = ModelMeta.create_empty(
+            overwrites=dict(
+                name=name,
+                revision=revision,
+                loader=type(self),
+                model_type=["sparse"],
+                similarity_fn_name=ScoringFunction.DOT_PRODUCT,
+                framework=["PyTorch"],
+                use_instructions=False,
+            )
+        )
 
     @property
     def encoder(self):
@@ -137,7 +156,11 @@ def _to_csr(embeddings):
         rows, cols = coo.indices().numpy()
         matrix = sp.csr_matrix((coo.values().float().numpy(), (rows, cols)), shape=tuple(coo.shape))
     else:
-        dense = embeddings.detach().cpu().float().numpy() if hasattr(embeddings, "detach") else np.asarray(embeddings, np.float32)
+        dense = (
+            embeddings.detach().cpu().float().numpy()
+            if hasattr(embeddings, "detach")
+            else np.asarray(embeddings, np.float32)
+        )
         matrix = sp.csr_matrix(np.atleast_2d(dense).astype(np.float32))
     matrix.sum_duplicates()
     matrix.sort_indices()
@@ -162,9 +185,16 @@ def beir_task(folder: str | Path, split: str = "test", name: str | None = None):
 
     folder = Path(folder)
     data = _read_beir_split(folder, split)
-    metadata = SciFact.metadata.model_copy(update=dict(  # a valid retrieval task's metadata, renamed
-        name=name or folder.name, dataset={"path": str(folder), "revision": "local"}, eval_splits=[split],
-        description=f"the BEIR folder {folder} ({split} split), read from disk", reference=None, prompt=None))
+    metadata = SciFact.metadata.model_copy(
+        update=dict(  # a valid retrieval task's metadata, renamed
+            name=name or folder.name,
+            dataset={"path": str(folder), "revision": "local"},
+            eval_splits=[split],
+            description=f"the BEIR folder {folder} ({split} split), read from disk",
+            reference=None,
+            prompt=None,
+        )
+    )
 
     class LocalBeir(AbsTaskRetrieval):
         def load_data(self, num_proc=None, **kwargs) -> None:
@@ -187,4 +217,9 @@ def _read_beir_split(folder: Path, split: str) -> dict:
     corpus = {"id": list(dataset.corpus), "title": [""] * len(dataset.corpus), "text": list(dataset.corpus.values())}
     queries = {"id": list(dataset.queries), "text": list(dataset.queries.values())}
     qrels = {qid: {doc: int(grade) for doc, grade in docs.items()} for qid, docs in dataset.qrels.items()}
-    return {"corpus": Dataset.from_dict(corpus), "queries": Dataset.from_dict(queries), "relevant_docs": qrels, "top_ranked": None}
+    return {
+        "corpus": Dataset.from_dict(corpus),
+        "queries": Dataset.from_dict(queries),
+        "relevant_docs": qrels,
+        "top_ranked": None,
+    }

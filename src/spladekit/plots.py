@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import matplotlib
 
@@ -67,8 +67,13 @@ def head_row_norms(norms: Mapping[str, Sequence[float]], path: str | Path, title
     return overlaid_histograms(norms, path, "decoder row norm ‖W_v‖₂", title or "MLM-head decoder row norms")
 
 
-def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: str = "",
-                marks: Mapping[str, float] | None = None, note: str = "") -> Path:
+def head_logits(
+    logits: Mapping[str, Sequence[float]],
+    path: str | Path,
+    title: str = "",
+    marks: Mapping[str, float] | None = None,
+    note: str = "",
+) -> Path:
     """Histogram of sampled MLM logits ``z = W h + b`` of each model (reference overlaid), log density.
 
     ``marks`` (``{label: value}``, e.g. the p99 and max of all logits, not only of the sample) are drawn
@@ -77,8 +82,14 @@ def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: 
     """
     import numpy as np
 
-    fig_path = overlaid_histograms(logits, path, "logit z = W h + b", title or "MLM logits on sample text", log_y=True,
-                                   keep_open=bool(marks or note))
+    fig_path = overlaid_histograms(
+        logits,
+        path,
+        "logit z = W h + b",
+        title or "MLM logits on sample text",
+        log_y=True,
+        keep_open=bool(marks or note),
+    )
     if not (marks or note):
         return fig_path
     fig, ax = fig_path
@@ -87,7 +98,9 @@ def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: 
     for (label, value), style in zip((marks or {}).items(), ("--", ":", "-.")):
         ax.axvline(value, color="black", ls=style, lw=1, label=f"{label}: {value:.4g}")
         if value > drawn:
-            lines.append(f"{label} ({value:.4g}) lies beyond the sample's largest ({drawn:.4g}): the sample cuts the tail")
+            lines.append(
+                f"{label} ({value:.4g}) lies beyond the sample's largest ({drawn:.4g}): the sample cuts the tail"
+            )
     low, high = ax.get_xlim()
     ax.set_xlim(low, max(high, *((marks or {}).values() or [high])) + 0.02 * (high - low))
     ax.legend(fontsize=8)
@@ -96,8 +109,9 @@ def head_logits(logits: Mapping[str, Sequence[float]], path: str | Path, title: 
     return _save(fig, path)
 
 
-def _delta_bars(ax, deltas: Mapping[str, float], measure: str, name_a: str, name_b: str, title: str = "",
-                limit: float | None = None) -> None:
+def _delta_bars(
+    ax, deltas: Mapping[str, float], measure: str, name_a: str, name_b: str, title: str = "", limit: float | None = None
+) -> None:
     """Draw per-query differences ``B − A`` on ``ax`` as bars sorted from the largest gain to the largest
     loss (green better, red worse, grey equal), the counts under the axis and the mean in the title, on a
     y axis symmetric about 0 up to ``limit`` (default: the largest |Δ|), so gains and losses compare."""
@@ -196,7 +210,7 @@ def training_curves(records, path: str | Path, vocab_size: int | None = None) ->
         ]
     rows = 3 if dev else 2
     fig, axes = plt.subplots(rows, 4, figsize=(18, 3.5 * rows))
-    for ax in axes.ravel()[len(panels):]:
+    for ax in axes.ravel()[len(panels) :]:
         ax.set_visible(False)
     for ax, (title, keys, scale, rows_of) in zip(axes.ravel(), panels):
         steps = [r["step"] for r in rows_of]
@@ -230,8 +244,9 @@ def training_curves(records, path: str | Path, vocab_size: int | None = None) ->
 
 
 # ------------------------------------------------------------------------ reproduction grid
-def metric_per_arm(values: Mapping[str, tuple[float | None, float | None]], path: str | Path, ylabel: str,
-                   title: str = "") -> Path:
+def metric_per_arm(
+    values: Mapping[str, tuple[float | None, float | None]], path: str | Path, ylabel: str, title: str = ""
+) -> Path:
     """Bar chart of one metric per arm, with the spread over seeds as error bars.
 
     Args:
@@ -244,8 +259,15 @@ def metric_per_arm(values: Mapping[str, tuple[float | None, float | None]], path
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(arms) + 1), 3.8))
     bars = ax.bar(range(len(arms)), means, yerr=errs, capsize=4, color="#4c72b0")
     for bar, mean, arm in zip(bars, means, arms):
-        ax.annotate(f"{mean:.3f}" if values[arm][0] is not None else "n/a", (bar.get_x() + bar.get_width() / 2, mean),
-                    ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+        ax.annotate(
+            f"{mean:.3f}" if values[arm][0] is not None else "n/a",
+            (bar.get_x() + bar.get_width() / 2, mean),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
     ax.set_xticks(range(len(arms)), arms, rotation=25, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title or ylabel + " per arm")
@@ -253,9 +275,16 @@ def metric_per_arm(values: Mapping[str, tuple[float | None, float | None]], path
     return _save(fig, path)
 
 
-def quality_vs_flops(points: Mapping[str, list[tuple[float, float]]], path: str | Path, xlabel: str = "FLOPS",
-                     ylabel: str = "nDCG@10", title: str = "", errors: Mapping[str, list[float]] | None = None,
-                     baseline: str | None = None, flops_share: float | None = None) -> Path:
+def quality_vs_flops(
+    points: Mapping[str, list[tuple[float, float]]],
+    path: str | Path,
+    xlabel: str = "FLOPS",
+    ylabel: str = "nDCG@10",
+    title: str = "",
+    errors: Mapping[str, list[float]] | None = None,
+    baseline: str | None = None,
+    flops_share: float | None = None,
+) -> Path:
     """Scatter of quality against FLOPS (log x axis), one colour per arm, one point per seed.
 
     Args:
@@ -272,8 +301,16 @@ def quality_vs_flops(points: Mapping[str, list[tuple[float, float]]], path: str 
             continue
         marker, size = ("*", 14) if arm == baseline else ("o", 6)
         errs = [e for _, _, e in kept]
-        ax.errorbar([p[0] for p in kept], [p[1] for p in kept], yerr=None if None in errs else errs, fmt=marker, ms=size,
-                    label=arm, alpha=0.85, capsize=3)
+        ax.errorbar(
+            [p[0] for p in kept],
+            [p[1] for p in kept],
+            yerr=None if None in errs else errs,
+            fmt=marker,
+            ms=size,
+            label=arm,
+            alpha=0.85,
+            capsize=3,
+        )
         if arm == baseline:
             x0, y0, e0 = kept[0]
             if e0:
@@ -300,9 +337,12 @@ def _moving_average(values: list[float], window: int) -> list[float]:
     return out
 
 
-def training_curves_per_arm(curves: Mapping[str, list[dict]], path: str | Path,
-                            keys: tuple[str, ...] = ("loss", "grad_norm", "active_q", "active_d"),
-                            window: int | None = None) -> Path:
+def training_curves_per_arm(
+    curves: Mapping[str, list[dict]],
+    path: str | Path,
+    keys: tuple[str, ...] = ("loss", "grad_norm", "active_q", "active_d"),
+    window: int | None = None,
+) -> Path:
     """Training statistics against the step, one line per arm, one panel per statistic (log y).
 
     Args:
@@ -322,16 +362,22 @@ def training_curves_per_arm(curves: Mapping[str, list[dict]], path: str | Path,
                 ax.plot([p[0] for p in pts], _moving_average([p[1] for p in pts], window), label=arm, lw=1.2)
         ax.set_xlabel("step")
         ax.set_title(key + (f" (moving average over {window} steps)" if window > 1 else ""), fontsize=9)
-        if all(r.get(key, 1) > 0 for records in curves.values() for r in records if isinstance(r.get(key), (int, float))):
+        if all(
+            r.get(key, 1) > 0 for records in curves.values() for r in records if isinstance(r.get(key), (int, float))
+        ):
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     return _save(fig, path)
 
 
-def factor_sweep(series: Mapping[str, Sequence[tuple[float, float | None, float | None]]], path: str | Path,
-                 xlabel: str = "net head scale at initialisation", title: str = "",
-                 markers: Mapping[str, tuple[float, float]] | None = None) -> Path:
+def factor_sweep(
+    series: Mapping[str, Sequence[tuple[float, float | None, float | None]]],
+    path: str | Path,
+    xlabel: str = "net head scale at initialisation",
+    title: str = "",
+    markers: Mapping[str, tuple[float, float]] | None = None,
+) -> Path:
     """Panels of quantities against a factor (log x axis): one panel per series, mean with the spread
     over seeds as error bars (e.g. ``{"scifact nDCG@10": [...], "scifact FLOPS": [...]}``).
 
@@ -344,7 +390,9 @@ def factor_sweep(series: Mapping[str, Sequence[tuple[float, float | None, float 
     for index, (ax, (label, points)) in enumerate(zip(axes[0], series.items())):
         pts = sorted((x, m, s or 0.0) for x, m, s in points if m is not None and x > 0)
         if pts:
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, lw=1.2)
+            ax.errorbar(
+                [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, lw=1.2
+            )
             values = [p[1] for p in pts]
             if min(values) > 0 and max(values) > 10 * min(values):
                 ax.set_yscale("log")

@@ -40,8 +40,8 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from spladekit.errors import DataFormatError, require_extra
 
@@ -52,8 +52,19 @@ QUERY_TOKS = "query_toks"
 DOC_TOKS = "toks"
 """The column of a document's sparse vector, ``{token: weight}`` (pyt_splade's and pyterrier-pisa's name)."""
 
-__all__ = ["SpladeKit", "QueryEncoder", "DocEncoder", "Indexer", "Retriever", "TextLoader", "token_names", "rows_to_toks",
-           "toks_to_rows", "QUERY_TOKS", "DOC_TOKS"]
+__all__ = [
+    "SpladeKit",
+    "QueryEncoder",
+    "DocEncoder",
+    "Indexer",
+    "Retriever",
+    "TextLoader",
+    "token_names",
+    "rows_to_toks",
+    "toks_to_rows",
+    "QUERY_TOKS",
+    "DOC_TOKS",
+]
 
 
 class SpladeKit:
@@ -87,31 +98,35 @@ class SpladeKit:
             self._encoder = SpladeEncoder.from_pretrained(self._model, **self._options)
         return self._encoder
 
-    def query_encoder(self, scale: float = 1.0, verbose: bool = False) -> "QueryEncoder":
+    def query_encoder(self, scale: float = 1.0, verbose: bool = False) -> QueryEncoder:
         """``query`` → ``query_toks`` (see :class:`QueryEncoder`)."""
         return QueryEncoder(self, scale=scale, verbose=verbose)
 
-    def doc_encoder(self, text_field: str = "text", scale: float = 1.0, verbose: bool = False) -> "DocEncoder":
+    def doc_encoder(self, text_field: str = "text", scale: float = 1.0, verbose: bool = False) -> DocEncoder:
         """``text_field`` → ``toks`` (see :class:`DocEncoder`)."""
         return DocEncoder(self, text_field=text_field, scale=scale, verbose=verbose)
 
-    def indexer(self, path: str | Path, text_field: str = "text", chunk_size: int = 10_000, verbose: bool = False) -> "Indexer":
+    def indexer(
+        self, path: str | Path, text_field: str = "text", chunk_size: int = 10_000, verbose: bool = False
+    ) -> Indexer:
         """Documents → the spladekit index folder ``path`` (see :class:`Indexer`)."""
         return Indexer(self, path, text_field=text_field, chunk_size=chunk_size, verbose=verbose)
 
-    def retriever(self, index, k: int = 1000, searcher=None) -> "Retriever":
+    def retriever(self, index, k: int = 1000, searcher=None) -> Retriever:
         """Queries → results from ``index`` (a folder or an open :class:`~spladekit.index.index.Index`)
         by ``searcher`` (a :class:`~spladekit.index.searcher.SearcherConfig`; None: exact), queries
         encoded with this model (see :class:`Retriever`)."""
         return Retriever(index, self, k=k, searcher=searcher)
 
     @staticmethod
-    def text_loader(corpus, field: str = "text") -> "TextLoader":
+    def text_loader(corpus, field: str = "text") -> TextLoader:
         """Results → results with ``field`` from ``corpus`` (see :class:`TextLoader`)."""
         return TextLoader(corpus, field=field)
 
     def __repr__(self) -> str:
-        return f"SpladeKit({str(self._model) if isinstance(self._model, (str, Path)) else type(self._model).__name__!r})"
+        return (
+            f"SpladeKit({str(self._model) if isinstance(self._model, (str, Path)) else type(self._model).__name__!r})"
+        )
 
 
 def _encoder_of(model):
@@ -141,7 +156,9 @@ def token_names(encoder) -> list[str]:
     if len(set(names)) != len(names):
         seen: set[str] = set()
         twice = next(n for n in names if n in seen or seen.add(n))
-        raise ValueError(f"the vocabulary names two columns {twice!r}: a {{token: weight}} column cannot tell them apart")
+        raise ValueError(
+            f"the vocabulary names two columns {twice!r}: a {{token: weight}} column cannot tell them apart"
+        )
     return names
 
 
@@ -176,13 +193,19 @@ def toks_to_rows(toks: Iterable[Mapping[str, float]], names: list[str], column: 
         for token, weight in entry.items():
             if token not in ids:
                 raise ValueError(f"row {row}: {column} token {token!r} is not in the model's vocabulary")
-            if isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating, np.integer)) or not math.isfinite(weight):
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, (int, float, np.floating, np.integer))
+                or not math.isfinite(weight)
+            ):
                 raise ValueError(f"row {row}: {column} weight of {token!r} must be a finite number, got {weight!r}")
             rows.append(row)
             cols.append(ids[token])
             vals.append(float(weight))
-    matrix = sp.csr_matrix((np.asarray(vals, np.float32), (np.asarray(rows, np.int64), np.asarray(cols, np.int64))),
-                           shape=(len(toks), len(names)))
+    matrix = sp.csr_matrix(
+        (np.asarray(vals, np.float32), (np.asarray(rows, np.int64), np.asarray(cols, np.int64))),
+        shape=(len(toks), len(names)),
+    )
     matrix.sum_duplicates()
     return matrix
 
@@ -224,7 +247,9 @@ class DocEncoder(pt.Transformer):
         """``inp`` (a frame with ``text_field``) with a ``toks`` column added, one dict a row."""
         pt.validate.columns(inp, includes=[self.text_field])
         encoder = _encoder_of(self.model)
-        vectors = encoder.encode_documents(inp[self.text_field].tolist(), **({"show_progress": True} if self.verbose else {}))
+        vectors = encoder.encode_documents(
+            inp[self.text_field].tolist(), **({"show_progress": True} if self.verbose else {})
+        )
         return inp.assign(**{DOC_TOKS: rows_to_toks(vectors, token_names(encoder), self.scale)})
 
 
@@ -237,7 +262,9 @@ class Indexer(pt.Indexer):
     a DataFrame's records) and returns the open :class:`~spladekit.index.index.Index`.
     """
 
-    def __init__(self, model, path: str | Path, text_field: str = "text", chunk_size: int = 10_000, verbose: bool = False):
+    def __init__(
+        self, model, path: str | Path, text_field: str = "text", chunk_size: int = 10_000, verbose: bool = False
+    ):
         self.model, self.path, self.text_field = model, Path(path), text_field
         self.chunk_size, self.verbose = chunk_size, verbose
 
@@ -258,12 +285,22 @@ class Indexer(pt.Indexer):
         def documents():
             for number, record in enumerate(iter_dict):
                 if "docno" not in record or field not in record:
-                    raise DataFormatError(self.path, f"document {number + 1} has no {'docno' if 'docno' not in record else field!r} "
-                                          f"(it has {sorted(record)})", field="docno" if "docno" not in record else field)
+                    raise DataFormatError(
+                        self.path,
+                        f"document {number + 1} has no {'docno' if 'docno' not in record else field!r} "
+                        f"(it has {sorted(record)})",
+                        field="docno" if "docno" not in record else field,
+                    )
                 yield str(record["docno"]), record[field]
 
-        return Index.build(_encoder_of(self.model), documents(), self.path, chunk_size=self.chunk_size,
-                           show_progress=self.verbose, distributed=False)
+        return Index.build(
+            _encoder_of(self.model),
+            documents(),
+            self.path,
+            chunk_size=self.chunk_size,
+            show_progress=self.verbose,
+            distributed=False,
+        )
 
 
 class Retriever(pt.Transformer):
@@ -311,7 +348,9 @@ class Retriever(pt.Transformer):
             if self._names is None:
                 self._names = load_vocabulary(index.folder)
             if self._names is None:
-                raise DataFormatError(index.folder / "vocab.json", "the index has no vocabulary: query_toks cannot be mapped to columns")
+                raise DataFormatError(
+                    index.folder / "vocab.json", "the index has no vocabulary: query_toks cannot be mapped to columns"
+                )
             return toks_to_rows(inp[QUERY_TOKS].tolist(), self._names)
         pt.validate.query_frame(inp, ["query"])
         encoder = index.query_encoder() if self.model is None else _encoder_of(self.model)
@@ -368,5 +407,7 @@ class TextLoader(pt.Transformer):
         texts = self._lookup()
         missing = next((d for d in inp["docno"] if str(d) not in texts), None)
         if missing is not None:
-            raise KeyError(f"docno {missing!r} is not in the corpus {self.corpus if not isinstance(self.corpus, Mapping) else '(mapping)'}")
+            raise KeyError(
+                f"docno {missing!r} is not in the corpus {self.corpus if not isinstance(self.corpus, Mapping) else '(mapping)'}"
+            )
         return inp.assign(**{self.field: [texts[str(d)] for d in inp["docno"]]})

@@ -3,19 +3,21 @@
 Each submodule registers its commands on :data:`app`.
 """
 
+from spladekit.cli import (
+    calibrate,  # noqa: F401  (registers diagnose, rescale)
+    core,  # noqa: F401  (registers evaluate, demo)
+    evaluate,  # noqa: F401  (registers compare)
+    export_model,  # noqa: F401  (registers export-model)
+    fuse,  # noqa: F401  (registers fuse)
+    index,  # noqa: F401  (registers index, encode, search, export, import)
+    inference_free,  # noqa: F401  (registers inference-free)
+    mine,  # noqa: F401  (registers mine)
+    publish,  # noqa: F401  (registers card, push)
+    reproduce,  # noqa: F401  (registers reproduce)
+    serve,  # noqa: F401  (registers serve)
+    train,  # noqa: F401  (registers train)
+)
 from spladekit.cli.app import app
-from spladekit.cli import core  # noqa: F401  (registers evaluate, demo)
-from spladekit.cli import calibrate  # noqa: F401  (registers diagnose, rescale)
-from spladekit.cli import evaluate  # noqa: F401  (registers compare)
-from spladekit.cli import index  # noqa: F401  (registers index, encode, search, export, import)
-from spladekit.cli import train  # noqa: F401  (registers train)
-from spladekit.cli import reproduce  # noqa: F401  (registers reproduce)
-from spladekit.cli import fuse  # noqa: F401  (registers fuse)
-from spladekit.cli import export_model  # noqa: F401  (registers export-model)
-from spladekit.cli import inference_free  # noqa: F401  (registers inference-free)
-from spladekit.cli import serve  # noqa: F401  (registers serve)
-from spladekit.cli import publish  # noqa: F401  (registers card, push)
-from spladekit.cli import mine  # noqa: F401  (registers mine)
 
 
 def _exit_on_sigterm(signum, frame) -> None:

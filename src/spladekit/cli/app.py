@@ -39,8 +39,12 @@ commands on it; ``app()`` runs the command line (:func:`spladekit.cli.main` does
 def trust_option():
     """``--trust-remote-code``: the one spelling of the flag of every command that loads a model
     (passed on to the one loader, :func:`spladekit.model.folders.read_model_folder`)."""
-    return typer.Option(False, "--trust-remote-code", help="run Python code of the model folder (custom sentence-transformers "
-                        "modules, transformers auto_map classes); only for a folder whose code you trust")
+    return typer.Option(
+        False,
+        "--trust-remote-code",
+        help="run Python code of the model folder (custom sentence-transformers "
+        "modules, transformers auto_map classes); only for a folder whose code you trust",
+    )
 
 
 def fail(exc: Exception) -> None:

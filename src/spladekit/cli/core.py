@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -14,21 +13,33 @@ from spladekit.data.resolve import DEFAULT_MODEL
 
 @app.command()
 def evaluate(
-    model: Optional[str] = typer.Option(None, help="model folder or hub id (encode + search + evaluate)"),
-    data: Optional[str] = typer.Option(None, help="BEIR folder or dataset name"),
+    model: str | None = typer.Option(None, help="model folder or hub id (encode + search + evaluate)"),
+    data: str | None = typer.Option(None, help="BEIR folder or dataset name"),
     split: str = typer.Option("test"),
-    out: Optional[Path] = typer.Option(None, help="output folder: metrics.json, per_query.json and, with --model, run.trec, "
-                                       "config.json (default with --model: outputs/eval; with --run: none, the metrics are "
-                                       "only printed)"),
-    run: Optional[Path] = typer.Option(None, help="evaluate an existing TREC run instead of a model"),
-    qrels: Optional[Path] = typer.Option(None, help="qrels file (with --run)"),
-    measure: Optional[List[str]] = typer.Option(None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"),
+    out: Path | None = typer.Option(
+        None,
+        help="output folder: metrics.json, per_query.json and, with --model, run.trec, "
+        "config.json (default with --model: outputs/eval; with --run: none, the metrics are "
+        "only printed)",
+    ),
+    run: Path | None = typer.Option(None, help="evaluate an existing TREC run instead of a model"),
+    qrels: Path | None = typer.Option(None, help="qrels file (with --run)"),
+    measure: list[str] | None = typer.Option(
+        None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"
+    ),
     k: int = typer.Option(1000),
     batch_size: int = typer.Option(32),
-    preset: Optional[str] = typer.Option(None, help="evaluation conventions: default | beir | msmarco | trec-dl | arguana | quora (default: from the dataset name or the qrels path)"),
-    rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
-    remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
-    dedupe: bool = typer.Option(False, help="with --run: keep the best score of a document listed twice instead of failing"),
+    preset: str | None = typer.Option(
+        None,
+        help="evaluation conventions: default | beir | msmarco | trec-dl | arguana | quora (default: from the dataset name or the qrels path)",
+    ),
+    rel: list[str] | None = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
+    remove_query_id: bool | None = typer.Option(
+        None, "--remove-query-id/--keep-query-id", help="default: the preset's"
+    ),
+    dedupe: bool = typer.Option(
+        False, help="with --run: keep the best score of a document listed twice instead of failing"
+    ),
     trust_remote_code: bool = trust_option(),
 ):
     """Evaluate a model on a BEIR split (or an existing run against qrels). The metrics are printed as JSON
@@ -54,8 +65,9 @@ def evaluate(
             if qrels is None:
                 raise typer.BadParameter("--run needs --qrels")
             per_query: dict = {}
-            metrics = evaluate_run(read_run(run, dedupe=dedupe), read_qrels(qrels), measures, conventions=conventions,
-                                   per_query=per_query)
+            metrics = evaluate_run(
+                read_run(run, dedupe=dedupe), read_qrels(qrels), measures, conventions=conventions, per_query=per_query
+            )
             if out:
                 write_json(out / "metrics.json", metrics)
                 write_json(out / "per_query.json", per_query)
@@ -66,8 +78,15 @@ def evaluate(
             if model is None or data is None:
                 raise typer.BadParameter("give --model and --data (or --run and --qrels)")
             out = out or Path("outputs/eval")
-            config = EvalConfig(model=model, data=data, split=split, k=k, batch_size=batch_size, measures=measures,
-                                trust_remote_code=trust_remote_code)
+            config = EvalConfig(
+                model=model,
+                data=data,
+                split=split,
+                k=k,
+                batch_size=batch_size,
+                measures=measures,
+                trust_remote_code=trust_remote_code,
+            )
             metrics = run_evaluation(config, out, conventions=conventions).metrics
             written = "metrics.json, per_query.json, run.trec, config.json"
     except (SpladekitError, ValueError) as exc:
@@ -77,8 +96,12 @@ def evaluate(
         typer.echo(f"wrote {out}/ ({written})", err=True)
     missing = metrics.get("num_unretrieved", 0)
     if missing:
-        typer.secho(f"warning: {missing} of {metrics['num_queries']} judged queries have no result in the run "
-                    "(each scores 0 in the averages)", fg=typer.colors.YELLOW, err=True)
+        typer.secho(
+            f"warning: {missing} of {metrics['num_queries']} judged queries have no result in the run "
+            "(each scores 0 in the averages)",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
 
 
 @app.command()
@@ -100,11 +123,24 @@ def demo(
         check_irds(data)  # before torch and the model load
         from spladekit.demo import run_demo
 
-        run_demo(model=model, data=data, out=out, batch_size=batch_size, train=train, full=full, overrides=set_,
-                 trust_remote_code=trust_remote_code)
+        run_demo(
+            model=model,
+            data=data,
+            out=out,
+            batch_size=batch_size,
+            train=train,
+            full=full,
+            overrides=set_,
+            trust_remote_code=trust_remote_code,
+        )
     except (SpladekitError, ValueError) as exc:
         fail(exc)
-    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback (each file was written whole: temporary file, then renamed)
-        typer.echo(f"interrupted: what was written is kept in {out}/ (the baseline once printed as written); "
-                   "rerun the same command to finish", err=True)
-        raise typer.Exit(130)
+    except (
+        KeyboardInterrupt
+    ):  # Ctrl-C: a line, not a traceback (each file was written whole: temporary file, then renamed)
+        typer.echo(
+            f"interrupted: what was written is kept in {out}/ (the baseline once printed as written); "
+            "rerun the same command to finish",
+            err=True,
+        )
+        raise typer.Exit(130) from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -13,9 +12,9 @@ from spladekit.cli.app import app, fail
 
 
 def build_conventions(
-    preset: Optional[str] = None,
-    rel: Optional[List[str]] = None,
-    remove_query_id: Optional[bool] = None,
+    preset: str | None = None,
+    rel: list[str] | None = None,
+    remove_query_id: bool | None = None,
     dedupe: bool = False,
     qrels: str | None = None,
 ):
@@ -70,14 +69,22 @@ def compare(
     run_a: Path = typer.Argument(..., help="baseline TREC run (A)"),
     run_b: Path = typer.Argument(..., help="TREC run compared with it (B)"),
     qrels: Path = typer.Option(..., help="qrels file (TREC or BEIR TSV)"),
-    measure: Optional[List[str]] = typer.Option(None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"),
-    preset: Optional[str] = typer.Option(None, help="default | beir | msmarco | trec-dl | arguana | quora (default: from the qrels path)"),
-    rel: Optional[List[str]] = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
-    remove_query_id: Optional[bool] = typer.Option(None, "--remove-query-id/--keep-query-id", help="default: the preset's"),
+    measure: list[str] | None = typer.Option(
+        None, "--measure", "-m", help="repeatable; default nDCG@10 MRR@10 R@100 R@1000"
+    ),
+    preset: str | None = typer.Option(
+        None, help="default | beir | msmarco | trec-dl | arguana | quora (default: from the qrels path)"
+    ),
+    rel: list[str] | None = typer.Option(None, help="relevance level: MEASURE=LEVEL (e.g. MRR=2) or LEVEL; repeatable"),
+    remove_query_id: bool | None = typer.Option(
+        None, "--remove-query-id/--keep-query-id", help="default: the preset's"
+    ),
     dedupe: bool = typer.Option(False, help="keep the best score of a document listed twice instead of failing"),
     permutations: int = typer.Option(10_000, help="random sign flips of the randomisation test"),
     seed: int = typer.Option(0, help="seed of the randomisation test"),
-    out: Path = typer.Option(Path("outputs/compare"), help="folder for compare.json, per_query_delta.json, delta_*.png"),
+    out: Path = typer.Option(
+        Path("outputs/compare"), help="folder for compare.json, per_query_delta.json, delta_*.png"
+    ),
 ):
     """Compare run B against run A: per-measure deltas, paired t-test, randomisation test, delta plots."""
     from spladekit.data.trec import read_qrels, read_run
@@ -95,12 +102,19 @@ def compare(
         comparisons, deltas = compare_runs(a, b, judgments, measures, conventions, permutations, seed)
         name_a, name_b = run_labels(run_a, run_b)
         ensure_folder(out)
-        write_json(out / "compare.json", {
-            "run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
-            "judged_queries": len(judgments), "judged_queries_answered": {"a": judged_coverage(a, judgments), "b": judged_coverage(b, judgments)},
-            "measures": comparisons_to_dict(comparisons), "conventions": conventions.to_dict(measures),
-            "tests": "paired t-test (scipy.stats.ttest_rel, two-sided); paired randomisation test (random sign flips, two-sided)",
-        })
+        write_json(
+            out / "compare.json",
+            {
+                "run_a": str(run_a),
+                "run_b": str(run_b),
+                "qrels": str(qrels),
+                "judged_queries": len(judgments),
+                "judged_queries_answered": {"a": judged_coverage(a, judgments), "b": judged_coverage(b, judgments)},
+                "measures": comparisons_to_dict(comparisons),
+                "conventions": conventions.to_dict(measures),
+                "tests": "paired t-test (scipy.stats.ttest_rel, two-sided); paired randomisation test (random sign flips, two-sided)",
+            },
+        )
         write_json(out / "per_query_delta.json", deltas)
         for name in measures:
             safe = "".join(c if c.isalnum() or c in "@-_." else "_" for c in name)
@@ -108,7 +122,9 @@ def compare(
     except (SpladekitError, ValueError) as exc:
         fail(exc)
     typer.echo(comparison_table(comparisons, name_a, name_b))
-    typer.echo(f"conventions: {json.dumps({k: v for k, v in conventions.to_dict().items() if k in ('name', 'relevance_level', 'relevance_levels', 'remove_query_id', 'dedupe')})}")
+    typer.echo(
+        f"conventions: {json.dumps({k: v for k, v in conventions.to_dict().items() if k in ('name', 'relevance_level', 'relevance_levels', 'remove_query_id', 'dedupe')})}"
+    )
     typer.echo(f"outputs in {out}/")
 
 

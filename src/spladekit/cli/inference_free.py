@@ -22,8 +22,11 @@ MODEL_MARKERS = ("spladekit.json", "config.json")  # what marks a model folder (
 def inference_free(
     model: str = typer.Option(DEFAULT_MODEL, help="SPLADE model folder or hub id (its document encoder is kept)"),
     data: str = typer.Option(..., help="BEIR folder or dataset name whose corpus gives the IDF query weights"),
-    out: Path = typer.Option(..., help="model folder to write (loads in spladekit and sentence-transformers): a new or empty folder, "
-                             "or a model folder (replaced whole)"),
+    out: Path = typer.Option(
+        ...,
+        help="model folder to write (loads in spladekit and sentence-transformers): a new or empty folder, "
+        "or a model folder (replaced whole)",
+    ),
     trust_remote_code: bool = trust_option(),
 ):
     """Write an inference-free model: documents through MODEL, queries a bag of tokens weighted by the corpus IDF.
@@ -44,8 +47,9 @@ def inference_free(
     typer.echo(f"wrote {out}/ (IDF of {documents} documents, {active} vocabulary entries with a query weight)")
 
 
-def build_inference_free(model: str, data: str | None, out: str | Path, documents: list[str] | None = None,
-                         trust_remote_code: bool = False):
+def build_inference_free(
+    model: str, data: str | None, out: str | Path, documents: list[str] | None = None, trust_remote_code: bool = False
+):
     """``spladekit inference-free``: ``model``'s document encoder with an inference-free query side
     whose weights are the IDF of the corpus of ``data`` (or of ``documents``), saved into ``out``
     atomically with the sentence-transformers ``Router`` files (where expressible, see
@@ -71,7 +75,9 @@ def build_inference_free(model: str, data: str | None, out: str | Path, document
         if data is None:
             raise ValueError("give the corpus: a BEIR folder (data) or the documents")
         documents = list(load_corpus(data).values())
-    encoder = make_inference_free(SpladeEncoder.from_pretrained(model, device="cpu", trust_remote_code=trust_remote_code), documents)
+    encoder = make_inference_free(
+        SpladeEncoder.from_pretrained(model, device="cpu", trust_remote_code=trust_remote_code), documents
+    )
     with atomic_folder(out) as tmp:
         encoder.save_pretrained(tmp)  # with the sentence-transformers Router files where expressible
         write_model_card(tmp, previous=out, reference=str(out.resolve()))  # README.md (the one OUT has is kept)

@@ -6,7 +6,6 @@ import ipaddress
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,34 +15,58 @@ from spladekit.cli.app import app, fail, options_error, trust_option
 @app.command()
 def serve(
     index: Path = typer.Option(..., help="index folder written by `spladekit index` (only read)"),
-    model: Optional[str] = typer.Option(None, help="query model (default: the one recorded in the index; an ONNX export folder runs in onnxruntime)"),
+    model: str | None = typer.Option(
+        None, help="query model (default: the one recorded in the index; an ONNX export folder runs in onnxruntime)"
+    ),
     trust_remote_code: bool = trust_option(),
-    host: str = typer.Option("127.0.0.1", help="address to bind (default loopback only; anything else: put it behind a TLS reverse proxy)"),
+    host: str = typer.Option(
+        "127.0.0.1", help="address to bind (default loopback only; anything else: put it behind a TLS reverse proxy)"
+    ),
     port: int = typer.Option(8000),
     workers: int = typer.Option(1, help="worker processes (each maps the same index files)"),
-    threads: Optional[int] = typer.Option(None, help="torch/Seismic threads per worker (default: CPU cores / workers)"),
+    threads: int | None = typer.Option(None, help="torch/Seismic threads per worker (default: CPU cores / workers)"),
     max_batch: int = typer.Option(32, help="queries per micro-batch"),
-    max_wait_ms: float = typer.Option(2.0, help="longest wait for more requests once a batch has its first (not waited when every open connection already has its request in the batch)"),
+    max_wait_ms: float = typer.Option(
+        2.0,
+        help="longest wait for more requests once a batch has its first (not waited when every open connection already has its request in the batch)",
+    ),
     queue_size: int = typer.Option(256, help="requests waiting per worker; past it 503 with Retry-After"),
-    max_queue_wait_ms: Optional[float] = typer.Option(
-        None, help="queue-wait deadline (default: none): a request that waited longer in the queue is answered 503 with "
-                   "Retry-After, not computed, so an answered one waits at most this plus one batch; set it from the "
-                   "queue's drain time at the measured capacity (queue size x workers / answers per second)"),
-    max_latency_ms: Optional[float] = typer.Option(
-        None, help="latency limit (default: none): a request is computed only if its wait plus its batch's expected compute "
-                   "time (estimated from the batches before) fits within it; else 503 with Retry-After, not computed"),
-    request_timeout_s: float = typer.Option(10.0, "--request-timeout", help="seconds before a waiting request gets 503"),
-    head_timeout_s: float = typer.Option(10.0, "--head-timeout", help="seconds to receive a request's head (request line and headers); then 408, connection closed"),
-    body_timeout_s: float = typer.Option(10.0, "--body-timeout", help="seconds to receive a request's body; then 408, connection closed"),
+    max_queue_wait_ms: float | None = typer.Option(
+        None,
+        help="queue-wait deadline (default: none): a request that waited longer in the queue is answered 503 with "
+        "Retry-After, not computed, so an answered one waits at most this plus one batch; set it from the "
+        "queue's drain time at the measured capacity (queue size x workers / answers per second)",
+    ),
+    max_latency_ms: float | None = typer.Option(
+        None,
+        help="latency limit (default: none): a request is computed only if its wait plus its batch's expected compute "
+        "time (estimated from the batches before) fits within it; else 503 with Retry-After, not computed",
+    ),
+    request_timeout_s: float = typer.Option(
+        10.0, "--request-timeout", help="seconds before a waiting request gets 503"
+    ),
+    head_timeout_s: float = typer.Option(
+        10.0,
+        "--head-timeout",
+        help="seconds to receive a request's head (request line and headers); then 408, connection closed",
+    ),
+    body_timeout_s: float = typer.Option(
+        10.0, "--body-timeout", help="seconds to receive a request's body; then 408, connection closed"
+    ),
     max_body_bytes: int = typer.Option(1 << 20, help="larger request bodies get 413"),
     max_k: int = typer.Option(1000, help="largest k a request may ask"),
     max_query_chars: int = typer.Option(2000, help="longest query text, characters"),
     max_queries: int = typer.Option(64, help="queries per request"),
     max_connections: int = typer.Option(1024, help="open connections per worker (503 past it)"),
-    api_key_file: Optional[Path] = typer.Option(None, help="file whose first line is the key requests must send as `Authorization: Bearer KEY`"),
+    api_key_file: Path | None = typer.Option(
+        None, help="file whose first line is the key requests must send as `Authorization: Bearer KEY`"
+    ),
     access_log: bool = typer.Option(False, help="log every request"),
-    share_index: bool = typer.Option(False, help="with --workers > 1: fork the workers from the server once it has loaded the index, "
-                                     "so that they share its memory (the Seismic shards held once, not per worker); each loads its own query encoder"),
+    share_index: bool = typer.Option(
+        False,
+        help="with --workers > 1: fork the workers from the server once it has loaded the index, "
+        "so that they share its memory (the Seismic shards held once, not per worker); each loads its own query encoder",
+    ),
 ):
     """Serve an index over HTTP: POST /search (texts or sparse vectors), GET /health, GET /info, /docs."""
     from pydantic import ValidationError
@@ -56,16 +79,42 @@ def serve(
 
         fail(ImportError(f"serving needs FastAPI and uvicorn: {install_line('serve')} ({exc})"))
     try:
-        config = ServeConfig(index=str(index.resolve()), model=model, trust_remote_code=trust_remote_code, host=host, port=port, workers=workers, threads=threads,
-                             max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
-                             max_queue_wait_ms=max_queue_wait_ms, max_latency_ms=max_latency_ms, request_timeout_s=request_timeout_s,
-                             head_timeout_s=head_timeout_s, body_timeout_s=body_timeout_s, max_body_bytes=max_body_bytes, max_k=max_k,
-                             max_query_chars=max_query_chars, max_queries=max_queries, max_connections=max_connections,
-                             api_key_file=str(api_key_file.resolve()) if api_key_file else None, access_log=access_log,
-                             share_index=share_index)
+        config = ServeConfig(
+            index=str(index.resolve()),
+            model=model,
+            trust_remote_code=trust_remote_code,
+            host=host,
+            port=port,
+            workers=workers,
+            threads=threads,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            queue_size=queue_size,
+            max_queue_wait_ms=max_queue_wait_ms,
+            max_latency_ms=max_latency_ms,
+            request_timeout_s=request_timeout_s,
+            head_timeout_s=head_timeout_s,
+            body_timeout_s=body_timeout_s,
+            max_body_bytes=max_body_bytes,
+            max_k=max_k,
+            max_query_chars=max_query_chars,
+            max_queries=max_queries,
+            max_connections=max_connections,
+            api_key_file=str(api_key_file.resolve()) if api_key_file else None,
+            access_log=access_log,
+            share_index=share_index,
+        )
     except ValidationError as exc:
-        fail(options_error(exc, {"request_timeout_s": "--request-timeout", "head_timeout_s": "--head-timeout",
-                                    "body_timeout_s": "--body-timeout"}))
+        fail(
+            options_error(
+                exc,
+                {
+                    "request_timeout_s": "--request-timeout",
+                    "head_timeout_s": "--head-timeout",
+                    "body_timeout_s": "--body-timeout",
+                },
+            )
+        )
     _run(config, _load(config))
 
 
@@ -81,8 +130,11 @@ def _load(config):
         if config.api_key_file:
             read_api_key(config.api_key_file)  # refused here, before any worker starts
         elif not _loopback(config.host):
-            typer.secho(f"warning: serving on {config.host} without --api-key-file: anyone who reaches it may search",
-                        fg=typer.colors.YELLOW, err=True)
+            typer.secho(
+                f"warning: serving on {config.host} without --api-key-file: anyone who reaches it may search",
+                fg=typer.colors.YELLOW,
+                err=True,
+            )
         from spladekit.serve.service import Service
         from spladekit.serve.workers import probe
 
@@ -96,8 +148,12 @@ def _load(config):
     except (SpladekitError, ValueError, OSError) as exc:
         fail(exc)
     except Exception as exc:  # a library's own error on a damaged file (safetensors, onnxruntime, ...)
-        fail(RuntimeError(f"could not load index {config.index} or its query encoder"
-                          f"{' ' + config.model if config.model else ''}: {type(exc).__name__}: {exc}"))
+        fail(
+            RuntimeError(
+                f"could not load index {config.index} or its query encoder"
+                f"{' ' + config.model if config.model else ''}: {type(exc).__name__}: {exc}"
+            )
+        )
     if config.workers == 1:
         return service  # uvicorn runs the app in this process: nothing loads twice
     if shared:
@@ -118,9 +174,19 @@ def _run(config, service) -> None:
         preload(service)
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    server = server_config("spladekit.serve.app:app_from_environment", factory=True, host=config.host, port=config.port, workers=config.workers,
-                          http="spladekit.serve.connection:NoDelayHTTPProtocol", access_log=config.access_log, log_level="info",
-                          timeout_graceful_shutdown=5, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S, head_timeout_s=config.head_timeout_s)
+    server = server_config(
+        "spladekit.serve.app:app_from_environment",
+        factory=True,
+        host=config.host,
+        port=config.port,
+        workers=config.workers,
+        http="spladekit.serve.connection:NoDelayHTTPProtocol",
+        access_log=config.access_log,
+        log_level="info",
+        timeout_graceful_shutdown=5,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+        head_timeout_s=config.head_timeout_s,
+    )
     try:
         if config.workers == 1:
             from spladekit.serve.workers import run_one

@@ -76,14 +76,21 @@ def read_records(path: str | Path, required: tuple[str, ...]):
             if key not in record:
                 raise DataFormatError(path, "missing", line=number, field=key)
             if not isinstance(record[key], (str, int)) or isinstance(record[key], bool):
-                raise DataFormatError(path, f"expected a string, got {type(record[key]).__name__}", line=number, field=key)
+                raise DataFormatError(
+                    path, f"expected a string, got {type(record[key]).__name__}", line=number, field=key
+                )
         if "_id" in required and not str(record["_id"]).strip():
             raise DataFormatError(path, "empty id", line=number, field="_id")
         if "_id" in required and any(c.isspace() for c in str(record["_id"]).strip()):
             # refused here, not when the run is written after hours of encoding (TREC runs and
             # qrels are white-space separated: such an id cannot be one of their columns)
-            raise DataFormatError(path, f"id {str(record['_id']).strip()!r} contains white space, which a TREC run "
-                                  "file cannot hold (rename the id)", line=number, field="_id")
+            raise DataFormatError(
+                path,
+                f"id {str(record['_id']).strip()!r} contains white space, which a TREC run "
+                "file cannot hold (rename the id)",
+                line=number,
+                field="_id",
+            )
         yield number, record
     if empty:
         raise DataFormatError(path, "file is empty")

@@ -11,8 +11,9 @@ merged, one of their values would be dropped in silence.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from spladekit.errors import DataFormatError
 
@@ -31,13 +32,17 @@ def normalise_id(raw: Any, path: str | Path, field: str | None = None, line: int
     elif isinstance(raw, numbers.Integral) and not isinstance(raw, bool) and type(raw).__name__ != "bool_":
         text = str(int(raw))
     else:
-        raise DataFormatError(path, f"an id is a string or an integer, got {type(raw).__name__} {raw!r}", line=line, field=field)
+        raise DataFormatError(
+            path, f"an id is a string or an integer, got {type(raw).__name__} {raw!r}", line=line, field=field
+        )
     if not text:
         raise DataFormatError(path, f"empty id {raw!r}", line=line, field=field)
     return text
 
 
-def unique_ids(items: Iterable[tuple[Any, V]], path: str | Path, what: str = "", field: str | None = None) -> dict[str, V]:
+def unique_ids(
+    items: Iterable[tuple[Any, V]], path: str | Path, what: str = "", field: str | None = None
+) -> dict[str, V]:
     """``{normalise_id(raw): value}`` of ``(raw id, value)`` pairs, in their order.
 
     Args:
@@ -54,9 +59,12 @@ def unique_ids(items: Iterable[tuple[Any, V]], path: str | Path, what: str = "",
         key = normalise_id(raw, path, field)
         if key in out:
             kind = f"{what} ids" if what else "ids"
-            raise DataFormatError(path, f"{kind} {raw_of[key]!r} and {raw!r} are one id {key!r} (ids are compared as "
-                                  "strings without surrounding white space): which one is meant?",
-                                  field=f"{field}.{key}" if field else key)
+            raise DataFormatError(
+                path,
+                f"{kind} {raw_of[key]!r} and {raw!r} are one id {key!r} (ids are compared as "
+                "strings without surrounding white space): which one is meant?",
+                field=f"{field}.{key}" if field else key,
+            )
         out[key] = value
         raw_of[key] = raw
     return out

@@ -57,7 +57,9 @@ def check_irds(*names) -> None:
 
 
 def _offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("SPLADEKIT_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("SPLADEKIT_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def _walk(obj, found: dict, seen: set, depth: int = 0) -> None:
@@ -156,18 +158,25 @@ def load_irds(dataset_id: str, kinds=("docs", "queries", "qrels"), optional=()):
     except KeyError as exc:
         raise ResolutionError(f"{PREFIX}{dataset_id}: ir_datasets does not know this id") from exc
     if not all(getattr(dataset, f"has_{k}")() for k in kinds):
-        raise ResolutionError(f"{PREFIX}{dataset_id}: needs {', '.join(kinds)}; ir_datasets gives "
-                              f"{[k for k in ('docs', 'queries', 'qrels', 'docpairs', 'scoreddocs') if getattr(dataset, f'has_{k}')()]}")
+        raise ResolutionError(
+            f"{PREFIX}{dataset_id}: needs {', '.join(kinds)}; ir_datasets gives "
+            f"{[k for k in ('docs', 'queries', 'qrels', 'docpairs', 'scoreddocs') if getattr(dataset, f'has_{k}')()]}"
+        )
     missing, stale = missing_files(dataset, (*kinds, *(k for k in optional if getattr(dataset, f"has_{k}")())))
     where = f"IR_DATASETS_HOME={_home()}"
     if stale and missing:
         version_file, found, expected, built = stale[0]
-        raise ResolutionError(f"{PREFIX}{dataset_id}: {version_file} {'is missing' if found is None else f'holds {found!r}'} "
-                              f"(ir_datasets needs {expected!r}), so it would delete {built[0]} and rebuild it from "
-                              f"{missing[0][0]}, which is missing ({where}); nothing was deleted")
+        raise ResolutionError(
+            f"{PREFIX}{dataset_id}: {version_file} {'is missing' if found is None else f'holds {found!r}'} "
+            f"(ir_datasets needs {expected!r}), so it would delete {built[0]} and rebuild it from "
+            f"{missing[0][0]}, which is missing ({where}); nothing was deleted"
+        )
     if missing and _offline():
-        raise ResolutionError(f"{PREFIX}{dataset_id}: offline and missing " + "; ".join(f"{p} (from {u})" for p, u in missing)
-                              + f" ({where})")
+        raise ResolutionError(
+            f"{PREFIX}{dataset_id}: offline and missing "
+            + "; ".join(f"{p} (from {u})" for p, u in missing)
+            + f" ({where})"
+        )
     return dataset, missing
 
 
@@ -209,12 +218,16 @@ def irds_folder(dataset_id: str, cache: Path) -> Path:
                         out.write(f"{qrel.query_id}\t{qrel.doc_id}\t{int(qrel.relevance)}\n")
             import ir_datasets
 
-            write_json(tmp / "irds.json", {"id": dataset_id, "ir_datasets": ir_datasets.__version__, "split": split,
-                                           "written": written})
+            write_json(
+                tmp / "irds.json",
+                {"id": dataset_id, "ir_datasets": ir_datasets.__version__, "split": split, "written": written},
+            )
     except ResolutionError:
         raise
     except Exception as exc:  # a download that failed, a corrupt cache file
         named = "; missing " + "; ".join(f"{p} (from {u})" for p, u in missing) if missing else ""
-        raise ResolutionError(f"{PREFIX}{dataset_id}: ir_datasets failed: {type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}{named} (IR_DATASETS_HOME={_home()})") from exc
+        raise ResolutionError(
+            f"{PREFIX}{dataset_id}: ir_datasets failed: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}{named} (IR_DATASETS_HOME={_home()})"
+        ) from exc
     return folder

@@ -33,7 +33,11 @@ def finite_number(value, path, field: str, line: int | None = None) -> float:
         except (OverflowError, TypeError, ValueError):
             pass
     if number is None or not math.isfinite(number):
-        shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) and len(str(value)) >= 30 else repr(value)
+        shown = (
+            f"an integer of {len(str(value))} digits"
+            if isinstance(value, int) and len(str(value)) >= 30
+            else repr(value)
+        )
         raise DataFormatError(path, f"expected a finite number, got {shown}", line=line, field=field)
     return number
 

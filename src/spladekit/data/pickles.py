@@ -42,7 +42,12 @@ def _numeric_dtype(code, align=False, copy=True):
     """``numpy.dtype`` of a number kind only (the dtype of a pickled numpy scalar)."""
     import numpy as np
 
-    if not isinstance(code, str) or code not in NUMERIC_DTYPES or not isinstance(align, bool) or not isinstance(copy, bool):
+    if (
+        not isinstance(code, str)
+        or code not in NUMERIC_DTYPES
+        or not isinstance(align, bool)
+        or not isinstance(copy, bool)
+    ):
         raise RefusedGlobal(f"numpy.dtype({code!r}) (only the dtypes of numbers are read)")
     return np.dtype(code, align, copy)
 
@@ -51,21 +56,33 @@ def _numeric_scalar(dtype, data=None):
     """``numpy.core.multiarray.scalar`` for a number dtype and its raw bytes only."""
     import numpy as np
 
-    if (not isinstance(dtype, np.dtype) or dtype.kind not in "biuf" or dtype.names is not None or dtype.hasobject
-            or not isinstance(data, bytes) or len(data) != dtype.itemsize):
+    if (
+        not isinstance(dtype, np.dtype)
+        or dtype.kind not in "biuf"
+        or dtype.names is not None
+        or dtype.hasobject
+        or not isinstance(data, bytes)
+        or len(data) != dtype.itemsize
+    ):
         raise RefusedGlobal(f"numpy scalar of dtype {dtype!r} (only numbers are read)")
     return np.frombuffer(data, dtype=dtype)[0]
 
 
 ADMITTED = {
-    ("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
-    ("builtins", "dict"): dict, ("builtins", "list"): list,  # a defaultdict's factory
-    ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,  # protocol 2 from Python 2
-    ("__builtin__", "dict"): dict, ("__builtin__", "list"): list,
-    ("collections", "OrderedDict"): OrderedDict, ("collections", "defaultdict"): defaultdict,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("builtins", "dict"): dict,
+    ("builtins", "list"): list,  # a defaultdict's factory
+    ("__builtin__", "set"): set,
+    ("__builtin__", "frozenset"): frozenset,  # protocol 2 from Python 2
+    ("__builtin__", "dict"): dict,
+    ("__builtin__", "list"): list,
+    ("collections", "OrderedDict"): OrderedDict,
+    ("collections", "defaultdict"): defaultdict,
     ("_codecs", "encode"): _latin1_bytes,
     ("numpy", "dtype"): _numeric_dtype,
-    ("numpy.core.multiarray", "scalar"): _numeric_scalar, ("numpy._core.multiarray", "scalar"): _numeric_scalar,
+    ("numpy.core.multiarray", "scalar"): _numeric_scalar,
+    ("numpy._core.multiarray", "scalar"): _numeric_scalar,
 }
 
 
@@ -95,8 +112,11 @@ def load_plain_pickle(path: str | Path) -> Any:
         with opener(path, "rb") as handle:
             return PlainUnpickler(handle).load()
     except RefusedGlobal as exc:
-        raise DataFormatError(path, f"refused: the pickle names the global {exc.args[0]}, which is not plain data "
-                              "(a pickle of {id: {id: number}} needs none; loading it could run code, nothing of it ran)") from None
+        raise DataFormatError(
+            path,
+            f"refused: the pickle names the global {exc.args[0]}, which is not plain data "
+            "(a pickle of {id: {id: number}} needs none; loading it could run code, nothing of it ran)",
+        ) from None
     except (MemoryError, RecursionError) as exc:
         raise DataFormatError(path, f"not a readable pickle ({type(exc).__name__})") from None
     except Exception as exc:  # UnpicklingError, EOFError, gzip's OSError, a bad opcode's ValueError/KeyError/TypeError

@@ -98,7 +98,7 @@ def resolve_dataset(name_or_path: str | Path, download: bool = True) -> Path:
     if str(name_or_path).startswith("irds:"):  # read by ir_datasets, written once as a BEIR folder
         from spladekit.data.irds import irds_folder
 
-        return irds_folder(str(name_or_path)[len("irds:"):], cache_dir() / "datasets" / "irds")
+        return irds_folder(str(name_or_path)[len("irds:") :], cache_dir() / "datasets" / "irds")
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
@@ -147,8 +147,11 @@ def fingerprint_files(path: str | Path) -> list[list]:
     path = Path(path)
     if path.is_file():
         return [[path.name, path.stat().st_size, sha256_file(path)]]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix != ".md"
-                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and p.suffix != ".md" and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
     return [[p.relative_to(path).as_posix(), p.stat().st_size, sha256_file(p)] for p in files]
 
 

@@ -22,7 +22,9 @@ def read_text_lines(path: str | Path) -> list[str]:
     return texts
 
 
-def sample_beir_texts(folder: str | Path, n_queries: int = 64, n_docs: int = 64, seed: int = 0) -> tuple[list[str], list[str]]:
+def sample_beir_texts(
+    folder: str | Path, n_queries: int = 64, n_docs: int = 64, seed: int = 0
+) -> tuple[list[str], list[str]]:
     """A seeded uniform sample of queries and documents of a BEIR folder (all of them when fewer).
 
     Documents are ``title + " " + text`` as in :func:`spladekit.data.beir.read_corpus`; every query

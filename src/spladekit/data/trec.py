@@ -35,9 +35,13 @@ def _grade(path: Path, number: int, token: str) -> int:
     if not math.isfinite(value) or value != int(value):
         raise DataFormatError(path, f"grade {token!r} is not an integer", line=number, field="grade")
     if not GRADE_MIN <= value <= GRADE_MAX:  # see GRADE_MAX
-        raise DataFormatError(path, f"grade {token!r} is outside [{GRADE_MIN}, {GRADE_MAX}]: trec_eval (pytrec_eval, "
-                              "ir_measures) allocates memory for every grade value up to the largest", line=number,
-                              field="grade")
+        raise DataFormatError(
+            path,
+            f"grade {token!r} is outside [{GRADE_MIN}, {GRADE_MAX}]: trec_eval (pytrec_eval, "
+            "ir_measures) allocates memory for every grade value up to the largest",
+            line=number,
+            field="grade",
+        )
     return int(value)
 
 
@@ -68,8 +72,12 @@ def read_qrels(path: str | Path) -> Qrels:
             if columns is None:
                 columns = len(parts)
             elif len(parts) != columns:
-                raise DataFormatError(path, f"{len(parts)} columns, but the file's first judgment has {columns} "
-                                      f"({'TREC' if columns == 4 else 'BEIR'}): a cut or mixed line", line=number)
+                raise DataFormatError(
+                    path,
+                    f"{len(parts)} columns, but the file's first judgment has {columns} "
+                    f"({'TREC' if columns == 4 else 'BEIR'}): a cut or mixed line",
+                    line=number,
+                )
         if len(parts) == 4:
             qid, _, docid, grade_token = parts
         elif len(parts) == 3:
@@ -82,7 +90,9 @@ def read_qrels(path: str | Path) -> Qrels:
         seen_any = True
         previous = qrels.setdefault(qid, {}).get(docid)
         if previous is not None and previous != grade:
-            raise DataFormatError(path, f"({qid}, {docid}) judged twice with grades {previous} and {grade}", line=number)
+            raise DataFormatError(
+                path, f"({qid}, {docid}) judged twice with grades {previous} and {grade}", line=number
+            )
         qrels[qid][docid] = grade
     if not seen_any:
         raise DataFormatError(path, "no judgments: file is empty")
@@ -116,7 +126,9 @@ def read_run(path: str | Path, dedupe: bool = False) -> Run:
             continue
         parts = line.split()
         if len(parts) != 6:
-            raise DataFormatError(path, f"expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}", line=number)
+            raise DataFormatError(
+                path, f"expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}", line=number
+            )
         qid, _, docid, _, score_token, _ = parts
         try:
             if "_" in score_token:  # Python's float() reads "1_0" as 10; C's strtod (trec_eval) reads 1
@@ -130,7 +142,8 @@ def read_run(path: str | Path, dedupe: bool = False) -> Run:
         if docid in ranking:
             if not dedupe:
                 raise DataFormatError(
-                    path, f"document {docid!r} appears twice for query {qid!r} (use dedupe to keep its best score)",
+                    path,
+                    f"document {docid!r} appears twice for query {qid!r} (use dedupe to keep its best score)",
                     line=number,
                 )
             dropped += 1
@@ -191,7 +204,9 @@ def write_run(run: Run, path: str | Path, tag: str = RUN_TAG) -> None:
         for docid, score in ranking.items():
             check_trec_id(str(docid), path, "document id")
             if not math.isfinite(score):
-                raise DataFormatError(path, f"score {score} of document {docid!r} for query {qid!r} is not finite: not written")
+                raise DataFormatError(
+                    path, f"score {score} of document {docid!r} for query {qid!r} is not finite: not written"
+                )
     with atomic_write(path) as handle:
         for qid in run:
             for rank, (docid, score) in enumerate(sorted_ranking(run[qid]), start=1):

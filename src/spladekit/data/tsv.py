@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from spladekit.errors import DataFormatError
 from spladekit.io import iter_lines
@@ -69,6 +69,9 @@ def warn_empty_texts(path: str | Path, empty: Sequence[tuple[int, str]], shown: 
     if not empty:
         return
     named = ", ".join(f"{key!r} (line {line})" for line, key in empty[:shown])
-    warnings.warn(f"{path}: {len(empty)} empty text(s), ids {named}{' …' if len(empty) > shown else ''}: an empty "
-                  "text has no term of its own (its SPLADE vector holds only the special tokens' terms, or none), "
-                  "so as a query it retrieves nothing related to it", stacklevel=3)
+    warnings.warn(
+        f"{path}: {len(empty)} empty text(s), ids {named}{' …' if len(empty) > shown else ''}: an empty "
+        "text has no term of its own (its SPLADE vector holds only the special tokens' terms, or none), "
+        "so as a query it retrieves nothing related to it",
+        stacklevel=3,
+    )

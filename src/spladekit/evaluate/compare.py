@@ -20,8 +20,8 @@ judged queries the t-test gives ``None``. Never NaN.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -144,9 +144,11 @@ def compare_runs(
     if covered["A"] != covered["B"]:
         import warnings
 
-        warnings.warn(f"the runs answer different judged queries (A {covered['A']}, B {covered['B']} of {len(qrels)}): a judged "
-                      "query missing from a run counts 0 for it, so the deltas and tests measure coverage as well as ranking",
-                      stacklevel=2)
+        warnings.warn(
+            f"the runs answer different judged queries (A {covered['A']}, B {covered['B']} of {len(qrels)}): a judged "
+            "query missing from a run counts 0 for it, so the deltas and tests measure coverage as well as ranking",
+            stacklevel=2,
+        )
     values_a = evaluate_per_query(run_a, qrels, measures, conventions)
     values_b = evaluate_per_query(run_b, qrels, measures, conventions)
     qids = list(qrels)
@@ -164,8 +166,9 @@ def judged_coverage(run: Run, qrels: Qrels) -> int:
     return sum(1 for qid in qrels if run.get(qid))
 
 
-def compare_values(measure: str, a: Sequence[float], b: Sequence[float], permutations: int = DEFAULT_PERMUTATIONS,
-                   seed: int = 0) -> MeasureComparison:
+def compare_values(
+    measure: str, a: Sequence[float], b: Sequence[float], permutations: int = DEFAULT_PERMUTATIONS, seed: int = 0
+) -> MeasureComparison:
     """B against A on paired per-query values ``a[i]``, ``b[i]`` of one measure (same query at each
     ``i``): the means, wins/losses/ties and both paired tests of the module docstring.
 
@@ -178,10 +181,19 @@ def compare_values(measure: str, a: Sequence[float], b: Sequence[float], permuta
     t, p_t = paired_ttest(a, b)
     diff = b - a
     return MeasureComparison(
-        measure=measure, mean_a=float(a.mean()), mean_b=float(b.mean()), delta=float(diff.mean()), n=int(a.size),
-        wins=int((diff > 0).sum()), losses=int((diff < 0).sum()), ties=int((diff == 0).sum()),
-        t_statistic=t, p_ttest=p_t, p_randomisation=randomisation_test(a, b, permutations, seed),
-        permutations=permutations, seed=seed,
+        measure=measure,
+        mean_a=float(a.mean()),
+        mean_b=float(b.mean()),
+        delta=float(diff.mean()),
+        n=int(a.size),
+        wins=int((diff > 0).sum()),
+        losses=int((diff < 0).sum()),
+        ties=int((diff == 0).sum()),
+        t_statistic=t,
+        p_ttest=p_t,
+        p_randomisation=randomisation_test(a, b, permutations, seed),
+        permutations=permutations,
+        seed=seed,
     )
 
 

@@ -27,8 +27,8 @@ Conventions (every one is recorded in the output under ``"conventions"``):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from spladekit.data.trec import GRADE_MAX, Qrels, Run, sorted_ranking
 
@@ -68,7 +68,7 @@ class EvalConventions:
         return self.relevance_levels.get(ALIASES.get(family, family), self.relevance_level)
 
     @classmethod
-    def preset(cls, name: str) -> "EvalConventions":
+    def preset(cls, name: str) -> EvalConventions:
         """A named preset: ``default``, ``beir``, ``msmarco``, ``trec-dl``, ``arguana``, ``quora``.
 
         - ``default`` / ``beir`` / ``msmarco``: relevant = grade ≥ 1 everywhere, no removal
@@ -89,7 +89,7 @@ class EvalConventions:
         raise ValueError(f"unknown evaluation preset {name!r}; choose one of {', '.join(PRESETS)}")
 
     @classmethod
-    def for_dataset(cls, dataset_name: str) -> "EvalConventions":
+    def for_dataset(cls, dataset_name: str) -> EvalConventions:
         """The preset matching a dataset name (``arguana``, ``quora``, ``dl19``/``dl20``/``trec-dl``,
         ``msmarco``), else ``beir``."""
         name = dataset_name.lower()
@@ -103,7 +103,7 @@ class EvalConventions:
         return cls.preset("beir")
 
     @classmethod
-    def for_qrels(cls, path) -> "EvalConventions":
+    def for_qrels(cls, path) -> EvalConventions:
         """The preset matching a qrels file (:meth:`for_dataset`) by its file name and, in BEIR's layout
         (``DATASET/qrels/SPLIT.tsv``), its dataset folder's name: not every folder above it (a
         project folder named ``dl19-baselines`` must not make SciFact's qrels TREC DL's)."""
@@ -114,7 +114,7 @@ class EvalConventions:
         return cls.for_dataset(" ".join(names))
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "EvalConventions":
+    def from_dict(cls, data: Mapping) -> EvalConventions:
         """Rebuild from :meth:`to_dict` output (extra descriptive keys are ignored)."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
@@ -150,8 +150,10 @@ def _rel_family(name: str) -> str:
     by_case = {key.lower(): family for key, family in takes_rel.items()}
     family = takes_rel.get(name) or by_case.get(str(name).strip().lower())
     if family is None:
-        raise ValueError(f"relevance level given for {name!r}, which is not a measure taking one; measures with a "
-                         f"relevance level: {', '.join(sorted({*takes_rel.values()}))} (nDCG uses graded gains)")
+        raise ValueError(
+            f"relevance level given for {name!r}, which is not a measure taking one; measures with a "
+            f"relevance level: {', '.join(sorted({*takes_rel.values()}))} (nDCG uses graded gains)"
+        )
     return family
 
 
@@ -229,7 +231,9 @@ def evaluate_per_query(
     return _per_query(prepare_run(run, conventions)[0], qrels, measures, conventions)
 
 
-def _per_query(ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: EvalConventions) -> dict[str, dict[str, float]]:
+def _per_query(
+    ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: EvalConventions
+) -> dict[str, dict[str, float]]:
     """:func:`evaluate_per_query` on a run already passed through :func:`prepare_run`.
 
     Raises:
@@ -243,14 +247,23 @@ def _per_query(ranked: Run, qrels: Qrels, measures: Sequence[str], conventions: 
     parsed = {name: parse_measure(name, conventions) for name in measures}
     top = max((grade for docs in qrels.values() for grade in docs.values()), default=0)
     if top > GRADE_MAX:
-        raise ValueError(f"qrels grade {top} is above {GRADE_MAX}: trec_eval allocates memory for every grade "
-                         "value up to the largest (see spladekit.data.trec.GRADE_MAX)")
-    above = [f"{name} (relevant: grade ≥ {m.params['rel']})" for name, m in parsed.items() if m.params.get("rel", 1) > max(top, 1)]
+        raise ValueError(
+            f"qrels grade {top} is above {GRADE_MAX}: trec_eval allocates memory for every grade "
+            "value up to the largest (see spladekit.data.trec.GRADE_MAX)"
+        )
+    above = [
+        f"{name} (relevant: grade ≥ {m.params['rel']})"
+        for name, m in parsed.items()
+        if m.params.get("rel", 1) > max(top, 1)
+    ]
     if above:
         import warnings
 
-        warnings.warn(f"no judgment reaches the relevance level of {', '.join(above)}: the qrels' highest grade is {top}, "
-                      f"so these score 0 for every query (conventions {conventions.name!r}; choose --preset or --rel)", stacklevel=3)
+        warnings.warn(
+            f"no judgment reaches the relevance level of {', '.join(above)}: the qrels' highest grade is {top}, "
+            f"so these score 0 for every query (conventions {conventions.name!r}; choose --preset or --rel)",
+            stacklevel=3,
+        )
     by_native: dict[str, list[str]] = {}
     for name, measure in parsed.items():
         by_native.setdefault(repr(measure), []).append(name)

@@ -44,11 +44,19 @@ class SystemResult:
     index_folder: Path | None = None  # the index folder searched, when it outlives the call (reusable)
 
 
-def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES,
-                    show_progress: bool = True, name: str = "splade",
-                    conventions: EvalConventions | str | None = None, searcher: SearcherConfig | None = None,
-                    index: str | Path | Index | None = None, chunk_size: int = 10_000,
-                    index_metadata: dict | None = None) -> SystemResult:
+def evaluate_splade(
+    encoder: SpladeEncoder,
+    dataset: BeirDataset,
+    k: int = 1000,
+    measures=DEFAULT_MEASURES,
+    show_progress: bool = True,
+    name: str = "splade",
+    conventions: EvalConventions | str | None = None,
+    searcher: SearcherConfig | None = None,
+    index: str | Path | Index | None = None,
+    chunk_size: int = 10_000,
+    index_metadata: dict | None = None,
+) -> SystemResult:
     """Evaluate an encoder on a dataset through an :class:`~spladekit.index.index.Index`: the corpus is
     indexed (in the folder ``index``, or a temporary one removed afterwards; an open ``Index`` is
     searched as it is), the judged queries are searched with ``searcher`` (None: exact search), the run is evaluated.
@@ -74,17 +82,27 @@ def evaluate_splade(encoder: SpladeEncoder, dataset: BeirDataset, k: int = 1000,
             searched = index
         else:
             folder = Path(index) if index is not None else Path(scratch) / "index"
-            searched = Index.build(encoder, dataset.corpus, folder, chunk_size=chunk_size, metadata=index_metadata,
-                                   show_progress=show_progress, distributed=False)
+            searched = Index.build(
+                encoder,
+                dataset.corpus,
+                folder,
+                chunk_size=chunk_size,
+                metadata=index_metadata,
+                show_progress=show_progress,
+                distributed=False,
+            )
         result = searched.search(dataset.queries, k=k, searcher=searcher, encoder=encoder)
         truncated_queries = encoder.last_truncated
         per_query: dict = {}
-        metrics = evaluate(result.run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query)
+        metrics = evaluate(
+            result.run, dataset.qrels, measures, conventions_for(dataset, conventions), per_query=per_query
+        )
         metrics.update(efficiency_stats(result.queries, searched.docs))
         metrics["truncated_docs"] = searched.metadata.get("truncated_docs")
         kept = None if index is None else searched.folder
         del searched  # the memory maps close before the temporary folder goes
     metrics["truncated_queries"] = truncated_queries
     metrics["ms_per_query"] = round(result.latency.mean_ms, 4)
-    return SystemResult(name, result.run, metrics, per_query, time.perf_counter() - start, result.settings.record(),
-                        index_folder=kept)
+    return SystemResult(
+        name, result.run, metrics, per_query, time.perf_counter() - start, result.settings.record(), index_folder=kept
+    )

@@ -63,8 +63,14 @@ def query_latency(encoders: dict[str, SpladeEncoder], queries: list[str], warmup
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def evaluate_fused(results: list[SystemResult], dataset: BeirDataset, name: str, config=None,
-                   measures=DEFAULT_MEASURES, conventions: EvalConventions | str | None = None) -> SystemResult:
+def evaluate_fused(
+    results: list[SystemResult],
+    dataset: BeirDataset,
+    name: str,
+    config=None,
+    measures=DEFAULT_MEASURES,
+    conventions: EvalConventions | str | None = None,
+) -> SystemResult:
     """Fuse the runs of ``results`` (:func:`spladekit.index.fusion.fuse`, ``config`` a
     :class:`~spladekit.index.fusion.FusionConfig`) and evaluate the fused run under the same
     measures and conventions as the systems it fuses. ``metrics["fusion"]`` records the settings."""
@@ -79,8 +85,9 @@ def evaluate_fused(results: list[SystemResult], dataset: BeirDataset, name: str,
     return SystemResult(name, run, metrics, per_query, time.perf_counter() - start)
 
 
-def evaluate_bm25(dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES,
-                  conventions: EvalConventions | str | None = None) -> SystemResult:
+def evaluate_bm25(
+    dataset: BeirDataset, k: int = 1000, measures=DEFAULT_MEASURES, conventions: EvalConventions | str | None = None
+) -> SystemResult:
     """The BM25 baseline (bm25s) on the same dataset, measures and conventions."""
     from spladekit.index.bm25 import bm25_search
 
@@ -109,8 +116,9 @@ def write_system(result: SystemResult, out: Path, config: dict | None = None) ->
         write_json(out / "config.json", saved)
 
 
-def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = True,
-                   conventions: EvalConventions | None = None) -> SystemResult:
+def run_evaluation(
+    config: EvalConfig, out: str | Path, show_progress: bool = True, conventions: EvalConventions | None = None
+) -> SystemResult:
     """``spladekit evaluate``: load model and data, evaluate, write everything into ``out``.
 
     ``conventions`` (when given) overrides ``config.conventions``; what was used is saved in
@@ -126,17 +134,31 @@ def run_evaluation(config: EvalConfig, out: str | Path, show_progress: bool = Tr
     if Path(out).exists() and not Path(out).is_dir():
         ensure_folder(out)  # raises OutputPathError before any work
     encoder = SpladeEncoder.from_pretrained(
-        config.model, query_max_length=config.query_max_length, doc_max_length=config.doc_max_length,
-        batch_size=config.batch_size, trust_remote_code=config.trust_remote_code,
+        config.model,
+        query_max_length=config.query_max_length,
+        doc_max_length=config.doc_max_length,
+        batch_size=config.batch_size,
+        trust_remote_code=config.trust_remote_code,
     )
     dataset = load_beir(config.data, config.split)
-    result = evaluate_splade(encoder, dataset, k=config.k, measures=config.measures, show_progress=show_progress,
-                             conventions=conventions or config.conventions, searcher=searcher_config(config.backend),
-                             index=config.index, name=RUN_TAG)  # the run's tag, as `spladekit search` writes it
+    result = evaluate_splade(
+        encoder,
+        dataset,
+        k=config.k,
+        measures=config.measures,
+        show_progress=show_progress,
+        conventions=conventions or config.conventions,
+        searcher=searcher_config(config.backend),
+        index=config.index,
+        name=RUN_TAG,
+    )  # the run's tag, as `spladekit search` writes it
     saved = config.model_dump()
-    saved.update(query_max_length=encoder.metadata.query_max_length, doc_max_length=encoder.metadata.doc_max_length,
-                 pooling=encoder.metadata.pooling, activation=encoder.metadata.activation,
-                 conventions=result.metrics["conventions"])  # what was used, not just what was asked
+    saved.update(
+        query_max_length=encoder.metadata.query_max_length,
+        doc_max_length=encoder.metadata.doc_max_length,
+        pooling=encoder.metadata.pooling,
+        activation=encoder.metadata.activation,
+        conventions=result.metrics["conventions"],
+    )  # what was used, not just what was asked
     write_system(result, Path(out), saved)
     return result
-

@@ -7,5 +7,15 @@ from spladekit.index.layout import load_metadata, load_vocabulary
 from spladekit.index.merge import merge_shards
 from spladekit.index.writer import save_index
 
-__all__ = ["Index", "ShardedIndex", "open_index", "exact_search", "results_to_run", "save_index", "load_index", "load_metadata",
-           "load_vocabulary", "merge_shards"]
+__all__ = [
+    "Index",
+    "ShardedIndex",
+    "open_index",
+    "exact_search",
+    "results_to_run",
+    "save_index",
+    "load_index",
+    "load_metadata",
+    "load_vocabulary",
+    "merge_shards",
+]

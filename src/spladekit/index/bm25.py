@@ -6,7 +6,7 @@ BM25 numbers use).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def _stemmer():
@@ -31,8 +31,12 @@ def bm25_search(
 
     stemmer = _stemmer()
     retriever = bm25s.BM25(k1=k1, b=b)
-    retriever.index(bm25s.tokenize(list(doc_texts), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-    query_tokens = bm25s.tokenize(list(query_texts), stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)
+    retriever.index(
+        bm25s.tokenize(list(doc_texts), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+    )
+    query_tokens = bm25s.tokenize(
+        list(query_texts), stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False
+    )
     results = []
     for tokens in query_tokens:
         scores = retriever.get_scores(tokens) if tokens else np.zeros(len(doc_texts))

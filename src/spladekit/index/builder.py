@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Sized
+from collections.abc import Iterator, Mapping, Sized
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from pydantic import model_validator
 
@@ -31,6 +30,7 @@ from spladekit.data.numbers import check_int
 from spladekit.index.chunks import ChunkIds, ChunkJournal, chunk_digest, chunk_truncated, encoder_digest, load_chunk
 from spladekit.index.layout import DEFAULT_BUDGET, FORMAT, canonical, model_record
 from spladekit.settings import Settings
+
 
 class IndexBuilder:
     """Encodes a corpus into an index folder (module docstring): owns the build's journal, the check
@@ -53,8 +53,16 @@ class IndexBuilder:
         OutputPathError: ``out`` is an existing file (checked before encoding).
     """
 
-    def __init__(self, encoder, out: str | Path, chunk_size: int = 10_000, metadata: dict | None = None, show_progress: bool = False,
-                 distributed: bool = True, memory_budget: int = DEFAULT_BUDGET):
+    def __init__(
+        self,
+        encoder,
+        out: str | Path,
+        chunk_size: int = 10_000,
+        metadata: dict | None = None,
+        show_progress: bool = False,
+        distributed: bool = True,
+        memory_budget: int = DEFAULT_BUDGET,
+    ):
         from spladekit.errors import OutputPathError
         from spladekit.index.writer import check_budget
 
@@ -107,10 +115,15 @@ class IndexBuilder:
     def _fingerprint(self, corpus) -> dict:
         """What a journal left by an earlier build must match to be resumed: the settings and the
         model itself (:func:`~spladekit.index.chunks.encoder_digest`)."""
-        return {"format": FORMAT, "chunk_size": self.chunk_size, "vocab_size": int(self.encoder.vocab_size), "encoder": self.encoder_meta,
-                "model": encoder_digest(self.encoder),
-                "corpus": str(corpus) if isinstance(corpus, (str, Path)) else None,
-                "metadata": json.loads(json.dumps(self.metadata, default=str))}
+        return {
+            "format": FORMAT,
+            "chunk_size": self.chunk_size,
+            "vocab_size": int(self.encoder.vocab_size),
+            "encoder": self.encoder_meta,
+            "model": encoder_digest(self.encoder),
+            "corpus": str(corpus) if isinstance(corpus, (str, Path)) else None,
+            "metadata": json.loads(json.dumps(self.metadata, default=str)),
+        }
 
     def _encode(self, corpus, dist) -> int:
         """Encode this process's chunks not in the journal yet (chunk ``c``: rank ``c mod W``); the
@@ -138,7 +151,9 @@ class IndexBuilder:
                 continue
             extra = {"on_batch": bar.update} if per_batch else {}
             texts = [text for _, text in chunk]
-            vectors = canonical(self.encoder.encode_documents(texts, batch_size=getattr(self.encoder, "batch_size", 32), **extra))
+            vectors = canonical(
+                self.encoder.encode_documents(texts, batch_size=getattr(self.encoder, "batch_size", 32), **extra)
+            )
             self.journal.save(number, vectors, ids, int(getattr(self.encoder, "last_truncated", 0)), digest)
             self.stats["encoded"] += 1
             if not per_batch:
@@ -162,8 +177,15 @@ class IndexBuilder:
             meta.update(model_record(self.encoder_meta["source"], resolve_model(self.encoder_meta["source"])))
         meta.update(truncated_docs=truncated, world_size=world_size, chunk_size=self.chunk_size)
         vocabulary = getattr(self.encoder, "vocabulary", None)
-        write_index(self.out, lambda: (load_chunk(path) for path in paths), ChunkIds(paths, num_docs), int(self.encoder.vocab_size), meta,
-                    list(vocabulary) if vocabulary is not None else None, self.memory_budget)
+        write_index(
+            self.out,
+            lambda: (load_chunk(path) for path in paths),
+            ChunkIds(paths, num_docs),
+            int(self.encoder.vocab_size),
+            meta,
+            list(vocabulary) if vocabulary is not None else None,
+            self.memory_budget,
+        )
         self.journal.remove()
         self.stats["truncated_docs"] = truncated
 
@@ -268,9 +290,12 @@ class IndexConfig(Settings):
         naming the command-line option."""
         if not isinstance(values, dict):
             return values
-        for name, least, note in (("doc_max_length", 2, " (special tokens included)"),
-                                  ("doc_top_k", 1, " (or left out: every weight kept)"), ("batch_size", 1, ""),
-                                  ("chunk_size", 1, "")):
+        for name, least, note in (
+            ("doc_max_length", 2, " (special tokens included)"),
+            ("doc_top_k", 1, " (or left out: every weight kept)"),
+            ("batch_size", 1, ""),
+            ("chunk_size", 1, ""),
+        ):
             if values.get(name) is not None:
                 check_int(values[name], "--" + name.replace("_", "-"), least, note=note)
         if values.get("doc_pruning") is not None:
@@ -320,10 +345,16 @@ def build_index(config: IndexConfig, show_progress: bool = False, memory_budget:
         folder = resolve_dataset(config.data)
         corpus = find_file(folder, "corpus")
         location = resolve_model(config.model)
-        encoder = SpladeEncoder.from_pretrained(location, doc_max_length=config.doc_max_length, doc_top_k=config.doc_top_k,
-                                                doc_pruning=config.doc_pruning, batch_size=config.batch_size, head_impl=config.head_impl,
-                                                trust_remote_code=config.trust_remote_code,
-                                                device=dist.device())  # one GPU per rank under torchrun; else SpladeEncoder's default
+        encoder = SpladeEncoder.from_pretrained(
+            location,
+            doc_max_length=config.doc_max_length,
+            doc_top_k=config.doc_top_k,
+            doc_pruning=config.doc_pruning,
+            batch_size=config.batch_size,
+            head_impl=config.head_impl,
+            trust_remote_code=config.trust_remote_code,
+            device=dist.device(),
+        )  # one GPU per rank under torchrun; else SpladeEncoder's default
         metadata = dict(model_record(config.model, location), data=str(folder), config=config.model_dump())
         budget = {} if memory_budget is None else {"memory_budget": memory_budget}
         return IndexBuilder(encoder, config.out, config.chunk_size, metadata, show_progress, **budget).build(corpus)

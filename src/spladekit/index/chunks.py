@@ -11,8 +11,8 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -101,8 +101,16 @@ class ChunkJournal:
     def save(self, number: int, vectors: sp.csr_matrix, ids: list[str], truncated: int, digest: str) -> None:
         """Store chunk ``number`` atomically: its ``[n, V]`` vectors, ``n`` ids, documents truncated, digest."""
         with atomic_write(self.path(number), "wb", encoding=None) as handle:
-            np.savez(handle, data=vectors.data, indices=vectors.indices, indptr=vectors.indptr, shape=np.array(vectors.shape),
-                     ids=np.array(ids, dtype=str), truncated=np.array(truncated), digest=np.array(digest))
+            np.savez(
+                handle,
+                data=vectors.data,
+                indices=vectors.indices,
+                indptr=vectors.indptr,
+                shape=np.array(vectors.shape),
+                ids=np.array(ids, dtype=str),
+                truncated=np.array(truncated),
+                digest=np.array(digest),
+            )
 
     def paths(self, count: int) -> list[Path]:
         """The files of chunks ``0 … count - 1``.

@@ -27,10 +27,11 @@ Documents with score 0 (no shared term) are not returned, so a query with no mat
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+
 from spladekit.index.maxscore import BlockMaxima, pruned_top_k
 from spladekit.index.segments import add_segment, block_cuts, check_segment
 
@@ -140,8 +141,15 @@ BLOCK_SCORES = 1 << 26
 """Most entries of a block's dense ``[block, D]`` float32 scores in the sparse-product path (256 MiB)."""
 
 
-def _term_at_a_time(scores: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarray, first: np.ndarray, lengths: np.ndarray,
-                    weights: np.ndarray, terms: np.ndarray) -> None:
+def _term_at_a_time(
+    scores: np.ndarray,
+    doc_rows: np.ndarray,
+    impacts: np.ndarray,
+    first: np.ndarray,
+    lengths: np.ndarray,
+    weights: np.ndarray,
+    terms: np.ndarray,
+) -> None:
     """Add ``weights[t] · impacts`` of the posting list ``[first[t], first[t] + lengths[t])`` of each
     query term ``t`` (column ``terms[t]``) into ``scores`` (``[D]`` float32, in place): block of
     :data:`DOC_BLOCK` rows by block, within a block term by term in the given order, so each
@@ -157,7 +165,11 @@ def _term_at_a_time(scores: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarra
     edges = np.arange(0, num_docs + DOC_BLOCK, DOC_BLOCK)
     edges[-1] = num_docs
     edges = edges.astype(doc_rows.dtype)  # searchsorted in the lists' own type: no copy of a whole list
-    lists = [(a, n, np.array([w], np.float32), int(j)) for a, n, w, j in zip(first.tolist(), lengths.tolist(), weights.tolist(), terms.tolist()) if n]
+    lists = [
+        (a, n, np.array([w], np.float32), int(j))
+        for a, n, w, j in zip(first.tolist(), lengths.tolist(), weights.tolist(), terms.tolist())
+        if n
+    ]
     cuts = [block_cuts(doc_rows, a, n, edges, term, num_docs) for a, n, _, term in lists]
     pointer = np.zeros(2, dtype=doc_rows.dtype)
     for b in range(edges.size - 1):
@@ -179,8 +191,15 @@ def term_at_a_time(scores: np.ndarray, postings: sp.csr_matrix, terms: np.ndarra
     """
     starts = np.asarray(postings.indptr)
     first = starts[terms].astype(np.int64)
-    _term_at_a_time(scores, np.asarray(postings.indices), np.asarray(postings.data, dtype=np.float32), first,
-                    starts[terms + 1].astype(np.int64) - first, np.asarray(weights, np.float32), np.asarray(terms))
+    _term_at_a_time(
+        scores,
+        np.asarray(postings.indices),
+        np.asarray(postings.data, dtype=np.float32),
+        first,
+        starts[terms + 1].astype(np.int64) - first,
+        np.asarray(weights, np.float32),
+        np.asarray(terms),
+    )
 
 
 def search_postings(
@@ -249,7 +268,9 @@ def search_postings(
     blocked = (totals < TAAT_FROM * counts) | (counts == 0)
     itype = postings.indices.dtype
     # same index type as the postings, so scipy converts (copies) nothing of the large matrix
-    queries = sp.csr_matrix((queries.data, queries.indices.astype(itype), queries.indptr.astype(itype)), shape=queries.shape)
+    queries = sp.csr_matrix(
+        (queries.data, queries.indices.astype(itype), queries.indptr.astype(itype)), shape=queries.shape
+    )
     row_limit = max(1, BLOCK_SCORES // max(1, num_docs))
     results: list[list[tuple[int, float]]] = []
     work = None  # the pruned kernel's score row, reused query after query
@@ -267,7 +288,9 @@ def search_postings(
             i = j
             continue
         lo, hi = qptr[i], qptr[i + 1]
-        if maxima is not None and num_docs >= PRUNE_FROM * k and postings.data.dtype == np.float32:  # the kernel reads impacts as stored
+        if (
+            maxima is not None and num_docs >= PRUNE_FROM * k and postings.data.dtype == np.float32
+        ):  # the kernel reads impacts as stored
             if work is None:
                 work = np.empty(num_docs, dtype=np.float32)
             found = pruned_top_k(work, maxima, queries.indices[lo:hi], queries.data[lo:hi], k, tie_rank)
@@ -278,7 +301,9 @@ def search_postings(
                 i += 1
                 continue
         scores = np.zeros(num_docs, dtype=np.float32)
-        _term_at_a_time(scores, doc_rows, impacts, first[lo:hi], lengths[lo:hi], queries.data[lo:hi], queries.indices[lo:hi])
+        _term_at_a_time(
+            scores, doc_rows, impacts, first[lo:hi], lengths[lo:hi], queries.data[lo:hi], queries.indices[lo:hi]
+        )
         results.append(top_k_row(scores, k, tie_rank))
         if timings is not None:
             timings.append(time.perf_counter() - began)
@@ -321,7 +346,9 @@ def exact_search(
     if doc_ids is not None and len(doc_ids) != docs.shape[0]:
         raise ValueError(f"{len(doc_ids)} document ids for {docs.shape[0]} document vectors")
     docs = sp.csr_matrix(docs, dtype=np.float32)
-    if not docs.has_canonical_format:  # a term twice in a row: summed (on a copy), so each posting list is strictly ascending
+    if (
+        not docs.has_canonical_format
+    ):  # a term twice in a row: summed (on a copy), so each posting list is strictly ascending
         docs = docs.copy()
         docs.sum_duplicates()
     check_finite(docs, "document")

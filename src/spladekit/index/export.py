@@ -32,14 +32,25 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError, RepeatedIdError
-from spladekit.index.formats import ExportManifest, anserini, check_scale, ciff, elastic, milvus, pgvector, qdrant, quantise, seismic_jsonl
+from spladekit.index.formats import (
+    ExportManifest,
+    anserini,
+    check_scale,
+    ciff,
+    elastic,
+    milvus,
+    pgvector,
+    qdrant,
+    quantise,
+    seismic_jsonl,
+)
 from spladekit.index.index import load_index
 from spladekit.index.layout import DEFAULT_BUDGET, DocIds, load_vocabulary
 from spladekit.io import atomic_write, scratch_folder, staged_files, write_json
@@ -151,15 +162,41 @@ def export_vectors(
             over Lucene's clause limit, or a vector over pgvector's non-zero limit.
     """
     _check_format(fmt)
-    check_options(fmt, scale=scale, query_top_k=query_top_k, keys=keys, field_type=field_type, field=field,
-                  index_name=index_name, hnsw=hnsw, table=table, idf=idf)  # before the folder is made
+    check_options(
+        fmt,
+        scale=scale,
+        query_top_k=query_top_k,
+        keys=keys,
+        field_type=field_type,
+        field=field,
+        index_name=index_name,
+        hnsw=hnsw,
+        table=table,
+        idf=idf,
+    )  # before the folder is made
     needs_vocab = fmt not in ("qdrant", "milvus", "pgvector") and not (fmt == "elastic" and keys == "id")
     if needs_vocab and vocabulary is None:
         raise ValueError(f"format {fmt!r} writes tokens and needs the vocabulary (vocab.json in the index folder)")
     with staged_files(out) as folder:  # all files or none: a failure (e.g. a vector over a limit) leaves nothing
-        return _write_export(fmt, Path(out), folder, matrix, ids, vocabulary, scale=scale, model=model, model_revision=model_revision,
-                             keys=keys, field_type=field_type, field=field, index_name=index_name, query_top_k=query_top_k,
-                             hnsw=hnsw, table=table, idf=idf)
+        return _write_export(
+            fmt,
+            Path(out),
+            folder,
+            matrix,
+            ids,
+            vocabulary,
+            scale=scale,
+            model=model,
+            model_revision=model_revision,
+            keys=keys,
+            field_type=field_type,
+            field=field,
+            index_name=index_name,
+            query_top_k=query_top_k,
+            hnsw=hnsw,
+            table=table,
+            idf=idf,
+        )
 
 
 def rounded_to_zero(matrix: sp.spmatrix, scale: float, target: Path) -> int:
@@ -177,17 +214,59 @@ def rounded_to_zero(matrix: sp.spmatrix, scale: float, target: Path) -> int:
         zero += int(np.count_nonzero(quantise(part, scale) == 0))
         largest = max(largest, float(np.abs(part).max()))
     if data.size and zero == data.size:
-        raise ValueError(f"every one of the {data.size} weights rounds to impact 0 at scale {scale:g} (the largest is {largest:g}): "
-                         f"{target.name} would hold nothing; a scale above {0.5 / largest:g} keeps the largest")
+        raise ValueError(
+            f"every one of the {data.size} weights rounds to impact 0 at scale {scale:g} (the largest is {largest:g}): "
+            f"{target.name} would hold nothing; a scale above {0.5 / largest:g} keeps the largest"
+        )
     if zero:
-        print(f"spladekit export: {zero} of {data.size} weights ({100 * zero / data.size:.1f}%) are below {0.5 / scale:g}, round to "
-              f"impact 0 at scale {scale:g} and are left out of {target} (counted in export.json; a larger --scale keeps them)",
-              file=sys.stderr)
+        print(
+            f"spladekit export: {zero} of {data.size} weights ({100 * zero / data.size:.1f}%) are below {0.5 / scale:g}, round to "
+            f"impact 0 at scale {scale:g} and are left out of {target} (counted in export.json; a larger --scale keeps them)",
+            file=sys.stderr,
+        )
     return zero
 
 
-def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scale, model, model_revision, keys, field_type, field,
-                  index_name, query_top_k, hnsw, table, idf=False) -> ExportManifest:
+def _write_anserini_queries(target: Path, named: Path, matrix, ids, vocabulary, scale, query_top_k) -> tuple[int, dict]:
+    """Anserini's pre-encoded queries written to ``target``: ``(count, export.json's options)``; the queries left
+    out (no term after quantisation) and those pruned to ``query_top_k`` terms are said on stderr, naming ``named``."""
+    written = anserini.write_preencoded_queries(target, matrix, ids, vocabulary, scale=scale, query_top_k=query_top_k)
+    options = {"empty_queries": written.empty, "query_top_k": query_top_k, "pruned_queries": written.pruned}
+    if written.empty:
+        print(
+            f"spladekit export: {len(written.empty)} queries with no term after quantisation (scale {scale:g}) left out of "
+            f"{named} (Anserini cannot read an empty query; they match nothing): {', '.join(written.empty[:10])}"
+            f"{' …' if len(written.empty) > 10 else ''} (listed in export.json)",
+            file=sys.stderr,
+        )
+    if written.pruned:
+        print(
+            f"spladekit export: {len(written.pruned)} queries pruned to their {query_top_k} heaviest terms (listed in export.json)",
+            file=sys.stderr,
+        )
+    return written.count, options
+
+
+def _write_export(
+    fmt,
+    out: Path,
+    folder: Path,
+    matrix,
+    ids,
+    vocabulary,
+    *,
+    scale,
+    model,
+    model_revision,
+    keys,
+    field_type,
+    field,
+    index_name,
+    query_top_k,
+    hnsw,
+    table,
+    idf=False,
+) -> ExportManifest:
     """The body of :func:`export_vectors`: write the files into ``folder`` (staged; ``out`` is named in messages)."""
     target = folder / FILES[fmt]
     options: dict = {}
@@ -195,15 +274,7 @@ def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scal
     if fmt == "anserini":
         count = anserini.write_json_vector_collection(target, matrix, ids, vocabulary, scale=scale)
     elif fmt == "anserini-queries":
-        written = anserini.write_preencoded_queries(target, matrix, ids, vocabulary, scale=scale, query_top_k=query_top_k)
-        count = written.count
-        options = {"empty_queries": written.empty, "query_top_k": query_top_k, "pruned_queries": written.pruned}
-        if written.empty:
-            print(f"spladekit export: {len(written.empty)} queries with no term after quantisation (scale {scale:g}) left out of "
-                  f"{out / FILES[fmt]} (Anserini cannot read an empty query; they match nothing): {', '.join(written.empty[:10])}"
-                  f"{' …' if len(written.empty) > 10 else ''} (listed in export.json)", file=sys.stderr)
-        if written.pruned:
-            print(f"spladekit export: {len(written.pruned)} queries pruned to their {query_top_k} heaviest terms (listed in export.json)", file=sys.stderr)
+        count, options = _write_anserini_queries(target, out / FILES[fmt], matrix, ids, vocabulary, scale, query_top_k)
     elif fmt == "seismic":
         count = seismic_jsonl.write_seismic_jsonl(target, matrix, ids, vocabulary)
     elif fmt == "qdrant":
@@ -212,7 +283,12 @@ def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scal
         options = {"vector_name": qdrant.DEFAULT_VECTOR_NAME, "modifier": qdrant.IDF if idf else None}
     elif fmt == "milvus":
         count = milvus.write_rows(target, matrix, ids)
-        options = {"field": milvus.DEFAULT_FIELD, "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "IP", "drop_ratio_search": 0.0}
+        options = {
+            "field": milvus.DEFAULT_FIELD,
+            "index_type": "SPARSE_INVERTED_INDEX",
+            "metric_type": "IP",
+            "drop_ratio_search": 0.0,
+        }
     elif fmt == "ciff":
         docs = sp.csr_matrix(matrix)
         count = ciff.write_ciff(target, docs, docs.T.tocsr(), ids, vocabulary, scale=scale)["num_docs"]
@@ -224,7 +300,13 @@ def _write_export(fmt, out: Path, folder: Path, matrix, ids, vocabulary, *, scal
     else:
         count = elastic.write_bulk(target, matrix, ids, vocabulary, index_name=index_name, field=field, keys=keys)
         write_json(folder / "mapping.json", elastic.mapping(field, field_type))
-        options = {"keys": keys, "field": field, "field_type": field_type, "index_name": index_name, "key_escaping": "'%' -> '%25', '.' -> '%2E'"}
+        options = {
+            "keys": keys,
+            "field": field,
+            "field_type": field_type,
+            "index_name": index_name,
+            "key_escaping": "'%' -> '%25', '.' -> '%2E'",
+        }
     if rounded:
         options["weights_rounded_to_zero"] = rounded
     files = [FILES[fmt]] + EXTRA_FILES.get(fmt, [])
@@ -246,7 +328,9 @@ def export_index(index: str | Path, fmt: str, out: str | Path, **kwargs) -> Expo
     """Export an index folder (see :func:`export_vectors` for the options)."""
     matrix, ids, meta = load_index(index)
     vocabulary = load_vocabulary(index)
-    return export_vectors(fmt, out, matrix, ids, vocabulary, model=meta.get("model"), model_revision=meta.get("model_revision"), **kwargs)
+    return export_vectors(
+        fmt, out, matrix, ids, vocabulary, model=meta.get("model"), model_revision=meta.get("model_revision"), **kwargs
+    )
 
 
 def resolve_import(fmt: str, path: str | Path, scale: float | None, options: dict) -> tuple[Path, float, dict]:
@@ -292,11 +376,18 @@ def check_manifest(source: str | Path, vocab_size: int, count: int | None = None
     manifest = ExportManifest.load(source)
     where = source / "export.json"
     if manifest.vocab_size is not None and int(manifest.vocab_size) != int(vocab_size):
-        raise DataFormatError(where, f"the export has {manifest.vocab_size} columns, the vocabulary given has {vocab_size}",
-                              field="vocab_size")
+        raise DataFormatError(
+            where,
+            f"the export has {manifest.vocab_size} columns, the vocabulary given has {vocab_size}",
+            field="vocab_size",
+        )
     if count is not None and manifest.count and int(manifest.count) != int(count):
-        raise DataFormatError(where, f"announces {manifest.count} vectors, but {count} were read from "
-                              f"{source / FILES[manifest.format]} (a file cut short or added to?)", field="count")
+        raise DataFormatError(
+            where,
+            f"announces {manifest.count} vectors, but {count} were read from "
+            f"{source / FILES[manifest.format]} (a file cut short or added to?)",
+            field="count",
+        )
 
 
 def _qdrant_scale(scale: float, options: dict) -> float:
@@ -305,7 +396,9 @@ def _qdrant_scale(scale: float, options: dict) -> float:
     return scale if options.get("modifier") == qdrant.IDF else 1.0
 
 
-def import_rows(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, options: dict) -> Iterator[tuple[str, tuple]]:
+def import_rows(
+    fmt: str, path: Path, vocabulary: Sequence[str], scale: float, options: dict
+) -> Iterator[tuple[str, tuple]]:
     """The rows of a row-major format's file, one at a time: ``(doc id, (column ids int64 [n],
     weights float32 [n]))`` in file order, entries normalised (the ``*_rows`` generator of the
     format's module; ``path``, ``scale`` and ``options`` as :func:`resolve_import` resolves them).
@@ -320,14 +413,20 @@ def import_rows(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, o
     if fmt == "seismic":
         return seismic_jsonl.seismic_rows(path, vocabulary)
     if fmt == "qdrant":
-        return qdrant.point_rows(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME),
-                                 scale=_qdrant_scale(scale, options))
+        return qdrant.point_rows(
+            path,
+            len(vocabulary),
+            vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME),
+            scale=_qdrant_scale(scale, options),
+        )
     if fmt == "milvus":
         return milvus.field_rows(path, len(vocabulary), field=options.get("field", milvus.DEFAULT_FIELD))
     if fmt == "pgvector":
         return pgvector.copy_rows(path, len(vocabulary))
     if fmt == "elastic":
-        return elastic.bulk_rows(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
+        return elastic.bulk_rows(
+            path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token")
+        )
     raise ValueError(f"format {fmt!r} is not read row by row")
 
 
@@ -359,8 +458,12 @@ def import_vectors(
     elif fmt == "seismic":
         matrix, ids = seismic_jsonl.read_seismic_jsonl(path, vocabulary)
     elif fmt == "qdrant":
-        matrix, ids = qdrant.read_points(path, len(vocabulary), vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME),
-                                         scale=_qdrant_scale(scale, options))
+        matrix, ids = qdrant.read_points(
+            path,
+            len(vocabulary),
+            vector_name=options.get("vector_name", qdrant.DEFAULT_VECTOR_NAME),
+            scale=_qdrant_scale(scale, options),
+        )
     elif fmt == "milvus":
         matrix, ids = milvus.read_rows(path, len(vocabulary), field=options.get("field", milvus.DEFAULT_FIELD))
     elif fmt == "pgvector":
@@ -368,7 +471,9 @@ def import_vectors(
     elif fmt == "ciff":
         matrix, ids = ciff.read_ciff(path, vocabulary, scale=scale)
     else:
-        matrix, ids = elastic.read_bulk(path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token"))
+        matrix, ids = elastic.read_bulk(
+            path, vocabulary, field=options.get("field", "splade"), keys=options.get("keys", "token")
+        )
     if matrix.shape[0] == 0:
         raise DataFormatError(path, "no vectors: the file is empty")
     check_manifest(given, len(vocabulary), matrix.shape[0])
@@ -403,8 +508,15 @@ def packed_ids(ids: Iterable[str], source: Path) -> DocIds:
     return DocIds(offsets, np.frombuffer(utf8, dtype=np.uint8), source)  # a view: the bytearray is not copied
 
 
-def streamed_import(fmt: str, path: Path, vocabulary: Sequence[str], scale: float, options: dict, spill: str | Path,
-                    memory_budget: int = DEFAULT_BUDGET) -> tuple[DocIds, Callable[[], Iterator[sp.csr_matrix]]]:
+def streamed_import(
+    fmt: str,
+    path: Path,
+    vocabulary: Sequence[str],
+    scale: float,
+    options: dict,
+    spill: str | Path,
+    memory_budget: int = DEFAULT_BUDGET,
+) -> tuple[DocIds, Callable[[], Iterator[sp.csr_matrix]]]:
     """A row-major format's file as the writer's input, without holding its vectors: one pass reads
     every record (so every error naming a file and line is raised here, before the index folder is
     begun), keeps the ids (:func:`packed_ids`) and appends the rows to a
@@ -461,8 +573,15 @@ def _removing_new_parents(path: str | Path) -> Iterator[None]:
         raise
 
 
-def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: str | Path, scale: float | None = None, metadata: dict | None = None,
-                    memory_budget: int | None = None) -> Path:
+def import_to_index(
+    fmt: str,
+    path: str | Path,
+    vocabulary: Sequence[str],
+    out: str | Path,
+    scale: float | None = None,
+    metadata: dict | None = None,
+    memory_budget: int | None = None,
+) -> Path:
     """Import a file of format ``fmt`` (a file, or an export folder; ``scale`` and options as
     :func:`import_vectors`) into the index folder ``out`` within ``memory_budget`` bytes of working
     memory (:mod:`spladekit.index.writer`; None: its default, 1 GiB), whatever the file's size.
@@ -473,13 +592,13 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
     bytes for ids of ``L`` UTF-8 bytes; ``anserini-queries`` also keeps a set of the ids to refuse a
     repeat, as :func:`spladekit.data.tsv.iter_tsv` does), one record, one block, and the writer's
     budget. The folder is the one :func:`spladekit.index.writer.save_index` writes from
-    :func:`import_vectors`'s matrix, byte for byte (``tests/test_import_streamed.py``).
+    :func:`import_vectors`'s matrix, byte for byte (``tests/index/test_export.py``).
 
     ``ciff`` (postings lists, term-major) is transposed on disk
     (:func:`spladekit.index.formats.ciff.transposed_blocks`: sorted runs of postings, 12 bytes each
     beside ``out``, merged row range by row range); held besides the budget: the ids, ``[N]`` int64
     row counts and the protobuf message of one posting list. The folder equals the one written from
-    :func:`import_vectors`'s matrix, byte for byte (``tests/test_index_ciff.py``).
+    :func:`import_vectors`'s matrix, byte for byte (``tests/index/formats/test_ciff.py``).
 
     Raises:
         DataFormatError: malformed input (naming file and line; nothing is left beside ``out``), or no
@@ -505,8 +624,11 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
             try:
                 return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
             except RepeatedIdError as exc:  # positions are document records (docid order)
-                raise DataFormatError(source, f"collection_docid {exc.doc_id!r} is given twice: document records {exc.first} "
-                                      f"and {exc.second}", field="collection_docid") from None
+                raise DataFormatError(
+                    source,
+                    f"collection_docid {exc.doc_id!r} is given twice: document records {exc.first} and {exc.second}",
+                    field="collection_docid",
+                ) from None
     with _removing_new_parents(out), scratch_folder(out) as spill:  # beside the index folder (its file system)
         ids, blocks = streamed_import(fmt, source, vocabulary, scale, options, spill, budget)
         check_manifest(path, len(vocabulary), len(ids))  # before the folder is begun
@@ -514,9 +636,13 @@ def import_to_index(fmt: str, path: str | Path, vocabulary: Sequence[str], out: 
             return write_index(out, blocks, ids, len(vocabulary), meta, vocabulary, budget)
         except RepeatedIdError as exc:  # the writer knows positions; the file's lines are found again
             first, second = record_line(fmt, source, exc.first), record_line(fmt, source, exc.second)
-            raise DataFormatError(source, f"document id {exc.doc_id!r} is given twice: vector {exc.first + 1} "
-                                  f"(line {first}) and vector {exc.second + 1} (line {second})", line=second,
-                                  field="id") from None
+            raise DataFormatError(
+                source,
+                f"document id {exc.doc_id!r} is given twice: vector {exc.first + 1} "
+                f"(line {first}) and vector {exc.second + 1} (line {second})",
+                line=second,
+                field="id",
+            ) from None
 
 
 def record_line(fmt: str, path: Path, position: int) -> int | None:
@@ -569,7 +695,9 @@ def model_vocabulary(model: str | Path, trust_remote_code: bool = False) -> list
     from spladekit.model.folders import read_model_folder
     from spladekit.model.remote_code import CUSTOM_LAYOUT
 
-    folder = read_model_folder(resolve_model(model), trust_remote_code)  # the masked LM may be in a sentence-transformers module's folder
+    folder = read_model_folder(
+        resolve_model(model), trust_remote_code
+    )  # the masked LM may be in a sentence-transformers module's folder
     if folder.layout == CUSTOM_LAYOUT:
         from spladekit.model.encoder import SpladeEncoder
 
@@ -578,5 +706,7 @@ def model_vocabulary(model: str | Path, trust_remote_code: bool = False) -> list
     fold = saved_fold(folder.metadata(), folder.root, size)
     if fold is not None:
         return list(fold.terms)
-    tokens = AutoTokenizer.from_pretrained(folder.tokenizer_dir, trust_remote_code=trust_remote_code).convert_ids_to_tokens(list(range(size)))
+    tokens = AutoTokenizer.from_pretrained(
+        folder.tokenizer_dir, trust_remote_code=trust_remote_code
+    ).convert_ids_to_tokens(list(range(size)))
     return [t if t is not None else f"[spladekit:{j}]" for j, t in enumerate(tokens)]

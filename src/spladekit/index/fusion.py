@@ -39,7 +39,8 @@ compile on first use for a few lines of arithmetic; the tests check every value 
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -144,12 +145,15 @@ def _cut(scores: dict[str, float], depth: int, qid: str) -> dict[str, float]:
         ValueError: a fused score is not finite (weights so large that their sum overflows).
     """
     if not all(map(math.isfinite, scores.values())):
-        raise ValueError(f"query {qid!r}: a fused score overflowed to {max(scores.values())} (weights too large); give smaller weights")
+        raise ValueError(
+            f"query {qid!r}: a fused score overflowed to {max(scores.values())} (weights too large); give smaller weights"
+        )
     return dict(sorted_ranking(scores)[:depth])
 
 
-def reciprocal_rank_fusion(runs: Sequence[Run], k: float = RRF_K, weights: Sequence[float] | None = None,
-                           depth: int = 1000) -> Run:
+def reciprocal_rank_fusion(
+    runs: Sequence[Run], k: float = RRF_K, weights: Sequence[float] | None = None, depth: int = 1000
+) -> Run:
     """RRF of ``runs``: ``Σ_i w_i / (k + rank_i(d))`` (Cormack et al. 2009); top ``depth`` per query.
 
     Raises:
@@ -169,8 +173,9 @@ def reciprocal_rank_fusion(runs: Sequence[Run], k: float = RRF_K, weights: Seque
     return fused
 
 
-def score_fusion(runs: Sequence[Run], norm: str = "min-max", weights: Sequence[float] | None = None,
-                 depth: int = 1000) -> Run:
+def score_fusion(
+    runs: Sequence[Run], norm: str = "min-max", weights: Sequence[float] | None = None, depth: int = 1000
+) -> Run:
     """Weighted CombSUM of per-query normalised scores (Fox & Shaw 1994); top ``depth`` per query.
 
     Raises:

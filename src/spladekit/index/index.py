@@ -38,16 +38,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
 from spladekit.index.exact import check_k, tie_ranks
-from spladekit.index.layout import (DEFAULT_BUDGET, FORMAT, MATRICES, PARTS, hash_arrays, load_metadata, load_vocabulary, read_doc_ids,
-                                    take_ids)
+from spladekit.index.layout import (
+    DEFAULT_BUDGET,
+    FORMAT,
+    MATRICES,
+    PARTS,
+    hash_arrays,
+    load_metadata,
+    load_vocabulary,
+    read_doc_ids,
+    take_ids,
+)
 from spladekit.index.maxscore import BlockMaxima
 from spladekit.index.pruned_store import PrunedCopy
 from spladekit.index.pruned_store import open_or_build as open_pruned
@@ -62,7 +71,9 @@ from spladekit.io import recover_folder
 
 log = logging.getLogger(__name__)
 
-SEARCHERS: dict[str, type[SearcherConfig]] = {config.name: config for config in (ExactConfig, SeismicConfig, TwoStepConfig)}
+SEARCHERS: dict[str, type[SearcherConfig]] = {
+    config.name: config for config in (ExactConfig, SeismicConfig, TwoStepConfig)
+}
 """The searchers' configurations by name (``spladekit search --backend``, the server's ``backend``)."""
 
 
@@ -101,8 +112,15 @@ class Index:
         {'0': {'d1': 3.0, 'd3': 2.0}}
     """
 
-    def __init__(self, folder: Path, docs: sp.csr_matrix, postings: sp.csr_matrix, doc_ids: Sequence[str], metadata: dict,
-                 tie_rank: np.ndarray):
+    def __init__(
+        self,
+        folder: Path,
+        docs: sp.csr_matrix,
+        postings: sp.csr_matrix,
+        doc_ids: Sequence[str],
+        metadata: dict,
+        tie_rank: np.ndarray,
+    ):
         self.folder = folder
         self.docs = docs
         self.postings = postings
@@ -116,7 +134,7 @@ class Index:
 
     # ---------------------------------------------------------------- open
     @classmethod
-    def open(cls, folder: str | Path, verify: bool = False) -> "Index":
+    def open(cls, folder: str | Path, verify: bool = False) -> Index:
         """Open an index folder: arrays memory-mapped (no copy, nothing read until searched).
 
         Args:
@@ -129,8 +147,12 @@ class Index:
         folder = recover_folder(Path(folder))
         meta = load_metadata(folder)
         if meta.get("format") != FORMAT:
-            raise DataFormatError(folder / "index.json", f"index format {meta.get('format')!r}, not {FORMAT}: written by an older "
-                                  "spladekit; rebuild it (`spladekit index`)", field="format")
+            raise DataFormatError(
+                folder / "index.json",
+                f"index format {meta.get('format')!r}, not {FORMAT}: written by an older "
+                "spladekit; rebuild it (`spladekit index`)",
+                field="format",
+            )
         docs, postings = _read_matrices(folder, meta)
         doc_ids = read_doc_ids(folder, docs.shape[0])
         tie = folder / "tie_rank.npy"
@@ -154,22 +176,38 @@ class Index:
         Raises:
             DataFormatError: a hash differs or is missing, or the tie ranks (naming the file at fault).
         """
-        for key, matrix, ids, what in (("content_hash", self.docs, self.doc_ids, "docs.*.npy / the document ids"),
-                                       ("postings_hash", self.postings, (), "postings.*.npy")):
+        for key, matrix, ids, what in (
+            ("content_hash", self.docs, self.doc_ids, "docs.*.npy / the document ids"),
+            ("postings_hash", self.postings, (), "postings.*.npy"),
+        ):
             want = self.metadata.get(key)
             if not want:
-                raise DataFormatError(self.folder / "index.json", f"no {key}: nothing to check the folder against; rebuild it", field=key)
+                raise DataFormatError(
+                    self.folder / "index.json", f"no {key}: nothing to check the folder against; rebuild it", field=key
+                )
             if want != hash_arrays(matrix.indptr, matrix.indices, matrix.data, ids, matrix.shape):
-                raise DataFormatError(self.folder / "index.json", f"{key.replace('_', ' ')} does not match {what} "
-                                      "(the folder was altered or damaged; rebuild it)", field=key)
+                raise DataFormatError(
+                    self.folder / "index.json",
+                    f"{key.replace('_', ' ')} does not match {what} (the folder was altered or damaged; rebuild it)",
+                    field=key,
+                )
         if not np.array_equal(self.tie_rank, tie_ranks(self.doc_ids)):  # derived from the ids: recomputed, not hashed
-            raise DataFormatError(self.folder / "tie_rank.npy", "does not rank the document ids in order (damaged; rebuild the folder)")
+            raise DataFormatError(
+                self.folder / "tie_rank.npy", "does not rank the document ids in order (damaged; rebuild the folder)"
+            )
         verify_files(self.folder / "seismic", self.metadata.get("content_hash"), self.docs.shape[0])
         verify_pruned(self.folder / "pruned", self.metadata.get("content_hash"), self.postings)
 
     @classmethod
-    def from_vectors(cls, out: str | Path, vectors: sp.spmatrix, doc_ids: Sequence[str], metadata: dict | None = None,
-                     vocabulary: Sequence[str] | None = None, memory_budget: int = DEFAULT_BUDGET) -> "Index":
+    def from_vectors(
+        cls,
+        out: str | Path,
+        vectors: sp.spmatrix,
+        doc_ids: Sequence[str],
+        metadata: dict | None = None,
+        vocabulary: Sequence[str] | None = None,
+        memory_budget: int = DEFAULT_BUDGET,
+    ) -> Index:
         """Write ``[D, V]`` vectors as an index folder and open it. A CSR matrix (in memory or over
         memory-mapped arrays) is read in place, block by block; the write holds at most
         ``memory_budget`` bytes beyond it (:mod:`spladekit.index.writer`).
@@ -183,13 +221,29 @@ class Index:
         if vectors.shape[0] != len(doc_ids):
             raise ValueError(f"{vectors.shape[0]} vectors for {len(doc_ids)} document ids")
         matrix = vectors if isinstance(vectors, sp.csr_matrix) else sp.csr_matrix(vectors)
-        write_index(out, matrix_blocks(matrix, memory_budget), doc_ids, vectors.shape[1], metadata or {}, vocabulary, memory_budget)
+        write_index(
+            out,
+            matrix_blocks(matrix, memory_budget),
+            doc_ids,
+            vectors.shape[1],
+            metadata or {},
+            vocabulary,
+            memory_budget,
+        )
         return cls.open(out)
 
     @classmethod
-    def build(cls, encoder, corpus: str | Path | Mapping[str, str] | Iterable[tuple[str, str]], out: str | Path, chunk_size: int = 10_000,
-              metadata: dict | None = None, show_progress: bool = False, distributed: bool = True,
-              memory_budget: int = DEFAULT_BUDGET) -> "Index | None":
+    def build(
+        cls,
+        encoder,
+        corpus: str | Path | Mapping[str, str] | Iterable[tuple[str, str]],
+        out: str | Path,
+        chunk_size: int = 10_000,
+        metadata: dict | None = None,
+        show_progress: bool = False,
+        distributed: bool = True,
+        memory_budget: int = DEFAULT_BUDGET,
+    ) -> Index | None:
         """Encode a corpus into the index folder ``out`` (streamed, resumable, data-parallel):
         :class:`spladekit.index.builder.IndexBuilder` with these arguments, its :meth:`~IndexBuilder.build`.
         The index searches text queries with ``encoder`` itself when it encodes them as ``index.json``
@@ -253,8 +307,15 @@ class Index:
         kept = self._pruned
         if kept is not None and (rule is None or kept.rule == record_of(rule)):
             return kept
-        self._pruned = open_pruned(self.folder, self.docs, self.postings, self.metadata.get("content_hash"), rule, memory_budget,
-                                   default=default)
+        self._pruned = open_pruned(
+            self.folder,
+            self.docs,
+            self.postings,
+            self.metadata.get("content_hash"),
+            rule,
+            memory_budget,
+            default=default,
+        )
         return self._pruned
 
     def block_maxima(self) -> BlockMaxima:
@@ -270,7 +331,9 @@ class Index:
         if self._encoder is None or model is not None:
             from spladekit.index.search import query_encoder
 
-            self._encoder = query_encoder(self.metadata, model, batch_size, path=self.folder / "index.json", trust_remote_code=trust_remote_code)
+            self._encoder = query_encoder(
+                self.metadata, model, batch_size, path=self.folder / "index.json", trust_remote_code=trust_remote_code
+            )
         return self._encoder
 
     def adopt_query_encoder(self, encoder) -> None:
@@ -288,8 +351,15 @@ class Index:
         """
         searcher.check(self)
 
-    def search(self, queries, k: int = 1000, searcher: SearcherConfig | None = None, query_ids: Sequence[str] | None = None,
-               encoder=None, one_at_a_time: bool = False) -> SearchResult:
+    def search(
+        self,
+        queries,
+        k: int = 1000,
+        searcher: SearcherConfig | None = None,
+        query_ids: Sequence[str] | None = None,
+        encoder=None,
+        one_at_a_time: bool = False,
+    ) -> SearchResult:
         """Top-``k`` documents of each query.
 
         Args:
@@ -315,10 +385,19 @@ class Index:
         for key, value in opened.record().items():
             setattr(settings, key, value)
         hits, seconds = named_hits(opened, vectors, k, self.doc_ids, self.tie_rank, one_at_a_time)
-        return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors,
-                            np.asarray(seconds, dtype=np.float64), built=[opened.built] if opened.built else [])
+        return SearchResult(
+            ids,
+            hits,
+            LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"),
+            settings,
+            vectors,
+            np.asarray(seconds, dtype=np.float64),
+            built=[opened.built] if opened.built else [],
+        )
 
-    def prepare(self, queries, k: int, searcher: SearcherConfig, query_ids=None, encoder=None, one_at_a_time: bool = False):
+    def prepare(
+        self, queries, k: int, searcher: SearcherConfig, query_ids=None, encoder=None, one_at_a_time: bool = False
+    ):
         """Check a search's arguments and encode text queries: ``([Q, V] vectors, Q ids, settings)``
         (the first half of :meth:`search`, shared with :class:`ShardedIndex`).
 
@@ -328,8 +407,14 @@ class Index:
         """
         k = check_k(k)  # before the settings record's own (pydantic) check
         self.check(searcher)
-        settings = SearchSettings(backend=searcher.name, k=k, one_at_a_time=one_at_a_time, index=[str(self.folder)],
-                                  index_hash=[self.metadata.get("content_hash")], num_docs=self.docs.shape[0])
+        settings = SearchSettings(
+            backend=searcher.name,
+            k=k,
+            one_at_a_time=one_at_a_time,
+            index=[str(self.folder)],
+            index_hash=[self.metadata.get("content_hash")],
+            num_docs=self.docs.shape[0],
+        )
         if sp.issparse(queries):
             vectors = queries if isinstance(queries, sp.csr_matrix) else sp.csr_matrix(queries)
             ids = list(query_ids) if query_ids is not None else [str(i) for i in range(vectors.shape[0])]
@@ -349,7 +434,9 @@ class Index:
         if len(ids) != vectors.shape[0]:
             raise ValueError(f"{len(ids)} query ids for {vectors.shape[0]} queries")
         if vectors.shape[1] != self.docs.shape[1]:
-            raise ValueError(f"vocabulary mismatch: queries have {vectors.shape[1]} columns, documents {self.docs.shape[1]}")
+            raise ValueError(
+                f"vocabulary mismatch: queries have {vectors.shape[1]} columns, documents {self.docs.shape[1]}"
+            )
         return vectors, ids, settings
 
     def __len__(self) -> int:
@@ -378,22 +465,37 @@ def _read_matrices(folder: Path, meta: dict) -> tuple[sp.csr_matrix, sp.csr_matr
                 raise DataFormatError(path, f"cannot read ({exc})") from exc
     num_docs, vocab_size = arrays["docs", "indptr"].shape[0] - 1, arrays["postings", "indptr"].shape[0] - 1
     if meta.get("vocab_size") != vocab_size or meta.get("num_docs") != num_docs:
-        raise DataFormatError(folder / "index.json", f"num_docs/vocab_size do not describe the [{num_docs}, {vocab_size}] arrays",
-                              field="num_docs")
+        raise DataFormatError(
+            folder / "index.json",
+            f"num_docs/vocab_size do not describe the [{num_docs}, {vocab_size}] arrays",
+            field="num_docs",
+        )
     matrices = []
     for name, shape in (("docs", (num_docs, vocab_size)), ("postings", (vocab_size, num_docs))):
         indptr, indices, data = (arrays[name, part] for part in PARTS)
-        if (indptr.shape != (shape[0] + 1,) or indices.shape != data.shape or int(indptr[-1]) != indices.size
-                or indices.dtype != indptr.dtype):
-            raise DataFormatError(folder / f"{name}.indptr.npy", f"arrays of {name} do not form a [{shape[0]}, {shape[1]}] CSR matrix")
+        if (
+            indptr.shape != (shape[0] + 1,)
+            or indices.shape != data.shape
+            or int(indptr[-1]) != indices.size
+            or indices.dtype != indptr.dtype
+        ):
+            raise DataFormatError(
+                folder / f"{name}.indptr.npy", f"arrays of {name} do not form a [{shape[0]}, {shape[1]}] CSR matrix"
+            )
         matrix = sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
         matrix.has_sorted_indices = True  # written sorted; saves a scan
         matrices.append(matrix)
     return matrices[0], matrices[1]
 
 
-def named_hits(searcher: Searcher, vectors: sp.csr_matrix, k: int, doc_ids: Sequence[str], tie_rank: np.ndarray,
-               one_at_a_time: bool) -> tuple[list[list[tuple[str, float]]], list[float]]:
+def named_hits(
+    searcher: Searcher,
+    vectors: sp.csr_matrix,
+    k: int,
+    doc_ids: Sequence[str],
+    tie_rank: np.ndarray,
+    one_at_a_time: bool,
+) -> tuple[list[list[tuple[str, float]]], list[float]]:
     """Per query ``(doc_id, score)`` hits of ``searcher`` and the seconds each took, from the query
     vectors to the named hits (what :class:`~spladekit.index.results.LatencyStats` reports): each
     query in its own call with ``one_at_a_time``, else one call, every query's ids decoded in one
@@ -402,7 +504,12 @@ def named_hits(searcher: Searcher, vectors: sp.csr_matrix, k: int, doc_ids: Sequ
     if one_at_a_time:
         for i in range(vectors.shape[0]):
             began = time.perf_counter()
-            hits.extend([list(zip(take_ids(doc_ids, rows), scores)) for rows, scores in searcher.search_rows(vectors[i : i + 1], k, tie_rank)])
+            hits.extend(
+                [
+                    list(zip(take_ids(doc_ids, rows), scores))
+                    for rows, scores in searcher.search_rows(vectors[i : i + 1], k, tie_rank)
+                ]
+            )
             seconds.append(time.perf_counter() - began)
         return hits, seconds
     found = searcher.search_rows(vectors, k, tie_rank, seconds)
@@ -443,8 +550,10 @@ def check_compatible(shards: Sequence[Index]) -> None:
     for shard in shards[1:]:  # a query vector means the same terms in every shard only for one model
         for key in ("model", "model_revision"):
             if shard.metadata.get(key) != first.metadata.get(key):
-                raise ValueError(f"shards were built by different models: {key} {first.metadata.get(key)!r} "
-                                 f"({first.folder}) vs {shard.metadata.get(key)!r} ({shard.folder})")
+                raise ValueError(
+                    f"shards were built by different models: {key} {first.metadata.get(key)!r} "
+                    f"({first.folder}) vs {shard.metadata.get(key)!r} ({shard.folder})"
+                )
         if load_vocabulary(shard.folder) != load_vocabulary(first.folder):
             raise ValueError(f"shards have different vocabularies (vocab.json of {first.folder} and {shard.folder})")
 
@@ -482,8 +591,15 @@ class ShardedIndex:
         for shard in self.shards:
             shard.check(searcher)
 
-    def search(self, queries, k: int = 1000, searcher: SearcherConfig | None = None, query_ids=None, encoder=None,
-               one_at_a_time: bool = False) -> SearchResult:
+    def search(
+        self,
+        queries,
+        k: int = 1000,
+        searcher: SearcherConfig | None = None,
+        query_ids=None,
+        encoder=None,
+        one_at_a_time: bool = False,
+    ) -> SearchResult:
         """:meth:`Index.search` over every shard, merged (score descending, then document id); each
         shard's ``searcher`` checked before any text is encoded."""
         searcher = searcher or ExactConfig()
@@ -501,12 +617,26 @@ class ShardedIndex:
                 seconds += result.seconds  # per query; shards searched one after the other here (in parallel elsewhere)
             built += result.built
         hits = [sorted(h, key=lambda pair: (-pair[1], pair[0]))[:k] for h in merged]
-        settings = result.settings.model_copy(update=dict(
-            index=[str(s.folder) for s in self.shards], index_hash=[s.metadata.get("content_hash") for s in self.shards],
-            num_docs=len(self), model=settings.model, query_max_length=settings.query_max_length, query_top_k=settings.query_top_k,
-            query_pruning=settings.query_pruning))
-        return SearchResult(ids, hits, LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"), settings, vectors, seconds,
-                            built=built)
+        settings = result.settings.model_copy(
+            update=dict(
+                index=[str(s.folder) for s in self.shards],
+                index_hash=[s.metadata.get("content_hash") for s in self.shards],
+                num_docs=len(self),
+                model=settings.model,
+                query_max_length=settings.query_max_length,
+                query_top_k=settings.query_top_k,
+                query_pruning=settings.query_pruning,
+            )
+        )
+        return SearchResult(
+            ids,
+            hits,
+            LatencyStats.of(seconds, "one_at_a_time" if one_at_a_time else "batch"),
+            settings,
+            vectors,
+            seconds,
+            built=built,
+        )
 
 
 def open_index(folders: str | Path | Sequence[str | Path], verify: bool = False) -> Index | ShardedIndex:

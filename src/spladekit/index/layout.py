@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence, overload
+from typing import overload
 
 import numpy as np
 import scipy.sparse as sp
@@ -57,7 +58,9 @@ def canonical(matrix: sp.spmatrix) -> sp.csr_matrix:
     return matrix
 
 
-def hash_arrays(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, doc_ids: Sequence[str], shape: tuple[int, int]) -> str:
+def hash_arrays(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, doc_ids: Sequence[str], shape: tuple[int, int]
+) -> str:
     """SHA-256 over a canonical CSR matrix and its document ids (the ``content_hash`` of ``index.json``):
     int64 ``indptr``, int64 ``indices``, float32 ``data``, the JSON list of ids, then ``str(shape)``.
     Hashed in blocks of :data:`HASH_BLOCK` entries (same digest, bounded memory)."""
@@ -145,7 +148,9 @@ class DocIds(Sequence[str]):
                 return [text[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
             return [raw[a:b].decode("utf-8") for a, b in zip(cuts[:-1], cuts[1:])]
         except UnicodeDecodeError as exc:
-            raise DataFormatError(self.path, f"a document id of rows {rows[:5].tolist()}... is not UTF-8 ({exc})") from exc
+            raise DataFormatError(
+                self.path, f"a document id of rows {rows[:5].tolist()}... is not UTF-8 ({exc})"
+            ) from exc
 
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), 1 << 16):  # decoded in blocks: bounded memory, no per-id slicing
@@ -175,7 +180,9 @@ def read_doc_ids(folder: Path, num_docs: int) -> Sequence[str]:
     """
     offsets_path, utf8_path = (folder / name for name in DOC_ID_FILES)
     if not offsets_path.exists() and (folder / "doc_ids.json").exists():
-        raise DataFormatError(folder / "doc_ids.json", "document ids in an older spladekit's layout; rebuild the index folder")
+        raise DataFormatError(
+            folder / "doc_ids.json", "document ids in an older spladekit's layout; rebuild the index folder"
+        )
     arrays = []
     for path, dtype in ((offsets_path, np.int64), (utf8_path, np.uint8)):
         if not path.exists():
@@ -185,7 +192,9 @@ def read_doc_ids(folder: Path, num_docs: int) -> Sequence[str]:
         except (ValueError, OSError) as exc:
             raise DataFormatError(path, f"cannot read ({exc})") from exc
         if array.ndim != 1 or array.dtype != dtype:
-            raise DataFormatError(path, f"expected a 1-D {np.dtype(dtype).name} array, found {array.dtype} {array.shape}")
+            raise DataFormatError(
+                path, f"expected a 1-D {np.dtype(dtype).name} array, found {array.dtype} {array.shape}"
+            )
         arrays.append(array)
     offsets, utf8 = arrays
     if offsets.shape != (num_docs + 1,):
@@ -265,11 +274,16 @@ def load_vocabulary(folder: str | Path) -> list[str] | None:
     want = meta.get("vocab_hash") if isinstance(meta, dict) else None
     if not path.exists():
         if want:
-            raise DataFormatError(path, "missing: index.json records a vocabulary (vocab_hash); the folder is incomplete")
+            raise DataFormatError(
+                path, "missing: index.json records a vocabulary (vocab_hash); the folder is incomplete"
+            )
         return None
     if want and sha256_file(path) != want:
-        raise DataFormatError(path, "does not match index.json's vocab_hash (the file was altered or damaged; "
-                              "rebuild the index, or restore the file)")
+        raise DataFormatError(
+            path,
+            "does not match index.json's vocab_hash (the file was altered or damaged; "
+            "rebuild the index, or restore the file)",
+        )
     vocab = read_json(path)
     if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
         raise DataFormatError(path, "expected a JSON list of token strings")

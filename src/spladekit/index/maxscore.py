@@ -55,7 +55,7 @@ CANDIDATE_COST = 4000
 the remaining segments (the stopping rule of step 2 above). Measured with
 ``benchmarks/exact_kernels.py --prune`` (``benchmarks/RESULTS.md``)."""
 
-U32 = 2.0 ** -24  # float32 unit roundoff
+U32 = 2.0**-24  # float32 unit roundoff
 
 
 class BlockMaxima:
@@ -91,7 +91,9 @@ class BlockMaxima:
             first, end = int(self.postings.indptr[term]), int(self.postings.indptr[term + 1])
             rows = self.postings.indices[first:end]
             if rows.size and (rows[0] < 0 or rows[-1] >= self.postings.shape[1] or not (rows[1:] > rows[:-1]).all()):
-                damaged(term, rows, self.postings.shape[1])  # checked whole, once: the pruned kernel adds its segments unchecked
+                damaged(
+                    term, rows, self.postings.shape[1]
+                )  # checked whole, once: the pruned kernel adds its segments unchecked
             cuts = block_cuts(self.postings.indices, first, end - first, self.edges, term, self.postings.shape[1])
             impacts = self.postings.data[first:end]
             maxima = np.zeros(self.edges.size - 1, np.float32)
@@ -152,8 +154,21 @@ def rescore(postings: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weight
     return scores
 
 
-def _complete(rows: np.ndarray, acc: np.ndarray, doc_rows: np.ndarray, impacts: np.ndarray, starts: list, ends: list, order: list,
-              term_weights: list, rest: list, m: int, theta: float, g: float, eta: float) -> tuple[np.ndarray, np.ndarray]:
+def _complete(
+    rows: np.ndarray,
+    acc: np.ndarray,
+    doc_rows: np.ndarray,
+    impacts: np.ndarray,
+    starts: list,
+    ends: list,
+    order: list,
+    term_weights: list,
+    rest: list,
+    m: int,
+    theta: float,
+    g: float,
+    eta: float,
+) -> tuple[np.ndarray, np.ndarray]:
     """The candidates of a block that stopped before term ``order[m]``: each remaining term's
     segment looked up at their rows (binary search; the candidates are sorted) and its float32
     product added to their float32 partial sums ``acc``, term by term in bound order; after each
@@ -176,8 +191,14 @@ def _complete(rows: np.ndarray, acc: np.ndarray, doc_rows: np.ndarray, impacts: 
     return rows.astype(np.int64), acc.astype(np.float64)
 
 
-def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray,
-                 k: int, tie_rank: np.ndarray | None = None) -> list[tuple[int, float]] | None:
+def pruned_top_k(
+    scores: np.ndarray,
+    maxima: BlockMaxima,
+    terms: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    tie_rank: np.ndarray | None = None,
+) -> list[tuple[int, float]] | None:
     """The exact top-``k`` ``(row, score)`` of one query (module docstring), or None when it cannot be
     pruned (a negative weight or impact): the caller then scores it unpruned.
 
@@ -198,7 +219,8 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
         return None
     bounds, cuts, g, eta = prepared
     postings = maxima.postings
-    doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data)  # plain views: slicing a memmap costs µs
+    # plain views: slicing a memmap costs µs
+    doc_rows, impacts = np.asarray(postings.indices), np.asarray(postings.data)
     pointer = np.zeros(2, dtype=doc_rows.dtype)
     term_weights = [np.array([w], np.float32) for w in weights.tolist()]
     edges = maxima.edges.tolist()
@@ -234,7 +256,8 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
         if stop:
             cut, m = stop
             found_rows = np.flatnonzero(block >= cut)
-            found_rows, acc = _complete(found_rows + low, block[found_rows], doc_rows, impacts, starts, ends, order, term_weights, rest, m, th, g, eta)
+            segments = (doc_rows, impacts, starts, ends, order, term_weights, rest, m, th, g, eta)
+            found_rows, acc = _complete(found_rows + low, block[found_rows], *segments)
         else:
             found_rows = np.flatnonzero(block >= (_at_least((th - eta) / (1 + 3 * g)) if th > eta else SMALLEST)) + low
             acc = block[found_rows - low].astype(np.float64)
@@ -251,7 +274,9 @@ def pruned_top_k(scores: np.ndarray, maxima: BlockMaxima, terms: np.ndarray, wei
     return _rescore_pool(postings, pool_rows, pool_high, theta, terms, weights, k, tie_rank)
 
 
-def _bounds(maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+def _bounds(
+    maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float, float] | None:
     """``(bounds [T, blocks], cuts [T, blocks + 1], g, eta)`` of one query (module docstring): each term's
     weight × its block maxima (exact in float64), where its list crosses each block edge, and the
     relative and absolute (underflow) rounding terms; None where bounds say nothing (a negative weight
@@ -269,8 +294,16 @@ def _bounds(maxima: BlockMaxima, terms: np.ndarray, weights: np.ndarray) -> tupl
     return bounds, cuts, g, eta
 
 
-def _rescore_pool(postings, pool_rows: np.ndarray, pool_high: np.ndarray, theta: float, terms: np.ndarray, weights: np.ndarray, k: int,
-                  tie_rank: np.ndarray | None) -> list[tuple[int, float]]:
+def _rescore_pool(
+    postings,
+    pool_rows: np.ndarray,
+    pool_high: np.ndarray,
+    theta: float,
+    terms: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    tie_rank: np.ndarray | None,
+) -> list[tuple[int, float]]:
     """Step 4 (module docstring): the pool's candidates rescored exactly in batches by upper bound,
     highest first (k, then doubling); a real score is its own lower bound, so θ rises to the k-th real
     score and the pool stops at the first bound below it. The top ``k`` ``(row, score)``, scores > 0,

@@ -6,8 +6,8 @@ Above both :mod:`spladekit.index.writer` (which writes the folder) and :class:`s
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from spladekit.index.index import Index, check_compatible
 from spladekit.index.layout import DEFAULT_BUDGET, load_vocabulary
@@ -35,7 +35,9 @@ class _ChainedIds:
         raise IndexError(i)
 
 
-def merge_shards(folders: Sequence[str | Path], out: str | Path, memory_budget: int = DEFAULT_BUDGET, metadata: dict | None = None):
+def merge_shards(
+    folders: Sequence[str | Path], out: str | Path, memory_budget: int = DEFAULT_BUDGET, metadata: dict | None = None
+):
     """Write the index folders ``folders`` (shards of one corpus: same model and vocabulary) as one
     folder ``out``: documents in shard order, within ``memory_budget`` (module docstring). Searching
     ``out`` gives the run of searching the shards together (:class:`ShardedIndex`).
@@ -61,8 +63,20 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path, memory_budget: 
             yield from matrix_blocks(shard.docs, budget, assume_canonical=True)()
 
     first = shards[0]
-    meta = {k: v for k, v in first.metadata.items() if k not in ("content_hash", "postings_hash", "nnz", "num_docs", "vocab_size")}
+    meta = {
+        k: v
+        for k, v in first.metadata.items()
+        if k not in ("content_hash", "postings_hash", "nnz", "num_docs", "vocab_size")
+    }
     meta.update(metadata or {})
     meta["merged_from"] = [str(s.folder) for s in shards]
-    write_index(out, blocks, _ChainedIds([s.doc_ids for s in shards]), first.docs.shape[1], meta, load_vocabulary(first.folder), budget)
+    write_index(
+        out,
+        blocks,
+        _ChainedIds([s.doc_ids for s in shards]),
+        first.docs.shape[1],
+        meta,
+        load_vocabulary(first.folder),
+        budget,
+    )
     return Index.open(out)

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -77,9 +77,17 @@ class PrunedCopy:
 
 
 # ----------------------------------------------------------------------------------- open or build
-def open_or_build(folder: Path, docs: sp.csr_matrix, full: sp.csr_matrix, content_hash: str | None, rule=None,
-                  memory_budget: int = DEFAULT_BUDGET, on_range: Callable[[int], None] | None = None, default=None,
-                  max_entries: int | None = None) -> PrunedCopy:
+def open_or_build(
+    folder: Path,
+    docs: sp.csr_matrix,
+    full: sp.csr_matrix,
+    content_hash: str | None,
+    rule=None,
+    memory_budget: int = DEFAULT_BUDGET,
+    on_range: Callable[[int], None] | None = None,
+    default=None,
+    max_entries: int | None = None,
+) -> PrunedCopy:
     """The pruned copy of the index folder ``folder`` (documents ``docs`` ``[D, V]`` and postings
     ``full`` ``[V, D]``, canonical CSR): reopened
     from ``folder/pruned`` when it holds ``rule`` (None: whatever rule it holds); else built with
@@ -142,8 +150,15 @@ def ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
     return cuts or [(0, 0)]
 
 
-def build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, rule: dict, memory_budget: int = DEFAULT_BUDGET,
-          on_range: Callable[[int], None] | None = None, max_entries: int | None = None) -> dict:
+def build(
+    folder: Path,
+    docs: sp.csr_matrix,
+    content_hash: str | None,
+    rule: dict,
+    memory_budget: int = DEFAULT_BUDGET,
+    on_range: Callable[[int], None] | None = None,
+    max_entries: int | None = None,
+) -> dict:
     """Prune ``docs`` range by range into ``folder/.pruned.build`` (resuming: module docstring), write
     the postings and ``pruned.json`` and put them in place of ``folder/pruned``; returns the record.
     A range holds at most ``max_entries`` entries (None: ``memory_budget /`` :data:`ENTRY_BYTES`).
@@ -155,7 +170,12 @@ def build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, rule: dic
 
     work = folder / WORK
     cuts = ranges(np.asarray(docs.indptr), int(max_entries) if max_entries else max(1, memory_budget // ENTRY_BYTES))
-    fingerprint = {"rule": rule, "content_hash": content_hash, "shape": list(docs.shape), "ranges": [list(c) for c in cuts]}
+    fingerprint = {
+        "rule": rule,
+        "content_hash": content_hash,
+        "shape": list(docs.shape),
+        "ranges": [list(c) for c in cuts],
+    }
     if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
         log.warning("%s: left by a build of another pruned copy; starting over", work)
         shutil.rmtree(work)
@@ -166,7 +186,9 @@ def build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, rule: dic
     return _finish(folder, work, docs.shape, content_hash, rule, len(cuts), memory_budget)
 
 
-def _prune_each(work: Path, docs: sp.csr_matrix, rule: dict, cuts: list[tuple[int, int]], on_range: Callable[[int], None] | None) -> None:
+def _prune_each(
+    work: Path, docs: sp.csr_matrix, rule: dict, cuts: list[tuple[int, int]], on_range: Callable[[int], None] | None
+) -> None:
     """Prune and store each range not stored yet in ``work`` (``range-NNNNNN.npz``, atomically)."""
     from spladekit.index.layout import release_mapped_pages
     from spladekit.io import atomic_write
@@ -177,8 +199,14 @@ def _prune_each(work: Path, docs: sp.csr_matrix, rule: dict, cuts: list[tuple[in
         if path.exists() and _stored_range(path) == [start, stop]:
             continue  # stored by an earlier (killed) run
         a, b = int(docs.indptr[start]), int(docs.indptr[stop])
-        rows = sp.csr_matrix((np.array(docs.data[a:b]), np.array(docs.indices[a:b]), np.asarray(docs.indptr[start : stop + 1], np.int64) - a),
-                             shape=(stop - start, docs.shape[1]))
+        rows = sp.csr_matrix(
+            (
+                np.array(docs.data[a:b]),
+                np.array(docs.indices[a:b]),
+                np.asarray(docs.indptr[start : stop + 1], np.int64) - a,
+            ),
+            shape=(stop - start, docs.shape[1]),
+        )
         kept = prune(rows, rule)
         with atomic_write(path, "wb", encoding=None) as handle:
             np.savez(handle, data=kept.data, indices=kept.indices, indptr=kept.indptr, range=np.array([start, stop]))
@@ -209,7 +237,15 @@ def _range_blocks(work: Path, count: int, vocab_size: int):
     return blocks
 
 
-def _finish(folder: Path, work: Path, shape: tuple[int, int], content_hash: str | None, rule: dict, count: int, memory_budget: int) -> dict:
+def _finish(
+    folder: Path,
+    work: Path,
+    shape: tuple[int, int],
+    content_hash: str | None,
+    rule: dict,
+    count: int,
+    memory_budget: int,
+) -> dict:
     """Write the postings of the stored ranges and ``pruned.json`` into ``work/done``, put it in place
     of ``folder/pruned`` and remove the work folder; returns the record."""
     from spladekit.index.writer import HASH_BYTES, hash_files, write_arrays
@@ -219,10 +255,18 @@ def _finish(folder: Path, work: Path, shape: tuple[int, int], content_hash: str 
     shutil.rmtree(done, ignore_errors=True)  # a write killed part way
     done.mkdir()
     num_docs, vocab_size = int(shape[0]), int(shape[1])
-    nnz = write_arrays(done, _range_blocks(work, count, vocab_size), num_docs, vocab_size, memory_budget, documents=False)
+    nnz = write_arrays(
+        done, _range_blocks(work, count, vocab_size), num_docs, vocab_size, memory_budget, documents=False
+    )
     postings_hash = hash_files(done, "postings", (), (vocab_size, num_docs), max(1, memory_budget // 4 // HASH_BYTES))
-    record = {"rule": rule, "content_hash": content_hash, "num_docs": num_docs, "vocab_size": vocab_size, "nnz": int(nnz),
-              "postings_hash": postings_hash}
+    record = {
+        "rule": rule,
+        "content_hash": content_hash,
+        "num_docs": num_docs,
+        "vocab_size": vocab_size,
+        "nnz": int(nnz),
+        "postings_hash": postings_hash,
+    }
     write_json(done / RECORD, record)
     replace_folder(done, folder / FOLDER)
     shutil.rmtree(work, ignore_errors=True)
@@ -278,11 +322,19 @@ def load(target: Path, full: sp.csr_matrix, content_hash: str | None) -> PrunedC
     path = target / RECORD
     record = _check_record(read_json(path), path)
     if record["content_hash"] != content_hash:
-        raise DataFormatError(path, f"made from another index (content_hash {record['content_hash']!r}, this index's {content_hash!r}): "
-                              f"not this index's pruned copy; {REMEDY}", field="content_hash")
+        raise DataFormatError(
+            path,
+            f"made from another index (content_hash {record['content_hash']!r}, this index's {content_hash!r}): "
+            f"not this index's pruned copy; {REMEDY}",
+            field="content_hash",
+        )
     if [record["vocab_size"], record["num_docs"]] != [int(n) for n in full.shape]:
-        raise DataFormatError(path, f"describes {record['num_docs']} documents and {record['vocab_size']} terms where the index "
-                              f"holds {full.shape[1]} and {full.shape[0]}; {REMEDY}", field="num_docs")
+        raise DataFormatError(
+            path,
+            f"describes {record['num_docs']} documents and {record['vocab_size']} terms where the index "
+            f"holds {full.shape[1]} and {full.shape[0]}; {REMEDY}",
+            field="num_docs",
+        )
     postings = _read_postings(target, record, full.nnz)
     _check_lists(target, postings, full)
     return PrunedCopy(record_of(record["rule"]), postings, record)
@@ -306,11 +358,16 @@ def _read_postings(target: Path, record: dict, full_nnz: int) -> sp.csr_matrix:
     indptr, indices, data = (arrays[part] for part in PARTS)
     vocab_size, num_docs, nnz = record["vocab_size"], record["num_docs"], record["nnz"]
     if indptr.shape != (vocab_size + 1,) or indptr.dtype not in (np.int32, np.int64) or indptr.dtype != indices.dtype:
-        raise DataFormatError(target / "postings.indptr.npy", f"expected {vocab_size + 1} int32 or int64 offsets, the type of "
-                              f"postings.indices.npy; {REMEDY}")
+        raise DataFormatError(
+            target / "postings.indptr.npy",
+            f"expected {vocab_size + 1} int32 or int64 offsets, the type of postings.indices.npy; {REMEDY}",
+        )
     if indices.shape != (nnz,) or data.shape != (nnz,) or data.dtype != np.float32 or nnz > full_nnz:
-        raise DataFormatError(target / "postings.data.npy", f"expected {nnz} float32 impacts and as many rows (pruned.json's nnz, "
-                              f"at most the index's {full_nnz}); {REMEDY}")
+        raise DataFormatError(
+            target / "postings.data.npy",
+            f"expected {nnz} float32 impacts and as many rows (pruned.json's nnz, "
+            f"at most the index's {full_nnz}); {REMEDY}",
+        )
     if int(indptr[0]) != 0 or int(indptr[-1]) != nnz or (vocab_size and np.any(np.diff(indptr) < 0)):
         raise DataFormatError(target / "postings.indptr.npy", f"offsets must rise from 0 to nnz {nnz}; {REMEDY}")
     postings = sp.csr_matrix((data, indices, indptr), shape=(vocab_size, num_docs), copy=False)
@@ -339,8 +396,11 @@ def _check_lists(target: Path, postings: sp.csr_matrix, full: sp.csr_matrix) -> 
             at = np.minimum(np.searchsorted(whole, rows), whole.size - 1)
             ok = bool(np.all(whole[at] == rows)) and bool(np.all(np.asarray(full.data[c:d])[at] == impacts))
         if not ok:
-            raise DataFormatError(target / "postings.indices.npy", f"the posting list of term {term} is not part of the index's "
-                                  f"(rows or impacts differ): another index's copy, or altered; {REMEDY}")
+            raise DataFormatError(
+                target / "postings.indices.npy",
+                f"the posting list of term {term} is not part of the index's "
+                f"(rows or impacts differ): another index's copy, or altered; {REMEDY}",
+            )
 
 
 def verify(target: Path, content_hash: str | None, full: sp.csr_matrix) -> None:
@@ -357,5 +417,8 @@ def verify(target: Path, content_hash: str | None, full: sp.csr_matrix) -> None:
     copy = load(target, full, content_hash)
     p = copy.postings
     if hash_arrays(p.indptr, p.indices, p.data, (), p.shape) != copy.record["postings_hash"]:
-        raise DataFormatError(target / RECORD, f"postings_hash does not match postings.*.npy (altered or damaged); {REMEDY}",
-                              field="postings_hash")
+        raise DataFormatError(
+            target / RECORD,
+            f"postings_hash does not match postings.*.npy (altered or damaged); {REMEDY}",
+            field="postings_hash",
+        )

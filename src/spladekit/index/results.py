@@ -5,8 +5,8 @@ latency (:class:`LatencyStats`) and its result (:class:`SearchResult`, what
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -84,12 +84,23 @@ class LatencyStats:
     max_ms: float
 
     @classmethod
-    def of(cls, seconds: Sequence[float], mode: str) -> "LatencyStats":
+    def of(cls, seconds: Sequence[float], mode: str) -> LatencyStats:
         ms = np.asarray(seconds, dtype=np.float64) * 1000.0
         if ms.size == 0:
             return cls(mode, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        p50, p95, p99 = (ms[0],) * 3 if ms.size == 1 else np.percentile(ms, [50, 95, 99])  # one call: skip the quantile machinery
-        return cls(mode, int(ms.size), float(ms.sum() / 1000.0), float(ms.mean()), float(p50), float(p95), float(p99), float(ms.max()))
+        p50, p95, p99 = (
+            (ms[0],) * 3 if ms.size == 1 else np.percentile(ms, [50, 95, 99])
+        )  # one call: skip the quantile machinery
+        return cls(
+            mode,
+            int(ms.size),
+            float(ms.sum() / 1000.0),
+            float(ms.mean()),
+            float(p50),
+            float(p95),
+            float(p99),
+            float(ms.max()),
+        )
 
 
 @dataclass

@@ -36,11 +36,19 @@ def check_query_settings(meta: dict, path: str | Path = "index.json") -> None:
         raise DataFormatError(path, f"must be {problem}, got {meta.get('query_pruning')!r}", field="query_pruning")
     for key, allowed in (("pooling", POOLINGS), ("activation", ACTIVATIONS)):
         if key in meta and meta[key] not in allowed:
-            raise DataFormatError(path, f"{meta[key]!r} is not a SPLADE {key} spladekit computes ({', '.join(allowed)})", field=key)
+            raise DataFormatError(
+                path, f"{meta[key]!r} is not a SPLADE {key} spladekit computes ({', '.join(allowed)})", field=key
+            )
 
 
-def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, head_impl: str | None = None,
-                  path: str | Path = "index.json", trust_remote_code: bool = False):
+def query_encoder(
+    meta: dict,
+    model: str | None = None,
+    batch_size: int = 32,
+    head_impl: str | None = None,
+    path: str | Path = "index.json",
+    trust_remote_code: bool = False,
+):
     """The :class:`SpladeEncoder` an index's queries are encoded with (model and query settings
     from ``index.json`` unless ``model`` overrides the model). A folder written by ``export-model
     --onnx`` (``spladekit.json`` with an ``extra.onnx`` record) runs in onnxruntime
@@ -64,8 +72,12 @@ def query_encoder(meta: dict, model: str | None = None, batch_size: int = 32, he
         for key in ("pooling", "activation"):
             have = getattr(encoder.metadata, key, None)
             if key in meta and have is not None and have != meta[key]:
-                raise DataFormatError(path, f"{meta[key]!r}, but the model {source} computes {have!r}; queries would not "
-                                            "match the documents (pass --model to choose a query model)", field=key)
+                raise DataFormatError(
+                    path,
+                    f"{meta[key]!r}, but the model {source} computes {have!r}; queries would not "
+                    "match the documents (pass --model to choose a query model)",
+                    field=key,
+                )
     return encoder
 
 

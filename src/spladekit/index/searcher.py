@@ -24,7 +24,8 @@ Example::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,8 +52,9 @@ class Searcher(ABC):
     built: str | None = None
 
     @abstractmethod
-    def search_rows(self, queries: sp.csr_matrix, k: int, tie_rank: np.ndarray | None = None,
-                    timings: list[float] | None = None) -> Rows:
+    def search_rows(
+        self, queries: sp.csr_matrix, k: int, tie_rank: np.ndarray | None = None, timings: list[float] | None = None
+    ) -> Rows:
         """The top ``k`` rows of each ``[Q, V]`` query row (:data:`Rows`).
 
         Args:

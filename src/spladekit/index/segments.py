@@ -8,7 +8,9 @@ import numpy as np
 from scipy.sparse._sparsetools import csc_matvec  # see add_segment
 
 
-def add_segment(scores: np.ndarray, rows: np.ndarray, impacts: np.ndarray, weight: np.ndarray, pointer: np.ndarray) -> None:
+def add_segment(
+    scores: np.ndarray, rows: np.ndarray, impacts: np.ndarray, weight: np.ndarray, pointer: np.ndarray
+) -> None:
     """``scores[rows[i]] += impacts[i] * weight[0]`` for each ``i`` in order, float32 product then
     float32 sum, in place (``pointer`` = ``[0, len(rows)]`` in ``rows``' integer type).
 
@@ -18,13 +20,15 @@ def add_segment(scores: np.ndarray, rows: np.ndarray, impacts: np.ndarray, weigh
     these arguments in every scipy this package admits, ≥ 1.11); every argument is passed in the
     type it computes in (no conversion: a converted ``scores`` would be a copy, the sum lost). It
     checks no bounds: callers check each segment's rows first (:func:`check_segment`).
-    ``tests/test_search_inputs.py`` checks this kernel against a float64 brute force and against
+    ``tests/index/test_search_inputs.py`` checks this kernel against a float64 brute force and against
     the sparse-product kernel."""
     pointer[1] = rows.size
     csc_matvec(scores.size, 1, pointer, rows, impacts, weight, scores)
 
 
-def block_cuts(doc_rows: np.ndarray, first: int, length: int, edges: np.ndarray, term: int, num_docs: int) -> np.ndarray:
+def block_cuts(
+    doc_rows: np.ndarray, first: int, length: int, edges: np.ndarray, term: int, num_docs: int
+) -> np.ndarray:
     """Positions in ``doc_rows`` where the posting list ``[first, first + length)`` crosses each of
     ``edges`` (document rows ascending, first 0, last ``D``; in ``doc_rows``' integer type, so
     searchsorted converts nothing).
@@ -53,5 +57,7 @@ def damaged(term: int, rows: np.ndarray, num_docs: int):
     """Raise the error of a posting list that is not sorted rows in ``[0, D)``."""
     outside = rows[(rows < 0) | (rows >= num_docs)]
     what = f"document row {int(outside[0])} outside [0, {num_docs})" if outside.size else "document rows out of order"
-    raise ValueError(f"the posting list of term {term} holds {what}: the index's postings are damaged "
-                     "(Index.open(folder, verify=True) checks the stored files)")
+    raise ValueError(
+        f"the posting list of term {term} holds {what}: the index's postings are damaged "
+        "(Index.open(folder, verify=True) checks the stored files)"
+    )

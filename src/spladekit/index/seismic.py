@@ -21,9 +21,9 @@ import math
 import os
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from operator import itemgetter
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -57,8 +57,10 @@ def check_knn_documents(nknn: int, documents: int, where: str = "the index", oth
     """Raise ValueError when ``documents`` (with a term) are too few for a k-NN graph of ``nknn``
     (:data:`MIN_KNN_DOCUMENTS`); nothing for ``nknn`` 0. ``other_way`` ends the message (another remedy)."""
     if nknn and documents < nknn + MIN_KNN_DOCUMENTS:
-        raise ValueError(f"seismic nknn {nknn}: a k-NN graph of {nknn} neighbours needs at least {nknn + MIN_KNN_DOCUMENTS} documents "
-                         f"with a term, and {where} has {documents}; build with a smaller nknn (`--knn`){other_way}")
+        raise ValueError(
+            f"seismic nknn {nknn}: a k-NN graph of {nknn} neighbours needs at least {nknn + MIN_KNN_DOCUMENTS} documents "
+            f"with a term, and {where} has {documents}; build with a smaller nknn (`--knn`){other_way}"
+        )
 
 
 def import_seismic():
@@ -200,12 +202,17 @@ class SeismicBase(Searcher):
         """``[V]`` Seismic's name of each column (``"0"``, ``"1"``, ... in its string type)."""
 
     @abstractmethod
-    def search_arrays(self, queries: "SeismicQueries", k: int, params: SeismicSearchParams | None = None,
-                      tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search_arrays(
+        self,
+        queries: SeismicQueries,
+        k: int,
+        params: SeismicSearchParams | None = None,
+        tie_rank: np.ndarray | None = None,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` of prepared queries as arrays: per query ``(rows [n] int64, scores [n] float32)``,
         scores > 0, score descending then ``tie_rank`` ascending (row ascending without it)."""
 
-    def with_search(self, params: SeismicSearchParams) -> "SeismicBase":
+    def with_search(self, params: SeismicSearchParams) -> SeismicBase:
         """This searcher (the same built index, nothing copied) answering :meth:`search_rows` with ``params``."""
         view = copy.copy(self)
         view.search_params = params
@@ -225,7 +232,11 @@ class SeismicBase(Searcher):
         return {"seismic_build": self.params.model_dump(), "seismic_search": self.search_params.model_dump()}
 
     def search(
-        self, queries: sp.spmatrix, k: int = 10, params: SeismicSearchParams | None = None, doc_ids: Sequence[str] | None = None,
+        self,
+        queries: sp.spmatrix,
+        k: int = 10,
+        params: SeismicSearchParams | None = None,
+        doc_ids: Sequence[str] | None = None,
         tie_rank: np.ndarray | None = None,
     ) -> list[list[tuple[int, float]]]:
         """Approximate top-``k`` dot-product search of each ``[Q, V]`` query row: per query
@@ -242,9 +253,12 @@ class SeismicBase(Searcher):
         if doc_ids is not None and len(doc_ids) != self.num_docs:
             raise ValueError(f"{len(doc_ids)} document ids for {self.num_docs} document vectors")
         ranks = tie_rank if tie_rank is not None else tie_ranks(doc_ids) if doc_ids is not None else None
-        return [list(zip(rows.tolist(), scores.tolist())) for rows, scores in self.search_arrays(self.prepare(queries), k, params, ranks)]
+        return [
+            list(zip(rows.tolist(), scores.tolist()))
+            for rows, scores in self.search_arrays(self.prepare(queries), k, params, ranks)
+        ]
 
-    def prepare(self, queries: sp.spmatrix) -> "SeismicQueries":
+    def prepare(self, queries: sp.spmatrix) -> SeismicQueries:
         """The queries in pyseismic's input form (:class:`SeismicQueries`), made once for any number
         of searches.
 
@@ -252,7 +266,9 @@ class SeismicBase(Searcher):
             ValueError: vocabulary mismatch.
         """
         if queries.shape[1] != self.vocab_size:
-            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}")
+            raise ValueError(
+                f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.vocab_size}"
+            )
         return SeismicQueries(queries, self.component_names())
 
 
@@ -270,7 +286,13 @@ class SeismicSearcher(SeismicBase):
 
     INDEX_FILE = "index.index.seismic"  # what ``SeismicIndex.save(folder / "index")`` writes
 
-    def __init__(self, docs: sp.spmatrix, params: SeismicBuildParams | None = None, verbose: bool = False, canonical: bool = False):
+    def __init__(
+        self,
+        docs: sp.spmatrix,
+        params: SeismicBuildParams | None = None,
+        verbose: bool = False,
+        canonical: bool = False,
+    ):
         """``canonical``: ``docs`` is already float32 CSR with sorted, unique, non-zero entries (as an
         index folder's are); it is then used as it is (read-only, no copy of the matrix)."""
         seismic = import_seismic()
@@ -317,7 +339,9 @@ class SeismicSearcher(SeismicBase):
                 self.index.save(str(Path(folder) / "index"))
 
     @classmethod
-    def load(cls, folder: str | Path, params: SeismicBuildParams, shape: tuple[int, int], empty: bool = False) -> "SeismicSearcher":
+    def load(
+        cls, folder: str | Path, params: SeismicBuildParams, shape: tuple[int, int], empty: bool = False
+    ) -> SeismicSearcher:
         """Reopen an index written by :meth:`save` (``SeismicIndex.load``), built with ``params`` over a
         ``shape`` = ``[D, V]`` matrix; ``empty``: it was built over no document vector (no file).
 
@@ -336,7 +360,9 @@ class SeismicSearcher(SeismicBase):
         self.empty = empty
         self.index = None
         if not empty and not path.exists():
-            raise DataFormatError(path, "missing: the stored Seismic index is incomplete (delete the seismic/ folder to rebuild it)")
+            raise DataFormatError(
+                path, "missing: the stored Seismic index is incomplete (delete the seismic/ folder to rebuild it)"
+            )
         if not self.empty:
             try:
                 with _quiet():
@@ -357,8 +383,13 @@ class SeismicSearcher(SeismicBase):
         """Neighbours per document of the index's k-NN graph (0: none; the largest ``n_knn``)."""
         return 0 if self.index is None else int(self.index.knn_len)
 
-    def search_arrays(self, queries: "SeismicQueries", k: int, params: SeismicSearchParams | None = None,
-                      tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search_arrays(
+        self,
+        queries: SeismicQueries,
+        k: int,
+        params: SeismicSearchParams | None = None,
+        tie_rank: np.ndarray | None = None,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` of prepared queries as arrays: per query ``(rows [n] int64, scores [n] float32)``,
         scores > 0, score descending then ``tie_rank`` ascending (row ascending without it); no Python
         object per hit beyond what pyseismic itself returns.
@@ -374,8 +405,14 @@ class SeismicSearcher(SeismicBase):
         p = params or SeismicSearchParams()
         if p.n_knn and self.index is not None and p.n_knn > self.knn_len:
             held = self.knn_len
-            raise ValueError(f"seismic n_knn {p.n_knn} asks for more neighbours than the index's k-NN graph holds ({held}): "
-                             + ("build the index with nknn ≥ n_knn (`--knn`)" if not held else f"ask for n_knn ≤ {held}, or rebuild with nknn ≥ {p.n_knn}"))
+            raise ValueError(
+                f"seismic n_knn {p.n_knn} asks for more neighbours than the index's k-NN graph holds ({held}): "
+                + (
+                    "build the index with nknn ≥ n_knn (`--knn`)"
+                    if not held
+                    else f"ask for n_knn ≤ {held}, or rebuild with nknn ≥ {p.n_knn}"
+                )
+            )
         tie_rank = None if tie_rank is None else np.asarray(tie_rank)
         empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
         results = [empty] * queries.count
@@ -386,11 +423,19 @@ class SeismicSearcher(SeismicBase):
             if queries.todo.size == 1:  # one query: pyseismic's single search (cheaper than its batch call)
                 hits = [self.index.search(str(queries.todo[0]), queries.components[0], queries.values[0], **options)]
             else:
-                hits = self.index.batch_search(queries.ids, queries.components, queries.values, num_threads=p.num_threads, **options)
-        except BaseException as exc:  # pyo3's PanicException derives from BaseException: `except Exception` would let it through
+                hits = self.index.batch_search(
+                    queries.ids, queries.components, queries.values, num_threads=p.num_threads, **options
+                )
+        except (
+            BaseException
+        ) as exc:  # pyo3's PanicException derives from BaseException: `except Exception` would let it through
             if type(exc).__name__ != "PanicException":
                 raise
-            knn = f" with n_knn {p.n_knn} (its k-NN graph may hold fewer neighbours than nknn for some documents: search with n_knn 0, or rebuild with a smaller nknn)" if p.n_knn else ""
+            knn = (
+                f" with n_knn {p.n_knn} (its k-NN graph may hold fewer neighbours than nknn for some documents: search with n_knn 0, or rebuild with a smaller nknn)"
+                if p.n_knn
+                else ""
+            )
             from spladekit.errors import EngineFailure
 
             raise EngineFailure(f"pyseismic failed{knn}: {exc}") from None
@@ -398,12 +443,16 @@ class SeismicSearcher(SeismicBase):
             if not hit_list:
                 continue
             n = len(hit_list)
-            rows = np.fromiter(map(int, map(_DOC, hit_list)), np.int64, count=n)  # Seismic's ids: row numbers as strings
+            rows = np.fromiter(
+                map(int, map(_DOC, hit_list)), np.int64, count=n
+            )  # Seismic's ids: row numbers as strings
             scores = np.fromiter(map(_SCORE, hit_list), np.float32, count=n)
             keep = scores > 0
             if not keep.all():
                 rows, scores = rows[keep], scores[keep]
-            if n > 1 and not (scores[1:] < scores[:-1]).all():  # strictly descending: already in rank order, no tie to break
+            if (
+                n > 1 and not (scores[1:] < scores[:-1]).all()
+            ):  # strictly descending: already in rank order, no tie to break
                 order = np.lexsort((rows if tie_rank is None else tie_rank[rows], -scores))[:k]
                 rows, scores = rows[order], scores[order]
             results[int(hit_list[0][0])] = (rows, scores)
@@ -420,8 +469,12 @@ class SeismicQueries:
         """``component_names``: ``[V]`` Seismic's string of each column
         (:meth:`SeismicSearcher.component_names`)."""
         matrix = queries
-        if not (isinstance(matrix, sp.csr_matrix | sp.csr_array) and matrix.dtype == np.float32 and matrix.has_canonical_format
-                and not (matrix.data <= 0).any()):
+        if not (
+            isinstance(matrix, sp.csr_matrix | sp.csr_array)
+            and matrix.dtype == np.float32
+            and matrix.has_canonical_format
+            and not (matrix.data <= 0).any()
+        ):
             matrix = sp.csr_matrix(queries, dtype=np.float32, copy=True)  # normalised: sorted, repeats summed, > 0 only
             matrix.sum_duplicates()
             matrix.data[matrix.data < 0] = 0

@@ -47,8 +47,9 @@ def build_bytes_per_entry(params: SeismicBuildParams, entries: int = 0, rows: in
     return SEISMIC_ENTRY_BYTES + SEISMIC_POSTING_BYTES * kept + SEISMIC_NEIGHBOUR_BYTES * params.nknn * rows / entries
 
 
-def max_shard_entries(memory_budget: int, params: SeismicBuildParams | None = None, entries: int = 0, rows: int = 0,
-                      vocab_size: int = 0) -> int:
+def max_shard_entries(
+    memory_budget: int, params: SeismicBuildParams | None = None, entries: int = 0, rows: int = 0, vocab_size: int = 0
+) -> int:
     """Entries of one shard's build input under ``memory_budget`` bytes: ``budget // bytes an entry``
     (:func:`build_bytes_per_entry` of the corpus and ``params``; None: the defaults).
 

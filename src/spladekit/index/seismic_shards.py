@@ -27,12 +27,18 @@ each shard over its own rows, and ``n_knn`` refines each shard's own hits before
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.index.seismic import SeismicBase, SeismicBuildParams, SeismicQueries, SeismicSearcher, SeismicSearchParams
+from spladekit.index.seismic import (
+    SeismicBase,
+    SeismicBuildParams,
+    SeismicQueries,
+    SeismicSearcher,
+    SeismicSearchParams,
+)
 
 SHARD_POSTINGS = "share"
 """``params.json``'s name of the rule by which each shard's ``n_postings`` is set (:func:`shard_params`)."""
@@ -59,7 +65,9 @@ def shard_ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
     ranges, start = [], 0
     while start < rows:
         end = min(rows, int(np.searchsorted(indptr, indptr[start] + target, side="left")))
-        end = max(start + 1, int(np.searchsorted(indptr, indptr[end], side="right")) - 1)  # through the empty rows after it
+        end = max(
+            start + 1, int(np.searchsorted(indptr, indptr[end], side="right")) - 1
+        )  # through the empty rows after it
         if indptr[end] - indptr[start] > max_entries:
             end = max(start + 1, int(np.searchsorted(indptr, indptr[start] + max_entries, side="right")) - 1)
         ranges.append((start, end))
@@ -67,7 +75,9 @@ def shard_ranges(indptr: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
     return ranges or [(0, 0)]
 
 
-def shard_params(params: SeismicBuildParams, indptr: np.ndarray, ranges: Sequence[tuple[int, int]]) -> list[SeismicBuildParams]:
+def shard_params(
+    params: SeismicBuildParams, indptr: np.ndarray, ranges: Sequence[tuple[int, int]]
+) -> list[SeismicBuildParams]:
     """Each range's build parameters: ``params`` with ``n_postings`` cut to the range's share of the
     entries, ``max(1, ⌈n_postings × entries(range) / entries(all)⌉)`` (module docstring); one range,
     or no entry at all, keeps ``params`` itself."""
@@ -75,8 +85,12 @@ def shard_params(params: SeismicBuildParams, indptr: np.ndarray, ranges: Sequenc
     total = int(indptr[-1] - indptr[0]) if len(indptr) > 1 else 0
     if len(ranges) <= 1 or total == 0:
         return [params] * len(ranges)
-    return [params.model_copy(update={"n_postings": max(1, -(-params.n_postings * int(indptr[stop] - indptr[start]) // total))})
-            for start, stop in ranges]
+    return [
+        params.model_copy(
+            update={"n_postings": max(1, -(-params.n_postings * int(indptr[stop] - indptr[start]) // total))}
+        )
+        for start, stop in ranges
+    ]
 
 
 def row_slice(docs: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
@@ -102,8 +116,15 @@ class ShardedSeismic(SeismicBase):
         memory_budget: the build budget of one shard the ranges were cut by (None: unknown).
     """
 
-    def __init__(self, shards: Sequence[tuple[int, SeismicSearcher]], ranges: Sequence[tuple[int, int]], params: SeismicBuildParams,
-                 shape: tuple[int, int], max_entries: int | None = None, memory_budget: int | None = None):
+    def __init__(
+        self,
+        shards: Sequence[tuple[int, SeismicSearcher]],
+        ranges: Sequence[tuple[int, int]],
+        params: SeismicBuildParams,
+        shape: tuple[int, int],
+        max_entries: int | None = None,
+        memory_budget: int | None = None,
+    ):
         self.shards, self.ranges, self.params = list(shards), [tuple(r) for r in ranges], params
         self.num_docs, self.vocab_size = shape
         self.max_entries = max_entries
@@ -134,8 +155,13 @@ class ShardedSeismic(SeismicBase):
         held = [searcher.knn_len for _, searcher in self.shards if not searcher.empty]
         return min(held) if held else 0
 
-    def search_arrays(self, queries: SeismicQueries, k: int, params: SeismicSearchParams | None = None,
-                      tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search_arrays(
+        self,
+        queries: SeismicQueries,
+        k: int,
+        params: SeismicSearchParams | None = None,
+        tie_rank: np.ndarray | None = None,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` of prepared queries over every shard: per query ``(global rows [n] int64, scores
         [n] float32)``, score descending then ``tie_rank`` ascending (row ascending without it).
         Shards are searched one after the other (module docstring).
@@ -153,7 +179,9 @@ class ShardedSeismic(SeismicBase):
         return [merge_hits([found[q] for found in per_shard], k, tie_rank) for q in range(queries.count)]
 
 
-def merge_hits(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int, tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def merge_hits(
+    lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int, tie_rank: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """One query's hits of several shards ``[(global rows, scores)]`` merged: the top ``k`` by score
     descending, then ``tie_rank[row]`` ascending (row ascending when None): the tie rule of
     :mod:`spladekit.index.exact`."""

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,7 +50,13 @@ from pydantic import Field
 
 from spladekit.errors import DataFormatError
 from spladekit.index.searcher import Searcher, SearcherConfig
-from spladekit.index.seismic import SeismicBuildParams, SeismicSearcher, SeismicSearchParams, check_knn_documents, import_seismic
+from spladekit.index.seismic import (
+    SeismicBuildParams,
+    SeismicSearcher,
+    SeismicSearchParams,
+    check_knn_documents,
+    import_seismic,
+)
 from spladekit.index.seismic_rule import DEFAULT_SEISMIC_BUDGET, budget_for, max_shard_entries, rule_corpus
 from spladekit.index.seismic_shards import SHARD_POSTINGS, ShardedSeismic, row_slice, shard_params, shard_ranges
 from spladekit.io import read_json
@@ -58,8 +65,17 @@ log = logging.getLogger(__name__)
 
 WORK = ".seismic.build"
 SHARD = "shard-{:06d}"
-RECORD_KEYS = ("build", "content_hash", "empty", "memory_budget", "max_entries", "shards", "shard_postings",
-               "shard_n_postings", "shard_files")
+RECORD_KEYS = (
+    "build",
+    "content_hash",
+    "empty",
+    "memory_budget",
+    "max_entries",
+    "shards",
+    "shard_postings",
+    "shard_n_postings",
+    "shard_files",
+)
 """The entries every ``params.json`` holds."""
 
 
@@ -96,8 +112,10 @@ class SeismicConfig(SearcherConfig):
         if wanted:
             graph = (resolve_build(index.folder, self.build) or stored_build(index.folder) or SeismicBuildParams()).nknn
             if wanted > graph:
-                raise ValueError(f"--n-knn {wanted} asks for more neighbours than the k-NN graph of {index.folder}'s Seismic index "
-                                 f"{'would hold' if self.build is not None else 'holds'} ({graph}): give --knn ≥ {wanted}, or a smaller --n-knn")
+                raise ValueError(
+                    f"--n-knn {wanted} asks for more neighbours than the k-NN graph of {index.folder}'s Seismic index "
+                    f"{'would hold' if self.build is not None else 'holds'} ({graph}): give --knn ≥ {wanted}, or a smaller --n-knn"
+                )
 
     def open(self, index) -> ShardedSeismic:
         """The stored shards (:meth:`Index.seismic`, built there when missing or built otherwise),
@@ -138,18 +156,32 @@ def _stored_build(stored: dict | None, target: Path) -> SeismicBuildParams | Non
     if stored is None:
         return None
     if not isinstance(stored, dict) or stored.get("build") is None:
-        raise DataFormatError(target / "params.json", "no Seismic build parameters; delete the seismic/ folder to rebuild it", field="build")
+        raise DataFormatError(
+            target / "params.json",
+            "no Seismic build parameters; delete the seismic/ folder to rebuild it",
+            field="build",
+        )
     try:
         return SeismicBuildParams.model_validate(stored["build"])
     except ValueError as exc:
-        raise DataFormatError(target / "params.json", f"not Seismic build parameters ({exc}); delete the seismic/ folder to rebuild it",
-                              field="build") from exc
+        raise DataFormatError(
+            target / "params.json",
+            f"not Seismic build parameters ({exc}); delete the seismic/ folder to rebuild it",
+            field="build",
+        ) from exc
 
 
 # ----------------------------------------------------------------------------------- open or build
-def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, build: SeismicBuildParams | None = None,
-                  memory_budget: int | None = None, on_shard: Callable[[int], None] | None = None,
-                  show_progress: bool = False, max_entries: int | None = None) -> ShardedSeismic:
+def open_or_build(
+    folder: Path,
+    docs: sp.csr_matrix,
+    content_hash: str | None,
+    build: SeismicBuildParams | None = None,
+    memory_budget: int | None = None,
+    on_shard: Callable[[int], None] | None = None,
+    show_progress: bool = False,
+    max_entries: int | None = None,
+) -> ShardedSeismic:
     """The Seismic shards of the index folder ``folder`` (documents ``docs``, canonical CSR):
     reopened from ``folder/seismic`` when stored for ``content_hash`` with ``build`` (None: whatever
     it was built with) and, when ``memory_budget`` is given, the same shard size; else built (and
@@ -185,21 +217,43 @@ def open_or_build(folder: Path, docs: sp.csr_matrix, content_hash: str | None, b
         memory_budget, max_entries = _stored_shard_size(stored or {}, params, docs)
     ranges = shard_ranges(np.asarray(docs.indptr), max_entries)
     _check_graphs(params.nknn, np.asarray(docs.indptr), ranges)
-    record = {"build": params.model_dump(), "content_hash": content_hash, "memory_budget": int(memory_budget), "max_entries": int(max_entries),
-              "shard_postings": SHARD_POSTINGS}
+    record = {
+        "build": params.model_dump(),
+        "content_hash": content_hash,
+        "memory_budget": int(memory_budget),
+        "max_entries": int(max_entries),
+        "shard_postings": SHARD_POSTINGS,
+    }
     try:
-        sharded = load(target, build_shards(Path(folder), docs, params, ranges, record, on_shard, show_progress), docs.shape, docs)
+        sharded = load(
+            target, build_shards(Path(folder), docs, params, ranges, record, on_shard, show_progress), docs.shape, docs
+        )
     except OSError as exc:  # a read-only index folder: built in memory for this process only
         log.warning("%s: cannot store the Seismic index (%s); it is kept for this process only", target, exc)
         each = shard_params(params, docs.indptr, ranges)
-        return ShardedSeismic([(start, SeismicSearcher(row_slice(docs, start, stop), p, canonical=True))
-                               for (start, stop), p in zip(ranges, each)], ranges, params, docs.shape, max_entries, memory_budget)
+        return ShardedSeismic(
+            [
+                (start, SeismicSearcher(row_slice(docs, start, stop), p, canonical=True))
+                for (start, stop), p in zip(ranges, each)
+            ],
+            ranges,
+            params,
+            docs.shape,
+            max_entries,
+            memory_budget,
+        )
     sharded.built = f"the Seismic index and stored it in {target}"
     return sharded
 
 
-def _reusable(stored: dict | None, target: Path, content_hash: str | None, build: SeismicBuildParams | None,
-              max_entries: int | None, docs: sp.csr_matrix) -> bool:
+def _reusable(
+    stored: dict | None,
+    target: Path,
+    content_hash: str | None,
+    build: SeismicBuildParams | None,
+    max_entries: int | None,
+    docs: sp.csr_matrix,
+) -> bool:
     """Whether the stored shards are what is asked: built over ``content_hash``, with ``build`` (None:
     any parameters) and, when ``max_entries`` is given, into the same ranges."""
     if stored is None or stored.get("content_hash") != content_hash:
@@ -241,12 +295,23 @@ def _check_graphs(nknn: int, indptr: np.ndarray, ranges: list[tuple[int, int]]) 
     for number, (start, stop) in enumerate(ranges):
         if filled[start:stop].any():
             several = len(ranges) > 1
-            check_knn_documents(nknn, int(filled[start:stop].sum()), f"shard {number} (rows [{start}, {stop}))" if several else "the index",
-                                ", or a larger --memory-budget (fewer, larger shards)" if several else "")
+            check_knn_documents(
+                nknn,
+                int(filled[start:stop].sum()),
+                f"shard {number} (rows [{start}, {stop}))" if several else "the index",
+                ", or a larger --memory-budget (fewer, larger shards)" if several else "",
+            )
 
 
-def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, ranges: list[tuple[int, int]], record: dict,
-                 on_shard: Callable[[int], None] | None = None, show_progress: bool = False) -> dict:
+def build_shards(
+    folder: Path,
+    docs: sp.csr_matrix,
+    params: SeismicBuildParams,
+    ranges: list[tuple[int, int]],
+    record: dict,
+    on_shard: Callable[[int], None] | None = None,
+    show_progress: bool = False,
+) -> dict:
     """Build the shards of ``ranges`` one after the other into ``folder/.seismic.build`` (resuming:
     module docstring), then put the finished folder in place of ``folder/seismic``. Holds one
     shard's build at a time (nothing is loaded back: that is :func:`load`'s memory).
@@ -279,8 +344,14 @@ def build_shards(folder: Path, docs: sp.csr_matrix, params: SeismicBuildParams, 
     return _finish(folder, work, final, len(ranges))
 
 
-def _build_each(work: Path, docs: sp.csr_matrix, ranges: list[tuple[int, int]], each: list[SeismicBuildParams],
-                on_shard: Callable[[int], None] | None, show_progress: bool) -> list[bool]:
+def _build_each(
+    work: Path,
+    docs: sp.csr_matrix,
+    ranges: list[tuple[int, int]],
+    each: list[SeismicBuildParams],
+    on_shard: Callable[[int], None] | None,
+    show_progress: bool,
+) -> list[bool]:
     """Build and store each shard not stored yet in ``work`` (``shard-NNNNNN/``, atomically); whether each is empty."""
     from tqdm.auto import tqdm
 
@@ -288,7 +359,9 @@ def _build_each(work: Path, docs: sp.csr_matrix, ranges: list[tuple[int, int]], 
     from spladekit.io import atomic_folder, write_json
 
     empties = []
-    for number, (start, stop) in enumerate(tqdm(ranges, desc="seismic shards", unit="shard", disable=not show_progress)):
+    for number, (start, stop) in enumerate(
+        tqdm(ranges, desc="seismic shards", unit="shard", disable=not show_progress)
+    ):
         shard = work / SHARD.format(number)
         if (shard / "shard.json").exists() and read_json(shard / "shard.json").get("range") == [start, stop]:
             empties.append(bool(read_json(shard / "shard.json")["empty"]))
@@ -296,7 +369,10 @@ def _build_each(work: Path, docs: sp.csr_matrix, ranges: list[tuple[int, int]], 
         searcher = SeismicSearcher(row_slice(docs, start, stop), each[number], canonical=True)
         with atomic_folder(shard) as tmp:
             searcher.save(tmp)
-            write_json(tmp / "shard.json", {"range": [start, stop], "empty": searcher.empty, "n_postings": each[number].n_postings})
+            write_json(
+                tmp / "shard.json",
+                {"range": [start, stop], "empty": searcher.empty, "n_postings": each[number].n_postings},
+            )
         empties.append(searcher.empty)
         del searcher  # freed before the next shard is built
         release_mapped_pages(docs.data, docs.indices)  # the range's input pages leave the resident set
@@ -342,7 +418,9 @@ def shard_folder(target: Path, number: int, count: int) -> Path:
     return target if count == 1 else target / SHARD.format(number)
 
 
-def _check_record(target: Path, stored: dict, rows: int) -> tuple[SeismicBuildParams, list[SeismicBuildParams], list[tuple[int, int]], list]:
+def _check_record(
+    target: Path, stored: dict, rows: int
+) -> tuple[SeismicBuildParams, list[SeismicBuildParams], list[tuple[int, int]], list]:
     """``params.json`` (``stored``) checked for form: ``(build, each shard's build, ranges, shard_files)``.
 
     Raises:
@@ -352,21 +430,45 @@ def _check_record(target: Path, stored: dict, rows: int) -> tuple[SeismicBuildPa
     path = target / "params.json"
     missing = [key for key in RECORD_KEYS if key not in stored]
     if missing:
-        raise DataFormatError(path, f"no {missing[0]!r} entry (written by an older spladekit); delete the seismic/ folder to rebuild it",
-                              field=missing[0])
+        raise DataFormatError(
+            path,
+            f"no {missing[0]!r} entry (written by an older spladekit); delete the seismic/ folder to rebuild it",
+            field=missing[0],
+        )
     params = _stored_build(stored, target)
     listed, shares, records = stored["shards"], stored["shard_n_postings"], stored["shard_files"]
     if not (isinstance(listed, list) and listed and all(isinstance(s, list) and len(s) == 3 for s in listed)):
-        raise DataFormatError(path, "shards: expected a list of [start, stop, empty]; delete the seismic/ folder to rebuild it", field="shards")
-    if (stored["shard_postings"] != SHARD_POSTINGS or not isinstance(shares, list) or len(shares) != len(listed)
-            or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= params.n_postings for n in shares)):
-        raise DataFormatError(path, f"shard_postings {stored['shard_postings']!r} / shard_n_postings {shares!r}: expected "
-                              f"{SHARD_POSTINGS!r} and {len(listed)} integers in [1, n_postings]; delete the seismic/ folder to rebuild it",
-                              field="shard_n_postings")
-    if not (isinstance(records, list) and len(records) == len(listed) and all(
-            r is None or (isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], str)) for r in records)):
-        raise DataFormatError(path, f"shard_files: expected {len(listed)} entries [bytes, sha256] or null; "
-                              "delete the seismic/ folder to rebuild it", field="shard_files")
+        raise DataFormatError(
+            path,
+            "shards: expected a list of [start, stop, empty]; delete the seismic/ folder to rebuild it",
+            field="shards",
+        )
+    if (
+        stored["shard_postings"] != SHARD_POSTINGS
+        or not isinstance(shares, list)
+        or len(shares) != len(listed)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= params.n_postings for n in shares)
+    ):
+        raise DataFormatError(
+            path,
+            f"shard_postings {stored['shard_postings']!r} / shard_n_postings {shares!r}: expected "
+            f"{SHARD_POSTINGS!r} and {len(listed)} integers in [1, n_postings]; delete the seismic/ folder to rebuild it",
+            field="shard_n_postings",
+        )
+    if not (
+        isinstance(records, list)
+        and len(records) == len(listed)
+        and all(
+            r is None or (isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], str))
+            for r in records
+        )
+    ):
+        raise DataFormatError(
+            path,
+            f"shard_files: expected {len(listed)} entries [bytes, sha256] or null; "
+            "delete the seismic/ folder to rebuild it",
+            field="shard_files",
+        )
     ranges = [(int(a), int(b)) for a, b, _ in listed]
     if ranges[0][0] != 0 or ranges[-1][1] != rows or any(b != c for (_, b), (c, _) in zip(ranges[:-1], ranges[1:])):
         raise DataFormatError(path, f"shard ranges {ranges} do not cover the {rows} document rows", field="shards")
@@ -389,11 +491,16 @@ def verify_files(target: Path, content_hash: str | None, rows: int) -> None:
     for number, record in enumerate(records):
         where = shard_folder(target, number, len(records))
         if record is not None and shard_file_record(where) != record:
-            raise DataFormatError(where / SeismicSearcher.INDEX_FILE, "does not match params.json's shard_files (size, SHA-256): "
-                                  "the file was altered, damaged or moved from another shard; delete the seismic/ folder to rebuild it")
+            raise DataFormatError(
+                where / SeismicSearcher.INDEX_FILE,
+                "does not match params.json's shard_files (size, SHA-256): "
+                "the file was altered, damaged or moved from another shard; delete the seismic/ folder to rebuild it",
+            )
 
 
-def _check_shard(path: Path, number: int, searcher: SeismicSearcher, start: int, stop: int, docs: sp.csr_matrix | None) -> None:
+def _check_shard(
+    path: Path, number: int, searcher: SeismicSearcher, start: int, stop: int, docs: sp.csr_matrix | None
+) -> None:
     """Whether the loaded Seismic index of shard ``number`` holds rows ``[start, stop)`` (:func:`load`).
     Seismic keeps only the documents with an entry, in row order: its document ``i`` is the range's
     ``i``-th non-empty row.
@@ -420,12 +527,15 @@ def _check_shard(path: Path, number: int, searcher: SeismicSearcher, start: int,
             want_values = np.asarray(docs.data[a:b], np.float64)
             # Seismic keeps values as float16: each within half a unit in the last place (2^-11 relative,
             # 2^-25 absolute below float16's normal range)
-            if (list(components) != np.asarray(docs.indices[a:b]).tolist()
-                    or not np.all(np.abs(np.asarray(values, np.float64) - want_values) <= 2.0**-11 * np.abs(want_values) + 2.0**-25)):
+            if list(components) != np.asarray(docs.indices[a:b]).tolist() or not np.all(
+                np.abs(np.asarray(values, np.float64) - want_values) <= 2.0**-11 * np.abs(want_values) + 2.0**-25
+            ):
                 problem = f"its document {position} is not row {row} of the index ({where})"
                 break
     if problem:
-        raise DataFormatError(path, f"{problem}: another shard's file, or altered; delete the seismic/ folder to rebuild it")
+        raise DataFormatError(
+            path, f"{problem}: another shard's file, or altered; delete the seismic/ folder to rebuild it"
+        )
 
 
 def load(target: Path, stored: dict, shape: tuple[int, int], docs: sp.csr_matrix | None = None) -> ShardedSeismic:
@@ -448,13 +558,20 @@ def load(target: Path, stored: dict, shape: tuple[int, int], docs: sp.csr_matrix
         where = shard_folder(target, number, len(ranges))
         path = where / SeismicSearcher.INDEX_FILE
         if records[number] is not None and path.exists() and path.stat().st_size != records[number][0]:
-            raise DataFormatError(path, f"{path.stat().st_size} bytes where params.json's shard_files records {records[number][0]}: "
-                                  "altered, or another shard's file; delete the seismic/ folder to rebuild it")
+            raise DataFormatError(
+                path,
+                f"{path.stat().st_size} bytes where params.json's shard_files records {records[number][0]}: "
+                "altered, or another shard's file; delete the seismic/ folder to rebuild it",
+            )
         searcher = SeismicSearcher.load(where, each[number], (stop - start, shape[1]), empty=bool(empty))
         if searcher.index is not None:
             _check_shard(path, number, searcher, start, stop, docs)
             if searcher.knn_len != params.nknn:  # searches would be refused, or rebuilds skipped, on the record's word
-                raise DataFormatError(target / "params.json", f"build.nknn {params.nknn} where shard {number}'s file holds a k-NN graph of "
-                                      f"{searcher.knn_len} ({path}); delete the seismic/ folder to rebuild it", field="build.nknn")
+                raise DataFormatError(
+                    target / "params.json",
+                    f"build.nknn {params.nknn} where shard {number}'s file holds a k-NN graph of "
+                    f"{searcher.knn_len} ({path}); delete the seismic/ folder to rebuild it",
+                    field="build.nknn",
+                )
         shards.append((start, searcher))
     return ShardedSeismic(shards, ranges, params, shape, stored["max_entries"], stored["memory_budget"])

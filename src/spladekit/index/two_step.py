@@ -89,15 +89,19 @@ def rescore_rows(docs: sp.csr_matrix, rows: np.ndarray, terms: np.ndarray, weigh
     starts, ends = indptr[rows], indptr[rows + 1]
     lengths = ends - starts
     if rows.size and (lengths.min() < 0 or starts.min() < 0 or ends.max() > indices.size):
-        raise ValueError("the document rows' offsets fall outside the index's entries: docs.indptr.npy is damaged "
-                         "(Index.open(folder, verify=True) checks the stored files)")
+        raise ValueError(
+            "the document rows' offsets fall outside the index's entries: docs.indptr.npy is damaged "
+            "(Index.open(folder, verify=True) checks the stored files)"
+        )
     gathered = np.zeros(rows.size + 1, indptr.dtype)
     np.cumsum(lengths, out=gathered[1:])
     columns, values = np.empty(int(gathered[-1]), indices.dtype), np.empty(int(gathered[-1]), np.float32)
     csr_row_index(rows.size, rows, indptr, indices, data, columns, values)
     if columns.size and (columns.min() < 0 or columns.max() >= docs.shape[1]):  # csr_matvec reads the query at each
-        raise ValueError("a document row holds a column outside the vocabulary: docs.indices.npy is damaged "
-                         "(Index.open(folder, verify=True) checks the stored files)")
+        raise ValueError(
+            "a document row holds a column outside the vocabulary: docs.indices.npy is damaged "
+            "(Index.open(folder, verify=True) checks the stored files)"
+        )
     scores = np.zeros(rows.size, np.float32)
     csr_matvec(rows.size, docs.shape[1], gathered, columns, values, dense, scores)
     return scores
@@ -126,7 +130,9 @@ class TwoStepSearcher(Searcher):
         from spladekit.model.pruning import prune
 
         if queries.shape[1] != self.docs.shape[1]:
-            raise ValueError(f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.docs.shape[1]}")
+            raise ValueError(
+                f"vocabulary mismatch: queries have {queries.shape[1]} columns, documents {self.docs.shape[1]}"
+            )
         k = check_k(k)
         queries = sp.csr_matrix(queries, dtype=np.float32, copy=True)
         queries.sum_duplicates()  # canonical: terms ascending, the order both steps add them in
@@ -145,7 +151,9 @@ class TwoStepSearcher(Searcher):
                 timings.append(time.perf_counter() - began)
         return out
 
-    def _rescored(self, queries: sp.csr_matrix, i: int, candidates: np.ndarray, k: int, tie_rank) -> tuple[np.ndarray, list[float]]:
+    def _rescored(
+        self, queries: sp.csr_matrix, i: int, candidates: np.ndarray, k: int, tie_rank
+    ) -> tuple[np.ndarray, list[float]]:
         """The top ``k`` of query ``i``'s candidate rows by their full scores (tie rule)."""
         if not candidates.size:
             return np.zeros(0, np.int64), []
@@ -160,8 +168,14 @@ class TwoStepSearcher(Searcher):
 
     def record(self) -> dict:
         first_query = None if self.first_query is None else self.first_query.record()
-        return {"two_step": {"first": self.copy.rule, "first_query": first_query, "candidates": self.candidates,
-                             "pruned_hash": self.copy.record.get("postings_hash")}}
+        return {
+            "two_step": {
+                "first": self.copy.rule,
+                "first_query": first_query,
+                "candidates": self.candidates,
+                "pruned_hash": self.copy.record.get("postings_hash"),
+            }
+        }
 
 
 class TwoStepConfig(SearcherConfig):
@@ -194,7 +208,9 @@ class TwoStepConfig(SearcherConfig):
     def _rule(cls, value, info):
         from spladekit.model.pruning import of_record
 
-        if value is None or (info.field_name == "first_query" and isinstance(value, str) and value.strip().lower() == "none"):
+        if value is None or (
+            info.field_name == "first_query" and isinstance(value, str) and value.strip().lower() == "none"
+        ):
             return None
         try:
             return str(of_record(value))

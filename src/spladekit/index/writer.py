@@ -39,8 +39,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,8 +60,20 @@ PIECE_BYTES = 48  # per entry of a document piece: int64 rows and keys, casts, t
 HASH_BYTES = 16  # per entry of a hashing piece: the read values and their int64 cast
 
 
-SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-              "pb": 10**15, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50}
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "pb": 10**15,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "pib": 1 << 50,
+}
 """Units of :func:`parse_size`: SI (powers of 1000) and IEC (powers of 1024), case-insensitive."""
 
 
@@ -76,7 +88,9 @@ def parse_size(text: str, name: str = "--memory-budget") -> int:
 
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in SIZE_UNITS:
-        raise ValueError(f"{name}: {text!r} is not a size (a number with B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB, e.g. 512MiB)")
+        raise ValueError(
+            f"{name}: {text!r} is not a size (a number with B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB, e.g. 512MiB)"
+        )
     value = int(float(match.group(1)) * SIZE_UNITS[match.group(2).lower()])
     try:
         return check_budget(value)
@@ -90,10 +104,15 @@ def check_budget(memory_budget) -> int:
     Raises:
         ValueError: not an integer in [:data:`MIN_BUDGET`, :data:`MAX_BUDGET`].
     """
-    if (isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer))
-            or not MIN_BUDGET <= memory_budget <= MAX_BUDGET):
-        raise ValueError(f"memory_budget must be an integer number of bytes in [{MIN_BUDGET} (16 MiB), {MAX_BUDGET} (1 PiB)], "
-                         f"got {memory_budget!r}")
+    if (
+        isinstance(memory_budget, bool)
+        or not isinstance(memory_budget, (int, np.integer))
+        or not MIN_BUDGET <= memory_budget <= MAX_BUDGET
+    ):
+        raise ValueError(
+            f"memory_budget must be an integer number of bytes in [{MIN_BUDGET} (16 MiB), {MAX_BUDGET} (1 PiB)], "
+            f"got {memory_budget!r}"
+        )
     return int(memory_budget)
 
 
@@ -173,7 +192,10 @@ def write_ids(folder: Path, doc_ids: Collection[str], block: int = 1 << 16) -> N
         size = len(doc_id.encode("utf-8"))
         total, longest = total + size, max(longest, size)
         trailing_nul |= doc_id.endswith("\x00")
-    offsets, utf8 = NpyWriter(folder / DOC_ID_FILES[0], np.int64, num_docs + 1), NpyWriter(folder / DOC_ID_FILES[1], np.uint8, total)
+    offsets, utf8 = (
+        NpyWriter(folder / DOC_ID_FILES[0], np.int64, num_docs + 1),
+        NpyWriter(folder / DOC_ID_FILES[1], np.uint8, total),
+    )
     offsets.write(np.zeros(1))
     keys = np.empty(num_docs, dtype=f"S{longest}")
     position = 0
@@ -236,7 +258,10 @@ class _Runs:
         while done < terms.size:
             take = min(terms.size - done, self.terms.size - self.fill)
             end = self.fill + take
-            self.terms[self.fill : end], self.rows[self.fill : end] = terms[done : done + take], rows[done : done + take]
+            self.terms[self.fill : end], self.rows[self.fill : end] = (
+                terms[done : done + take],
+                rows[done : done + take],
+            )
             self.impacts[self.fill : end] = impacts[done : done + take]
             self.fill, done = end, done + take
             if self.fill == self.terms.size:
@@ -326,8 +351,14 @@ def _pieces(block: sp.csr_matrix, max_entries: int) -> Iterator[tuple[np.ndarray
         start = end
 
 
-def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], num_docs: int, vocab_size: int,
-                 memory_budget: int = DEFAULT_BUDGET, documents: bool = True) -> int:
+def write_arrays(
+    folder: Path,
+    blocks: Callable[[], Iterator[sp.csr_matrix]],
+    num_docs: int,
+    vocab_size: int,
+    memory_budget: int = DEFAULT_BUDGET,
+    documents: bool = True,
+) -> int:
     """Write the document CSR (``docs.*.npy``) and its term-major copy (``postings.*.npy``) from
     canonical row blocks (in row order), in the three passes of the module docstring.
 
@@ -358,8 +389,14 @@ def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], nu
     piece = max(1, budget // 8 // PIECE_BYTES)
     runs = _Runs(folder / ".runs", vocab_size, itype, capacity=max(1, min(nnz, budget // 2 // RUN_BYTES)))
     try:
-        files = [NpyWriter(folder / f"docs.{part}.npy", dtype, n)
-                 for part, dtype, n in zip(PARTS, (itype, itype, np.float32), (num_docs + 1, nnz, nnz))] if documents else []
+        files = (
+            [
+                NpyWriter(folder / f"docs.{part}.npy", dtype, n)
+                for part, dtype, n in zip(PARTS, (itype, itype, np.float32), (num_docs + 1, nnz, nnz))
+            ]
+            if documents
+            else []
+        )
         if documents:
             files[0].write(np.zeros(1))
         row0, pos0 = 0, 0
@@ -376,7 +413,10 @@ def write_arrays(folder: Path, blocks: Callable[[], Iterator[sp.csr_matrix]], nu
         for file in files:
             file.close()
         runs.close()
-        p_idx, p_val = NpyWriter(folder / "postings.indices.npy", itype, nnz), NpyWriter(folder / "postings.data.npy", np.float32, nnz)
+        p_idx, p_val = (
+            NpyWriter(folder / "postings.indices.npy", itype, nnz),
+            NpyWriter(folder / "postings.data.npy", np.float32, nnz),
+        )
         indptr = runs.merge(p_idx, p_val, step=max(1, budget * 3 // 4 // MERGE_BYTES))
         p_idx.close()
         p_val.close()
@@ -416,7 +456,9 @@ def write_index(
         raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {vocab_size} columns")
     if vocabulary is not None and not all(isinstance(t, str) for t in vocabulary):
         bad = next(j for j, t in enumerate(vocabulary) if not isinstance(t, str))
-        raise ValueError(f"vocabulary entry {bad} is {vocabulary[bad]!r}, not a token string (vocab.json could not be read back)")
+        raise ValueError(
+            f"vocabulary entry {bad} is {vocabulary[bad]!r}, not a token string (vocab.json could not be read back)"
+        )
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputPathError(f"{out}: is a file; an index is a folder (the file is left as it is)")
@@ -441,8 +483,14 @@ def write_index(
     return out
 
 
-def save_index(folder: str | Path, matrix: sp.csr_matrix, doc_ids: Sequence[str], metadata: dict, vocabulary: Sequence[str] | None = None,
-               memory_budget: int = DEFAULT_BUDGET) -> Path:
+def save_index(
+    folder: str | Path,
+    matrix: sp.csr_matrix,
+    doc_ids: Sequence[str],
+    metadata: dict,
+    vocabulary: Sequence[str] | None = None,
+    memory_budget: int = DEFAULT_BUDGET,
+) -> Path:
     """Write in-memory (or memory-mapped) vectors as an index folder, atomically, within
     ``memory_budget`` bytes of working memory (:func:`write_index` of the matrix's blocks).
 
@@ -463,8 +511,15 @@ def save_index(folder: str | Path, matrix: sp.csr_matrix, doc_ids: Sequence[str]
         raise ValueError(f"vocabulary has {len(vocabulary)} tokens for {matrix.shape[1]} columns")
     if matrix.shape[0] != len(doc_ids):
         raise ValueError(f"{matrix.shape[0]} vectors for {len(doc_ids)} document ids")
-    return write_index(folder, matrix_blocks(sp.csr_matrix(matrix), memory_budget), list(doc_ids), matrix.shape[1], metadata, vocabulary,
-                       memory_budget)
+    return write_index(
+        folder,
+        matrix_blocks(sp.csr_matrix(matrix), memory_budget),
+        list(doc_ids),
+        matrix.shape[1],
+        metadata,
+        vocabulary,
+        memory_budget,
+    )
 
 
 # ----------------------------------------------------------------------------------- sources
@@ -475,8 +530,9 @@ def _block_end(indptr, start: int, rows: int, limit: int) -> int:
     return min(rows, max(end, start + 1))
 
 
-def matrix_blocks(matrix: sp.csr_matrix, memory_budget: int = DEFAULT_BUDGET, assume_canonical: bool = False
-                  ) -> Callable[[], Iterator[sp.csr_matrix]]:
+def matrix_blocks(
+    matrix: sp.csr_matrix, memory_budget: int = DEFAULT_BUDGET, assume_canonical: bool = False
+) -> Callable[[], Iterator[sp.csr_matrix]]:
     """Blocks of consecutive rows of a CSR matrix (in memory or memory-mapped), each holding at most
     ``memory_budget / 8 / 48`` entries, made canonical (:func:`spladekit.index.layout.canonical`) unless
     ``assume_canonical`` (then the rows are copied as they are: an index folder's are canonical).
@@ -492,8 +548,14 @@ def matrix_blocks(matrix: sp.csr_matrix, memory_budget: int = DEFAULT_BUDGET, as
         while start < matrix.shape[0]:
             end = _block_end(indptr, start, matrix.shape[0], limit)
             a, b = int(indptr[start]), int(indptr[end])
-            part = sp.csr_matrix((np.array(matrix.data[a:b]), np.array(matrix.indices[a:b]), np.asarray(indptr[start : end + 1], dtype=np.int64) - a),
-                                 shape=(end - start, matrix.shape[1]))
+            part = sp.csr_matrix(
+                (
+                    np.array(matrix.data[a:b]),
+                    np.array(matrix.indices[a:b]),
+                    np.asarray(indptr[start : end + 1], dtype=np.int64) - a,
+                ),
+                shape=(end - start, matrix.shape[1]),
+            )
             yield part if assume_canonical else canonical(part)
             start = end
 
@@ -517,7 +579,10 @@ class RowSpill:
     def __init__(self, folder: Path, vocab_size: int):
         self.folder, self.vocab_size, self.rows, self.entries = Path(folder), int(vocab_size), 0, 0
         self.col_type = np.dtype(np.int32 if vocab_size <= np.iinfo(np.int32).max else np.int64)
-        self.files = [open(self.folder / name, "wb", buffering=self.BUFFER) for name in ("lengths.bin", "columns.bin", "weights.bin")]
+        self.files = [
+            open(self.folder / name, "wb", buffering=self.BUFFER)
+            for name in ("lengths.bin", "columns.bin", "weights.bin")
+        ]
 
     def add(self, columns: np.ndarray, weights: np.ndarray) -> None:
         """Append one row: ``[n]`` column ids in ``[0, V)``, ``[n]`` weights (stored as float32)."""
@@ -544,7 +609,11 @@ class RowSpill:
         names = [self.folder / name for name in ("lengths.bin", "columns.bin", "weights.bin")]
 
         def blocks():
-            with open(names[0], "rb") as lengths_file, open(names[1], "rb") as columns_file, open(names[2], "rb") as weights_file:
+            with (
+                open(names[0], "rb") as lengths_file,
+                open(names[1], "rb") as columns_file,
+                open(names[2], "rb") as weights_file,
+            ):
                 left = self.rows
                 while left > 0:
                     lengths = np.fromfile(lengths_file, np.int64, count=min(limit, left))
@@ -561,7 +630,9 @@ class RowSpill:
                         weights = np.fromfile(weights_file, np.float32, count=count)
                         if columns.size != count or weights.size != count:
                             raise ValueError(f"{self.folder}: entries missing: the spilled rows changed on disk")
-                        part = sp.csr_matrix((weights, columns, ptr[start : end + 1] - ptr[start]), shape=(end - start, self.vocab_size))
+                        part = sp.csr_matrix(
+                            (weights, columns, ptr[start : end + 1] - ptr[start]), shape=(end - start, self.vocab_size)
+                        )
                         yield canonical(part)
                         start = end
 

@@ -21,9 +21,15 @@ def bm25_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int)
     return {qid: [(doc_ids[i], s) for i, s in row] for qid, row in zip(queries, hits)}
 
 
-def model_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int, model: str | None = None,
-                     index: str | None = None, show_progress: bool = True,
-                     trust_remote_code: bool = False) -> dict[str, list[tuple[str, float]]]:
+def model_candidates(
+    queries: dict[str, str],
+    corpus: dict[str, str],
+    depth: int,
+    model: str | None = None,
+    index: str | None = None,
+    show_progress: bool = True,
+    trust_remote_code: bool = False,
+) -> dict[str, list[tuple[str, float]]]:
     """Top-``depth`` documents by the SPLADE dot product: an exact search of ``index`` (its own
     query encoder, or ``model``), or of a temporary :class:`~spladekit.index.index.Index` of
     ``corpus`` built with ``model`` (``trust_remote_code``: run the model folder's own code).
@@ -39,7 +45,9 @@ def model_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int
         result = opened.search(queries, k=depth, encoder=encoder)
         unknown = next((d for row in result.hits for d, _ in row if d not in corpus), None)
         if unknown is not None:
-            raise DataFormatError(Path(index) / "index.json", f"document {unknown!r} of the index is not in the mining corpus")
+            raise DataFormatError(
+                Path(index) / "index.json", f"document {unknown!r} of the index is not in the mining corpus"
+            )
         return {qid: [(d, float(s)) for d, s in row] for qid, row in zip(result.query_ids, result.hits)}
     from spladekit.model.encoder import SpladeEncoder
 
@@ -52,7 +60,9 @@ def model_candidates(queries: dict[str, str], corpus: dict[str, str], depth: int
     return out
 
 
-def run_candidates(path: str | Path, queries: dict[str, str], corpus: dict[str, str], depth: int) -> dict[str, list[tuple[str, float]]]:
+def run_candidates(
+    path: str | Path, queries: dict[str, str], corpus: dict[str, str], depth: int
+) -> dict[str, list[tuple[str, float]]]:
     """The top-``depth`` documents of each query in a TREC run (:func:`spladekit.data.trec.read_run`;
     order: score descending, ties by document id).
 
@@ -64,7 +74,9 @@ def run_candidates(path: str | Path, queries: dict[str, str], corpus: dict[str, 
     run = read_run(path)
     missing = [q for q in queries if q not in run]
     if missing:
-        raise DataFormatError(path, f"{len(missing)} of the {len(queries)} queries have no line in the run, e.g. {missing[0]!r}")
+        raise DataFormatError(
+            path, f"{len(missing)} of the {len(queries)} queries have no line in the run, e.g. {missing[0]!r}"
+        )
     out = {}
     for qid in queries:
         ranked = sorted_ranking(run[qid])

@@ -22,16 +22,27 @@ sentence-transformers counts its ``Skipped … due to …`` lines.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from pydantic import ConfigDict, model_validator
 
 from spladekit.settings import Settings
 
 #: the statistics keys, in the order the rules apply
-STAT_KEYS = ("candidates", "positive", "query_text", "absolute_margin", "relative_margin", "max_score", "min_score",
-             "range_min", "range_max", "not_sampled", "kept")
+STAT_KEYS = (
+    "candidates",
+    "positive",
+    "query_text",
+    "absolute_margin",
+    "relative_margin",
+    "max_score",
+    "min_score",
+    "range_min",
+    "range_max",
+    "not_sampled",
+    "kept",
+)
 
 
 class FilterSettings(Settings):
@@ -62,8 +73,10 @@ class FilterSettings(Settings):
         if self.range_min < 0:
             raise ValueError(f"range_min must be non-negative, got {self.range_min}")
         if self.range_max is not None and self.range_max - self.range_min < self.num_negatives:
-            raise ValueError(f"range_max={self.range_max} leaves {self.range_max - self.range_min} candidates after "
-                             f"range_min={self.range_min}, fewer than num_negatives={self.num_negatives}")
+            raise ValueError(
+                f"range_max={self.range_max} leaves {self.range_max - self.range_min} candidates after "
+                f"range_min={self.range_min}, fewer than num_negatives={self.num_negatives}"
+            )
         if self.sampling not in ("top", "random"):
             raise ValueError(f"sampling must be 'top' or 'random', got {self.sampling!r}")
         return self
@@ -73,8 +86,12 @@ def default_range_max(settings: FilterSettings, max_positives: int, teacher: boo
     """sentence-transformers' default ``range_max``: ``range_min + 10·n + max_positives`` when a margin,
     ``max_score`` (or, with a cross-encoder, ``min_score``) may remove candidates, else
     ``range_min + n + max_positives``."""
-    filtering = (settings.absolute_margin is not None or settings.relative_margin is not None
-                 or settings.max_score is not None or (teacher and settings.min_score is not None))
+    filtering = (
+        settings.absolute_margin is not None
+        or settings.relative_margin is not None
+        or settings.max_score is not None
+        or (teacher and settings.min_score is not None)
+    )
     return settings.range_min + settings.num_negatives * (10 if filtering else 1) + max_positives
 
 
@@ -93,9 +110,15 @@ class Selection:
     complete: bool = True  # num_negatives negatives were found
 
 
-def select_negatives(candidates: Sequence[tuple[str, float]], positive_scores: Sequence[float], settings: FilterSettings,
-                     range_max: int, excluded: set[str] = frozenset(), same_as_query: set[str] = frozenset(),
-                     rng: random.Random | None = None) -> Selection:
+def select_negatives(
+    candidates: Sequence[tuple[str, float]],
+    positive_scores: Sequence[float],
+    settings: FilterSettings,
+    range_max: int,
+    excluded: set[str] = frozenset(),
+    same_as_query: set[str] = frozenset(),
+    rng: random.Random | None = None,
+) -> Selection:
     """Apply the rules of the module docstring to one query.
 
     Args:
@@ -134,7 +157,7 @@ def select_negatives(candidates: Sequence[tuple[str, float]], positive_scores: S
     alive.sort(key=lambda item: (-item[2], item[0]))
     removed["range_min"] = min(settings.range_min, len(alive))
     removed["range_max"] = max(0, len(alive) - range_max)
-    window = alive[settings.range_min:range_max]
+    window = alive[settings.range_min : range_max]
     n = settings.num_negatives
     if settings.sampling == "top":
         chosen = window[:n]

@@ -49,7 +49,9 @@ def read_mining_input(config) -> MiningInput:
             raise DataFormatError(qrels_path, "no query with a relevant document (grade > 0)")
         return MiningInput({q: dataset.queries[q] for q in positives}, positives, dataset.corpus, str(config.data))
     pairs = _read_pairs(config)
-    return _from_pairs(pairs, _read_corpus(config.corpus) if config.corpus else {}, str(config.data), config.max_queries)
+    return _from_pairs(
+        pairs, _read_corpus(config.corpus) if config.corpus else {}, str(config.data), config.max_queries
+    )
 
 
 def _read_pairs(config) -> list[tuple[str, str]]:
@@ -72,8 +74,16 @@ def _read_pairs(config) -> list[tuple[str, str]]:
 
     from spladekit.train.hf import open_dataset
 
-    dataset = open_dataset(SimpleNamespace(path=config.data, split=config.split, subset=config.subset, cache_dir=None,
-                                           streaming=False, max_queries=None))
+    dataset = open_dataset(
+        SimpleNamespace(
+            path=config.data,
+            split=config.split,
+            subset=config.subset,
+            cache_dir=None,
+            streaming=False,
+            max_queries=None,
+        )
+    )
     names = dataset.column_names
     query = config.query_column or names[0]
     positive = config.positive_column or (names[1] if len(names) > 1 else None)
@@ -84,7 +94,9 @@ def _read_pairs(config) -> list[tuple[str, str]]:
     for row, (q, p) in enumerate(zip(dataset[query], dataset[positive])):
         for column, value in ((query, q), (positive, p)):
             if not isinstance(value, str) or not value.strip():
-                raise DataFormatError(config.data, f"row {row} (dataset[{row}]): expected a non-empty text, got {value!r}", field=column)
+                raise DataFormatError(
+                    config.data, f"row {row} (dataset[{row}]): expected a non-empty text, got {value!r}", field=column
+                )
         pairs.append((q, p))
     return pairs
 
@@ -100,7 +112,9 @@ def _read_corpus(path: str) -> dict[str, str]:
     return read_tsv(p)
 
 
-def _from_pairs(pairs: list[tuple[str, str]], corpus: dict[str, str], source: str, max_queries: int | None) -> MiningInput:
+def _from_pairs(
+    pairs: list[tuple[str, str]], corpus: dict[str, str], source: str, max_queries: int | None
+) -> MiningInput:
     """Text pairs → ids, as sentence-transformers de-duplicates: one query per distinct text, one
     document per distinct text (a positive found in ``corpus`` takes that document's id)."""
     by_text: dict[str, str] = {}

@@ -36,16 +36,20 @@ def _candidates(config: MineConfig, queries, corpus, depth: int, show_progress: 
     if config.candidates == "bm25":
         return bm25_candidates(queries, corpus, depth)
     if config.candidates == "model":
-        return model_candidates(queries, corpus, depth, config.model, config.index, show_progress, config.trust_remote_code)
+        return model_candidates(
+            queries, corpus, depth, config.model, config.index, show_progress, config.trust_remote_code
+        )
     return run_candidates(config.run, queries, corpus, depth)
 
 
 def stats_line(stats: dict) -> str:
     """One line: candidates, what each filter removed, negatives kept, queries short of negatives."""
     removed = ", ".join(f"{k} {stats['removed'][k]:,}" for k in STAT_KEYS[1:-1] if stats["removed"][k])
-    return (f"mined {stats['queries']:,} queries: {stats['removed']['candidates']:,} candidates; removed: "
-            f"{removed or 'none'}; kept {stats['removed']['kept']:,} negatives; {stats['rows']:,} dataset rows; "
-            f"{stats['short_queries']:,} queries with fewer than {stats['num_negatives']} negatives (no dataset row)")
+    return (
+        f"mined {stats['queries']:,} queries: {stats['removed']['candidates']:,} candidates; removed: "
+        f"{removed or 'none'}; kept {stats['removed']['kept']:,} negatives; {stats['rows']:,} dataset rows; "
+        f"{stats['short_queries']:,} queries with fewer than {stats['num_negatives']} negatives (no dataset row)"
+    )
 
 
 def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> MineResult:
@@ -81,9 +85,16 @@ def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> Min
 
         for name in config.teachers:
             check_teacher_files(name, config.trust_remote_code)
-    settings = FilterSettings(num_negatives=config.num_negatives, range_min=config.range_min, range_max=config.range_max,
-                              max_score=config.max_score, min_score=config.min_score, absolute_margin=config.absolute_margin,
-                              relative_margin=config.relative_margin, sampling=config.sampling)
+    settings = FilterSettings(
+        num_negatives=config.num_negatives,
+        range_min=config.range_min,
+        range_max=config.range_max,
+        max_score=config.max_score,
+        min_score=config.min_score,
+        absolute_margin=config.absolute_margin,
+        relative_margin=config.relative_margin,
+        sampling=config.sampling,
+    )
     max_positives = max(len(p) for p in data.positives.values())
     range_max = config.range_max or default_range_max(settings, max_positives, teacher)
     depth = config.depth or default_depth(range_max, max_positives)
@@ -94,12 +105,21 @@ def mine(config: MineConfig, out: str | Path, show_progress: bool = True) -> Min
     else:
         positive_scores = _retriever_scores(config, data, ranked, depth)
     chosen = _choose(data, ranked, positive_scores, same_text, settings, range_max, random.Random(config.seed), teacher)
-    stats = {"queries": len(data.queries), "num_negatives": config.num_negatives, "range_max": range_max, "depth": depth,
-             "teachers": list(config.teachers), "removed": chosen.totals, "rows": len(chosen.rows),
-             "short_queries": chosen.short}
+    stats = {
+        "queries": len(data.queries),
+        "num_negatives": config.num_negatives,
+        "range_max": range_max,
+        "depth": depth,
+        "teachers": list(config.teachers),
+        "removed": chosen.totals,
+        "rows": len(chosen.rows),
+        "short_queries": chosen.short,
+    }
     if not chosen.rows:
-        raise ValueError(f"no query kept {config.num_negatives} negatives, nothing to write ({stats_line(stats)}); "
-                         "loosen the filters (range_max, margins, max_score) or lower num_negatives")
+        raise ValueError(
+            f"no query kept {config.num_negatives} negatives, nothing to write ({stats_line(stats)}); "
+            "loosen the filters (range_max, margins, max_score) or lower num_negatives"
+        )
     _write(out, config, data, chosen, stats, teacher, show_progress)
     return MineResult(out, stats, stats_line(stats))
 
@@ -117,9 +137,18 @@ def _teacher_scores(config: MineConfig, data, ranked: dict, same_text: dict, wor
     qids = list(data.queries)
     pool = {q: [d for d, _ in ranked[q] if d not in data.positives[q] and d not in same_text[q]] for q in qids}
     groups = [[(data.queries[q], data.corpus[d]) for d in data.positives[q] + pool[q]] for q in qids]
-    scored = score_pairs(groups, config.teachers, work, config.activation, config.teacher_batch_size,
-                         config.chunk_queries, config.teacher_max_length, config.device, show_progress,
-                         config.trust_remote_code)
+    scored = score_pairs(
+        groups,
+        config.teachers,
+        work,
+        config.activation,
+        config.teacher_batch_size,
+        config.chunk_queries,
+        config.teacher_max_length,
+        config.device,
+        show_progress,
+        config.trust_remote_code,
+    )
     positive_scores, rescored = {}, {}
     for q, scores in zip(qids, scored):
         n_pos = len(data.positives[q])
@@ -141,8 +170,10 @@ def _retriever_scores(config: MineConfig, data, ranked: dict, depth: int) -> dic
         for q in data.queries:
             lacking = [d for d in data.positives[q] if d not in positive_scores[q]]
             if lacking:
-                raise ValueError(f"query {q!r}: positive {lacking[0]!r} is not among its top-{depth} candidates, so its "
-                                 "retriever score (the margins' reference) is unknown; give a teacher or a larger depth")
+                raise ValueError(
+                    f"query {q!r}: positive {lacking[0]!r} is not among its top-{depth} candidates, so its "
+                    "retriever score (the margins' reference) is unknown; give a teacher or a larger depth"
+                )
     return positive_scores
 
 
@@ -158,14 +189,29 @@ class _Chosen:
     short: int
 
 
-def _choose(data, ranked: dict, positive_scores: dict, same_text: dict, settings: FilterSettings, range_max: int,
-            rng: random.Random, teacher: bool) -> _Chosen:
+def _choose(
+    data,
+    ranked: dict,
+    positive_scores: dict,
+    same_text: dict,
+    settings: FilterSettings,
+    range_max: int,
+    rng: random.Random,
+    teacher: bool,
+) -> _Chosen:
     """Each query's negatives (:func:`~spladekit.mine.filters.select_negatives`, queries in input
     order, one ``rng`` for all), one dataset row per positive of a query that kept ``num_negatives``."""
     chosen = _Chosen([], {}, {}, dict.fromkeys(STAT_KEYS, 0), 0)
     for q in data.queries:
-        selection = select_negatives(ranked[q], list(positive_scores[q].values()), settings, range_max,
-                                     excluded=set(data.positives[q]), same_as_query=same_text[q], rng=rng)
+        selection = select_negatives(
+            ranked[q],
+            list(positive_scores[q].values()),
+            settings,
+            range_max,
+            excluded=set(data.positives[q]),
+            same_as_query=same_text[q],
+            rng=rng,
+        )
         chosen.totals["candidates"] += len(ranked[q])
         for key, value in selection.removed.items():
             chosen.totals[key] += value
@@ -177,13 +223,22 @@ def _choose(data, ranked: dict, positive_scores: dict, same_text: dict, settings
             chosen.short += 1
             continue
         for p in data.positives[q]:
-            chosen.rows.append({"query_id": q, "query": data.queries[q], "positive_id": p, "positive": data.corpus[p],
-                                "negatives": [(d, data.corpus[d]) for d in chosen.negatives[q]],
-                                "scores": [positive_scores[q].get(p, 0.0)] + [s for _, s in selection.negatives]})
+            chosen.rows.append(
+                {
+                    "query_id": q,
+                    "query": data.queries[q],
+                    "positive_id": p,
+                    "positive": data.corpus[p],
+                    "negatives": [(d, data.corpus[d]) for d in chosen.negatives[q]],
+                    "scores": [positive_scores[q].get(p, 0.0)] + [s for _, s in selection.negatives],
+                }
+            )
     return chosen
 
 
-def _write(out: Path, config: MineConfig, data, chosen: _Chosen, stats: dict, teacher: bool, show_progress: bool) -> None:
+def _write(
+    out: Path, config: MineConfig, data, chosen: _Chosen, stats: dict, teacher: bool, show_progress: bool
+) -> None:
     """``dataset/``, ``naver/``, ``stats.json`` and ``mine.yaml`` into ``out`` together (staged, then
     renamed); ``out/work/`` (the teacher chunks) removed once they are in place."""
     from spladekit.io import staged_files, write_json, write_yaml
@@ -191,8 +246,14 @@ def _write(out: Path, config: MineConfig, data, chosen: _Chosen, stats: dict, te
 
     with staged_files(out) as tmp:
         write_dataset(tmp / "dataset", chosen.rows, config.num_negatives, teacher, show_progress)
-        write_naver(tmp / "naver", data.queries, data.positives, chosen.negatives, data.corpus,
-                    chosen.naver_scores if teacher else None)
+        write_naver(
+            tmp / "naver",
+            data.queries,
+            data.positives,
+            chosen.negatives,
+            data.corpus,
+            chosen.naver_scores if teacher else None,
+        )
         write_json(tmp / "stats.json", stats)
         write_yaml(tmp / "mine.yaml", config.model_dump(mode="json"))
     shutil.rmtree(out / "work", ignore_errors=True)

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from spladekit.io import read_json, write_json
 
 
-def load_cross_encoder(name: str, activation: str = "identity", max_length: int | None = None, device: str | None = None,
-                       trust_remote_code: bool = False):
+def load_cross_encoder(
+    name: str,
+    activation: str = "identity",
+    max_length: int | None = None,
+    device: str | None = None,
+    trust_remote_code: bool = False,
+):
     """A sentence-transformers ``CrossEncoder`` with the chosen activation (see the module docstring),
     checked by :func:`check_loaded_cross_encoder`; ``trust_remote_code`` passed on (a folder's own code
     is refused before by :func:`check_teacher_files` unless it is set).
@@ -42,8 +47,13 @@ def load_cross_encoder(name: str, activation: str = "identity", max_length: int 
     activation_fn = {"identity": torch.nn.Identity(), "sigmoid": torch.nn.Sigmoid(), "model": None}[activation]
     folder = resolve_model(name)
     try:
-        model = CrossEncoder(folder, activation_fn=activation_fn, max_length=max_length, device=device,
-                             trust_remote_code=trust_remote_code)
+        model = CrossEncoder(
+            folder,
+            activation_fn=activation_fn,
+            max_length=max_length,
+            device=device,
+            trust_remote_code=trust_remote_code,
+        )
     except (OSError, ValueError, KeyError) as exc:  # transformers' "no file named model.safetensors ...", a bad config
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise DataFormatError(_transformer_folder(Path(folder)), f"teacher {name!r} does not load: {first}") from None
@@ -105,8 +115,12 @@ def check_loaded_cross_encoder(model, name: str, folder: Path) -> None:
 
     home = _transformer_folder(folder)
     if model.num_labels != 1:
-        raise DataFormatError(home / "config.json", f"teacher {name!r} has {model.num_labels} labels; relevance needs "
-                              "one score a pair (a cross-encoder with num_labels 1)", field="id2label")
+        raise DataFormatError(
+            home / "config.json",
+            f"teacher {name!r} has {model.num_labels} labels; relevance needs "
+            "one score a pair (a cross-encoder with num_labels 1)",
+            field="id2label",
+        )
     hf = getattr(model, "model", None)
     prefix = getattr(hf, "base_model_prefix", "") or ""
     if hf is None or not prefix or getattr(hf, prefix, hf) is hf:
@@ -118,12 +132,20 @@ def check_loaded_cross_encoder(model, name: str, folder: Path) -> None:
     weights, keys = found
     missing = [n for n in head if n not in keys]
     if missing:
-        raise DataFormatError(weights, f"teacher {name!r}: its classifier head ({', '.join(missing)}) is not in the "
-                              "checkpoint, so it would score with random weights; give a trained cross-encoder "
-                              "(a *ForSequenceClassification checkpoint with its head)")
+        raise DataFormatError(
+            weights,
+            f"teacher {name!r}: its classifier head ({', '.join(missing)}) is not in the "
+            "checkpoint, so it would score with random weights; give a trained cross-encoder "
+            "(a *ForSequenceClassification checkpoint with its head)",
+        )
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def check_teacher_files(name: str, trust_remote_code: bool = False) -> None:
@@ -161,9 +183,13 @@ def check_teacher_files(name: str, trust_remote_code: bool = False) -> None:
     ids = max(tokenizer.get_vocab().values(), default=-1) + 1
     if isinstance(rows, int) and ids > rows:
         source = next((home / f for f in ("tokenizer.json", "vocab.txt") if (home / f).is_file()), home)
-        raise DataFormatError(source, f"teacher {name!r}: its tokenizer has {ids} token ids, its embedding {rows} rows "
-                              "(config.json vocab_size): a text with a later id could not be scored; give the tokenizer "
-                              "the model was trained with", field="vocab")
+        raise DataFormatError(
+            source,
+            f"teacher {name!r}: its tokenizer has {ids} token ids, its embedding {rows} rows "
+            "(config.json vocab_size): a text with a later id could not be scored; give the tokenizer "
+            "the model was trained with",
+            field="vocab",
+        )
 
 
 def teacher_fingerprint(name: str) -> list:
@@ -194,26 +220,48 @@ def check_cross_encoder(name: str) -> None:
     settings = read_json(config) or {}
     architectures = settings.get("architectures") or []
     if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
-        raise DataFormatError(config, f"teacher {name!r} is a {', '.join(architectures)}, not a cross-encoder "
-                              "(a *ForSequenceClassification model, as sentence-transformers' CrossEncoder saves): its "
-                              "classifier head would be random", field="architectures")
+        raise DataFormatError(
+            config,
+            f"teacher {name!r} is a {', '.join(architectures)}, not a cross-encoder "
+            "(a *ForSequenceClassification model, as sentence-transformers' CrossEncoder saves): its "
+            "classifier head would be random",
+            field="architectures",
+        )
     labels = settings.get("id2label")
     if architectures and isinstance(labels, dict) and len(labels) > 1:
-        raise DataFormatError(config, f"teacher {name!r} has {len(labels)} labels; relevance needs one score a pair "
-                              "(a cross-encoder with num_labels 1)", field="id2label")
+        raise DataFormatError(
+            config,
+            f"teacher {name!r} has {len(labels)} labels; relevance needs one score a pair "
+            "(a cross-encoder with num_labels 1)",
+            field="id2label",
+        )
 
 
-def _digest(teachers: Sequence[str], activation: str, pairs: list[tuple[str, str]], max_length: int | None = None,
-            fingerprints: list | None = None) -> str:
+def _digest(
+    teachers: Sequence[str],
+    activation: str,
+    pairs: list[tuple[str, str]],
+    max_length: int | None = None,
+    fingerprints: list | None = None,
+) -> str:
     digest = hashlib.sha256(json.dumps([list(teachers), activation, max_length, fingerprints]).encode())
     for query, doc in pairs:
         digest.update(b"\x00" + query.encode() + b"\x01" + doc.encode())
     return digest.hexdigest()
 
 
-def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], work: Path, activation: str = "identity",
-                batch_size: int = 32, chunk_queries: int = 256, max_length: int | None = None, device: str | None = None,
-                show_progress: bool = True, trust_remote_code: bool = False) -> list[list[float]]:
+def score_pairs(
+    groups: list[list[tuple[str, str]]],
+    teachers: Sequence[str],
+    work: Path,
+    activation: str = "identity",
+    batch_size: int = 32,
+    chunk_queries: int = 256,
+    max_length: int | None = None,
+    device: str | None = None,
+    show_progress: bool = True,
+    trust_remote_code: bool = False,
+) -> list[list[float]]:
     """Teacher scores of each query's pairs: ``groups[i]`` is query i's ``[(query text, doc text)]``.
     Each teacher is loaded when a chunk needs it (a resumed run whose chunks are all done loads none);
     ``trust_remote_code``: a teacher folder's own code may run (:func:`check_teacher_files`).
@@ -242,7 +290,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
     total = sum(len(g) for g in groups)
     with tqdm(total=total, desc="teacher scores", unit="pair", disable=not show_progress) as bar:
         for start in range(0, len(groups), chunk_queries):
-            chunk = groups[start:start + chunk_queries]
+            chunk = groups[start : start + chunk_queries]
             flat = [pair for group in chunk for pair in group]
             digest = _digest(teachers, activation, flat, max_length, fingerprints)
             path = work / f"teacher-{start // chunk_queries:05d}.json"
@@ -257,8 +305,9 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
                 if name not in models:
                     models[name] = load_cross_encoder(name, activation, max_length, device, trust_remote_code)
                 if flat:
-                    predicted = models[name].predict(flat, batch_size=batch_size, show_progress_bar=False,
-                                                     convert_to_numpy=True)
+                    predicted = models[name].predict(
+                        flat, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True
+                    )
                     for k, value in enumerate(predicted.reshape(len(flat)).tolist()):
                         if not math.isfinite(value):
                             raise ValueError(f"teacher {name}: non-finite score {value} for pair {flat[k]!r}")
@@ -266,7 +315,7 @@ def score_pairs(groups: list[list[tuple[str, str]]], teachers: Sequence[str], wo
             means = [s / len(teachers) for s in sums]
             scores, k = [], 0
             for group in chunk:
-                scores.append(means[k:k + len(group)])
+                scores.append(means[k : k + len(group)])
                 k += len(group)
             write_json(path, {"digest": digest, "scores": scores})
             out.extend(scores)

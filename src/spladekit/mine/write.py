@@ -28,7 +28,9 @@ def _tsv(text: str) -> str:
     return _TSV_BREAKS.sub(" ", text)
 
 
-def write_dataset(folder: Path, rows: list[dict], num_negatives: int, with_scores: bool, show_progress: bool = True) -> None:
+def write_dataset(
+    folder: Path, rows: list[dict], num_negatives: int, with_scores: bool, show_progress: bool = True
+) -> None:
     """``rows``: ``{query_id, query, positive_id, positive, negatives: [(id, text)], scores}``; written to ``folder``."""
     import datasets
 
@@ -66,8 +68,14 @@ def write_dataset(folder: Path, rows: list[dict], num_negatives: int, with_score
             enable_progress_bars()
 
 
-def write_naver(folder: Path, queries: dict[str, str], positives: dict[str, list[str]], negatives: dict[str, list[str]],
-                corpus: dict[str, str], scores: dict[str, dict[str, float]] | None) -> None:
+def write_naver(
+    folder: Path,
+    queries: dict[str, str],
+    positives: dict[str, list[str]],
+    negatives: dict[str, list[str]],
+    corpus: dict[str, str],
+    scores: dict[str, dict[str, float]] | None,
+) -> None:
     """The naver/splade layout of the module docstring, into ``folder`` (a fresh folder)."""
     for sub in ("triplets", "qrel", "train_queries", "full_collection"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -80,9 +88,15 @@ def write_naver(folder: Path, queries: dict[str, str], positives: dict[str, list
                     triples.write(f"{_tsv(queries[qid])}\t{_tsv(corpus[p])}\t{_tsv(corpus[n])}\n")
             for n in negatives.get(qid, []):
                 used[n] = None
-    (folder / "qrel" / "qrel.json").write_text(json.dumps({q: {d: 1 for d in pos} for q, pos in positives.items()}), encoding="utf-8")
-    (folder / "train_queries" / "raw.tsv").write_text("".join(f"{q}\t{_tsv(queries[q])}\n" for q in positives), encoding="utf-8")
-    (folder / "full_collection" / "raw.tsv").write_text("".join(f"{d}\t{_tsv(corpus[d])}\n" for d in used), encoding="utf-8")
+    (folder / "qrel" / "qrel.json").write_text(
+        json.dumps({q: {d: 1 for d in pos} for q, pos in positives.items()}), encoding="utf-8"
+    )
+    (folder / "train_queries" / "raw.tsv").write_text(
+        "".join(f"{q}\t{_tsv(queries[q])}\n" for q in positives), encoding="utf-8"
+    )
+    (folder / "full_collection" / "raw.tsv").write_text(
+        "".join(f"{d}\t{_tsv(corpus[d])}\n" for d in used), encoding="utf-8"
+    )
     if scores is not None:
         with gzip.open(folder / "scores.pkl.gz", "wb") as handle:
             pickle.dump(scores, handle, protocol=pickle.HIGHEST_PROTOCOL)

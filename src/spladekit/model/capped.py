@@ -70,8 +70,14 @@ def _chunk(tokens: int, vocab: int, element_bytes: int, device_type: str) -> int
 
 
 @torch.no_grad()
-def kept_entries(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                 k: int, chunk: int | None = None) -> KeptEntries:
+def kept_entries(
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    k: int,
+    chunk: int | None = None,
+) -> KeptEntries:
     """The entries each real position keeps under ``position_top_k = k`` (module docstring).
 
     Args:
@@ -225,11 +231,18 @@ class CappedSumHead(torch.autograd.Function):
         nz = g != 0  # only entries that carry gradient enter the products
         g, rows, positions, cols = g[nz], rows[nz], positions[nz], cols[nz]
         with torch.autocast(hidden.device.type, enabled=False):
-            d_h, d_w, d_b = sparse_products(g, rows * hidden.shape[1] + positions, cols, hidden, weight,
-                                            (need_h, need_w, need_b and ctx.has_bias))
+            d_h, d_w, d_b = sparse_products(
+                g, rows * hidden.shape[1] + positions, cols, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
+            )
         h_dtype, w_dtype, b_dtype = ctx.dtypes
-        return (None if d_h is None else d_h.to(h_dtype), None, None if d_w is None else d_w.to(w_dtype),
-                None if d_b is None else d_b.to(b_dtype), None, None)
+        return (
+            None if d_h is None else d_h.to(h_dtype),
+            None,
+            None if d_w is None else d_w.to(w_dtype),
+            None if d_b is None else d_b.to(b_dtype),
+            None,
+            None,
+        )
 
 
 def capped_sum_head(hidden, attention_mask, weight, bias, activation: str, k: int) -> torch.Tensor:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 import torch
 

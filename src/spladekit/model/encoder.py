@@ -33,8 +33,8 @@ special-token columns zeroed are their terms (each alone in its own term).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,7 +43,14 @@ from tqdm.auto import tqdm
 
 from spladekit.data.numbers import check_int
 from spladekit.model.inference_free import encode_bag
-from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE, EncoderMetadata, _first_line, check_top_k, damaged_weights_error
+from spladekit.model.metadata import (
+    INFERENCE_FREE,
+    METADATA_FILE,
+    EncoderMetadata,
+    _first_line,
+    check_top_k,
+    damaged_weights_error,
+)
 from spladekit.model.pruning import of_record, prune, record_of
 from spladekit.model.splade import SpladeModel
 
@@ -68,12 +75,14 @@ def weights_to_csr(weights: torch.Tensor, top_k: int | None = None) -> sp.csr_ma
     indptr = np.zeros(weights.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows.numpy(), minlength=weights.shape[0]), out=indptr[1:])
     index_dtype = np.int32 if max(weights.shape[1], len(values)) < 2**31 else np.int64
-    return sp.csr_matrix((values, cols.numpy().astype(index_dtype), indptr.astype(index_dtype)),
-                         shape=tuple(weights.shape), copy=False)
+    return sp.csr_matrix(
+        (values, cols.numpy().astype(index_dtype), indptr.astype(index_dtype)), shape=tuple(weights.shape), copy=False
+    )
 
 
-def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
-                   trust_remote_code: bool = False):
+def load_masked_lm(
+    location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False, trust_remote_code: bool = False
+):
     """``AutoModelForMaskedLM.from_pretrained(location)``, refusing checkpoints without MLM-head weights.
 
     The one loader of masked-LM weights; model folders are read first by :func:`load_model_folder`
@@ -102,8 +111,9 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
 
     kwargs = {"dtype": dtype} if dtype else {}
     try:
-        mlm, info = AutoModelForMaskedLM.from_pretrained(location, output_loading_info=True, trust_remote_code=trust_remote_code,
-                                                         **kwargs)
+        mlm, info = AutoModelForMaskedLM.from_pretrained(
+            location, output_loading_info=True, trust_remote_code=trust_remote_code, **kwargs
+        )
     except Exception as exc:
         if isinstance(exc, MemoryError):
             raise
@@ -114,17 +124,25 @@ def load_masked_lm(location: str, dtype: torch.dtype | None = None, allow_random
             raise ResolutionError(f"model {location}: cannot load its weights ({_first_line(exc)})") from exc
         # transformers' own errors on a config.json it cannot build the model from (a vocab_size that
         # the weights contradict, "num_hidden_layers": "2", ...)
-        raise DataFormatError(Path(location) / "config.json", f"transformers cannot load the masked LM of {location} "
-                              f"({type(exc).__name__}: {_first_line(exc)})") from exc
+        raise DataFormatError(
+            Path(location) / "config.json",
+            f"transformers cannot load the masked LM of {location} ({type(exc).__name__}: {_first_line(exc)})",
+        ) from exc
     prefix = getattr(mlm, "base_model_prefix", "") + "."
     head_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
     if head_missing:
-        message = (f"model {location}: the checkpoint has no MLM-head weights ({len(head_missing)} missing, e.g. "
-                   f"{head_missing[0]!r}); it is not a masked-LM checkpoint (a backbone or sentence encoder?)")
+        message = (
+            f"model {location}: the checkpoint has no MLM-head weights ({len(head_missing)} missing, e.g. "
+            f"{head_missing[0]!r}); it is not a masked-LM checkpoint (a backbone or sentence encoder?)"
+        )
         if not allow_random_head:
-            raise HeadNotFoundError(message + "; to train from a randomly initialised MLM head on purpose, set "
-                                    "model.allow_random_head: true")
-        warnings.warn(message + "; starting from a random MLM head (model.allow_random_head)", RuntimeWarning, stacklevel=2)
+            raise HeadNotFoundError(
+                message + "; to train from a randomly initialised MLM head on purpose, set "
+                "model.allow_random_head: true"
+            )
+        warnings.warn(
+            message + "; starting from a random MLM head (model.allow_random_head)", RuntimeWarning, stacklevel=2
+        )
     return mlm
 
 
@@ -147,8 +165,9 @@ def _unreadable_weights(location: str) -> Path | None:
     return pickled[0] if len(pickled) == 1 else None
 
 
-def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
-                      trust_remote_code: bool = False):
+def load_model_folder(
+    location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False, trust_remote_code: bool = False
+):
     """The one loader of model folders: ``(mlm, tokenizer, folder)``.
 
     ``folder`` is :func:`spladekit.model.folders.read_model_folder` of ``location`` (read first, so
@@ -171,6 +190,36 @@ def load_model_folder(location: str, dtype: torch.dtype | None = None, allow_ran
     return (*_load_weights(folder, dtype, allow_random_head), folder)
 
 
+def _query_weights(folder, meta, tokenizer, model, location):
+    """The inference-free query side's weights per vocabulary entry (None for a SPLADE query side).
+
+    Raises:
+        DataFormatError: ``spladekit.json`` names an unknown ``query_encoder``.
+        UnsupportedModelError: a folded vocabulary with an inference-free query side.
+    """
+    query_weights = None
+    if meta.query_encoder == INFERENCE_FREE:
+        query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
+    elif meta.query_encoder != "splade":
+        from spladekit.errors import DataFormatError
+
+        raise DataFormatError(
+            Path(location) / METADATA_FILE,
+            f"unknown query_encoder {meta.query_encoder!r}; expected 'splade' or {INFERENCE_FREE!r}",
+            field="query_encoder",
+        )
+    if query_weights is not None and model.fold is not None:
+        from spladekit.errors import UnsupportedModelError
+
+        raise UnsupportedModelError(
+            Path(location) / METADATA_FILE,
+            "a folded vocabulary with an inference-free query "
+            "side (its weights are per vocabulary entry, not per term)",
+            field="fold",
+        )
+    return query_weights
+
+
 def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: bool = False):
     """``(mlm, tokenizer)`` from where a :class:`~spladekit.model.folders.ModelFolder` says they are."""
     from transformers import AutoTokenizer
@@ -188,8 +237,10 @@ def _load_weights(folder, dtype: torch.dtype | None = None, allow_random_head: b
     except MemoryError:
         raise
     except Exception as exc:  # transformers' errors on a tokenizer file it cannot build from
-        raise DataFormatError(folder.tokenizer_dir, f"transformers cannot load the tokenizer of {folder.root} "
-                              f"({type(exc).__name__}: {_first_line(exc)})") from exc
+        raise DataFormatError(
+            folder.tokenizer_dir,
+            f"transformers cannot load the tokenizer of {folder.root} ({type(exc).__name__}: {_first_line(exc)})",
+        ) from exc
     check_vocabulary_sizes(len(tokenizer), int(mlm.config.vocab_size), folder.tokenizer_dir)
     return mlm, tokenizer
 
@@ -216,13 +267,17 @@ def check_vocabulary_sizes(tokens: int, head_rows: int, tokenizer_dir) -> None:
     from spladekit.errors import DataFormatError
 
     if tokens > head_rows or head_rows - tokens >= VOCAB_PADDING or 2 * tokens < head_rows:
-        raise DataFormatError(tokenizer_dir, f"the tokenizer has {tokens} tokens but the MLM head {head_rows} rows "
-                              f"(config.json vocab_size); a tokenizer fits when it has at most as many and fewer than "
-                              f"{VOCAB_PADDING} less (vocabulary padding), and at least half: is it the model's tokenizer?")
+        raise DataFormatError(
+            tokenizer_dir,
+            f"the tokenizer has {tokens} tokens but the MLM head {head_rows} rows "
+            f"(config.json vocab_size); a tokenizer fits when it has at most as many and fewer than "
+            f"{VOCAB_PADDING} less (vocabulary padding), and at least half: is it the model's tokenizer?",
+        )
 
 
-def load_masked_lm_and_tokenizer(location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False,
-                                  trust_remote_code: bool = False):
+def load_masked_lm_and_tokenizer(
+    location: str, dtype: torch.dtype | None = None, allow_random_head: bool = False, trust_remote_code: bool = False
+):
     """``(mlm, tokenizer)`` of :func:`load_model_folder`, for callers that use only the MLM head
     (the pooling and activation of the folder are in :func:`load_model_folder`'s third value).
 
@@ -272,13 +327,24 @@ class SpladeEncoder:
         True
     """
 
-    def __init__(self, model, tokenizer, metadata: EncoderMetadata | None = None, batch_size: int = 32, device=None,
-                 query_weights: torch.Tensor | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        metadata: EncoderMetadata | None = None,
+        batch_size: int = 32,
+        device=None,
+        query_weights: torch.Tensor | None = None,
+    ):
         metadata = metadata or EncoderMetadata()
         if not isinstance(model, SpladeModel):  # a bare masked LM: the metadata describes its head
-            model = SpladeModel(model, pooling=metadata.pooling, activation=metadata.activation,
-                                position_top_k=metadata.position_top_k,
-                                fold=saved_fold(metadata, metadata.source or ".", int(model.config.vocab_size)))
+            model = SpladeModel(
+                model,
+                pooling=metadata.pooling,
+                activation=metadata.activation,
+                position_top_k=metadata.position_top_k,
+                fold=saved_fold(metadata, metadata.source or ".", int(model.config.vocab_size)),
+            )
         # the model computes, the metadata records: they say the same
         metadata.pooling, metadata.activation = model.pooling, model.activation
         metadata.position_top_k = model.position_top_k
@@ -310,7 +376,7 @@ class SpladeEncoder:
         trust_remote_code: bool = False,
         query_pruning=None,
         doc_pruning=None,
-    ) -> "SpladeEncoder":
+    ) -> SpladeEncoder:
         """Load a model folder or hub id (resolved by :func:`spladekit.data.resolve.resolve_model`) in
         any layout :func:`spladekit.model.folders.read_model_folder` reads (spladekit, Hugging Face
         masked LM, naver/splade, sentence-transformers ``SparseEncoder`` incl. ``Router``, OpenSearch doc-only).
@@ -344,34 +410,41 @@ class SpladeEncoder:
         folder = read_model_folder(location, trust_remote_code)
         if folder.layout == CUSTOM_LAYOUT:
             if query_pruning is not None or doc_pruning is not None:
-                raise ValueError("query_pruning / doc_pruning: a folder of custom sentence-transformers modules is encoded by "
-                                 "sentence-transformers, which applies no pruning rule; prune the vectors instead (spladekit.model.pruning.prune)")
-            return RemoteCodeEncoder.load(folder, max_lengths=(query_max_length, doc_max_length), query_top_k=query_top_k,
-                                          doc_top_k=doc_top_k, batch_size=batch_size, device=device, source=str(name_or_path))
+                raise ValueError(
+                    "query_pruning / doc_pruning: a folder of custom sentence-transformers modules is encoded by "
+                    "sentence-transformers, which applies no pruning rule; prune the vectors instead (spladekit.model.pruning.prune)"
+                )
+            return RemoteCodeEncoder.load(
+                folder,
+                max_lengths=(query_max_length, doc_max_length),
+                query_top_k=query_top_k,
+                doc_top_k=doc_top_k,
+                batch_size=batch_size,
+                device=device,
+                source=str(name_or_path),
+            )
         meta = folder.metadata()  # refusals before any weights load
         mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
         for key, value in dict(
-            query_max_length=query_max_length, doc_max_length=doc_max_length, query_top_k=query_top_k, doc_top_k=doc_top_k,
-            query_pruning=record_of(query_pruning), doc_pruning=record_of(doc_pruning),
+            query_max_length=query_max_length,
+            doc_max_length=doc_max_length,
+            query_top_k=query_top_k,
+            doc_top_k=doc_top_k,
+            query_pruning=record_of(query_pruning),
+            doc_pruning=record_of(doc_pruning),
         ).items():
             if value is not None:
                 setattr(meta, key, value)
-        model = SpladeModel(mlm, head_impl, pooling=meta.pooling, activation=meta.activation,
-                            position_top_k=meta.position_top_k, fold=saved_fold(meta, location, int(mlm.config.vocab_size)))
-        query_weights = None
-        if meta.query_encoder == INFERENCE_FREE:
-            query_weights = folder.load_query_weights(tokenizer, model.vocab_size)
-        elif meta.query_encoder != "splade":
-            from spladekit.errors import DataFormatError
-
-            raise DataFormatError(Path(location) / METADATA_FILE, f"unknown query_encoder {meta.query_encoder!r}; "
-                                  f"expected 'splade' or {INFERENCE_FREE!r}", field="query_encoder")
-        if query_weights is not None and model.fold is not None:
-            from spladekit.errors import UnsupportedModelError
-
-            raise UnsupportedModelError(Path(location) / METADATA_FILE, "a folded vocabulary with an inference-free query "
-                                        "side (its weights are per vocabulary entry, not per term)", field="fold")
+        model = SpladeModel(
+            mlm,
+            head_impl,
+            pooling=meta.pooling,
+            activation=meta.activation,
+            position_top_k=meta.position_top_k,
+            fold=saved_fold(meta, location, int(mlm.config.vocab_size)),
+        )
+        query_weights = _query_weights(folder, meta, tokenizer, model, location)
         encoder = cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)
         # a length above the model's positions (max_seq_length, spladekit.json, an argument) is lowered
         # to them here, with a warning, so that the metadata recorded (index, run config) is what runs
@@ -398,9 +471,7 @@ class SpladeEncoder:
 
     def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
         """Tokenize with truncation to ``max_length`` and padding to the longest text of the batch."""
-        return self.tokenizer(
-            list(texts), max_length=max_length, truncation=True, padding=True, return_tensors="pt"
-        )
+        return self.tokenizer(list(texts), max_length=max_length, truncation=True, padding=True, return_tensors="pt")
 
     def encode_dense(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
         """One forward pass: ``[len(texts), V]`` float32 weights on the CPU, ``[PAD]`` column zeroed."""
@@ -416,7 +487,11 @@ class SpladeEncoder:
         if pad_id is not None and 0 <= pad_id < vocab:
             weights[:, self.model.output_column(pad_id)] = 0.0
         if self.metadata.zero_special_tokens:
-            special = [self.model.output_column(j) for j in getattr(self.tokenizer, "all_special_ids", []) or [] if 0 <= j < vocab]
+            special = [
+                self.model.output_column(j)
+                for j in getattr(self.tokenizer, "all_special_ids", []) or []
+                if 0 <= j < vocab
+            ]
             weights[:, special] = 0.0
         return weights
 
@@ -531,16 +606,29 @@ class SpladeEncoder:
             if isinstance(queries, (str, bytes)):
                 raise TypeError("texts must be a sequence of strings, got a single string (wrap it in a list)")
             max_length = self.check_max_length(self.metadata.query_max_length)
-            matrix, self.last_truncated = encode_bag(self.tokenizer, list(queries), self.query_weights, max_length,
-                                                     self.metadata.query_top_k)
+            matrix, self.last_truncated = encode_bag(
+                self.tokenizer, list(queries), self.query_weights, max_length, self.metadata.query_top_k
+            )
             return prune(matrix, self.metadata.query_pruning)
-        return self.encode(queries, self.metadata.query_max_length, self.metadata.query_top_k, desc="queries",
-                           pruning=self.metadata.query_pruning, **kwargs)
+        return self.encode(
+            queries,
+            self.metadata.query_max_length,
+            self.metadata.query_top_k,
+            desc="queries",
+            pruning=self.metadata.query_pruning,
+            **kwargs,
+        )
 
     def encode_documents(self, documents: Sequence[str], **kwargs) -> sp.csr_matrix:
         """Encode documents with ``doc_max_length``, ``doc_top_k`` and ``doc_pruning``; see :meth:`encode`."""
-        return self.encode(documents, self.metadata.doc_max_length, self.metadata.doc_top_k, desc="documents",
-                           pruning=self.metadata.doc_pruning, **kwargs)
+        return self.encode(
+            documents,
+            self.metadata.doc_max_length,
+            self.metadata.doc_top_k,
+            desc="documents",
+            pruning=self.metadata.doc_pruning,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------ reading vectors
     @property

@@ -86,10 +86,23 @@ _TRANSFORMERS = ("Transformer", "MLMTransformer")
 _STATIC = ("SparseStaticEmbedding", "IDF")
 #: the keys sentence-transformers' SpladePooling takes (``config_keys``, the 5.x name
 #: ``word_embedding_dimension``, ``chunk_size``); it would refuse any other (an unknown keyword argument)
-_POOLING_KEYS = ("pooling_strategy", "activation_function", "embedding_dimension", "word_embedding_dimension", "chunk_size")
+_POOLING_KEYS = (
+    "pooling_strategy",
+    "activation_function",
+    "embedding_dimension",
+    "word_embedding_dimension",
+    "chunk_size",
+)
 #: files one of which a tokenizer folder needs to have a vocabulary (without any, transformers builds a
 #: tokenizer of the 5 special tokens its class names, and every word becomes [UNK])
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "tokenizer.model",
+)
 
 
 @dataclass
@@ -162,26 +175,39 @@ class ModelFolder:
             meta = EncoderMetadata.load(self.root)
             for name, allowed in (("pooling", POOLINGS), ("activation", ACTIVATIONS)):
                 if getattr(meta, name) not in allowed:
-                    raise DataFormatError(path, f"unknown {name} {getattr(meta, name)!r}; expected one of {allowed}", field=name)
+                    raise DataFormatError(
+                        path, f"unknown {name} {getattr(meta, name)!r}; expected one of {allowed}", field=name
+                    )
             if self.layout.startswith("sentence-transformers"):
                 for name in ("pooling", "activation"):
                     written = self.spladekit_json.get(name, "max" if name == "pooling" else "relu")
                     if written != getattr(self, name):
-                        raise UnsupportedModelError(path, f"says {name} {written!r} but the sentence-transformers "
-                                                    f"SpladePooling module says {getattr(self, name)!r}; the two "
-                                                    "libraries would compute different vectors", field=name)
+                        raise UnsupportedModelError(
+                            path,
+                            f"says {name} {written!r} but the sentence-transformers "
+                            f"SpladePooling module says {getattr(self, name)!r}; the two "
+                            "libraries would compute different vectors",
+                            field=name,
+                        )
                 for name in ("position_top_k", "fold"):  # the writer leaves the module files out for these
                     if getattr(meta, name) is not None:
-                        raise UnsupportedModelError(path, f"sets {name}, which sentence-transformers' SpladePooling "
-                                                    "(the folder's module files) does not compute; the two libraries "
-                                                    "would compute different vectors", field=name)
+                        raise UnsupportedModelError(
+                            path,
+                            f"sets {name}, which sentence-transformers' SpladePooling "
+                            "(the folder's module files) does not compute; the two libraries "
+                            "would compute different vectors",
+                            field=name,
+                        )
                 # spladekit writes max_seq_length = doc_max_length (model.st_modules); sentence-transformers
                 # truncates both sides there, spladekit documents at doc_max_length
                 if self.max_length_file is not None and meta.doc_max_length != self.max_length:
-                    raise UnsupportedModelError(path, f"says doc_max_length {meta.doc_max_length} but "
-                                                f"{self.max_length_file} says max_seq_length {self.max_length}; the "
-                                                "two libraries would truncate documents differently",
-                                                field="doc_max_length")
+                    raise UnsupportedModelError(
+                        path,
+                        f"says doc_max_length {meta.doc_max_length} but "
+                        f"{self.max_length_file} says max_seq_length {self.max_length}; the "
+                        "two libraries would truncate documents differently",
+                        field="doc_max_length",
+                    )
             return meta
         meta.pooling, meta.activation = self.pooling, self.activation
         meta.zero_special_tokens = self.zero_special_tokens
@@ -217,8 +243,12 @@ class ModelFolder:
             weights = _read_idf_json(side.path, tokenizer, vocab_size)
         if bool((weights < 0).any()):
             j = int(torch.nonzero(weights < 0)[0])
-            raise DataFormatError(side.path, f"query weight of token id {j} is negative ({float(weights[j])}); "
-                                  "spladekit keeps only positive weights, so its vectors would differ", field="weight")
+            raise DataFormatError(
+                side.path,
+                f"query weight of token id {j} is negative ({float(weights[j])}); "
+                "spladekit keeps only positive weights, so its vectors would differ",
+                field="weight",
+            )
         if side.zero_special:
             weights = weights.clone()
             _zero_special(weights, tokenizer)
@@ -244,8 +274,9 @@ def _read_idf_json(path: Path, tokenizer, vocab_size: int):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise DataFormatError(path, f"weight must be a finite number, got {value!r}", field=token)
         if abs(value) > FLOAT32_MAX:  # float32 weights: it would become inf (torch raises an overflow)
-            raise DataFormatError(path, f"weight {value!r} is not finite in float32 (|w| <= {FLOAT32_MAX:.4g})",
-                                  field=token)
+            raise DataFormatError(
+                path, f"weight {value!r} is not finite in float32 (|w| <= {FLOAT32_MAX:.4g})", field=token
+            )
         weights[vocab[token]] = float(value)
     return weights
 
@@ -264,8 +295,11 @@ def _json_object(path: Path, kind: str = "object"):
 def _class_name(type_path, path: Path, where: str) -> str:
     """The class of a module's dotted type; refuses types outside sentence-transformers."""
     if not isinstance(type_path, str) or not type_path.startswith("sentence_transformers."):
-        raise UnsupportedModelError(path, f"{where}: module type {type_path!r} is not a sentence-transformers "
-                                    "module spladekit knows", field="type")
+        raise UnsupportedModelError(
+            path,
+            f"{where}: module type {type_path!r} is not a sentence-transformers module spladekit knows",
+            field="type",
+        )
     return type_path.rsplit(".", 1)[-1]
 
 
@@ -281,12 +315,16 @@ def _refuse_modules(path: Path, where: str, modules: list[tuple[str, str]]) -> N
         "Asym": "the pre-5.0 asymmetric layout (re-save it with sentence-transformers >= 5 as a Router)",
         "StaticEmbedding": "dense static embeddings, not SPLADE",
     }
-    said = "; ".join(f"module {module_id!r} ({name}) is {reasons.get(name, 'a module spladekit cannot compute')}"
-                     for module_id, name in modules)
+    said = "; ".join(
+        f"module {module_id!r} ({name}) is {reasons.get(name, 'a module spladekit cannot compute')}"
+        for module_id, name in modules
+    )
     raise UnsupportedModelError(path, f"{where}: {said}; refused", field="type")
 
 
-def _module_dir(root: Path, relative, named_in: Path | None = None, field: str = "path", kind: str | None = None) -> Path:
+def _module_dir(
+    root: Path, relative, named_in: Path | None = None, field: str = "path", kind: str | None = None
+) -> Path:
     """``root / relative``, which must stay inside ``root`` (and exist, as a ``kind`` ``"folder"`` or
     ``"file"``, unless ``kind`` is None); errors name ``named_in`` (the file that says the path; default
     ``root/modules.json``) and ``field``."""
@@ -320,8 +358,11 @@ def _tokenizer_length(folder: Path) -> int | None:
 
 def _capped_length(folder: Path) -> int | None:
     """The tokenizer's ``model_max_length`` capped at ``max_position_embeddings`` (sentence-transformers' rule)."""
-    lengths = [n for n in (_tokenizer_length(folder), _json_int(folder / "config.json", "max_position_embeddings"))
-               if n is not None]
+    lengths = [
+        n
+        for n in (_tokenizer_length(folder), _json_int(folder / "config.json", "max_position_embeddings"))
+        if n is not None
+    ]
     return min(lengths) if lengths else None
 
 
@@ -332,20 +373,31 @@ def _read_transformer(folder: Path, name: str, where: str) -> tuple[int | None, 
     config = _json_object(config_path) if config_path.exists() else {}
     task = config.get("transformer_task", "fill-mask" if name == "MLMTransformer" else "feature-extraction")
     if task != "fill-mask":
-        raise UnsupportedModelError(config_path, f"{where} ({name}) has transformer_task {task!r}: it "
-                                    "gives hidden states, not MLM logits; SPLADE needs 'fill-mask'", field="transformer_task")
+        raise UnsupportedModelError(
+            config_path,
+            f"{where} ({name}) has transformer_task {task!r}: it "
+            "gives hidden states, not MLM logits; SPLADE needs 'fill-mask'",
+            field="transformer_task",
+        )
     modality = config.get("modality_config") or {}
     text = modality.get("text", {}) if isinstance(modality, dict) else None
     if not isinstance(text, dict):
-        raise DataFormatError(config_path, "expected an object {modality: {method_output_name: ...}}",
-                              field="modality_config" if text is None else "modality_config.text")
+        raise DataFormatError(
+            config_path,
+            "expected an object {modality: {method_output_name: ...}}",
+            field="modality_config" if text is None else "modality_config.text",
+        )
     output = text.get("method_output_name", "logits")
     if output != "logits":
-        raise UnsupportedModelError(config_path, f"{where} ({name}) reads {output!r}, not the MLM logits",
-                                    field="modality_config")
+        raise UnsupportedModelError(
+            config_path, f"{where} ({name}) reads {output!r}, not the MLM logits", field="modality_config"
+        )
     if config.get("do_lower_case"):
-        raise UnsupportedModelError(config_path, f"{where} ({name}) lowercases the text before its "
-                                    "tokenizer; spladekit does not change text", field="do_lower_case")
+        raise UnsupportedModelError(
+            config_path,
+            f"{where} ({name}) lowercases the text before its tokenizer; spladekit does not change text",
+            field="do_lower_case",
+        )
     if not (folder / "config.json").exists():
         raise DataFormatError(folder / "config.json", f"{where} ({name}) has no masked-LM config.json")
     stated = config.get("max_seq_length")
@@ -356,7 +408,9 @@ def _read_transformer(folder: Path, name: str, where: str) -> tuple[int | None, 
             raise DataFormatError(config_path, "expected an object of tokenizer arguments", field=key)
         stated = kwargs.get("model_max_length")
     if stated is not None and (isinstance(stated, bool) or not isinstance(stated, int) or stated < 2):
-        raise DataFormatError(config_path, f"max_seq_length must be an integer >= 2, got {stated!r}", field="max_seq_length")
+        raise DataFormatError(
+            config_path, f"max_seq_length must be an integer >= 2, got {stated!r}", field="max_seq_length"
+        )
     return (stated, config_path) if stated is not None else (_capped_length(folder), None)
 
 
@@ -367,16 +421,27 @@ def _read_pooling(folder: Path, where: str) -> tuple[str, str]:
     config = _json_object(path) if path.exists() else {}
     unknown = sorted(set(config) - set(_POOLING_KEYS))
     if unknown:
-        raise DataFormatError(path, f"{where}: SpladePooling takes {', '.join(_POOLING_KEYS)}; unknown key "
-                              f"{unknown[0]!r} (sentence-transformers would refuse it)", field=unknown[0])
+        raise DataFormatError(
+            path,
+            f"{where}: SpladePooling takes {', '.join(_POOLING_KEYS)}; unknown key "
+            f"{unknown[0]!r} (sentence-transformers would refuse it)",
+            field=unknown[0],
+        )
     pooling = config.get("pooling_strategy", "max")
     activation = config.get("activation_function", "relu")
     if pooling not in POOLINGS:
-        raise UnsupportedModelError(path, f"{where}: SpladePooling pooling_strategy {pooling!r}; spladekit computes "
-                                    f"{' and '.join(POOLINGS)}", field="pooling_strategy")
+        raise UnsupportedModelError(
+            path,
+            f"{where}: SpladePooling pooling_strategy {pooling!r}; spladekit computes {' and '.join(POOLINGS)}",
+            field="pooling_strategy",
+        )
     if activation not in ACTIVATIONS:
-        raise UnsupportedModelError(path, f"{where}: SpladePooling activation_function {activation!r}; spladekit "
-                                    f"computes {' and '.join(ACTIVATIONS)}", field="activation_function")
+        raise UnsupportedModelError(
+            path,
+            f"{where}: SpladePooling activation_function {activation!r}; spladekit "
+            f"computes {' and '.join(ACTIVATIONS)}",
+            field="activation_function",
+        )
     return pooling, activation
 
 
@@ -385,14 +450,21 @@ def _read_encoder_route(entries: list[tuple[str, str, Path]], path: Path, where:
     names = [name for _, name, _ in entries]
     if len(entries) != 2 or names[0] not in _TRANSFORMERS or names[1] != "SpladePooling":
         _refuse_modules(path, where, [(i, n) for i, n, _ in entries if n not in _TRANSFORMERS + ("SpladePooling",)])
-        raise UnsupportedModelError(path, f"{where}: modules {names}; spladekit reads a SPLADE encoder as "
-                                    "[Transformer (fill-mask), SpladePooling]", field="modules")
+        raise UnsupportedModelError(
+            path,
+            f"{where}: modules {names}; spladekit reads a SPLADE encoder as [Transformer (fill-mask), SpladePooling]",
+            field="modules",
+        )
     (mlm_id, name, mlm_dir), (pool_id, _, pool_dir) = entries
     field = "path" if path.name == MODULES_FILE else "structure"
     for module_dir in (mlm_dir, pool_dir):  # a missing folder would read as defaults
         if not module_dir.is_dir():
-            raise DataFormatError(path, f"{where}: module folder {str(module_dir.relative_to(path.parent.resolve()))!r} "
-                                  f"does not exist in {path.parent}", field=field)
+            raise DataFormatError(
+                path,
+                f"{where}: module folder {str(module_dir.relative_to(path.parent.resolve()))!r} "
+                f"does not exist in {path.parent}",
+                field=field,
+            )
     length = _read_transformer(mlm_dir, name, f"{where}, module {mlm_id!r}")
     pooling, activation = _read_pooling(pool_dir, f"{where}, module {pool_id!r}")
     return mlm_dir, length, pooling, activation
@@ -406,19 +478,24 @@ def _read_st_config(root: Path) -> int | None:
     config = _json_object(path)
     model_type = config.get("model_type", "SparseEncoder")
     if model_type != "SparseEncoder":
-        raise UnsupportedModelError(path, f"model_type {model_type!r}; spladekit reads sparse encoders (SparseEncoder)",
-                                    field="model_type")
+        raise UnsupportedModelError(
+            path, f"model_type {model_type!r}; spladekit reads sparse encoders (SparseEncoder)", field="model_type"
+        )
     prompts = config.get("prompts") or {}
     if not isinstance(prompts, dict):
         raise DataFormatError(path, "expected an object {name: prompt}", field="prompts")
     for name, prompt in prompts.items():
         if prompt:
-            raise UnsupportedModelError(path, f"prompt {prompt!r} is put before every {name} text; spladekit encodes "
-                                        "the text as given", field=f"prompts.{name}")
+            raise UnsupportedModelError(
+                path,
+                f"prompt {prompt!r} is put before every {name} text; spladekit encodes the text as given",
+                field=f"prompts.{name}",
+            )
     similarity = config.get("similarity_fn_name")
     if similarity not in (None, "dot"):
-        raise UnsupportedModelError(path, f"similarity {similarity!r}; spladekit scores by the dot product",
-                                    field="similarity_fn_name")
+        raise UnsupportedModelError(
+            path, f"similarity {similarity!r}; spladekit scores by the dot product", field="similarity_fn_name"
+        )
     top_k = config.get("max_active_dims")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise DataFormatError(path, f"must be a positive integer or null, got {top_k!r}", field="max_active_dims")
@@ -435,9 +512,11 @@ def check_tokenizer_files(folder: Path) -> None:
     from spladekit.errors import ResolutionError
 
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ResolutionError(f"model folder {folder} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}; "
-                              "tokenizer_config.json alone has no vocabulary); copy the tokenizer that the model was "
-                              "trained with into it")
+        raise ResolutionError(
+            f"model folder {folder} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}; "
+            "tokenizer_config.json alone has no vocabulary); copy the tokenizer that the model was "
+            "trained with into it"
+        )
 
 
 def _same_vocabulary(query_dir: Path, document_dir: Path, path: Path) -> None:
@@ -450,14 +529,21 @@ def _same_vocabulary(query_dir: Path, document_dir: Path, path: Path) -> None:
     except (OSError, ValueError) as exc:
         raise DataFormatError(query_dir, f"cannot load the query tokenizer ({exc})") from exc
     if query != document:
-        raise UnsupportedModelError(path, "the query route's tokenizer has another vocabulary than the document "
-                                    "route's; spladekit encodes both sides with one tokenizer", field="structure.query")
+        raise UnsupportedModelError(
+            path,
+            "the query route's tokenizer has another vocabulary than the document "
+            "route's; spladekit encodes both sides with one tokenizer",
+            field="structure.query",
+        )
 
 
-def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder:
-    path = router_dir / ROUTER_FILE
-    if not path.exists():
-        raise DataFormatError(path, "the Router module has no router_config.json")
+def _router_routes(path: Path) -> tuple[dict, dict]:
+    """``(types, structure)`` of a Router's ``router_config.json``: exactly a 'query' and a 'document' route.
+
+    Raises:
+        DataFormatError: a field of the wrong type.
+        UnsupportedModelError: route mappings, or routes other than 'query' and 'document'.
+    """
     config = _json_object(path)
     types, structure = config.get("types"), config.get("structure")
     if not isinstance(types, dict) or not isinstance(structure, dict):
@@ -466,11 +552,47 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
     if not isinstance(parameters, dict):
         raise DataFormatError(path, "expected an object", field="parameters")
     if parameters.get("route_mappings"):
-        raise UnsupportedModelError(path, "route_mappings send inputs to routes by task and modality; spladekit reads "
-                                    "exactly a 'query' and a 'document' route", field="parameters.route_mappings")
+        raise UnsupportedModelError(
+            path,
+            "route_mappings send inputs to routes by task and modality; spladekit reads "
+            "exactly a 'query' and a 'document' route",
+            field="parameters.route_mappings",
+        )
     if set(structure) != {"query", "document"}:
-        raise UnsupportedModelError(path, f"routes {sorted(structure)}; spladekit reads exactly 'query' and 'document'",
-                                    field="structure")
+        raise UnsupportedModelError(
+            path, f"routes {sorted(structure)}; spladekit reads exactly 'query' and 'document'", field="structure"
+        )
+    return types, structure
+
+
+def _static_query_side(query_dir: Path, module_id: str) -> QuerySide:
+    """The Router's query route, one ``SparseStaticEmbedding`` module: its weights in an ``idf.json`` named by
+    its ``config.json``, else its weight file.
+
+    Raises:
+        DataFormatError: no weight file.
+    """
+    static_config_path = query_dir / "config.json"
+    static_config = _json_object(static_config_path) if static_config_path.exists() else {}
+    json_path = static_config.get("path")
+    if isinstance(json_path, str) and json_path.endswith(".json"):
+        side = QuerySide("idf.json", _module_dir(query_dir, json_path, static_config_path, kind="file"), query_dir)
+    else:
+        weights = [query_dir / n for n in ("model.safetensors", "pytorch_model.bin") if (query_dir / n).exists()]
+        if not weights:
+            raise DataFormatError(
+                query_dir / "model.safetensors",
+                f"route 'query', module {module_id!r}: SparseStaticEmbedding has no weight file",
+            )
+        side = QuerySide("safetensors", weights[0], query_dir)
+    return side
+
+
+def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder:
+    path = router_dir / ROUTER_FILE
+    if not path.exists():
+        raise DataFormatError(path, "the Router module has no router_config.json")
+    types, structure = _router_routes(path)
 
     def entries(route: str) -> list[tuple[str, str, Path]]:
         ids = structure[route]
@@ -480,39 +602,48 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
         for module_id in ids:
             if module_id not in types:
                 raise DataFormatError(path, f"module {module_id!r} has no type", field="types")
-            out.append((module_id, _class_name(types[module_id], path, f"route {route!r}, module {module_id!r}"),
-                        _module_dir(router_dir, module_id, path, f"structure.{route}")))
+            out.append(
+                (
+                    module_id,
+                    _class_name(types[module_id], path, f"route {route!r}, module {module_id!r}"),
+                    _module_dir(router_dir, module_id, path, f"structure.{route}"),
+                )
+            )
         return out
 
     document = entries("document")
     mlm_dir, length, pooling, activation = _read_encoder_route(document, path, "route 'document'")
     query = entries("query")
-    folder = ModelFolder(root=str(root), layout="sentence-transformers-router", mlm_dir=str(mlm_dir),
-                         tokenizer_dir=str(mlm_dir), pooling=pooling, activation=activation, max_length=length[0],
-                         max_length_file=length[1], top_k=top_k)
+    folder = ModelFolder(
+        root=str(root),
+        layout="sentence-transformers-router",
+        mlm_dir=str(mlm_dir),
+        tokenizer_dir=str(mlm_dir),
+        pooling=pooling,
+        activation=activation,
+        max_length=length[0],
+        max_length_file=length[1],
+        top_k=top_k,
+    )
     if [q[0] for q in query] == [d[0] for d in document]:
         return folder  # one encoder for both sides
     if len(query) == 1 and query[0][1] in _STATIC:
         module_id, _, query_dir = query[0]
-        static_config_path = query_dir / "config.json"
-        static_config = _json_object(static_config_path) if static_config_path.exists() else {}
-        json_path = static_config.get("path")
-        if isinstance(json_path, str) and json_path.endswith(".json"):
-            side = QuerySide("idf.json", _module_dir(query_dir, json_path, static_config_path, kind="file"), query_dir)
-        else:
-            weights = [query_dir / n for n in ("model.safetensors", "pytorch_model.bin") if (query_dir / n).exists()]
-            if not weights:
-                raise DataFormatError(query_dir / "model.safetensors", f"route 'query', module {module_id!r}: "
-                                      "SparseStaticEmbedding has no weight file")
-            side = QuerySide("safetensors", weights[0], query_dir)
+        side = _static_query_side(query_dir, module_id)
         _same_vocabulary(query_dir, mlm_dir, path)
         folder.query_side = side
         folder.query_max_length = _tokenizer_length(query_dir)
         return folder
-    _refuse_modules(path, "route 'query'", [(i, n) for i, n, _ in query if n not in _TRANSFORMERS + ("SpladePooling",) + _STATIC])
-    raise UnsupportedModelError(path, f"the query route {[q[0] for q in query]} is another encoder than the document "
-                                f"route {[d[0] for d in document]}; spladekit has one document model and, for queries, "
-                                "either the same model or a SparseStaticEmbedding", field="structure.query")
+    _refuse_modules(
+        path, "route 'query'", [(i, n) for i, n, _ in query if n not in _TRANSFORMERS + ("SpladePooling",) + _STATIC]
+    )
+    raise UnsupportedModelError(
+        path,
+        f"the query route {[q[0] for q in query]} is another encoder than the document "
+        f"route {[d[0] for d in document]}; spladekit has one document model and, for queries, "
+        "either the same model or a SparseStaticEmbedding",
+        field="structure.query",
+    )
 
 
 def _read_sentence_transformers(root: Path) -> ModelFolder:
@@ -528,8 +659,17 @@ def _read_sentence_transformers(root: Path) -> ModelFolder:
     if len(entries) == 1 and entries[0][1] == "Router":
         return _read_router(root, entries[0][2], top_k)
     mlm_dir, length, pooling, activation = _read_encoder_route(entries, path, "modules.json")
-    return ModelFolder(root=str(root), layout="sentence-transformers", mlm_dir=str(mlm_dir), tokenizer_dir=str(mlm_dir),
-                       pooling=pooling, activation=activation, max_length=length[0], max_length_file=length[1], top_k=top_k)
+    return ModelFolder(
+        root=str(root),
+        layout="sentence-transformers",
+        mlm_dir=str(mlm_dir),
+        tokenizer_dir=str(mlm_dir),
+        pooling=pooling,
+        activation=activation,
+        max_length=length[0],
+        max_length_file=length[1],
+        top_k=top_k,
+    )
 
 
 def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> ModelFolder:
@@ -546,41 +686,78 @@ def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> 
             custom code not trusted (naming the class, its file and ``--trust-remote-code``).
         DataFormatError: a damaged file (naming it and the field).
     """
-    from spladekit.errors import ResolutionError
     from spladekit.model.metadata import INFERENCE_FREE, METADATA_FILE
     from spladekit.model.remote_code import CUSTOM_LAYOUT, find_custom_code, refusal
 
     root = Path(location)
     if not root.is_dir():  # a hub id resolved by transformers: a plain masked LM
-        return ModelFolder(root=str(location), layout="masked-lm", mlm_dir=str(location), tokenizer_dir=str(location),
-                           trust_remote_code=trust_remote_code)
+        return ModelFolder(
+            root=str(location),
+            layout="masked-lm",
+            mlm_dir=str(location),
+            tokenizer_dir=str(location),
+            trust_remote_code=trust_remote_code,
+        )
     custom = find_custom_code(root)
     if custom and not trust_remote_code:
         raise refusal(custom[0])
     if any(code.kind == "module" for code in custom):
-        return ModelFolder(root=str(root), layout=CUSTOM_LAYOUT, mlm_dir=str(root), tokenizer_dir=str(root), custom_code=custom,
-                           trust_remote_code=trust_remote_code)
+        return ModelFolder(
+            root=str(root),
+            layout=CUSTOM_LAYOUT,
+            mlm_dir=str(root),
+            tokenizer_dir=str(root),
+            custom_code=custom,
+            trust_remote_code=trust_remote_code,
+        )
     own = root / METADATA_FILE
     spladekit_json = _json_object(own) if own.exists() else None
     if spladekit_json is not None and (root / IDF_FILE).exists():
-        raise UnsupportedModelError(root / IDF_FILE, f"the folder has both {IDF_FILE} (an OpenSearch doc-only query "
-                                    f"side) and {METADATA_FILE} (a spladekit model, which never writes {IDF_FILE}); "
-                                    "which query side is meant is unclear: remove one of them")
-    if (root / MODULES_FILE).exists():
-        folder = _read_sentence_transformers(root)
-    elif (root / "config.json").exists() and (root / IDF_FILE).exists() and spladekit_json is None:
-        folder = ModelFolder(root=str(root), layout="opensearch-doc-only", mlm_dir=str(root), tokenizer_dir=str(root),
-                             max_length=_capped_length(root), query_side=QuerySide("idf.json", root / IDF_FILE, root, zero_special=True),
-                             zero_special_tokens=True)
-    elif (root / "config.json").exists():
-        folder = ModelFolder(root=str(root), layout="spladekit" if spladekit_json is not None else "masked-lm",
-                             mlm_dir=str(root), tokenizer_dir=str(root))
-    else:
-        raise ResolutionError(f"model folder {root} has neither config.json (a masked LM) nor modules.json "
-                              "(sentence-transformers)")
+        raise UnsupportedModelError(
+            root / IDF_FILE,
+            f"the folder has both {IDF_FILE} (an OpenSearch doc-only query "
+            f"side) and {METADATA_FILE} (a spladekit model, which never writes {IDF_FILE}); "
+            "which query side is meant is unclear: remove one of them",
+        )
+    folder = _read_layout(root, spladekit_json)
     folder.spladekit_json, folder.custom_code, folder.trust_remote_code = spladekit_json, custom, trust_remote_code
     if spladekit_json is not None and spladekit_json.get("query_encoder") == INFERENCE_FREE:
         from spladekit.model.inference_free import QUERY_WEIGHTS_FILE
 
         folder.query_side = QuerySide("spladekit", root / QUERY_WEIGHTS_FILE, root)
+    return folder
+
+
+def _read_layout(root: Path, spladekit_json: dict | None) -> ModelFolder:
+    """The folder ``root`` by its files: sentence-transformers (``modules.json``), OpenSearch doc-only
+    (``config.json`` and ``idf.json``), spladekit (``spladekit.json``) or a plain masked LM.
+
+    Raises:
+        ResolutionError: neither ``config.json`` nor ``modules.json``.
+    """
+    from spladekit.errors import ResolutionError
+
+    if (root / MODULES_FILE).exists():
+        folder = _read_sentence_transformers(root)
+    elif (root / "config.json").exists() and (root / IDF_FILE).exists() and spladekit_json is None:
+        folder = ModelFolder(
+            root=str(root),
+            layout="opensearch-doc-only",
+            mlm_dir=str(root),
+            tokenizer_dir=str(root),
+            max_length=_capped_length(root),
+            query_side=QuerySide("idf.json", root / IDF_FILE, root, zero_special=True),
+            zero_special_tokens=True,
+        )
+    elif (root / "config.json").exists():
+        folder = ModelFolder(
+            root=str(root),
+            layout="spladekit" if spladekit_json is not None else "masked-lm",
+            mlm_dir=str(root),
+            tokenizer_dir=str(root),
+        )
+    else:
+        raise ResolutionError(
+            f"model folder {root} has neither config.json (a masked LM) nor modules.json (sentence-transformers)"
+        )
     return folder

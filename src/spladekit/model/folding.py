@@ -48,7 +48,9 @@ def byte_decoder() -> dict[str, int]:
     ``bytes_to_unicode``; the table of the ``tokenizers`` ByteLevel pre-tokenizer). Printable
     Latin-1 bytes stand for themselves; the other 68 bytes are shifted to ``chr(256 + n)`` in order
     (the space, 0x20, becomes ``Ġ``)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     shifted = 0
     for byte in range(256):
@@ -141,7 +143,7 @@ class VocabularyFold:
         return {"rule": self.rule, "columns": list(map(int, self.columns)), "terms": list(self.terms)}
 
     @classmethod
-    def from_record(cls, record, where, vocab_size: int | None = None) -> "VocabularyFold":
+    def from_record(cls, record, where, vocab_size: int | None = None) -> VocabularyFold:
         """Read and check a saved map (``spladekit.json`` field ``fold``).
 
         Args:
@@ -185,8 +187,10 @@ def fold_vocabulary(tokenizer, vocab_size: int) -> VocabularyFold:
         ValueError: the tokenizer is not a fast byte-level BPE tokenizer, or two names coincide.
     """
     if not is_byte_level_bpe(tokenizer):
-        raise ValueError("vocabulary folding is defined for byte-level BPE tokenizers (RoBERTa's, ModernBERT's: a BPE "
-                         f"model behind a ByteLevel pre-tokenizer); {type(tokenizer).__name__} is not one")
+        raise ValueError(
+            "vocabulary folding is defined for byte-level BPE tokenizers (RoBERTa's, ModernBERT's: a BPE "
+            f"model behind a ByteLevel pre-tokenizer); {type(tokenizer).__name__} is not one"
+        )
     alone = {int(i) for i in (getattr(tokenizer, "added_tokens_decoder", None) or {})}
     alone |= {int(i) for i in getattr(tokenizer, "all_special_ids", []) or []}
     tokens = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
@@ -196,8 +200,10 @@ def fold_vocabulary(tokenizer, vocab_size: int) -> VocabularyFold:
     for column, token in enumerate(tokens):
         name, merge = column_name(token if isinstance(token, str) else None, column, column in alone)
         if name in index and not (merge and folds[name]):
-            raise ValueError(f"vocabulary folding: column {column} ({token!r}) and column {columns.index(index[name])} "
-                             f"are both named {name!r} but are not case or word-start variants of one word")
+            raise ValueError(
+                f"vocabulary folding: column {column} ({token!r}) and column {columns.index(index[name])} "
+                f"are both named {name!r} but are not case or word-start variants of one word"
+            )
         if name not in index:
             index[name], folds[name] = len(index), merge
         columns.append(index[name])

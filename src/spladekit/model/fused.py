@@ -228,7 +228,7 @@ def _packed_masked_max(
     Whatever ``threads``, each unit is the same sequence of products (groups and chunk boundaries do
     not depend on it). A row's values may differ in the last bits with the other rows of its batch
     (its group's product has another shape: float32 rounding of another kernel, within the bound of
-    ``tests/test_fused_cpu.py``).
+    ``tests/model/test_cpu_pool.py``).
     """
     from spladekit.model.cpu_pool import run_units
 
@@ -261,23 +261,37 @@ def _packed_masked_max(
         group, lo, hi, cols = unit
         a, b = offsets[group[0]], offsets[group[-1] + 1]  # the group's rows are consecutive among the real ones
         bounds = [offsets[row] - a for row in group] + [b - a]
-        _group_span_max(packed[a:b], positions[a:b], bounds, weight, bias, lo, hi, cols,
-                        [maxval[row] for row in group], None if argmax is None else [argmax[row] for row in group])
+        _group_span_max(
+            packed[a:b],
+            positions[a:b],
+            bounds,
+            weight,
+            bias,
+            lo,
+            hi,
+            cols,
+            [maxval[row] for row in group],
+            None if argmax is None else [argmax[row] for row in group],
+        )
 
     run_units(work, units, threads)
     return maxval, argmax
 
 
-def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend: str, position_top_k: int | None = None):
+def _masked_max(
+    hidden, attention_mask, weight, bias, with_argmax: bool, backend: str, position_top_k: int | None = None
+):
     """Dispatch the forward to the capped search, the Triton kernel or the chunked-torch path (see
     :func:`fused_splade_head`)."""
     if position_top_k is not None and position_top_k < weight.shape[0]:
         from spladekit.model.capped import entries_max, kept_entries
 
         if backend == "triton":
-            raise ValueError(f"position_top_k={position_top_k}: the Triton kernel has no per-position cap (it "
-                             "keeps a running max, not a running top-k); use backend='auto' or 'torch', which run the "
-                             "capped search chunk by chunk (spladekit.model.capped) on any device")
+            raise ValueError(
+                f"position_top_k={position_top_k}: the Triton kernel has no per-position cap (it "
+                "keeps a running max, not a running top-k); use backend='auto' or 'torch', which run the "
+                "capped search chunk by chunk (spladekit.model.capped) on any device"
+            )
         maxval, argmax = entries_max(kept_entries(hidden, attention_mask, weight, bias, position_top_k))
         return maxval, (argmax if with_argmax else None)
     if backend == "triton":
@@ -296,8 +310,11 @@ def _masked_max(hidden, attention_mask, weight, bias, with_argmax: bool, backend
             except Exception as error:  # a GPU or dtype the kernel cannot compile for: say so, use torch
                 global _TRITON_FAILED
                 _TRITON_FAILED = True
-                warnings.warn(f"fused SPLADE head: Triton kernel failed ({error!r}); using the chunked-torch path",
-                              RuntimeWarning)
+                warnings.warn(
+                    f"fused SPLADE head: Triton kernel failed ({error!r}); using the chunked-torch path",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
     if hidden.device.type == "cpu":
         return _packed_masked_max(hidden, attention_mask, weight, bias, with_argmax)
     return _torch_masked_max(hidden, attention_mask, weight, bias, with_argmax)
@@ -424,7 +441,9 @@ def head_inputs(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torc
         ValueError: shapes that do not agree.
     """
     if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
-        raise ValueError(f"hidden must be [B, L, H] and attention_mask [B, L]; got {tuple(hidden.shape)} and {tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"hidden must be [B, L, H] and attention_mask [B, L]; got {tuple(hidden.shape)} and {tuple(attention_mask.shape)}"
+        )
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[2]:
         raise ValueError(f"weight must be [V, H={hidden.shape[2]}]; got {tuple(weight.shape)}")
     if bias is not None and bias.shape != weight.shape[:1]:

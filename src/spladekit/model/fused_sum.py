@@ -134,7 +134,9 @@ def _sum_forward(hidden, attention_mask, weight, bias, activation) -> torch.Tens
     step = _columns(batch, length, vocab)
     for lo in range(0, vocab, step):
         hi = min(vocab, lo + step)
-        out[:, lo:hi] = _activate(_chunk_logits(hidden, weight, bias, lo, hi), activation).masked_fill_(~mask, 0.0).sum(dim=1)
+        out[:, lo:hi] = (
+            _activate(_chunk_logits(hidden, weight, bias, lo, hi), activation).masked_fill_(~mask, 0.0).sum(dim=1)
+        )
     return out
 
 

@@ -111,7 +111,9 @@ def find_mlm_head(model: nn.Module) -> MLMHead:
         if family == "modernbert" and hasattr(model, "decoder"):
             return MLMHead("modernbert", model.model, model.head, model.decoder, "decoder")
         if family == "electra" and hasattr(model, "generator_lm_head"):
-            return MLMHead("electra", model.electra, model.generator_predictions, model.generator_lm_head, "generator_lm_head")
+            return MLMHead(
+                "electra", model.electra, model.generator_predictions, model.generator_lm_head, "generator_lm_head"
+            )
     except AttributeError as exc:
         raise HeadNotFoundError(f"{type(model).__name__}: MLM head of family {family!r} is incomplete ({exc})") from exc
     raise HeadNotFoundError(

@@ -29,8 +29,8 @@ float32) and ``spladekit.json`` with ``query_encoder: "inference-free"``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -116,8 +116,14 @@ class QueryTermWeights(nn.Module):
     @staticmethod
     def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
         """Padded tensors of the query tokens without special tokens (the inference-free convention)."""
-        batch = tokenizer(list(texts), add_special_tokens=False, max_length=max_length, truncation=True,
-                          padding=True, return_tensors="pt")
+        batch = tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            max_length=max_length,
+            truncation=True,
+            padding=True,
+            return_tensors="pt",
+        )
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -132,8 +138,9 @@ class QueryTermWeights(nn.Module):
         return torch.relu(self.weight.detach()).float().cpu()
 
 
-def encode_bag(tokenizer, texts: Sequence[str], weights: torch.Tensor | np.ndarray, max_length: int,
-               top_k: int | None = None) -> tuple[sp.csr_matrix, int]:
+def encode_bag(
+    tokenizer, texts: Sequence[str], weights: torch.Tensor | np.ndarray, max_length: int, top_k: int | None = None
+) -> tuple[sp.csr_matrix, int]:
     """Inference-free query vectors as CSR ``[len(texts), V]`` float32 (no model forward).
 
     Row ``i`` has ``weights[j]`` at every distinct token ``j`` of ``texts[i]`` (no special tokens,
@@ -162,9 +169,14 @@ def encode_bag(tokenizer, texts: Sequence[str], weights: torch.Tensor | np.ndarr
         data.append(values)
         indptr.append(indptr[-1] + unique.size)
     matrix = sp.csr_matrix(
-        (np.concatenate(data) if data else np.zeros(0, np.float32),
-         np.concatenate(indices) if indices else np.zeros(0, np.int64), np.asarray(indptr)),
-        shape=(len(full), w.shape[0]), dtype=np.float32)
+        (
+            np.concatenate(data) if data else np.zeros(0, np.float32),
+            np.concatenate(indices) if indices else np.zeros(0, np.int64),
+            np.asarray(indptr),
+        ),
+        shape=(len(full), w.shape[0]),
+        dtype=np.float32,
+    )
     return matrix, truncated
 
 
@@ -187,8 +199,11 @@ def load_query_weights(folder: str | Path, vocab_size: int) -> torch.Tensor:
 
     path = Path(folder) / QUERY_WEIGHTS_FILE
     if not path.exists():
-        raise DataFormatError(Path(folder) / "spladekit.json",
-                              f"query_encoder is {INFERENCE_FREE!r} but {QUERY_WEIGHTS_FILE} is missing", field="query_encoder")
+        raise DataFormatError(
+            Path(folder) / "spladekit.json",
+            f"query_encoder is {INFERENCE_FREE!r} but {QUERY_WEIGHTS_FILE} is missing",
+            field="query_encoder",
+        )
     return read_weight_file(path, vocab_size)
 
 
@@ -201,7 +216,6 @@ def read_weight_file(path: str | Path, vocab_size: int) -> torch.Tensor:
             file that cannot be read (damaged or truncated).
     """
     from spladekit.errors import DataFormatError
-
     from spladekit.model.metadata import damaged_weights_error
 
     path = Path(path)
@@ -245,11 +259,16 @@ def make_inference_free(encoder, documents: Sequence[str]):
 
     require_masked_lm(encoder)  # a model run by its own modules would ignore query_weights
     if getattr(encoder.model, "fold", None) is not None:
-        raise ValueError("an inference-free query side with a folded vocabulary: the query weights are per vocabulary "
-                         "entry, the document vectors per folded term")
+        raise ValueError(
+            "an inference-free query side with a folded vocabulary: the query weights are per vocabulary "
+            "entry, the document vectors per folded term"
+        )
     encoder.query_weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size)
     encoder.metadata.query_encoder = INFERENCE_FREE
-    encoder.metadata.extra["inference_free"] = {"init": "idf", "idf_documents": len(documents), "trained": False,
-                                                "formula": "ln(1 + (N - df + 0.5) / (df + 0.5))"}
+    encoder.metadata.extra["inference_free"] = {
+        "init": "idf",
+        "idf_documents": len(documents),
+        "trained": False,
+        "formula": "ln(1 + (N - df + 0.5) / (df + 0.5))",
+    }
     return encoder
-

@@ -69,7 +69,7 @@ class EncoderMetadata:
         self.query_pruning, self.doc_pruning = record_of(self.query_pruning), record_of(self.doc_pruning)
 
     @classmethod
-    def load(cls, folder: str | Path) -> "EncoderMetadata":
+    def load(cls, folder: str | Path) -> EncoderMetadata:
         """Read ``folder/spladekit.json``; defaults when it does not exist.
 
         Raises:
@@ -90,8 +90,12 @@ class EncoderMetadata:
             raise DataFormatError(path, "expected a JSON object")
         for key, value in data.items():
             if key not in cls.__dataclass_fields__:
-                raise DataFormatError(path, f"unknown key {key!r}; spladekit.json has {', '.join(cls.__dataclass_fields__)} "
-                                      "(anything else goes into 'extra')", field=key)
+                raise DataFormatError(
+                    path,
+                    f"unknown key {key!r}; spladekit.json has {', '.join(cls.__dataclass_fields__)} "
+                    "(anything else goes into 'extra')",
+                    field=key,
+                )
             problem = _field_problem(key, value)
             if problem:
                 raise DataFormatError(path, f"must be {problem}, got {value!r}", field=key)
@@ -106,6 +110,7 @@ class EncoderMetadata:
 
 def _field_problem(key: str, value) -> str | None:
     """What ``value`` of :class:`EncoderMetadata` field ``key`` must be, or None when it is that."""
+
     def integer(minimum):
         return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
 
@@ -141,8 +146,11 @@ def damaged_weights_error(path: Path, exc: BaseException):
     """The ``DataFormatError`` for a weights file that safetensors / torch cannot read (``exc``)."""
     from spladekit.errors import DataFormatError
 
-    return DataFormatError(path, f"cannot read the model's weights ({type(exc).__name__}: {_first_line(exc)}); the "
-                           "file is damaged or truncated (download or save it again)")
+    return DataFormatError(
+        path,
+        f"cannot read the model's weights ({type(exc).__name__}: {_first_line(exc)}); the "
+        "file is damaged or truncated (download or save it again)",
+    )
 
 
 def max_positions(hf_config) -> int | None:

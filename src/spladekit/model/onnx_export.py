@@ -73,8 +73,8 @@ the same batching, truncation and sparse conversion as :class:`SpladeEncoder`.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -103,6 +103,8 @@ def max_opset() -> int:
     except ImportError:
         return 20
     return int(ONNX_MAX_OPSET)
+
+
 #: Vocabulary columns per in-graph tile: 32 × 256 tokens × 512 columns × 4 bytes = 16 MiB of logits
 #: (the memory the tile saves: ``benchmarks/runs/2026-12-07-source-notes.md``).
 DEFAULT_VOCAB_TILE = 512
@@ -143,8 +145,15 @@ class SpladeGraph(torch.nn.Module):
         ValueError: unknown pooling or activation, or a tile < 1.
     """
 
-    def __init__(self, model, pad_token_id: int | None, pooling: str = "max", activation: str = "relu",
-                 vocab_tile: int = DEFAULT_VOCAB_TILE, zero_ids: Sequence[int] = ()):
+    def __init__(
+        self,
+        model,
+        pad_token_id: int | None,
+        pooling: str = "max",
+        activation: str = "relu",
+        vocab_tile: int = DEFAULT_VOCAB_TILE,
+        zero_ids: Sequence[int] = (),
+    ):
         super().__init__()
         check_pooling(pooling, activation)
         check_int(vocab_tile, "vocab_tile", 1)
@@ -178,8 +187,12 @@ class SpladeGraph(torch.nn.Module):
         ``k``-th largest over all tiles is ``τ``; a second pass pools the logits ``≥ τ``."""
         vocab = weight.shape[0]
         spans = [(lo, min(vocab, lo + self.vocab_tile)) for lo in range(0, vocab, self.vocab_tile)]
-        best = [torch.topk(F.linear(hidden, weight[lo:hi], None if bias is None else bias[lo:hi]), min(k, hi - lo),
-                           dim=-1).values for lo, hi in spans]
+        best = [
+            torch.topk(
+                F.linear(hidden, weight[lo:hi], None if bias is None else bias[lo:hi]), min(k, hi - lo), dim=-1
+            ).values
+            for lo, hi in spans
+        ]
         threshold = torch.topk(torch.cat(best, dim=-1), k, dim=-1).values[..., k - 1 :]  # τ [B, L, 1]
         tiles = []
         for lo, hi in spans:
@@ -281,8 +294,11 @@ def float32_products(model_path: Path, n_tiles: int) -> list[str]:
             stack.extend(i for i in node.input if i not in weights)
     if not transform:
         raise RuntimeError("no weight product found before the head's products in the exported graph")
-    down = [n.name for n in products if n.name not in transform
-            and (kn := _weight_width(n, weights)) is not None and kn[0] > kn[1]]
+    down = [
+        n.name
+        for n in products
+        if n.name not in transform and (kn := _weight_width(n, weights)) is not None and kn[0] > kn[1]
+    ]
     keep = sorted(set(transform) | set(down[:1] + down[-1:]))
     return keep
 
@@ -300,13 +316,28 @@ def quantize_graph(source: Path, target: Path, n_tiles: int, quantize_head: bool
     quantization = require_extra("onnxruntime.quantization", "int8 quantisation", "onnxruntime", "onnx")
     QuantType, quantize_dynamic = quantization.QuantType, quantization.quantize_dynamic
     exclude = float32_products(source, n_tiles) + ([] if quantize_head else _head_matmuls(source, n_tiles))
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
-                     reduce_range=True, op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=exclude)
+    quantize_dynamic(
+        str(source),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        reduce_range=True,
+        op_types_to_quantize=["MatMul", "Gemm"],
+        nodes_to_exclude=exclude,
+    )
 
 
-def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OPSET, *, pooling: str | None = None,
-                activation: str | None = None, vocab_tile: int = DEFAULT_VOCAB_TILE, quantize: str | None = None,
-                quantize_head: bool = False) -> Path:
+def export_onnx(
+    encoder: SpladeEncoder,
+    out: str | Path,
+    opset: int = DEFAULT_OPSET,
+    *,
+    pooling: str | None = None,
+    activation: str | None = None,
+    vocab_tile: int = DEFAULT_VOCAB_TILE,
+    quantize: str | None = None,
+    quantize_head: bool = False,
+) -> Path:
     """Write ``encoder`` as an ONNX folder (layout in the module docstring), atomically.
 
     Args:
@@ -354,26 +385,33 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
         model = copy.deepcopy(encoder.model).cpu().float().eval()
         zero_special = bool(getattr(encoder.metadata, "zero_special_tokens", False))
         zero_ids = list(getattr(encoder.tokenizer, "all_special_ids", []) or []) if zero_special else []
-        graph = SpladeGraph(model, getattr(encoder.tokenizer, "pad_token_id", None), pooling, activation, vocab_tile,
-                            zero_ids).eval()
-        # two texts of different lengths, so the traced example has padding
-        sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
-        args = (sample["input_ids"].long(), sample["attention_mask"].long())
-        axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
-                OUTPUT_NAME: {0: "batch"}}
+        graph = SpladeGraph(
+            model, getattr(encoder.tokenizer, "pad_token_id", None), pooling, activation, vocab_tile, zero_ids
+        ).eval()
         traced = tmp / (ONNX_FILE + ".float32" if quantize else ONNX_FILE)
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
-            torch.onnx.export(graph, args, str(traced), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
-                              dynamic_axes=axes, opset_version=opset, dynamo=False)
+        _trace(encoder, graph, traced, opset)
         n_tiles = -(-model.vocab_size // vocab_tile)
-        cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
+        cap = (
+            model.position_top_k
+            if model.position_top_k is not None and model.position_top_k < model.vocab_size
+            else None
+        )
         if quantize:  # a capped graph forms each tile's logits twice (the threshold pass, then the pooling)
             quantize_graph(traced, tmp / ONNX_FILE, n_tiles * (2 if cap else 1), quantize_head)
             traced.unlink()
         encoder.tokenizer.save_pretrained(tmp)
-        meta = _export_metadata(encoder, model, dict(opset=opset, pooling=pooling, activation=activation,
-                                                     vocab_tile=vocab_tile, quantize=quantize, quantize_head=quantize_head))
+        meta = _export_metadata(
+            encoder,
+            model,
+            dict(
+                opset=opset,
+                pooling=pooling,
+                activation=activation,
+                vocab_tile=vocab_tile,
+                quantize=quantize,
+                quantize_head=quantize_head,
+            ),
+        )
         if encoder.query_weights is not None:  # an inference-free query side needs no graph: its table travels along
             from spladekit.model.inference_free import save_query_weights
 
@@ -383,29 +421,81 @@ def export_onnx(encoder: SpladeEncoder, out: str | Path, opset: int = DEFAULT_OP
     return out
 
 
+def _trace(encoder: SpladeEncoder, graph: torch.nn.Module, traced: Path, opset: int) -> None:
+    """``graph`` exported by torch.onnx's tracer to ``traced``, with a dynamic batch and sequence."""
+    # two texts of different lengths, so the traced example has padding
+    sample = encoder.tokenize(["spladekit onnx export", "a"], max_length=16)
+    args = (sample["input_ids"].long(), sample["attention_mask"].long())
+    axes = {
+        "input_ids": {0: "batch", 1: "sequence"},
+        "attention_mask": {0: "batch", 1: "sequence"},
+        OUTPUT_NAME: {0: "batch"},
+    }
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
+        torch.onnx.export(
+            graph,
+            args,
+            str(traced),
+            input_names=list(INPUT_NAMES),
+            output_names=[OUTPUT_NAME],
+            dynamic_axes=axes,
+            opset_version=opset,
+            dynamo=False,
+        )
+
+
 def _export_metadata(encoder: SpladeEncoder, model, options: dict) -> EncoderMetadata:
     """The export's ``spladekit.json``: the model's metadata fields (its head options included) and the
     ``extra.onnx`` record of :func:`export_onnx` (module docstring)."""
-    fields = [k for k in ("query_max_length", "doc_max_length", "query_top_k", "doc_top_k", "source", "pooling",
-                          "activation", "zero_special_tokens", "position_top_k", "fold", "query_pruning", "doc_pruning")
-              if k in EncoderMetadata.__dataclass_fields__]
+    fields = [
+        k
+        for k in (
+            "query_max_length",
+            "doc_max_length",
+            "query_top_k",
+            "doc_top_k",
+            "source",
+            "pooling",
+            "activation",
+            "zero_special_tokens",
+            "position_top_k",
+            "fold",
+            "query_pruning",
+            "doc_pruning",
+        )
+        if k in EncoderMetadata.__dataclass_fields__
+    ]
     meta = EncoderMetadata(**{k: getattr(encoder.metadata, k) for k in fields})
     pooling, activation, quantize = options["pooling"], options["activation"], options["quantize"]
     n_tiles = -(-model.vocab_size // options["vocab_tile"])
     cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
     zero_special = bool(getattr(encoder.metadata, "zero_special_tokens", False))
-    meta.extra = dict(encoder.metadata.extra, onnx={
-        "file": ONNX_FILE, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "opset": options["opset"],
-        "vocab_size": encoder.vocab_size, "head_rows": model.vocab_size, "max_positions": encoder.max_positions,
-        "pooling": pooling, "activation": activation, "vocab_tile": options["vocab_tile"],
-        "quantize": quantize, "quantize_head": bool(quantize and options["quantize_head"]),
-        "weight_bits": 7 if quantize else None,  # reduce_range (module docstring)
-        "position_top_k": model.position_top_k, "folded_terms": None if model.fold is None else model.fold.size,
-        "graph": f"{pooling} over non-padding positions of {activation} activation of the logits"
-                 + (f" (each position's {cap} largest)" if cap else "") + f", {n_tiles} vocabulary tiles; "
-                 + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed")
-                 + (f"; folded into {model.fold.size} terms" if model.fold is not None else ""),
-    })
+    meta.extra = dict(
+        encoder.metadata.extra,
+        onnx={
+            "file": ONNX_FILE,
+            "inputs": list(INPUT_NAMES),
+            "output": OUTPUT_NAME,
+            "opset": options["opset"],
+            "vocab_size": encoder.vocab_size,
+            "head_rows": model.vocab_size,
+            "max_positions": encoder.max_positions,
+            "pooling": pooling,
+            "activation": activation,
+            "vocab_tile": options["vocab_tile"],
+            "quantize": quantize,
+            "quantize_head": bool(quantize and options["quantize_head"]),
+            "weight_bits": 7 if quantize else None,  # reduce_range (module docstring)
+            "position_top_k": model.position_top_k,
+            "folded_terms": None if model.fold is None else model.fold.size,
+            "graph": f"{pooling} over non-padding positions of {activation} activation of the logits"
+            + (f" (each position's {cap} largest)" if cap else "")
+            + f", {n_tiles} vocabulary tiles; "
+            + ("special-token columns zeroed" if zero_special else "[PAD] column zeroed")
+            + (f"; folded into {model.fold.size} terms" if model.fold is not None else ""),
+        },
+    )
     return meta
 
 
@@ -427,33 +517,46 @@ class OnnxSpladeEncoder(SpladeEncoder):
             lies outside the folder.
     """
 
-    def __init__(self, folder: str | Path, batch_size: int = 32, providers: Sequence[str] = ("CPUExecutionProvider",),
-                 threads: int | None = None):
+    def __init__(
+        self,
+        folder: str | Path,
+        batch_size: int = 32,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        threads: int | None = None,
+    ):
         from transformers import AutoTokenizer
 
-        from spladekit.errors import DataFormatError
         from spladekit.data.paths import path_inside
+        from spladekit.errors import DataFormatError
 
         ort = require_extra("onnxruntime", "ONNX inference", "onnxruntime", "onnx")
         folder = Path(folder)
         self.metadata = EncoderMetadata.load(folder)
         record = self.metadata.extra.get("onnx")
         if not record:
-            raise DataFormatError(folder / "spladekit.json", "no ONNX record; not a folder written by export-model",
-                                  field="extra.onnx")
+            raise DataFormatError(
+                folder / "spladekit.json", "no ONNX record; not a folder written by export-model", field="extra.onnx"
+            )
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
-        graph = path_inside(folder, record.get("file") if isinstance(record, dict) else None, folder / "spladekit.json",
-                            "extra.onnx.file")
+        graph = path_inside(
+            folder,
+            record.get("file") if isinstance(record, dict) else None,
+            folder / "spladekit.json",
+            "extra.onnx.file",
+        )
         try:
             self.session = ort.InferenceSession(str(graph), options, providers=list(providers))
         except Exception as exc:  # onnxruntime's own error types (InvalidProtobuf, NoSuchFile, Fail, ...)
             from spladekit.errors import DataFormatError
 
-            raise DataFormatError(graph, f"onnxruntime cannot load the graph ({type(exc).__name__}: "
-                                  f"{(str(exc).splitlines() or [''])[0][:300]}); the file is missing, damaged or "
-                                  "truncated (export it again)") from exc
+            raise DataFormatError(
+                graph,
+                f"onnxruntime cannot load the graph ({type(exc).__name__}: "
+                f"{(str(exc).splitlines() or [''])[0][:300]}); the file is missing, damaged or "
+                "truncated (export it again)",
+            ) from exc
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.record = record
         self.device = torch.device("cpu")
@@ -466,11 +569,23 @@ class OnnxSpladeEncoder(SpladeEncoder):
             self.query_weights = load_query_weights(folder, self.vocab_size)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, *, query_max_length: int | None = None,
-                        doc_max_length: int | None = None, query_top_k: int | None = None, doc_top_k: int | None = None,
-                        batch_size: int = 32, device=None, dtype: torch.dtype | None = None, head_impl: str | None = None,
-                        providers: Sequence[str] = ("CPUExecutionProvider",), threads: int | None = None,
-                        query_pruning=None, doc_pruning=None) -> "OnnxSpladeEncoder":
+    def from_pretrained(
+        cls,
+        name_or_path: str | Path,
+        *,
+        query_max_length: int | None = None,
+        doc_max_length: int | None = None,
+        query_top_k: int | None = None,
+        doc_top_k: int | None = None,
+        batch_size: int = 32,
+        device=None,
+        dtype: torch.dtype | None = None,
+        head_impl: str | None = None,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        threads: int | None = None,
+        query_pruning=None,
+        doc_pruning=None,
+    ) -> OnnxSpladeEncoder:
         """Open an ONNX export folder (:func:`export_onnx`) with :meth:`SpladeEncoder.from_pretrained`'s
         arguments (what the inherited method would take, so code written for either class runs): the
         lengths, top-k and pruning rules left as None come from the export's ``spladekit.json``;
@@ -489,24 +604,38 @@ class OnnxSpladeEncoder(SpladeEncoder):
 
         for name, value in (("dtype", dtype), ("head_impl", head_impl)):
             if value is not None:
-                raise ValueError(f"OnnxSpladeEncoder.from_pretrained: {name}={value!r} is for torch models; an ONNX export "
-                                 "runs its graph as exported (load a torch model folder with SpladeEncoder.from_pretrained)")
+                raise ValueError(
+                    f"OnnxSpladeEncoder.from_pretrained: {name}={value!r} is for torch models; an ONNX export "
+                    "runs its graph as exported (load a torch model folder with SpladeEncoder.from_pretrained)"
+                )
         if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"OnnxSpladeEncoder.from_pretrained: device={device!r}: onnxruntime chooses hardware by "
-                             "providers=, e.g. ('CUDAExecutionProvider', 'CPUExecutionProvider')")
+            raise ValueError(
+                f"OnnxSpladeEncoder.from_pretrained: device={device!r}: onnxruntime chooses hardware by "
+                "providers=, e.g. ('CUDAExecutionProvider', 'CPUExecutionProvider')"
+            )
         folder = Path(name_or_path)
         if not folder.is_dir():
-            raise ResolutionError(f"{folder}: no such folder; OnnxSpladeEncoder opens a local folder written by "
-                                  "`spladekit export-model --format onnx`")
+            raise ResolutionError(
+                f"{folder}: no such folder; OnnxSpladeEncoder opens a local folder written by "
+                "`spladekit export-model --format onnx`"
+            )
         if not EncoderMetadata.load(folder).extra.get("onnx"):
-            raise DataFormatError(folder / "spladekit.json", "no ONNX record: not an ONNX export (a torch model folder? "
-                                  "load it with SpladeEncoder.from_pretrained)", field="extra.onnx")
+            raise DataFormatError(
+                folder / "spladekit.json",
+                "no ONNX record: not an ONNX export (a torch model folder? load it with SpladeEncoder.from_pretrained)",
+                field="extra.onnx",
+            )
         encoder = cls(folder, batch_size=batch_size, providers=providers, threads=threads)
         from spladekit.model.pruning import record_of
 
-        for key, value in dict(query_max_length=query_max_length, doc_max_length=doc_max_length,
-                               query_top_k=query_top_k, doc_top_k=doc_top_k,
-                               query_pruning=record_of(query_pruning), doc_pruning=record_of(doc_pruning)).items():
+        for key, value in dict(
+            query_max_length=query_max_length,
+            doc_max_length=doc_max_length,
+            query_top_k=query_top_k,
+            doc_top_k=doc_top_k,
+            query_pruning=record_of(query_pruning),
+            doc_pruning=record_of(doc_pruning),
+        ).items():
             if value is not None:
                 setattr(encoder.metadata, key, value)
         encoder.metadata.query_max_length = encoder.check_max_length(encoder.metadata.query_max_length)

@@ -87,8 +87,13 @@ def splade_activation(x: torch.Tensor, activation: str = "relu") -> torch.Tensor
     return out
 
 
-def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "max",
-                activation: str = "relu", position_top_k: int | None = None) -> torch.Tensor:
+def splade_pool(
+    logits: torch.Tensor,
+    attention_mask: torch.Tensor,
+    pooling: str = "max",
+    activation: str = "relu",
+    position_top_k: int | None = None,
+) -> torch.Tensor:
     """SPLADE pooling of MLM logits (module docstring), the reference for every head.
 
     Args:
@@ -127,8 +132,14 @@ def splade_max_pool(logits: torch.Tensor, attention_mask: torch.Tensor, activati
 
 
 def plain_splade_head(
-    hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-    *, pooling: str = "max", activation: str = "relu", position_top_k: int | None = None,
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    pooling: str = "max",
+    activation: str = "relu",
+    position_top_k: int | None = None,
 ) -> torch.Tensor:
     """The unfused head: full logits ``[B, L, V] = hidden @ weight.T``, then SPLADE pooling.
 

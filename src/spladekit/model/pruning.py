@@ -38,8 +38,12 @@ from spladekit.settings import Settings
 
 KINDS = ("top_k", "mass", "max_ratio", "threshold")
 #: the range of each kind's value, for messages
-RANGES = {"top_k": "an integer >= 1", "mass": "a share 0 < alpha <= 1", "max_ratio": "a share 0 <= r <= 1",
-          "threshold": "a weight >= 0"}
+RANGES = {
+    "top_k": "an integer >= 1",
+    "mass": "a share 0 < alpha <= 1",
+    "max_ratio": "a share 0 <= r <= 1",
+    "threshold": "a weight >= 0",
+}
 
 
 class PruningRule(Settings):
@@ -60,10 +64,14 @@ class PruningRule(Settings):
     value: int | float
 
     @model_validator(mode="after")
-    def _check_value(self) -> "PruningRule":
+    def _check_value(self) -> PruningRule:
         v = self.value
-        ok = {"top_k": lambda: float(v).is_integer() and v >= 1, "mass": lambda: 0 < v <= 1,
-              "max_ratio": lambda: 0 <= v <= 1, "threshold": lambda: v >= 0}[self.kind]()
+        ok = {
+            "top_k": lambda: float(v).is_integer() and v >= 1,
+            "mass": lambda: 0 < v <= 1,
+            "max_ratio": lambda: 0 <= v <= 1,
+            "threshold": lambda: v >= 0,
+        }[self.kind]()
         if not ok:
             raise ValueError(f"a {self.kind} rule's value must be {RANGES[self.kind]}, got {v!r}")
         if self.kind == "top_k" and not isinstance(v, int):
@@ -71,7 +79,7 @@ class PruningRule(Settings):
         return self
 
     @classmethod
-    def parse(cls, text: str) -> "PruningRule":
+    def parse(cls, text: str) -> PruningRule:
         """The rule written ``KIND=VALUE`` (``top_k=64``, ``mass=0.9``, ``max_ratio=0.1``, ``threshold=0.05``).
 
         Raises:
@@ -80,10 +88,14 @@ class PruningRule(Settings):
         kind, sep, value = str(text).partition("=")
         kind = kind.strip()
         if not sep or kind not in KINDS:
-            raise ValueError(f"pruning rule {text!r}: expected KIND=VALUE with KIND one of {', '.join(KINDS)}, "
-                             "e.g. top_k=64, mass=0.9, max_ratio=0.1, threshold=0.05")
+            raise ValueError(
+                f"pruning rule {text!r}: expected KIND=VALUE with KIND one of {', '.join(KINDS)}, "
+                "e.g. top_k=64, mass=0.9, max_ratio=0.1, threshold=0.05"
+            )
         try:
-            number: int | float = int(value) if kind == "top_k" and value.strip().lstrip("+").isdigit() else float(value)
+            number: int | float = (
+                int(value) if kind == "top_k" and value.strip().lstrip("+").isdigit() else float(value)
+            )
         except ValueError:
             raise ValueError(f"pruning rule {text!r}: {value!r} is not a number") from None
         return _validated({"kind": kind, "value": number}, repr(text))
@@ -108,8 +120,9 @@ def of_record(rule) -> PruningRule | None:
     if isinstance(rule, str):
         return PruningRule.parse(rule)
     if not isinstance(rule, dict):
-        raise ValueError(f"a pruning rule is a PruningRule, a {{kind, value}} mapping or KIND=VALUE text, "
-                         f"got {type(rule).__name__}")
+        raise ValueError(
+            f"a pruning rule is a PruningRule, a {{kind, value}} mapping or KIND=VALUE text, got {type(rule).__name__}"
+        )
     return _validated(rule, repr(rule))
 
 
@@ -120,8 +133,9 @@ def _validated(record: dict, shown: str) -> PruningRule:
     except ValidationError as exc:
         error = exc.errors()[0]
         where = str(error["loc"][0]) if error["loc"] else ""  # "value", not pydantic's "value.int" of the union
-        raise ValueError(f"pruning rule {shown}: {where + ': ' if where else ''}"
-                         f"{error['msg'].removeprefix('Value error, ')}") from None
+        raise ValueError(
+            f"pruning rule {shown}: {where + ': ' if where else ''}{error['msg'].removeprefix('Value error, ')}"
+        ) from None
 
 
 def record_of(rule) -> dict | None:
@@ -180,8 +194,10 @@ def _check_weights(matrix: sp.csr_matrix) -> None:
     bad = np.flatnonzero(~np.isfinite(matrix.data) | (matrix.data < 0))
     if bad.size:
         row = int(np.searchsorted(matrix.indptr, bad[0], side="right") - 1)
-        raise ValueError(f"a pruning rule ranks SPLADE weights (finite, >= 0); row {row} has "
-                         f"{float(matrix.data[bad[0]])!r} at column {int(matrix.indices[bad[0]])}")
+        raise ValueError(
+            f"a pruning rule ranks SPLADE weights (finite, >= 0); row {row} has "
+            f"{float(matrix.data[bad[0]])!r} at column {int(matrix.indices[bad[0]])}"
+        )
 
 
 def _kept(matrix: sp.csr_matrix, rule: PruningRule) -> np.ndarray:

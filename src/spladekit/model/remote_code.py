@@ -80,7 +80,7 @@ def _module_types(root: Path) -> list[tuple[Path, str, str]]:
             if module["type"].endswith(".Router"):
                 path = (root / str(module.get("path") or "")) / "router_config.json"
                 types = read_json(path).get("types") if path.is_file() else None
-                for key, value in (types.items() if isinstance(types, dict) else ()):
+                for key, value in types.items() if isinstance(types, dict) else ():
                     if isinstance(value, str):
                         found.append((path, str(key), value))
     return found
@@ -108,9 +108,13 @@ def find_custom_code(root: str | Path) -> list[CustomCode]:
             config = read_json(folder / name) if (folder / name).is_file() else None
             auto_map = config.get("auto_map") if isinstance(config, dict) else None
             for key, refs in auto_map.items() if isinstance(auto_map, dict) else ():
-                for reference in ([refs] if isinstance(refs, str) else refs if isinstance(refs, list) else []):
+                for reference in [refs] if isinstance(refs, str) else refs if isinstance(refs, list) else []:
                     if isinstance(reference, str):
-                        found.append(CustomCode("auto_map", reference, folder / name, f"auto_map.{key}", _code_file(folder, reference)))
+                        found.append(
+                            CustomCode(
+                                "auto_map", reference, folder / name, f"auto_map.{key}", _code_file(folder, reference)
+                            )
+                        )
     return found
 
 
@@ -125,19 +129,35 @@ def _config_folders(root: Path) -> list[Path]:
 
 def refusal(code: CustomCode) -> UnsupportedModelError:
     """The error of a folder whose custom code the user did not trust: names the class, its file and the flag."""
-    where = f"{code.file.name} in {code.file.parent}" if code.file else f"the Python module {code.reference.rsplit('.', 1)[0]!r} (not in the folder)"
-    library = f"module {code.module!r}: the sentence-transformers module" if code.kind == "module" else "the transformers class"
-    return UnsupportedModelError(code.named_in, f"{library} {code.class_name!r} ({code.reference}) is code from {where}; "
-                                 f"spladekit runs a model folder's code only when asked: {FLAG}", field=code.field)
+    where = (
+        f"{code.file.name} in {code.file.parent}"
+        if code.file
+        else f"the Python module {code.reference.rsplit('.', 1)[0]!r} (not in the folder)"
+    )
+    library = (
+        f"module {code.module!r}: the sentence-transformers module"
+        if code.kind == "module"
+        else "the transformers class"
+    )
+    return UnsupportedModelError(
+        code.named_in,
+        f"{library} {code.class_name!r} ({code.reference}) is code from {where}; "
+        f"spladekit runs a model folder's code only when asked: {FLAG}",
+        field=code.field,
+    )
 
 
 def masked_lm_refusal(folder) -> UnsupportedModelError:
     """The error of a command that needs the masked LM of a folder run by its custom modules."""
     classes = ", ".join(sorted({c.class_name for c in folder.custom_code if c.kind == "module"}))
-    return UnsupportedModelError(Path(folder.root) / "modules.json", f"the model's custom sentence-transformers modules "
-                                 f"({classes}) compute its vectors: spladekit encodes with it through sentence-transformers "
-                                 "(encode, index, search, evaluate, serve) but has no masked LM of it to train, calibrate "
-                                 "or export", field="type")
+    return UnsupportedModelError(
+        Path(folder.root) / "modules.json",
+        f"the model's custom sentence-transformers modules "
+        f"({classes}) compute its vectors: spladekit encodes with it through sentence-transformers "
+        "(encode, index, search, evaluate, serve) but has no masked LM of it to train, calibrate "
+        "or export",
+        field="type",
+    )
 
 
 class RemoteCodeEncoder:
@@ -165,8 +185,17 @@ class RemoteCodeEncoder:
         self._vocab_size: int | None = None
 
     @classmethod
-    def load(cls, folder, *, max_lengths=(None, None), query_top_k=None, doc_top_k=None, batch_size: int = 32, device=None,
-             source: str = ""):
+    def load(
+        cls,
+        folder,
+        *,
+        max_lengths=(None, None),
+        query_top_k=None,
+        doc_top_k=None,
+        batch_size: int = 32,
+        device=None,
+        source: str = "",
+    ):
         """Load a trusted :data:`CUSTOM_LAYOUT` folder with sentence-transformers (its code runs here).
 
         Args:
@@ -179,26 +208,37 @@ class RemoteCodeEncoder:
         """
         from spladekit.errors import require_extra
 
-        sparse = require_extra("sentence_transformers.sparse_encoder", "a model folder with custom modules", "sentence-transformers", "st")
+        sparse = require_extra(
+            "sentence_transformers.sparse_encoder", "a model folder with custom modules", "sentence-transformers", "st"
+        )
         check_top_k(query_top_k), check_top_k(doc_top_k)
         asked = {n for n in max_lengths if n is not None}
         if len(asked) > 1:
-            raise ValueError(f"a model with custom modules has one max length (sentence-transformers' max_seq_length), "
-                             f"not {sorted(asked)}")
+            raise ValueError(
+                f"a model with custom modules has one max length (sentence-transformers' max_seq_length), "
+                f"not {sorted(asked)}"
+            )
         model = sparse.SparseEncoder(str(folder.root), trust_remote_code=True, device=device)
         if asked:
             model.max_seq_length = asked.pop()
         length, top_k = int(model.max_seq_length), model.max_active_dims
-        meta = EncoderMetadata(query_max_length=length, doc_max_length=length, source=source or str(folder.root),
-                               query_top_k=query_top_k or top_k, doc_top_k=doc_top_k or top_k,
-                               extra={"custom_code": sorted({c.reference for c in folder.custom_code})})
+        meta = EncoderMetadata(
+            query_max_length=length,
+            doc_max_length=length,
+            source=source or str(folder.root),
+            query_top_k=query_top_k or top_k,
+            doc_top_k=doc_top_k or top_k,
+            extra={"custom_code": sorted({c.reference for c in folder.custom_code})},
+        )
         return cls(model, folder, meta, batch_size)
 
     @property
     def vocab_size(self) -> int:
         """V: the columns of every vector (the model's output dimension)."""
         if self._vocab_size is None:
-            self._vocab_size = int(self.model.encode_document([""], convert_to_sparse_tensor=True, show_progress_bar=False).shape[1])
+            self._vocab_size = int(
+                self.model.encode_document([""], convert_to_sparse_tensor=True, show_progress_bar=False).shape[1]
+            )
         return self._vocab_size
 
     @property
@@ -209,7 +249,9 @@ class RemoteCodeEncoder:
             self._vocab = [t if isinstance(t, str) else f"[spladekit:{j}]" for j, t in enumerate(tokens)]
         return self._vocab
 
-    def _encode_side(self, texts, document: bool, top_k, batch_size=None, show_progress=False, desc="encoding", on_batch=None):
+    def _encode_side(
+        self, texts, document: bool, top_k, batch_size=None, show_progress=False, desc="encoding", on_batch=None
+    ):
         from tqdm.auto import tqdm
 
         if isinstance(texts, (str, bytes)):
@@ -219,8 +261,17 @@ class RemoteCodeEncoder:
         blocks = []
         for start in tqdm(range(0, len(texts), size), desc=desc, disable=not show_progress, unit="batch"):
             chunk = texts[start : start + size]
-            blocks.append(_csr(run(chunk, batch_size=size, convert_to_sparse_tensor=True, max_active_dims=top_k,
-                                   show_progress_bar=False)))
+            blocks.append(
+                _csr(
+                    run(
+                        chunk,
+                        batch_size=size,
+                        convert_to_sparse_tensor=True,
+                        max_active_dims=top_k,
+                        show_progress_bar=False,
+                    )
+                )
+            )
             if on_batch is not None:
                 on_batch(len(chunk))
         self.last_truncated = self._truncated(texts)
@@ -233,14 +284,18 @@ class RemoteCodeEncoder:
         lengths = self.tokenizer(list(texts), truncation=False, add_special_tokens=True, verbose=False)["input_ids"]
         return sum(len(ids) > self.model.max_seq_length for ids in lengths)
 
-    def encode(self, texts, max_length=None, top_k=None, batch_size=None, show_progress=False, desc="encoding", on_batch=None):
+    def encode(
+        self, texts, max_length=None, top_k=None, batch_size=None, show_progress=False, desc="encoding", on_batch=None
+    ):
         """Documents' vectors (``encode_document``).
 
         Raises:
             ValueError: ``max_length`` other than the model's ``max_seq_length`` (where it truncates).
         """
         if max_length is not None and max_length != self.model.max_seq_length:
-            raise ValueError(f"a model with custom modules truncates at its max_seq_length {self.model.max_seq_length}, not {max_length}")
+            raise ValueError(
+                f"a model with custom modules truncates at its max_seq_length {self.model.max_seq_length}, not {max_length}"
+            )
         return self._encode_side(texts, True, top_k, batch_size, show_progress, desc, on_batch)
 
     def encode_queries(self, queries, **kwargs):

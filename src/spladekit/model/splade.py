@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -102,8 +102,15 @@ class SpladeModel(nn.Module):
             ≥ 1, a fold whose map does not cover the head's ``V`` columns.
     """
 
-    def __init__(self, mlm: nn.Module, head_impl: str | None = None, pooling: str = "max", activation: str = "relu",
-                 position_top_k: int | None = None, fold=None):
+    def __init__(
+        self,
+        mlm: nn.Module,
+        head_impl: str | None = None,
+        pooling: str = "max",
+        activation: str = "relu",
+        position_top_k: int | None = None,
+        fold=None,
+    ):
         super().__init__()
         check_pooling(pooling, activation)
         self.mlm = mlm
@@ -123,7 +130,9 @@ class SpladeModel(nn.Module):
         """
         check_position_top_k(position_top_k)
         if fold is not None and len(fold.columns) != self.vocab_size:
-            raise ValueError(f"the vocabulary fold maps {len(fold.columns)} columns but the MLM head has {self.vocab_size}")
+            raise ValueError(
+                f"the vocabulary fold maps {len(fold.columns)} columns but the MLM head has {self.vocab_size}"
+            )
         self.position_top_k = position_top_k
         self.fold = fold
 
@@ -164,8 +173,16 @@ class SpladeModel(nn.Module):
         # not with the masked LM in training mode: its dropout in worker threads would draw in a
         # thread-dependent order (and trimmed shapes), so a gradient cache's no-grad pass
         # (spladekit.train.cached) could not be replayed with the same masks
-        if (self.head_impl == "fused" and threads > 1 and input_ids.shape[0] and input_ids.device.type == "cpu"
-                and not self.mlm.training and not torch.is_grad_enabled() and not torch.jit.is_tracing() and not torch.compiler.is_compiling()):
+        if (
+            self.head_impl == "fused"
+            and threads > 1
+            and input_ids.shape[0]
+            and input_ids.device.type == "cpu"
+            and not self.mlm.training
+            and not torch.is_grad_enabled()
+            and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling()
+        ):
             if input_ids.numel() > SHORT_TOKENS:
                 return self._forward_slices(input_ids, attention_mask, threads)
             torch.set_num_threads(1)  # a query: see SHORT_TOKENS
@@ -214,6 +231,12 @@ class SpladeModel(nn.Module):
         hidden = head.transform(
             head.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
         )
-        weights = get_head_fn(self.head_impl, self.pooling)(hidden, attention_mask, head.weight, head.bias,
-                                                            activation=self.activation, position_top_k=self.position_top_k)
+        weights = get_head_fn(self.head_impl, self.pooling)(
+            hidden,
+            attention_mask,
+            head.weight,
+            head.bias,
+            activation=self.activation,
+            position_top_k=self.position_top_k,
+        )
         return weights if self.fold is None else self.fold.apply(weights, self.pooling)

@@ -20,7 +20,12 @@ from spladekit.io import write_json
 
 MODULES = [
     {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sparse_encoder.models.MLMTransformer"},
-    {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": "sentence_transformers.sparse_encoder.models.SpladePooling"},
+    {
+        "idx": 1,
+        "name": "1",
+        "path": "1_SpladePooling",
+        "type": "sentence_transformers.sparse_encoder.models.SpladePooling",
+    },
 ]
 
 
@@ -32,8 +37,9 @@ def _pooling_config(pooling: str, activation: str) -> dict:
     return {"pooling_strategy": pooling, "activation_function": activation, "word_embedding_dimension": None}
 
 
-def write_sentence_transformers_files(folder: str | Path, max_seq_length: int = 256, pooling: str = "max",
-                                      activation: str = "relu") -> list[Path]:
+def write_sentence_transformers_files(
+    folder: str | Path, max_seq_length: int = 256, pooling: str = "max", activation: str = "relu"
+) -> list[Path]:
     """Write ``modules.json``, ``sentence_bert_config.json``, ``config_sentence_transformers.json``
     and ``1_SpladePooling/config.json`` into a saved masked-LM model folder.
 
@@ -76,9 +82,14 @@ ROUTER_TYPES = {
 }
 
 
-def write_inference_free_sentence_transformers_files(folder: str | Path, tokenizer, query_weights,
-                                                     max_seq_length: int = 256, pooling: str = "max",
-                                                     activation: str = "relu") -> list[Path] | None:
+def write_inference_free_sentence_transformers_files(
+    folder: str | Path,
+    tokenizer,
+    query_weights,
+    max_seq_length: int = 256,
+    pooling: str = "max",
+    activation: str = "relu",
+) -> list[Path] | None:
     """Write the sentence-transformers ``Router`` layout of an inference-free model into ``folder``
     (a saved masked-LM folder): queries through ``SparseStaticEmbedding`` with ``query_weights``,
     documents through ``MLMTransformer`` + ``SpladePooling`` (``encode_query`` / ``encode_document``).
@@ -109,7 +120,9 @@ def write_inference_free_sentence_transformers_files(folder: str | Path, tokeniz
         },
         folder / "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
         folder / "config_sentence_transformers.json": {
-            "model_type": "SparseEncoder", "prompts": {"query": "", "document": ""}, "default_prompt_name": None,
+            "model_type": "SparseEncoder",
+            "prompts": {"query": "", "document": ""},
+            "default_prompt_name": None,
             "similarity_fn_name": "dot",
         },
         query_dir / "config.json": {"frozen": False},

@@ -114,8 +114,15 @@ def logit_bound(dtype: torch.dtype, dim: int, device: torch.device) -> float:
     return SAFETY * (e_kernel + e_torch)
 
 
-def kernel_verified(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor,
-                    bias: torch.Tensor | None, with_grad: bool, reference, backward) -> bool:
+def kernel_verified(
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    with_grad: bool,
+    reference,
+    backward,
+) -> bool:
     """Whether the Triton kernel may be used for this call (checking it first when not yet done).
 
     Args:
@@ -142,10 +149,12 @@ def kernel_verified(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: 
         if problem is None:
             _PASSED.add((key, hidden.dtype, with_grad))
             return True
-        message = (f"fused SPLADE head: the Triton kernel disagrees with the chunked-torch path on "
-                   f"{device_name(hidden.device)}, dtype {str(hidden.dtype).removeprefix('torch.')}: {problem}; "
-                   "using the chunked-torch path on this device from now on (SPLADEKIT_TRITON_CHECK=0 skips "
-                   "this check, SPLADEKIT_NO_TRITON=1 never uses the kernel)")
+        message = (
+            f"fused SPLADE head: the Triton kernel disagrees with the chunked-torch path on "
+            f"{device_name(hidden.device)}, dtype {str(hidden.dtype).removeprefix('torch.')}: {problem}; "
+            "using the chunked-torch path on this device from now on (SPLADEKIT_TRITON_CHECK=0 skips "
+            "this check, SPLADEKIT_NO_TRITON=1 never uses the kernel)"
+        )
         _FAILED[key] = message
     warnings.warn(message, RuntimeWarning, stacklevel=2)
     return False
@@ -163,21 +172,26 @@ def _compare(hidden, attention_mask, weight, bias, with_grad: bool, reference, b
     except Exception as error:  # a GPU or dtype the kernel cannot compile for
         return f"the kernel failed ({error!r})"
     m_t, t_t = reference(h, mask, weight, bias, with_grad)
-    scale, _ = reference(h.abs().float(), mask, weight.abs().float(),
-                                 None if bias is None else bias.abs().float(), False)  # S = max_t S_t
+    scale, _ = reference(
+        h.abs().float(), mask, weight.abs().float(), None if bias is None else bias.abs().float(), False
+    )  # S = max_t S_t
     factor = logit_bound(hidden.dtype, hidden.shape[2], hidden.device)
     finite = torch.isfinite(m_t)
     if not torch.equal(finite, torch.isfinite(m_k)):
         return "rows without real tokens differ (-inf in one path only)"
-    tol = torch.where(finite, factor * scale, torch.zeros_like(scale)) + torch.finfo(torch.float32).tiny  # S = -inf: no token
+    tol = (
+        torch.where(finite, factor * scale, torch.zeros_like(scale)) + torch.finfo(torch.float32).tiny
+    )  # S = -inf: no token
     diff = torch.where(finite, (m_k - m_t).abs(), torch.zeros_like(m_t))
     excess = finite & ~(diff <= tol)  # NaN counts as over
     if bool(excess.any()) or not bool(torch.isfinite(m_k[finite]).all()):
         worst = torch.argmax(torch.where(finite, diff / tol, torch.zeros_like(diff)).flatten())
         b, j = divmod(int(worst), m_t.shape[1])
-        return (f"forward max |Δm| = {float(diff.max()):.3g} ({int(excess.sum())} of {int(finite.sum())} entries "
-                f"over the bound; worst at row {b}, column {j}: kernel {float(m_k[b, j]):.6g}, "
-                f"torch {float(m_t[b, j]):.6g}, bound {float(tol[b, j]):.3g})")
+        return (
+            f"forward max |Δm| = {float(diff.max()):.3g} ({int(excess.sum())} of {int(finite.sum())} entries "
+            f"over the bound; worst at row {b}, column {j}: kernel {float(m_k[b, j]):.6g}, "
+            f"torch {float(m_t[b, j]):.6g}, bound {float(tol[b, j]):.3g})"
+        )
     if not with_grad:
         return None
     # positions: where the two paths pick another t*, the kernel's must be real and reach the max
@@ -186,7 +200,7 @@ def _compare(hidden, attention_mask, weight, bias, with_grad: bool, reference, b
     length = h.shape[1]
     wrong = 0
     for lo in range(0, rows.numel(), CHECK_CHUNK):
-        r, c = rows[lo:lo + CHECK_CHUNK], cols[lo:lo + CHECK_CHUNK]
+        r, c = rows[lo : lo + CHECK_CHUNK], cols[lo : lo + CHECK_CHUNK]
         t = t_k[r, c].long()
         inside = (t >= 0) & (t < length)
         t = t.clamp(0, length - 1)
@@ -201,6 +215,8 @@ def _compare(hidden, attention_mask, weight, bias, with_grad: bool, reference, b
     d_k = backward(ones, m_t, t_k.clamp(0, length - 1), h, weight, need)[0]  # a position past L: the last
     d_t = backward(ones, m_t, t_t, h, weight, need)[0]
     gap = float((d_k - d_t).abs().max())
-    return (f"gradients: {wrong} of {int(active.sum())} active entries take their gradient at a position that is "
-            f"not a maximum (max |Δ d hidden| = {gap:.3g} for a unit gradient, against max "
-            f"|d hidden| = {float(d_t.abs().max()):.3g})")
+    return (
+        f"gradients: {wrong} of {int(active.sum())} active entries take their gradient at a position that is "
+        f"not a maximum (max |Δ d hidden| = {gap:.3g} for a unit gradient, against max "
+        f"|d hidden| = {float(d_t.abs().max()):.3g})"
+    )

@@ -22,8 +22,15 @@ if TYPE_CHECKING:
     from spladekit.model.splade import SpladeModel
 
 
-def write_model_folder(folder: str | Path, model: SpladeModel, tokenizer, metadata: EncoderMetadata,
-                       query_weights: torch.Tensor | None = None, *, config: dict | None = None) -> None:
+def write_model_folder(
+    folder: str | Path,
+    model: SpladeModel,
+    tokenizer,
+    metadata: EncoderMetadata,
+    query_weights: torch.Tensor | None = None,
+    *,
+    config: dict | None = None,
+) -> None:
     """The one writer of spladekit model folders: the masked LM, its tokenizer, ``spladekit.json`` and
     the sentence-transformers module files, into ``folder`` (the caller stages it: a temporary folder,
     then rename, e.g. :func:`spladekit.io.atomic_folder`), and ``config.yaml`` when ``config`` (the
@@ -40,7 +47,10 @@ def write_model_folder(folder: str | Path, model: SpladeModel, tokenizer, metada
     """
     from transformers.utils import logging as hf_logging
 
-    from spladekit.model.st_modules import write_inference_free_sentence_transformers_files, write_sentence_transformers_files
+    from spladekit.model.st_modules import (
+        write_inference_free_sentence_transformers_files,
+        write_sentence_transformers_files,
+    )
 
     folder = Path(folder)
     meta = metadata
@@ -62,8 +72,12 @@ def write_model_folder(folder: str | Path, model: SpladeModel, tokenizer, metada
         meta.extra["sentence_transformers"] = f"not written: {unwritable}"
     elif query_weights is None:
         write_sentence_transformers_files(folder, meta.doc_max_length, meta.pooling, meta.activation)
-    elif write_inference_free_sentence_transformers_files(folder, tokenizer, query_weights,
-                                                          meta.doc_max_length, meta.pooling, meta.activation) is None:
+    elif (
+        write_inference_free_sentence_transformers_files(
+            folder, tokenizer, query_weights, meta.doc_max_length, meta.pooling, meta.activation
+        )
+        is None
+    ):
         meta.extra["sentence_transformers"] = "not written: decoder columns differ from the tokenizer's vocabulary"
     if query_weights is not None:
         save_query_weights(folder, query_weights)
@@ -86,6 +100,8 @@ def _sentence_transformers_cannot(meta: EncoderMetadata) -> str:
     if meta.query_pruning or meta.doc_pruning:  # SparseEncoder would give the unpruned vectors
         from spladekit.model.pruning import of_record
 
-        rules = ", ".join(f"{k}={of_record(getattr(meta, k))}" for k in ("query_pruning", "doc_pruning") if getattr(meta, k))
+        rules = ", ".join(
+            f"{k}={of_record(getattr(meta, k))}" for k in ("query_pruning", "doc_pruning") if getattr(meta, k)
+        )
         return f"sentence-transformers cannot apply the pruning rule ({rules})"
     return ""

@@ -43,15 +43,28 @@ from spladekit.io import atomic_write, read_json, read_jsonl, read_yaml
 CARD_FILE = "README.md"
 #: BEIR datasets and their readable names; each is published on the hub as ``BeIR/<name>``.
 BEIR_HUB_IDS = {
-    "msmarco": "MS MARCO", "trec-covid": "TREC-COVID", "nfcorpus": "NFCorpus", "nq": "Natural Questions",
-    "hotpotqa": "HotpotQA", "fiqa": "FiQA-2018", "arguana": "ArguAna", "webis-touche2020": "Touché-2020",
-    "cqadupstack": "CQADupStack", "quora": "Quora", "dbpedia-entity": "DBPedia", "scidocs": "SCIDOCS",
-    "fever": "FEVER", "climate-fever": "Climate-FEVER", "scifact": "SciFact",
+    "msmarco": "MS MARCO",
+    "trec-covid": "TREC-COVID",
+    "nfcorpus": "NFCorpus",
+    "nq": "Natural Questions",
+    "hotpotqa": "HotpotQA",
+    "fiqa": "FiQA-2018",
+    "arguana": "ArguAna",
+    "webis-touche2020": "Touché-2020",
+    "cqadupstack": "CQADupStack",
+    "quora": "Quora",
+    "dbpedia-entity": "DBPedia",
+    "scidocs": "SCIDOCS",
+    "fever": "FEVER",
+    "climate-fever": "Climate-FEVER",
+    "scifact": "SciFact",
 }
 #: metrics.json keys of sparsity, with the model-index metric types sentence-transformers' cards use.
-SPARSITY = {"avg_query_terms": ("query_active_dims", "active terms per query"),
-            "avg_doc_terms": ("corpus_active_dims", "active terms per document"),
-            "flops": ("flops", "FLOPS (expected multiplications per query-document pair)")}
+SPARSITY = {
+    "avg_query_terms": ("query_active_dims", "active terms per query"),
+    "avg_doc_terms": ("corpus_active_dims", "active terms per document"),
+    "flops": ("flops", "FLOPS (expected multiplications per query-document pair)"),
+}
 TASK = ("sparse-information-retrieval", "Sparse Information Retrieval")
 VERSIONS = ("spladekit", "torch", "transformers", "sentence-transformers", "tokenizers", "huggingface_hub")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -97,8 +110,12 @@ def read_evaluation(path: str | Path) -> Evaluation:
     config = read_json(config_path) if config_path.is_file() else {}
     for key in ("data", "split"):
         if not isinstance(config.get(key), str) or not config.get(key):
-            raise DataFormatError(config_path, "the evaluated dataset and split are needed for the model card "
-                                  "(`spladekit evaluate --model --data --split --out` writes them)", field=key)
+            raise DataFormatError(
+                config_path,
+                "the evaluated dataset and split are needed for the model card "
+                "(`spladekit evaluate --model --data --split --out` writes them)",
+                field=key,
+            )
     measures = [m for m in config.get("measures") or [] if m in metrics]
     if not config.get("measures"):  # an older record: the measures are the keys named like one (nDCG@10, MAP)
         measures = [k for k in metrics if "@" in k or k in ("MAP", "AP", "MRR", "RR")]
@@ -127,9 +144,19 @@ def eval_results(evaluations: list[Evaluation]):
         conventions = ev.metrics.get("conventions") or {}
         args = {"conventions": conventions.get("name")} if conventions.get("name") else None
         for key, kind in names:
-            results.append(EvalResult(task_type=TASK[0], task_name=TASK[1], dataset_type=ev.dataset_id,
-                                      dataset_name=ev.dataset_name, dataset_split=ev.split, metric_type=kind,
-                                      metric_name=key, metric_value=ev.metrics[key], dataset_args=args))
+            results.append(
+                EvalResult(
+                    task_type=TASK[0],
+                    task_name=TASK[1],
+                    dataset_type=ev.dataset_id,
+                    dataset_name=ev.dataset_name,
+                    dataset_split=ev.split,
+                    metric_type=kind,
+                    metric_name=key,
+                    metric_value=ev.metrics[key],
+                    dataset_args=args,
+                )
+            )
     return results
 
 
@@ -167,7 +194,9 @@ def _optional_json(path: Path):
     return read_json(path) if path.is_file() else None
 
 
-def read_records(folder: str | Path, run_dir: str | Path | None = None, diagnosis: str | Path | None = None) -> FolderRecords:
+def read_records(
+    folder: str | Path, run_dir: str | Path | None = None, diagnosis: str | Path | None = None
+) -> FolderRecords:
     """The records of ``folder`` (see the module docstring). ``run_dir``: the training run's folder
     (default: the parent of a ``model/`` or ``last/`` folder holding ``metrics.jsonl``).
 
@@ -178,9 +207,12 @@ def read_records(folder: str | Path, run_dir: str | Path | None = None, diagnosi
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder (give a saved model folder)")
-    records = FolderRecords(folder, spladekit=_optional_json(folder / "spladekit.json") or {},
-                            config=_optional_json(folder / "config.json") or {},
-                            sentence_transformers=(folder / "modules.json").is_file())
+    records = FolderRecords(
+        folder,
+        spladekit=_optional_json(folder / "spladekit.json") or {},
+        config=_optional_json(folder / "config.json") or {},
+        sentence_transformers=(folder / "modules.json").is_file(),
+    )
     extra = records.spladekit.get("extra") or {}
     records.onnx = extra.get("onnx") if (folder / "model.onnx").is_file() else None
     records.rescale = records.config.get("spladekit_rescale") or extra.get("rescale")
@@ -188,7 +220,9 @@ def read_records(folder: str | Path, run_dir: str | Path | None = None, diagnosi
     if diagnosis is not None:
         diagnosis = Path(diagnosis) / "diagnosis.json" if Path(diagnosis).is_dir() else Path(diagnosis)
         if not diagnosis.is_file():
-            raise FileNotFoundError(f"{diagnosis}: no such file (give a `spladekit diagnose --out` folder or its diagnosis.json)")
+            raise FileNotFoundError(
+                f"{diagnosis}: no such file (give a `spladekit diagnose --out` folder or its diagnosis.json)"
+            )
     records.diagnosis = _optional_json(diagnosis or folder / "diagnosis.json")
     records.training = extra.get("training")
     if (folder / "config.yaml").is_file():
@@ -222,11 +256,15 @@ def model_facts(records: FolderRecords) -> dict:
     selected = training.get("selected") or {}
     train_config = records.train_config
     facts = {
-        "made from": records.source, "backbone": ", ".join(config.get("architectures") or []) or config.get("model_type"),
+        "made from": records.source,
+        "backbone": ", ".join(config.get("architectures") or []) or config.get("model_type"),
         "vocabulary size": config.get("vocab_size") or onnx.get("vocab_size"),
-        "pooling": sk.get("pooling"), "activation": sk.get("activation"),
-        "query max length": sk.get("query_max_length"), "document max length": sk.get("doc_max_length"),
-        "query top-k": sk.get("query_top_k"), "document top-k": sk.get("doc_top_k"),
+        "pooling": sk.get("pooling"),
+        "activation": sk.get("activation"),
+        "query max length": sk.get("query_max_length"),
+        "document max length": sk.get("doc_max_length"),
+        "query top-k": sk.get("query_top_k"),
+        "document top-k": sk.get("doc_top_k"),
         "inference-free queries": records.inference_free or None,
         "head rescaling factor": (records.rescale or {}).get("total_factor"),
         "head shift": (records.rescale or {}).get("total_shift") or None,
@@ -235,13 +273,22 @@ def model_facts(records: FolderRecords) -> dict:
         "pooled per position": sk.get("position_top_k"),
         "folded terms": len(sk["fold"].get("terms") or []) if isinstance(sk.get("fold"), dict) else None,
         "training steps": training.get("steps"),
-        "selected": f"{selected.get('metric')} {selected.get('value')} at step {selected.get('step')}" if selected else None,
-        "training config": (hashlib.sha256(json.dumps(train_config, sort_keys=True, default=str).encode()).hexdigest()[:12]
-                            if train_config else None),
-        "ONNX opset": onnx.get("opset"), "ONNX quantisation": onnx.get("quantize"),
+        "selected": f"{selected.get('metric')} {selected.get('value')} at step {selected.get('step')}"
+        if selected
+        else None,
+        "training config": (
+            hashlib.sha256(json.dumps(train_config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+            if train_config
+            else None
+        ),
+        "ONNX opset": onnx.get("opset"),
+        "ONNX quantisation": onnx.get("quantize"),
     }
-    return {name: value if isinstance(value, (str, int, float, bool)) else str(value)
-            for name, value in facts.items() if value not in (None, "")}
+    return {
+        name: value if isinstance(value, (str, int, float, bool)) else str(value)
+        for name, value in facts.items()
+        if value not in (None, "")
+    }
 
 
 def dev_evaluation(records: FolderRecords) -> Evaluation | None:
@@ -257,8 +304,14 @@ def dev_evaluation(records: FolderRecords) -> Evaluation | None:
     chosen = chosen or records.dev_records[-1]
     dataset_id, dataset_name = dataset_identity(dev["data"])
     measures = [m for m in dev.get("measures") or [] if isinstance(chosen.get(m), (int, float))]
-    return Evaluation(dataset_id, dataset_name, dev.get("split") or "dev", dict(chosen),
-                      f"training dev evaluation at step {chosen.get('step')}", measures)
+    return Evaluation(
+        dataset_id,
+        dataset_name,
+        dev.get("split") or "dev",
+        dict(chosen),
+        f"training dev evaluation at step {chosen.get('step')}",
+        measures,
+    )
 
 
 def _inherited_card_data(source: str) -> dict:
@@ -275,8 +328,11 @@ def _inherited_card_data(source: str) -> dict:
         data = ModelCard.load(path).data
     except Exception:  # a malformed card of the base model: nothing inherited (the new card is still valid)
         return {}
-    found = {key: getattr(data, key) for key in ("license", "license_name", "license_link", "language")
-             if getattr(data, key, None)}
+    found = {
+        key: getattr(data, key)
+        for key in ("license", "license_name", "license_link", "language")
+        if getattr(data, key, None)
+    }
     problem = license_problem(found["license"], found.get("license_name")) if "license" in found else None
     if problem:
         warnings.warn(f"{path}: {problem}; not inherited (give --license)", UserWarning, stacklevel=2)
@@ -309,11 +365,22 @@ def versions() -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------- the card
-def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evaluation] = (), run_dir=None,
-                     diagnosis=None, reference: str | None = None, base_model: str | None = None,
-                     datasets: list[str] | None = None, language: str | list[str] | None = None,
-                     license: str | None = None, model_name: str | None = None, engine: str | None = None,
-                     library_name: str | None = None, usage: str | None = None):
+def build_model_card(
+    folder: str | Path,
+    *,
+    evaluations: list[str | Path | Evaluation] = (),
+    run_dir=None,
+    diagnosis=None,
+    reference: str | None = None,
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+    language: str | list[str] | None = None,
+    license: str | None = None,
+    model_name: str | None = None,
+    engine: str | None = None,
+    library_name: str | None = None,
+    usage: str | None = None,
+):
     """The :class:`~huggingface_hub.ModelCard` of ``folder`` (not written).
 
     Args:
@@ -353,7 +420,9 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
     if dev is not None:
         evals.append(dev)
     reference = reference or str(Path(folder).resolve())
-    name = model_name or (reference if _HUB_ID.match(reference) and not Path(reference).exists() else Path(reference).name)
+    name = model_name or (
+        reference if _HUB_ID.match(reference) and not Path(reference).exists() else Path(reference).name
+    )
     source = records.source
     if base_model is None and _HUB_ID.match(source) and not Path(source).exists():
         base_model = source
@@ -363,19 +432,25 @@ def build_model_card(folder: str | Path, *, evaluations: list[str | Path | Evalu
         tags.append("onnx")
     if engine:
         tags.append(engine)
-    library = library_name or ("sentence-transformers" if records.sentence_transformers
-                               else "onnx" if records.onnx is not None else None)
+    library = library_name or (
+        "sentence-transformers" if records.sentence_transformers else "onnx" if records.onnx is not None else None
+    )
     results = eval_results(evals) or None
     data = ModelCardData(
-        library_name=library, pipeline_tag="feature-extraction", tags=tags, base_model=base_model,
+        library_name=library,
+        pipeline_tag="feature-extraction",
+        tags=tags,
+        base_model=base_model,
         datasets=datasets or training_datasets(records.train_config) or None,
-        language=language or inherited.get("language"), license=license or inherited.get("license"),
+        language=language or inherited.get("language"),
+        license=license or inherited.get("license"),
         **({} if license else {k: inherited[k] for k in ("license_name", "license_link") if k in inherited}),
         eval_results=results,
         model_name=name if results else None,  # the model-index's name (without results it would be a bare key)
     )
-    body = card_text.body(records, evals, name=name, reference=reference, base_model=base_model, versions=versions(),
-                          usage=usage)
+    body = card_text.body(
+        records, evals, name=name, reference=reference, base_model=base_model, versions=versions(), usage=usage
+    )
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")  # ModelCard parses it back (a check of the YAML)
 
 
@@ -386,8 +461,15 @@ def existing_card(folder: str | Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
-def write_model_card(folder: str | Path, *, overwrite: bool = False, keep: str | None = None,
-                     previous: str | Path | None = None, remedy: str | None = None, **card_options) -> Path | None:
+def write_model_card(
+    folder: str | Path,
+    *,
+    overwrite: bool = False,
+    keep: str | None = None,
+    previous: str | Path | None = None,
+    remedy: str | None = None,
+    **card_options,
+) -> Path | None:
     """Write ``folder/README.md`` (atomically), ending with its record line
     (:mod:`spladekit.publish.card_record`). A card already there (or ``keep``, or ``previous``'s) is:
 
@@ -432,16 +514,27 @@ def write_model_card(folder: str | Path, *, overwrite: bool = False, keep: str |
     record = read_card_record(existing) if existing is not None and not overwrite else None
     if existing is not None and not overwrite and (record is None or record.edited):
         if record is not None and record.facts != canonical_facts(facts):
-            raise CardMismatchError(shown, fact_differences(record.facts, facts),
-                                    remedy or f"the card is left as it was: `spladekit card {shown.parent} --overwrite` "
-                                               "replaces it with this model's card (move it away first to keep your edits)")
+            raise CardMismatchError(
+                shown,
+                fact_differences(record.facts, facts),
+                remedy
+                or f"the card is left as it was: `spladekit card {shown.parent} --overwrite` "
+                "replaces it with this model's card (move it away first to keep your edits)",
+            )
         if keep is not None and not path.exists():
             with atomic_write(path) as handle:
                 handle.write(keep)
-        why = ("edited by hand; its record matches this model" if record is not None else
-               "it holds no spladekit record, so what it describes is not checked against this model")
-        warnings.warn(f"{shown}: the existing model card is kept ({why}; `spladekit card FOLDER --overwrite` "
-                      "rewrites it from this model's records)", UserWarning, stacklevel=2)
+        why = (
+            "edited by hand; its record matches this model"
+            if record is not None
+            else "it holds no spladekit record, so what it describes is not checked against this model"
+        )
+        warnings.warn(
+            f"{shown}: the existing model card is kept ({why}; `spladekit card FOLDER --overwrite` "
+            "rewrites it from this model's records)",
+            UserWarning,
+            stacklevel=2,
+        )
         return None
     card = build_model_card(folder, **card_options)
     with atomic_write(path) as handle:

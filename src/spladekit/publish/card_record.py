@@ -74,7 +74,7 @@ def read_card_record(text: str) -> CardRecord | None:
     if len(line) > MAX_LINE or not line.rstrip("\r").endswith(SUFFIX):
         return None
     try:
-        payload = json.loads(line.rstrip("\r")[len(PREFIX):-len(SUFFIX)])
+        payload = json.loads(line.rstrip("\r")[len(PREFIX) : -len(SUFFIX)])
     except (ValueError, RecursionError):
         return None
     if not isinstance(payload, dict) or not isinstance(payload.get("sha256"), str) or not _HEX.match(payload["sha256"]):
@@ -82,7 +82,7 @@ def read_card_record(text: str) -> CardRecord | None:
     facts = payload.get("model")
     if not isinstance(facts, dict) or not all(isinstance(v, _SCALARS) for v in facts.values()):
         return None
-    after = "" if end < 0 else text[end + 1:]
+    after = "" if end < 0 else text[end + 1 :]
     return CardRecord(facts, edited=_digest(text[:start]) != payload["sha256"] or bool(after.strip()))
 
 
@@ -97,5 +97,8 @@ def fact_differences(card: dict, model: dict) -> list[str]:
     and then the card's."""
     model = canonical_facts(model)
     names = list(model) + [name for name in card if name not in model]
-    return [f"{name}: {card.get(name, 'none')!s} in the card, {model.get(name, 'none')!s} in this model"
-            for name in names if card.get(name) != model.get(name)]
+    return [
+        f"{name}: {card.get(name, 'none')!s} in the card, {model.get(name, 'none')!s} in this model"
+        for name in names
+        if card.get(name) != model.get(name)
+    ]

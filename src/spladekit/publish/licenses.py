@@ -10,7 +10,8 @@ import re
 #: in repo card)"): every id of the hub-docs copy read at commit 008d54d, plus newer ids not checked against
 #: a copy here. An id the Hub adds later is refused here until it is added to this list. A card whose
 #: ``license`` is not on the Hub's list is refused by the Hub.
-HUB_LICENSES = frozenset("""
+HUB_LICENSES = frozenset(
+    """
 apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
 afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0
 cc-by-2.5 cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0 cc-by-nd-4.0
@@ -20,7 +21,8 @@ gfdl gpl gpl-2.0 gpl-3.0 lgpl lgpl-2.1 lgpl-3.0 isc h-research intel-research lp
 apple-amlr mpl-2.0 odc-by odbl openmdw-1.0 openrail++ osl-3.0 postgresql ofl-1.1 ncsa unlicense zlib pddl
 lgpl-lr deepfloyd-if-license fair-noncommercial-research-license llama2 llama3 llama3.1 llama3.2 llama3.3
 llama4 grok2-community gemma unknown other
-""".split())
+""".split()
+)
 
 LICENSES_PAGE = "https://huggingface.co/docs/hub/repositories-licenses"
 
@@ -41,11 +43,15 @@ def license_problem(value, license_name=None) -> str | None:
     if not isinstance(value, str) or value not in HUB_LICENSES:
         guess = suggest_license(value) if isinstance(value, str) else None
         hint = f"; did you mean {guess!r}?" if guess else ""
-        return (f"license {value!r} is not a Hugging Face Hub licence identifier{hint} (the Hub refuses it; the "
-                f"identifiers, all lowercase: {LICENSES_PAGE})")
+        return (
+            f"license {value!r} is not a Hugging Face Hub licence identifier{hint} (the Hub refuses it; the "
+            f"identifiers, all lowercase: {LICENSES_PAGE})"
+        )
     if value == "other" and not license_name:
-        return ("license 'other' needs license_name (and license_link) in the card's front matter, which the Hub "
-                f"requires ({LICENSES_PAGE})")
+        return (
+            "license 'other' needs license_name (and license_link) in the card's front matter, which the Hub "
+            f"requires ({LICENSES_PAGE})"
+        )
     return None
 
 
@@ -57,11 +63,12 @@ def check_license(value: str) -> str:
             no license_name/license_link: write the card, then add them to its front matter by hand).
     """
     if value == "other":
-        raise ValueError("license 'other' needs license_name (and license_link), which `spladekit card` does not "
-                         "take: write the card without --license, then add license: other, license_name and "
-                         f"license_link to its front matter by hand ({LICENSES_PAGE})")
+        raise ValueError(
+            "license 'other' needs license_name (and license_link), which `spladekit card` does not "
+            "take: write the card without --license, then add license: other, license_name and "
+            f"license_link to its front matter by hand ({LICENSES_PAGE})"
+        )
     problem = license_problem(value)
     if problem:
         raise ValueError(problem)
     return value
-

@@ -55,8 +55,12 @@ class PushPlan:
         """The dry run's listing: target, every file with its size, then the card."""
         total = sum(size for _, size in self.files)
         where = f"{self.endpoint}/{self.repo_id}" + (f" (revision {self.revision})" if self.revision else "")
-        lines = [f"would push {self.folder} to {where}" + (" as a pull request" if self.create_pr else "")
-                 + (", private" if self.private else "") + f": {len(self.files)} files, {total:,} bytes"]
+        lines = [
+            f"would push {self.folder} to {where}"
+            + (" as a pull request" if self.create_pr else "")
+            + (", private" if self.private else "")
+            + f": {len(self.files)} files, {total:,} bytes"
+        ]
         lines += [f"  {size:>12,}  {name}" for name, size in self.files]
         lines += ["", "README.md (model card):", self.card.rstrip("\n")]
         return "\n".join(lines)
@@ -68,8 +72,9 @@ def _endpoint() -> str:
     return constants.ENDPOINT
 
 
-def plan_push(folder: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
-              create_pr: bool = False) -> PushPlan:
+def plan_push(
+    folder: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None, create_pr: bool = False
+) -> PushPlan:
     """Check ``folder`` and list what :func:`push_folder` would upload (reads only; no network).
 
     Raises:
@@ -142,8 +147,11 @@ def _refuse_links_out(root: Path, patterns: list[str]) -> None:
         target = Path(os.path.realpath(root / name))
         if not target.exists() or not target.is_relative_to(root):
             where = "a missing file" if not target.exists() else "outside the folder"
-            raise DataFormatError(root / name, f"a link to {os.readlink(root / name)} ({where}); a push sends only the "
-                                  "files inside the folder: replace the link by the file it points to, or remove it")
+            raise DataFormatError(
+                root / name,
+                f"a link to {os.readlink(root / name)} ({where}); a push sends only the "
+                "files inside the folder: replace the link by the file it points to, or remove it",
+            )
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -153,7 +161,9 @@ def _unreachable(exc: BaseException) -> bool:
     seen = 0
     while exc is not None and seen < 8:
         names = {cls.__name__ for cls in type(exc).__mro__}
-        if names & {"TransportError", "ConnectionError", "ConnectTimeout", "Timeout", "TimeoutException"} or isinstance(exc, OSError):
+        if names & {"TransportError", "ConnectionError", "ConnectTimeout", "Timeout", "TimeoutException"} or isinstance(
+            exc, OSError
+        ):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
@@ -192,8 +202,14 @@ def push_folder(plan: PushPlan, token: str | None = None) -> str:
         except Exception as exc:
             raise _hub_failure(f"create_branch {plan.revision!r}", exc) from None
     try:
-        info = api.create_commit(repo_id=plan.repo_id, operations=plan.operations(), repo_type="model", revision=plan.revision,
-                                 create_pr=plan.create_pr, commit_message=f"Upload {plan.folder.name} with spladekit")
+        info = api.create_commit(
+            repo_id=plan.repo_id,
+            operations=plan.operations(),
+            repo_type="model",
+            revision=plan.revision,
+            create_pr=plan.create_pr,
+            commit_message=f"Upload {plan.folder.name} with spladekit",
+        )
     except Exception as exc:
         raise _hub_failure("create_commit", exc) from None
     return str(getattr(info, "pr_url", None) or getattr(info, "commit_url", info))

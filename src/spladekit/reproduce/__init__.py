@@ -9,5 +9,15 @@ from spladekit.reproduce.grid import Cell, GridOutcome, StaleCellError, cell_sta
 from spladekit.reproduce.plan import describe_plan
 from spladekit.reproduce.report import write_report
 
-__all__ = ["ReproduceConfig", "load_reproduce_config", "Cell", "GridOutcome", "StaleCellError", "cell_status",
-           "plan_grid", "run_grid", "describe_plan", "write_report"]
+__all__ = [
+    "ReproduceConfig",
+    "load_reproduce_config",
+    "Cell",
+    "GridOutcome",
+    "StaleCellError",
+    "cell_status",
+    "plan_grid",
+    "run_grid",
+    "describe_plan",
+    "write_report",
+]

@@ -31,9 +31,14 @@ from pathlib import Path
 from spladekit.io import read_json
 from spladekit.reproduce.config import EvalDatasetSpec, ReproduceConfig
 
+
 def number(value) -> float | None:
     """``value`` as a float when it is a finite int/float (not a bool), else None (missing results)."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -56,8 +61,11 @@ def is_pruned(dataset: EvalDatasetSpec) -> bool:
 def variants(config: ReproduceConfig, dataset: EvalDatasetSpec) -> list[EvalDatasetSpec]:
     """``dataset`` and the in-domain sets that are the same data and metric, pruned differently."""
     key = ("path", "split", "qrels", "queries", "max_docs", "metric")
-    same = [d for d in config.evaluation.in_domain
-            if d.name != dataset.name and all(getattr(d, k) == getattr(dataset, k) for k in key)]
+    same = [
+        d
+        for d in config.evaluation.in_domain
+        if d.name != dataset.name and all(getattr(d, k) == getattr(dataset, k) for k in key)
+    ]
     return [dataset] + same
 
 
@@ -77,13 +85,23 @@ def sweep_rows(config: ReproduceConfig, results: list[dict]) -> list[dict]:
     for scale, treatment in config.sweep_points():
         arm = f"{config.sweep.backbone}/{treatment.name}"
         cells = [r for r in results if r["arm"] == arm and r.get("status") == "done"]
-        row = {"net_scale": scale, "treatment": treatment.name, "arm": arm, "factor": treatment.rescale.factor
-               if treatment.rescale else 1.0, "seeds": len(cells),
-               "diverged": sum(r.get("status") == "diverged" for r in results if r["arm"] == arm)}
-        for key, field in (("metric", dataset.metric), ("flops", "flops"), ("q_terms", "avg_query_terms"),
-                           ("d_terms", "avg_doc_terms")):
-            row[key], row[f"{key}:std"] = mean_std([number(((r.get("eval") or {}).get(dataset.name) or {}).get(field))
-                                                     for r in cells])
+        row = {
+            "net_scale": scale,
+            "treatment": treatment.name,
+            "arm": arm,
+            "factor": treatment.rescale.factor if treatment.rescale else 1.0,
+            "seeds": len(cells),
+            "diverged": sum(r.get("status") == "diverged" for r in results if r["arm"] == arm),
+        }
+        for key, field in (
+            ("metric", dataset.metric),
+            ("flops", "flops"),
+            ("q_terms", "avg_query_terms"),
+            ("d_terms", "avg_doc_terms"),
+        ):
+            row[key], row[f"{key}:std"] = mean_std(
+                [number(((r.get("eval") or {}).get(dataset.name) or {}).get(field)) for r in cells]
+            )
         rows.append(row)
     return rows
 
@@ -102,7 +120,9 @@ def sweep_markers(config: ReproduceConfig, results: list[dict]) -> dict[str, tup
             continue
         cells = [r for r in results if r["arm"] == f"{backbone.name}/{treatment.name}" and r.get("status") == "done"]
         factor, _ = mean_std([number((r.get("init") or {}).get("factor")) for r in cells])
-        value, _ = mean_std([number(((r.get("eval") or {}).get(dataset.name) or {}).get(dataset.metric)) for r in cells])
+        value, _ = mean_std(
+            [number(((r.get("eval") or {}).get(dataset.name) or {}).get(dataset.metric)) for r in cells]
+        )
         if factor is not None and value is not None:
             markers[f"{treatment.name} (F = {factor:.3g})"] = (backbone.nominal_scale * factor, value)
     return markers
@@ -164,15 +184,27 @@ def matched_flops(config: ReproduceConfig, results: list[dict]) -> dict:
         points = [p for d in sets if (p := _point(r, d))]
         if not r["treatment"].startswith("sweep-"):  # generated sweep points only count in the family's curve
             curves.setdefault(r["arm"], {})[r["seed"]] = points
-        if (config.sweep and r["backbone"] == config.sweep.backbone and r["treatment"] in sweep_names
-                and r["seed"] in sweep_seeds):  # the family's curve: only seeds that have every net scale
+        if (
+            config.sweep
+            and r["backbone"] == config.sweep.backbone
+            and r["treatment"] in sweep_names
+            and r["seed"] in sweep_seeds
+        ):  # the family's curve: only seeds that have every net scale
             curves.setdefault(f"{config.sweep.backbone}/factor sweep", {}).setdefault(r["seed"], []).extend(points)
     family = f"{config.sweep.backbone}/factor sweep" if config.sweep else None
     for arm, by_seed in sorted(curves.items(), key=lambda item: item[0] == family):  # the family last
         found = [quality_at_flops(points, level) for _, points in sorted(by_seed.items()) if points]
         value, spread = mean_std([f[0] for f in found])
-        out["rows"].append({"arm": arm, "value": value, "value:std": spread, "seeds": len(found),
-                            "methods": sorted({f[1] for f in found}), "flops_used": [f[2] for f in found]})
+        out["rows"].append(
+            {
+                "arm": arm,
+                "value": value,
+                "value:std": spread,
+                "seeds": len(found),
+                "methods": sorted({f[1] for f in found}),
+                "flops_used": [f[2] for f in found],
+            }
+        )
     return out
 
 
@@ -185,7 +217,9 @@ def per_query(out: Path, cell_id: str, dataset: EvalDatasetSpec) -> dict[str, fl
     return {q: float(v) for q, v in (read_json(path).get(dataset.metric) or {}).items()}
 
 
-def _arm_values(out: Path, cells: dict[int, str], seeds: list[int], dataset: EvalDatasetSpec) -> dict[str, float] | None:
+def _arm_values(
+    out: Path, cells: dict[int, str], seeds: list[int], dataset: EvalDatasetSpec
+) -> dict[str, float] | None:
     """Per-query values averaged over ``seeds`` (None when a seed's file is missing)."""
     runs = [per_query(out, cells[s], dataset) for s in seeds]
     if not runs or any(r is None for r in runs):
@@ -233,9 +267,28 @@ def paired_tests(config: ReproduceConfig, out: str | Path, results: list[dict]) 
             if not va or not vb:
                 continue
             qids = sorted(set(va) & set(vb))
-            c = compare_values(dataset.metric, [va[q] for q in qids], [vb[q] for q in qids],
-                               permutations=config.report.permutations, seed=0)
-            rows.append({"a": a, "b": b, "dataset": dataset.name, "metric": dataset.metric, "seeds": len(seeds),
-                         "n": c.n, "mean_a": c.mean_a, "mean_b": c.mean_b, "delta": c.delta, "p_ttest": c.p_ttest,
-                         "p_randomisation": c.p_randomisation, "wins": c.wins, "losses": c.losses})
+            c = compare_values(
+                dataset.metric,
+                [va[q] for q in qids],
+                [vb[q] for q in qids],
+                permutations=config.report.permutations,
+                seed=0,
+            )
+            rows.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "dataset": dataset.name,
+                    "metric": dataset.metric,
+                    "seeds": len(seeds),
+                    "n": c.n,
+                    "mean_a": c.mean_a,
+                    "mean_b": c.mean_b,
+                    "delta": c.delta,
+                    "p_ttest": c.p_ttest,
+                    "p_randomisation": c.p_randomisation,
+                    "wins": c.wins,
+                    "losses": c.losses,
+                }
+            )
     return rows

@@ -68,10 +68,18 @@ def load_eval_dataset(spec: EvalDatasetSpec, download: bool = True):
     queries = read_tsv(queries_path) if spec.queries else read_queries(queries_path)
     missing = [q for q in qrels if q not in queries]
     if missing:
-        raise DataFormatError(qrels_path, f"{len(missing)} judged query ids have no text in {queries_path}, e.g. {missing[0]!r}")
+        raise DataFormatError(
+            qrels_path, f"{len(missing)} judged query ids have no text in {queries_path}, e.g. {missing[0]!r}"
+        )
     corpus = read_corpus(find_file(folder, "corpus"))
-    dataset = BeirDataset(path=folder, corpus=corpus, queries={q: queries[q] for q in qrels}, qrels=qrels,
-                          split=spec.split, name=spec.name)
+    dataset = BeirDataset(
+        path=folder,
+        corpus=corpus,
+        queries={q: queries[q] for q in qrels},
+        qrels=qrels,
+        split=spec.split,
+        name=spec.name,
+    )
     return reduce_corpus(dataset, spec.max_docs)
 
 
@@ -181,8 +189,13 @@ def summarize_training(records: list[dict]) -> dict:
     pick = lambda r: {k: r[k] for k in SUMMARY_KEYS if isinstance(r.get(k), (int, float))}  # noqa: E731
     norms = [r["grad_norm"] for r in records if isinstance(r.get("grad_norm"), (int, float))]
     times = [r["step_time_s"] for r in records if isinstance(r.get("step_time_s"), (int, float))]
-    return {"steps": records[-1].get("step", len(records)), "first": pick(records[0]), "last": pick(records[-1]),
-            "max_grad_norm": max(norms) if norms else None, "train_seconds": sum(times) if times else None}
+    return {
+        "steps": records[-1].get("step", len(records)),
+        "first": pick(records[0]),
+        "last": pick(records[-1]),
+        "max_grad_norm": max(norms) if norms else None,
+        "train_seconds": sum(times) if times else None,
+    }
 
 
 class SpladekitRunner:
@@ -209,7 +222,9 @@ class SpladekitRunner:
         from spladekit.model.encoder import load_model_folder
 
         location = resolve_model(backbone.path)
-        if backbone.inflate is None and backbone.emulate is None:  # init_cell loads it (and refuses a checkpoint without MLM-head weights)
+        if (
+            backbone.inflate is None and backbone.emulate is None
+        ):  # init_cell loads it (and refuses a checkpoint without MLM-head weights)
             return {"model": location, "source": location}
         from spladekit.model.calibrate import emulate_large_head
 
@@ -230,17 +245,25 @@ class SpladekitRunner:
         texts = self._diagnosis_texts(config)
         d = config.diagnosis
         kwargs = dict(max_length=d.max_length, max_tokens=d.max_tokens)
-        before = diagnose_mlm_head(_treated_model(mlm, tokenizer, source, None), tokenizer, texts, name=cell.backbone.name,
-                                   **kwargs)  # the start model's head
+        before = diagnose_mlm_head(
+            _treated_model(mlm, tokenizer, source, None), tokenizer, texts, name=cell.backbone.name, **kwargs
+        )  # the start model's head
         model = _treated_model(mlm, tokenizer, source, cell.treatment)
         result = {"model": base_model, "factor": None, "diagnosis_before": before.to_dict(), "diagnosis_after": None}
         spec = cell.treatment.rescale
         if spec is not None or cell.treatment.head is not None:
             if spec is not None:
-                result["factor"] = spec.apply(model, tokenizer, texts, {"max_length": d.max_length, "max_tokens": d.max_tokens},
-                                              force=spec.force or cell.backbone.inflate is not None)
+                result["factor"] = spec.apply(
+                    model,
+                    tokenizer,
+                    texts,
+                    {"max_length": d.max_length, "max_tokens": d.max_tokens},
+                    force=spec.force or cell.backbone.inflate is not None,
+                )
                 result["shift"] = (rescale_record(model) or {}).get("history", [{}])[-1].get("shift")
-            after = diagnose_mlm_head(model, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs)
+            after = diagnose_mlm_head(
+                model, tokenizer, texts, name=f"{cell.backbone.name}+{cell.treatment.name}", **kwargs
+            )
             result["diagnosis_after"] = after.to_dict()
             result["model"] = str(_save_model(model, tokenizer, folder / "model", source))
         return result
@@ -253,30 +276,58 @@ class SpladekitRunner:
             train_config.model.trust_remote_code = True
         result = train(train_config, folder, show_progress=self.show_progress)
         records = read_metrics_log(result.metrics_path)
-        return {"model": str(result.model_dir), "metrics_path": str(result.metrics_path),
-                "alarms": list(result.alarms), "summary": summarize_training(records)}
+        return {
+            "model": str(result.model_dir),
+            "metrics_path": str(result.metrics_path),
+            "alarms": list(result.alarms),
+            "summary": summarize_training(records),
+        }
 
     def evaluate(self, model: str, dataset: EvalDatasetSpec, config: ReproduceConfig, folder: Path) -> dict:
-        from spladekit.model.encoder import SpladeEncoder
-        from spladekit.index.index import searcher_config
         from spladekit.evaluate.retrieval import evaluate_splade
         from spladekit.evaluate.systems import write_system
+        from spladekit.index.index import searcher_config
+        from spladekit.model.encoder import SpladeEncoder
 
         ev = config.evaluation
-        encoder = SpladeEncoder.from_pretrained(model, query_max_length=ev.query_max_length, doc_max_length=ev.doc_max_length,
-                                                query_top_k=dataset.query_top_k, doc_top_k=dataset.doc_top_k,
-                                                batch_size=ev.batch_size, head_impl=ev.head_impl, device=config.device,
-                                                trust_remote_code=self.trust_remote_code)
+        encoder = SpladeEncoder.from_pretrained(
+            model,
+            query_max_length=ev.query_max_length,
+            doc_max_length=ev.doc_max_length,
+            query_top_k=dataset.query_top_k,
+            doc_top_k=dataset.doc_top_k,
+            batch_size=ev.batch_size,
+            head_impl=ev.head_impl,
+            device=config.device,
+            trust_remote_code=self.trust_remote_code,
+        )
         key = dataset.model_dump_json(include={"path", "split", "qrels", "queries", "max_docs"})
         if key not in self._datasets:
             self._datasets[key] = load_eval_dataset(dataset)
-        result = evaluate_splade(encoder, self._datasets[key], k=ev.k, measures=dataset.measures,
-                                 show_progress=self.show_progress, name=dataset.name, searcher=searcher_config(ev.backend))
-        write_system(result, folder, {"model": model, "dataset": dataset.model_dump(),
-                                      "query_max_length": encoder.metadata.query_max_length,
-                                      "doc_max_length": encoder.metadata.doc_max_length, "k": ev.k,
-                                      "pooling": encoder.metadata.pooling, "activation": encoder.metadata.activation,
-                                      "query_top_k": dataset.query_top_k, "doc_top_k": dataset.doc_top_k})
+        result = evaluate_splade(
+            encoder,
+            self._datasets[key],
+            k=ev.k,
+            measures=dataset.measures,
+            show_progress=self.show_progress,
+            name=dataset.name,
+            searcher=searcher_config(ev.backend),
+        )
+        write_system(
+            result,
+            folder,
+            {
+                "model": model,
+                "dataset": dataset.model_dump(),
+                "query_max_length": encoder.metadata.query_max_length,
+                "doc_max_length": encoder.metadata.doc_max_length,
+                "k": ev.k,
+                "pooling": encoder.metadata.pooling,
+                "activation": encoder.metadata.activation,
+                "query_top_k": dataset.query_top_k,
+                "doc_top_k": dataset.doc_top_k,
+            },
+        )
         metrics = dict(result.metrics)
         metrics["wall_time_s"] = round(result.seconds, 3)
         return metrics

@@ -26,7 +26,6 @@ from spladekit.model.calibrate.spec import HeadSpec, RescaleSpec  # noqa: F401  
 from spladekit.overrides import apply_overrides
 from spladekit.settings import Settings
 
-
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
@@ -79,7 +78,7 @@ class BackboneSpec(Settings):
     _name = field_validator("name")(_check_name)
 
     @model_validator(mode="after")
-    def _one_inflation(self) -> "BackboneSpec":
+    def _one_inflation(self) -> BackboneSpec:
         if self.inflate is not None and self.emulate is not None:
             raise ValueError(f"backbone {self.name!r}: give inflate or emulate, not both")
         return self
@@ -98,9 +97,11 @@ class BackboneSpec(Settings):
         if self.emulate is None:
             return ""
         e = self.emulate
-        return {"uniform": f"decoder ×{e.factor:g}",
-                "row_lognormal": f"decoder rows ×{e.factor:g}·exp({e.sigma:g}·z), seed {e.seed}",
-                "ln_gain": f"head LayerNorm gain ×{e.factor:g}"}[e.kind]
+        return {
+            "uniform": f"decoder ×{e.factor:g}",
+            "row_lognormal": f"decoder rows ×{e.factor:g}·exp({e.sigma:g}·z), seed {e.seed}",
+            "ln_gain": f"head LayerNorm gain ×{e.factor:g}",
+        }[e.kind]
 
 
 class TreatmentSpec(Settings):
@@ -196,7 +197,7 @@ class EvalDatasetSpec(Settings):
     _name = field_validator("name")(_check_name)
 
     @model_validator(mode="after")
-    def _metric_measured(self) -> "EvalDatasetSpec":
+    def _metric_measured(self) -> EvalDatasetSpec:
         if self.metric not in self.measures:
             self.measures = [self.metric, *self.measures]
         return self
@@ -260,9 +261,12 @@ class ReproduceConfig(Settings):
     _name = field_validator("name")(_check_name)
 
     @model_validator(mode="after")
-    def _check(self) -> "ReproduceConfig":
-        for what, items in (("backbone", self.backbones), ("treatment", self.treatments),
-                            ("dataset", [d for _, d in self.evaluation.datasets()])):
+    def _check(self) -> ReproduceConfig:
+        for what, items in (
+            ("backbone", self.backbones),
+            ("treatment", self.treatments),
+            ("dataset", [d for _, d in self.evaluation.datasets()]),
+        ):
             names = [i.name for i in items]
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
@@ -322,10 +326,23 @@ class ReproduceConfig(Settings):
         points = []
         for scale in self.sweep.net_scales:
             factor = scale / backbone.nominal_scale
-            same = next((t for t in existing if _factor_of(t) is not None
-                         and math.isclose(_factor_of(t), factor, rel_tol=1e-9)), None)
-            points.append((scale, same or TreatmentSpec(name=f"sweep-x{scale_label(scale)}",
-                                                        rescale=RescaleSpec(mode="factor", factor=factor))))
+            same = next(
+                (
+                    t
+                    for t in existing
+                    if _factor_of(t) is not None and math.isclose(_factor_of(t), factor, rel_tol=1e-9)
+                ),
+                None,
+            )
+            points.append(
+                (
+                    scale,
+                    same
+                    or TreatmentSpec(
+                        name=f"sweep-x{scale_label(scale)}", rescale=RescaleSpec(mode="factor", factor=factor)
+                    ),
+                )
+            )
         return points
 
     def train_dict(self, model_path: str, seed: int) -> dict:

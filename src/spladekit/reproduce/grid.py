@@ -32,10 +32,10 @@ import json
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
-
+from typing import Any, Protocol
 
 from spladekit.errors import SpladekitError
 from spladekit.io import atomic_write, write_json, write_yaml
@@ -93,8 +93,11 @@ def local_files(value: str | None, kind: str) -> tuple | None:
     if not value or str(value).startswith("irds:"):
         return None
     try:
-        found = {"model": lambda: resolve_model(value, allow_hub=False), "dataset": lambda: resolve_dataset(value, download=False),
-                 "file": lambda: value}[kind]()
+        found = {
+            "model": lambda: resolve_model(value, allow_hub=False),
+            "dataset": lambda: resolve_dataset(value, download=False),
+            "file": lambda: value,
+        }[kind]()
     except ResolutionError:
         return None
     path = Path(found)
@@ -131,7 +134,11 @@ def init_spec(config: ReproduceConfig, cell: Cell) -> dict:
     """Inputs of the init stage (diagnose, rescale), with the files of the diagnosis texts' dataset."""
     rescale = cell.treatment.rescale
     if rescale is not None:  # the shift's fields only off their defaults, so grids run before they existed stay valid
-        new = {k for k in ("shift", "activity", "activity_statistic") if getattr(rescale, k) == type(rescale).model_fields[k].default}
+        new = {
+            k
+            for k in ("shift", "activity", "activity_statistic")
+            if getattr(rescale, k) == type(rescale).model_fields[k].default
+        }
         rescale = rescale.model_dump(exclude={"force"} | new)
     spec = {"backbone": backbone_spec(cell.backbone), "rescale": rescale, "diagnosis": config.diagnosis.model_dump()}
     if cell.treatment.head is not None:  # only when set, so grids run before head options existed stay valid
@@ -144,8 +151,10 @@ def train_spec(config: ReproduceConfig, cell: Cell) -> dict:
     files of its training and dev data (those :func:`spladekit.train.checkpoints.input_files` reads)."""
     train = config.train_dict("<init>", cell.seed)
     data, dev = train.get("data") or {}, train.get("dev") or {}
-    files = {"data.path": local_files(data.get("path"), "dataset" if data.get("format", "beir") == "beir" else "file"),
-             "dev.data": local_files(dev.get("data"), "dataset")}
+    files = {
+        "data.path": local_files(data.get("path"), "dataset" if data.get("format", "beir") == "beir" else "file"),
+        "dev.data": local_files(dev.get("data"), "dataset"),
+    }
     files.update({f"data.{k}": local_files(data.get(k), "file") for k in ("teacher_scores", "queries", "corpus")})
     return _with_files({"init": init_spec(config, cell), "train": train}, "files", files)
 
@@ -164,8 +173,15 @@ def eval_spec(config: ReproduceConfig, cell: Cell, dataset: EvalDatasetSpec, sta
     if ev.backend != "exact":  # added after grids were run: exact evaluations keep their fingerprints
         encoding["backend"] = ev.backend
     spec = {"model": model, "stage": stage, "dataset": dataset.model_dump(exclude=unset), "encoding": encoding}
-    return _with_files(spec, "files", {"path": local_files(dataset.path, "dataset"), "qrels": local_files(dataset.qrels, "file"),
-                                       "queries": local_files(dataset.queries, "file")})
+    return _with_files(
+        spec,
+        "files",
+        {
+            "path": local_files(dataset.path, "dataset"),
+            "qrels": local_files(dataset.qrels, "file"),
+            "queries": local_files(dataset.queries, "file"),
+        },
+    )
 
 
 # ------------------------------------------------------------------------------ the runner
@@ -241,8 +257,15 @@ class _Stage:
         write_json(self.folder / STARTED, {"fingerprint": self.print, "spec": self.spec})
 
     def finish(self, result: dict) -> dict:
-        write_json(self.folder / DONE, {"fingerprint": self.print, "spec": self.spec, "result": result,
-                                        "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        write_json(
+            self.folder / DONE,
+            {
+                "fingerprint": self.print,
+                "spec": self.spec,
+                "result": result,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            },
+        )
         self.result = result
         return result
 
@@ -252,8 +275,15 @@ def write_config(config: ReproduceConfig, out: Path) -> None:
     write_yaml(out / "config.yaml", config.model_dump(mode="json"))
 
 
-def run_cell(cell: Cell, config: ReproduceConfig, out: Path, runner: CellRunner, base_model: str,
-             force: bool = False, log: Callable[[str], None] = print) -> dict:
+def run_cell(
+    cell: Cell,
+    config: ReproduceConfig,
+    out: Path,
+    runner: CellRunner,
+    base_model: str,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict:
     """Run (or resume) one cell's stages; write and return its ``result.json`` summary.
 
     Raises:
@@ -266,34 +296,43 @@ def run_cell(cell: Cell, config: ReproduceConfig, out: Path, runner: CellRunner,
     summary = _read_marker(folder / RESULT)
     evals = config.evaluation.datasets()
     if summary is not None and summary.get("fingerprint") != fingerprint(spec) and not force:
-        raise StaleCellError(f"{folder / RESULT}: cell {cell.id} was produced by a different configuration; "
-                             "use another output folder, or rerun with --force to redo it")
-    write_json(folder / "cell.json", {"id": cell.id, "arm": cell.arm, "backbone": cell.backbone.model_dump(),
-                                      "treatment": cell.treatment.model_dump(), "seed": cell.seed, "spec": spec})
+        raise StaleCellError(
+            f"{folder / RESULT}: cell {cell.id} was produced by a different configuration; "
+            "use another output folder, or rerun with --force to redo it"
+        )
+    write_json(
+        folder / "cell.json",
+        {
+            "id": cell.id,
+            "arm": cell.arm,
+            "backbone": cell.backbone.model_dump(),
+            "treatment": cell.treatment.model_dump(),
+            "seed": cell.seed,
+            "spec": spec,
+        },
+    )
 
     init = _Stage(folder / "init", init_spec(config, cell), "init", cell.id, force)
     if init.result is None:
         log(f"[{cell.id}] diagnose{' and rescale' if cell.treatment.rescale else ''}")
         init.begin()
         init.finish(runner.init_cell(cell, base_model, config, folder / "init"))
-    result: dict[str, Any] = {"id": cell.id, "arm": cell.arm, "backbone": cell.backbone.name,
-                              "treatment": cell.treatment.name, "seed": cell.seed, "fingerprint": fingerprint(spec),
-                              "init": init.result}
+    result: dict[str, Any] = {
+        "id": cell.id,
+        "arm": cell.arm,
+        "backbone": cell.backbone.name,
+        "treatment": cell.treatment.name,
+        "seed": cell.seed,
+        "fingerprint": fingerprint(spec),
+        "init": init.result,
+    }
 
     if config.evaluation.evaluate_init:
-        result["eval_init"] = _evaluate_all(cell, config, folder / "eval_init", init.result["model"], runner, "init", log)
+        result["eval_init"] = _evaluate_all(
+            cell, config, folder / "eval_init", init.result["model"], runner, "init", log
+        )
 
-    trained = _Stage(folder / "train", spec, "train", cell.id, force)
-    if trained.result is None:
-        log(f"[{cell.id}] train")
-        trained.begin()
-        try:
-            trained.finish({"status": "ok", **runner.train_cell(cell, init.result["model"], config, folder / "train")})
-        except Exception as exc:
-            if not is_divergence(exc):
-                raise
-            log(f"[{cell.id}] training stopped: {type(exc).__name__}: {exc}")
-            trained.finish({"status": "diverged", "error": f"{type(exc).__name__}: {exc}"})
+    trained = _train_stage(cell, config, folder, runner, spec, init.result["model"], force, log)
     result["train"] = trained.result
     if trained.result.get("status") == "diverged":
         result["status"] = "diverged"
@@ -306,11 +345,46 @@ def run_cell(cell: Cell, config: ReproduceConfig, out: Path, runner: CellRunner,
     return result
 
 
-def _evaluate_all(cell: Cell, config: ReproduceConfig, folder: Path, model: str, runner: CellRunner, stage: str,
-                  log: Callable[[str], None]) -> dict:
+def _train_stage(
+    cell: Cell,
+    config: ReproduceConfig,
+    folder: Path,
+    runner: CellRunner,
+    spec: dict,
+    model: str,
+    force: bool,
+    log: Callable[[str], None],
+) -> _Stage:
+    """The cell's training stage from the initial ``model``, run unless finished; a divergence or collapse is
+    recorded as its result (``status``: ``diverged``), any other error raised."""
+    trained = _Stage(folder / "train", spec, "train", cell.id, force)
+    if trained.result is None:
+        log(f"[{cell.id}] train")
+        trained.begin()
+        try:
+            trained.finish({"status": "ok", **runner.train_cell(cell, model, config, folder / "train")})
+        except Exception as exc:
+            if not is_divergence(exc):
+                raise
+            log(f"[{cell.id}] training stopped: {type(exc).__name__}: {exc}")
+            trained.finish({"status": "diverged", "error": f"{type(exc).__name__}: {exc}"})
+    return trained
+
+
+def _evaluate_all(
+    cell: Cell,
+    config: ReproduceConfig,
+    folder: Path,
+    model: str,
+    runner: CellRunner,
+    stage: str,
+    log: Callable[[str], None],
+) -> dict:
     metrics = {}
     for role, dataset in config.evaluation.datasets():
-        ev = _Stage(folder / dataset.name, eval_spec(config, cell, dataset, stage), "eval", cell.id, False, strict=False)
+        ev = _Stage(
+            folder / dataset.name, eval_spec(config, cell, dataset, stage), "eval", cell.id, False, strict=False
+        )
         if ev.result is None:
             log(f"[{cell.id}] evaluate {'initial model ' if stage == 'init' else ''}on {dataset.name} ({role})")
             ev.begin()
@@ -319,8 +393,14 @@ def _evaluate_all(cell: Cell, config: ReproduceConfig, folder: Path, model: str,
     return metrics
 
 
-def prepare_backbones(config: ReproduceConfig, out: Path, runner: CellRunner, backbones: list[BackboneSpec],
-                      force: bool = False, log: Callable[[str], None] = print) -> dict[str, str]:
+def prepare_backbones(
+    config: ReproduceConfig,
+    out: Path,
+    runner: CellRunner,
+    backbones: list[BackboneSpec],
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict[str, str]:
     """Build (or find) each backbone's starting model; ``{backbone name: model path or id}``."""
     models = {}
     for backbone in backbones:
@@ -355,8 +435,15 @@ def check_extras(config: ReproduceConfig) -> None:
     check_irds(config.diagnosis.dataset, data.get("path"), *(spec.path for _, spec in config.evaluation.datasets()))
 
 
-def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None = None, *, cells: list[str] | None = None,
-             force: bool = False, log: Callable[[str], None] = print) -> GridOutcome:
+def run_grid(
+    config: ReproduceConfig,
+    out: str | Path,
+    runner: CellRunner | None = None,
+    *,
+    cells: list[str] | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> GridOutcome:
     """Run every unfinished cell of the grid into ``out`` (resuming finished stages), then nothing else;
     see :func:`spladekit.reproduce.report.write_report` for the tables and plots.
 
@@ -390,8 +477,11 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
     pending = []
     for cell in plan:
         summary = _read_marker(out / "cells" / cell.id / RESULT)
-        if (summary is not None and summary.get("fingerprint") == fingerprint(train_spec(config, cell))
-                and _evals_current(config, cell, out)):
+        if (
+            summary is not None
+            and summary.get("fingerprint") == fingerprint(train_spec(config, cell))
+            and _evals_current(config, cell, out)
+        ):
             outcome.skipped.append(cell.id)
             log(f"[{cell.id}] finished earlier: skipped")
         else:
@@ -399,7 +489,9 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
     if not pending:
         return outcome
     check_extras(config)  # before hours of training, not at every cell's evaluation
-    base = prepare_backbones(config, out, runner, list({c.backbone.name: c.backbone for c in pending}.values()), force, log)
+    base = prepare_backbones(
+        config, out, runner, list({c.backbone.name: c.backbone for c in pending}.values()), force, log
+    )
     for cell in pending:
         try:
             result = run_cell(cell, config, out, runner, base[cell.backbone.name], force, log)
@@ -407,8 +499,10 @@ def run_grid(config: ReproduceConfig, out: str | Path, runner: CellRunner | None
             raise
         except Exception as exc:  # record and go on with the other cells
             outcome.failed[cell.id] = f"{type(exc).__name__}: {exc}"
-            write_json(out / "cells" / cell.id / "error.json",
-                       {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            write_json(
+                out / "cells" / cell.id / "error.json",
+                {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()},
+            )
             log(f"[{cell.id}] FAILED: {type(exc).__name__}: {exc}")
             continue
         (outcome.diverged if result["status"] == "diverged" else outcome.done).append(cell.id)

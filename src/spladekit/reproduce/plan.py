@@ -87,7 +87,9 @@ def _treatment_text(treatment) -> str:
     parts = [_rescale_text(treatment.rescale)]
     head = treatment.head
     if head is not None and head.position_top_k is not None:
-        parts.append(f"each position's {head.position_top_k} largest logits pooled" if head.position_top_k else "no cap")
+        parts.append(
+            f"each position's {head.position_top_k} largest logits pooled" if head.position_top_k else "no cap"
+        )
     if head is not None and head.fold_vocabulary is not None:
         parts.append("vocabulary folded" if head.fold_vocabulary else "vocabulary not folded")
     return "; ".join(p for p in parts if p) or "head unchanged"
@@ -105,7 +107,9 @@ def _rescale_text(spec) -> str:
     elif spec.mode == "target_logit":
         text = f"rescale so that logit {spec.statistic} = {spec.target:g}"
     elif spec.mode == "joint":
-        goal = spec.reference if spec.target is None or spec.activity is None else f"{spec.target:g} and {spec.activity}"
+        goal = (
+            spec.reference if spec.target is None or spec.activity is None else f"{spec.target:g} and {spec.activity}"
+        )
         text = f"rescale and shift so that the logit std and the {activity} match {goal}"
     if spec.shift is not None:
         text += f"{'; ' if text else ''}shift every logit by {spec.shift:g}"
@@ -117,10 +121,12 @@ def _rescale_text(spec) -> str:
 def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
     """The dry-run text: inputs (resolved offline), stages, and every cell with its status in ``out``."""
     cells = plan_grid(config)
-    train = config.train
-    lines = [f"reproduce grid {config.name!r}: {len(cells)} cells = "
-             f"{len(config.backbones)} backbone(s) × treatments × seeds {config.seeds}"
-             + (f" (+ a factor sweep on {config.sweep.backbone})" if config.sweep else "") + f" → {out}"]
+    lines = [
+        f"reproduce grid {config.name!r}: {len(cells)} cells = "
+        f"{len(config.backbones)} backbone(s) × treatments × seeds {config.seeds}"
+        + (f" (+ a factor sweep on {config.sweep.backbone})" if config.sweep else "")
+        + f" → {out}"
+    ]
     if config.description:
         lines.append(f"  {config.description.strip()}")
     lines.append("")
@@ -132,30 +138,16 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
         missing += where.startswith(OFFLINE)
         lines.append(f"  {what.ljust(width)}  {where}")
     lines.append("")
-    lines.append("stages of each cell:")
-    lines.append(f"  1. diagnose the MLM head on {config.diagnosis.num_texts} texts of {config.diagnosis.dataset}")
-    lines.append("  2. rescale the head (per treatment, below)")
-    steps, batch = train.get("steps", "default"), train.get("batch_size", "default")
-    loss = (train.get("loss") or {}).get("kind", "default")
-    lines.append(f"  3. train: {steps} steps × batch {batch}, loss {loss}")
-    sets = ", ".join(f"{d.name} ({d.metric}, {role.replace('_', '-')}"
-                     + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "")
-                     + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "") + ")"
-                     for role, d in config.evaluation.datasets())
-    lines.append(f"  4. evaluate ({config.evaluation.backend}): {sets}")
-    from spladekit.errors import MissingExtraError
-
-    try:
-        check_extras(config)
-    except MissingExtraError as exc:
-        lines.append(f"     {exc}: the grid refuses to start without it")
+    lines += _stages_text(config)
     lines.append("")
     lines.append("treatments:")
     for treatment in config.treatments:
         lines.append(f"  {treatment.name}: {_treatment_text(treatment)}")
     if config.sweep is not None:
         lines.append("")
-        lines.append(f"factor sweep on {config.sweep.backbone} (net head scale at initialisation = emulation × treatment factor):")
+        lines.append(
+            f"factor sweep on {config.sweep.backbone} (net head scale at initialisation = emulation × treatment factor):"
+        )
         for scale, treatment in config.sweep_points():
             lines.append(f"  ×{scale:g}: {treatment.name} ({_treatment_text(treatment)})")
     lines.append("")
@@ -165,5 +157,34 @@ def describe_plan(config: ReproduceConfig, out: str | Path) -> str:
         lines.append(f"  {cell.id}{f' ({inflation})' if inflation else ''}: {cell_status(config, cell, out)}")
     if missing:
         lines.append("")
-        lines.append(f"{missing} input(s) not available offline: the grid needs them (hub or download) before it can run.")
+        lines.append(
+            f"{missing} input(s) not available offline: the grid needs them (hub or download) before it can run."
+        )
     return "\n".join(lines)
+
+
+def _stages_text(config: ReproduceConfig) -> list[str]:
+    """The dry run's stages of each cell (diagnose, rescale, train, evaluate), and a missing extra if any."""
+    train = config.train
+    lines = []
+    lines.append("stages of each cell:")
+    lines.append(f"  1. diagnose the MLM head on {config.diagnosis.num_texts} texts of {config.diagnosis.dataset}")
+    lines.append("  2. rescale the head (per treatment, below)")
+    steps, batch = train.get("steps", "default"), train.get("batch_size", "default")
+    loss = (train.get("loss") or {}).get("kind", "default")
+    lines.append(f"  3. train: {steps} steps × batch {batch}, loss {loss}")
+    sets = ", ".join(
+        f"{d.name} ({d.metric}, {role.replace('_', '-')}"
+        + (f", corpus reduced to {d.max_docs} docs" if d.max_docs else "")
+        + (f", top-{d.query_top_k}/{d.doc_top_k} terms per query/doc" if d.query_top_k or d.doc_top_k else "")
+        + ")"
+        for role, d in config.evaluation.datasets()
+    )
+    lines.append(f"  4. evaluate ({config.evaluation.backend}): {sets}")
+    from spladekit.errors import MissingExtraError
+
+    try:
+        check_extras(config)
+    except MissingExtraError as exc:
+        lines.append(f"     {exc}: the grid refuses to start without it")
+    return lines

@@ -53,20 +53,28 @@ def load_cell_results(config: ReproduceConfig, out: str | Path) -> list[dict]:
 def cell_row(result: dict, config: ReproduceConfig) -> dict:
     """Flatten one cell's result into a table row (numbers or None)."""
     init = result.get("init") or {}
-    before = (init.get("diagnosis_before") or {})
+    before = init.get("diagnosis_before") or {}
     after = init.get("diagnosis_after") or before
     summary = ((result.get("train") or {}).get("summary")) or {}
     first, last = summary.get("first") or {}, summary.get("last") or {}
     row = {
-        "cell": result["id"], "arm": result["arm"], "backbone": result["backbone"], "treatment": result["treatment"],
-        "seed": result["seed"], "status": result.get("status", ""),
-        "factor": number(init.get("factor")), "shift": number(init.get("shift")),
+        "cell": result["id"],
+        "arm": result["arm"],
+        "backbone": result["backbone"],
+        "treatment": result["treatment"],
+        "seed": result["seed"],
+        "status": result.get("status", ""),
+        "factor": number(init.get("factor")),
+        "shift": number(init.get("shift")),
         "init_row_norm": number(((after.get("head") or {}).get("row_norm") or {}).get("mean")),
         "init_logit_p99": number((after.get("logits") or {}).get("p99")),
         "init_active_terms": number((((after.get("splade") or {}).get("active_terms")) or {}).get("mean")),
-        "first_loss": number(first.get("loss")), "first_grad_norm": number(first.get("grad_norm")),
-        "max_grad_norm": number(summary.get("max_grad_norm")), "last_loss": number(last.get("loss")),
-        "last_active_q": number(last.get("active_q")), "last_active_d": number(last.get("active_d")),
+        "first_loss": number(first.get("loss")),
+        "first_grad_norm": number(first.get("grad_norm")),
+        "max_grad_norm": number(summary.get("max_grad_norm")),
+        "last_loss": number(last.get("loss")),
+        "last_active_q": number(last.get("active_q")),
+        "last_active_d": number(last.get("active_d")),
         "train_seconds": number(summary.get("train_seconds")),
     }
     ood = []
@@ -91,8 +99,13 @@ def arm_rows(rows: list[dict]) -> list[dict]:
         arms.setdefault(row["arm"], []).append(row)
     out = []
     for arm, members in arms.items():
-        agg = {"arm": arm, "backbone": members[0]["backbone"], "treatment": members[0]["treatment"],
-               "seeds": len(members), "diverged": sum(m["status"] == "diverged" for m in members)}
+        agg = {
+            "arm": arm,
+            "backbone": members[0]["backbone"],
+            "treatment": members[0]["treatment"],
+            "seeds": len(members),
+            "diverged": sum(m["status"] == "diverged" for m in members),
+        }
         keys = [k for k in members[0] if k not in ("cell", "arm", "backbone", "treatment", "seed", "status")]
         for key in keys:
             agg[key], agg[f"{key}:std"] = mean_std([m.get(key) for m in members])
@@ -110,8 +123,10 @@ def _fmt(value, fmt: str = "{:.3f}") -> str:
 
 def markdown_table(rows: list[dict], columns: list[Column], std: bool = False) -> str:
     """A Markdown table; with ``std``, ``mean ± std`` where a ``<key>:std`` value exists."""
-    lines = ["| " + " | ".join(c.header for c in columns) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
+    lines = [
+        "| " + " | ".join(c.header for c in columns) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|",
+    ]
     for row in rows:
         cells = []
         for c in columns:
@@ -148,15 +163,23 @@ def _columns(config: ReproduceConfig, per_cell: bool) -> tuple[list[Column], lis
     if config.evaluation.out_of_domain:
         quality.append(Column("ood_mean", "OOD mean"))
     first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0].name
-    quality += [Column(f"{first}:q_terms", f"{first} q terms", "{:.1f}"), Column(f"{first}:d_terms", f"{first} d terms", "{:.1f}")]
+    quality += [
+        Column(f"{first}:q_terms", f"{first} q terms", "{:.1f}"),
+        Column(f"{first}:d_terms", f"{first} d terms", "{:.1f}"),
+    ]
     quality += [Column(f"{d.name}:flops", f"{d.name} FLOPS", "{:.3g}") for _, d in config.evaluation.datasets()]
     training = list(head) + [
-        Column("factor", "head factor", "{:.4g}"), Column("shift", "head shift", "{:.4g}"),
+        Column("factor", "head factor", "{:.4g}"),
+        Column("shift", "head shift", "{:.4g}"),
         Column("init_row_norm", "init row norm", "{:.3g}"),
-        Column("init_logit_p99", "init logit p99", "{:.3g}"), Column("init_active_terms", "init active terms", "{:.0f}"),
-        Column("first_loss", "first loss", "{:.4g}"), Column("first_grad_norm", "first grad norm", "{:.4g}"),
-        Column("max_grad_norm", "max grad norm", "{:.4g}"), Column("last_loss", "last loss", "{:.4g}"),
-        Column("last_active_q", "last q terms", "{:.1f}"), Column("last_active_d", "last d terms", "{:.1f}"),
+        Column("init_logit_p99", "init logit p99", "{:.3g}"),
+        Column("init_active_terms", "init active terms", "{:.0f}"),
+        Column("first_loss", "first loss", "{:.4g}"),
+        Column("first_grad_norm", "first grad norm", "{:.4g}"),
+        Column("max_grad_norm", "max grad norm", "{:.4g}"),
+        Column("last_loss", "last loss", "{:.4g}"),
+        Column("last_active_q", "last q terms", "{:.1f}"),
+        Column("last_active_d", "last d terms", "{:.1f}"),
         Column("train_seconds", "train s", "{:.0f}"),
     ]
     if per_cell:
@@ -181,8 +204,9 @@ def training_records(config: ReproduceConfig, out: Path, results: list[dict]) ->
     return curves
 
 
-def write_report(config: ReproduceConfig, out: str | Path, command: str | None = None,
-                 publish: str | Path | None = None) -> dict[str, Path]:
+def write_report(
+    config: ReproduceConfig, out: str | Path, command: str | None = None, publish: str | Path | None = None
+) -> dict[str, Path]:
     """Write the tables and plots of every finished cell in ``out``; return ``{name: path}``.
 
     Cells not finished yet are listed as missing in ``results.md``. With ``publish`` (e.g.
@@ -224,15 +248,28 @@ def _report_header(config: ReproduceConfig, command: str | None, n_finished: int
         text += [config.description.strip(), ""]
     if command:
         text += ["Command:", "", "```", command, "```", ""]
-    text += [f"{n_finished} of {n_finished + len(missing)} cells finished"
-             + (f"; missing: {', '.join(missing)}" if missing else "") + ".", ""]
-    sets = ", ".join(f"{d.name} ({role.replace('_', '-')}, {d.metric}"
-                     + (f", corpus reduced to {d.max_docs} documents" if d.max_docs else "")
-                     + (f", vectors pruned to the top {d.query_top_k}/{d.doc_top_k} terms per query/document"
-                        if d.query_top_k or d.doc_top_k else "") + ")"
-                     for role, d in config.evaluation.datasets())
-    text += [f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on each set "
-             "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.", ""]
+    text += [
+        f"{n_finished} of {n_finished + len(missing)} cells finished"
+        + (f"; missing: {', '.join(missing)}" if missing else "")
+        + ".",
+        "",
+    ]
+    sets = ", ".join(
+        f"{d.name} ({role.replace('_', '-')}, {d.metric}"
+        + (f", corpus reduced to {d.max_docs} documents" if d.max_docs else "")
+        + (
+            f", vectors pruned to the top {d.query_top_k}/{d.doc_top_k} terms per query/document"
+            if d.query_top_k or d.doc_top_k
+            else ""
+        )
+        + ")"
+        for role, d in config.evaluation.datasets()
+    )
+    text += [
+        f"Evaluation sets: {sets}. Mean ± sample std over seeds. FLOPS = Σ_j p_q(j)·p_d(j) on each set "
+        "(Paria et al. 2020); compare quality at matched FLOPS / active terms too.",
+        "",
+    ]
     return text
 
 
@@ -240,13 +277,27 @@ def _report_tables(config: ReproduceConfig, rows: list[dict], arms: list[dict]) 
     """The per-arm and per-cell tables of ``results.md``."""
     quality_arm, training_arm = _columns(config, per_cell=False)
     quality_cell, training_cell = _columns(config, per_cell=True)
-    return ["## Quality and efficiency per arm", "", markdown_table(arms, quality_arm, std=True), "",
-            "## Initialisation and training per arm", "", markdown_table(arms, training_arm, std=True), "",
-            "## Every cell", "", markdown_table(rows, quality_cell), "", markdown_table(rows, training_cell), ""]
+    return [
+        "## Quality and efficiency per arm",
+        "",
+        markdown_table(arms, quality_arm, std=True),
+        "",
+        "## Initialisation and training per arm",
+        "",
+        markdown_table(arms, training_arm, std=True),
+        "",
+        "## Every cell",
+        "",
+        markdown_table(rows, quality_cell),
+        "",
+        markdown_table(rows, training_cell),
+        "",
+    ]
 
 
-def _grid_plots(config: ReproduceConfig, out: Path, results: list[dict], rows: list[dict],
-                arms: list[dict]) -> dict[str, Path]:
+def _grid_plots(
+    config: ReproduceConfig, out: Path, results: list[dict], rows: list[dict], arms: list[dict]
+) -> dict[str, Path]:
     """The grid's plots in ``out/plots``: each set's metric per arm, quality against FLOPS, the
     training curves; ``{name: path}`` of those drawn (a plot without data is not drawn)."""
     import spladekit.plots as plots
@@ -258,7 +309,8 @@ def _grid_plots(config: ReproduceConfig, out: Path, results: list[dict], rows: l
         values = {a["arm"]: (a.get(key), a.get(f"{key}:std")) for a in arms}
         if any(v[0] is not None for v in values.values()):
             written[f"metric_{dataset.name}"] = plots.metric_per_arm(
-                values, plot_dir / f"metric_{dataset.name}.png", ylabel=f"{dataset.name} {dataset.metric}")
+                values, plot_dir / f"metric_{dataset.name}.png", ylabel=f"{dataset.name} {dataset.metric}"
+            )
     first = (config.evaluation.in_domain or config.evaluation.out_of_domain)[0]
     # every in-domain set with the first set's metric (e.g. the same set at several top-k prunings)
     sets = [d for d in (config.evaluation.in_domain or [first]) if d.metric == first.metric]
@@ -271,8 +323,11 @@ def _grid_plots(config: ReproduceConfig, out: Path, results: list[dict], rows: l
                 points.setdefault(label, []).append((x, y))
     if points:
         written["quality_vs_flops"] = plots.quality_vs_flops(
-            points, plot_dir / "quality_vs_flops.png", xlabel="FLOPS on " + ", ".join(d.name for d in sets),
-            ylabel=first.metric)
+            points,
+            plot_dir / "quality_vs_flops.png",
+            xlabel="FLOPS on " + ", ".join(d.name for d in sets),
+            ylabel=first.metric,
+        )
     curves = training_records(config, out, results)
     if curves:
         written["training_curves"] = plots.training_curves_per_arm(curves, plot_dir / "training_curves.png")
@@ -291,13 +346,16 @@ def analysis_sections(config: ReproduceConfig, out: Path, results: list[dict], w
     import spladekit.reproduce.analysis as analysis
 
     sweep = analysis.sweep_rows(config, results)
-    return (_sweep_section(config, out, results, sweep, written)
-            + _matched_flops_section(config, out, results, bool(sweep), written)
-            + _paired_tests_section(config, out, results, written))
+    return (
+        _sweep_section(config, out, results, sweep, written)
+        + _matched_flops_section(config, out, results, bool(sweep), written)
+        + _paired_tests_section(config, out, results, written)
+    )
 
 
-def _sweep_section(config: ReproduceConfig, out: Path, results: list[dict], sweep: list[dict],
-                   written: dict[str, Path]) -> list[str]:
+def _sweep_section(
+    config: ReproduceConfig, out: Path, results: list[dict], sweep: list[dict], written: dict[str, Path]
+) -> list[str]:
     """The factor sweep's table (``sweep.csv``) and plot; no lines without a sweep."""
     import spladekit.plots as plots
     import spladekit.reproduce.analysis as analysis
@@ -308,27 +366,48 @@ def _sweep_section(config: ReproduceConfig, out: Path, results: list[dict], swee
     backbone = next(b for b in config.backbones if b.name == config.sweep.backbone)
     write_csv(out / "sweep.csv", sweep)
     written["sweep_csv"] = out / "sweep.csv"
-    text = [f"## Factor sweep on `{backbone.name}` ({backbone.inflation_text() or 'head unchanged'})", "",
-            f"Net head scale at initialisation = emulation factor {backbone.nominal_scale:g} × treatment factor F "
-            f"(×1 = the original head's scale on average). {dataset.name}, mean ± std over seeds.", "",
-            markdown_table(sweep, [Column("net_scale", "net scale", "{:g}"), Column("treatment", "cells of", "{}"),
-                                   Column("factor", "F", "{:.4g}"), Column("seeds", "seeds", "{}"),
-                                   Column("metric", f"{dataset.metric}"), Column("flops", "FLOPS", "{:.3g}"),
-                                   Column("q_terms", "q terms", "{:.1f}"), Column("d_terms", "d terms", "{:.1f}"),
-                                   Column("diverged", "diverged", "{}")], std=True), ""]
-    series = {f"{dataset.name} {dataset.metric}": [(r["net_scale"], r["metric"], r["metric:std"]) for r in sweep],
-              f"{dataset.name} FLOPS": [(r["net_scale"], r["flops"], r["flops:std"]) for r in sweep],
-              f"{dataset.name} active doc terms": [(r["net_scale"], r["d_terms"], r["d_terms:std"]) for r in sweep]}
+    text = [
+        f"## Factor sweep on `{backbone.name}` ({backbone.inflation_text() or 'head unchanged'})",
+        "",
+        f"Net head scale at initialisation = emulation factor {backbone.nominal_scale:g} × treatment factor F "
+        f"(×1 = the original head's scale on average). {dataset.name}, mean ± std over seeds.",
+        "",
+        markdown_table(
+            sweep,
+            [
+                Column("net_scale", "net scale", "{:g}"),
+                Column("treatment", "cells of", "{}"),
+                Column("factor", "F", "{:.4g}"),
+                Column("seeds", "seeds", "{}"),
+                Column("metric", f"{dataset.metric}"),
+                Column("flops", "FLOPS", "{:.3g}"),
+                Column("q_terms", "q terms", "{:.1f}"),
+                Column("d_terms", "d terms", "{:.1f}"),
+                Column("diverged", "diverged", "{}"),
+            ],
+            std=True,
+        ),
+        "",
+    ]
+    series = {
+        f"{dataset.name} {dataset.metric}": [(r["net_scale"], r["metric"], r["metric:std"]) for r in sweep],
+        f"{dataset.name} FLOPS": [(r["net_scale"], r["flops"], r["flops:std"]) for r in sweep],
+        f"{dataset.name} active doc terms": [(r["net_scale"], r["d_terms"], r["d_terms:std"]) for r in sweep],
+    }
     if any(m is not None for _, m, _ in series[f"{dataset.name} {dataset.metric}"]):
-        written["sweep"] = plots.factor_sweep(series, out / "plots" / "sweep.png",
-                                              title=f"factor sweep on {backbone.name}: {backbone.inflation_text()}"
-                                              " (crosses: per-model treatments at their net scale)",
-                                              markers=analysis.sweep_markers(config, results))
+        written["sweep"] = plots.factor_sweep(
+            series,
+            out / "plots" / "sweep.png",
+            title=f"factor sweep on {backbone.name}: {backbone.inflation_text()}"
+            " (crosses: per-model treatments at their net scale)",
+            markers=analysis.sweep_markers(config, results),
+        )
     return text
 
 
-def _matched_flops_section(config: ReproduceConfig, out: Path, results: list[dict], swept: bool,
-                           written: dict[str, Path]) -> list[str]:
+def _matched_flops_section(
+    config: ReproduceConfig, out: Path, results: list[dict], swept: bool, written: dict[str, Path]
+) -> list[str]:
     """Quality at a common FLOPS level (``matched_flops.csv``); ``swept``: the grid has a factor sweep."""
     import spladekit.reproduce.analysis as analysis
 
@@ -338,24 +417,42 @@ def _matched_flops_section(config: ReproduceConfig, out: Path, results: list[dic
     text = ["## Quality at matched FLOPS", ""]
     if matched["level"] is None:
         return text + [f"No common FLOPS level: {matched['source']}.", ""]
-    rows = [{**r, "methods": ", ".join(r["methods"]),
-             "used": ", ".join(f"{f:.3g}" for f in r["flops_used"]) if "nearest" in r["methods"] else ""}
-            for r in matched["rows"]]
+    rows = [
+        {
+            **r,
+            "methods": ", ".join(r["methods"]),
+            "used": ", ".join(f"{f:.3g}" for f in r["flops_used"]) if "nearest" in r["methods"] else "",
+        }
+        for r in matched["rows"]
+    ]
     write_csv(out / "matched_flops.csv", rows)
     written["matched_csv"] = out / "matched_flops.csv"
-    return text + [f"Common level L = {matched['level']:.4g} FLOPS ({matched['source']}). Each cell's points are "
-                   f"(FLOPS, {dataset.metric}) on {', '.join(d.name for d in sets)}"
-                   + ("; the factor-sweep family's points per seed are those of all its net scales" if swept else "")
-                   + ". Per seed, the quality at L is interpolated linearly in log FLOPS between the nearest points "
-                   "below and above L; when L is outside a seed's points, the nearest point is used (method "
-                   "`nearest`, its FLOPS listed). Mean ± std over seeds.", "",
-                   markdown_table(rows, [Column("arm", "arm"), Column("seeds", "seeds", "{}"),
-                                         Column("value", f"{dataset.metric} at L"), Column("methods", "method", "{}"),
-                                         Column("used", "FLOPS of nearest point(s)", "{}")], std=True), ""]
+    return text + [
+        f"Common level L = {matched['level']:.4g} FLOPS ({matched['source']}). Each cell's points are "
+        f"(FLOPS, {dataset.metric}) on {', '.join(d.name for d in sets)}"
+        + ("; the factor-sweep family's points per seed are those of all its net scales" if swept else "")
+        + ". Per seed, the quality at L is interpolated linearly in log FLOPS between the nearest points "
+        "below and above L; when L is outside a seed's points, the nearest point is used (method "
+        "`nearest`, its FLOPS listed). Mean ± std over seeds.",
+        "",
+        markdown_table(
+            rows,
+            [
+                Column("arm", "arm"),
+                Column("seeds", "seeds", "{}"),
+                Column("value", f"{dataset.metric} at L"),
+                Column("methods", "method", "{}"),
+                Column("used", "FLOPS of nearest point(s)", "{}"),
+            ],
+            std=True,
+        ),
+        "",
+    ]
 
 
-def _paired_tests_section(config: ReproduceConfig, out: Path, results: list[dict],
-                          written: dict[str, Path]) -> list[str]:
+def _paired_tests_section(
+    config: ReproduceConfig, out: Path, results: list[dict], written: dict[str, Path]
+) -> list[str]:
     """The paired significance tests between arms (``paired_tests.csv``)."""
     import spladekit.reproduce.analysis as analysis
 
@@ -365,15 +462,29 @@ def _paired_tests_section(config: ReproduceConfig, out: Path, results: list[dict
         return text + ["No pair of arms with per-query results on a common seed yet.", ""]
     write_csv(out / "paired_tests.csv", tests)
     written["tests_csv"] = out / "paired_tests.csv"
-    return text + ["B against A on each set's headline metric over its judged queries: per-query values averaged "
-                   "over the seeds both arms have, Δ = mean(B − A), paired t-test and paired randomisation test "
-                   f"({config.report.permutations} sign flips, seed 0; `spladekit compare`'s tests). Two-sided, "
-                   f"uncorrected: with {len(tests)} tests, Bonferroni at 0.05 is p < {0.05 / len(tests):.2g}.", "",
-                   markdown_table(tests, [Column("a", "A"), Column("b", "B"), Column("dataset", "set", "{}"),
-                                          Column("seeds", "seeds", "{}"), Column("n", "queries", "{}"),
-                                          Column("mean_a", "A"), Column("mean_b", "B"), Column("delta", "Δ", "{:+.3f}"),
-                                          Column("p_ttest", "p (t)", "{:.3g}"),
-                                          Column("p_randomisation", "p (rand.)", "{:.3g}")]), ""]
+    return text + [
+        "B against A on each set's headline metric over its judged queries: per-query values averaged "
+        "over the seeds both arms have, Δ = mean(B − A), paired t-test and paired randomisation test "
+        f"({config.report.permutations} sign flips, seed 0; `spladekit compare`'s tests). Two-sided, "
+        f"uncorrected: with {len(tests)} tests, Bonferroni at 0.05 is p < {0.05 / len(tests):.2g}.",
+        "",
+        markdown_table(
+            tests,
+            [
+                Column("a", "A"),
+                Column("b", "B"),
+                Column("dataset", "set", "{}"),
+                Column("seeds", "seeds", "{}"),
+                Column("n", "queries", "{}"),
+                Column("mean_a", "A"),
+                Column("mean_b", "B"),
+                Column("delta", "Δ", "{:+.3f}"),
+                Column("p_ttest", "p (t)", "{:.3g}"),
+                Column("p_randomisation", "p (rand.)", "{:.3g}"),
+            ],
+        ),
+        "",
+    ]
 
 
 def sittings_section(out: Path) -> list[str]:
@@ -384,13 +495,26 @@ def sittings_section(out: Path) -> list[str]:
     if not sittings:
         return []
     total = sum(s.get("wall_seconds", 0.0) for s in sittings)
-    lines = ["## Sittings", "", f"Total wall time {_duration(total)} over {len(sittings)} invocation(s):", "",
-             "| started (UTC) | wall | cells done | skipped | diverged | failed | command |", "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "## Sittings",
+        "",
+        f"Total wall time {_duration(total)} over {len(sittings)} invocation(s):",
+        "",
+        "| started (UTC) | wall | cells done | skipped | diverged | failed | command |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for s in sittings:
-        lines.append(f"| {s.get('started', '')} | {_duration(s.get('wall_seconds', 0.0))} | {s.get('done', '–')} "
-                     f"| {s.get('skipped', '–')} | {s.get('diverged', '–')} | {s.get('failed', '–')} | `{s.get('command', '')}`"
-                     + (" (interrupted: cells finished in it are counted in the next sitting's skipped)" if s.get("interrupted") else "")
-                     + (f" {s['note']}" if s.get("note") else "") + " |")
+        lines.append(
+            f"| {s.get('started', '')} | {_duration(s.get('wall_seconds', 0.0))} | {s.get('done', '–')} "
+            f"| {s.get('skipped', '–')} | {s.get('diverged', '–')} | {s.get('failed', '–')} | `{s.get('command', '')}`"
+            + (
+                " (interrupted: cells finished in it are counted in the next sitting's skipped)"
+                if s.get("interrupted")
+                else ""
+            )
+            + (f" {s['note']}" if s.get("note") else "")
+            + " |"
+        )
     return lines + [""]
 
 
@@ -418,7 +542,9 @@ def kept_reading(target: Path) -> str | None:
     start = page.index(READING_START)
     end = page.find(READING_END, start)
     if end < 0:
-        raise DataFormatError(target, f"has {READING_START!r} without {READING_END!r}; close the block so --publish can keep it")
+        raise DataFormatError(
+            target, f"has {READING_START!r} without {READING_END!r}; close the block so --publish can keep it"
+        )
     return page[start : end + len(READING_END)]
 
 

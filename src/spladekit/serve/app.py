@@ -41,7 +41,6 @@ batch function of one worker), :mod:`spladekit.serve.config` (:class:`ServeConfi
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import hmac
 import json
@@ -91,24 +90,43 @@ def create_app(config: ServeConfig, service: Service | None = None) -> FastAPI:
 
     key = read_api_key(config.api_key_file) if config.api_key_file else None
     service = service or Service(config)
-    batcher = MicroBatcher(service.run_batch, config.max_batch, config.max_wait_ms / 1000.0, config.queue_size,
-                           None if config.max_queue_wait_ms is None else config.max_queue_wait_ms / 1000.0,
-                           None if config.max_latency_ms is None else config.max_latency_ms / 1000.0,
-                           open_connections=open_connections)
-    app = FastAPI(title="spladekit", version=__version__, lifespan=lifespan,
-                  description=f"SPLADE retrieval over {service.num_docs} documents (index {Path(config.index).name}).")
+    batcher = MicroBatcher(
+        service.run_batch,
+        config.max_batch,
+        config.max_wait_ms / 1000.0,
+        config.queue_size,
+        None if config.max_queue_wait_ms is None else config.max_queue_wait_ms / 1000.0,
+        None if config.max_latency_ms is None else config.max_latency_ms / 1000.0,
+        open_connections=open_connections,
+    )
+    app = FastAPI(
+        title="spladekit",
+        version=__version__,
+        lifespan=lifespan,
+        description=f"SPLADE retrieval over {service.num_docs} documents (index {Path(config.index).name}).",
+    )
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
-    app.add_middleware(ConnectionLimit, max_connections=config.max_connections, connections=open_connections)  # outermost
+    app.add_middleware(
+        ConnectionLimit, max_connections=config.max_connections, connections=open_connections
+    )  # outermost
     app.state.config, app.state.service, app.state.batcher, app.state.api_key = config, service, batcher, key
     app.add_exception_handler(Unauthorized, _unauthorised)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     schema = service.request_model.model_json_schema(ref_template="#/components/schemas/{model}")
-    app.add_api_route("/search", search, methods=["POST"], response_model=SearchResponse, responses=ERRORS,
-                      dependencies=[Depends(authorised)],
-                      openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}})
+    app.add_api_route(
+        "/search",
+        search,
+        methods=["POST"],
+        response_model=SearchResponse,
+        responses=ERRORS,
+        dependencies=[Depends(authorised)],
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}},
+    )
     app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/info", info, methods=["GET"], dependencies=[Depends(authorised)], responses={401: {"model": ErrorResponse}})
+    app.add_api_route(
+        "/info", info, methods=["GET"], dependencies=[Depends(authorised)], responses={401: {"model": ErrorResponse}}
+    )
     app.openapi = partial(_openapi, app, app.openapi, schema.get("$defs", {}))
     return app
 
@@ -154,7 +172,9 @@ async def authorised(request: Request, credentials: HTTPAuthorizationCredentials
 
 
 async def _unauthorised(_request, _exc):
-    return _error(401, "missing or wrong API key (send `Authorization: Bearer KEY`)", headers={"WWW-Authenticate": "Bearer"})
+    return _error(
+        401, "missing or wrong API key (send `Authorization: Bearer KEY`)", headers={"WWW-Authenticate": "Bearer"}
+    )
 
 
 async def _http_error(_request, exc):
@@ -172,20 +192,30 @@ async def search(request: Request):
     state = request.app.state
     content_type = request.headers.get("content-type")
     if not _is_json(content_type):
-        return _error(415, f"content-type: the body must be sent as application/json (got {content_type or 'no Content-Type'}; "
-                           "curl: -H 'Content-Type: application/json')", [{"field": "content-type", "message": "not JSON"}])
+        return _error(
+            415,
+            f"content-type: the body must be sent as application/json (got {content_type or 'no Content-Type'}; "
+            "curl: -H 'Content-Type: application/json')",
+            [{"field": "content-type", "message": "not JSON"}],
+        )
     body = _request_body(await request.body(), state.service.request_model)
     if isinstance(body, Response):
         return body
     timeout_s = state.config.request_timeout_s
     try:
-        answer = await state.batcher.submit(body, body.size, timeout_s, time.perf_counter() - arrived, gone=lambda: _disconnected(request))
+        answer = await state.batcher.submit(
+            body, body.size, timeout_s, time.perf_counter() - arrived, gone=lambda: _disconnected(request)
+        )
     except Abandoned:
         return Response(status_code=499)  # nobody reads it (nginx's code for "client closed request")
     except Overloaded as exc:
         return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
-    except asyncio.TimeoutError:
-        return _error(503, f"not answered within the request timeout ({timeout_s:g} s); the server is busy", headers={"Retry-After": "1"})
+    except TimeoutError:
+        return _error(
+            503,
+            f"not answered within the request timeout ({timeout_s:g} s); the server is busy",
+            headers={"Retry-After": "1"},
+        )
     except NoQueryModel as exc:
         return _error(422, f"query: {exc}", [{"field": "query", "message": str(exc)}])
     except Exception:  # noqa: BLE001
@@ -218,10 +248,19 @@ def _request_body(raw: bytes, model):
 async def health(request: Request):
     """Liveness: the index and the encoder are loaded (no API key needed)."""
     batcher = request.app.state.batcher
-    return {"status": "ok", "pid": os.getpid(), "waiting": batcher.waiting, "queue_size": request.app.state.config.queue_size,
-            "batches": batcher.batches, "queries": batcher.queries, "abandoned": batcher.abandoned, "refused": batcher.refused,
-            "refused_by_cause": dict(batcher.refused_by_cause), "seconds_per_query": batcher.seconds_per_query,
-            "expected_seconds_per_query": batcher.expected_seconds_per_query}
+    return {
+        "status": "ok",
+        "pid": os.getpid(),
+        "waiting": batcher.waiting,
+        "queue_size": request.app.state.config.queue_size,
+        "batches": batcher.batches,
+        "queries": batcher.queries,
+        "abandoned": batcher.abandoned,
+        "refused": batcher.refused,
+        "refused_by_cause": dict(batcher.refused_by_cause),
+        "seconds_per_query": batcher.seconds_per_query,
+        "expected_seconds_per_query": batcher.expected_seconds_per_query,
+    }
 
 
 async def info(request: Request):

@@ -60,9 +60,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 CAUSES = ("queue_full", "expected_wait", "queue_wait", "latency")
 """Why a request was refused for load (:attr:`Overloaded.cause`)."""
@@ -135,13 +136,24 @@ class MicroBatcher:
         ValueError: a knob outside its range (named).
     """
 
-    def __init__(self, run_batch: Callable[[Sequence[Any]], list], max_batch: int = 32, max_wait_s: float = 0.002, queue_size: int = 256,
-                 max_queue_wait_s: float | None = None, max_latency_s: float | None = None,
-                 open_connections: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        run_batch: Callable[[Sequence[Any]], list],
+        max_batch: int = 32,
+        max_wait_s: float = 0.002,
+        queue_size: int = 256,
+        max_queue_wait_s: float | None = None,
+        max_latency_s: float | None = None,
+        open_connections: Callable[[], int] | None = None,
+    ):
         if max_batch < 1 or queue_size < 1 or not (max_wait_s >= 0 and math.isfinite(max_wait_s)):
-            raise ValueError(f"max_batch ({max_batch}) and queue_size ({queue_size}) must be ≥ 1, max_wait_s ({max_wait_s}) ≥ 0")
+            raise ValueError(
+                f"max_batch ({max_batch}) and queue_size ({queue_size}) must be ≥ 1, max_wait_s ({max_wait_s}) ≥ 0"
+            )
         if max_queue_wait_s is not None and not (math.isfinite(max_queue_wait_s) and max_queue_wait_s > max_wait_s):
-            raise ValueError(f"max_queue_wait_s ({max_queue_wait_s}) must be finite and exceed max_wait_s ({max_wait_s})")
+            raise ValueError(
+                f"max_queue_wait_s ({max_queue_wait_s}) must be finite and exceed max_wait_s ({max_wait_s})"
+            )
         if max_latency_s is not None and not (math.isfinite(max_latency_s) and max_latency_s > max_wait_s):
             raise ValueError(f"max_latency_s ({max_latency_s}) must be finite and exceed max_wait_s ({max_wait_s})")
         self.run_batch = run_batch
@@ -151,7 +163,9 @@ class MicroBatcher:
         self.max_queue_wait_s = max_queue_wait_s
         self.max_latency_s = max_latency_s
         self.open_connections = open_connections
-        self._mean_per_query: float | None = None  # RFC 6298's S and D over batches' seconds per query (None: no batch yet)
+        self._mean_per_query: float | None = (
+            None  # RFC 6298's S and D over batches' seconds per query (None: no batch yet)
+        )
         self._deviation_per_query = 0.0
         self._queue: asyncio.Queue[Job] | None = None
         self._task: asyncio.Task | None = None
@@ -218,8 +232,14 @@ class MicroBatcher:
         return max(1, math.ceil((self._waiting_queries + self.max_batch) * self.seconds_per_query))
 
     # ------------------------------------------------------------------ requests
-    async def submit(self, payload: Any, size: int, timeout_s: float | None, waited_s: float = 0.0,
-                     gone: Callable[[], Awaitable[Any]] | None = None) -> Any:
+    async def submit(
+        self,
+        payload: Any,
+        size: int,
+        timeout_s: float | None,
+        waited_s: float = 0.0,
+        gone: Callable[[], Awaitable[Any]] | None = None,
+    ) -> Any:
         """Queue one request (:meth:`enqueue`, with ``waited_s``) and wait for its answer.
 
         ``gone``: a coroutine function whose coroutine returns when the request's caller has left
@@ -237,6 +257,7 @@ class MicroBatcher:
         future = self.enqueue(payload, size, waited_s)
         watch = None
         if gone is not None:
+
             async def cancel_when_gone() -> None:
                 await gone()
                 future.cancel()
@@ -272,15 +293,25 @@ class MicroBatcher:
             ahead = self._waiting_queries * self.seconds_per_query
             if waited_s + ahead > self.max_queue_wait_s:
                 self.refused_by_cause["expected_wait"] += 1
-                raise Overloaded(self._retry_after(), "expected_wait",
-                                 f"the server is overloaded: {self._waiting_queries} queries wait, about {1000 * ahead:.0f} ms of work{spent}, "
-                                 f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms")
+                raise Overloaded(
+                    self._retry_after(),
+                    "expected_wait",
+                    f"the server is overloaded: {self._waiting_queries} queries wait, about {1000 * ahead:.0f} ms of work{spent}, "
+                    f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms",
+                )
         per = self.expected_seconds_per_query
-        if self.max_latency_s is not None and per is not None and waited_s + (self._waiting_queries + size) * per > self.max_latency_s:
+        if (
+            self.max_latency_s is not None
+            and per is not None
+            and waited_s + (self._waiting_queries + size) * per > self.max_latency_s
+        ):
             self.refused_by_cause["expected_wait"] += 1
-            raise Overloaded(self._retry_after(), "expected_wait",
-                             f"the server is overloaded: {self._waiting_queries} queries wait; with this request's about "
-                             f"{1000 * (self._waiting_queries + size) * per:.0f} ms of work{spent}, over the latency limit of {1000 * self.max_latency_s:g} ms")
+            raise Overloaded(
+                self._retry_after(),
+                "expected_wait",
+                f"the server is overloaded: {self._waiting_queries} queries wait; with this request's about "
+                f"{1000 * (self._waiting_queries + size) * per:.0f} ms of work{spent}, over the latency limit of {1000 * self.max_latency_s:g} ms",
+            )
         future = loop.create_future()
         try:
             self._queue.put_nowait(Job(payload, size, future, loop.time() - waited_s))
@@ -305,9 +336,14 @@ class MicroBatcher:
         if self.max_queue_wait_s is None or now - job.queued <= self.max_queue_wait_s:
             return False
         self.refused_by_cause["queue_wait"] += 1
-        job.future.set_exception(Overloaded(self._retry_after(), "queue_wait",
-                                            f"the server is overloaded: the request waited {1000 * (now - job.queued):.0f} ms in the queue, "
-                                            f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms (not computed)"))
+        job.future.set_exception(
+            Overloaded(
+                self._retry_after(),
+                "queue_wait",
+                f"the server is overloaded: the request waited {1000 * (now - job.queued):.0f} ms in the queue, "
+                f"over the queue-wait limit of {1000 * self.max_queue_wait_s:g} ms (not computed)",
+            )
+        )
         return True
 
     def _fit_latency(self, batch: list[Job], now: float) -> list[Job]:
@@ -326,10 +362,15 @@ class MicroBatcher:
             job = batch.pop(0)
             size -= job.size
             self.refused_by_cause["latency"] += 1
-            job.future.set_exception(Overloaded(self._retry_after(), "latency",
-                                                f"the server is overloaded: the request waited {1000 * waited:.0f} ms and its batch would take "
-                                                f"about {1000 * expected:.0f} ms more, over the latency limit of {1000 * self.max_latency_s:g} ms "
-                                                f"(not computed)"))
+            job.future.set_exception(
+                Overloaded(
+                    self._retry_after(),
+                    "latency",
+                    f"the server is overloaded: the request waited {1000 * waited:.0f} ms and its batch would take "
+                    f"about {1000 * expected:.0f} ms more, over the latency limit of {1000 * self.max_latency_s:g} ms "
+                    f"(not computed)",
+                )
+            )
         return batch
 
     def _gather_until(self, batch: list[Job], size: int, until: float) -> float:

@@ -81,7 +81,9 @@ class ServeConfig(BaseModel):
     def _deadline_exceeds_batch_wait(cls, value, info):
         wait = info.data.get("max_wait_ms")
         if value is not None and wait is not None and value <= wait:
-            raise ValueError(f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for more requests before its batch is formed")
+            raise ValueError(
+                f"must exceed max_wait_ms ({wait:g}): a lone request waits that long for more requests before its batch is formed"
+            )
         return value
 
     @model_validator(mode="after")
@@ -89,8 +91,10 @@ class ServeConfig(BaseModel):
         for name in ("max_queue_wait_ms", "max_latency_ms"):
             value = getattr(self, name)
             if value is not None and value >= 1000 * self.request_timeout_s:
-                raise ValueError(f"{name} ({value:g}) must be below the request timeout "
-                                 f"({1000 * self.request_timeout_s:g} ms): a longer deadline never fires before the timeout answers 503")
+                raise ValueError(
+                    f"{name} ({value:g}) must be below the request timeout "
+                    f"({1000 * self.request_timeout_s:g} ms): a longer deadline never fires before the timeout answers 503"
+                )
         return self
 
     def worker_threads(self) -> int:

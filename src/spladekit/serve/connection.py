@@ -16,7 +16,7 @@ Its settings come through uvicorn's configuration (:func:`server_config`: ``head
 
 The protocol overrides methods of uvicorn's ``HttpToolsProtocol`` and reads its state (``cycle``,
 ``pipeline``, ``url``, ``headers``, ``scope``, ``transport``, ``config``): it is bound to the uvicorn
-versions it is tested on (``pyproject.toml``), and ``tests/test_serve_connection.py`` fails when
+versions it is tested on (``pyproject.toml``), and ``tests/serve/test_connection.py`` fails when
 those methods of uvicorn change.
 """
 
@@ -127,8 +127,12 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             if self._message_done:  # an idle connection (no byte of a request came): nothing to answer
                 self.transport.close()
                 return
-            self._refuse(b"408 Request Timeout", f"headers: the request's head was not received within {self.head_timeout_s:g} s "
-                                                 f"({self._head_bytes} bytes came)", "not received in time")
+            self._refuse(
+                b"408 Request Timeout",
+                f"headers: the request's head was not received within {self.head_timeout_s:g} s "
+                f"({self._head_bytes} bytes came)",
+                "not received in time",
+            )
 
         def _answer_owed(self) -> bool:
             """Whether an earlier request on this connection is still to be answered (pipelining)."""
@@ -187,8 +191,11 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
                 else:
                     self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-                    self._refuse(b"431 Request Header Fields Too Large", f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
-                                 f"over {MAX_HEAD_BYTES} bytes")
+                    self._refuse(
+                        b"431 Request Header Fields Too Large",
+                        f"headers: the request's head exceeds {MAX_HEAD_BYTES} bytes",
+                        f"over {MAX_HEAD_BYTES} bytes",
+                    )
 
         def _refuse(self, status: bytes, error: str, problem: str) -> None:
             """Answer ``status`` (431 or 408) for an incomplete head, then a lingering close (as
@@ -199,8 +206,10 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             self._refused_head = True
             self._cancel_head_timer()
             body = json.dumps({"error": error, "problems": [{"field": "headers", "message": problem}]}).encode()
-            answer = (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
-                      b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+            answer = (
+                b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+            )
             if self._answer_owed():  # answers go out in the requests' order: this one after the pending one
                 self._pending_refusal = answer
             else:

@@ -10,7 +10,7 @@ they are in :mod:`spladekit.serve.connection`.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi.responses import JSONResponse
 
@@ -41,8 +41,11 @@ class ConnectionLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if self.connections() > self.max_connections or self.in_flight >= self.max_connections:
-            response = error_response(503, f"the server is at its limit of {self.max_connections} open connections per worker; "
-                                   "retry later", headers={"Retry-After": "1", "Connection": "close"})
+            response = error_response(
+                503,
+                f"the server is at its limit of {self.max_connections} open connections per worker; retry later",
+                headers={"Retry-After": "1", "Connection": "close"},
+            )
             return await response(scope, receive, send)
         self.in_flight += 1
         try:
@@ -80,9 +83,12 @@ class BodyLimit:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
-                response = error_response(408, f"body: the request body was not received within {self.timeout_s:g} s "
-                                       f"({received} bytes came{f' of {int(declared)}' if declared else ''})",
-                                  headers={"Connection": "close"})
+                response = error_response(
+                    408,
+                    f"body: the request body was not received within {self.timeout_s:g} s "
+                    f"({received} bytes came{f' of {int(declared)}' if declared else ''})",
+                    headers={"Connection": "close"},
+                )
                 return await response(scope, receive, send)
             if message["type"] != "http.request":  # the client left
                 return

@@ -29,7 +29,17 @@ import math
 import unicodedata
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 MAX_WEIGHT = 1e6
 """Largest query weight accepted (float32 holds 3.4e38; 1e6 × an impact × V terms stays far below)."""
@@ -51,9 +61,16 @@ def _listify(value):
     return value if value is None or isinstance(value, list) else [value]
 
 
-def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000, max_query_chars: int = 2000,
-                  max_queries: int = 64, max_top_terms: int = 1000, unavailable: dict[str, str] | None = None,
-                  max_knn: int = 0) -> type[BaseModel]:
+def request_model(
+    vocab_size: int,
+    backends: tuple[str, ...],
+    max_k: int = 1000,
+    max_query_chars: int = 2000,
+    max_queries: int = 64,
+    max_top_terms: int = 1000,
+    unavailable: dict[str, str] | None = None,
+    max_knn: int = 0,
+) -> type[BaseModel]:
     """The ``POST /search`` body model for an index with ``vocab_size`` columns and these limits;
     ``unavailable``: why a backend not in ``backends`` is not served (told to a request asking for it);
     ``max_knn``: the neighbours per document of the Seismic index's k-NN graph (the largest ``n_knn``).
@@ -63,8 +80,17 @@ def request_model(vocab_size: int, backends: tuple[str, ...], max_k: int = 1000,
         texts) or ``vector`` (list of ``SparseVector``) set, never both.
     """
 
-    return _search_request_model(_sparse_vector_model(vocab_size), _seismic_model(vocab_size, max_knn), _two_step_model(), backends, max_k,
-                                 max_query_chars, max_queries, max_top_terms, unavailable or {})
+    return _search_request_model(
+        _sparse_vector_model(vocab_size),
+        _seismic_model(vocab_size, max_knn),
+        _two_step_model(),
+        backends,
+        max_k,
+        max_query_chars,
+        max_queries,
+        max_top_terms,
+        unavailable or {},
+    )
 
 
 def _sparse_vector_model(vocab_size: int) -> type[BaseModel]:
@@ -75,7 +101,9 @@ def _sparse_vector_model(vocab_size: int) -> type[BaseModel]:
 
         model_config = ConfigDict(extra="forbid")
 
-        indices: list[StrictInt] = Field(max_length=vocab_size, description=f"vocabulary columns in [0, {vocab_size}), none repeated")
+        indices: list[StrictInt] = Field(
+            max_length=vocab_size, description=f"vocabulary columns in [0, {vocab_size}), none repeated"
+        )
         values: list[StrictFloat] = Field(max_length=vocab_size, description=f"weights, finite, 0 ≤ w ≤ {MAX_WEIGHT:g}")
 
         @field_validator("indices")
@@ -118,17 +146,29 @@ def _seismic_model(vocab_size: int, max_knn: int) -> type[BaseModel]:
         model_config = ConfigDict(extra="forbid")
 
         query_cut: StrictInt = Field(20, ge=1, le=vocab_size, description="the query's heaviest terms traversed")
-        heap_factor: StrictFloat = Field(0.8, gt=0, allow_inf_nan=False,
-                                         description="a block is scored when its summary score ≥ heap_factor × the heap's minimum")
-        n_knn: StrictInt = Field(0, ge=0, json_schema_extra={"maximum": max_knn}, description=f"neighbours of each found document also scored (≤ {max_knn}: "
-                                 + ("the index's k-NN graph)" if max_knn else "this index has no k-NN graph)"))
+        heap_factor: StrictFloat = Field(
+            0.8,
+            gt=0,
+            allow_inf_nan=False,
+            description="a block is scored when its summary score ≥ heap_factor × the heap's minimum",
+        )
+        n_knn: StrictInt = Field(
+            0,
+            ge=0,
+            json_schema_extra={"maximum": max_knn},
+            description=f"neighbours of each found document also scored (≤ {max_knn}: "
+            + ("the index's k-NN graph)" if max_knn else "this index has no k-NN graph)"),
+        )
 
         @field_validator("n_knn")
         @classmethod
         def _graph(cls, n_knn: int) -> int:
             if n_knn > max_knn:
-                raise ValueError(f"{n_knn} neighbours asked for; the index's k-NN graph holds {max_knn} per document" if max_knn else
-                                 "this index has no k-NN graph (built with nknn 0): n_knn must be 0")
+                raise ValueError(
+                    f"{n_knn} neighbours asked for; the index's k-NN graph holds {max_knn} per document"
+                    if max_knn
+                    else "this index has no k-NN graph (built with nknn 0): n_knn must be 0"
+                )
             return n_knn
 
     return SeismicParams
@@ -142,41 +182,70 @@ def _two_step_model() -> type[BaseModel]:
 
         model_config = ConfigDict(extra="forbid")
 
-        candidates: StrictInt | None = Field(None, ge=1, le=MAX_CANDIDATES, description="documents of the pruned copy's first step "
-                                             "rescored with the full vectors (at least k are; default: spladekit's)")
+        candidates: StrictInt | None = Field(
+            None,
+            ge=1,
+            le=MAX_CANDIDATES,
+            description="documents of the pruned copy's first step "
+            "rescored with the full vectors (at least k are; default: spladekit's)",
+        )
 
     return TwoStepParams
 
 
-def _search_request_model(SparseVector: type[BaseModel], SeismicParams: type[BaseModel], TwoStepParams: type[BaseModel],
-                          backends: tuple[str, ...], max_k: int, max_query_chars: int, max_queries: int, max_top_terms: int,
-                          unavailable: dict[str, str]) -> type[BaseModel]:
-    """``SearchRequest``: the ``POST /search`` body (the module's rules)."""
+def _text_rule(max_query_chars: int):
+    """The rule of one query text, at most ``max_query_chars`` characters with something visible (pydantic names
+    the failing one ``query.N``)."""
 
     def _text(text: str) -> str:
-        """One query text's rules (pydantic names the failing one ``query.N``)."""
         if not _visible(text):
-            raise ValueError("empty text (nothing but whitespace, control or format characters: the tokenizer would give no token of it)")
+            raise ValueError(
+                "empty text (nothing but whitespace, control or format characters: the tokenizer would give no token of it)"
+            )
         if len(text) > max_query_chars:
             raise ValueError(f"the text has {len(text)} characters; at most {max_query_chars}")
         return text
+
+    return _text
+
+
+def _search_request_model(
+    SparseVector: type[BaseModel],
+    SeismicParams: type[BaseModel],
+    TwoStepParams: type[BaseModel],
+    backends: tuple[str, ...],
+    max_k: int,
+    max_query_chars: int,
+    max_queries: int,
+    max_top_terms: int,
+    unavailable: dict[str, str],
+) -> type[BaseModel]:
+    """``SearchRequest``: the ``POST /search`` body (the module's rules)."""
+    _text = _text_rule(max_query_chars)
 
     class SearchRequest(BaseModel):
         """``POST /search``: one query or a list, as texts (encoded by the server) or sparse vectors."""
 
         model_config = ConfigDict(extra="forbid")
 
-        query: list[Annotated[StrictStr, AfterValidator(_text)]] | None = Field(None, min_length=1, max_length=max_queries,
-                                              description=f"a text or a list of 1-{max_queries} texts")
-        vector: list[SparseVector] | None = Field(None, min_length=1, max_length=max_queries,
-                                                  description=f"a sparse vector or a list of 1-{max_queries}")
+        query: list[Annotated[StrictStr, AfterValidator(_text)]] | None = Field(
+            None, min_length=1, max_length=max_queries, description=f"a text or a list of 1-{max_queries} texts"
+        )
+        vector: list[SparseVector] | None = Field(
+            None, min_length=1, max_length=max_queries, description=f"a sparse vector or a list of 1-{max_queries}"
+        )
         k: StrictInt = Field(10, ge=1, le=max_k, description="results per query")
-        backend: Literal["exact", "seismic", "two_step"] = Field("exact", description=f"available here: {', '.join(backends)}")
+        backend: Literal["exact", "seismic", "two_step"] = Field(
+            "exact", description=f"available here: {', '.join(backends)}"
+        )
         seismic: SeismicParams | None = Field(None, description="Seismic search parameters (backend seismic only)")
         two_step: TwoStepParams | None = Field(None, description="two-step search parameters (backend two_step only)")
         fields: Literal["ids", "scores", "terms"] = Field(
-            "scores", description="ids: document ids; scores: ids and scores; terms: also the query's top terms")
-        top_terms: StrictInt | None = Field(None, ge=1, le=max_top_terms, description="query terms listed with fields 'terms' (default 10)")
+            "scores", description="ids: document ids; scores: ids and scores; terms: also the query's top terms"
+        )
+        top_terms: StrictInt | None = Field(
+            None, ge=1, le=max_top_terms, description="query terms listed with fields 'terms' (default 10)"
+        )
 
         @field_validator("query", "vector", mode="before")
         @classmethod
@@ -188,7 +257,9 @@ def _search_request_model(SparseVector: type[BaseModel], SeismicParams: type[Bas
         def _available(cls, backend: str) -> str:
             if backend not in backends:
                 why = unavailable.get(backend, "Seismic needs a Seismic index stored in the index folder")
-                raise ValueError(f"backend {backend!r} is not available on this server (available: {', '.join(backends)}; {why})")
+                raise ValueError(
+                    f"backend {backend!r} is not available on this server (available: {', '.join(backends)}; {why})"
+                )
             return backend
 
         @model_validator(mode="after")

@@ -9,7 +9,7 @@ is :mod:`spladekit.serve.app`.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -59,13 +59,21 @@ class Service:
         if "two_step" in self.backends:
             self.index.pruned()  # the stored pruned copy, checked and loaded once here (never built by a request)
         self.vocabulary = _vocabulary(self.index, self.encoder)
-        self.request_model = request_model(self.vocab_size, self.backends, config.max_k, config.max_query_chars, config.max_queries,
-                                           unavailable=self.unavailable,
-                                           max_knn=self.index.seismic().knn_len if "seismic" in self.backends else 0)
+        self.request_model = request_model(
+            self.vocab_size,
+            self.backends,
+            config.max_k,
+            config.max_query_chars,
+            config.max_queries,
+            unavailable=self.unavailable,
+            max_knn=self.index.seismic().knn_len if "seismic" in self.backends else 0,
+        )
         self.index.search(sp.csr_matrix((1, self.vocab_size), dtype=np.float32), k=1)
 
     def _load_encoder(self) -> None:
-        self.encoder, self.encoder_kind = _query_encoder(self.index, self.config.model, self.config.max_batch, self.config.trust_remote_code)
+        self.encoder, self.encoder_kind = _query_encoder(
+            self.index, self.config.model, self.config.max_batch, self.config.trust_remote_code
+        )
         if self.encoder is not None:  # the first forward pass is slow (allocations, kernels): not a request's
             self.encoder.encode_queries(["warm up"])
 
@@ -103,14 +111,28 @@ class Service:
         encoder = None
         if self.encoder is not None:
             m = self.encoder.metadata
-            encoder = {"kind": self.encoder_kind, "model": self.config.model or meta.get("model"),
-                       "query_max_length": m.query_max_length, "query_top_k": m.query_top_k,
-                       "query_pruning": getattr(m, "query_pruning", None)}
-        return {"server": {"name": "spladekit", "version": __version__, "settings": settings},
-                "index": {"num_docs": self.num_docs, "vocab_size": self.vocab_size, "model": meta.get("model"),
-                          "query_max_length": meta.get("query_max_length"), "doc_max_length": meta.get("doc_max_length"),
-                          "content_hash": meta.get("content_hash"), "metadata": meta},
-                "query_encoder": encoder, "backends": list(self.backends), "unavailable_backends": dict(self.unavailable)}
+            encoder = {
+                "kind": self.encoder_kind,
+                "model": self.config.model or meta.get("model"),
+                "query_max_length": m.query_max_length,
+                "query_top_k": m.query_top_k,
+                "query_pruning": getattr(m, "query_pruning", None),
+            }
+        return {
+            "server": {"name": "spladekit", "version": __version__, "settings": settings},
+            "index": {
+                "num_docs": self.num_docs,
+                "vocab_size": self.vocab_size,
+                "model": meta.get("model"),
+                "query_max_length": meta.get("query_max_length"),
+                "doc_max_length": meta.get("doc_max_length"),
+                "content_hash": meta.get("content_hash"),
+                "metadata": meta,
+            },
+            "query_encoder": encoder,
+            "backends": list(self.backends),
+            "unavailable_backends": dict(self.unavailable),
+        }
 
     # ------------------------------------------------------------------ one micro-batch
     def run_batch(self, requests: Sequence) -> list:
@@ -124,7 +146,9 @@ class Service:
             try:
                 if self.encoder is None:
                     raise NoQueryModel()
-                encoded = self.encoder.encode_queries([t for _, ts in texts for t in ts], batch_size=max(1, self.config.max_batch))
+                encoded = self.encoder.encode_queries(
+                    [t for _, ts in texts for t in ts], batch_size=max(1, self.config.max_batch)
+                )
             except Exception as exc:  # noqa: BLE001  (given to the text requests; vector requests go on)
                 encoded = exc
             start = 0
@@ -165,10 +189,16 @@ class Service:
         from spladekit.index.seismic import SeismicSearchParams
 
         if request.backend == "two_step":  # the stored copy's rule; the request's candidates, else the default
-            return searcher_config("two_step", **(request.two_step.model_dump(exclude_none=True) if request.two_step is not None else {}))
+            return searcher_config(
+                "two_step", **(request.two_step.model_dump(exclude_none=True) if request.two_step is not None else {})
+            )
         if request.backend != "seismic":
             return searcher_config(request.backend)
-        asked = request.seismic.model_dump(include={"query_cut", "heap_factor", "n_knn"}) if request.seismic is not None else {}
+        asked = (
+            request.seismic.model_dump(include={"query_cut", "heap_factor", "n_knn"})
+            if request.seismic is not None
+            else {}
+        )
         return searcher_config("seismic", search=SeismicSearchParams(**asked, num_threads=self.threads))
 
     def _answer(self, request, hits: list[list[tuple[str, float]]], vectors: sp.csr_matrix, batch_queries: int) -> dict:
@@ -186,15 +216,22 @@ class Service:
     def _terms(self, row: sp.csr_matrix, top: int) -> list[dict]:
         """The ``top`` heaviest terms of a 1-row vector (ties: lower column first)."""
         order = np.lexsort((row.indices, -row.data))[:top]
-        return [{"term": self.vocabulary[int(row.indices[i])] if self.vocabulary else f"[{int(row.indices[i])}]",
-                 "weight": float(row.data[i])} for i in order]
+        return [
+            {
+                "term": self.vocabulary[int(row.indices[i])] if self.vocabulary else f"[{int(row.indices[i])}]",
+                "weight": float(row.data[i]),
+            }
+            for i in order
+        ]
 
 
 class NoQueryModel(RuntimeError):
     """Text queries on a server without a query model."""
 
     def __init__(self):
-        super().__init__("this server has no query model (the index records none); send vectors, or start it with --model")
+        super().__init__(
+            "this server has no query model (the index records none); send vectors, or start it with --model"
+        )
 
 
 def _csr(vectors, vocab_size: int) -> sp.csr_matrix:
@@ -216,7 +253,11 @@ def _query_encoder(index, model: str | None, batch_size: int, trust_remote_code:
     if not (model or index.metadata.get("model")):
         return None, None
     encoder = index.query_encoder(model, batch_size=batch_size, trust_remote_code=trust_remote_code)
-    kind = "onnx" if isinstance(encoder, OnnxSpladeEncoder) else f"torch ({getattr(encoder.model, 'head_impl', 'its own modules')} head)"
+    kind = (
+        "onnx"
+        if isinstance(encoder, OnnxSpladeEncoder)
+        else f"torch ({getattr(encoder.model, 'head_impl', 'its own modules')} head)"
+    )
     if encoder.query_weights is not None:
         kind = f"inference-free (term weights; {kind} for documents)"
     return encoder, kind
@@ -228,7 +269,9 @@ def _seismic_unavailable(index) -> str | None:
     stored but cannot be used, the reason is also logged as a warning."""
     params = index.folder / "seismic" / "params.json"
     if not params.exists():
-        return "Seismic needs a Seismic index stored in the index folder (`spladekit search --backend seismic` builds it)"
+        return (
+            "Seismic needs a Seismic index stored in the index folder (`spladekit search --backend seismic` builds it)"
+        )
     from spladekit.errors import MissingExtraError
     from spladekit.index.seismic import import_seismic
     from spladekit.io import read_json

@@ -135,13 +135,19 @@ def run_workers(config, fork: bool = False) -> None:
     from uvicorn.supervisors import Multiprocess
 
     if fork and (not hasattr(os, "fork") or not hasattr(uvicorn_subprocess, "spawn")):
-        raise RuntimeError("--share-index needs fork() (Linux, macOS) and uvicorn's multiprocessing context (uvicorn._subprocess.spawn)")
+        raise RuntimeError(
+            "--share-index needs fork() (Linux, macOS) and uvicorn's multiprocessing context (uvicorn._subprocess.spawn)"
+        )
     sock = reserve(config.host, config.port)
     host = f"[{config.host}]" if ":" in config.host else config.host
     # uvicorn prints its address only when it runs one process itself
-    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d with %d workers%s (Press CTRL+C to quit)",
-                                            host, sock.getsockname()[1], config.workers,
-                                            " forked from this process (the index shared)" if fork else "")
+    logging.getLogger("uvicorn.error").info(
+        "Uvicorn running on http://%s:%d with %d workers%s (Press CTRL+C to quit)",
+        host,
+        sock.getsockname()[1],
+        config.workers,
+        " forked from this process (the index shared)" if fork else "",
+    )
     spawned = uvicorn_subprocess.spawn
     if fork:  # uvicorn starts its workers through this context (spawn); only for this supervisor's run
         _FORKED_SOCKETS[:] = [sock]

@@ -4,7 +4,15 @@ Entry point: :func:`train` with a :class:`TrainConfig` (``spladekit train CONFIG
 """
 
 from spladekit.train.config import TrainConfig, load_config
-from spladekit.train.trainer import TrainResult, train
 from spladekit.train.regularizers import QuadraticWarmup, flops_regularizer, l1_regularizer
+from spladekit.train.trainer import TrainResult, train
 
-__all__ = ["TrainConfig", "TrainResult", "load_config", "train", "flops_regularizer", "l1_regularizer", "QuadraticWarmup"]
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "load_config",
+    "train",
+    "flops_regularizer",
+    "l1_regularizer",
+    "QuadraticWarmup",
+]

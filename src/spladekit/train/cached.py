@@ -32,7 +32,7 @@ backward hands each process the gradient of its own vectors; the replay needs no
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -58,7 +58,7 @@ class RandomState:
         self.device = device
         self.saved = rng_state(device)
 
-    def __enter__(self) -> "RandomState":
+    def __enter__(self) -> RandomState:
         self._outside = rng_state(self.device)
         set_rng_state(self.saved, self.device)
         return self
@@ -80,15 +80,22 @@ def mini_batch_bounds(n: int, mini_batch_size: int | None, accumulation: int = 1
     size = part if mini_batch_size is None else mini_batch_size
     if size < 1:
         raise ValueError(f"cached.mini_batch_size must be ≥ 1, got {mini_batch_size}")
-    return [(lo, min(lo + size, start + part)) for start in range(0, n, part) for lo in range(start, start + part, size)]
+    return [
+        (lo, min(lo + size, start + part)) for start in range(0, n, part) for lo in range(start, start + part, size)
+    ]
 
 
 Tokens = dict[str, torch.Tensor]
 
 
-def cached_step(encode_query: Callable[[Tokens], torch.Tensor], encode_doc: Callable[[Tokens], torch.Tensor],
-                tokens: Sequence[tuple[Tokens, Tokens]], loss_fn: Callable, backward: Callable[[torch.Tensor], None],
-                device: torch.device):
+def cached_step(
+    encode_query: Callable[[Tokens], torch.Tensor],
+    encode_doc: Callable[[Tokens], torch.Tensor],
+    tokens: Sequence[tuple[Tokens, Tokens]],
+    loss_fn: Callable,
+    backward: Callable[[torch.Tensor], None],
+    device: torch.device,
+):
     """One gradient-cached forward/backward (module docstring, steps 1-3).
 
     Args:
@@ -130,4 +137,3 @@ def cached_step(encode_query: Callable[[Tokens], torch.Tensor], encode_doc: Call
             torch.autograd.backward(outputs, [g for v, g in grads if v.requires_grad])
         del q, d, grads, outputs
     return result
-

@@ -45,8 +45,8 @@ from tqdm.auto import tqdm
 
 from spladekit.io import read_json, write_json
 from spladekit.train.dev import DEV_SPLIT, BestTracker
-from spladekit.train.step import sample_document_frequencies
 from spladekit.train.monitor import CollapseError, check_alarms, score_scale_check
+from spladekit.train.step import sample_document_frequencies
 
 MODEL_DIR = "model"
 LAST_DIR = "last"
@@ -178,8 +178,9 @@ class Alarms(Callback):
         if step != trainer.start + 1 or batch.teacher is None or config.loss.scale_check is None:
             return
         teacher = torch.tensor(batch.teacher, dtype=torch.float32)  # the teacher's scale against the student's
-        stats, message = score_scale_check(trainer.tensors["q"].cpu(), trainer.tensors["d"].cpu(), teacher,
-                                           config.loss.scale_check)
+        stats, message = score_scale_check(
+            trainer.tensors["q"].cpu(), trainer.tensors["d"].cpu(), teacher, config.loss.scale_check
+        )
         trainer.pending_stats.update(stats)
         if message and trainer.info.is_main:
             trainer.alarms.append(message)
@@ -187,8 +188,13 @@ class Alarms(Callback):
 
     def on_log(self, trainer, record: dict) -> None:
         config = trainer.config
-        fired = check_alarms(record, trainer.model.vocab_size, record["step"], config.regularizer.warmup_steps,
-                             config.monitor.dense_fraction)
+        fired = check_alarms(
+            record,
+            trainer.model.vocab_size,
+            record["step"],
+            config.regularizer.warmup_steps,
+            config.monitor.dense_fraction,
+        )
         if not fired:
             return
         record["alarms"] = fired

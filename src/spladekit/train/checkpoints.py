@@ -43,8 +43,19 @@ def latest_checkpoint(out: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler, scaler, config: TrainConfig,
-                    info: D.DistInfo, device: torch.device, regularizer=None) -> Path:
+def save_checkpoint(
+    out: Path,
+    step: int,
+    model,
+    tokenizer,
+    optimizer,
+    scheduler,
+    scaler,
+    config: TrainConfig,
+    info: D.DistInfo,
+    device: torch.device,
+    regularizer=None,
+) -> Path:
     """Write ``out/checkpoints/step-NNNNNNN`` atomically (temporary folder renamed into place).
 
     Holds: ``trainer.pt`` (model, optimizer, scheduler, scaler state, step, and ``regularizer``: the
@@ -58,8 +69,12 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
     tmp = folder / f".tmp-step-{step:07d}"
     if info.is_main:
         if tmp.exists():  # a killed run's partial checkpoint of this step: said, then rewritten
-            warnings.warn(f"{tmp}: a partial checkpoint of step {step} left by a run that did not finish (killed?); "
-                          "it is removed and written again now", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{tmp}: a partial checkpoint of step {step} left by a run that did not finish (killed?); "
+                "it is removed and written again now",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
     try:
@@ -67,9 +82,17 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, optimizer, scheduler
         torch.save({"torch": _rng_state(device)}, tmp / f"rng-{info.rank}.pt")
         D.barrier()
         if info.is_main:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "scaler": scaler.state_dict() if scaler is not None else None, "step": step,
-                        "regularizer": regularizer.state_dict() if regularizer is not None else None}, tmp / "trainer.pt")
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict() if scaler is not None else None,
+                    "step": step,
+                    "regularizer": regularizer.state_dict() if regularizer is not None else None,
+                },
+                tmp / "trainer.pt",
+            )
             model.mlm.save_pretrained(tmp / "model")
             tokenizer.save_pretrained(tmp / "model")
             write_yaml(tmp / "config.yaml", config.model_dump(mode="json"))
@@ -95,11 +118,14 @@ def _load_plain(path: Path, device=None) -> dict:
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # pickle.UnpicklingError (a global outside torch's list), RuntimeError (not a zip)
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise DataFormatError(path, f"not a spladekit checkpoint file readable as tensors and plain data ({first})") from None
+        raise DataFormatError(
+            path, f"not a spladekit checkpoint file readable as tensors and plain data ({first})"
+        ) from None
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, info: D.DistInfo, device: torch.device,
-                    regularizer=None) -> int:
+def load_checkpoint(
+    path: Path, model, optimizer, scheduler, scaler, info: D.DistInfo, device: torch.device, regularizer=None
+) -> int:
     """Restore a checkpoint written by :func:`save_checkpoint`; returns its step.
 
     ``regularizer``: an object with ``load_state_dict`` given the saved ``regularizer`` state (an
@@ -135,8 +161,15 @@ RESULT_FILE = "result.json"
 #: settings that change how a run is kept, shown or placed, or what it may run, not what it computes: a
 #: rerun may change them (a model folder's own code is fingerprinted with its files; loading it again
 #: without ``model.trust_remote_code`` is refused by the loader)
-BOOKKEEPING = ("resume", "device", "checkpoint_every", "keep_checkpoints", "log_every", "curves",
-               "model.trust_remote_code")
+BOOKKEEPING = (
+    "resume",
+    "device",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "log_every",
+    "curves",
+    "model.trust_remote_code",
+)
 
 
 class RunChangedError(SpladekitError, ValueError):
@@ -214,8 +247,10 @@ def run_record(config: TrainConfig, examples=None) -> dict:
         for part in parents:
             node = node.get(part, {})
         node.pop(last, None)
-    inputs: dict = {name: fingerprint_files(p) if isinstance(p, Path) else p
-                    for name, p in input_files(config, examples is not None).items()}
+    inputs: dict = {
+        name: fingerprint_files(p) if isinstance(p, Path) else p
+        for name, p in input_files(config, examples is not None).items()
+    }
     if examples is not None:
         inputs["examples"] = _examples_digest(examples)
     return json.loads(json.dumps({"settings": settings, "inputs": inputs}))
@@ -224,7 +259,11 @@ def run_record(config: TrainConfig, examples=None) -> dict:
 def _flat(node, prefix: str = "") -> dict:
     if not isinstance(node, dict):
         return {prefix: node}
-    return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()} if node else {prefix: {}}
+    return (
+        {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+        if node
+        else {prefix: {}}
+    )
 
 
 def _differences(stored: dict | None, record: dict) -> list[str]:
@@ -232,8 +271,11 @@ def _differences(stored: dict | None, record: dict) -> list[str]:
     if not isinstance(stored, dict) or not {"settings", "inputs"} <= set(stored):
         return [f"no readable {RUN_RECORD} (a folder of another version, or of another command)"]
     old, new = _flat(stored["settings"]), _flat(record["settings"])
-    found = [f"{k.rstrip('.')}: {old.get(k, '(unset)')!r} → {new.get(k, '(unset)')!r}"
-             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    found = [
+        f"{k.rstrip('.')}: {old.get(k, '(unset)')!r} → {new.get(k, '(unset)')!r}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k)
+    ]
     for name in sorted(set(stored["inputs"]) | set(record["inputs"])):
         before, after = stored["inputs"].get(name), record["inputs"].get(name)
         if before == after:
@@ -241,9 +283,15 @@ def _differences(stored: dict | None, record: dict) -> list[str]:
         if isinstance(before, list) and isinstance(after, list):
             a, b = {f[0]: f[1:] for f in before}, {f[0]: f[1:] for f in after}
             files = [f for f in sorted(set(a) | set(b)) if a.get(f) != b.get(f)]
-            found.append(f"{name}: its file{'s' if len(files) > 1 else ''} {', '.join(files[:3])}{' …' if len(files) > 3 else ''} changed")
+            found.append(
+                f"{name}: its file{'s' if len(files) > 1 else ''} {', '.join(files[:3])}{' …' if len(files) > 3 else ''} changed"
+            )
         else:
-            found.append(f"{name}: another input ({before!r} → {after!r})" if name != "examples" else "the training examples changed")
+            found.append(
+                f"{name}: another input ({before!r} → {after!r})"
+                if name != "examples"
+                else "the training examples changed"
+            )
     return found
 
 
@@ -273,18 +321,29 @@ def check_run_folder(out: str | Path, config: TrainConfig, record: dict) -> dict
         changes = _differences(stored, record)
         raise RunChangedError(
             f"{out}: holds a {'finished ' if finished else ''}training made from other settings or inputs ("
-            + "; ".join(changes[:4]) + (f"; {len(changes) - 4} more" if len(changes) > 4 else "") + "); it is left as "
+            + "; ".join(changes[:4])
+            + (f"; {len(changes) - 4} more" if len(changes) > 4 else "")
+            + "); it is left as "
             f"it is: give another output folder, or remove {out} to train there from the start (resume: false "
-            "starts over in it)")
+            "starts over in it)"
+        )
     return read_json(out / RESULT_FILE) if finished else None
 
 
 def finished_result(out: str | Path, stored: dict) -> dict:
     """The fields of :class:`spladekit.train.trainer.TrainResult` of the finished run in ``out`` (its ``result.json``)."""
     out = Path(out)
-    return {"model_dir": out / "model", "metrics_path": out / "metrics.jsonl", "last_metrics": stored.get("last_metrics") or {},
-            "steps": int(stored.get("steps", 0)), "alarms": list(stored.get("alarms") or []),
-            "validation": stored.get("validation"), "best": stored.get("best"), "dev": stored.get("dev"),
-            "curves": out / "training_curves.png" if (out / "training_curves.png").is_file() else None,
-            "last_dir": out / "last" if (out / "last").is_dir() else None,
-            "early_stopped": bool(stored.get("early_stopped")), "already_done": True}
+    return {
+        "model_dir": out / "model",
+        "metrics_path": out / "metrics.jsonl",
+        "last_metrics": stored.get("last_metrics") or {},
+        "steps": int(stored.get("steps", 0)),
+        "alarms": list(stored.get("alarms") or []),
+        "validation": stored.get("validation"),
+        "best": stored.get("best"),
+        "dev": stored.get("dev"),
+        "curves": out / "training_curves.png" if (out / "training_curves.png").is_file() else None,
+        "last_dir": out / "last" if (out / "last").is_dir() else None,
+        "early_stopped": bool(stored.get("early_stopped")),
+        "already_done": True,
+    }

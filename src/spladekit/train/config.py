@@ -29,18 +29,30 @@ class ModelConfig(Settings):
     doc_max_length: int = Field(256, ge=4)
     suppress_pad: bool = Field(True, description="set the decoder bias of [PAD] to -1e4 at initialisation")
     query_encoder: Literal["splade", "inference-free"] = Field(
-        "splade", description="inference-free: queries are a bag of their tokens with one weight per vocabulary entry "
-        "(IDF of the training documents at initialisation; spladekit.model.inference_free); no query regulariser")
-    train_query_weights: bool = Field(True, description="inference-free: train the query term weights jointly (else keep the IDF)")
-    allow_random_head: bool = Field(False, description="start from a checkpoint without MLM-head weights "
-                                    "(a random head) instead of refusing it")
+        "splade",
+        description="inference-free: queries are a bag of their tokens with one weight per vocabulary entry "
+        "(IDF of the training documents at initialisation; spladekit.model.inference_free); no query regulariser",
+    )
+    train_query_weights: bool = Field(
+        True, description="inference-free: train the query term weights jointly (else keep the IDF)"
+    )
+    allow_random_head: bool = Field(
+        False, description="start from a checkpoint without MLM-head weights (a random head) instead of refusing it"
+    )
     pooling: Literal["max", "sum"] | None = Field(
-        None, description="SPLADE pooling over positions (max: SPLADE v2, sum: SPLADE v1); None: the start model's "
-        "(spladekit.json or sentence-transformers' SpladePooling; max for a plain masked LM)")
+        None,
+        description="SPLADE pooling over positions (max: SPLADE v2, sum: SPLADE v1); None: the start model's "
+        "(spladekit.json or sentence-transformers' SpladePooling; max for a plain masked LM)",
+    )
     activation: Literal["relu", "log1p_relu"] | None = Field(
-        None, description="relu: log(1 + ReLU(x)); log1p_relu: log(1 + log(1 + ReLU(x))) (OpenSearch v3); None: the start model's")
-    trust_remote_code: bool = Field(False, description="run the model folder's own code (transformers auto_map classes; "
-                                    "spladekit.model.remote_code); only for a folder whose code you trust")
+        None,
+        description="relu: log(1 + ReLU(x)); log1p_relu: log(1 + log(1 + ReLU(x))) (OpenSearch v3); None: the start model's",
+    )
+    trust_remote_code: bool = Field(
+        False,
+        description="run the model folder's own code (transformers auto_map classes; "
+        "spladekit.model.remote_code); only for a folder whose code you trust",
+    )
 
 
 class TrainRescaleConfig(RescaleSpec):
@@ -90,15 +102,22 @@ class DataConfig(Settings):
     mining_depth: int = Field(30, ge=1, description="negatives are sampled from the top-k of the miner")
     num_negatives: int = Field(1, ge=0, description="hard negatives per query in each batch")
     teacher_scores: str | None = Field(None, description="JSON {qid: {docid: score}} (naver layout / beir)")
-    queries: str | None = Field(None, description="naver layout: id<TAB>text queries file (default: train_queries/raw.tsv)")
-    corpus: str | None = Field(None, description="st-hard-negatives/st-margin-mse: the passages (id<TAB>text or a dataset file)")
-    negative_systems: list[str] | None = Field(None, description="st-hard-negatives: the 'neg' systems to use (None: all)")
+    queries: str | None = Field(
+        None, description="naver layout: id<TAB>text queries file (default: train_queries/raw.tsv)"
+    )
+    corpus: str | None = Field(
+        None, description="st-hard-negatives/st-margin-mse: the passages (id<TAB>text or a dataset file)"
+    )
+    negative_systems: list[str] | None = Field(
+        None, description="st-hard-negatives: the 'neg' systems to use (None: all)"
+    )
     validation_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of training queries held out")
     max_queries: int | None = Field(None, ge=1, description="use only the first N training queries (smoke runs)")
     subset: str | None = Field(None, description="hf: the dataset configuration (subset) name on the hub")
     columns: ColumnsConfig = ColumnsConfig()
     score_kind: Literal["auto", "scores", "margins"] = Field(
-        "auto", description="hf: the score column holds 1+n teacher scores, or n margins s(q,d+) - s(q,d-_i)")
+        "auto", description="hf: the score column holds 1+n teacher scores, or n margins s(q,d+) - s(q,d-_i)"
+    )
     streaming: bool = Field(False, description="hf hub ids: stream instead of downloading up front")
     cache_dir: str | None = Field(None, description="hf: the datasets cache folder (default: datasets' own)")
 
@@ -112,9 +131,13 @@ class LossConfig(Settings):
     kind: Literal["infonce", "margin_mse", "kl"] = "infonce"
     temperature: float = Field(1.0, gt=0.0)
     in_batch_negatives: bool = True
-    scale_check: float | None = Field(4.0, gt=1.0, description="MarginMSE/KL: warn at the first step when the "
-                                      "student's and the teacher's score spreads differ by more than this factor "
-                                      "(None: no check)")
+    scale_check: float | None = Field(
+        4.0,
+        gt=1.0,
+        description="MarginMSE/KL: warn at the first step when the "
+        "student's and the teacher's score spreads differ by more than this factor "
+        "(None: no check)",
+    )
 
 
 class DfFlopsConfig(Settings):
@@ -127,11 +150,20 @@ class DfFlopsConfig(Settings):
 
     alpha: float = Field(gt=0.0, lt=1.0, description="the document-frequency share at which a term's weight is 1/2")
     beta: float = Field(gt=0.0, description="steepness of the weight around alpha (larger: closer to a step)")
-    refresh_every: int = Field(100, ge=1, description="steps between estimates (the paper re-estimates every 100 steps)")
-    sample_docs: int = Field(1000, ge=1, description="training documents encoded per estimate; a share p estimated "
-                             "from n documents has standard error sqrt(p(1-p)/n), at most 0.016 at n = 1000")
-    encode_batch_size: int = Field(32, ge=1, description="documents encoded at once for an estimate (eval mode, "
-                                   "no gradient, at model.doc_max_length)")
+    refresh_every: int = Field(
+        100, ge=1, description="steps between estimates (the paper re-estimates every 100 steps)"
+    )
+    sample_docs: int = Field(
+        1000,
+        ge=1,
+        description="training documents encoded per estimate; a share p estimated "
+        "from n documents has standard error sqrt(p(1-p)/n), at most 0.016 at n = 1000",
+    )
+    encode_batch_size: int = Field(
+        32,
+        ge=1,
+        description="documents encoded at once for an estimate (eval mode, no gradient, at model.doc_max_length)",
+    )
 
 
 class RegularizerConfig(Settings):
@@ -149,20 +181,31 @@ class RegularizerConfig(Settings):
     lambda_q: float = Field(1e-3, ge=0.0)
     lambda_d: float = Field(1e-3, ge=0.0)
     warmup_steps: int = Field(0, ge=0)
-    threshold: float | None = Field(None, ge=0.0, description="flops_l0: vectors with at most this many active "
-                                    "terms are not penalised")
+    threshold: float | None = Field(
+        None, ge=0.0, description="flops_l0: vectors with at most this many active terms are not penalised"
+    )
     df: DfFlopsConfig | None = Field(None, description="df_flops: {alpha, beta, refresh_every, sample_docs}")
-    anti_zero: float = Field(0.0, ge=0.0, description="weight of the anti-zero term 1/(sum of a side's weights)^2 "
-                             "(naver/splade adds it with weight 1); 0: off")
+    anti_zero: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight of the anti-zero term 1/(sum of a side's weights)^2 "
+        "(naver/splade adds it with weight 1); 0: off",
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "RegularizerConfig":
+    def _check(self) -> RegularizerConfig:
         if (self.kind == "flops_l0") != (self.threshold is not None):
-            raise ValueError("regularizer.threshold goes with kind flops_l0, and kind flops_l0 needs it" if self.threshold
-                             is None else f"regularizer.threshold applies to kind flops_l0 only, not {self.kind}")
+            raise ValueError(
+                "regularizer.threshold goes with kind flops_l0, and kind flops_l0 needs it"
+                if self.threshold is None
+                else f"regularizer.threshold applies to kind flops_l0 only, not {self.kind}"
+            )
         if (self.kind == "df_flops") != (self.df is not None):
-            raise ValueError("kind df_flops needs regularizer.df: {alpha, beta} (refresh_every, sample_docs optional)"
-                             if self.df is None else f"regularizer.df applies to kind df_flops only, not {self.kind}")
+            raise ValueError(
+                "kind df_flops needs regularizer.df: {alpha, beta} (refresh_every, sample_docs optional)"
+                if self.df is None
+                else f"regularizer.df applies to kind df_flops only, not {self.kind}"
+            )
         return self
 
 
@@ -190,13 +233,17 @@ class DevConfig(Settings):
     metric: str = Field("nDCG@10", description="the measure that selects the best checkpoint (higher is better)")
     k: int = Field(100, ge=10, description="documents retrieved per dev query")
     max_queries: int | None = Field(None, ge=1, description="evaluate only the first N dev queries")
-    max_docs: int | None = Field(None, ge=1, description="search only the judged documents plus the first "
-                                 "others up to N (a CPU-sized proxy for checkpoint selection)")
+    max_docs: int | None = Field(
+        None,
+        ge=1,
+        description="search only the judged documents plus the first "
+        "others up to N (a CPU-sized proxy for checkpoint selection)",
+    )
     batch_size: int = Field(32, ge=1, description="encoding batch size of the dev evaluation")
     patience: int | None = Field(None, ge=1, description="early stopping: dev evaluations without improvement")
 
     @model_validator(mode="after")
-    def _check(self) -> "DevConfig":
+    def _check(self) -> DevConfig:
         if self.metric not in self.measures:
             raise ValueError(f"dev.metric {self.metric!r} must be one of dev.measures {self.measures}")
         from spladekit.train.dev import check_not_test
@@ -212,7 +259,9 @@ class CachedConfig(Settings):
     loss, in-batch negatives and FLOPS term stay those of the whole ``batch_size``; memory is that of
     one mini-batch plus the batch's vectors, time one extra forward."""
 
-    mini_batch_size: int = Field(ge=1, description="queries per encoding pass and process (their documents come with them)")
+    mini_batch_size: int = Field(
+        ge=1, description="queries per encoding pass and process (their documents come with them)"
+    )
 
 
 class TrainConfig(Settings):
@@ -226,8 +275,11 @@ class TrainConfig(Settings):
 
     model: ModelConfig = ModelConfig()
     rescale: TrainRescaleConfig = TrainRescaleConfig()
-    head: HeadSpec = Field(HeadSpec(), description="the SPLADE head's options: position_top_k (a cap on each position's "
-                           "expansion), fold_vocabulary (byte-level BPE case and word-start variants as one term)")
+    head: HeadSpec = Field(
+        HeadSpec(),
+        description="the SPLADE head's options: position_top_k (a cap on each position's "
+        "expansion), fold_vocabulary (byte-level BPE case and word-start variants as one term)",
+    )
     data: DataConfig = DataConfig()
     loss: LossConfig = LossConfig()
     regularizer: RegularizerConfig = RegularizerConfig()
@@ -241,38 +293,54 @@ class TrainConfig(Settings):
     warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, then linear decay to 0")
     max_grad_norm: float | None = Field(1.0, gt=0.0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    seed: int = Field(0, ge=0, le=2**32 - 1 - 1024, description="random seed (rank r of a distributed run uses seed + r; "
-                      "numpy and torch take seeds below 2**32)")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**32 - 1 - 1024,
+        description="random seed (rank r of a distributed run uses seed + r; numpy and torch take seeds below 2**32)",
+    )
     log_every: int = Field(1, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0: only the final model")
     keep_checkpoints: int = Field(2, ge=1)
     validate_every: int = Field(0, ge=0, description="held-out loss every N steps (0: at the end only)")
-    eval_every: int = Field(0, ge=0, description="dev-set retrieval (nDCG@10, MRR@10) every N steps and at the "
-                            "end; model/ is then the best checkpoint, last/ the final one (0: off)")
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="dev-set retrieval (nDCG@10, MRR@10) every N steps and at the "
+        "end; model/ is then the best checkpoint, last/ the final one (0: off)",
+    )
     dev: DevConfig = DevConfig()
     resume: bool = True
     curves: bool = Field(True, description="draw training_curves.png at the end")
     device: str | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} must be a multiple of grad_accum {self.grad_accum}")
         if self.eval_every and self.dev.data is None and self.data.validation_fraction <= 0:
-            raise ValueError("eval_every needs a dev set: dev.data (a BEIR folder and dev.split) or "
-                             "data.validation_fraction > 0 (held-out training queries)")
+            raise ValueError(
+                "eval_every needs a dev set: dev.data (a BEIR folder and dev.split) or "
+                "data.validation_fraction > 0 (held-out training queries)"
+            )
         if self.loss.kind != "infonce" and self.data.num_negatives < 1:
             raise ValueError(f"loss {self.loss.kind!r} needs data.num_negatives >= 1")
         if self.regularizer.kind == "idf_flops" and self.model.query_encoder == INFERENCE_FREE:
-            raise ValueError("regularizer.kind idf_flops with model.query_encoder inference-free: the query weights carry "
-                             "the IDF already (Geng et al.'s score sum_j idf_j q_j d_j), and FLOPS on the documents is "
-                             "then their IDF-aware FLOPS: use kind flops (idf_flops would count the IDF twice)")
+            raise ValueError(
+                "regularizer.kind idf_flops with model.query_encoder inference-free: the query weights carry "
+                "the IDF already (Geng et al.'s score sum_j idf_j q_j d_j), and FLOPS on the documents is "
+                "then their IDF-aware FLOPS: use kind flops (idf_flops would count the IDF twice)"
+            )
         if self.head.fold_vocabulary and self.regularizer.kind == "idf_flops":
-            raise ValueError("regularizer.kind idf_flops with head.fold_vocabulary: the IDF is per vocabulary entry, "
-                             "the vectors per folded term")
+            raise ValueError(
+                "regularizer.kind idf_flops with head.fold_vocabulary: the IDF is per vocabulary entry, "
+                "the vectors per folded term"
+            )
         if self.head.fold_vocabulary and self.model.query_encoder == INFERENCE_FREE:
-            raise ValueError("head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
-                             "vocabulary entry, the vectors per folded term")
+            raise ValueError(
+                "head.fold_vocabulary with model.query_encoder inference-free: the query weights are per "
+                "vocabulary entry, the vectors per folded term"
+            )
         return self
 
     def to_yaml(self) -> str:
@@ -301,4 +369,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
         field, message = validation_problems(exc)[0]
-        raise DataFormatError(path or "<overrides>", f"{message} ({len(exc.errors())} error(s))", field=field or None) from exc
+        raise DataFormatError(
+            path or "<overrides>", f"{message} ({len(exc.errors())} error(s))", field=field or None
+        ) from exc

@@ -25,14 +25,14 @@ from __future__ import annotations
 import functools
 import random
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
+from spladekit.data.numbers import finite_number
 from spladekit.errors import DataFormatError
 from spladekit.io import iter_lines, read_json
 from spladekit.train.examples import TrainingExample
-from spladekit.data.numbers import finite_number
 from spladekit.train.published import read_score_pickle
 
 
@@ -55,7 +55,9 @@ def iter_triples(path: str | Path) -> Iterator[TrainingExample]:
             continue
         parts = line.split("\t")
         if len(parts) != 3:
-            raise DataFormatError(path, f"expected 3 tab-separated fields (query, positive, negative), got {len(parts)}", line=number)
+            raise DataFormatError(
+                path, f"expected 3 tab-separated fields (query, positive, negative), got {len(parts)}", line=number
+            )
         if not all(p.strip() for p in parts):
             raise DataFormatError(path, "empty query, positive or negative text", line=number)
         empty = False
@@ -95,12 +97,16 @@ def read_score_file(path: str | Path) -> dict[str, dict[str, float]]:
     for qid, docs in unique_ids(_read_json(path).items(), path, "query").items():
         if not isinstance(docs, dict):
             raise DataFormatError(path, "expected an object {docid: score}", field=qid)
-        out[qid] = {docid: finite_number(value, path, f"{qid}.{docid}")
-                    for docid, value in unique_ids(docs.items(), path, "document", qid).items()}
+        out[qid] = {
+            docid: finite_number(value, path, f"{qid}.{docid}")
+            for docid, value in unique_ids(docs.items(), path, "document", qid).items()
+        }
     return out
 
 
-def read_naver(folder: str | Path, teacher_scores: str | Path | None = None, queries: str | Path | None = None) -> list[TrainingExample]:
+def read_naver(
+    folder: str | Path, teacher_scores: str | Path | None = None, queries: str | Path | None = None
+) -> list[TrainingExample]:
     """Read the naver/splade training layout.
 
     Without ``teacher_scores``: the text triples ``folder/triplets/raw.tsv``.
@@ -149,16 +155,28 @@ def read_naver(folder: str | Path, teacher_scores: str | Path | None = None, que
         if missing:
             raise DataFormatError(scores_path, f"no teacher score for relevant document {missing[0]!r}", field=qid)
         negatives = [d for d in scored if d not in positives]
-        examples.append(TrainingExample(qid, query_text[qid], [(d, collection[d]) for d in positives],
-                                        [(d, collection[d]) for d in negatives], dict(scored)))
+        examples.append(
+            TrainingExample(
+                qid,
+                query_text[qid],
+                [(d, collection[d]) for d in positives],
+                [(d, collection[d]) for d in negatives],
+                dict(scored),
+            )
+        )
     if not examples:
         raise DataFormatError(scores_path, "no query has both a relevant document in qrel.json and teacher scores")
     unscored = [q for q, docs in qrels.items() if q not in scores and any(g > 0 for g in docs.values())]
-    for skipped, why in ((no_positive, f"scored in {scores_path.name} without a relevant document in qrel.json"),
-                         (unscored, f"with a relevant document in qrel.json but no entry in {scores_path.name}")):
+    for skipped, why in (
+        (no_positive, f"scored in {scores_path.name} without a relevant document in qrel.json"),
+        (unscored, f"with a relevant document in qrel.json but no entry in {scores_path.name}"),
+    ):
         if skipped:
-            warnings.warn(f"{scores_path}: {len(skipped)} queries {why} skipped (no training pair), e.g. "
-                          f"{_first_ids(skipped)}; {len(examples)} queries read", stacklevel=2)
+            warnings.warn(
+                f"{scores_path}: {len(skipped)} queries {why} skipped (no training pair), e.g. "
+                f"{_first_ids(skipped)}; {len(examples)} queries read",
+                stacklevel=2,
+            )
     return examples
 
 
@@ -231,6 +249,54 @@ def read_beir_training(
         teacher_path = Path(teacher_scores)
         teacher = read_score_file(teacher_path)
         _check_teacher_ids(teacher, teacher_path, dataset)
+    mined = _mined(negatives, qids, dataset, depth, negatives_model)
+    examples = []
+    left_out = scored_total = queries_short = 0
+    for qid, hits in zip(qids, mined):
+        relevant = {d for d, g in dataset.qrels[qid].items() if g > 0}
+        missing = [d for d in relevant if d not in dataset.corpus]
+        if missing:
+            raise DataFormatError(
+                dataset.path / "qrels" / f"{split}.tsv", f"document {missing[0]!r} not in the corpus", field=qid
+            )
+        negs = [d for d in hits if d not in relevant][:depth]
+        scores = None
+        if teacher is not None:
+            scores = teacher.get(qid, {})
+            scored = [d for d in scores if d not in relevant]
+            if negatives == "teacher":
+                negs = scored
+            elif negatives != "none":
+                negs = [d for d in negs if d in scores]
+                left_out += len(scored) - len(negs)
+                scored_total += len(scored)
+                queries_short += len(negs) < len(scored)
+        examples.append(
+            TrainingExample(
+                qid,
+                dataset.queries[qid],
+                [(d, dataset.corpus[d]) for d in sorted(relevant)],
+                [(d, dataset.corpus[d]) for d in negs],
+                scores,
+            )
+        )
+    if left_out:
+        warnings.warn(
+            f"{teacher_scores}: {left_out:,} of the {scored_total:,} scored non-relevant documents of "
+            f"{len(qids):,} queries ({queries_short:,} queries affected) are not among the {negatives} "
+            f"miner's top-{depth} and are not used as negatives; data.negatives: teacher uses every scored "
+            "document (or raise data.mining_depth)",
+            stacklevel=2,
+        )
+    return examples
+
+
+def _mined(negatives: str, qids: list[str], dataset, depth: int, negatives_model: str | None) -> list[list[str]]:
+    """Each query's top ``depth + 20`` document ids by the miner ``negatives`` (none for ``none`` and ``teacher``).
+
+    Raises:
+        ValueError: ``model`` without ``negatives_model``; an unknown miner.
+    """
     doc_ids = list(dataset.corpus)
     doc_texts = [dataset.corpus[d] for d in doc_ids]
     query_texts = [dataset.queries[q] for q in qids]
@@ -244,45 +310,23 @@ def read_beir_training(
         mined = [[] for _ in qids]
     else:
         raise ValueError(f"unknown negative miner {negatives!r}")
-    examples = []
-    left_out = scored_total = queries_short = 0
-    for qid, hits in zip(qids, mined):
-        relevant = {d for d, g in dataset.qrels[qid].items() if g > 0}
-        missing = [d for d in relevant if d not in dataset.corpus]
-        if missing:
-            raise DataFormatError(dataset.path / "qrels" / f"{split}.tsv", f"document {missing[0]!r} not in the corpus", field=qid)
-        negs = [d for d in hits if d not in relevant][:depth]
-        scores = None
-        if teacher is not None:
-            scores = teacher.get(qid, {})
-            scored = [d for d in scores if d not in relevant]
-            if negatives == "teacher":
-                negs = scored
-            elif negatives != "none":
-                negs = [d for d in negs if d in scores]
-                left_out += len(scored) - len(negs)
-                scored_total += len(scored)
-                queries_short += len(negs) < len(scored)
-        examples.append(TrainingExample(qid, dataset.queries[qid], [(d, dataset.corpus[d]) for d in sorted(relevant)],
-                                        [(d, dataset.corpus[d]) for d in negs], scores))
-    if left_out:
-        warnings.warn(f"{teacher_scores}: {left_out:,} of the {scored_total:,} scored non-relevant documents of "
-                      f"{len(qids):,} queries ({queries_short:,} queries affected) are not among the {negatives} "
-                      f"miner's top-{depth} and are not used as negatives; data.negatives: teacher uses every scored "
-                      "document (or raise data.mining_depth)", stacklevel=2)
-    return examples
+    return mined
 
 
 def _check_teacher_ids(teacher: dict[str, dict[str, float]], path: Path, dataset) -> None:
     """Refuse teacher scores for a query that ``dataset``'s split lacks or a document not in its corpus."""
     for qid, docs in teacher.items():
         if qid not in dataset.queries:
-            raise DataFormatError(path, f"query id {qid!r} is not a query of {dataset.path / 'qrels' / (dataset.split + '.tsv')}",
-                                  field=qid)
+            raise DataFormatError(
+                path,
+                f"query id {qid!r} is not a query of {dataset.path / 'qrels' / (dataset.split + '.tsv')}",
+                field=qid,
+            )
         for docid in docs:
             if docid not in dataset.corpus:
-                raise DataFormatError(path, f"document id {docid!r} is not in the corpus of {dataset.path}",
-                                      field=f"{qid}.{docid}")
+                raise DataFormatError(
+                    path, f"document id {docid!r} is not in the corpus of {dataset.path}", field=f"{qid}.{docid}"
+                )
 
 
 def short_negatives_hint(config) -> str:
@@ -293,16 +337,25 @@ def short_negatives_hint(config) -> str:
         return ""
     if config.negatives == "none":
         return "; data.negatives is none (no hard negatives): data.negatives: teacher takes the scored documents"
-    return (f"; with data.teacher_scores the hard negatives are the {config.negatives} miner's top-"
-            f"{config.mining_depth} documents that have a teacher score (a warning counted the scored documents "
-            "outside them): data.negatives: teacher uses every scored document, or raise data.mining_depth")
+    return (
+        f"; with data.teacher_scores the hard negatives are the {config.negatives} miner's top-"
+        f"{config.mining_depth} documents that have a teacher score (a warning counted the scored documents "
+        "outside them): data.negatives: teacher uses every scored document, or raise data.mining_depth"
+    )
 
 
 def load_training_examples(config) -> list[TrainingExample]:
     """Read the examples a :class:`~spladekit.train.config.DataConfig` describes."""
     if config.format == "beir":  # max_queries before mining, so only those queries are mined
-        return read_beir_training(config.path, config.split, config.negatives, config.mining_depth,
-                                  config.negatives_model, config.teacher_scores, config.max_queries)
+        return read_beir_training(
+            config.path,
+            config.split,
+            config.negatives,
+            config.mining_depth,
+            config.negatives_model,
+            config.teacher_scores,
+            config.max_queries,
+        )
     if config.format == "hf":  # a lazy view over memory-mapped Arrow, max_queries applied inside
         from spladekit.train.hf import read_hf_dataset
 
@@ -314,7 +367,7 @@ def load_training_examples(config) -> list[TrainingExample]:
     elif config.format == "triples" and str(config.path).startswith("irds:"):  # ir_datasets docpairs
         from spladekit.train.published import read_irds_docpairs
 
-        return read_irds_docpairs(str(config.path)[len("irds:"):], config.max_queries)
+        return read_irds_docpairs(str(config.path)[len("irds:") :], config.max_queries)
     elif config.format == "triples":
         examples = list(iter_triples(config.path))
     else:
@@ -356,11 +409,15 @@ class Batch:
     teacher: list[list[float]] | None
     group: int
 
-    def slice(self, start: int, stop: int) -> "Batch":
+    def slice(self, start: int, stop: int) -> Batch:
         """Queries ``start:stop`` with their document groups."""
         g = self.group
-        return Batch(self.queries[start:stop], self.docs[start * g : stop * g],
-                     self.teacher[start:stop] if self.teacher is not None else None, g)
+        return Batch(
+            self.queries[start:stop],
+            self.docs[start * g : stop * g],
+            self.teacher[start:stop] if self.teacher is not None else None,
+            g,
+        )
 
 
 @functools.lru_cache(maxsize=4)
@@ -395,17 +452,30 @@ def check_distillation(examples: Sequence[TrainingExample], num_negatives: int, 
             count += 1
             short = short or (example.qid, len(example.negatives))
     if unscored is not None:
-        raise DataFormatError(source, f"query {unscored[0]!r} has no teacher score for document {unscored[1]!r}; "
-                              "distillation (loss.kind margin_mse/kl) needs one for every positive and negative")
+        raise DataFormatError(
+            source,
+            f"query {unscored[0]!r} has no teacher score for document {unscored[1]!r}; "
+            "distillation (loss.kind margin_mse/kl) needs one for every positive and negative",
+        )
     if short is not None:
-        raise DataFormatError(source, f"query {short[0]!r} has {short[1]} hard negatives, data.num_negatives is "
-                              f"{num_negatives} ({count} queries have fewer); distillation cannot complete a group "
-                              "with other queries' positives (they have no teacher score for it): lower "
-                              f"data.num_negatives{hint}", field="data.num_negatives")
+        raise DataFormatError(
+            source,
+            f"query {short[0]!r} has {short[1]} hard negatives, data.num_negatives is "
+            f"{num_negatives} ({count} queries have fewer); distillation cannot complete a group "
+            "with other queries' positives (they have no teacher score for it): lower "
+            f"data.num_negatives{hint}",
+            field="data.num_negatives",
+        )
 
 
-def global_batch(examples: Sequence[TrainingExample], step: int, batch_size: int, num_negatives: int, seed: int,
-                 need_teacher: bool = False) -> Batch:
+def global_batch(
+    examples: Sequence[TrainingExample],
+    step: int,
+    batch_size: int,
+    num_negatives: int,
+    seed: int,
+    need_teacher: bool = False,
+) -> Batch:
     """The global batch of optimiser step ``step`` (0-based); see the module docstring.
 
     An example with fewer hard negatives than ``num_negatives`` is completed with the positives of

@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -38,8 +38,9 @@ def _doc_id(text: str) -> str:
     return "t" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
-def held_out_dev_set(held_out: Sequence, training: Sequence, corpus: dict[str, str] | None = None,
-                     name: str = "held-out") -> BeirDataset:
+def held_out_dev_set(
+    held_out: Sequence, training: Sequence, corpus: dict[str, str] | None = None, name: str = "held-out"
+) -> BeirDataset:
     """A dev set from held-out training examples.
 
     Args:
@@ -72,7 +73,9 @@ def held_out_dev_set(held_out: Sequence, training: Sequence, corpus: dict[str, s
         for doc_id, text in example.positives:
             key = _doc_id(text) if by_text else doc_id
             if key not in docs:
-                raise DataFormatError(name, f"relevant document {doc_id!r} of query {example.qid!r} is not in the corpus")
+                raise DataFormatError(
+                    name, f"relevant document {doc_id!r} of query {example.qid!r} is not in the corpus"
+                )
             qrels.setdefault(qid, {})[key] = 1
     return BeirDataset(path=Path(name), corpus=docs, queries=queries, qrels=qrels, split="held-out", name=name)
 
@@ -125,13 +128,16 @@ def check_not_test(split: str) -> None:
     """
     words = split.lower().replace("-", "_").replace(".", "_").split("_")
     if "test" in words:
-        raise ValueError(f"dev.split={split!r}: a dev set never comes from the test split; use a dev split or "
-                         "held-out training queries (data.validation_fraction, no dev.data)")
+        raise ValueError(
+            f"dev.split={split!r}: a dev set never comes from the test split; use a dev split or "
+            "held-out training queries (data.validation_fraction, no dev.data)"
+        )
 
 
 @torch.no_grad()
-def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, device: torch.device,
-                 show_progress: bool = False) -> dict:
+def evaluate_dev(
+    model, tokenizer, config, dataset: BeirDataset, step: int, device: torch.device, show_progress: bool = False
+) -> dict:
     """nDCG@10, MRR@10 (``dev.measures``), active terms and FLOPS of the current model on the dev set.
 
     The model is put in eval mode for the evaluation and back in its previous mode afterwards; the
@@ -142,31 +148,43 @@ def evaluate_dev(model, tokenizer, config, dataset: BeirDataset, step: int, devi
         ``{"step", "split": "dev", <measure>: value..., "avg_query_terms", "avg_doc_terms",
         "flops", "dev_queries", "dev_docs", "dev_seconds"}``.
     """
-    from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
     from spladekit.evaluate.retrieval import evaluate_splade
+    from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
 
     dev = config.dev
     was_training = model.training
     started = time.perf_counter()
     try:
-        meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                               pooling=model.pooling, activation=model.activation)
+        meta = EncoderMetadata(
+            query_max_length=config.model.query_max_length,
+            doc_max_length=config.model.doc_max_length,
+            pooling=model.pooling,
+            activation=model.activation,
+        )
         query_weights = None
         if getattr(model, "query_weights", None) is not None:  # inference-free: score the query side being trained
             from spladekit.model.metadata import INFERENCE_FREE
 
             query_weights, meta.query_encoder = model.query_weights.saved_weights(), INFERENCE_FREE
-        encoder = SpladeEncoder(model, tokenizer, meta, batch_size=dev.batch_size, device=device, query_weights=query_weights)
-        result = evaluate_splade(encoder, dataset, k=dev.k, measures=dev.measures, show_progress=show_progress,
-                                 name="dev")
+        encoder = SpladeEncoder(
+            model, tokenizer, meta, batch_size=dev.batch_size, device=device, query_weights=query_weights
+        )
+        result = evaluate_splade(
+            encoder, dataset, k=dev.k, measures=dev.measures, show_progress=show_progress, name="dev"
+        )
     finally:
         model.train(was_training)
     metrics = result.metrics
     record = {"step": step, "split": DEV_SPLIT}
     record.update({m: float(metrics[m]) for m in dev.measures})
-    record.update(avg_query_terms=float(metrics["avg_query_terms"]), avg_doc_terms=float(metrics["avg_doc_terms"]),
-                  flops=float(metrics["flops"]), dev_queries=len(dataset.queries), dev_docs=len(dataset.corpus),
-                  dev_seconds=time.perf_counter() - started)
+    record.update(
+        avg_query_terms=float(metrics["avg_query_terms"]),
+        avg_doc_terms=float(metrics["avg_doc_terms"]),
+        flops=float(metrics["flops"]),
+        dev_queries=len(dataset.queries),
+        dev_docs=len(dataset.corpus),
+        dev_seconds=time.perf_counter() - started,
+    )
     return record
 
 
@@ -186,7 +204,9 @@ class BestTracker:
         """Take a new dev record; True when it is the new best."""
         value = record[self.metric]
         best = None if self.best is None else self.best[self.metric]
-        if best is None or (math.isfinite(value) and (not math.isfinite(best) or value > best)):  # a NaN best never sticks
+        if best is None or (
+            math.isfinite(value) and (not math.isfinite(best) or value > best)
+        ):  # a NaN best never sticks
             self.best, self.since = record, 0
             return True
         self.since += 1

@@ -45,8 +45,10 @@ def head_options(config, folder, tokenizer, vocab_size: int) -> dict:
     """
     options = config.head.resolve(folder.metadata(), tokenizer, vocab_size, folder.root)
     if options["fold"] is not None and config.model.query_encoder == INFERENCE_FREE:
-        raise ValueError("model.query_encoder inference-free with a folded vocabulary (head.fold_vocabulary, or the "
-                         "start model's): the query weights are per vocabulary entry, the vectors per folded term")
+        raise ValueError(
+            "model.query_encoder inference-free with a folded vocabulary (head.fold_vocabulary, or the "
+            "start model's): the query weights are per vocabulary entry, the vectors per folded term"
+        )
     return options
 
 

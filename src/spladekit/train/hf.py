@@ -37,9 +37,9 @@ list of hard negatives while ``data.num_negatives`` > 0) raise
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from spladekit.errors import DataFormatError, ResolutionError
 from spladekit.train.examples import TrainingExample
@@ -87,7 +87,9 @@ def resolve_layout(column_names: Sequence[str], columns, score_kind: str = "auto
     query = columns.query or (free.pop(0) if free else None)
     positive = columns.positive or (free.pop(0) if free else None)
     if query is None or positive is None:
-        raise DataFormatError(source, f"needs a query and a positive text column, found columns {names}", field="data.columns")
+        raise DataFormatError(
+            source, f"needs a query and a positive text column, found columns {names}", field="data.columns"
+        )
     negatives = tuple(columns.negatives) if columns.negatives is not None else tuple(free)
     return Layout(query, positive, negatives, scores, query_id, score_kind)
 
@@ -97,7 +99,9 @@ def _texts(value, row: int, column: str, source: str) -> list[str]:
     items = value if isinstance(value, (list, tuple)) else [value]
     for item in items:
         if not isinstance(item, str) or not item.strip():
-            raise DataFormatError(source, f"row {row} (dataset[{row}]): expected a non-empty text, got {item!r}", field=column)
+            raise DataFormatError(
+                source, f"row {row} (dataset[{row}]): expected a non-empty text, got {item!r}", field=column
+            )
     return list(items)
 
 
@@ -116,9 +120,13 @@ def _teacher(value, n_neg: int, kind: str, row: int, column: str, source: str) -
         return values
     if kind == "margins" and len(values) == n_neg:
         return [0.0] + [-m for m in values]
-    raise DataFormatError(source, f"row {row} (dataset[{row}]): {len(values)} score(s) for 1 positive and {n_neg} "
-                                  f"negative(s); expected {n_neg + 1} teacher scores or {n_neg} margins "
-                                  f"(data.score_kind={kind!r})", field=column)
+    raise DataFormatError(
+        source,
+        f"row {row} (dataset[{row}]): {len(values)} score(s) for 1 positive and {n_neg} "
+        f"negative(s); expected {n_neg + 1} teacher scores or {n_neg} margins "
+        f"(data.score_kind={kind!r})",
+        field=column,
+    )
 
 
 def row_example(record: dict, row: int, layout: Layout, source: str = "", num_negatives: int = 0) -> TrainingExample:
@@ -143,8 +151,11 @@ def row_example(record: dict, row: int, layout: Layout, source: str = "", num_ne
     for column in layout.negatives:
         negatives.extend(_texts(record.get(column), row, column, source))
     if num_negatives > 0 and layout.negatives and not negatives:
-        raise DataFormatError(source, f"row {row} (dataset[{row}]): an empty list of hard negatives, but "
-                                      f"data.num_negatives is {num_negatives}", field=",".join(layout.negatives))
+        raise DataFormatError(
+            source,
+            f"row {row} (dataset[{row}]): an empty list of hard negatives, but data.num_negatives is {num_negatives}",
+            field=",".join(layout.negatives),
+        )
     pos = [(f"{row}+", positive[0])]
     negs = [(f"{row}-{k}", text) for k, text in enumerate(negatives, 1)]
     teacher = None
@@ -182,7 +193,7 @@ class DatasetExamples(Sequence):
             return [str(v) for v in self.dataset[self.layout.query_id]]
         return [str(r) for r in (self.rows if self.rows is not None else range(len(self)))]
 
-    def subset(self, indices: Sequence[int]) -> "DatasetExamples":
+    def subset(self, indices: Sequence[int]) -> DatasetExamples:
         """The examples at ``indices`` (a lazy ``Dataset.select`` view, row numbers kept)."""
         rows = [self.rows[i] for i in indices] if self.rows is not None else list(indices)
         return DatasetExamples(self.dataset.select(list(indices)), self.layout, self.source, rows)
@@ -241,8 +252,11 @@ def open_dataset(config):
             if config.max_queries is not None:
                 stream = datasets.load_dataset(name, config.subset, split=split, streaming=True)
                 return datasets.Dataset.from_list(list(stream.take(config.max_queries)))
-            return datasets.Dataset.from_generator(_stream_rows, gen_kwargs={"name": name, "subset": config.subset,
-                                                                             "split": split}, cache_dir=config.cache_dir)
+            return datasets.Dataset.from_generator(
+                _stream_rows,
+                gen_kwargs={"name": name, "subset": config.subset, "split": split},
+                cache_dir=config.cache_dir,
+            )
         return datasets.load_dataset(name, config.subset, split=split, cache_dir=config.cache_dir)
     except (DataFormatError, ResolutionError):
         raise

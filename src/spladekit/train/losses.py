@@ -64,7 +64,9 @@ def margin_mse(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor) -> torch
     """
     s = group_scores(q, d)
     if s.shape[1] < 2 or teacher.shape != s.shape:
-        raise ValueError(f"margin_mse needs G ≥ 2 and teacher scores of shape {tuple(s.shape)}, got {tuple(teacher.shape)}")
+        raise ValueError(
+            f"margin_mse needs G ≥ 2 and teacher scores of shape {tuple(s.shape)}, got {tuple(teacher.shape)}"
+        )
     student_margin = s[:, :1] - s[:, 1:]
     teacher_margin = teacher[:, :1].float() - teacher[:, 1:].float()
     return (student_margin - teacher_margin).pow(2).mean()

@@ -97,7 +97,9 @@ def head_statistics(model) -> dict[str, float]:
     return out
 
 
-def check_alarms(stats: dict[str, float], vocab_size: int, step: int, warmup_steps: int, dense_fraction: float) -> list[str]:
+def check_alarms(
+    stats: dict[str, float], vocab_size: int, step: int, warmup_steps: int, dense_fraction: float
+) -> list[str]:
     """Collapse alarms for one step's statistics (see the module docstring); empty when healthy."""
     alarms = []
     if step > warmup_steps:
@@ -121,7 +123,9 @@ def check_alarms(stats: dict[str, float], vocab_size: int, step: int, warmup_ste
 SCALE_FACTOR = 4.0
 
 
-def score_scale_check(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor, factor: float = SCALE_FACTOR) -> tuple[dict, str | None]:
+def score_scale_check(
+    q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor, factor: float = SCALE_FACTOR
+) -> tuple[dict, str | None]:
     """Compare the spread of the student's scores with the teacher's, for MarginMSE / KL distillation.
 
     MarginMSE regresses student margins ``s(q,d⁺) − s(q,d⁻)`` onto teacher margins, and KL matches
@@ -149,9 +153,11 @@ def score_scale_check(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor, f
     s_spread = float((student.max(1).values - student.min(1).values).mean())
     t_spread = float((teacher.max(1).values - teacher.min(1).values).mean())
     stats = {"student_score_spread": s_spread, "teacher_score_spread": t_spread, "score_scale_ratio": None}
-    detail = (f"student scores {float(student.min()):.4g}…{float(student.max()):.4g} (mean spread per query "
-              f"{s_spread:.4g}), teacher scores {float(teacher.min()):.4g}…{float(teacher.max()):.4g} "
-              f"(mean spread {t_spread:.4g})")
+    detail = (
+        f"student scores {float(student.min()):.4g}…{float(student.max()):.4g} (mean spread per query "
+        f"{s_spread:.4g}), teacher scores {float(teacher.min()):.4g}…{float(teacher.max()):.4g} "
+        f"(mean spread {t_spread:.4g})"
+    )
     if t_spread == 0.0:
         return stats, f"teacher scores are constant within every query at the first step: {detail}; nothing to distil"
     if s_spread == 0.0:
@@ -159,7 +165,9 @@ def score_scale_check(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor, f
     ratio = s_spread / t_spread
     stats["score_scale_ratio"] = ratio
     if ratio > factor or ratio < 1.0 / factor:
-        return stats, (f"teacher scores are on another scale than the student's (ratio {ratio:.3g}, outside "
-                       f"[1/{factor:g}, {factor:g}]): {detail}; MarginMSE/KL would train toward the teacher's "
-                       "margins: rescale the teacher scores (e.g. use its logits) or set loss.temperature")
+        return stats, (
+            f"teacher scores are on another scale than the student's (ratio {ratio:.3g}, outside "
+            f"[1/{factor:g}, {factor:g}]): {detail}; MarginMSE/KL would train toward the teacher's "
+            "margins: rescale the teacher scores (e.g. use its logits) or set loss.temperature"
+        )
     return stats, None

@@ -31,9 +31,11 @@ def describe_run(trainer) -> str:
     if trainer.examples is None and data.format == "beir":
         source = f"{data.path} {data.split} (beir, {data.negatives} negatives)"
     reg = config.regularizer
-    parts = [f"training {config.model.path} on {source} into {trainer.out}",
-             f"{config.steps} steps × batch {config.batch_size}, lr {config.lr:g}, {config.loss.kind} loss, "
-             f"{reg.kind} λ_q/λ_d {reg.lambda_q:g}/{reg.lambda_d:g}"]
+    parts = [
+        f"training {config.model.path} on {source} into {trainer.out}",
+        f"{config.steps} steps × batch {config.batch_size}, lr {config.lr:g}, {config.loss.kind} loss, "
+        f"{reg.kind} λ_q/λ_d {reg.lambda_q:g}/{reg.lambda_d:g}",
+    ]
     if config.eval_every:
         parts.append(f"dev {config.dev.metric} every {config.eval_every} steps")
     world = trainer.info.world_size
@@ -45,8 +47,10 @@ def _data_line(trainer) -> str:
     data = trainer.config.data
     if trainer.examples is not None:
         return "splitting the given training examples"
-    mining = {"bm25": f", mining BM25 negatives (top {data.mining_depth})",
-              "model": f", mining negatives with {data.negatives_model}"}
+    mining = {
+        "bm25": f", mining BM25 negatives (top {data.mining_depth})",
+        "model": f", mining negatives with {data.negatives_model}",
+    }
     doing = mining.get(data.negatives, "") if data.format == "beir" else ""
     if data.teacher_scores:
         doing += f", reading the teacher scores {data.teacher_scores}"
@@ -94,8 +98,10 @@ class Progress(Callback):
 
     def on_phase_end(self, trainer, phase: str, seconds: float) -> None:
         if phase == "data":
-            self.say(f"  {len(trainer.train_examples)} training queries, {len(trainer.val_examples)} held out "
-                     f"({seconds:.1f} s)")
+            self.say(
+                f"  {len(trainer.train_examples)} training queries, {len(trainer.val_examples)} held out "
+                f"({seconds:.1f} s)"
+            )
         elif phase == "model":
             self.say(f"  {_model_line(trainer)} ({seconds:.1f} s)")
         elif phase == "dev set":
@@ -113,7 +119,9 @@ class Progress(Callback):
 
     def on_step_begin(self, trainer, step: int) -> None:
         if self.bar is None and self.enabled:
-            self.bar = tqdm(total=trainer.end, initial=step - 1, desc="training", unit="step", file=self.stream or sys.stderr)
+            self.bar = tqdm(
+                total=trainer.end, initial=step - 1, desc="training", unit="step", file=self.stream or sys.stderr
+            )
             # elapsed: the training time of this run so far; average rate: its steps over that time
             self.bar.start_t -= self.trained_s
             self.bar.initial = trainer.start
@@ -124,22 +132,29 @@ class Progress(Callback):
 
     def on_log(self, trainer, record: dict) -> None:
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{record['loss']:.3f}", q=f"{record['active_q']:.0f}", d=f"{record['active_d']:.0f}")
+            self.bar.set_postfix(
+                loss=f"{record['loss']:.3f}", q=f"{record['active_q']:.0f}", d=f"{record['active_d']:.0f}"
+            )
 
     def on_evaluate(self, trainer, record: dict) -> None:
-        seconds = time.perf_counter() - self._began.get("dev" if record.get("split") == "dev" else "validation",
-                                                        time.perf_counter())
+        seconds = time.perf_counter() - self._began.get(
+            "dev" if record.get("split") == "dev" else "validation", time.perf_counter()
+        )
         self.evaluated_s += seconds
         if record.get("split") == "dev":
             self.say(f"  {_dev_line(trainer, record)} ({seconds:.1f} s)")
         else:
-            self.say(f"validation at step {record['step']}: ranking loss {record['val_loss_rank']:.4f}, "
-                     f"accuracy {record['val_accuracy']:.3f} on {record['val_queries']} queries ({seconds:.1f} s)")
+            self.say(
+                f"validation at step {record['step']}: ranking loss {record['val_loss_rank']:.4f}, "
+                f"accuracy {record['val_accuracy']:.3f} on {record['val_queries']} queries ({seconds:.1f} s)"
+            )
 
     def on_train_end(self, trainer) -> None:
         self._close_bar()
-        self.say(f"done: {trainer.end - trainer.start} steps in {self.trained_s:.0f} s of training, "
-                 f"{self.evaluated_s:.0f} s of evaluation")
+        self.say(
+            f"done: {trainer.end - trainer.start} steps in {self.trained_s:.0f} s of training, "
+            f"{self.evaluated_s:.0f} s of evaluation"
+        )
 
     def _close_bar(self) -> None:
         if self.bar is not None:
@@ -162,5 +177,7 @@ def _model_line(trainer) -> str:
 def _dev_line(trainer, record: dict) -> str:
     measures = ", ".join(f"{m} {record[m]:.4f}" for m in trainer.config.dev.measures if m in record)
     best = " *best*" if record.get("best") else ""
-    return (f"dev at step {record['step']}: {measures}{best}; active terms q/d {record['avg_query_terms']:.1f}/"
-            f"{record['avg_doc_terms']:.1f}")
+    return (
+        f"dev at step {record['step']}: {measures}{best}; active terms q/d {record['avg_query_terms']:.1f}/"
+        f"{record['avg_doc_terms']:.1f}"
+    )

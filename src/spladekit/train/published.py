@@ -59,10 +59,17 @@ def read_score_pickle(path: str | Path) -> dict[str, dict[str, float]]:
         if not isinstance(docs, dict):
             raise DataFormatError(path, f"expected a dict {{pid: score}}, got {type(docs).__name__}", field=qid)
         if id(docs) in seen:  # a pickle reference: a small file would read as queries × documents scores
-            raise DataFormatError(path, f"queries {seen[id(docs)]!r} and {qid!r} share one mapping of scores (a "
-                                  "pickle reference, not a score file)", field=qid)
+            raise DataFormatError(
+                path,
+                f"queries {seen[id(docs)]!r} and {qid!r} share one mapping of scores (a "
+                "pickle reference, not a score file)",
+                field=qid,
+            )
         seen[id(docs)] = qid
-        out[qid] = {pid: finite_number(s, path, f"{qid}.{pid}") for pid, s in unique_ids(docs.items(), path, "document", qid).items()}
+        out[qid] = {
+            pid: finite_number(s, path, f"{qid}.{pid}")
+            for pid, s in unique_ids(docs.items(), path, "document", qid).items()
+        }
     return out
 
 
@@ -99,13 +106,18 @@ def read_id_texts(path: str | Path) -> dict[str, str]:
     dataset = _open(path)
     names = dataset.column_names
     id_column = next((c for c in names if c in ("id", "_id") or c.endswith("_id")), None)
-    strings = [c for c in names if c != id_column and getattr(dataset.features[c], "dtype", None) in ("string", "large_string")]
+    strings = [
+        c for c in names if c != id_column and getattr(dataset.features[c], "dtype", None) in ("string", "large_string")
+    ]
     text_column = next((c for c in TEXT_COLUMNS if c in strings), strings[0] if len(strings) == 1 else None)
     if id_column is None or not strings:
         raise DataFormatError(path, f"needs an id column (*_id) and a text column, found {names}")
     if text_column is None:
-        raise DataFormatError(path, f"which column is the text? string columns {strings}, none named "
-                              f"{' or '.join(TEXT_COLUMNS)}", field=", ".join(strings))
+        raise DataFormatError(
+            path,
+            f"which column is the text? string columns {strings}, none named {' or '.join(TEXT_COLUMNS)}",
+            field=", ".join(strings),
+        )
     titles = dataset["title"] if text_column == "text" and "title" in strings else None
     rows = []
     for row, (key, text) in enumerate(zip(dataset[id_column], dataset[text_column])):
@@ -128,8 +140,9 @@ def _open(path: Path):
 
     from spladekit.train.hf import open_dataset
 
-    return open_dataset(SimpleNamespace(path=str(path), split="train", subset=None, cache_dir=None, streaming=False,
-                                        max_queries=None))
+    return open_dataset(
+        SimpleNamespace(path=str(path), split="train", subset=None, cache_dir=None, streaming=False, max_queries=None)
+    )
 
 
 def _need(path: str | None, field: str, fmt: str) -> Path:
@@ -138,8 +151,9 @@ def _need(path: str | None, field: str, fmt: str) -> Path:
     return Path(path)
 
 
-def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | Path, queries: str | Path,
-                           systems: list[str] | None = None) -> list[TrainingExample]:
+def read_st_hard_negatives(
+    path: str | Path, scores: str | Path, corpus: str | Path, queries: str | Path, systems: list[str] | None = None
+) -> list[TrainingExample]:
     """sentence-transformers' ``msmarco-hard-negatives`` (see the module docstring): one example per
     jsonl line with a positive; negatives: the ``neg`` lists of ``systems`` (all when None) in order,
     without repeats or positives; teacher: the pickle's scores of the positives and negatives. Lines
@@ -156,44 +170,75 @@ def read_st_hard_negatives(path: str | Path, scores: str | Path, corpus: str | P
     corpus_text, query_text = read_id_texts(corpus), read_id_texts(queries)
     examples, unpaired = [], []
     for number, record in read_jsonl(path):
-        if not isinstance(record, dict) or "qid" not in record or not isinstance(record.get("pos"), list) \
-                or not isinstance(record.get("neg"), dict):
-            raise DataFormatError(path, "expected {\"qid\": …, \"pos\": [pid, …], \"neg\": {system: [pid, …]}}", line=number)
+        if (
+            not isinstance(record, dict)
+            or "qid" not in record
+            or not isinstance(record.get("pos"), list)
+            or not isinstance(record.get("neg"), dict)
+        ):
+            raise DataFormatError(path, 'expected {"qid": …, "pos": [pid, …], "neg": {system: [pid, …]}}', line=number)
         qid = normalise_id(record["qid"], path, "qid", number)
         if qid not in query_text:
             raise DataFormatError(path, f"query id {qid!r} is not in {Path(queries).name}", line=number, field="qid")
         positives = [normalise_id(p, path, "pos", number) for p in record["pos"]]
-        names = systems if systems is not None else list(record["neg"])
-        negatives: list[str] = []
-        for name in names:
-            if name not in record["neg"]:
-                raise DataFormatError(path, f"no negatives of system {name!r} (has {list(record['neg'])})", line=number, field="neg")
-            if not isinstance(record["neg"][name], list):
-                raise DataFormatError(path, "expected a list of passage ids", line=number, field=f"neg.{name}")
-            for pid in record["neg"][name]:
-                pid = normalise_id(pid, path, f"neg.{name}", number)
-                if pid not in positives and pid not in negatives:
-                    negatives.append(pid)
+        negatives = _st_negatives(record["neg"], systems, positives, path, number)
         if not positives:
             unpaired.append(number)  # a query without a positive gives no training pair
             continue
         teacher = {}
         for field, pid in [("pos", p) for p in positives] + [("neg", n) for n in negatives]:
             if pid not in corpus_text:
-                raise DataFormatError(path, f"passage id {pid!r} is not in {Path(corpus).name}", line=number, field=field)
+                raise DataFormatError(
+                    path, f"passage id {pid!r} is not in {Path(corpus).name}", line=number, field=field
+                )
             if pid not in ce.get(qid, {}):
-                raise DataFormatError(path, f"no teacher score for (qid {qid}, pid {pid}) in {Path(scores).name}",
-                                      line=number, field=field)
+                raise DataFormatError(
+                    path,
+                    f"no teacher score for (qid {qid}, pid {pid}) in {Path(scores).name}",
+                    line=number,
+                    field=field,
+                )
             teacher[pid] = ce[qid][pid]
-        examples.append(TrainingExample(qid, query_text[qid], [(p, corpus_text[p]) for p in positives],
-                                        [(n, corpus_text[n]) for n in negatives], teacher))
+        examples.append(
+            TrainingExample(
+                qid,
+                query_text[qid],
+                [(p, corpus_text[p]) for p in positives],
+                [(n, corpus_text[n]) for n in negatives],
+                teacher,
+            )
+        )
     if not examples:
         raise DataFormatError(path, "no line with a positive")
     if unpaired:
         shown = ", ".join(map(str, unpaired[:5])) + (" …" if len(unpaired) > 5 else "")
-        warnings.warn(f"{path}: {len(unpaired)} line(s) without a positive skipped (no training pair), lines {shown}; "
-                      f"{len(examples)} read", stacklevel=2)
+        warnings.warn(
+            f"{path}: {len(unpaired)} line(s) without a positive skipped (no training pair), lines {shown}; "
+            f"{len(examples)} read",
+            stacklevel=2,
+        )
     return examples
+
+
+def _st_negatives(neg: dict, systems: list[str] | None, positives: list[str], path: Path, number: int) -> list[str]:
+    """The negatives of one line: the ``neg`` lists of ``systems`` (all when None) in order, without repeats or
+    positives.
+
+    Raises:
+        DataFormatError: a system the line lacks, or a list that is not one (naming the file and line).
+    """
+    names = systems if systems is not None else list(neg)
+    negatives: list[str] = []
+    for name in names:
+        if name not in neg:
+            raise DataFormatError(path, f"no negatives of system {name!r} (has {list(neg)})", line=number, field="neg")
+        if not isinstance(neg[name], list):
+            raise DataFormatError(path, "expected a list of passage ids", line=number, field=f"neg.{name}")
+        for pid in neg[name]:
+            pid = normalise_id(pid, path, f"neg.{name}", number)
+            if pid not in positives and pid not in negatives:
+                negatives.append(pid)
+    return negatives
 
 
 def _margin_rows(path: Path):
@@ -223,19 +268,33 @@ def read_st_margin_mse(path: str | Path, corpus: str | Path, queries: str | Path
     for where, record in _margin_rows(path):
         for column in ("query_id", "positive_id", "negative_id", "score"):
             if not isinstance(record, dict) or column not in record:
-                raise DataFormatError(path, f"missing column {column!r}", line=where.get("line"), field=where.get("field", column))
+                raise DataFormatError(
+                    path, f"missing column {column!r}", line=where.get("line"), field=where.get("field", column)
+                )
         at = f"{where['field']}: " if "field" in where else ""
-        qid, pos, neg = (normalise_id(record[c], path, f"{at}{c}", where.get("line")) for c in ("query_id", "positive_id", "negative_id"))
+        qid, pos, neg = (
+            normalise_id(record[c], path, f"{at}{c}", where.get("line"))
+            for c in ("query_id", "positive_id", "negative_id")
+        )
         if qid not in query_text:
-            raise DataFormatError(path, f"{at}query id {qid!r} is not in {Path(queries).name}", line=where.get("line"), field="query_id")
+            raise DataFormatError(
+                path, f"{at}query id {qid!r} is not in {Path(queries).name}", line=where.get("line"), field="query_id"
+            )
         for column, pid in (("positive_id", pos), ("negative_id", neg)):
             if pid not in corpus_text:
-                raise DataFormatError(path, f"{at}passage id {pid!r} is not in {Path(corpus).name}", line=where.get("line"), field=column)
+                raise DataFormatError(
+                    path, f"{at}passage id {pid!r} is not in {Path(corpus).name}", line=where.get("line"), field=column
+                )
         if pos == neg:
-            raise DataFormatError(path, f"{at}the positive and the negative are the same passage {pos!r}", line=where.get("line"))
+            raise DataFormatError(
+                path, f"{at}the positive and the negative are the same passage {pos!r}", line=where.get("line")
+            )
         value = finite_number(record["score"], path, f"{at}score", where.get("line"))
-        examples.append(TrainingExample(qid, query_text[qid], [(pos, corpus_text[pos])], [(neg, corpus_text[neg])],
-                                        {pos: 0.0, neg: -value}))
+        examples.append(
+            TrainingExample(
+                qid, query_text[qid], [(pos, corpus_text[pos])], [(neg, corpus_text[neg])], {pos: 0.0, neg: -value}
+            )
+        )
     if not examples:
         raise DataFormatError(path, "no rows")
     return examples
@@ -263,12 +322,22 @@ def read_irds_docpairs(dataset_id: str, max_queries: int | None = None) -> list[
     examples = []
     for number, pair in enumerate(pairs, 1):
         if pair.query_id not in queries:
-            raise DataFormatError(source, f"query id {pair.query_id!r} of docpair {number} is not in its queries", line=number)
+            raise DataFormatError(
+                source, f"query id {pair.query_id!r} of docpair {number} is not in its queries", line=number
+            )
         for field, doc_id in (("doc_id_a", pair.doc_id_a), ("doc_id_b", pair.doc_id_b)):
             if doc_id not in docs:
-                raise DataFormatError(source, f"document {doc_id!r} of docpair {number} is not in its documents", line=number, field=field)
-        examples.append(TrainingExample(pair.query_id, queries[pair.query_id], [(pair.doc_id_a, docs[pair.doc_id_a].text)],
-                                        [(pair.doc_id_b, docs[pair.doc_id_b].text)]))
+                raise DataFormatError(
+                    source, f"document {doc_id!r} of docpair {number} is not in its documents", line=number, field=field
+                )
+        examples.append(
+            TrainingExample(
+                pair.query_id,
+                queries[pair.query_id],
+                [(pair.doc_id_a, docs[pair.doc_id_a].text)],
+                [(pair.doc_id_b, docs[pair.doc_id_b].text)],
+            )
+        )
     if not examples:
         raise DataFormatError(source, "no docpairs")
     return examples
@@ -278,7 +347,13 @@ def load_published(config) -> list[TrainingExample]:
     """The examples of a ``data.format`` ``st-hard-negatives`` or ``st-margin-mse`` config."""
     fmt = config.format
     if fmt == "st-hard-negatives":
-        return read_st_hard_negatives(config.path, _need(config.teacher_scores, "data.teacher_scores", fmt),
-                                      _need(config.corpus, "data.corpus", fmt), _need(config.queries, "data.queries", fmt),
-                                      config.negative_systems)
-    return read_st_margin_mse(config.path, _need(config.corpus, "data.corpus", fmt), _need(config.queries, "data.queries", fmt))
+        return read_st_hard_negatives(
+            config.path,
+            _need(config.teacher_scores, "data.teacher_scores", fmt),
+            _need(config.corpus, "data.corpus", fmt),
+            _need(config.queries, "data.queries", fmt),
+            config.negative_systems,
+        )
+    return read_st_margin_mse(
+        config.path, _need(config.corpus, "data.corpus", fmt), _need(config.queries, "data.queries", fmt)
+    )

@@ -137,7 +137,9 @@ def idf_flops_regularizer(weights: torch.Tensor, idf: torch.Tensor) -> torch.Ten
     bad = torch.nonzero(~torch.isfinite(idf) | (idf <= 0))
     if bad.numel():
         j = int(bad[0])
-        raise ValueError(f"IDF-aware FLOPS divides by the IDF: term {j} has idf {float(idf[j])!r} (every idf must be > 0)")
+        raise ValueError(
+            f"IDF-aware FLOPS divides by the IDF: term {j} has idf {float(idf[j])!r} (every idf must be > 0)"
+        )
     return (weights.float().mean(dim=0) / idf).pow(2).sum()
 
 

@@ -57,8 +57,12 @@ def check_max_lengths(config: TrainConfig, hf_config) -> None:
     for name in ("query_max_length", "doc_max_length"):
         value = getattr(config.model, name)
         if limit is not None and value > limit:
-            warnings.warn(f"model.{name} {value} exceeds the model's {limit} positions (its position embeddings); "
-                          f"texts are truncated to {limit} tokens", UserWarning, stacklevel=3)
+            warnings.warn(
+                f"model.{name} {value} exceeds the model's {limit} positions (its position embeddings); "
+                f"texts are truncated to {limit} tokens",
+                UserWarning,
+                stacklevel=3,
+            )
             setattr(config.model, name, limit)
 
 
@@ -83,13 +87,19 @@ def load_model(config: TrainConfig, texts=None):
     from spladekit.model.splade import SpladeModel
 
     location = resolve_model(config.model.path)
-    mlm, tokenizer, folder = load_model_folder(location, allow_random_head=config.model.allow_random_head,
-                                               trust_remote_code=config.model.trust_remote_code)
+    mlm, tokenizer, folder = load_model_folder(
+        location, allow_random_head=config.model.allow_random_head, trust_remote_code=config.model.trust_remote_code
+    )
     check_max_lengths(config, mlm.config)
     meta = folder.metadata()  # the start model's pooling and activation, unless the config sets them
     pooling, activation = config.model.pooling or meta.pooling, config.model.activation or meta.activation
-    model = SpladeModel(mlm, config.model.head_impl, pooling=pooling, activation=activation,
-                        **head_options(config, folder, tokenizer, int(mlm.config.vocab_size)))
+    model = SpladeModel(
+        mlm,
+        config.model.head_impl,
+        pooling=pooling,
+        activation=activation,
+        **head_options(config, folder, tokenizer, int(mlm.config.vocab_size)),
+    )
     record = apply_rescale(model, config.rescale, tokenizer, texts)
     if config.model.suppress_pad:
         suppress_pad_column(mlm, tokenizer)
@@ -108,7 +118,9 @@ def attach_query_weights(model, tokenizer, examples: list[TrainingExample], conf
     from spladekit.model.inference_free import QueryTermWeights, idf_weights
 
     folder = read_model_folder(resolve_model(config.model.path), config.model.trust_remote_code)
-    weights = folder.load_query_weights(tokenizer, model.vocab_size) if folder.metadata().query_encoder != "splade" else None
+    weights = (
+        folder.load_query_weights(tokenizer, model.vocab_size) if folder.metadata().query_encoder != "splade" else None
+    )
     init = f"the start model's query weights ({folder.layout})"
     if weights is None:
         weights = idf_weights(tokenizer, training_documents(examples), model.vocab_size)
@@ -131,8 +143,9 @@ def _optimizer(model, config: TrainConfig):
 
 
 # ------------------------------------------------------------------------------------ the step
-def ranking_loss(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None, group: int,
-                 config: TrainConfig) -> torch.Tensor:
+def ranking_loss(
+    q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None, group: int, config: TrainConfig
+) -> torch.Tensor:
     """The ranking loss ``config.loss.kind`` of a batch (:mod:`spladekit.train.losses`).
 
     Args:
@@ -146,9 +159,17 @@ def ranking_loss(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None,
     return kl_distillation(q, d, teacher, config.loss.temperature)
 
 
-def compute_loss(q: torch.Tensor, d: torch.Tensor, teacher: torch.Tensor | None, group: int, config: TrainConfig,
-                 lambda_q: float, lambda_d: float, penalty: SparsityPenalty | None = None,
-                 query_anti_zero: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_loss(
+    q: torch.Tensor,
+    d: torch.Tensor,
+    teacher: torch.Tensor | None,
+    group: int,
+    config: TrainConfig,
+    lambda_q: float,
+    lambda_d: float,
+    penalty: SparsityPenalty | None = None,
+    query_anti_zero: bool = True,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Total loss of a (global) batch and its parts:
     ``L_rank + λ_q·R(q) + λ_d·R(d) + μ·AZ(q) + μ·AZ(d)`` (module docstring).
 
@@ -191,7 +212,10 @@ class _Encoder:
 
     def tokens(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
         batch = self.tokenizer(texts, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
-        return {"input_ids": batch["input_ids"].to(self.device), "attention_mask": batch["attention_mask"].to(self.device)}
+        return {
+            "input_ids": batch["input_ids"].to(self.device),
+            "attention_mask": batch["attention_mask"].to(self.device),
+        }
 
     def __call__(self, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
         with self.autocast():
@@ -210,8 +234,16 @@ class _Encoder:
         return self.model.query_weights(tokens["input_ids"], tokens["attention_mask"])
 
 
-def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.DistInfo, lambda_q: float, lambda_d: float,
-               scaler=None, penalty: SparsityPenalty | None = None) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+def train_step(
+    encoder: _Encoder,
+    batch: Batch,
+    config: TrainConfig,
+    info: D.DistInfo,
+    lambda_q: float,
+    lambda_d: float,
+    scaler=None,
+    penalty: SparsityPenalty | None = None,
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """Forward and backward of one global batch (gradients accumulate in the parameters).
 
     ``penalty``: the run's regulariser (:func:`compute_loss`); the anti-zero term leaves out an
@@ -226,21 +258,37 @@ def train_step(encoder: _Encoder, batch: Batch, config: TrainConfig, info: D.Dis
     """
     per_process = len(batch.queries) // info.world_size
     if per_process * info.world_size != len(batch.queries) or per_process % config.grad_accum:
-        raise ValueError(f"batch_size {len(batch.queries)} must divide by world_size × grad_accum "
-                         f"= {info.world_size} × {config.grad_accum}")
+        raise ValueError(
+            f"batch_size {len(batch.queries)} must divide by world_size × grad_accum "
+            f"= {info.world_size} × {config.grad_accum}"
+        )
     local = batch.slice(info.rank * per_process, (info.rank + 1) * per_process)
     m, g = config.model, local.group
     mini = config.cached.mini_batch_size if config.cached is not None else None
-    tokens = [(encoder.query_tokens(local.queries[lo:hi], m.query_max_length),
-               encoder.tokens(local.docs[lo * g : hi * g], m.doc_max_length))
-              for lo, hi in mini_batch_bounds(per_process, mini, config.grad_accum)]
-    teacher = (torch.tensor(batch.teacher, dtype=torch.float32, device=encoder.device)
-               if batch.teacher is not None else None)
+    tokens = [
+        (
+            encoder.query_tokens(local.queries[lo:hi], m.query_max_length),
+            encoder.tokens(local.docs[lo * g : hi * g], m.doc_max_length),
+        )
+        for lo, hi in mini_batch_bounds(per_process, mini, config.grad_accum)
+    ]
+    teacher = (
+        torch.tensor(batch.teacher, dtype=torch.float32, device=encoder.device) if batch.teacher is not None else None
+    )
 
     def loss_of(q_local, d_local):
         q_all, d_all = D.gather_with_grad(q_local), D.gather_with_grad(d_local)
-        total, parts = compute_loss(q_all, d_all, teacher, batch.group, config, lambda_q, lambda_d, penalty,
-                                    query_anti_zero=encoder.model.query_weights is None)
+        total, parts = compute_loss(
+            q_all,
+            d_all,
+            teacher,
+            batch.group,
+            config,
+            lambda_q,
+            lambda_d,
+            penalty,
+            query_anti_zero=encoder.model.query_weights is None,
+        )
         if not torch.isfinite(total):
             raise TrainingDivergedError(f"non-finite loss ({float(total.detach())}); parts: {parts}")
         return total, parts, q_all.detach(), d_all.detach()
@@ -271,7 +319,9 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
     try:
         with torch.random.fork_rng(devices=[encoder.device] if encoder.device.type == "cuda" else []):
             for index in range(max(1, len(examples) // batch_size)):
-                batch = global_batch(examples, index, batch_size, config.data.num_negatives, config.seed + 7919, need_teacher)
+                batch = global_batch(
+                    examples, index, batch_size, config.data.num_negatives, config.seed + 7919, need_teacher
+                )
                 q = encoder.query(encoder.query_tokens(batch.queries, config.model.query_max_length))
                 d = encoder(encoder.tokens(batch.docs, config.model.doc_max_length))
                 teacher = torch.tensor(batch.teacher, device=encoder.device) if batch.teacher is not None else None
@@ -282,13 +332,19 @@ def validate(encoder: _Encoder, examples: list[TrainingExample], config: TrainCo
                 total += len(batch.queries)
     finally:
         model.train(was_training)
-    return {"step": step, "split": "validation", "val_loss_rank": sum(losses) / len(losses),
-            "val_accuracy": correct / max(1, total), "val_queries": total}
+    return {
+        "step": step,
+        "split": "validation",
+        "val_loss_rank": sum(losses) / len(losses),
+        "val_accuracy": correct / max(1, total),
+        "val_queries": total,
+    }
 
 
 @torch.no_grad()
-def sample_document_frequencies(encoder: _Encoder, texts: list[str], config: TrainConfig,
-                                info: D.DistInfo) -> tuple[torch.Tensor, int]:
+def sample_document_frequencies(
+    encoder: _Encoder, texts: list[str], config: TrainConfig, info: D.DistInfo
+) -> tuple[torch.Tensor, int]:
     """How many of ``texts`` the model gives each term (weight > 0): DF-FLOPS' estimate
     (:class:`spladekit.train.term_weights.DocumentFrequencyEstimate`).
 

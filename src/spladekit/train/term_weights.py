@@ -20,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -115,7 +115,9 @@ class DocumentFrequencyEstimate:
         """
         counts = torch.as_tensor(counts).detach().to(torch.int64).cpu()
         if counts.shape != (self.vocab_size,):
-            raise ValueError(f"document-frequency counts must have shape [{self.vocab_size}], got {tuple(counts.shape)}")
+            raise ValueError(
+                f"document-frequency counts must have shape [{self.vocab_size}], got {tuple(counts.shape)}"
+            )
         if num_docs < 1 or bool(torch.any(counts < 0)) or bool(torch.any(counts > num_docs)):
             raise ValueError(f"document frequencies must lie in [0, num_docs = {num_docs}] (num_docs >= 1)")
         self.counts, self.num_docs, self.step = counts, int(num_docs), int(step)
@@ -143,9 +145,13 @@ class DocumentFrequencyEstimate:
         if self.counts is None:
             raise RuntimeError("no document-frequency estimate yet")
         n = self.num_docs
-        return {"df_refresh_step": self.step, "df_sample_docs": n, "df_active_mean": float(self.counts.sum()) / n,
-                "df_share_max": float(self.counts.max()) / n,
-                "df_terms_over_alpha": int((self.counts.double() / n >= self.alpha).sum())}
+        return {
+            "df_refresh_step": self.step,
+            "df_sample_docs": n,
+            "df_active_mean": float(self.counts.sum()) / n,
+            "df_share_max": float(self.counts.max()) / n,
+            "df_terms_over_alpha": int((self.counts.double() / n >= self.alpha).sum()),
+        }
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps so that a resumed run weighs terms as the interrupted one did."""

@@ -17,27 +17,48 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
 import spladekit.train.distributed as D
 from spladekit.io import atomic_folder, write_json, write_yaml
-from spladekit.train.callbacks import (LAST_DIR, MODEL_DIR, Alarms, Callback, DevSelection, DocumentFrequencyRefresh,
-                                      ModelCards)
-from spladekit.train.checkpoints import (RESULT_FILE, RUN_RECORD, check_run_folder, finished_result, latest_checkpoint,
-                                         load_checkpoint, run_record, save_checkpoint)
+from spladekit.train.callbacks import (
+    LAST_DIR,
+    MODEL_DIR,
+    Alarms,
+    Callback,
+    DevSelection,
+    DocumentFrequencyRefresh,
+    ModelCards,
+)
+from spladekit.train.checkpoints import (
+    RESULT_FILE,
+    RUN_RECORD,
+    check_run_folder,
+    finished_result,
+    latest_checkpoint,
+    load_checkpoint,
+    run_record,
+    save_checkpoint,
+)
 from spladekit.train.config import TrainConfig
-from spladekit.train.data import (TrainingExample, check_distillation, global_batch, load_training_examples,
-                                  short_negatives_hint, split_validation)
+from spladekit.train.data import (
+    TrainingExample,
+    check_distillation,
+    global_batch,
+    load_training_examples,
+    short_negatives_hint,
+    split_validation,
+)
 from spladekit.train.dev import DEV_SPLIT, evaluate_dev, load_dev_set
-from spladekit.train.step import _device, _Encoder, _optimizer, attach_query_weights, load_model, train_step, validate
+from spladekit.train.examples import training_documents
 from spladekit.train.metrics_log import METRICS_FILE, _Log
 from spladekit.train.monitor import TrainingDivergedError, batch_statistics, head_statistics, logit_statistics
-from spladekit.train.examples import training_documents
 from spladekit.train.regularizers import QuadraticWarmup, SparsityPenalty
+from spladekit.train.step import _device, _Encoder, _optimizer, attach_query_weights, load_model, train_step, validate
 from spladekit.train.term_weights import DocumentFrequencyEstimate, training_idf
 
 
@@ -85,8 +106,10 @@ class TrainResult:
         if self.best is None:
             return f"trained {self.steps} steps{stopped}; final model: {self.model_dir}"
         best = self.best
-        return (f"trained {self.steps} steps{stopped}; best dev {best['metric']} {best['value']:.4f} at step "
-                f"{best['step']}: {self.model_dir}; last model (step {self.steps}): {self.last_dir}")
+        return (
+            f"trained {self.steps} steps{stopped}; best dev {best['metric']} {best['value']:.4f} at step "
+            f"{best['step']}: {self.model_dir}; last model (step {self.steps}): {self.last_dir}"
+        )
 
 
 class Trainer:
@@ -122,8 +145,16 @@ class Trainer:
         result = trainer.fit()   # what train(config, "outputs/run") does
     """
 
-    def __init__(self, config: TrainConfig, out: str | Path, *, examples: Sequence[TrainingExample] | None = None,
-                 callbacks: Sequence[Callback] = (), stop_after: int | None = None, show_progress: bool = False):
+    def __init__(
+        self,
+        config: TrainConfig,
+        out: str | Path,
+        *,
+        examples: Sequence[TrainingExample] | None = None,
+        callbacks: Sequence[Callback] = (),
+        stop_after: int | None = None,
+        show_progress: bool = False,
+    ):
         self.config, self.out, self.examples = config, Path(out), examples
         self.callbacks, self.stop_after, self.show_progress = list(callbacks), stop_after, show_progress
         self.info = self.device = self.model = self.tokenizer = self.encoder = self.log = None
@@ -144,7 +175,9 @@ class Trainer:
         self.warm_q = self.warm_d = None
         self.penalty: SparsityPenalty | None = None
         self.df_estimate: DocumentFrequencyEstimate | None = None
-        if config.regularizer.kind == "df_flops" and not any(isinstance(c, DocumentFrequencyRefresh) for c in self.callbacks):
+        if config.regularizer.kind == "df_flops" and not any(
+            isinstance(c, DocumentFrequencyRefresh) for c in self.callbacks
+        ):
             self.callbacks.insert(0, DocumentFrequencyRefresh())  # DF-FLOPS cannot run without its estimates
 
     # ------------------------------------------------------------------------------------ the run
@@ -203,11 +236,16 @@ class Trainer:
         with self.phase("data"):
             if self.examples is None:
                 self.examples = load_training_examples(config.data)
-            self.train_examples, self.val_examples = split_validation(self.examples, config.data.validation_fraction,
-                                                                      config.seed)
+            self.train_examples, self.val_examples = split_validation(
+                self.examples, config.data.validation_fraction, config.seed
+            )
             if config.loss.kind != "infonce":
-                check_distillation(self.train_examples, config.data.num_negatives, str(config.data.path),
-                                   short_negatives_hint(config.data))
+                check_distillation(
+                    self.train_examples,
+                    config.data.num_negatives,
+                    str(config.data.path),
+                    short_negatives_hint(config.data),
+                )
         self.finished = self.check_inputs(given)
         if self.finished is not None:
             return
@@ -259,7 +297,10 @@ class Trainer:
         self.params = [p for p in model.parameters() if p.requires_grad]
         reg = config.regularizer
         lambda_q = 0.0 if model.query_weights is not None else reg.lambda_q  # inference-free: no query regulariser
-        self.warm_q, self.warm_d = QuadraticWarmup(lambda_q, reg.warmup_steps), QuadraticWarmup(reg.lambda_d, reg.warmup_steps)
+        self.warm_q, self.warm_d = (
+            QuadraticWarmup(lambda_q, reg.warmup_steps),
+            QuadraticWarmup(reg.lambda_d, reg.warmup_steps),
+        )
         self._setup_regularizer()
 
     def _setup_regularizer(self) -> None:
@@ -278,11 +319,15 @@ class Trainer:
             documents = training_documents(self.train_examples)
         if reg.kind == "idf_flops":
             if model.output_size != model.vocab_size:
-                raise ValueError("regularizer.kind idf_flops on a model with a folded vocabulary: the IDF is per "
-                                 "vocabulary entry, the vectors per folded term")
+                raise ValueError(
+                    "regularizer.kind idf_flops on a model with a folded vocabulary: the IDF is per "
+                    "vocabulary entry, the vectors per folded term"
+                )
             idf = training_idf(self.tokenizer, documents, model.vocab_size)
         if reg.kind == "df_flops":
-            self.df_estimate = DocumentFrequencyEstimate(model.output_size, reg.df.alpha, reg.df.beta, reg.df.refresh_every)
+            self.df_estimate = DocumentFrequencyEstimate(
+                model.output_size, reg.df.alpha, reg.df.beta, reg.df.refresh_every
+            )
             self.df_estimate.choose_sample(documents, reg.df.sample_docs, seed=self.config.seed)
         self.penalty = SparsityPenalty(reg, idf=idf, df=self.df_estimate)
 
@@ -291,8 +336,16 @@ class Trainer:
         config = self.config
         checkpoint = latest_checkpoint(self.out) if config.resume else None
         if checkpoint is not None:
-            self.start = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler, self.scaler, self.info,
-                                         self.device, regularizer=self.df_estimate)
+            self.start = load_checkpoint(
+                checkpoint,
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                self.scaler,
+                self.info,
+                self.device,
+                regularizer=self.df_estimate,
+            )
         self.step = self.start
         self.end = config.steps if self.stop_after is None else min(config.steps, self.stop_after)
         self.log = _Log(self.out, self.start, self.info.is_main)
@@ -308,11 +361,13 @@ class Trainer:
         self.callback("on_step_begin", step)
         began = time.perf_counter()
         need_teacher = config.loss.kind != "infonce"
-        self.batch = global_batch(self.train_examples, step - 1, config.batch_size, config.data.num_negatives, config.seed,
-                                  need_teacher)
+        self.batch = global_batch(
+            self.train_examples, step - 1, config.batch_size, config.data.num_negatives, config.seed, need_teacher
+        )
         lambdas = self.warm_q(step), self.warm_d(step)
-        self.parts, self.tensors = train_step(self.encoder, self.batch, config, self.info, *lambdas, self.scaler,
-                                              self.penalty)
+        self.parts, self.tensors = train_step(
+            self.encoder, self.batch, config, self.info, *lambdas, self.scaler, self.penalty
+        )
         grad_norm = self.optimizer_step(step)
         self.callback("on_step_end", step)
         if step % config.log_every == 0 or step == self.end:
@@ -322,8 +377,19 @@ class Trainer:
         if due_dev:
             self.should_stop = D.broadcast_flag(bool(self.stop_requested), self.device)
         if config.checkpoint_every and step % config.checkpoint_every == 0:
-            save_checkpoint(self.out, step, self.model, self.tokenizer, self.optimizer, self.scheduler, self.scaler,
-                            config, self.info, self.device, regularizer=self.df_estimate)
+            save_checkpoint(
+                self.out,
+                step,
+                self.model,
+                self.tokenizer,
+                self.optimizer,
+                self.scheduler,
+                self.scaler,
+                config,
+                self.info,
+                self.device,
+                regularizer=self.df_estimate,
+            )
 
     def optimizer_step(self, step: int) -> float:
         """Average the gradients over processes, clip them, step AdamW and the schedule; the norm before clipping.
@@ -350,8 +416,14 @@ class Trainer:
         """The training record of ``step``: loss parts, λ, learning rate, gradient norm, batch,
         head and logit statistics (:mod:`spladekit.train.monitor`), ``pending_stats``, the step's
         time; through ``on_log``, then into the metrics log."""
-        record = {"step": step, **self.parts, "lambda_q": lambdas[0], "lambda_d": lambdas[1],
-                  "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm}
+        record = {
+            "step": step,
+            **self.parts,
+            "lambda_q": lambdas[0],
+            "lambda_d": lambdas[1],
+            "lr": self.scheduler.get_last_lr()[0],
+            "grad_norm": grad_norm,
+        }
         record.update(batch_statistics(self.tensors["q"], self.tensors["d"], self.batch.group))
         record.update(self.pending_stats)
         self.pending_stats = {}
@@ -377,8 +449,15 @@ class Trainer:
             self.validation = self._evaluated(record)
         if dev and self.dev_set is not None:
             with self.phase("dev"):
-                record = evaluate_dev(self.model, self.tokenizer, self.config, self.dev_set, step, self.device,
-                                      show_progress=self.show_progress)
+                record = evaluate_dev(
+                    self.model,
+                    self.tokenizer,
+                    self.config,
+                    self.dev_set,
+                    step,
+                    self.device,
+                    show_progress=self.show_progress,
+                )
             self.dev = self._evaluated(record)
 
     def _evaluated(self, record: dict) -> dict:
@@ -398,22 +477,44 @@ class Trainer:
         done, early_stopped = max(self.start, self.end), self.should_stop
         complete = self.stop_after is None or done >= self.config.steps or early_stopped
         if complete:
-            self.evaluate(done, validation=self.validation is None or self.validation["step"] != done,
-                          dev=self.dev is None or self.dev["step"] != done)
+            self.evaluate(
+                done,
+                validation=self.validation is None or self.validation["step"] != done,
+                dev=self.dev is None or self.dev["step"] != done,
+            )
             if self.info.is_main:
                 self._save_final(done, early_stopped)
         if self.info.is_main:
             self.callback("on_train_end")
             if complete:
-                write_json(self.out / RESULT_FILE, {"steps": done, "last_metrics": self.last, "validation": self.validation,
-                                                    "alarms": self.alarms, "dev": self.dev, "best": self.best,
-                                                    "early_stopped": early_stopped})
+                write_json(
+                    self.out / RESULT_FILE,
+                    {
+                        "steps": done,
+                        "last_metrics": self.last,
+                        "validation": self.validation,
+                        "alarms": self.alarms,
+                        "dev": self.dev,
+                        "best": self.best,
+                        "early_stopped": early_stopped,
+                    },
+                )
         if complete:
             D.barrier()
         self.log.close()
-        return TrainResult(self.model_dir, self.out / METRICS_FILE, self.last, done, self.alarms, self.validation,
-                           self.curves, best=self.best, last_dir=self.last_dir, dev=self.dev,
-                           early_stopped=early_stopped)
+        return TrainResult(
+            self.model_dir,
+            self.out / METRICS_FILE,
+            self.last,
+            done,
+            self.alarms,
+            self.validation,
+            self.curves,
+            best=self.best,
+            last_dir=self.last_dir,
+            dev=self.dev,
+            early_stopped=early_stopped,
+        )
 
     def _save_final(self, done: int, early_stopped: bool) -> None:
         """The final model and the curves (main process)."""
@@ -444,10 +545,16 @@ class Trainer:
 
         config, model = self.config, self.model
         training = {"steps": step, "config": config.model_dump(mode="json"), "rescale": self.rescale_record, **record}
-        meta = EncoderMetadata(query_max_length=config.model.query_max_length, doc_max_length=config.model.doc_max_length,
-                               source=config.model.path, extra={"training": training})
+        meta = EncoderMetadata(
+            query_max_length=config.model.query_max_length,
+            doc_max_length=config.model.doc_max_length,
+            source=config.model.path,
+            extra={"training": training},
+        )
         query_weights = None
-        if model.query_weights is not None:  # relu(θ) saved: the query side spladekit and sentence-transformers encode with
+        if (
+            model.query_weights is not None
+        ):  # relu(θ) saved: the query side spladekit and sentence-transformers encode with
             query_weights = model.query_weights.saved_weights()
             init = getattr(model.query_weights, "init", "idf of the training documents")
             meta.extra["inference_free"] = {"init": init, "trained": config.model.train_query_weights}
@@ -463,7 +570,9 @@ class Trainer:
         return folder
 
 
-def default_callbacks(config: TrainConfig, show_progress: bool = True, extra: Sequence[Callback] = ()) -> list[Callback]:
+def default_callbacks(
+    config: TrainConfig, show_progress: bool = True, extra: Sequence[Callback] = ()
+) -> list[Callback]:
     """The callbacks of :func:`train`, in order: DF-FLOPS' refresh (with ``regularizer.kind: df_flops``;
     a :class:`Trainer` given none adds it itself), dev selection (with ``eval_every``), alarms, ``extra``,
     model cards, and with ``show_progress`` the progress lines and bar
@@ -478,8 +587,15 @@ def default_callbacks(config: TrainConfig, show_progress: bool = True, extra: Se
     return callbacks
 
 
-def train(config: TrainConfig, out: str | Path, *, examples: Sequence[TrainingExample] | None = None,
-          stop_after: int | None = None, show_progress: bool = True, callbacks: Sequence[Callback] = ()) -> TrainResult:
+def train(
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    examples: Sequence[TrainingExample] | None = None,
+    stop_after: int | None = None,
+    show_progress: bool = True,
+    callbacks: Sequence[Callback] = (),
+) -> TrainResult:
     """Train a SPLADE model as ``config`` says; write everything into ``out``.
 
     Outputs: ``inputs.json``, ``config.yaml``, ``metrics.jsonl`` (and ``tensorboard/`` when installed),
@@ -525,6 +641,12 @@ def train(config: TrainConfig, out: str | Path, *, examples: Sequence[TrainingEx
         >>> result.steps, (result.model_dir / "spladekit.json").exists()
         (1, True)
     """
-    trainer = Trainer(config, out, examples=examples, callbacks=default_callbacks(config, show_progress, callbacks),
-                      stop_after=stop_after, show_progress=show_progress)
+    trainer = Trainer(
+        config,
+        out,
+        examples=examples,
+        callbacks=default_callbacks(config, show_progress, callbacks),
+        stop_after=stop_after,
+        show_progress=show_progress,
+    )
     return trainer.fit()

@@ -6,7 +6,7 @@ vectors), :mod:`.milvus` (``SPARSE_FLOAT_VECTOR`` rows), :mod:`.pgvector` (Postg
 ``sparsevec``), :mod:`.pisa` (PISA impact index), :mod:`.elastic` (Elasticsearch/OpenSearch bulk
 NDJSON for ``rank_features`` / ``sparse_vector`` fields).
 
-Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
+Shared rules (stated once here, tested in ``tests/index/formats/test_exports_imports.py``):
 
 * **Repeated or unsorted indices.** Any input vector given as ``(index, value)`` pairs, token
   lists or JSON objects is normalised before use: entries are sorted by column id and entries
@@ -34,9 +34,9 @@ Shared rules (stated once here, tested in ``tests/test_index_formats.py``):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,7 +45,6 @@ from spladekit.data.numbers import FLOAT32_MAX
 from spladekit.errors import DataFormatError
 
 MANIFEST = "export.json"
-
 
 
 def weights_array(values: Iterable[float]) -> np.ndarray:
@@ -135,7 +134,9 @@ def from_sparse_vector(indices: Sequence[int], values: Sequence[float]) -> tuple
     return normalise_entries(indices, values)
 
 
-def rank_hits(hits: Iterable[tuple[int, float]], k: int, doc_ids: Sequence[str] | None = None) -> list[tuple[int, float]]:
+def rank_hits(
+    hits: Iterable[tuple[int, float]], k: int, doc_ids: Sequence[str] | None = None
+) -> list[tuple[int, float]]:
     """An engine's ``(row, score)`` hits in the exact-search order (module rule), at most ``k``."""
     if doc_ids is None:
         rank = lambda row: row  # noqa: E731
@@ -155,7 +156,9 @@ def rows_to_csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], vocab_size: int) 
     return sp.csr_matrix((data.astype(np.float32), indices, indptr), shape=(len(rows), vocab_size))
 
 
-def collect_rows(rows: Iterable[tuple[str, tuple[np.ndarray, np.ndarray]]], vocab_size: int) -> tuple[sp.csr_matrix, list[str]]:
+def collect_rows(
+    rows: Iterable[tuple[str, tuple[np.ndarray, np.ndarray]]], vocab_size: int
+) -> tuple[sp.csr_matrix, list[str]]:
     """Read a format's rows ``(doc id, (column ids, weights))`` (the ``*_rows`` generators of the
     format modules) whole: ``([N, vocab_size] float32 CSR, N ids)`` by :func:`rows_to_csr`.
 
@@ -289,7 +292,7 @@ class ExportManifest:
         write_json(Path(folder) / MANIFEST, asdict(self))
 
     @classmethod
-    def load(cls, folder: str | Path) -> "ExportManifest":
+    def load(cls, folder: str | Path) -> ExportManifest:
         """Read ``folder/export.json``.
 
         Raises:
@@ -371,8 +374,12 @@ def iter_json_records(path: str | Path, summed: Sequence[str] = ()):
             raise DataFormatError(path, f"expected a JSON object, got {type(record).__name__}", line=number)
         repeated = _repeated_key(record, summed)
         if repeated:
-            raise DataFormatError(path, "given more than once (repeated keys are summed in term vectors only)",
-                                  line=number, field=repeated)
+            raise DataFormatError(
+                path,
+                "given more than once (repeated keys are summed in term vectors only)",
+                line=number,
+                field=repeated,
+            )
         yield number, record
 
 
@@ -394,10 +401,16 @@ def read_token_vectors(path: str | Path, vocabulary: Sequence[str], scale: float
             if key not in record:
                 raise DataFormatError(path, "missing", line=number, field=key)
         doc_id = record["id"]
-        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():  # null → "None", true → "True"
-            raise DataFormatError(path, f"expected a non-empty string or an integer, got {doc_id!r}", line=number, field="id")
+        if (
+            isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip()
+        ):  # null → "None", true → "True"
+            raise DataFormatError(
+                path, f"expected a non-empty string or an integer, got {doc_id!r}", line=number, field="id"
+            )
         vector = record["vector"]
-        if not isinstance(vector, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector.values()):
+        if not isinstance(vector, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector.values()
+        ):
             raise DataFormatError(path, "expected an object {token: number}", line=number, field="vector")
         cols = lookup_tokens(vector.keys(), index, path, number)
         try:

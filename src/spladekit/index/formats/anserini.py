@@ -9,7 +9,7 @@ Queries (Anserini's pre-encoded query TSV; ``-impact -pretokenized`` search)::
     qid<TAB>tok tok tok ...        each token repeated by its integer weight
 
 Two limits of Anserini 0.25.0 (Lucene 9.9.1), both checked with the real engine in
-``tests/test_engines.py``:
+``tests/index/formats/test_engines.py``:
 
 * **Empty queries.** ``-topicReader TsvString`` trims each line and then reads the second field,
   so a line ``qid<TAB>`` makes it fail the *whole* run (``Error: Unable to load topic reader
@@ -38,9 +38,9 @@ of the published SPLADE-v3 files, so an imported file re-exports byte for byte.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -157,7 +157,9 @@ def check_query_top_k(query_top_k: int | None) -> int | None:
     """``query_top_k`` if it is None or an integer in 1 … :data:`MAX_CLAUSES` (Lucene's clause
     limit), else ValueError."""
     if query_top_k is not None and not (isinstance(query_top_k, int) and 1 <= query_top_k <= MAX_CLAUSES):
-        raise ValueError(f"query_top_k must be an integer in 1…{MAX_CLAUSES} (Lucene's clause limit), got {query_top_k!r}")
+        raise ValueError(
+            f"query_top_k must be an integer in 1…{MAX_CLAUSES} (Lucene's clause limit), got {query_top_k!r}"
+        )
     return query_top_k
 
 
@@ -293,13 +295,31 @@ def index_collection(jar: str | Path, input_dir: str | Path, index_dir: str | Pa
                 if p.suffix == ".jsonl":
                     (Path(staging) / p.name).symlink_to(p.resolve())
             input_dir = Path(staging)
-        args = ["-collection", "JsonVectorCollection", "-input", input_dir, "-index", index_dir,
-                "-generator", "DefaultLuceneDocumentGenerator", "-impact", "-pretokenized", "-threads", threads]
+        args = [
+            "-collection",
+            "JsonVectorCollection",
+            "-input",
+            input_dir,
+            "-index",
+            index_dir,
+            "-generator",
+            "DefaultLuceneDocumentGenerator",
+            "-impact",
+            "-pretokenized",
+            "-threads",
+            threads,
+        ]
         return _java(jar, "io.anserini.index.IndexCollection", args, **run)
 
 
 def search_collection(
-    jar: str | Path, index_dir: str | Path, topics: str | Path, run_file: str | Path, hits: int = 1000, threads: int = 1, **run
+    jar: str | Path,
+    index_dir: str | Path,
+    topics: str | Path,
+    run_file: str | Path,
+    hits: int = 1000,
+    threads: int = 1,
+    **run,
 ) -> str:
     """Search pre-encoded queries (``queries.tsv``) with ``-impact -pretokenized -topicReader TsvString``.
 
@@ -309,8 +329,22 @@ def search_collection(
     Raises:
         AnseriniError: Anserini reported an error, or wrote no run file.
     """
-    args = ["-index", index_dir, "-topics", topics, "-topicReader", "TsvString", "-output", run_file,
-            "-impact", "-pretokenized", "-hits", hits, "-threads", threads]
+    args = [
+        "-index",
+        index_dir,
+        "-topics",
+        topics,
+        "-topicReader",
+        "TsvString",
+        "-output",
+        run_file,
+        "-impact",
+        "-pretokenized",
+        "-hits",
+        hits,
+        "-threads",
+        threads,
+    ]
     output = _java(jar, "io.anserini.search.SearchCollection", args, **run)
     if not Path(run_file).exists():
         raise AnseriniError(f"SearchCollection wrote no run file {run_file}:\n{output[-2000:]}")

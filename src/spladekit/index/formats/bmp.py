@@ -14,7 +14,7 @@ pruning) it returns the exact top-k of that score. Two limits of BMP 0.2 shape t
   given. :func:`query_weights` quantises each query to ``⌊w_j · 32 / max w + 1/2⌋``: its largest
   weight is exactly 32, BMP's factor is 1 and the query is scored as given; each query has its own
   scale, so its ranking is that of the integer vector handed to BMP (the vector exact search is
-  checked against, ``tests/test_engines.py``);
+  checked against, ``tests/index/formats/test_engines.py``);
 * scores: BMP's top-k heap and block upper bounds are 16-bit, so exactness needs a query's bound
   ``Σ_j q_j · max_d d_j`` below 2^16 (:func:`score_bound`); a query above it (in the tests, one
   with 406 matching terms) may lose documents;
@@ -22,7 +22,7 @@ pruning) it returns the exact top-k of that score. Two limits of BMP 0.2 shape t
   already holds, even while its heap is not full: 300 documents that all score the same, searched
   to depth 1000, come back without the last, partial block (rows 288–299 at ``bsize`` 16 and 32,
   256–299 at 64), and a term with a single posting finds nothing at any depth
-  (``tests/test_engines.py::test_bmp_loses_whole_blocks_of_tied_documents``; the CIFF file reads
+  (``tests/index/formats/test_engines.py::test_bmp_loses_whole_blocks_of_tied_documents``; the CIFF file reads
   back identical, so the cause is BMP's pruning, not our export; BMP's source was not read to name
   the line). On the 40 test queries, the documents lost with ``bsize`` 32 (6 queries) lie in the
   last, partial block (rows 288–299) and at 64 (26 queries) in several; with 8 and 16 none of the
@@ -42,8 +42,8 @@ pruning) it returns the exact top-k of that score. Two limits of BMP 0.2 shape t
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Collection, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -76,7 +76,9 @@ def build(path: str | Path, ciff_file: str | Path, max_tf: int, bsize: int = 16)
     import bmp
 
     if max_tf > MAX_IMPACT:
-        raise ValueError(f"largest impact {max_tf} > {MAX_IMPACT}: BMP keeps 8-bit block maxima; export with a scale from document_scale()")
+        raise ValueError(
+            f"largest impact {max_tf} > {MAX_IMPACT}: BMP keeps 8-bit block maxima; export with a scale from document_scale()"
+        )
     if bsize < 1:
         raise ValueError(f"bsize must be ≥ 1, got {bsize}")
     bmp.ciff2bmp(ciff_file=str(ciff_file), output=str(path), bsize=int(bsize), compress_range=False)
@@ -95,15 +97,18 @@ def _integer_query(indices: np.ndarray, values: np.ndarray, vocabulary: Sequence
     return indices[weights > 0], weights[weights > 0]
 
 
-def query_weights(indices: np.ndarray, values: np.ndarray, vocabulary: Sequence[str], indexed: Collection[str] | None = None
-                  ) -> dict[str, int]:
+def query_weights(
+    indices: np.ndarray, values: np.ndarray, vocabulary: Sequence[str], indexed: Collection[str] | None = None
+) -> dict[str, int]:
     """One query as BMP's ``{term: integer weight}`` (module docstring): the terms of ``indexed``
     only (all when None), largest weight exactly 32; ``{}`` when no term is left."""
     columns, weights = _integer_query(indices, values, vocabulary, indexed)
     return {vocabulary[j]: int(w) for j, w in zip(columns.tolist(), weights.tolist())}
 
 
-def quantised_queries(queries: sp.spmatrix, vocabulary: Sequence[str], indexed: Collection[str] | None = None) -> sp.csr_matrix:
+def quantised_queries(
+    queries: sp.spmatrix, vocabulary: Sequence[str], indexed: Collection[str] | None = None
+) -> sp.csr_matrix:
     """``[Q, V]`` the integer query vectors :func:`query_weights` hands BMP (what exact search is
     compared with)."""
     rows, cols, vals = [], [], []
@@ -141,8 +146,16 @@ def depth(k: int) -> int:
     return next((d for d in DEPTHS if d > k), DEPTHS[-1])
 
 
-def search(searcher, queries: sp.spmatrix, vocabulary: Sequence[str], doc_ids: Sequence[str], indexed: Collection[str], k: int = 10,
-           alpha: float = 1.0, beta: float = 1.0) -> list[list[tuple[int, float]]]:
+def search(
+    searcher,
+    queries: sp.spmatrix,
+    vocabulary: Sequence[str],
+    doc_ids: Sequence[str],
+    indexed: Collection[str],
+    k: int = 10,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+) -> list[list[tuple[int, float]]]:
     """Top-``k`` of each query with a ``bmp.Searcher``: ``(row, score)`` lists like ``exact_search``
     (ties by document id). Terms outside ``indexed`` (:func:`indexed_terms`) match nothing and are
     dropped; a query with no term left returns ``[]`` without calling BMP (which cannot take it)."""

@@ -22,18 +22,18 @@ spladekit writes (:func:`write_ciff`):
 The messages are the protobuf library's (classes made from the schema at import; no generated code
 to keep); the posting lists, the bulk of a file, are encoded with numpy in protobuf's wire format
 (fields in number order, zero values omitted: the bytes ``SerializeToString`` gives, which
-``tests/test_index_ciff.py`` checks), since one protobuf object per posting would cost more than the
+``tests/index/formats/test_ciff.py`` checks), since one protobuf object per posting would cost more than the
 rest of the export (``benchmarks/runs/2026-12-07-source-notes.md``).
 :func:`read_ciff` parses with the protobuf library.
 """
 
 from __future__ import annotations
 
-import os
-
 import functools
+import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,11 +60,23 @@ def messages() -> dict:
 
     F = descriptor_pb2.FieldDescriptorProto
     schema = {
-        "Header": [("version", F.TYPE_INT32), ("num_postings_lists", F.TYPE_INT32), ("num_docs", F.TYPE_INT32),
-                   ("total_postings_lists", F.TYPE_INT32), ("total_docs", F.TYPE_INT32), ("total_terms_in_collection", F.TYPE_INT64),
-                   ("average_doclength", F.TYPE_DOUBLE), ("description", F.TYPE_STRING)],
+        "Header": [
+            ("version", F.TYPE_INT32),
+            ("num_postings_lists", F.TYPE_INT32),
+            ("num_docs", F.TYPE_INT32),
+            ("total_postings_lists", F.TYPE_INT32),
+            ("total_docs", F.TYPE_INT32),
+            ("total_terms_in_collection", F.TYPE_INT64),
+            ("average_doclength", F.TYPE_DOUBLE),
+            ("description", F.TYPE_STRING),
+        ],
         "Posting": [("docid", F.TYPE_INT32), ("tf", F.TYPE_INT32)],
-        "PostingsList": [("term", F.TYPE_STRING), ("df", F.TYPE_INT64), ("cf", F.TYPE_INT64), ("postings", F.TYPE_MESSAGE)],
+        "PostingsList": [
+            ("term", F.TYPE_STRING),
+            ("df", F.TYPE_INT64),
+            ("cf", F.TYPE_INT64),
+            ("postings", F.TYPE_MESSAGE),
+        ],
         "DocRecord": [("docid", F.TYPE_INT32), ("collection_docid", F.TYPE_STRING), ("doclength", F.TYPE_INT32)],
     }
     proto = descriptor_pb2.FileDescriptorProto(name="spladekit_ciff.proto", package=PROTO_PACKAGE, syntax="proto3")
@@ -76,7 +88,9 @@ def messages() -> dict:
                 entry.label, entry.type_name = F.LABEL_REPEATED, f".{PROTO_PACKAGE}.Posting"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PROTO_PACKAGE}.{name}")) for name in schema}
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PROTO_PACKAGE}.{name}")) for name in schema
+    }
 
 
 # ----------------------------------------------------------------------------------- wire format
@@ -134,8 +148,15 @@ def _write_delimited(file: BinaryIO, payload: bytes) -> None:
 BLOCK = 1 << 22  # entries per step of the counting pass
 
 
-def write_ciff(path: str | Path, docs: sp.csr_matrix, postings: sp.csr_matrix, doc_ids: Sequence[str], vocabulary: Sequence[str],
-               scale: float = 100.0, description: str = "spladekit") -> dict:
+def write_ciff(
+    path: str | Path,
+    docs: sp.csr_matrix,
+    postings: sp.csr_matrix,
+    doc_ids: Sequence[str],
+    vocabulary: Sequence[str],
+    scale: float = 100.0,
+    description: str = "spladekit",
+) -> dict:
     """Write impacts as a CIFF file (module docstring) from both layouts of an index: ``docs``
     ``[D, V]`` (document lengths and counts, read in blocks) and ``postings`` ``[V, D]`` (the lists,
     one at a time): an index folder's memory-mapped arrays are read in place.
@@ -177,8 +198,16 @@ def write_ciff(path: str | Path, docs: sp.csr_matrix, postings: sp.csr_matrix, d
     m = messages()
     total = int(lengths.sum())
     lists = int((df > 0).sum())
-    header = m["Header"](version=VERSION, num_postings_lists=lists, num_docs=num_docs, total_postings_lists=lists, total_docs=num_docs,
-                         total_terms_in_collection=total, average_doclength=total / num_docs if num_docs else 0.0, description=description)
+    header = m["Header"](
+        version=VERSION,
+        num_postings_lists=lists,
+        num_docs=num_docs,
+        total_postings_lists=lists,
+        total_docs=num_docs,
+        total_terms_in_collection=total,
+        average_doclength=total / num_docs if num_docs else 0.0,
+        description=description,
+    )
     p_ptr = np.asarray(postings.indptr, dtype=np.int64)
     with open(path, "wb") as file:
         _write_delimited(file, header.SerializeToString())
@@ -186,7 +215,9 @@ def write_ciff(path: str | Path, docs: sp.csr_matrix, postings: sp.csr_matrix, d
             a, b = p_ptr[j], p_ptr[j + 1]
             tfs = quantise(postings.data[a:b], scale)
             keep = tfs > 0
-            _write_delimited(file, postings_list_bytes(vocabulary[j], np.asarray(postings.indices[a:b])[keep], tfs[keep]))
+            _write_delimited(
+                file, postings_list_bytes(vocabulary[j], np.asarray(postings.indices[a:b])[keep], tfs[keep])
+            )
         record = m["DocRecord"]
         for row, (doc_id, length) in enumerate(zip(doc_ids, lengths.tolist())):
             _write_delimited(file, record(docid=row, collection_docid=doc_id, doclength=length).SerializeToString())
@@ -210,8 +241,10 @@ def _read_delimited(file: BinaryIO, path: Path, what: str) -> bytes:
     except (AttributeError, OSError, ValueError):  # not a real file: read() below checks the length
         left = size
     if size > left:
-        raise DataFormatError(path, f"its {what} declares {size} bytes, more than the {left} left in the file: "
-                              "damaged or truncated CIFF file")
+        raise DataFormatError(
+            path,
+            f"its {what} declares {size} bytes, more than the {left} left in the file: damaged or truncated CIFF file",
+        )
     payload = file.read(size)
     if len(payload) != size:
         raise DataFormatError(path, f"ends inside its {what}: truncated CIFF file")
@@ -238,14 +271,19 @@ def _read_lists(file: BinaryIO, path: Path, columns: dict) -> Iterator:
         n = len(plist.postings)
         docids = np.cumsum(np.fromiter((p.docid for p in plist.postings), np.int64, count=n))
         if n and (docids[0] < 0 or docids[-1] >= num_docs or np.any(np.diff(docids) <= 0)):
-            raise DataFormatError(path, f"posting list {number} ({plist.term!r}): docids must rise inside [0, {num_docs})")
+            raise DataFormatError(
+                path, f"posting list {number} ({plist.term!r}): docids must rise inside [0, {num_docs})"
+            )
         tfs = np.fromiter((p.tf for p in plist.postings), np.int64, count=n)
         if plist.df != n:  # cf (Σ tf) is not checked: writers differ on it for impacts, and it is not read
             raise DataFormatError(path, f"posting list {number} ({plist.term!r}): df {plist.df} but {n} postings")
         if n and tfs.min() < 0:
             bad = int(np.argmax(tfs < 0))
-            raise DataFormatError(path, f"posting list {number} ({plist.term!r}): tf {int(tfs[bad])} at docid {int(docids[bad])}: "
-                                  "an impact is ≥ 0")
+            raise DataFormatError(
+                path,
+                f"posting list {number} ({plist.term!r}): tf {int(tfs[bad])} at docid {int(docids[bad])}: "
+                "an impact is ≥ 0",
+            )
         column = columns[plist.term]
         del plist  # the parsed message is freed before the caller works on the arrays
         yield column, docids, tfs
@@ -258,17 +296,25 @@ def _read_records(file: BinaryIO, path: Path, num_docs: int) -> Iterator[str]:
     for number in range(num_docs):
         rec = record.FromString(_read_delimited(file, path, f"document record {number}"))
         if rec.docid != number:
-            raise DataFormatError(path, f"document record {number} has docid {rec.docid}: records must come in docid order")
+            raise DataFormatError(
+                path, f"document record {number} has docid {rec.docid}: records must come in docid order"
+            )
         doc_id = rec.collection_docid
         if not doc_id or any(c.isspace() for c in doc_id):  # the rule of spladekit.data.beir's ids
-            raise DataFormatError(path, f"document record {number}: collection_docid {doc_id!r} is "
-                                  f"{'empty' if not doc_id else 'holding white space, which a TREC run file cannot hold'}",
-                                  field="collection_docid")
+            raise DataFormatError(
+                path,
+                f"document record {number}: collection_docid {doc_id!r} is "
+                f"{'empty' if not doc_id else 'holding white space, which a TREC run file cannot hold'}",
+                field="collection_docid",
+            )
         yield doc_id
     extra = len(file.read(1 << 16))
     if extra:  # a CIFF stream ends with its last document record: anything after it is damage
-        raise DataFormatError(path, f"{extra}{'+' if extra == 1 << 16 else ''} bytes after the last document record "
-                                    f"({num_docs} announced by the header): not one CIFF stream")
+        raise DataFormatError(
+            path,
+            f"{extra}{'+' if extra == 1 << 16 else ''} bytes after the last document record "
+            f"({num_docs} announced by the header): not one CIFF stream",
+        )
 
 
 def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0) -> tuple[sp.csr_matrix, list[str]]:
@@ -303,8 +349,13 @@ def read_ciff(path: str | Path, vocabulary: Sequence[str], scale: float = 100.0)
         except DecodeError as exc:
             raise DataFormatError(path, f"not a CIFF protobuf stream ({exc})") from exc
     values = np.concatenate(tfs) if tfs else np.zeros(0, np.int64)
-    matrix = sp.csr_matrix((_weights(values, scale, path), (np.concatenate(rows) if rows else values, np.concatenate(cols) if cols else values)),
-                           shape=(num_docs, len(vocabulary)))
+    matrix = sp.csr_matrix(
+        (
+            _weights(values, scale, path),
+            (np.concatenate(rows) if rows else values, np.concatenate(cols) if cols else values),
+        ),
+        shape=(num_docs, len(vocabulary)),
+    )
     matrix.sum_duplicates()
     matrix.eliminate_zeros()
     return matrix, ids
@@ -319,8 +370,9 @@ BLOCK_ENTRY_BYTES = 48
 int64 sort key and argsort, the CSR's int32 columns and float32 weights (the writer's piece rule)."""
 
 
-def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | Path, scale: float = 100.0,
-                      memory_budget: int = 1 << 30) -> tuple[Sequence[str], int, Callable[[], Iterator[sp.csr_matrix]]]:
+def transposed_blocks(
+    path: str | Path, vocabulary: Sequence[str], spill: str | Path, scale: float = 100.0, memory_budget: int = 1 << 30
+) -> tuple[Sequence[str], int, Callable[[], Iterator[sp.csr_matrix]]]:
     """A CIFF file (term-major) as document-major CSR blocks, by an external transpose within
     ``memory_budget`` bytes: the lists are read once, their postings gathered into a buffer of
     ``memory_budget // RUN_ENTRY_BYTES`` entries; a full buffer is sorted by (row, column) and
@@ -361,7 +413,7 @@ def transposed_blocks(path: str | Path, vocabulary: Sequence[str], spill: str | 
             num_docs = next(lists)
             counts = np.zeros(num_docs, np.int64)
             for column, docids, impacts in lists:
-                if impacts.size and (impacts.min() < -2**31 or impacts.max() >= 2**31):
+                if impacts.size and (impacts.min() < -(2**31) or impacts.max() >= 2**31):
                     raise DataFormatError(path, f"column {column}: an impact does not fit CIFF's int32 tf")
                 keep = impacts != 0  # tf 0: no entry (read_ciff's eliminate_zeros)
                 docids, impacts = docids[keep], impacts[keep]
@@ -432,8 +484,9 @@ class _SortedRuns:
         self.buffer = None
 
 
-def _merged_blocks(runs: list[tuple[Path, int]], indptr: np.ndarray, limit: int, vocab_size: int, scale: float,
-                   path: Path) -> Iterator[sp.csr_matrix]:
+def _merged_blocks(
+    runs: list[tuple[Path, int]], indptr: np.ndarray, limit: int, vocab_size: int, scale: float, path: Path
+) -> Iterator[sp.csr_matrix]:
     """The runs merged into document-major CSR blocks of at most ``limit`` entries (a longer row is a
     block of its own), row range by row range: each run holds ascending rows, so a range is one
     contiguous slice of every run, found by binary search of its memory-mapped rows."""

@@ -26,15 +26,15 @@ exponent and 8 mantissa bits, i.e. 9 significant bits), by **truncation**
 with every ``d_j`` replaced by :func:`stored_value` ``(d_j) ≤ d_j``, relative error
 ``< 2⁻⁸`` per term (0.1 is stored as 0.0998535). This scoring rule is checked against Lucene
 9.9.1 itself (the ``FeatureField`` and ``BooleanQuery`` classes of Anserini's jar) in
-``tests/test_engines.py``; the HTTP layer of Elasticsearch/OpenSearch (mapping, bulk, query
+``tests/index/formats/test_engines.py``; the HTTP layer of Elasticsearch/OpenSearch (mapping, bulk, query
 parsing) is not, since neither server can be installed here. See ``docs/serving.md``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -192,8 +192,9 @@ def bulk_rows(path: str | Path, vocabulary: Sequence[str], field: str = "splade"
         action = None
         yield doc_id, row
     if action is not None:  # the file ends after an action line: its document was cut off
-        raise DataFormatError(path, "the last action line has no document line after it (the file ends early)",
-                              line=action_line)
+        raise DataFormatError(
+            path, "the last action line has no document line after it (the file ends early)", line=action_line
+        )
 
 
 def query_body(
@@ -224,5 +225,7 @@ def query_body(
     terms = vector_object(idx, val, vocabulary, keys)
     if field_type == "sparse_vector":
         return {"size": k, "query": {"sparse_vector": {"field": field, "query_vector": terms, "prune": False}}}
-    should = [{"rank_feature": {"field": f"{field}.{key}", "linear": {}, "boost": weight}} for key, weight in terms.items()]
+    should = [
+        {"rank_feature": {"field": f"{field}.{key}", "linear": {}, "boost": weight}} for key, weight in terms.items()
+    ]
     return {"size": k, "query": {"bool": {"should": should}}}

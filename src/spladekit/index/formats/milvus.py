@@ -11,14 +11,14 @@ dot product). Milvus stores and sums float32 values.
 Exported file (``rows.jsonl``): one ``{"id": row, "doc_id": ..., "splade": {"indices": [...],
 "values": [...]}}`` a line, the JSON row form of Milvus's bulk import, and what
 :func:`upload_rows` inserts. Checked against the real C++ engine (``milvus-lite`` 2.5.1, the
-same engine as the server) in ``tests/test_engines.py``.
+same engine as the server) in ``tests/index/formats/test_engines.py``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import scipy.sparse as sp
 
@@ -83,7 +83,9 @@ def create_collection(client, collection: str, field: str = DEFAULT_FIELD, doc_i
     schema.add_field("doc_id", DataType.VARCHAR, max_length=doc_id_max_length)
     schema.add_field(field, DataType.SPARSE_FLOAT_VECTOR)
     index = client.prepare_index_params()
-    index.add_index(field_name=field, index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={"drop_ratio_build": 0.0})
+    index.add_index(
+        field_name=field, index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={"drop_ratio_build": 0.0}
+    )
     client.create_collection(collection, schema=schema, index_params=index)
 
 
@@ -107,19 +109,29 @@ def upload_rows(client, collection: str, records: Iterable[dict], field: str = D
         chunk = records[start : start + batch]
         client.insert(
             collection,
-            [{"id": r["id"], "doc_id": r["doc_id"], field: dict(zip(r[field]["indices"], r[field]["values"]))} for r in chunk],
+            [
+                {"id": r["id"], "doc_id": r["doc_id"], field: dict(zip(r[field]["indices"], r[field]["values"]))}
+                for r in chunk
+            ],
         )
     client.load_collection(collection)
     return len(records)
 
 
-def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str], field: str = DEFAULT_FIELD, batch: int = 1000) -> int:
+def upload(
+    client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str], field: str = DEFAULT_FIELD, batch: int = 1000
+) -> int:
     """Create ``collection`` and insert the ``[D, V]`` rows (row number as ``id``); see :func:`upload_rows`."""
     return upload_rows(client, collection, iter_rows_records(matrix, doc_ids, field), field, batch)
 
 
 def search(
-    client, collection: str, queries: sp.spmatrix, k: int = 10, field: str = DEFAULT_FIELD, doc_ids: Sequence[str] | None = None
+    client,
+    collection: str,
+    queries: sp.spmatrix,
+    k: int = 10,
+    field: str = DEFAULT_FIELD,
+    doc_ids: Sequence[str] | None = None,
 ) -> list[list[tuple[int, float]]]:
     """Search with each row of ``queries`` (``IP``, ``drop_ratio_search = 0``); ``(row, score)``
     lists ordered like ``exact_search`` (:func:`spladekit.index.formats.rank_hits`).

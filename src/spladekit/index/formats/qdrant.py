@@ -8,7 +8,7 @@ document id is kept in the payload (``{"doc_id": ...}``).
 Two engines: a Qdrant server or local mode through ``qdrant_client`` (:func:`upload`,
 :func:`search`), and Qdrant Edge, the Rust engine in process (``qdrant-edge-py``;
 :func:`create_edge_shard`, :func:`upload_edge`, :func:`search_edge`), which
-``tests/test_engines.py`` scores against exact search.
+``tests/index/formats/test_engines.py`` scores against exact search.
 
 Exported files: ``points.jsonl``, one ``{"id": row, "payload": {"doc_id": ...}, "vector":
 {NAME: {"indices": [...], "values": [...]}}}`` a line, ready for ``client.upsert``; and
@@ -31,15 +31,23 @@ folded in: Qdrant adds it. An import of such an export divides by the scale agai
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import DataFormatError
-from spladekit.index.formats import (collect_rows, divide_by_scale, from_sparse_vector, iter_json_records, normalise_entries,
-                                     quantise, rank_hits, to_sparse_vectors)
+from spladekit.index.formats import (
+    collect_rows,
+    divide_by_scale,
+    from_sparse_vector,
+    iter_json_records,
+    normalise_entries,
+    quantise,
+    rank_hits,
+    to_sparse_vectors,
+)
 from spladekit.io import atomic_write
 
 DEFAULT_VECTOR_NAME = "splade"
@@ -53,8 +61,13 @@ def collection_config(vector_name: str = DEFAULT_VECTOR_NAME, idf: bool = False)
     return {"sparse_vectors": {vector_name: {"modifier": IDF} if idf else {}}}
 
 
-def write_points(path: str | Path, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME,
-                 scale: float | None = None) -> int:
+def write_points(
+    path: str | Path,
+    matrix: sp.spmatrix,
+    doc_ids: Sequence[str],
+    vector_name: str = DEFAULT_VECTOR_NAME,
+    scale: float | None = None,
+) -> int:
     """Write the points of a collection as JSONL (atomically); returns the number of points.
 
     Args:
@@ -69,8 +82,9 @@ def write_points(path: str | Path, matrix: sp.spmatrix, doc_ids: Sequence[str], 
     return matrix.shape[0]
 
 
-def read_points(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VECTOR_NAME,
-                scale: float = 1.0) -> tuple[sp.csr_matrix, list[str]]:
+def read_points(
+    path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VECTOR_NAME, scale: float = 1.0
+) -> tuple[sp.csr_matrix, list[str]]:
     """Read ``points.jsonl`` back into ``([D, V] float32, doc ids)`` (rows in file order), values
     divided by ``scale`` (the ``export.json`` scale of an IDF-modifier export; 1: floats as written).
 
@@ -101,8 +115,15 @@ def point_rows(path: str | Path, vocab_size: int, vector_name: str = DEFAULT_VEC
         yield doc_id, (idx, val)
 
 
-def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME, batch: int = 256,
-           idf: bool = False) -> None:
+def upload(
+    client,
+    collection: str,
+    matrix: sp.spmatrix,
+    doc_ids: Sequence[str],
+    vector_name: str = DEFAULT_VECTOR_NAME,
+    batch: int = 256,
+    idf: bool = False,
+) -> None:
     """Create ``collection`` (sparse vector ``vector_name``, no dense vectors; the IDF modifier when
     ``idf``) and upsert the rows as they are.
 
@@ -118,14 +139,21 @@ def upload(client, collection: str, matrix: sp.spmatrix, doc_ids: Sequence[str],
     vectors = to_sparse_vectors(matrix)
     for start in range(0, len(vectors), batch):
         points = [
-            models.PointStruct(id=row, payload={"doc_id": str(doc_ids[row])}, vector={vector_name: models.SparseVector(**vectors[row])})
+            models.PointStruct(
+                id=row, payload={"doc_id": str(doc_ids[row])}, vector={vector_name: models.SparseVector(**vectors[row])}
+            )
             for row in range(start, min(start + batch, len(vectors)))
         ]
         client.upsert(collection, points=points)
 
 
 def search(
-    client, collection: str, queries: sp.spmatrix, k: int = 10, vector_name: str = DEFAULT_VECTOR_NAME, doc_ids: Sequence[str] | None = None
+    client,
+    collection: str,
+    queries: sp.spmatrix,
+    k: int = 10,
+    vector_name: str = DEFAULT_VECTOR_NAME,
+    doc_ids: Sequence[str] | None = None,
 ) -> list[list[tuple[int, float]]]:
     """Query ``collection`` with each row of ``queries``; ``(row, score)`` lists like ``exact_search``.
 
@@ -176,7 +204,13 @@ def upload_edge(shard, points: Iterable[dict], vector_name: str = DEFAULT_VECTOR
 
     for record in points:
         vec = record["vector"][vector_name]
-        buffer.append(qe.Point(int(record["id"]), {vector_name: qe.SparseVector(list(vec["indices"]), list(vec["values"]))}, record.get("payload")))
+        buffer.append(
+            qe.Point(
+                int(record["id"]),
+                {vector_name: qe.SparseVector(list(vec["indices"]), list(vec["values"]))},
+                record.get("payload"),
+            )
+        )
         count += 1
         if len(buffer) >= batch:
             flush()
@@ -186,8 +220,9 @@ def upload_edge(shard, points: Iterable[dict], vector_name: str = DEFAULT_VECTOR
     return count
 
 
-def iter_points(matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME,
-                scale: float | None = None) -> Iterator[dict]:
+def iter_points(
+    matrix: sp.spmatrix, doc_ids: Sequence[str], vector_name: str = DEFAULT_VECTOR_NAME, scale: float | None = None
+) -> Iterator[dict]:
     """The records of :func:`write_points` (row id, ``doc_id`` payload, sparse vector), in memory;
     integer impacts at ``scale`` when it is given."""
     vectors = to_sparse_vectors(matrix) if scale is None else _impact_vectors(matrix, scale)
@@ -204,7 +239,11 @@ def _impact_vectors(matrix: sp.spmatrix, scale: float) -> Iterator[dict]:
 
 
 def search_edge(
-    shard, queries: sp.spmatrix, k: int = 10, vector_name: str = DEFAULT_VECTOR_NAME, doc_ids: Sequence[str] | None = None
+    shard,
+    queries: sp.spmatrix,
+    k: int = 10,
+    vector_name: str = DEFAULT_VECTOR_NAME,
+    doc_ids: Sequence[str] | None = None,
 ) -> list[list[tuple[int, float]]]:
     """:func:`search` on a ``qdrant_edge.EdgeShard`` (``Query.Nearest`` with a sparse vector)."""
     import qdrant_edge as qe
@@ -214,6 +253,8 @@ def search_edge(
         if not vec["indices"]:
             results.append([])
             continue
-        request = qe.QueryRequest(limit=k, query=qe.Query.Nearest(qe.SparseVector(vec["indices"], vec["values"]), using=vector_name))
+        request = qe.QueryRequest(
+            limit=k, query=qe.Query.Nearest(qe.SparseVector(vec["indices"], vec["values"]), using=vector_name)
+        )
         results.append(rank_hits(((int(p.id), p.score) for p in shard.query(request)), k, doc_ids))
     return results

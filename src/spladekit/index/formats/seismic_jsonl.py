@@ -9,8 +9,8 @@ export → import round trip is exact. Repeated keys in ``vector`` are summed on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import scipy.sparse as sp
 
@@ -29,7 +29,9 @@ def write_seismic_jsonl(
     Raises:
         ValueError: lengths disagree.
     """
-    return write_token_vectors(path, matrix, doc_ids, vocabulary, contents, "content", lambda val: [float(v) for v in val])
+    return write_token_vectors(
+        path, matrix, doc_ids, vocabulary, contents, "content", lambda val: [float(v) for v in val]
+    )
 
 
 def read_seismic_jsonl(path: str | Path, vocabulary: Sequence[str]) -> tuple[sp.csr_matrix, list[str]]:

@@ -9,8 +9,14 @@
 - :mod:`~spladekit.model.calibrate.spec`: :class:`RescaleSpec`, the one typed rescaling specification.
 """
 
-from spladekit.model.calibrate.emulate import EMULATIONS, AlreadyEmulatedError, emulate_large_head, emulation_record, row_factors
 from spladekit.model.calibrate.diagnose import Diagnosis, HeadStats, LogitStats, SpladeStats, diagnose_mlm_head
+from spladekit.model.calibrate.emulate import (
+    EMULATIONS,
+    AlreadyEmulatedError,
+    emulate_large_head,
+    emulation_record,
+    row_factors,
+)
 from spladekit.model.calibrate.rescale import (
     MODES,
     AlreadyRescaledError,

@@ -24,15 +24,15 @@ of thumb, not values from the paper.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 from torch import nn
 
-from spladekit.model.calibrate.rescale import shares_storage, rescale_record
+from spladekit.model.calibrate.rescale import rescale_record, shares_storage
 from spladekit.model.calibrate.stats import (
     decoder_logits,
     logit_statistic,
@@ -58,14 +58,21 @@ LOGIT_SAMPLE = 100_000
 #: ``shared/models/splade-tiny``, a trained SPLADE model with a BERT head) as :func:`diagnose_mlm_head`
 #: measures it on BEIR SciFact (``spladekit diagnose splade-tiny --data scifact``: 64 queries and 64
 #: documents sampled with seed 0, 128 tokens per text, 1,024 tokens for the logit statistics), rounded
-#: to 6 significant digits. ``tests/test_calibrate.py`` measures them again from those files (the
+#: to 6 significant digits. ``tests/model/calibrate/test_rescale.py`` measures them again from those files (the
 #: derivation, kept). Text statistics depend on the text: on other text the comparison is approximate
 #: (``--reference`` measures a reference on the same text).
 BUILTIN_REFERENCE = {
     "name": "splade-tiny (built in)",
     "row_norm_mean": 0.681910,
-    "logits": {"n_texts": 128, "n_tokens": 1024, "mean": -7.61255, "std": 2.88886, "p99": -2.28594,
-               "max": 12.2391, "frac_positive": 1.03601e-4},
+    "logits": {
+        "n_texts": 128,
+        "n_tokens": 1024,
+        "mean": -7.61255,
+        "std": 2.88886,
+        "p99": -2.28594,
+        "max": 12.2391,
+        "frac_positive": 1.03601e-4,
+    },
     "splade": {"n_texts": 128, "active_terms": {"mean": 117.234}, "active_fraction": 0.00384098},
     "sample": "BEIR SciFact, 64 queries + 64 documents (seed 0), 128 tokens per text",
 }
@@ -175,8 +182,18 @@ class Diagnosis:
     def to_dict(self) -> dict:
         """Everything but the arrays, as plain JSON types."""
         out = {}
-        for key in ("model", "head", "logits", "splade", "reference", "scale_ratio", "suggested_factor",
-                    "suggested_shift", "suggestion", "verdict"):
+        for key in (
+            "model",
+            "head",
+            "logits",
+            "splade",
+            "reference",
+            "scale_ratio",
+            "suggested_factor",
+            "suggested_shift",
+            "suggestion",
+            "verdict",
+        ):
             value = getattr(self, key)
             out[key] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
         return out
@@ -209,15 +226,23 @@ class Diagnosis:
             rows.append(("tokens measured", self.logits.n_tokens, ref_logits.get("n_tokens", "")))
         if self.splade:
             ref_splade = ref.get("splade") or {}
-            rows.append(("SPLADE active terms / text", self.splade.active_terms["mean"], (ref_splade.get("active_terms") or {}).get("mean", "")))
-            rows.append(("SPLADE active fraction of V", self.splade.active_fraction, ref_splade.get("active_fraction", "")))
-            rows.append((f"mean score ({self.splade.score_pairs})", self.splade.score_mean, ref_splade.get("score_mean", "")))
+            ref_terms = (ref_splade.get("active_terms") or {}).get("mean", "")
+            rows += [
+                ("SPLADE active terms / text", self.splade.active_terms["mean"], ref_terms),
+                ("SPLADE active fraction of V", self.splade.active_fraction, ref_splade.get("active_fraction", "")),
+                (f"mean score ({self.splade.score_pairs})", self.splade.score_mean, ref_splade.get("score_mean", "")),
+            ]
         if self.scale_ratio is not None:
             rows.append(("head scale ratio (this / reference)", self.scale_ratio, ""))
         if self.suggested_factor is not None:
             rows.append(("suggested factor F", self.suggested_factor, ""))
-        rows.append(("suggested shift s", self.suggested_shift if self.suggested_shift is not None
-                     else "needs sample text (--texts or --data)", ""))
+        rows.append(
+            (
+                "suggested shift s",
+                self.suggested_shift if self.suggested_shift is not None else "needs sample text (--texts or --data)",
+                "",
+            )
+        )
 
         def fmt(value) -> str:
             if isinstance(value, float):
@@ -300,8 +325,15 @@ def logit_stats(head: MLMHead, hidden: torch.Tensor, n_texts: int, seed: int = 0
     return stats, sample.cpu().numpy()
 
 
-def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents: Sequence[str], max_length: int, batch_size: int,
-                 show_progress: bool = False) -> SpladeStats:
+def splade_stats(
+    model: nn.Module,
+    tokenizer,
+    queries: Sequence[str],
+    documents: Sequence[str],
+    max_length: int,
+    batch_size: int,
+    show_progress: bool = False,
+) -> SpladeStats:
     """:class:`SpladeStats` of the model at its current weights, with the plain SPLADE head and the
     pooling, activation, cap and fold of ``model`` when it is a :class:`~spladekit.model.splade.SpladeModel`
     (else max/relu, no cap, no fold); ``show_progress``: a bar per side.
@@ -319,8 +351,14 @@ def splade_stats(model: nn.Module, tokenizer, queries: Sequence[str], documents:
     try:
         described = model if isinstance(model, SpladeModel) else SpladeModel(mlm, head_impl="plain")  # (a DistilBERT
         # masked LM has an attribute "activation" of its own: only a SpladeModel's is read)
-        splade = SpladeModel(mlm, head_impl="plain", pooling=described.pooling, activation=described.activation,
-                             position_top_k=getattr(described, "position_top_k", None), fold=getattr(described, "fold", None))
+        splade = SpladeModel(
+            mlm,
+            head_impl="plain",
+            pooling=described.pooling,
+            activation=described.activation,
+            position_top_k=getattr(described, "position_top_k", None),
+            fold=getattr(described, "fold", None),
+        )
         encoder = SpladeEncoder(splade, tokenizer, meta, batch_size=batch_size, device=device)
         q = encoder.encode_queries(list(queries), show_progress=show_progress)
         d = encoder.encode_documents(list(documents), show_progress=show_progress) if documents else None
@@ -358,8 +396,7 @@ def _ratios(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | No
     return out
 
 
-def verdict(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | None, ref: dict,
-            suggestion: dict) -> str:
+def verdict(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | None, ref: dict, suggestion: dict) -> str:
     """The verdict sentences: each ratio to the reference against its healthy range
     (:data:`HEALTHY_RANGES`), the active fraction against :data:`ACTIVE_FRACTION_HIGH`, the
     suggested ``(F, s)`` and whether it is needed."""
@@ -368,32 +405,57 @@ def verdict(head: HeadStats, logits: LogitStats | None, splade: SpladeStats | No
     for quantity, ratio in _ratios(head, logits, splade, ref).items():
         low, high = HEALTHY_RANGES[quantity]
         if ratio > high:
-            what = {"row norm": "expect inflated logits and SPLADE collapse", "logit std": "inflated logits",
-                    "active terms": "inflated SPLADE activations"}[quantity]
+            what = {
+                "row norm": "expect inflated logits and SPLADE collapse",
+                "logit std": "inflated logits",
+                "active terms": "inflated SPLADE activations",
+            }[quantity]
         elif ratio < low:
-            what = {"row norm": "expect weak logits and few active terms", "logit std": "weak logits",
-                    "active terms": "few active terms"}[quantity]
+            what = {
+                "row norm": "expect weak logits and few active terms",
+                "logit std": "weak logits",
+                "active terms": "few active terms",
+            }[quantity]
         else:
             what = "healthy"
         label = "head scale" if quantity == "row norm" else quantity
         checks.append(f"{label} {ratio:.3g}× (healthy {low:g}–{high:g}×): {what}")
     parts = [f"against the reference ({name}): " + ", ".join(checks)]
     if splade is not None:
-        parts.append(f"{splade.active_terms['mean']:.1f} active terms per text at initialisation "
-                     f"({100 * splade.active_fraction:.2f}% of V" + (f", above {100 * ACTIVE_FRACTION_HIGH:.0f}%: inflated)"
-                                                                    if splade.active_fraction > ACTIVE_FRACTION_HIGH else ")"))
+        parts.append(
+            f"{splade.active_terms['mean']:.1f} active terms per text at initialisation "
+            f"({100 * splade.active_fraction:.2f}% of V"
+            + (
+                f", above {100 * ACTIVE_FRACTION_HIGH:.0f}%: inflated)"
+                if splade.active_fraction > ACTIVE_FRACTION_HIGH
+                else ")"
+            )
+        )
     if head.rescale:
         parts.append(f"the head was already rescaled (total factor {head.rescale.get('total_factor'):.4g})")
-    command = f"--factor {suggestion['factor']:.4g}" + (f" --shift {suggestion['shift']:.4g}" if suggestion.get("shift") is not None else "")
+    command = f"--factor {suggestion['factor']:.4g}" + (
+        f" --shift {suggestion['shift']:.4g}" if suggestion.get("shift") is not None else ""
+    )
     need = "within every healthy range: no rescaling needed" if suggestion["healthy"] else "rescale before training"
-    parts.append(f"suggested F = {suggestion['factor']:.4g}"
-                 + (f", s = {suggestion['shift']:.4g}" if suggestion.get("shift") is not None else "")
-                 + f" ({suggestion['method']}; spladekit rescale {command}); {need}")
+    parts.append(
+        f"suggested F = {suggestion['factor']:.4g}"
+        + (f", s = {suggestion['shift']:.4g}" if suggestion.get("shift") is not None else "")
+        + f" ({suggestion['method']}; spladekit rescale {command}); {need}"
+    )
     return "; ".join(parts) + "."
 
 
-def suggest_head(model: nn.Module, tokenizer, texts: Sequence[str], hidden: torch.Tensor | None, head: HeadStats,
-                 ref: dict, healthy: bool, max_length: int = 128, batch_size: int = 16) -> dict:
+def suggest_head(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    hidden: torch.Tensor | None,
+    head: HeadStats,
+    ref: dict,
+    healthy: bool,
+    max_length: int = 128,
+    batch_size: int = 16,
+) -> dict:
     """The suggested ``(F, s)`` against the reference ``ref`` (module docstring).
 
     With text and a reference std: ``F`` brings the std of ``F·(W h) + b`` over ``hidden`` (the
@@ -409,8 +471,14 @@ def suggest_head(model: nn.Module, tokenizer, texts: Sequence[str], hidden: torc
 
     ref_std = (ref.get("logits") or {}).get("std")
     ref_active = ((ref.get("splade") or {}).get("active_terms") or {}).get("mean")
-    out = {"factor": ref["row_norm_mean"] / head.row_norm["mean"], "shift": None, "method": "match the mean decoder row norm",
-           "targets": {"row_norm_mean": ref["row_norm_mean"]}, "reached": {}, "healthy": healthy}
+    out = {
+        "factor": ref["row_norm_mean"] / head.row_norm["mean"],
+        "shift": None,
+        "method": "match the mean decoder row norm",
+        "targets": {"row_norm_mean": ref["row_norm_mean"]},
+        "reached": {},
+        "healthy": healthy,
+    }
     if hidden is None or not ref_std:
         return out
     try:
@@ -435,9 +503,12 @@ def _reference_record(reference) -> dict:
     if reference is None:
         return dict(BUILTIN_REFERENCE)
     if isinstance(reference, Diagnosis):
-        return {"name": reference.model, "row_norm_mean": reference.head.row_norm["mean"],
-                "logits": asdict(reference.logits) if reference.logits else None,
-                "splade": asdict(reference.splade) if reference.splade else None}
+        return {
+            "name": reference.model,
+            "row_norm_mean": reference.head.row_norm["mean"],
+            "logits": asdict(reference.logits) if reference.logits else None,
+            "splade": asdict(reference.splade) if reference.splade else None,
+        }
     ref_norm = float(reference)
     if not ref_norm > 0:
         raise ValueError(f"reference row norm must be > 0, got {reference}")
@@ -452,7 +523,7 @@ def diagnose_mlm_head(
     *,
     queries: Sequence[str] | None = None,
     documents: Sequence[str] | None = None,
-    reference: "Diagnosis | float | None" = None,
+    reference: Diagnosis | float | None = None,
     name: str = "",
     max_length: int = 128,
     max_tokens: int | None = 1024,
@@ -501,8 +572,12 @@ def diagnose_mlm_head(
     ref = _reference_record(reference)
     say("MLM head: decoder and transform weights")
     stats, norms = head_stats(mlm)
-    diagnosis = Diagnosis(model=name or str(getattr(mlm.config, "_name_or_path", "") or type(mlm).__name__), head=stats,
-                          row_norms=norms, reference=ref)
+    diagnosis = Diagnosis(
+        model=name or str(getattr(mlm.config, "_name_or_path", "") or type(mlm).__name__),
+        head=stats,
+        row_norms=norms,
+        reference=ref,
+    )
     if texts is not None and (queries is not None or documents is not None):
         raise ValueError("give either texts or queries/documents, not both")
     pool_q = list(texts if texts is not None else (queries or []))
@@ -514,16 +589,35 @@ def diagnose_mlm_head(
         if not pool_q:
             pool_q, pool_d = pool_d, []
         say(f"logits on {len(pool_q) + len(pool_d)} texts (at most {max_tokens or 'all'} tokens sampled)")
-        hidden = token_hidden_states(mlm, tokenizer, pool_q + pool_d, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+        hidden = token_hidden_states(
+            mlm,
+            tokenizer,
+            pool_q + pool_d,
+            max_length=max_length,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            seed=seed,
+        )
         diagnosis.logits, diagnosis.logit_sample = logit_stats(head, hidden, len(pool_q) + len(pool_d), seed)
         say(f"SPLADE vectors at initialisation: encoding {len(pool_q) + len(pool_d)} texts")
-        diagnosis.splade = splade_stats(model, tokenizer, pool_q, pool_d, max_length, batch_size,  # a SpladeModel's pooling
-                                        show_progress=progress is not None)
+        diagnosis.splade = splade_stats(
+            model,
+            tokenizer,
+            pool_q,
+            pool_d,
+            max_length,
+            batch_size,  # a SpladeModel's pooling
+            show_progress=progress is not None,
+        )
     diagnosis.scale_ratio = stats.row_norm["mean"] / ref["row_norm_mean"]
     ratios = _ratios(stats, diagnosis.logits, diagnosis.splade, ref)
     healthy = all(HEALTHY_RANGES[q][0] <= r <= HEALTHY_RANGES[q][1] for q, r in ratios.items())
     say(f"suggesting a factor and a shift against {ref['name']}")
     suggestion = suggest_head(model, tokenizer, pool_q + pool_d, hidden, stats, ref, healthy, max_length, batch_size)
-    diagnosis.suggested_factor, diagnosis.suggested_shift, diagnosis.suggestion = suggestion["factor"], suggestion["shift"], suggestion
+    diagnosis.suggested_factor, diagnosis.suggested_shift, diagnosis.suggestion = (
+        suggestion["factor"],
+        suggestion["shift"],
+        suggestion,
+    )
     diagnosis.verdict = verdict(stats, diagnosis.logits, diagnosis.splade, ref, suggestion)
     return diagnosis

@@ -120,8 +120,9 @@ def emulate_large_head(model: nn.Module, kind: str, factor: float = 16.0, *, sig
         raise ValueError(f"the emulation factor must be finite and > 0, got {factor}")
     mlm = unwrap(model)
     if emulation_record(mlm):
-        raise AlreadyEmulatedError(f"the MLM head was already inflated ({emulation_record(mlm)['kind']}); "
-                                   "start from the original model")
+        raise AlreadyEmulatedError(
+            f"the MLM head was already inflated ({emulation_record(mlm)['kind']}); start from the original model"
+        )
     head = find_mlm_head(mlm)
     record: dict = {"kind": kind, "factor": float(factor), "norms_before": head_norms(head)}
     if kind == "ln_gain":
@@ -137,9 +138,14 @@ def emulate_large_head(model: nn.Module, kind: str, factor: float = 16.0, *, sig
         else:
             factors = row_factors(head.weight.shape[0], factor, sigma, seed)
             scale = torch.from_numpy(factors)
-            record.update(sigma=float(sigma), seed=int(seed), row_factor_min=float(factors.min()),
-                          row_factor_median=float(np.median(factors)), row_factor_mean=float(factors.mean()),
-                          row_factor_max=float(factors.max()))
+            record.update(
+                sigma=float(sigma),
+                seed=int(seed),
+                row_factor_min=float(factors.min()),
+                row_factor_median=float(np.median(factors)),
+                row_factor_mean=float(factors.mean()),
+                row_factor_max=float(factors.max()),
+            )
         check_representable(head.weight, float(scale.max()), "decoder weight")
         record["untied"] = untie_mlm_decoder(mlm)
         head = find_mlm_head(mlm)

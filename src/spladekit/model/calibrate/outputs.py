@@ -54,7 +54,9 @@ class TextSource(Settings):
         if self.texts and self.data:
             raise ValueError("give either a text file or a BEIR folder, not both")
         if self.data and (self.n_queries < 0 or self.n_docs < 0 or self.n_queries + self.n_docs == 0):
-            raise ValueError(f"--n-queries and --n-docs must be ≥ 0, not both 0; got {self.n_queries} and {self.n_docs}")
+            raise ValueError(
+                f"--n-queries and --n-docs must be ≥ 0, not both 0; got {self.n_queries} and {self.n_docs}"
+            )
         if self.texts:
             from spladekit.data.texts import read_text_lines
 
@@ -132,8 +134,10 @@ class RescaleConfig(Settings):
         if len(chosen) > 1:
             raise ValueError("give at most one of --factor, --match-norm, --target-logit, --joint")
         if not chosen and self.shift is None and self.target_activity is None and not self.head().changes_head:
-            raise ValueError("nothing to do: give --factor, --match-norm, --target-logit, --joint, --shift, "
-                             "--target-activity, --position-top-k or --fold-vocabulary")
+            raise ValueError(
+                "nothing to do: give --factor, --match-norm, --target-logit, --joint, --shift, "
+                "--target-activity, --position-top-k or --fold-vocabulary"
+            )
         return chosen[0] if chosen else None
 
     def spec(self) -> RescaleSpec:
@@ -149,10 +153,18 @@ class RescaleConfig(Settings):
         mode = self.mode()
         reference = _number_or_name(self.match_norm) if mode == "match_norm" else self.reference
         try:
-            return RescaleSpec(mode=mode, factor=self.factor, reference=reference, target=self.target_logit,
-                               statistic="std" if mode == "joint" else self.statistic, scale_bias=self.scale_bias,
-                               force=self.force, shift=self.shift, activity=_number_or_name(self.target_activity),
-                               activity_statistic=self.activity_statistic)
+            return RescaleSpec(
+                mode=mode,
+                factor=self.factor,
+                reference=reference,
+                target=self.target_logit,
+                statistic="std" if mode == "joint" else self.statistic,
+                scale_bias=self.scale_bias,
+                force=self.force,
+                shift=self.shift,
+                activity=_number_or_name(self.target_activity),
+                activity_statistic=self.activity_statistic,
+            )
         except ValidationError as exc:
             field, message = validation_problems(exc)[0]
             raise ValueError(f"rescale: {message} ({field or 'options'})") from None
@@ -208,19 +220,28 @@ def run_diagnose(config: DiagnoseConfig, out: str | Path, progress=None) -> Diag
     _check_sizes(config)
     if out.exists() and not out.is_dir():
         ensure_folder(out)  # raises OutputPathError before any work
-    say(f"diagnose {config.model}" + (f" against {config.reference}" if config.reference else " against the built-in "
-                                       "splade-tiny reference") + f" → {out}")
+    say(
+        f"diagnose {config.model}"
+        + (f" against {config.reference}" if config.reference else " against the built-in splade-tiny reference")
+        + f" → {out}"
+    )
     sample = config.source.load()
     if sample:
         say(f"sample text: {len(sample[0]) + len(sample[1])} texts")
-    kwargs = dict(max_length=config.max_length, max_tokens=config.max_tokens, batch_size=config.batch_size, seed=config.source.seed)
+    kwargs = dict(
+        max_length=config.max_length,
+        max_tokens=config.max_tokens,
+        batch_size=config.batch_size,
+        seed=config.source.seed,
+    )
 
     def measure(name: str, reference=None) -> Diagnosis:
         say(f"loading {name}")
         encoder = _load(name, config.trust_remote_code)
         text_args = {"queries": sample[0], "documents": sample[1]} if sample else {}
-        return diagnose_mlm_head(encoder.model, encoder.tokenizer, name=name, reference=reference, progress=progress,
-                                 **text_args, **kwargs)
+        return diagnose_mlm_head(
+            encoder.model, encoder.tokenizer, name=name, reference=reference, progress=progress, **text_args, **kwargs
+        )
 
     reference = _number_or_name(config.reference)
     if isinstance(reference, str):
@@ -252,8 +273,12 @@ def _write_diagnosis(diagnosis: Diagnosis, reference, out: Path) -> None:
         stats = diagnosis.logits
         total = stats.n_tokens * diagnosis.head.vocab_size
         marks = {f"p99 of all {total:,} logits": stats.p99, f"max of all {total:,} logits": stats.max}
-        plots.head_logits(logits, out / "logits.png", marks=marks,
-                          note=f"histogram: a random sample of {len(diagnosis.logit_sample):,} of the {total:,} logits")
+        plots.head_logits(
+            logits,
+            out / "logits.png",
+            marks=marks,
+            note=f"histogram: a random sample of {len(diagnosis.logit_sample):,} of the {total:,} logits",
+        )
 
 
 def run_rescale(config: RescaleConfig, out: str | Path) -> dict:
@@ -292,12 +317,18 @@ def run_rescale(config: RescaleConfig, out: str | Path) -> dict:
     encoder = _load(config.model, config.trust_remote_code)
     head = config.head()
     if head.changes_head:  # before the calibration: the activity counts what the capped, folded head outputs
-        encoder.model.configure_head(**head.resolve(encoder.metadata, encoder.tokenizer, encoder.model.vocab_size, config.model))
+        encoder.model.configure_head(
+            **head.resolve(encoder.metadata, encoder.tokenizer, encoder.model.vocab_size, config.model)
+        )
     texts = calibration = None
     if spec.needs_text:
         texts = sample[0] + sample[1]
-        calibration = {"max_length": config.max_length, "max_tokens": config.max_tokens, "batch_size": config.batch_size,
-                       "seed": config.source.seed}
+        calibration = {
+            "max_length": config.max_length,
+            "max_tokens": config.max_tokens,
+            "batch_size": config.batch_size,
+            "seed": config.source.seed,
+        }
     applied = {"mode": None, "factor": 1.0, "shift": 0.0}
     if spec.changes_head:
         factor = spec.apply(encoder.model, encoder.tokenizer, texts, calibration)

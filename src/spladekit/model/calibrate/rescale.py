@@ -46,8 +46,8 @@ compounds (``total_factor`` is the product) and is appended to the history.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -144,7 +144,9 @@ def untie_mlm_decoder(model: nn.Module) -> list[str]:
 
 def _bias_aliases(mlm: nn.Module, head: MLMHead) -> list[nn.Parameter]:
     """Other bias parameters of the head that the family keeps equal to the decoder bias."""
-    owner = {"bert": "cls.predictions", "roberta": "lm_head", "xlm-roberta": "lm_head", "camembert": "lm_head"}.get(head.family)
+    owner = {"bert": "cls.predictions", "roberta": "lm_head", "xlm-roberta": "lm_head", "camembert": "lm_head"}.get(
+        head.family
+    )
     if owner is None or head.bias is None:
         return []
     alias = getattr(mlm.get_submodule(owner), "bias", None)
@@ -228,12 +230,15 @@ def calibrated_factor(
     """
     parse_statistic(statistic)
     mlm = unwrap(model)
-    hidden = token_hidden_states(mlm, tokenizer, texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+    hidden = token_hidden_states(
+        mlm, tokenizer, texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed
+    )
     return factor_for_statistic(find_mlm_head(mlm), hidden, target, statistic, scale_bias)
 
 
-def factor_for_statistic(head: MLMHead, hidden: torch.Tensor, target: float, statistic: str = "p99",
-                         scale_bias: bool = False) -> float:
+def factor_for_statistic(
+    head: MLMHead, hidden: torch.Tensor, target: float, statistic: str = "p99", scale_bias: bool = False
+) -> float:
     """The factor of :func:`calibrated_factor` for given decoder inputs ``hidden`` ``[N, H']`` (the
     token sample), by the same rule (closed form with ``scale_bias``, else the root nearest ``F = 1``).
 
@@ -283,8 +288,12 @@ def factor_for_statistic(head: MLMHead, hidden: torch.Tensor, target: float, sta
     raise CalibrationError(
         f"cannot reach {statistic} = {target} with a factor in [1e-{GRID_DECADES}, 1e{GRID_DECADES}]: "
         f"the rescaled logits' {statistic} stays within [{min(seen):.6g}, {max(seen):.6g}]"
-        + ("; the decoder bias is not scaled, so it bounds what small factors reach: scale it too (scale_bias=True, "
-           "CLI --scale-bias) or choose a target inside this range" if head.bias is not None else "")
+        + (
+            "; the decoder bias is not scaled, so it bounds what small factors reach: scale it too (scale_bias=True, "
+            "CLI --scale-bias) or choose a target inside this range"
+            if head.bias is not None
+            else ""
+        )
     )
 
 
@@ -308,9 +317,11 @@ def _std_factor(head: MLMHead, hidden: torch.Tensor, target: float) -> float:
     roots = [r for r in roots if r > 0]
     if not roots:
         lowest = math.sqrt(max(var_b - cov**2 / var_x, 0.0)) if var_x > 0 else math.sqrt(var_b)
-        raise CalibrationError(f"cannot reach std = {target}: no positive factor gives a std below {lowest:.6g} (the "
-                               "unscaled decoder bias keeps it); scale the bias too (scale_bias=True, CLI --scale-bias) "
-                               "or choose a larger target")
+        raise CalibrationError(
+            f"cannot reach std = {target}: no positive factor gives a std below {lowest:.6g} (the "
+            "unscaled decoder bias keeps it); scale the bias too (scale_bias=True, CLI --scale-bias) "
+            "or choose a larger target"
+        )
     return float(min(roots, key=lambda r: abs(math.log(r))))
 
 
@@ -326,9 +337,13 @@ def check_representable(tensor: torch.Tensor, factor: float, what: str) -> None:
     info = torch.finfo(tensor.dtype)
     scaled = largest * factor  # Python float64: exact enough for the bound
     if scaled > info.max:
-        raise ValueError(f"factor {factor:g} overflows the {what} ({tensor.dtype}: max |w| {largest:.4g} × F > {info.max:.4g})")
+        raise ValueError(
+            f"factor {factor:g} overflows the {what} ({tensor.dtype}: max |w| {largest:.4g} × F > {info.max:.4g})"
+        )
     if scaled < info.tiny:
-        raise ValueError(f"factor {factor:g} underflows the {what} to zero ({tensor.dtype}: max |w| {largest:.4g} × F < {info.tiny:.4g})")
+        raise ValueError(
+            f"factor {factor:g} underflows the {what} to zero ({tensor.dtype}: max |w| {largest:.4g} × F < {info.tiny:.4g})"
+        )
 
 
 @torch.no_grad()
@@ -414,10 +429,16 @@ def rescale_mlm_head(
             f"{len(record.get('history', []))} step(s) in config.{RECORD_KEY}); pass force=True (command line: --force) to compound"
         )
     _check_mode_arguments(mode, factor, reference, target, statistic, tokenizer, texts, shift, activity)
-    sample = dict(tokenizer=tokenizer, texts=list(texts or []), options=dict(calibration or {}),
-                  activity_statistic=activity_statistic)
+    sample = dict(
+        tokenizer=tokenizer,
+        texts=list(texts or []),
+        options=dict(calibration or {}),
+        activity_statistic=activity_statistic,
+    )
     factor, details = _choose_factor(model, mode, factor, reference, target, statistic, scale_bias, sample)
-    shift, shift_details = _choose_shift(model, mode, factor, scale_bias, reference, shift, activity, activity_statistic, sample)
+    shift, shift_details = _choose_shift(
+        model, mode, factor, scale_bias, reference, shift, activity, activity_statistic, sample
+    )
     factor = float(factor)
     if not (math.isfinite(factor) and factor > 0):
         raise ValueError(f"the factor must be finite and > 0, got {factor}")
@@ -425,8 +446,14 @@ def rescale_mlm_head(
     if scale_bias and head.bias is not None:
         check_representable(head.bias, factor, "decoder bias")
     _check_shift(head, shift, factor if scale_bias else 1.0)
-    entry = {"factor": factor, "mode": mode or "shift", "scale_bias": bool(scale_bias), **details,
-             "shift": shift, **shift_details}
+    entry = {
+        "factor": factor,
+        "mode": mode or "shift",
+        "scale_bias": bool(scale_bias),
+        **details,
+        "shift": shift,
+        **shift_details,
+    }
     _apply(mlm, factor, scale_bias, shift, entry, record, force)
     return factor
 
@@ -451,10 +478,14 @@ def _check_mode_arguments(mode, factor, reference, target, statistic, tokenizer,
         raise ValueError("nothing to do: give a mode, a shift or an activity target")
     if mode == "joint":
         if statistic not in ("std", "p99"):
-            raise ValueError(f"mode='joint' calibrates the factor on the logits' std, which a shift does not move; "
-                             f"statistic {statistic!r} does move with it")
+            raise ValueError(
+                f"mode='joint' calibrates the factor on the logits' std, which a shift does not move; "
+                f"statistic {statistic!r} does move with it"
+            )
         if (target is None or activity is None) and not isinstance(reference, (str, Path, tuple, list)):
-            raise ValueError("mode='joint' needs a reference model (reference=) or both numbers target= (std) and activity=")
+            raise ValueError(
+                "mode='joint' needs a reference model (reference=) or both numbers target= (std) and activity="
+            )
     if (mode == "joint" or activity is not None) and (tokenizer is None or not texts):
         raise ValueError("calibrating on sample text (mode='joint', activity=) needs tokenizer= and texts=")
 
@@ -465,8 +496,11 @@ def _choose_factor(model, mode, factor, reference, target, statistic, scale_bias
         return (1.0 if factor is None else factor), {}
     if mode == "match_norm":
         ref_norm = reference_row_norm(reference)
-        name = reference if isinstance(reference, (int, float, str)) else str(
-            getattr(getattr(reference, "config", None), "_name_or_path", type(reference).__name__))
+        name = (
+            reference
+            if isinstance(reference, (int, float, str))
+            else str(getattr(getattr(reference, "config", None), "_name_or_path", type(reference).__name__))
+        )
         return match_norm_factor(unwrap(model), ref_norm), {"reference": name, "reference_row_norm_mean": ref_norm}
     tokenizer, texts, options = sample["tokenizer"], sample["texts"], sample["options"]
     if mode == "target_logit":
@@ -489,7 +523,9 @@ def _reference_targets(reference, sample, details: dict) -> dict:
     statistic = sample["activity_statistic"]
     key = ("reference", statistic)
     if key not in sample:
-        options = {k: v for k, v in sample["options"].items() if k in ("max_length", "max_tokens", "batch_size", "seed")}
+        options = {
+            k: v for k, v in sample["options"].items() if k in ("max_length", "max_tokens", "batch_size", "seed")
+        }
         sample[key] = reference_targets(reference, sample["texts"], "std", statistic, **options)
         details["reference"] = sample[key]["name"]
     return sample[key]
@@ -551,5 +587,8 @@ def _apply(mlm, factor: float, scale_bias: bool, shift: float, entry: dict, reco
     net_shift = 0.0
     for step in history:
         net_shift = net_shift * (step["factor"] if step["scale_bias"] else 1.0) + float(step.get("shift", 0.0))
-    setattr(mlm.config, RECORD_KEY, {"history": history, "total_factor": total, "total_bias_factor": total_bias,
-                                     "total_shift": net_shift})
+    setattr(
+        mlm.config,
+        RECORD_KEY,
+        {"history": history, "total_factor": total, "total_bias_factor": total_bias, "total_shift": net_shift},
+    )

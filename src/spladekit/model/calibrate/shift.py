@@ -31,7 +31,7 @@ chooses ``F`` on the spread first and then ``s`` on the activity at that ``F``.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -59,8 +59,16 @@ def head_options(model: nn.Module) -> tuple[str, int | None, object]:
 
 
 @torch.no_grad()
-def pooled_maxima(model: nn.Module, tokenizer, texts: Sequence[str], factor: float = 1.0, scale_bias: bool = False, *,
-                  max_length: int = 128, batch_size: int = 16) -> torch.Tensor:
+def pooled_maxima(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    factor: float = 1.0,
+    scale_bias: bool = False,
+    *,
+    max_length: int = 128,
+    batch_size: int = 16,
+) -> torch.Tensor:
     """``m`` ``[n, V]`` float32: each text's pooled logits ``max_t (F·W h_t + b)`` (``F·(W h_t + b)``
     with ``scale_bias``) over its real positions and, under the model's cap, the logits each
     position keeps; folded into terms (max over a term's columns) under the model's fold; the
@@ -91,8 +99,13 @@ def pooled_maxima(model: nn.Module, tokenizer, texts: Sequence[str], factor: flo
     rows = []
     try:
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer([str(t) for t in texts[start : start + batch_size]], max_length=max_length, truncation=True,
-                              padding=True, return_tensors="pt")
+            batch = tokenizer(
+                [str(t) for t in texts[start : start + batch_size]],
+                max_length=max_length,
+                truncation=True,
+                padding=True,
+                return_tensors="pt",
+            )
             mask = batch["attention_mask"].to(device)
             hidden = splade.hidden_states(batch["input_ids"].to(device), mask).float()
             rows.append(_masked_max(hidden, mask, weight, bias, False, "torch", cap)[0].cpu())
@@ -142,16 +155,27 @@ def activity(values: torch.Tensor, statistic: str, shift: float = 0.0) -> float:
     return float(above.sum(dim=1).mean()) if statistic == "active_terms" else float(above.mean())
 
 
-def activity_values(model: nn.Module, tokenizer, texts: Sequence[str], statistic: str, factor: float = 1.0,
-                    scale_bias: bool = False, *, max_length: int = 128, max_tokens: int | None = 1024,
-                    batch_size: int = 16, seed: int = 0) -> torch.Tensor:
+def activity_values(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    statistic: str,
+    factor: float = 1.0,
+    scale_bias: bool = False,
+    *,
+    max_length: int = 128,
+    max_tokens: int | None = 1024,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> torch.Tensor:
     """The values an activity counts, at factor ``F``: :func:`pooled_maxima` ``[n, V]`` for
     ``active_terms``, the token sample's logits ``[N, V]`` for ``frac_positive``."""
     check_activity_statistic(statistic)
     if statistic == "active_terms":
         return pooled_maxima(model, tokenizer, texts, factor, scale_bias, max_length=max_length, batch_size=batch_size)
-    hidden = token_hidden_states(unwrap(model), tokenizer, texts, max_length=max_length, batch_size=batch_size,
-                                 max_tokens=max_tokens, seed=seed)
+    hidden = token_hidden_states(
+        unwrap(model), tokenizer, texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed
+    )
     return decoder_logits(find_mlm_head(unwrap(model)), hidden, factor, scale_bias)
 
 
@@ -175,9 +199,17 @@ def calibrated_shift(values: torch.Tensor, target: float, statistic: str) -> tup
     return shift, activity(values, statistic, shift)
 
 
-def reference_targets(reference, texts: Sequence[str], statistic: str, activity_statistic: str, *,
-                      max_length: int = 128, max_tokens: int | None = 1024, batch_size: int = 16,
-                      seed: int = 0) -> dict[str, float]:
+def reference_targets(
+    reference,
+    texts: Sequence[str],
+    statistic: str,
+    activity_statistic: str,
+    *,
+    max_length: int = 128,
+    max_tokens: int | None = 1024,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> dict[str, float]:
     """A reference model's logit ``statistic`` and activity on ``texts`` (its own tokenizer, pooling,
     cap and fold): the targets of a calibration against it.
 
@@ -197,11 +229,20 @@ def reference_targets(reference, texts: Sequence[str], statistic: str, activity_
         name = str(getattr(getattr(unwrap(model), "config", None), "_name_or_path", "") or type(model).__name__)
     else:
         (model, tokenizer), name = _load_reference(reference), str(reference)
-    hidden = token_hidden_states(unwrap(model), tokenizer, texts, max_length=max_length, batch_size=batch_size,
-                                 max_tokens=max_tokens, seed=seed)
+    hidden = token_hidden_states(
+        unwrap(model), tokenizer, texts, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens, seed=seed
+    )
     spread = logit_statistic(decoder_logits(find_mlm_head(unwrap(model)), hidden), statistic)
-    values = activity_values(model, tokenizer, texts, activity_statistic, max_length=max_length, max_tokens=max_tokens,
-                             batch_size=batch_size, seed=seed)
+    values = activity_values(
+        model,
+        tokenizer,
+        texts,
+        activity_statistic,
+        max_length=max_length,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        seed=seed,
+    )
     return {"name": name, statistic: spread, activity_statistic: activity(values, activity_statistic)}
 
 

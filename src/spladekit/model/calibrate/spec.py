@@ -11,7 +11,8 @@ multiplied by a constant F before training).
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -40,19 +41,27 @@ class RescaleSpec(Settings):
 
     mode: Literal["factor", "match_norm", "target_logit", "joint"] | None = None
     factor: float | None = Field(None, gt=0.0)
-    reference: str | float | None = Field(None, description="match_norm: a model path/id or a mean row norm; "
-                                          "joint: a model path/id whose std and activity are the targets")
-    target: float | None = Field(None, description="target_logit: the value the logit statistic should reach; joint: the std")
+    reference: str | float | None = Field(
+        None,
+        description="match_norm: a model path/id or a mean row norm; "
+        "joint: a model path/id whose std and activity are the targets",
+    )
+    target: float | None = Field(
+        None, description="target_logit: the value the logit statistic should reach; joint: the std"
+    )
     statistic: str = "p99"
     scale_bias: bool = False
     force: bool = Field(False, description="rescale an already rescaled model (the factors compound)")
     shift: float | None = Field(None, description="subtract s from every logit (the decoder bias becomes b - s)")
-    activity: float | str | None = Field(None, description="calibrate the shift so that activity_statistic reaches "
-                                         "this number, or that of this model (path/id) on the same text")
+    activity: float | str | None = Field(
+        None,
+        description="calibrate the shift so that activity_statistic reaches "
+        "this number, or that of this model (path/id) on the same text",
+    )
     activity_statistic: Literal["active_terms", "frac_positive"] = "active_terms"
 
     @model_validator(mode="after")
-    def _needs(self) -> "RescaleSpec":
+    def _needs(self) -> RescaleSpec:
         if self.factor is not None and self.mode is None:
             self.__dict__["mode"] = "factor"
         if self.mode in ("factor", "match_norm", "target_logit"):
@@ -63,8 +72,10 @@ class RescaleSpec(Settings):
             raise ValueError("give a shift, or calibrate it (activity, or mode 'joint'), not both")
         if self.mode == "joint":
             if "statistic" in self.model_fields_set and self.statistic != "std":
-                raise ValueError(f"mode 'joint' calibrates the factor on the logits' std (a shift does not move it), "
-                                 f"not on {self.statistic!r}")
+                raise ValueError(
+                    f"mode 'joint' calibrates the factor on the logits' std (a shift does not move it), "
+                    f"not on {self.statistic!r}"
+                )
             if (self.target is None or self.activity is None) and not isinstance(self.reference, str):
                 raise ValueError("mode 'joint' needs a reference model, or both target (the std) and activity")
         return self
@@ -79,8 +90,13 @@ class RescaleSpec(Settings):
         """Whether it calibrates on sample text (``target_logit``, ``joint``, an activity target)."""
         return self.mode in ("target_logit", "joint") or self.activity is not None
 
-    def kwargs(self, tokenizer=None, texts: Sequence[str] | None = None, calibration: dict | None = None,
-               force: bool | None = None) -> dict:
+    def kwargs(
+        self,
+        tokenizer=None,
+        texts: Sequence[str] | None = None,
+        calibration: dict | None = None,
+        force: bool | None = None,
+    ) -> dict:
         """The keyword arguments of :func:`rescale_mlm_head` for this spec.
 
         Args:
@@ -114,8 +130,14 @@ class RescaleSpec(Settings):
                 args["calibration"] = dict(calibration)
         return args
 
-    def apply(self, mlm, tokenizer=None, texts: Sequence[str] | None = None, calibration: dict | None = None,
-              force: bool | None = None) -> float | None:
+    def apply(
+        self,
+        mlm,
+        tokenizer=None,
+        texts: Sequence[str] | None = None,
+        calibration: dict | None = None,
+        force: bool | None = None,
+    ) -> float | None:
         """Rescale (and shift) ``mlm`` in place; the factor applied, or None when the spec changes nothing
         (the shift applied is in the record's last step, ``rescale_record(mlm)["history"][-1]["shift"]``).
 
@@ -144,10 +166,14 @@ class HeadSpec(Settings):
             by the word-start marker into one term; None: the start model's (no fold for a plain masked LM).
     """
 
-    position_top_k: int | None = Field(None, ge=0, description="pool each position's k largest logits only "
-                                       "(0: no cap; None: the start model's)")
-    fold_vocabulary: bool | None = Field(None, description="fold case and word-start variants of a byte-level BPE "
-                                         "vocabulary into one term (None: the start model's)")
+    position_top_k: int | None = Field(
+        None, ge=0, description="pool each position's k largest logits only (0: no cap; None: the start model's)"
+    )
+    fold_vocabulary: bool | None = Field(
+        None,
+        description="fold case and word-start variants of a byte-level BPE "
+        "vocabulary into one term (None: the start model's)",
+    )
 
     @property
     def changes_head(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from torch import nn
 
 from spladekit.errors import SpladekitError
 from spladekit.model.heads import MLMHead
+
 
 class CalibrationError(SpladekitError, ValueError):
     """No factor (or shift) reaches the requested target (e.g. the bias alone already exceeds it).
@@ -94,7 +95,9 @@ def parse_statistic(name: str) -> tuple[str, float | None]:
     match = re.fullmatch(r"p(\d{1,2}(?:\.\d+)?|100)", name)
     if match:
         return "percentile", float(match.group(1)) / 100.0
-    raise ValueError(f"unknown logit statistic {name!r}; use one of {', '.join(NAMED_STATISTICS)} or a percentile such as p99")
+    raise ValueError(
+        f"unknown logit statistic {name!r}; use one of {', '.join(NAMED_STATISTICS)} or a percentile such as p99"
+    )
 
 
 def logit_statistic(logits: torch.Tensor, statistic: str) -> float:
@@ -147,7 +150,13 @@ def token_hidden_states(
     rows = []
     try:
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+            batch = tokenizer(
+                texts[start : start + batch_size],
+                max_length=max_length,
+                truncation=True,
+                padding=True,
+                return_tensors="pt",
+            )
             mask = batch["attention_mask"].to(device)
             hidden = splade.hidden_states(batch["input_ids"].to(device), mask)
             rows.append(hidden[mask.bool()].float())

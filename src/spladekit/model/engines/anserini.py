@@ -110,8 +110,11 @@ def check_vocabulary(encoder, v: common.Variant) -> list[str]:
     backend = getattr(tok, "backend_tokenizer", None)
     data = json.loads(backend.to_str()) if backend is not None else {}
     if data.get("model", {}).get("type") != "WordPiece":
-        common.refuse(v, f"the tokenizer of this {v.family} model is not WordPiece (Anserini tokenizes with DJL's "
-                      "BertFullTokenizer)")
+        common.refuse(
+            v,
+            f"the tokenizer of this {v.family} model is not WordPiece (Anserini tokenizes with DJL's "
+            "BertFullTokenizer)",
+        )
     normalizer = data.get("normalizer") or {}
     if not (normalizer.get("lowercase") or getattr(tok, "do_lower_case", False)):
         common.refuse(v, "a cased WordPiece tokenizer: Anserini's BertFullTokenizer lower-cases every query")
@@ -121,15 +124,18 @@ def check_vocabulary(encoder, v: common.Variant) -> list[str]:
         common.refuse(v, f"the tokenizer names {len(tokens)} ids, not the decoder's {v.vocab_size} columns 0..V-1")
     for needed in ("[CLS]", "[SEP]", "[UNK]"):
         if needed not in vocab:
-            common.refuse(v, f"the vocabulary has no {needed} (Anserini adds [CLS]/[SEP] and maps unknown words to [UNK])")
+            common.refuse(
+                v, f"the vocabulary has no {needed} (Anserini adds [CLS]/[SEP] and maps unknown words to [UNK])"
+            )
     for j, name in SKIPPED_IDS.items():
         if j < len(tokens) and tokens[j] != name:
             common.refuse(v, f"id {j} is {tokens[j]!r}, but Anserini drops id {j} as {name}: that term would be lost")
     return tokens
 
 
-def export(encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None,
-           opset: int = 17, **_ignored) -> Path:
+def export(
+    encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None, opset: int = 17, **_ignored
+) -> Path:
     """Write the Anserini folder (module docstring) atomically; returns ``out``.
 
     Raises:
@@ -141,10 +147,15 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
 
     v = common.variant(encoder, ENGINE, pooling, activation)
     if v.inference_free:
-        common.refuse(v, "an inference-free model: Anserini's encoder runs the model on queries, whose side here is a table")
+        common.refuse(
+            v, "an inference-free model: Anserini's encoder runs the model on queries, whose side here is a table"
+        )
     if v.folded:
-        common.refuse(v, "a folded vocabulary: Anserini reads output_idx as ids of vocab.txt (the tokenizer's WordPiece "
-                      "vocabulary), and a folded vector's columns are terms")
+        common.refuse(
+            v,
+            "a folded vocabulary: Anserini reads output_idx as ids of vocab.txt (the tokenizer's WordPiece "
+            "vocabulary), and a folded vector's columns are terms",
+        )
     if opset > 20:
         raise ValueError(f"opset {opset}: Anserini 0.25's onnxruntime reads at most opset 20")
     tokens = check_vocabulary(encoder, v)
@@ -157,14 +168,31 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     with atomic_folder(out) as tmp:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(graph, args, str(tmp / ONNX_FILE), input_names=list(INPUTS), output_names=list(OUTPUTS),
-                              dynamic_axes=axes, opset_version=opset, dynamo=False)
+            torch.onnx.export(
+                graph,
+                args,
+                str(tmp / ONNX_FILE),
+                input_names=list(INPUTS),
+                output_names=list(OUTPUTS),
+                dynamic_axes=axes,
+                opset_version=opset,
+                dynamo=False,
+            )
         with atomic_write(tmp / VOCAB_FILE) as fh:
             fh.write("".join(t + "\n" for t in tokens))
-        record = {"file": ONNX_FILE, "vocab": VOCAB_FILE, "encoder_class": ENCODER_CLASS, "inputs": list(INPUTS),
-                  "outputs": list(OUTPUTS), "opset": opset, "pooling": v.pooling, "activation": v.activation,
-                  "position_top_k": v.position_top_k,
-                  "zeroed_columns": v.zero_ids, "quantization": f"round(w / {WEIGHT_RANGE} * {QUANT_RANGE})"}
+        record = {
+            "file": ONNX_FILE,
+            "vocab": VOCAB_FILE,
+            "encoder_class": ENCODER_CLASS,
+            "inputs": list(INPUTS),
+            "outputs": list(OUTPUTS),
+            "opset": opset,
+            "pooling": v.pooling,
+            "activation": v.activation,
+            "position_top_k": v.position_top_k,
+            "zeroed_columns": v.zero_ids,
+            "quantization": f"round(w / {WEIGHT_RANGE} * {QUANT_RANGE})",
+        }
         common.write_metadata(encoder, tmp, ENGINE, record)
         common.write_how_to(tmp, HOW_TO)
     return Path(out)
@@ -173,7 +201,7 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
 HOW_TO = f"""
 # Using this model as an Anserini / Pyserini query encoder
 
-Anserini's `{ENCODER_CLASS.rsplit('.', 1)[1]}` reads `{ONNX_FILE}` and `{VOCAB_FILE}` from
+Anserini's `{ENCODER_CLASS.rsplit(".", 1)[1]}` reads `{ONNX_FILE}` and `{VOCAB_FILE}` from
 `~/.cache/anserini/encoders/` and downloads them only when they are missing. Copy both files there
 (this replaces a cached SPLADE++ ED model):
 

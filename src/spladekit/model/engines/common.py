@@ -73,10 +73,18 @@ def variant(encoder, engine: str, pooling: str | None = None, activation: str | 
         zero += [int(j) for j in getattr(tokenizer, "all_special_ids", []) or []]
     model = encoder.model
     cap = model.position_top_k if model.position_top_k is not None and model.position_top_k < model.vocab_size else None
-    v = Variant(engine=engine, family=model.head.family, pooling=pooling, activation=activation,
-                vocab_size=model.vocab_size, zero_ids=sorted(set(zero)),
-                inference_free=encoder.query_weights is not None, source=meta.source,
-                position_top_k=cap, folded=model.fold is not None)
+    v = Variant(
+        engine=engine,
+        family=model.head.family,
+        pooling=pooling,
+        activation=activation,
+        vocab_size=model.vocab_size,
+        zero_ids=sorted(set(zero)),
+        inference_free=encoder.query_weights is not None,
+        source=meta.source,
+        position_top_k=cap,
+        folded=model.fold is not None,
+    )
     refuse_pruning(v, meta)
     return v
 
@@ -94,8 +102,11 @@ def refuse_pruning(v: Variant, meta) -> None:
     for key in ("query_pruning", "doc_pruning"):
         rule = getattr(meta, key, None)
         if rule:
-            refuse(v, f"the pruning rule {key} {of_record(rule)}: the engine's encoder cannot apply it (export the "
-                      f"model without it, or prune the vectors spladekit writes: `spladekit export`)")
+            refuse(
+                v,
+                f"the pruning rule {key} {of_record(rule)}: the engine's encoder cannot apply it (export the "
+                f"model without it, or prune the vectors spladekit writes: `spladekit export`)",
+            )
 
 
 def refuse(v: Variant, what: str) -> None:

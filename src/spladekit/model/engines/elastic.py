@@ -86,8 +86,11 @@ def tokenization_type(encoder, v: common.Variant) -> str:
         UnsupportedModelError: ModernBERT, a slow tokenizer, or a tokenizer model Elasticsearch lacks.
     """
     if v.family == "modernbert":
-        common.refuse(v, "ModernBERT (and Ettin) have no Elasticsearch tokenization, and their rotary "
-                      "embeddings use aten::sin/aten::cos, which ml-cpp's allowlist refuses")
+        common.refuse(
+            v,
+            "ModernBERT (and Ettin) have no Elasticsearch tokenization, and their rotary "
+            "embeddings use aten::sin/aten::cos, which ml-cpp's allowlist refuses",
+        )
     kind = tokenizer_json(encoder.tokenizer).get("model", {}).get("type")
     if kind == "WordPiece":
         return "bert"
@@ -95,8 +98,11 @@ def tokenization_type(encoder, v: common.Variant) -> str:
         return "roberta"
     if kind == "Unigram" and v.family == "xlm-roberta":
         return "xlm_roberta"
-    common.refuse(v, f"the tokenizer ({kind or 'slow, no tokenizer.json'}) of a {v.family} model has no "
-                  "Elasticsearch tokenization (bert: WordPiece; roberta: BPE; xlm_roberta: Unigram)")
+    common.refuse(
+        v,
+        f"the tokenizer ({kind or 'slow, no tokenizer.json'}) of a {v.family} model has no "
+        "Elasticsearch tokenization (bert: WordPiece; roberta: BPE; xlm_roberta: Unigram)",
+    )
 
 
 def vocabulary_file(encoder, kind: str, v: common.Variant) -> dict:
@@ -105,8 +111,11 @@ def vocabulary_file(encoder, kind: str, v: common.Variant) -> dict:
     vocab = encoder.tokenizer.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     if len(tokens) != v.vocab_size or any(vocab[t] != j for j, t in enumerate(tokens)):
-        common.refuse(v, f"the tokenizer names {len(tokens)} ids, not the decoder's {v.vocab_size} columns "
-                      "0..V-1 (Elasticsearch maps output column j to vocabulary[j])")
+        common.refuse(
+            v,
+            f"the tokenizer names {len(tokens)} ids, not the decoder's {v.vocab_size} columns "
+            "0..V-1 (Elasticsearch maps output column j to vocabulary[j])",
+        )
     out: dict = {"vocabulary": tokens}
     model = data.get("model", {})
     if kind == "roberta":
@@ -121,7 +130,9 @@ def trained_model_config(encoder, kind: str, max_length: int) -> dict:
     settings = {"with_special_tokens": True, "max_sequence_length": max_length, "truncate": "first", "span": -1}
     if kind == "bert":
         normalizer = tokenizer_json(encoder.tokenizer).get("normalizer") or {}
-        settings["do_lower_case"] = bool(getattr(encoder.tokenizer, "do_lower_case", False) or normalizer.get("lowercase"))
+        settings["do_lower_case"] = bool(
+            getattr(encoder.tokenizer, "do_lower_case", False) or normalizer.get("lowercase")
+        )
     if kind == "roberta":
         settings["add_prefix_space"] = False
     return {
@@ -144,8 +155,16 @@ def build_module(encoder, v: common.Variant, kind: str) -> tuple[nn.Module, tupl
     return ElasticSplade2(model, pooling).eval(), (ids, mask)
 
 
-def export(encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None,
-           max_length: int | None = None, index_mapping: dict | None = None, **_ignored) -> Path:
+def export(
+    encoder,
+    out: str | Path,
+    *,
+    pooling: str | None = None,
+    activation: str | None = None,
+    max_length: int | None = None,
+    index_mapping: dict | None = None,
+    **_ignored,
+) -> Path:
     """Write the Elasticsearch folder (module docstring) atomically; returns ``out``.
 
     Args:
@@ -162,14 +181,23 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
 
     v = common.variant(encoder, ENGINE, pooling, activation)
     if v.inference_free:
-        common.refuse(v, "an inference-free model (text_expansion encodes queries with the same model; "
-                      "Elasticsearch has no doc-only form)")
+        common.refuse(
+            v,
+            "an inference-free model (text_expansion encodes queries with the same model; "
+            "Elasticsearch has no doc-only form)",
+        )
     if v.position_top_k is not None:
-        common.refuse(v, f"position_top_k={v.position_top_k}: a per-position top-k needs aten::topk or aten::sort, "
-                      "which ml-cpp's allowlist refuses")
+        common.refuse(
+            v,
+            f"position_top_k={v.position_top_k}: a per-position top-k needs aten::topk or aten::sort, "
+            "which ml-cpp's allowlist refuses",
+        )
     if v.folded:
-        common.refuse(v, "a folded vocabulary: Elasticsearch names output column j by vocabulary[j], the tokenizer's "
-                      "vocabulary, and a folded vector's columns are terms")
+        common.refuse(
+            v,
+            "a folded vocabulary: Elasticsearch names output column j by vocabulary[j], the tokenizer's "
+            "vocabulary, and a folded vector's columns are terms",
+        )
     kind = tokenization_type(encoder, v)
     vocabulary = vocabulary_file(encoder, kind, v)
     max_length = max_length or encoder.metadata.doc_max_length
@@ -180,22 +208,33 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
         write_json(tmp / VOCAB_FILE, vocabulary)
         config = trained_model_config(encoder, kind, max_length)
         write_json(tmp / CONFIG_FILE, config)
-        record.update(file=MODEL_FILE, arguments=list(ARGUMENTS[kind]), tokenization=kind, output="[B, 1, V]",
-                      pooling=v.pooling, activation=v.activation, zeroed_columns=v.zero_ids, attention="sdpa")
+        record.update(
+            file=MODEL_FILE,
+            arguments=list(ARGUMENTS[kind]),
+            tokenization=kind,
+            output="[B, 1, V]",
+            pooling=v.pooling,
+            activation=v.activation,
+            zeroed_columns=v.zero_ids,
+            attention="sdpa",
+        )
         common.write_metadata(encoder, tmp, ENGINE, record)
         common.write_how_to(tmp, how_to(kind, index_mapping))
     return Path(out)
 
 
 def how_to(kind: str, index_mapping: dict | None = None) -> str:
-    body = (json.dumps(index_mapping, indent=2) if index_mapping is not None else
-            '(the body of spladekit.index.formats.elastic.mapping("splade", "sparse_vector"))')
+    body = (
+        json.dumps(index_mapping, indent=2)
+        if index_mapping is not None
+        else '(the body of spladekit.index.formats.elastic.mapping("splade", "sparse_vector"))'
+    )
     return f"""
 # Loading this model into Elasticsearch (9.2+; text_expansion)
 
 `model.pt` is TorchScript with the SPLADE pooling inside (its output `[1, 1, V]`; Elasticsearch reads
 `result[0][0]`), `vocabulary.json` the tokenizer's vocabulary, `config.json` the trained-model config
-(tokenization `{kind}`, arguments {', '.join(ARGUMENTS[kind])}). Import with eland's Python API:
+(tokenization `{kind}`, arguments {", ".join(ARGUMENTS[kind])}). Import with eland's Python API:
 
 ```python
 from elasticsearch import Elasticsearch

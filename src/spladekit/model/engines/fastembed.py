@@ -76,8 +76,16 @@ class FastembedLogits(nn.Module):
         return y if self.model.fold is None else self.model.fold.apply(y, "max")
 
 
-def export(encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None,
-           max_length: int | None = None, opset: int = 17, **_ignored) -> Path:
+def export(
+    encoder,
+    out: str | Path,
+    *,
+    pooling: str | None = None,
+    activation: str | None = None,
+    max_length: int | None = None,
+    opset: int = 17,
+    **_ignored,
+) -> Path:
     """Write the fastembed folder (module docstring) atomically; returns ``out``.
 
     Raises:
@@ -103,8 +111,16 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     with atomic_folder(out) as tmp:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(module, args, str(tmp / ONNX_FILE), input_names=list(INPUTS), output_names=[OUTPUT],
-                              dynamic_axes=axes, opset_version=opset, dynamo=False)
+            torch.onnx.export(
+                module,
+                args,
+                str(tmp / ONNX_FILE),
+                input_names=list(INPUTS),
+                output_names=[OUTPUT],
+                dynamic_axes=axes,
+                opset_version=opset,
+                dynamo=False,
+            )
         encoder.tokenizer.save_pretrained(tmp)
         model.mlm.config.save_pretrained(tmp)
         config = read_json(tmp / "tokenizer_config.json")
@@ -113,11 +129,22 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
         write_json(tmp / "tokenizer_config.json", config)
         tokens = {k: str(t) for k, t in encoder.tokenizer.special_tokens_map.items() if isinstance(t, str)}
         write_json(tmp / "special_tokens_map.json", tokens)
-        record = {"file": ONNX_FILE, "inputs": list(INPUTS), "output": f"{OUTPUT} [B, L, V]", "opset": opset,
-                  "activation": v.activation, "pooling": "max (by fastembed)", "zeroed_columns": v.zero_ids,
-                  "model_max_length": max_length, "fastembed_model_name": MODEL_NAME, "position_top_k": v.position_top_k,
-                  "folded_terms": None if model.fold is None else model.fold.size,
-                  "graph": "raw MLM logits" if v.activation == "relu" else "log(1 + ReLU(logits)), fastembed adds the second log1p"}
+        record = {
+            "file": ONNX_FILE,
+            "inputs": list(INPUTS),
+            "output": f"{OUTPUT} [B, L, V]",
+            "opset": opset,
+            "activation": v.activation,
+            "pooling": "max (by fastembed)",
+            "zeroed_columns": v.zero_ids,
+            "model_max_length": max_length,
+            "fastembed_model_name": MODEL_NAME,
+            "position_top_k": v.position_top_k,
+            "folded_terms": None if model.fold is None else model.fold.size,
+            "graph": "raw MLM logits"
+            if v.activation == "relu"
+            else "log(1 + ReLU(logits)), fastembed adds the second log1p",
+        }
         common.write_metadata(encoder, tmp, ENGINE, record)
         common.write_how_to(tmp, how_to(max_length, encoder.metadata.query_max_length))
     return Path(out)

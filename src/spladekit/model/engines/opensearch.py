@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
-from typing import Dict
 
 import torch
 from torch import nn
@@ -55,18 +54,26 @@ class OpenSearchSplade(nn.Module):
         super().__init__()
         self.model, self.pooling = model, pooling
 
-    def forward(self, input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:  # noqa: A002 (DJL's name)
+    def forward(self, input: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:  # noqa: A002 (DJL's name)
         mask = input["attention_mask"]
         head = self.model.head
-        logits = nn.functional.linear(common.hidden_states(self.model, input["input_ids"], mask), head.weight, head.bias)
+        logits = nn.functional.linear(
+            common.hidden_states(self.model, input["input_ids"], mask), head.weight, head.bias
+        )
         return {OUTPUT_KEY: self.pooling(logits, mask).squeeze(1)}
 
 
 def register_config(name: str, zip_path: Path, function_name: str, description: str) -> dict:
     """The ML Commons register body (opensearch-py-ml's ``make_model_config_json`` fields)."""
-    return {"name": name, "version": "1.0.0", "model_format": "TORCH_SCRIPT", "function_name": function_name,
-            "description": description, "model_content_size_in_bytes": zip_path.stat().st_size,
-            "model_content_hash_value": sha256_file(zip_path)}
+    return {
+        "name": name,
+        "version": "1.0.0",
+        "model_format": "TORCH_SCRIPT",
+        "function_name": function_name,
+        "description": description,
+        "model_content_size_in_bytes": zip_path.stat().st_size,
+        "model_content_hash_value": sha256_file(zip_path),
+    }
 
 
 def tokenizer_json(encoder, max_length: int) -> str:
@@ -79,9 +86,17 @@ def tokenizer_json(encoder, max_length: int) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
-def export(encoder, out: str | Path, *, pooling: str | None = None, activation: str | None = None,
-           max_length: int | None = None, name: str | None = None, index_mapping: dict | None = None,
-           **_ignored) -> Path:
+def export(
+    encoder,
+    out: str | Path,
+    *,
+    pooling: str | None = None,
+    activation: str | None = None,
+    max_length: int | None = None,
+    name: str | None = None,
+    index_mapping: dict | None = None,
+    **_ignored,
+) -> Path:
     """Write the OpenSearch folder (module docstring) atomically; returns ``out``.
 
     Args:
@@ -99,15 +114,21 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
     if getattr(encoder.tokenizer, "backend_tokenizer", None) is None:
         common.refuse(v, "a slow tokenizer: DJL needs tokenizer.json")
     if v.folded:
-        common.refuse(v, "a folded vocabulary: ML Commons decodes output column j as the token with id j, and a folded "
-                      "vector's columns are terms")
+        common.refuse(
+            v,
+            "a folded vocabulary: ML Commons decodes output column j as the token with id j, and a folded "
+            "vector's columns are terms",
+        )
     max_length = max_length or encoder.metadata.doc_max_length
     name = name or Path(str(encoder.metadata.source or "spladekit-model")).name
     model = common.cpu_model(encoder, attention="eager")  # DJL has no SDPA
     module = OpenSearchSplade(model, ts.SpladePooling(v.pooling, v.activation, v.keep(), v.position_top_k)).eval()
     sample = common.sample_batch(encoder)
-    traced = ts.trace(module, ({"input_ids": sample["input_ids"].long(),
-                                "attention_mask": sample["attention_mask"].long()},), strict=False)
+    traced = ts.trace(
+        module,
+        ({"input_ids": sample["input_ids"].long(), "attention_mask": sample["attention_mask"].long()},),
+        strict=False,
+    )
     tok = tokenizer_json(encoder, max_length)
     with atomic_folder(out) as tmp:
         torch.jit.save(traced, str(tmp / PT_FILE))
@@ -115,34 +136,71 @@ def export(encoder, out: str | Path, *, pooling: str | None = None, activation: 
             archive.write(tmp / PT_FILE, arcname=PT_FILE)
             archive.writestr("tokenizer.json", tok)
         (tmp / PT_FILE).unlink()
-        write_json(tmp / CONFIG_FILE, register_config(name, tmp / ZIP_FILE, "SPARSE_ENCODING",
-                                                      f"SPLADE document/query encoder exported by spladekit ({v.pooling} "
-                                                      f"pooling, {v.activation})"))
-        record = {"file": ZIP_FILE, "inputs": ["input_ids", "attention_mask"], "output": f"{OUTPUT_KEY} [B, V]",
-                  "pooling": v.pooling, "activation": v.activation, "zeroed_columns": v.zero_ids, "attention": "eager",
-                  "position_top_k": v.position_top_k, "max_length": max_length, "traced_with_torch": torch.__version__}
+        write_json(
+            tmp / CONFIG_FILE,
+            register_config(
+                name,
+                tmp / ZIP_FILE,
+                "SPARSE_ENCODING",
+                f"SPLADE document/query encoder exported by spladekit ({v.pooling} pooling, {v.activation})",
+            ),
+        )
+        record = {
+            "file": ZIP_FILE,
+            "inputs": ["input_ids", "attention_mask"],
+            "output": f"{OUTPUT_KEY} [B, V]",
+            "pooling": v.pooling,
+            "activation": v.activation,
+            "zeroed_columns": v.zero_ids,
+            "attention": "eager",
+            "position_top_k": v.position_top_k,
+            "max_length": max_length,
+            "traced_with_torch": torch.__version__,
+        }
         if v.inference_free:
-            weights = encoder.query_weights.detach().float().cpu().tolist()
-            vocab = encoder.vocabulary
-            idf = {vocab[j]: float(w) for j, w in enumerate(weights) if j < len(vocab)}
-            with zipfile.ZipFile(tmp / QUERY_ZIP, "w") as archive:
-                archive.writestr("tokenizer.json", tokenizer_json(encoder, encoder.metadata.query_max_length))
-                archive.writestr("idf.json", json.dumps(idf, ensure_ascii=False))
-            write_json(tmp / QUERY_CONFIG, register_config(name + "-query-tokenizer", tmp / QUERY_ZIP, "SPARSE_TOKENIZE",
-                                                           "query side of a doc-only SPLADE model (idf.json weights)"))
+            _write_query_side(encoder, tmp, name)
             record["query_side"] = QUERY_ZIP
         common.write_metadata(encoder, tmp, ENGINE, record)
         common.write_how_to(tmp, how_to(v.inference_free, index_mapping))
     return Path(out)
 
 
+def _write_query_side(encoder, folder: Path, name: str) -> None:
+    """The query side of a doc-only model into ``folder``: ``QUERY_ZIP`` (the query tokenizer and ``idf.json``,
+    each vocabulary entry's weight) and its registration config ``QUERY_CONFIG``."""
+    from spladekit.io import write_json
+
+    weights = encoder.query_weights.detach().float().cpu().tolist()
+    vocab = encoder.vocabulary
+    idf = {vocab[j]: float(w) for j, w in enumerate(weights) if j < len(vocab)}
+    with zipfile.ZipFile(folder / QUERY_ZIP, "w") as archive:
+        archive.writestr("tokenizer.json", tokenizer_json(encoder, encoder.metadata.query_max_length))
+        archive.writestr("idf.json", json.dumps(idf, ensure_ascii=False))
+    write_json(
+        folder / QUERY_CONFIG,
+        register_config(
+            name + "-query-tokenizer",
+            folder / QUERY_ZIP,
+            "SPARSE_TOKENIZE",
+            "query side of a doc-only SPLADE model (idf.json weights)",
+        ),
+    )
+
+
 def how_to(doc_only: bool, index_mapping: dict | None = None) -> str:
-    body = (json.dumps(index_mapping, indent=2) if index_mapping is not None else
-            '(the body of spladekit.index.formats.elastic.mapping("splade", "rank_features"))')
-    query_side = """
+    body = (
+        json.dumps(index_mapping, indent=2)
+        if index_mapping is not None
+        else '(the body of spladekit.index.formats.elastic.mapping("splade", "rank_features"))'
+    )
+    query_side = (
+        """
 The query side of this doc-only model is `query_tokenizer.zip` (`idf.json`): register it the same way with
 `query_tokenizer_config.json` (`"function_name": "SPARSE_TOKENIZE"`) and use its model id in the query.
-""" if doc_only else ""
+"""
+        if doc_only
+        else ""
+    )
     return f"""
 # Loading this model into OpenSearch (ML Commons, neural sparse search)
 

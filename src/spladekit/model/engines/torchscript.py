@@ -45,10 +45,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ML_CPP_SOURCE = ("elastic/ml-cpp bin/pytorch_inference/CSupportedOperations.cc (ALLOWED_OPERATIONS, "
-                 "generated against PyTorch 2.7.1; enforced since Elasticsearch 9.4.0 / 8.19.13)")
+ML_CPP_SOURCE = (
+    "elastic/ml-cpp bin/pytorch_inference/CSupportedOperations.cc (ALLOWED_OPERATIONS, "
+    "generated against PyTorch 2.7.1; enforced since Elasticsearch 9.4.0 / 8.19.13)"
+)
 
-ALLOWED_OPS = frozenset("""
+ALLOWED_OPS = frozenset(
+    """
 aten::Int aten::ScalarImplicit aten::__and__ aten::abs aten::add aten::add_ aten::arange aten::bitwise_not
 aten::cat aten::chunk aten::clamp aten::contiguous aten::cumsum aten::div aten::div_ aten::dropout
 aten::embedding aten::expand aten::full_like aten::gather aten::ge aten::gelu aten::index aten::layer_norm
@@ -59,7 +62,8 @@ aten::squeeze aten::sub aten::tanh aten::tensor aten::to aten::transpose aten::t
 aten::view aten::where aten::zeros
 prim::Constant prim::DictConstruct prim::GetAttr prim::If prim::ListConstruct prim::ListUnpack
 prim::NumToTensor prim::TupleConstruct prim::TupleUnpack prim::device prim::max prim::min
-""".split())
+""".split()
+)
 FORBIDDEN_OPS = frozenset({"aten::from_file", "aten::save", "prim::CallFunction", "prim::CallMethod"})
 #: TorchScript archive file-format version a libtorch 2.x reads at most (``kMaxSupportedFileFormatVersion``
 #: = 0xA in caffe2/serialize/versions.h); torch 2.13's ``torch.jit.save`` writes 10.
@@ -71,8 +75,10 @@ class UnsupportedOpError(ValueError):
 
     def __init__(self, ops):
         self.ops = sorted(ops)
-        super().__init__(f"the TorchScript graph uses {len(self.ops)} op(s) outside ml-cpp's allowlist "
-                         f"({ML_CPP_SOURCE}): {', '.join(self.ops)}")
+        super().__init__(
+            f"the TorchScript graph uses {len(self.ops)} op(s) outside ml-cpp's allowlist "
+            f"({ML_CPP_SOURCE}): {', '.join(self.ops)}"
+        )
 
 
 def graph_ops(module: torch.jit.ScriptModule) -> set[str]:
@@ -170,16 +176,22 @@ def save(module: torch.jit.ScriptModule, path: Path) -> dict:
     torch.jit.save(module, str(path))
     version = archive_version(path)
     if version > MAX_FILE_FORMAT:
-        raise RuntimeError(f"{path}: TorchScript file-format version {version} > {MAX_FILE_FORMAT}, "
-                           "which libtorch 2.7.1 cannot read")
-    return {"ops": sorted(ops), "file_format_version": version, "traced_with_torch": torch.__version__,
-            "allowlist": ML_CPP_SOURCE}
+        raise RuntimeError(
+            f"{path}: TorchScript file-format version {version} > {MAX_FILE_FORMAT}, which libtorch 2.7.1 cannot read"
+        )
+    return {
+        "ops": sorted(ops),
+        "file_format_version": version,
+        "traced_with_torch": torch.__version__,
+        "allowlist": ML_CPP_SOURCE,
+    }
 
 
 #: TorchScript's own built-ins (registered by the JIT, not ATen's native functions, so absent from
 #: RegistrationDeclarations.h): scalar conversions and container indexing.
-JIT_BUILTINS = frozenset({"aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit", "aten::__getitem__",
-                          "aten::len"})
+JIT_BUILTINS = frozenset(
+    {"aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit", "aten::__getitem__", "aten::len"}
+)
 
 
 def _signature(schema: str) -> str:
