@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from spladekit.model.pooling import splade_activation, splade_activation_derivative
 from spladekit.model.sparse_backward import sparse_products
 
 #: Bytes of logits a capped chunk ``[N, Vc]`` may hold, per device type (a ``topk`` per chunk
@@ -184,25 +185,11 @@ def entries_max(entries: KeptEntries) -> tuple[torch.Tensor, torch.Tensor]:
     return maxval.view(batch, vocab), argmax.view(batch, vocab).to(torch.int32)
 
 
-def _activate(x: torch.Tensor, activation: str) -> torch.Tensor:
-    out = torch.log1p(torch.relu(x.float()))
-    return torch.log1p(out) if activation == "log1p_relu" else out
-
-
-def _derivative(x: torch.Tensor, activation: str) -> torch.Tensor:
-    """``a'(x)``, float32, 0 where ``x ≤ 0`` (:mod:`spladekit.model.fused_sum`, "Backward")."""
-    x = torch.relu(x.float())
-    d = 1.0 / (1.0 + x)
-    if activation == "log1p_relu":
-        d = d / (1.0 + torch.log1p(x))
-    return torch.where(x > 0, d, torch.zeros_like(d))
-
-
 def _entries_sum(entries: KeptEntries, activation: str) -> torch.Tensor:
     """``[B, V]`` float32: ``Σ a(logit)`` of the kept entries of each ``(b, j)``."""
     key = entries.rows * entries.vocab + entries.cols
     out = torch.zeros(entries.batch * entries.vocab, dtype=torch.float32, device=entries.values.device)
-    out.index_add_(0, key, _activate(entries.values, activation))
+    out.index_add_(0, key, splade_activation(entries.values, activation))
     return out.view(entries.batch, entries.vocab)
 
 
@@ -227,7 +214,7 @@ class CappedSumHead(torch.autograd.Function):
     def backward(ctx, grad_w):
         hidden, weight, rows, positions, cols, values = ctx.saved_tensors
         need_h, _, need_w, need_b, _, _ = ctx.needs_input_grad
-        g = grad_w.float()[rows, cols] * _derivative(values, ctx.activation)
+        g = grad_w.float()[rows, cols] * splade_activation_derivative(values, ctx.activation)
         nz = g != 0  # only entries that carry gradient enter the products
         g, rows, positions, cols = g[nz], rows[nz], positions[nz], cols[nz]
         with torch.autocast(hidden.device.type, enabled=False):
