@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from spladekit.model.pooling import splade_activation, splade_activation_derivative
-from spladekit.model.sparse_backward import sparse_products
+from spladekit.model.sparse_backward import grads_in_input_dtypes, sparse_products
 
 #: Bytes of logits a capped chunk ``[N, Vc]`` may hold, per device type (a ``topk`` per chunk
 #: amortises better over wider chunks than the uncapped max's cache-sized CPU chunks).
@@ -218,18 +218,11 @@ class CappedSumHead(torch.autograd.Function):
         nz = g != 0  # only entries that carry gradient enter the products
         g, rows, positions, cols = g[nz], rows[nz], positions[nz], cols[nz]
         with torch.autocast(hidden.device.type, enabled=False):
-            d_h, d_w, d_b = sparse_products(
+            grads = sparse_products(
                 g, rows * hidden.shape[1] + positions, cols, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
             )
-        h_dtype, w_dtype, b_dtype = ctx.dtypes
-        return (
-            None if d_h is None else d_h.to(h_dtype),
-            None,
-            None if d_w is None else d_w.to(w_dtype),
-            None if d_b is None else d_b.to(b_dtype),
-            None,
-            None,
-        )
+        d_h, d_w, d_b = grads_in_input_dtypes(grads, ctx.dtypes)
+        return d_h, None, d_w, d_b, None, None
 
 
 def capped_sum_head(hidden, attention_mask, weight, bias, activation: str, k: int) -> torch.Tensor:

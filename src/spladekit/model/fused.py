@@ -58,7 +58,7 @@ import warnings
 
 import torch
 
-from spladekit.model.sparse_backward import BACKWARD_CHUNK, sparse_products
+from spladekit.model.sparse_backward import BACKWARD_CHUNK, grads_in_input_dtypes, sparse_products
 
 #: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized,
 #: see :func:`_cpu_chunk`).
@@ -408,19 +408,11 @@ class FusedSpladeHead(torch.autograd.Function):
         if ctx.activation == "log1p_relu":  # ∂w/∂m = 1/(1 + log(1 + m)) · 1/(1 + m): the first factor here
             grad_w = grad_w.float() / (1.0 + torch.log1p(maxval.clamp_min(0.0)))
         with torch.autocast(hidden.device.type, enabled=False):  # float32 products, even inside autocast
-            d_h, d_w, d_b = sparse_head_backward(
+            grads = sparse_head_backward(
                 grad_w, maxval, argmax, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
             )
-        h_dtype, w_dtype, b_dtype = ctx.dtypes
-        return (
-            None if d_h is None else d_h.to(h_dtype),
-            None,
-            None if d_w is None else d_w.to(w_dtype),
-            None if d_b is None else d_b.to(b_dtype),
-            None,
-            None,
-            None,
-        )
+        d_h, d_w, d_b = grads_in_input_dtypes(grads, ctx.dtypes)
+        return d_h, None, d_w, d_b, None, None, None
 
 
 def _activate(maxval: torch.Tensor, activation: str) -> torch.Tensor:
