@@ -58,6 +58,7 @@ import warnings
 
 import torch
 
+from spladekit.model.pooling import check_position_top_k, splade_activation
 from spladekit.model.sparse_backward import BACKWARD_CHUNK, grads_in_input_dtypes, sparse_products
 
 #: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized,
@@ -398,7 +399,7 @@ class FusedSpladeHead(torch.autograd.Function):
         ctx.has_bias = bias is not None
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.activation = activation
-        return _activate(maxval, activation)
+        return splade_activation(maxval, activation)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -413,13 +414,6 @@ class FusedSpladeHead(torch.autograd.Function):
             )
         d_h, d_w, d_b = grads_in_input_dtypes(grads, ctx.dtypes)
         return d_h, None, d_w, d_b, None, None, None
-
-
-def _activate(maxval: torch.Tensor, activation: str) -> torch.Tensor:
-    """The activation after the max (module docstring): ``log(1 + ReLU(m))``, then a second
-    ``log1p`` for ``"log1p_relu"``; ``[B, V]`` float32."""
-    out = torch.log1p(maxval.clamp_min(0.0))
-    return torch.log1p(out) if activation == "log1p_relu" else out
 
 
 def head_inputs(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -493,8 +487,6 @@ def fused_splade_head(
         ValueError: shapes that do not agree, an unknown backend or activation, a ``position_top_k``
             that is not None or ≥ 1, or one with ``backend="triton"``.
     """
-    from spladekit.model.pooling import check_position_top_k
-
     if backend not in _BACKENDS:
         raise ValueError(f"unknown fused-head backend {backend!r}; choose one of {_BACKENDS}")
     if activation not in ("relu", "log1p_relu"):
@@ -504,5 +496,5 @@ def fused_splade_head(
     with torch.autocast(hidden.device.type, enabled=False):
         if not wants_grad:
             maxval, _ = _masked_max(hidden, attention_mask, weight, bias, False, backend, position_top_k)
-            return _activate(maxval, activation)
+            return splade_activation(maxval, activation)
         return FusedSpladeHead.apply(hidden, attention_mask, weight, bias, backend, activation, position_top_k)
