@@ -103,3 +103,15 @@ def make_beir(folder: Path, docs=DOCS, queries=QUERIES) -> Path:
     )
     (folder / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in queries.items()))
     return folder
+
+
+def index_with_cli(model: Path, beir: Path, out: Path) -> None:
+    """Build the index folder ``out`` of the BEIR folder ``beir`` with ``spladekit index`` (``--batch-size 4
+    --head-impl plain``); assert that the command succeeded."""
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+
+    args = ["index", "--model", str(model), "--data", str(beir), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--batch-size", "4", "--head-impl", "plain"])
+    assert result.exit_code == 0, result.output

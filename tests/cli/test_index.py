@@ -18,7 +18,7 @@ from spladekit.data.trec import read_run
 from spladekit.index.exact import exact_search
 from spladekit.index.index import load_index
 from spladekit.index.layout import content_hash, load_vocabulary
-from tests.index_helpers import DOCS, QUERIES, make_beir, make_model, vocabulary
+from tests.index_helpers import DOCS, QUERIES, index_with_cli, make_beir, make_model, vocabulary
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -33,23 +33,7 @@ def tiny(tmp_path_factory):
 def built(tiny, tmp_path_factory):
     model, beir = tiny
     out = tmp_path_factory.mktemp("idx") / "index"
-    result = CliRunner().invoke(
-        app,
-        [
-            "index",
-            "--model",
-            str(model),
-            "--data",
-            str(beir),
-            "--out",
-            str(out),
-            "--batch-size",
-            "4",
-            "--head-impl",
-            "plain",
-        ],
-    )
-    assert result.exit_code == 0, result.output
+    index_with_cli(model, beir, out)
     return out
 
 

@@ -21,7 +21,7 @@ from spladekit.errors import DataFormatError
 from spladekit.index.export import FILES, export_vectors, import_to_index
 from spladekit.index.index import load_index
 from spladekit.index.layout import load_vocabulary
-from tests.index_helpers import DOCS, make_beir, make_model, vocabulary
+from tests.index_helpers import DOCS, index_with_cli, make_beir, make_model, vocabulary
 
 V = 6
 VOCAB = [f"t{j}" for j in range(V)]
@@ -33,23 +33,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("manifest")
     model, beir = make_model(root / "model"), make_beir(root / "beir")
     out = root / "index"
-    result = CliRunner().invoke(
-        app,
-        [
-            "index",
-            "--model",
-            str(model),
-            "--data",
-            str(beir),
-            "--out",
-            str(out),
-            "--batch-size",
-            "4",
-            "--head-impl",
-            "plain",
-        ],
-    )
-    assert result.exit_code == 0, result.output
+    index_with_cli(model, beir, out)
     return model, out
 
 

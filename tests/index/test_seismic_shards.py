@@ -366,30 +366,12 @@ def test_search_memory_budget_sets_the_shard_size(tmp_path):
 
     from spladekit.cli import app
     from spladekit.index.seismic_rule import SEISMIC_ENTRY_BYTES, SEISMIC_POSTING_BYTES
-    from tests.index_helpers import make_beir, make_model
+    from tests.index_helpers import index_with_cli, make_beir, make_model
 
     model, beir = make_model(tmp_path / "model"), make_beir(tmp_path / "beir")
     out = tmp_path / "index"
+    index_with_cli(model, beir, out)
     runner = CliRunner()
-    assert (
-        runner.invoke(
-            app,
-            [
-                "index",
-                "--model",
-                str(model),
-                "--data",
-                str(beir),
-                "--out",
-                str(out),
-                "--batch-size",
-                "4",
-                "--head-impl",
-                "plain",
-            ],
-        ).exit_code
-        == 0
-    )
     args = [
         "search",
         "--index",

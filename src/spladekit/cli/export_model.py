@@ -105,15 +105,15 @@ def export_model(
         typer.echo(f"onnxruntime not installed: the export was not run ({install_line('onnx')})")
 
 
-def _load_for_onnx(model: str, query_max_length: int | None, doc_max_length: int | None, trust_remote_code: bool):
-    """The masked-LM ``model`` on the CPU with the plain head, for the ONNX export.
+def _load_for_export(model: str, query_max_length: int | None, doc_max_length: int | None, trust_remote_code: bool):
+    """The :class:`~spladekit.model.encoder.SpladeEncoder` of ``model`` that every export reads: on the CPU,
+    with the plain head (the exported graphs and files compute the head themselves), max lengths as given.
 
     Raises:
-        ValueError: a max length below 1 or past the model's positions (its position embeddings).
+        What :meth:`SpladeEncoder.from_pretrained <spladekit.model.encoder.SpladeEncoder.from_pretrained>`
+        and :func:`~spladekit.model.remote_code.require_masked_lm` raise (not a masked LM, e.g. a folder of
+        custom modules).
     """
-    for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
     from spladekit.model.encoder import SpladeEncoder
     from spladekit.model.remote_code import require_masked_lm
 
@@ -126,6 +126,19 @@ def _load_for_onnx(model: str, query_max_length: int | None, doc_max_length: int
         trust_remote_code=trust_remote_code,
     )
     require_masked_lm(encoder)
+    return encoder
+
+
+def _load_for_onnx(model: str, query_max_length: int | None, doc_max_length: int | None, trust_remote_code: bool):
+    """The masked-LM ``model`` on the CPU with the plain head, for the ONNX export.
+
+    Raises:
+        ValueError: a max length below 1 or past the model's positions (its position embeddings).
+    """
+    for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    encoder = _load_for_export(model, query_max_length, doc_max_length, trust_remote_code)
     limit = encoder.max_positions
     for name, value in (("--query-max-length", query_max_length), ("--doc-max-length", doc_max_length)):
         if value is not None and limit is not None and value > limit:
@@ -177,21 +190,11 @@ def _export_engine(
 ) -> None:
     """``--format elasticsearch|opensearch|fastembed|anserini`` (spladekit.model.engines)."""
     from spladekit.io import check_output_folder
-    from spladekit.model.encoder import SpladeEncoder
     from spladekit.model.engines import export_for_engine
     from spladekit.model.engines.common import HOW_TO_LOAD
-    from spladekit.model.remote_code import require_masked_lm
 
     check_output_folder(out, f"{engine} export", (HOW_TO_LOAD,), {"--model": model})
-    encoder = SpladeEncoder.from_pretrained(
-        model,
-        query_max_length=query_max_length,
-        doc_max_length=doc_max_length,
-        head_impl="plain",
-        device="cpu",
-        trust_remote_code=trust_remote_code,
-    )
-    require_masked_lm(encoder)
+    encoder = _load_for_export(model, query_max_length, doc_max_length, trust_remote_code)
     from spladekit.index.formats.elastic import mapping
     from spladekit.io import atomic_folder
     from spladekit.publish.card import write_model_card

@@ -56,6 +56,22 @@ def encoder_digest(encoder) -> str | None:
     return digest.hexdigest()
 
 
+def resume_build_folder(work: Path, fingerprint: dict, what: str) -> None:
+    """Keep the build folder ``work`` when its ``build.json`` holds ``fingerprint`` (JSON-ready) or is
+    absent (then it is written); when it holds another, delete ``work`` with a warning that it was
+    ``left by {what}`` and start it anew. Creates ``work`` (its parent must exist).
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
+        log.warning("%s: left by %s; starting over", work, what)
+        shutil.rmtree(work)
+    work.mkdir(exist_ok=True)
+    if not (work / "build.json").exists():
+        write_json(work / "build.json", fingerprint)
+
+
 class ChunkJournal:
     """The ``.NAME.build/`` folder of the build of the index folder ``out``.
 

@@ -166,7 +166,7 @@ def build(
     Raises:
         OSError: the folder cannot be written.
     """
-    from spladekit.io import write_json
+    from spladekit.index.chunks import resume_build_folder
 
     work = folder / WORK
     cuts = ranges(np.asarray(docs.indptr), int(max_entries) if max_entries else max(1, memory_budget // ENTRY_BYTES))
@@ -176,12 +176,7 @@ def build(
         "shape": list(docs.shape),
         "ranges": [list(c) for c in cuts],
     }
-    if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
-        log.warning("%s: left by a build of another pruned copy; starting over", work)
-        shutil.rmtree(work)
-    work.mkdir(exist_ok=True)
-    if not (work / "build.json").exists():
-        write_json(work / "build.json", fingerprint)
+    resume_build_folder(work, fingerprint, "a build of another pruned copy")
     _prune_each(work, docs, rule, cuts, on_range)
     return _finish(folder, work, docs.shape, content_hash, rule, len(cuts), memory_budget)
 

@@ -326,17 +326,12 @@ def build_shards(
     Raises:
         OSError: the folder cannot be written.
     """
-    from spladekit.io import write_json
+    from spladekit.index.chunks import resume_build_folder
 
     work = folder / WORK
     record = dict(record, shard_postings=SHARD_POSTINGS)
     fingerprint = dict(record, shards=[list(r) for r in ranges])
-    if (work / "build.json").exists() and read_json(work / "build.json") != fingerprint:
-        log.warning("%s: left by a Seismic build with other settings; starting over", work)
-        shutil.rmtree(work)
-    work.mkdir(exist_ok=True)
-    if not (work / "build.json").exists():
-        write_json(work / "build.json", fingerprint)
+    resume_build_folder(work, fingerprint, "a Seismic build with other settings")
     each = shard_params(params, docs.indptr, ranges)
     empties = _build_each(work, docs, ranges, each, on_shard, show_progress)
     shards = [[start, stop, empty] for (start, stop), empty in zip(ranges, empties)]

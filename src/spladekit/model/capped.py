@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
-from spladekit.model.sparse_backward import sparse_products
+from spladekit.model.pooling import splade_activation, splade_activation_derivative
+from spladekit.model.sparse_backward import grads_in_input_dtypes, sparse_products
 
 #: Bytes of logits a capped chunk ``[N, Vc]`` may hold, per device type (a ``topk`` per chunk
 #: amortises better over wider chunks than the uncapped max's cache-sized CPU chunks).
@@ -184,25 +185,11 @@ def entries_max(entries: KeptEntries) -> tuple[torch.Tensor, torch.Tensor]:
     return maxval.view(batch, vocab), argmax.view(batch, vocab).to(torch.int32)
 
 
-def _activate(x: torch.Tensor, activation: str) -> torch.Tensor:
-    out = torch.log1p(torch.relu(x.float()))
-    return torch.log1p(out) if activation == "log1p_relu" else out
-
-
-def _derivative(x: torch.Tensor, activation: str) -> torch.Tensor:
-    """``a'(x)``, float32, 0 where ``x ≤ 0`` (:mod:`spladekit.model.fused_sum`, "Backward")."""
-    x = torch.relu(x.float())
-    d = 1.0 / (1.0 + x)
-    if activation == "log1p_relu":
-        d = d / (1.0 + torch.log1p(x))
-    return torch.where(x > 0, d, torch.zeros_like(d))
-
-
 def _entries_sum(entries: KeptEntries, activation: str) -> torch.Tensor:
     """``[B, V]`` float32: ``Σ a(logit)`` of the kept entries of each ``(b, j)``."""
     key = entries.rows * entries.vocab + entries.cols
     out = torch.zeros(entries.batch * entries.vocab, dtype=torch.float32, device=entries.values.device)
-    out.index_add_(0, key, _activate(entries.values, activation))
+    out.index_add_(0, key, splade_activation(entries.values, activation))
     return out.view(entries.batch, entries.vocab)
 
 
@@ -227,22 +214,15 @@ class CappedSumHead(torch.autograd.Function):
     def backward(ctx, grad_w):
         hidden, weight, rows, positions, cols, values = ctx.saved_tensors
         need_h, _, need_w, need_b, _, _ = ctx.needs_input_grad
-        g = grad_w.float()[rows, cols] * _derivative(values, ctx.activation)
+        g = grad_w.float()[rows, cols] * splade_activation_derivative(values, ctx.activation)
         nz = g != 0  # only entries that carry gradient enter the products
         g, rows, positions, cols = g[nz], rows[nz], positions[nz], cols[nz]
         with torch.autocast(hidden.device.type, enabled=False):
-            d_h, d_w, d_b = sparse_products(
+            grads = sparse_products(
                 g, rows * hidden.shape[1] + positions, cols, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
             )
-        h_dtype, w_dtype, b_dtype = ctx.dtypes
-        return (
-            None if d_h is None else d_h.to(h_dtype),
-            None,
-            None if d_w is None else d_w.to(w_dtype),
-            None if d_b is None else d_b.to(b_dtype),
-            None,
-            None,
-        )
+        d_h, d_w, d_b = grads_in_input_dtypes(grads, ctx.dtypes)
+        return d_h, None, d_w, d_b, None, None
 
 
 def capped_sum_head(hidden, attention_mask, weight, bias, activation: str, k: int) -> torch.Tensor:

@@ -302,6 +302,31 @@ def saved_fold(meta: EncoderMetadata, location, vocab_size: int):
     return VocabularyFold.from_record(meta.fold, Path(str(location)) / METADATA_FILE, vocab_size)
 
 
+def override_metadata(
+    meta: EncoderMetadata,
+    *,
+    query_max_length: int | None,
+    doc_max_length: int | None,
+    query_top_k: int | None,
+    doc_top_k: int | None,
+    query_pruning,
+    doc_pruning,
+) -> None:
+    """Set on ``meta`` (read from a model folder) the loading options a caller of ``from_pretrained``
+    gave: each one that is not None replaces the folder's value; the pruning rules are stored as their
+    records (:func:`spladekit.model.pruning.record_of`). Changes ``meta`` in place."""
+    for key, value in dict(
+        query_max_length=query_max_length,
+        doc_max_length=doc_max_length,
+        query_top_k=query_top_k,
+        doc_top_k=doc_top_k,
+        query_pruning=record_of(query_pruning),
+        doc_pruning=record_of(doc_pruning),
+    ).items():
+        if value is not None:
+            setattr(meta, key, value)
+
+
 class SpladeEncoder:
     """Encode texts into SPLADE sparse vectors.
 
@@ -426,16 +451,15 @@ class SpladeEncoder:
         meta = folder.metadata()  # refusals before any weights load
         mlm, tokenizer = _load_weights(folder, dtype)
         meta.source = meta.source or str(name_or_path)
-        for key, value in dict(
+        override_metadata(
+            meta,
             query_max_length=query_max_length,
             doc_max_length=doc_max_length,
             query_top_k=query_top_k,
             doc_top_k=doc_top_k,
-            query_pruning=record_of(query_pruning),
-            doc_pruning=record_of(doc_pruning),
-        ).items():
-            if value is not None:
-                setattr(meta, key, value)
+            query_pruning=query_pruning,
+            doc_pruning=doc_pruning,
+        )
         model = SpladeModel(
             mlm,
             head_impl,

@@ -445,8 +445,16 @@ def _read_pooling(folder: Path, where: str) -> tuple[str, str]:
     return pooling, activation
 
 
-def _read_encoder_route(entries: list[tuple[str, str, Path]], path: Path, where: str):
-    """``[(name, class, folder)]`` of a document encoder → ``(mlm folder, (max length, file stating it), pooling, activation)``."""
+def _read_encoder_route(
+    entries: list[tuple[str, str, Path]], path: Path, where: str, root: Path, layout: str, top_k: int | None
+) -> ModelFolder:
+    """The :class:`ModelFolder` (layout ``layout``) of a sentence-transformers document encoder, from its
+    ``[(name, class, folder)]`` modules ``[Transformer (fill-mask), SpladePooling]`` as ``path`` lists
+    them at ``where`` (``modules.json`` or a Router's route); ``top_k``: ``max_active_dims``.
+
+    Raises:
+        UnsupportedModelError: other modules; DataFormatError: a module folder that does not exist.
+    """
     names = [name for _, name, _ in entries]
     if len(entries) != 2 or names[0] not in _TRANSFORMERS or names[1] != "SpladePooling":
         _refuse_modules(path, where, [(i, n) for i, n, _ in entries if n not in _TRANSFORMERS + ("SpladePooling",)])
@@ -467,7 +475,17 @@ def _read_encoder_route(entries: list[tuple[str, str, Path]], path: Path, where:
             )
     length = _read_transformer(mlm_dir, name, f"{where}, module {mlm_id!r}")
     pooling, activation = _read_pooling(pool_dir, f"{where}, module {pool_id!r}")
-    return mlm_dir, length, pooling, activation
+    return ModelFolder(
+        root=str(root),
+        layout=layout,
+        mlm_dir=str(mlm_dir),
+        tokenizer_dir=str(mlm_dir),
+        pooling=pooling,
+        activation=activation,
+        max_length=length[0],
+        max_length_file=length[1],
+        top_k=top_k,
+    )
 
 
 def _read_st_config(root: Path) -> int | None:
@@ -612,25 +630,14 @@ def _read_router(root: Path, router_dir: Path, top_k: int | None) -> ModelFolder
         return out
 
     document = entries("document")
-    mlm_dir, length, pooling, activation = _read_encoder_route(document, path, "route 'document'")
+    folder = _read_encoder_route(document, path, "route 'document'", root, "sentence-transformers-router", top_k)
     query = entries("query")
-    folder = ModelFolder(
-        root=str(root),
-        layout="sentence-transformers-router",
-        mlm_dir=str(mlm_dir),
-        tokenizer_dir=str(mlm_dir),
-        pooling=pooling,
-        activation=activation,
-        max_length=length[0],
-        max_length_file=length[1],
-        top_k=top_k,
-    )
     if [q[0] for q in query] == [d[0] for d in document]:
         return folder  # one encoder for both sides
     if len(query) == 1 and query[0][1] in _STATIC:
         module_id, _, query_dir = query[0]
         side = _static_query_side(query_dir, module_id)
-        _same_vocabulary(query_dir, mlm_dir, path)
+        _same_vocabulary(query_dir, Path(folder.mlm_dir), path)
         folder.query_side = side
         folder.query_max_length = _tokenizer_length(query_dir)
         return folder
@@ -658,18 +665,7 @@ def _read_sentence_transformers(root: Path) -> ModelFolder:
         entries.append((str(module.get("name", number)), name, _module_dir(root, module.get("path", ""))))
     if len(entries) == 1 and entries[0][1] == "Router":
         return _read_router(root, entries[0][2], top_k)
-    mlm_dir, length, pooling, activation = _read_encoder_route(entries, path, "modules.json")
-    return ModelFolder(
-        root=str(root),
-        layout="sentence-transformers",
-        mlm_dir=str(mlm_dir),
-        tokenizer_dir=str(mlm_dir),
-        pooling=pooling,
-        activation=activation,
-        max_length=length[0],
-        max_length_file=length[1],
-        top_k=top_k,
-    )
+    return _read_encoder_route(entries, path, "modules.json", root, "sentence-transformers", top_k)
 
 
 def read_model_folder(location: str | Path, trust_remote_code: bool = False) -> ModelFolder:

@@ -58,7 +58,8 @@ import warnings
 
 import torch
 
-from spladekit.model.sparse_backward import BACKWARD_CHUNK, sparse_products
+from spladekit.model.pooling import check_position_top_k, splade_activation
+from spladekit.model.sparse_backward import BACKWARD_CHUNK, grads_in_input_dtypes, sparse_products
 
 #: Bytes of logits a torch-path chunk may hold, per device type (CUDA: large tiles, CPU: cache-sized,
 #: see :func:`_cpu_chunk`).
@@ -398,7 +399,7 @@ class FusedSpladeHead(torch.autograd.Function):
         ctx.has_bias = bias is not None
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.activation = activation
-        return _activate(maxval, activation)
+        return splade_activation(maxval, activation)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -408,26 +409,11 @@ class FusedSpladeHead(torch.autograd.Function):
         if ctx.activation == "log1p_relu":  # ∂w/∂m = 1/(1 + log(1 + m)) · 1/(1 + m): the first factor here
             grad_w = grad_w.float() / (1.0 + torch.log1p(maxval.clamp_min(0.0)))
         with torch.autocast(hidden.device.type, enabled=False):  # float32 products, even inside autocast
-            d_h, d_w, d_b = sparse_head_backward(
+            grads = sparse_head_backward(
                 grad_w, maxval, argmax, hidden, weight, (need_h, need_w, need_b and ctx.has_bias)
             )
-        h_dtype, w_dtype, b_dtype = ctx.dtypes
-        return (
-            None if d_h is None else d_h.to(h_dtype),
-            None,
-            None if d_w is None else d_w.to(w_dtype),
-            None if d_b is None else d_b.to(b_dtype),
-            None,
-            None,
-            None,
-        )
-
-
-def _activate(maxval: torch.Tensor, activation: str) -> torch.Tensor:
-    """The activation after the max (module docstring): ``log(1 + ReLU(m))``, then a second
-    ``log1p`` for ``"log1p_relu"``; ``[B, V]`` float32."""
-    out = torch.log1p(maxval.clamp_min(0.0))
-    return torch.log1p(out) if activation == "log1p_relu" else out
+        d_h, d_w, d_b = grads_in_input_dtypes(grads, ctx.dtypes)
+        return d_h, None, d_w, d_b, None, None, None
 
 
 def head_inputs(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -501,8 +487,6 @@ def fused_splade_head(
         ValueError: shapes that do not agree, an unknown backend or activation, a ``position_top_k``
             that is not None or ≥ 1, or one with ``backend="triton"``.
     """
-    from spladekit.model.pooling import check_position_top_k
-
     if backend not in _BACKENDS:
         raise ValueError(f"unknown fused-head backend {backend!r}; choose one of {_BACKENDS}")
     if activation not in ("relu", "log1p_relu"):
@@ -512,5 +496,5 @@ def fused_splade_head(
     with torch.autocast(hidden.device.type, enabled=False):
         if not wants_grad:
             maxval, _ = _masked_max(hidden, attention_mask, weight, bias, False, backend, position_top_k)
-            return _activate(maxval, activation)
+            return splade_activation(maxval, activation)
         return FusedSpladeHead.apply(hidden, attention_mask, weight, bias, backend, activation, position_top_k)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import torch
 
 from spladekit.model.fused import head_inputs
+from spladekit.model.pooling import check_position_top_k, splade_activation, splade_activation_derivative
 
 #: Bytes of float32 ``[B, L, Vc]`` chunk tensors the head may hold at once (logits and their gradient).
 CHUNK_BUDGET_BYTES = 32 * 2**20
@@ -58,20 +59,6 @@ def _columns(batch: int, length: int, vocab: int) -> int:
     (two such tensors live in the backward), at least 32, a multiple of 32."""
     cols = (CHUNK_BUDGET_BYTES // 2) // max(1, batch * length * 4)
     return int(min(vocab, max(32, (cols // 32) * 32)))
-
-
-def _activate(logits: torch.Tensor, activation: str) -> torch.Tensor:
-    out = torch.log1p(torch.relu(logits.float()))
-    return torch.log1p(out) if activation == "log1p_relu" else out
-
-
-def _derivative(logits: torch.Tensor, activation: str) -> torch.Tensor:
-    """``a'(x)`` (module docstring), float32, 0 where ``x ≤ 0``."""
-    x = torch.relu(logits.float())
-    d = 1.0 / (1.0 + x)
-    if activation == "log1p_relu":
-        d = d / (1.0 + torch.log1p(x))
-    return torch.where(x > 0, d, torch.zeros_like(d))
 
 
 def _chunk_logits(hidden, weight, bias, lo: int, hi: int) -> torch.Tensor:
@@ -108,7 +95,7 @@ class FusedSumHead(torch.autograd.Function):
         with torch.autocast(hidden.device.type, enabled=False):  # float32 products, even inside autocast
             for lo in range(0, vocab, step):
                 hi = min(vocab, lo + step)
-                g = _derivative(_chunk_logits(hidden, weight, bias, lo, hi), ctx.activation)
+                g = splade_activation_derivative(_chunk_logits(hidden, weight, bias, lo, hi), ctx.activation)
                 g.mul_(mask).mul_(grad_w[:, None, lo:hi])  # G [B, L, Vc]
                 flat_g = g.reshape(batch * length, hi - lo)
                 if d_h is not None:
@@ -135,7 +122,9 @@ def _sum_forward(hidden, attention_mask, weight, bias, activation) -> torch.Tens
     for lo in range(0, vocab, step):
         hi = min(vocab, lo + step)
         out[:, lo:hi] = (
-            _activate(_chunk_logits(hidden, weight, bias, lo, hi), activation).masked_fill_(~mask, 0.0).sum(dim=1)
+            splade_activation(_chunk_logits(hidden, weight, bias, lo, hi), activation)
+            .masked_fill_(~mask, 0.0)
+            .sum(dim=1)
         )
     return out
 
@@ -168,8 +157,6 @@ def fused_sum_splade_head(
         ValueError: shapes that do not agree, an unknown activation, a ``position_top_k`` that is not
             None or ≥ 1.
     """
-    from spladekit.model.pooling import check_position_top_k
-
     if activation not in _ACTIVATIONS:
         raise ValueError(f"unknown SPLADE activation {activation!r}; choose one of {_ACTIVATIONS}")
     check_position_top_k(position_top_k)

@@ -82,7 +82,7 @@ import torch.nn.functional as F
 
 from spladekit.data.numbers import check_int
 from spladekit.errors import require_extra
-from spladekit.model.encoder import EncoderMetadata, SpladeEncoder
+from spladekit.model.encoder import EncoderMetadata, SpladeEncoder, override_metadata
 from spladekit.model.inference_free import load_query_weights
 from spladekit.model.metadata import INFERENCE_FREE
 
@@ -626,18 +626,15 @@ class OnnxSpladeEncoder(SpladeEncoder):
                 field="extra.onnx",
             )
         encoder = cls(folder, batch_size=batch_size, providers=providers, threads=threads)
-        from spladekit.model.pruning import record_of
-
-        for key, value in dict(
+        override_metadata(
+            encoder.metadata,
             query_max_length=query_max_length,
             doc_max_length=doc_max_length,
             query_top_k=query_top_k,
             doc_top_k=doc_top_k,
-            query_pruning=record_of(query_pruning),
-            doc_pruning=record_of(doc_pruning),
-        ).items():
-            if value is not None:
-                setattr(encoder.metadata, key, value)
+            query_pruning=query_pruning,
+            doc_pruning=doc_pruning,
+        )
         encoder.metadata.query_max_length = encoder.check_max_length(encoder.metadata.query_max_length)
         encoder.metadata.doc_max_length = encoder.check_max_length(encoder.metadata.doc_max_length)
         return encoder

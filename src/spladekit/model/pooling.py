@@ -87,6 +87,20 @@ def splade_activation(x: torch.Tensor, activation: str = "relu") -> torch.Tensor
     return out
 
 
+def splade_activation_derivative(x: torch.Tensor, activation: str = "relu") -> torch.Tensor:
+    """``a'(x)`` of :func:`splade_activation` in float32, elementwise, for the sum heads' backward passes:
+
+    a'(x) = 1/(1 + x)                         for "relu",        x > 0
+    a'(x) = 1/(1 + log(1 + x)) · 1/(1 + x)    for "log1p_relu",  x > 0   (chain rule)
+    a'(x) = 0                                  for x ≤ 0 (ReLU's derivative at 0 is 0, as in torch).
+    """
+    x = torch.relu(x.float())
+    d = 1.0 / (1.0 + x)
+    if activation == "log1p_relu":
+        d = d / (1.0 + torch.log1p(x))
+    return torch.where(x > 0, d, torch.zeros_like(d))
+
+
 def splade_pool(
     logits: torch.Tensor,
     attention_mask: torch.Tensor,

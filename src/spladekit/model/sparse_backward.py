@@ -22,6 +22,15 @@ import torch
 BACKWARD_CHUNK = 1 << 16
 
 
+def grads_in_input_dtypes(
+    grads: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
+    dtypes: tuple[torch.dtype, torch.dtype, torch.dtype | None],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The float32 head gradients ``(d hidden, d weight, d bias)`` of :func:`sparse_products` cast to the
+    dtypes their inputs had in the forward (``dtypes``: hidden's, weight's, bias's); None stays None."""
+    return tuple(None if grad is None else grad.to(dtype) for grad, dtype in zip(grads, dtypes))
+
+
 def sparse_products(
     g: torch.Tensor,
     positions: torch.Tensor,
