@@ -23,6 +23,7 @@ README_LINKS = [(re.compile(r"\]\(docs/"), "]("), (re.compile(r"\]\(benchmarks/r
 TABLE_PIPE = re.compile(r"\\\|(?=[^`\n]*`[^\n]*\|\s*$)", re.M)
 OUT_OF_DOCS = re.compile(r"\]\(\.\./benchmarks/")  # a guide's link to the results, as the repository reads it
 RUNS_FOLDER = re.compile(r"\]\(runs/\)")  # RESULTS.md's link to the folder of its logs
+INTO_DOCS = re.compile(r"\]\(\.\./docs/")  # RESULTS.md's link into docs/ (a guide, a plot), as the repository reads it
 
 
 def _runs_index(runs: list[Path]) -> str:
@@ -47,15 +48,16 @@ def on_files(files: Files, config) -> Files:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    """Point the README's and the guides' links at the published pages, and RESULTS.md's ``runs/`` at its
-    index; the README's escaped pipes in a table's code become plain ones."""
+    """Point the README's and the guides' links at the published pages, RESULTS.md's ``runs/`` at its
+    index and its ``../docs/`` at the guides' folder (the site's top); the README's escaped pipes in a
+    table's code become plain ones."""
     uri = page.file.src_uri
     if uri == "index.md":
         for pattern, replacement in README_LINKS:
             markdown = pattern.sub(replacement, markdown)
         return TABLE_PIPE.sub("|", markdown)
     if uri == "benchmarks/RESULTS.md":
-        return RUNS_FOLDER.sub("](run-logs.md)", markdown)
+        return INTO_DOCS.sub("](../", RUNS_FOLDER.sub("](run-logs.md)", markdown))
     if uri.startswith("benchmarks/"):
         return markdown
     return OUT_OF_DOCS.sub("](" + "../" * uri.count("/") + "benchmarks/", markdown)

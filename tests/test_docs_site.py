@@ -300,7 +300,8 @@ def test_griffe_extension_reads_roles_and_literal_blocks():
 
 def test_hooks_rewrite_repository_links():
     """The README's ``docs/`` links lose the prefix; a guide's ``../benchmarks/`` link loses its ``../``
-    at the top of the site and keeps one per folder below it; RESULTS.md's ``runs/`` names its index."""
+    at the top of the site and keeps one per folder below it; RESULTS.md's ``runs/`` names its index and
+    its ``../docs/`` the site's top."""
     hooks = _script("docs_hooks")
 
     class Page:
@@ -321,5 +322,6 @@ def test_hooks_rewrite_repository_links():
         == f"[r](../benchmarks/{page})"
     )
     assert hooks.on_page_markdown("[logs](runs/)", Page("benchmarks/RESULTS.md"), None, None) == "[logs](run-logs.md)"
+    assert hooks.on_page_markdown("![p](../docs/img/p.png)", Page("benchmarks/RESULTS.md"), None, None) == "![p](../img/p.png)"
     row = "| [e](docs/engines.md) | `--format a\\|b\\|c` |"
     assert hooks.on_page_markdown(row, Page("index.md"), None, None) == "| [e](engines.md) | `--format a|b|c` |"
