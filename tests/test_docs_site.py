@@ -322,6 +322,9 @@ def test_hooks_rewrite_repository_links():
         == f"[r](../benchmarks/{page})"
     )
     assert hooks.on_page_markdown("[logs](runs/)", Page("benchmarks/RESULTS.md"), None, None) == "[logs](run-logs.md)"
-    assert hooks.on_page_markdown("![p](../docs/img/p.png)", Page("benchmarks/RESULTS.md"), None, None) == "![p](../img/p.png)"
+    assert (
+        hooks.on_page_markdown("![p](../docs/img/p.png)", Page("benchmarks/RESULTS.md"), None, None)
+        == "![p](../img/p.png)"
+    )
     row = "| [e](docs/engines.md) | `--format a\\|b\\|c` |"
     assert hooks.on_page_markdown(row, Page("index.md"), None, None) == "| [e](engines.md) | `--format a|b|c` |"
