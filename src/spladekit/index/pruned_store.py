@@ -102,7 +102,8 @@ def open_or_build(
             smaller than the least budget makes: tests of a killed build on small corpora).
 
     Raises:
-        DataFormatError: a stored copy that is not the pruning of this index (:func:`load`), naming the file.
+        DataFormatError: a stored copy that is not the pruning of this index (:func:`load`), or a link
+            out of the index folder (:func:`check_links`), naming the file.
         ValueError: an invalid rule, or none given and none stored; a budget out of range.
     """
     from spladekit.index.writer import check_budget
@@ -110,6 +111,7 @@ def open_or_build(
 
     budget = check_budget(memory_budget)
     asked = record_of(rule)
+    check_links(Path(folder))
     target = Path(folder) / FOLDER
     if (target / RECORD).exists():
         stored = load(target, full, content_hash)
@@ -273,10 +275,31 @@ def stored_rule(folder: Path) -> dict | None:
     """The rule record of the copy stored in the index folder ``folder`` (None: none stored).
 
     Raises:
-        DataFormatError: ``pruned.json`` cannot be read or holds no valid rule.
+        DataFormatError: ``pruned.json`` cannot be read or holds no valid rule; a link out of the
+            index folder (:func:`check_links`).
     """
+    check_links(Path(folder))
     path = Path(folder) / FOLDER / RECORD
     return _check_record(read_json(path), path)["rule"] if path.exists() else None
+
+
+def check_links(folder: Path) -> None:
+    """Refuse a link that leaves the index folder ``folder`` among the pruned copy's paths: ``pruned/``,
+    each entry in it and the build folder ``.pruned.build/``. Reading through one would take arrays from
+    another place; building through one would write, and clear, files there. spladekit makes these
+    paths itself and links none of them.
+
+    Raises:
+        DataFormatError: naming the link and where it leads.
+    """
+    root = folder.resolve()
+    paths = [folder / FOLDER, folder / WORK]
+    if (folder / FOLDER).is_dir() and not (folder / FOLDER).is_symlink():
+        paths += sorted((folder / FOLDER).iterdir())
+    for path in paths:
+        real = path.resolve()  # a dangling link resolves to where it points
+        if path.is_symlink() and real != root and root not in real.parents:
+            raise DataFormatError(path, f"a link to {real}, outside the index folder {folder}: not followed; {REMEDY}")
 
 
 def _check_record(stored, path: Path) -> dict:
@@ -310,10 +333,12 @@ def load(target: Path, full: sp.csr_matrix, content_hash: str | None) -> PrunedC
     compared by :func:`verify` (``Index.verify``).
 
     Raises:
-        DataFormatError: naming the file at fault and what is wrong (``pruned.json`` or an array).
+        DataFormatError: naming the file at fault and what is wrong (``pruned.json``, an array, or a
+            link out of the index folder: :func:`check_links`).
     """
     from spladekit.model.pruning import record_of
 
+    check_links(target.parent)
     path = target / RECORD
     record = _check_record(read_json(path), path)
     if record["content_hash"] != content_hash:
