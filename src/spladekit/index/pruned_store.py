@@ -284,22 +284,15 @@ def stored_rule(folder: Path) -> dict | None:
 
 
 def check_links(folder: Path) -> None:
-    """Refuse a link that leaves the index folder ``folder`` among the pruned copy's paths: ``pruned/``,
-    each entry in it and the build folder ``.pruned.build/``. Reading through one would take arrays from
-    another place; building through one would write, and clear, files there. spladekit makes these
-    paths itself and links none of them.
+    """Refuse ``pruned/``, anything in it, or ``.pruned.build/`` that is a link out of the index folder
+    ``folder`` (:func:`spladekit.index.layout.refuse_links_out`).
 
     Raises:
         DataFormatError: naming the link and where it leads.
     """
-    root = folder.resolve()
-    paths = [folder / FOLDER, folder / WORK]
-    if (folder / FOLDER).is_dir() and not (folder / FOLDER).is_symlink():
-        paths += sorted((folder / FOLDER).iterdir())
-    for path in paths:
-        real = path.resolve()  # a dangling link resolves to where it points
-        if path.is_symlink() and real != root and root not in real.parents:
-            raise DataFormatError(path, f"a link to {real}, outside the index folder {folder}: not followed; {REMEDY}")
+    from spladekit.index.layout import refuse_links_out
+
+    refuse_links_out(folder, (FOLDER, WORK), REMEDY)
 
 
 def _check_record(stored, path: Path) -> dict:
