@@ -163,6 +163,10 @@ def test_hostile_query_toks_are_refused_by_row_and_token():
         toks_to_rows([{"b": "1e400"}], names)
     with pytest.raises(ValueError, match="row 0: query_toks must be a"):
         toks_to_rows(["a b"], names)
+    # finite as a Python number, not as the float32 the rows hold (inf), or past float range (OverflowError)
+    for huge in (1e39, np.float64(-1e39), 10**400):
+        with pytest.raises(ValueError, match="row 0: query_toks weight of 'b' must be a finite number"):
+            toks_to_rows([{"b": huge}], names)
 
 
 def test_two_columns_of_one_name_are_refused():

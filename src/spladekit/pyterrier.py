@@ -177,7 +177,8 @@ def toks_to_rows(toks: Iterable[Mapping[str, float]], names: list[str], column: 
     """``{token: weight}`` dicts → ``[N, V]`` float32 CSR (columns named by ``names``).
 
     Raises:
-        ValueError: a value is not a dict, a token is not in ``names``, or a weight is not a finite number.
+        ValueError: a value is not a dict, a token is not in ``names``, or a weight is not a number
+            finite in float32 (the type the rows are stored in).
     """
     import math
 
@@ -193,15 +194,19 @@ def toks_to_rows(toks: Iterable[Mapping[str, float]], names: list[str], column: 
         for token, weight in entry.items():
             if token not in ids:
                 raise ValueError(f"row {row}: {column} token {token!r} is not in the model's vocabulary")
-            if (
-                isinstance(weight, bool)
-                or not isinstance(weight, (int, float, np.floating, np.integer))
-                or not math.isfinite(weight)
-            ):
+            if isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating, np.integer)):
                 raise ValueError(f"row {row}: {column} weight of {token!r} must be a finite number, got {weight!r}")
+            try:  # a 400-digit integer raises OverflowError
+                value = float(weight)
+            except OverflowError:
+                value = math.inf
+            if not (math.isfinite(value) and abs(value) <= float(np.finfo(np.float32).max)):  # 1e39: inf in float32
+                raise ValueError(
+                    f"row {row}: {column} weight of {token!r} must be a finite number in float32 range, got {weight!r}"
+                )
             rows.append(row)
             cols.append(ids[token])
-            vals.append(float(weight))
+            vals.append(value)
     matrix = sp.csr_matrix(
         (np.asarray(vals, np.float32), (np.asarray(rows, np.int64), np.asarray(cols, np.int64))),
         shape=(len(toks), len(names)),

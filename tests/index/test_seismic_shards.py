@@ -500,6 +500,35 @@ def test_a_shard_file_swapped_copied_or_altered_is_refused_naming_it(tmp_path):
         reopen(verify=True)
 
 
+def test_a_link_out_of_the_index_folder_is_refused_read_or_built_through(tmp_path):
+    """A shard file that is a link elsewhere (the same bytes: every other check passes) is not read; a
+    build folder that is a link elsewhere is not written through (build.json and shards there)."""
+    from spladekit.errors import DataFormatError
+
+    docs = integer_matrix(300, 60, 8, seed=3)
+    index = Index.from_vectors(tmp_path / "idx", docs, shuffled_ids(300, 4))
+    content = index.metadata["content_hash"]
+    open_or_build(index.folder, index.docs, content, None, max_entries=1200)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shard = index.folder / "seismic" / "shard-000000" / SeismicSearcher.INDEX_FILE
+    shutil.move(shard, outside / shard.name)
+    shard.symlink_to(outside / shard.name)
+    with pytest.raises(DataFormatError, match="outside the index folder") as info:
+        open_or_build(index.folder, index.docs, content, None, max_entries=1200)
+    assert info.value.path == shard
+    with pytest.raises(DataFormatError, match="outside the index folder"):
+        Index.open(index.folder, verify=True)
+    shutil.rmtree(index.folder / "seismic")
+    (outside / "keep.txt").write_text("not spladekit's")
+    (index.folder / ".seismic.build").symlink_to(outside)
+    before = sorted(p.name for p in outside.rglob("*"))
+    with pytest.raises(DataFormatError, match="outside the index folder") as info:
+        open_or_build(index.folder, index.docs, content, None, max_entries=1200)
+    assert info.value.path == index.folder / ".seismic.build"
+    assert sorted(p.name for p in outside.rglob("*")) == before
+
+
 def test_shards_with_a_knn_graph_answer_the_exact_top_k_pruning_dropped(tmp_path):
     """Each shard builds its own k-NN graph (``nknn``): on the twin corpus of
     ``test_index_seismic`` (term 0's lists keep the A rows only), a search with ``n_knn`` 1 through

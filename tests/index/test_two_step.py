@@ -413,6 +413,39 @@ def test_damaged_document_rows_are_refused_not_read(stored):
         )
 
 
+def test_a_link_out_of_the_index_folder_is_refused_read_or_built_through(stored, tmp_path):
+    index, *_ = stored
+    folder = index.folder / "pruned"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # an array of the copy that is a link to a file elsewhere (the same bytes: every other check passes)
+    shutil.move(folder / "postings.data.npy", outside / "postings.data.npy")
+    (folder / "postings.data.npy").symlink_to(outside / "postings.data.npy")
+    for do in (lambda: _open_two_step(index.folder), lambda: _open_two_step(index.folder, verify=True)):
+        with pytest.raises(DataFormatError, match="outside the index folder") as info:
+            do()
+        assert info.value.path == folder / "postings.data.npy"
+    # pruned/ itself a link to a folder elsewhere
+    shutil.move(outside / "postings.data.npy", folder / "postings.data.npy", copy_function=shutil.copy)
+    shutil.move(folder, outside / "pruned")
+    folder.symlink_to(outside / "pruned")
+    with pytest.raises(DataFormatError, match="outside the index folder") as info:
+        _open_two_step(index.folder)
+    assert info.value.path == folder
+    # no copy, and the build folder a link elsewhere: building through it would write range files
+    # there and clear its done/ folder
+    folder.unlink()
+    (outside / "done").mkdir()
+    (outside / "done" / "keep.txt").write_text("not spladekit's")
+    (index.folder / ".pruned.build").symlink_to(outside)
+    before = sorted(p.relative_to(outside) for p in outside.rglob("*"))
+    with pytest.raises(DataFormatError, match="outside the index folder") as info:
+        Index.open(index.folder).pruned("top_k=4")
+    assert info.value.path == index.folder / ".pruned.build"
+    assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before
+    assert (outside / "done" / "keep.txt").read_text() == "not spladekit's"
+
+
 # ----------------------------------------------------------------------------------- serve
 def test_serve_offers_two_step_only_with_a_stored_copy(tmp_path):
     """The service in this process over an index of vectors (no query model): without a stored copy

@@ -201,6 +201,39 @@ def test_a_malformed_saved_fold_is_refused_naming_the_field(tokenizer, tmp_path,
     assert "spladekit.json" in str(caught.value) and field in str(caught.value)
 
 
+def _two_unrelated_terms(fold: dict) -> tuple[int, int]:
+    """Two columns that each fold alone into a plain word's term, of different words."""
+    sizes = np.bincount(fold["columns"])
+    alone = [j for j, t in enumerate(fold["columns"]) if sizes[t] == 1 and fold["terms"][t].isalpha()]
+    return alone[0], alone[1]
+
+
+@pytest.mark.parametrize("attack", ["merge two words", "one term takes most columns"])
+def test_a_saved_fold_that_is_not_the_tokenizers_is_refused(tokenizer, tmp_path, attack):
+    # well formed, every check of the map alone passed: two unrelated words summed into one term (a
+    # silent wrong vector), or most columns in one term (groups() is [V', G]: quadratic memory)
+    encoder_for(tokenizer, fold=True).save_pretrained(tmp_path / "model")
+    path = tmp_path / "model" / "spladekit.json"
+    meta = json.loads(path.read_text())
+    fold = meta["fold"]
+    if attack == "merge two words":
+        a, b = _two_unrelated_terms(fold)
+        gone = fold["columns"][b]
+        fold["columns"][b] = fold["columns"][a]
+        fold["terms"].pop(gone)
+        fold["columns"] = [t - (t > gone) for t in fold["columns"]]
+        first = b
+    else:
+        first = len(fold["columns"]) // 10
+        fold["columns"] = list(range(first)) + [first] * (len(fold["columns"]) - first)
+        fold["terms"] = [f"t{i}" for i in range(first + 1)]
+        first = 0  # term names differ from the first column on
+    path.write_text(json.dumps(meta))
+    with pytest.raises(DataFormatError, match="fold.columns") as caught:
+        SpladeEncoder.from_pretrained(tmp_path / "model", device="cpu")
+    assert "spladekit.json" in str(caught.value) and f"column {first} " in str(caught.value)
+
+
 def test_fold_refusals(tokenizer):
     from spladekit.model.folding import VocabularyFold
     from tests.mlm_families import tiny_tokenizer

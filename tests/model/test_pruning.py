@@ -217,6 +217,19 @@ def test_model_metadata_records_the_rules_and_refuses_a_bad_one(tmp_path):
         assert "spladekit.json" in str(info.value)
 
 
+@pytest.mark.parametrize("kind", ["top_k", "threshold", "mass"])
+def test_a_rule_value_past_float_range_is_refused_naming_the_field(tmp_path, kind):
+    # JSON reads a 400-digit number as a Python int: float() of it raises OverflowError, which
+    # pydantic does not turn into a validation error
+    huge = "1" + "0" * 400
+    (tmp_path / "spladekit.json").write_text(f'{{"doc_pruning": {{"kind": "{kind}", "value": {huge}}}}}')
+    with pytest.raises(DataFormatError, match="doc_pruning") as info:
+        EncoderMetadata.load(tmp_path)
+    assert "spladekit.json" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="401 digits|finite"):
+        PruningRule.parse(f"{kind}={huge}")
+
+
 # ----------------------------------------------------------------------------------- the encoder
 @pytest.fixture(scope="module")
 def plain(tiny_bert_dir):

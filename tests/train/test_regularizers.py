@@ -228,6 +228,27 @@ def test_document_frequency_estimate_schedule_weights_and_state():
             est.refresh(torch.tensor(counts), n, step=10)
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"counts": torch.tensor([1.7, 2.2, 0.0, 0.0]), "num_docs": 3, "step": 1},  # would be cut to 1, 2
+        {"counts": torch.tensor([1, 2, 0, 0]), "num_docs": 3.5, "step": 1},  # weighed by 3.5, kept as 3
+        {"counts": torch.tensor([1, 2, 0, 0]), "num_docs": float("nan"), "step": 1},
+        {"counts": torch.tensor([1, 2, 0, 0]), "num_docs": True, "step": 1},
+        {"counts": torch.tensor([1, 2, 0, 0]), "num_docs": 3, "step": -4},
+        {"counts": torch.tensor([1, 2, 0, 0]), "num_docs": 3, "step": 2.5},
+        {"counts": [1, 2, 0, 0], "num_docs": 3, "step": 1},
+        ["counts", "num_docs", "step"],
+    ],
+)
+def test_a_hostile_document_frequency_state_is_refused_not_rounded(state):
+    # a checkpoint's trainer.pt gives this state on resume; load_checkpoint names the file for a ValueError
+    est = DocumentFrequencyEstimate(vocab_size=4, alpha=0.25, beta=2.0, refresh_every=10)
+    with pytest.raises(ValueError, match="counts|num_docs|step|mapping"):
+        est.load_state_dict(state)
+    assert est.counts is None and est.due(1)
+
+
 # ----------------------------------------------------------------------------------- anti-zero
 def test_anti_zero_by_hand_and_gradient():
     w = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])

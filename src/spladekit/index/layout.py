@@ -240,6 +240,32 @@ def content_hash(matrix: sp.csr_matrix, doc_ids: Sequence[str]) -> str:
     return hash_arrays(matrix.indptr, matrix.indices, matrix.data, doc_ids, matrix.shape)
 
 
+def refuse_links_out(folder: Path, names: Sequence[str], remedy: str) -> None:
+    """Refuse a link that leaves the index folder ``folder`` among ``folder/NAME`` for each of ``names``
+    (a stored copy or shards that spladekit derives from the index, and their build folders) and
+    everything below them. Reading through one would take files from another place; building through
+    one would write, and clear, files there. spladekit makes these paths itself and links none of them.
+
+    Raises:
+        DataFormatError: naming the link and where it leads, then ``remedy``.
+    """
+    import os
+
+    root = folder.resolve()
+    for name in names:
+        paths = [folder / name]
+        if paths[0].is_dir() and not paths[0].is_symlink():
+            for top, dirs, files in os.walk(paths[0]):  # links to folders are listed, never entered
+                paths += [Path(top) / entry for entry in sorted(dirs + files)]
+        for path in paths:
+            real = path.resolve()  # a dangling link resolves to where it points
+            if path.is_symlink() and real != root and root not in real.parents:
+                raise DataFormatError(
+                    path,
+                    f"a link to {real}, outside the index folder {folder}: not followed; delete the link ({remedy})",
+                )
+
+
 def load_metadata(folder: str | Path) -> dict:
     """An index folder's ``index.json`` alone (model, lengths, pruning, ...), without reading the vectors.
 

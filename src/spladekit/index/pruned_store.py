@@ -102,7 +102,8 @@ def open_or_build(
             smaller than the least budget makes: tests of a killed build on small corpora).
 
     Raises:
-        DataFormatError: a stored copy that is not the pruning of this index (:func:`load`), naming the file.
+        DataFormatError: a stored copy that is not the pruning of this index (:func:`load`), or a link
+            out of the index folder (:func:`check_links`), naming the file.
         ValueError: an invalid rule, or none given and none stored; a budget out of range.
     """
     from spladekit.index.writer import check_budget
@@ -110,6 +111,7 @@ def open_or_build(
 
     budget = check_budget(memory_budget)
     asked = record_of(rule)
+    check_links(Path(folder))
     target = Path(folder) / FOLDER
     if (target / RECORD).exists():
         stored = load(target, full, content_hash)
@@ -273,10 +275,24 @@ def stored_rule(folder: Path) -> dict | None:
     """The rule record of the copy stored in the index folder ``folder`` (None: none stored).
 
     Raises:
-        DataFormatError: ``pruned.json`` cannot be read or holds no valid rule.
+        DataFormatError: ``pruned.json`` cannot be read or holds no valid rule; a link out of the
+            index folder (:func:`check_links`).
     """
+    check_links(Path(folder))
     path = Path(folder) / FOLDER / RECORD
     return _check_record(read_json(path), path)["rule"] if path.exists() else None
+
+
+def check_links(folder: Path) -> None:
+    """Refuse ``pruned/``, anything in it, or ``.pruned.build/`` that is a link out of the index folder
+    ``folder`` (:func:`spladekit.index.layout.refuse_links_out`).
+
+    Raises:
+        DataFormatError: naming the link and where it leads.
+    """
+    from spladekit.index.layout import refuse_links_out
+
+    refuse_links_out(folder, (FOLDER, WORK), REMEDY)
 
 
 def _check_record(stored, path: Path) -> dict:
@@ -310,10 +326,12 @@ def load(target: Path, full: sp.csr_matrix, content_hash: str | None) -> PrunedC
     compared by :func:`verify` (``Index.verify``).
 
     Raises:
-        DataFormatError: naming the file at fault and what is wrong (``pruned.json`` or an array).
+        DataFormatError: naming the file at fault and what is wrong (``pruned.json``, an array, or a
+            link out of the index folder: :func:`check_links`).
     """
     from spladekit.model.pruning import record_of
 
+    check_links(target.parent)
     path = target / RECORD
     record = _check_record(read_json(path), path)
     if record["content_hash"] != content_hash:

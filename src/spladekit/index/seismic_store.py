@@ -143,8 +143,21 @@ def stored_build(folder: Path) -> SeismicBuildParams | None:
     Raises:
         DataFormatError: ``seismic/params.json`` cannot be read, or does not hold valid parameters.
     """
+    check_links(Path(folder))
     target = Path(folder) / "seismic"
     return _stored_build(read_json(target / "params.json"), target) if (target / "params.json").exists() else None
+
+
+def check_links(folder: Path) -> None:
+    """Refuse ``seismic/``, anything in it, or ``.seismic.build/`` that is a link out of the index
+    folder ``folder`` (:func:`spladekit.index.layout.refuse_links_out`).
+
+    Raises:
+        DataFormatError: naming the link and where it leads.
+    """
+    from spladekit.index.layout import refuse_links_out
+
+    refuse_links_out(folder, ("seismic", WORK), "delete the seismic/ folder to rebuild it")
 
 
 def _stored_build(stored: dict | None, target: Path) -> SeismicBuildParams | None:
@@ -198,8 +211,10 @@ def open_or_build(
         ImportError: ``pyseismic-lsr`` is not installed.
         ValueError: a budget outside the writer's range; a shard with too few documents for ``nknn``
             (:func:`spladekit.index.seismic.check_knn_documents`), before any shard is built.
-        DataFormatError: a stored file cannot be read, is missing, or ``params.json`` lacks an entry.
+        DataFormatError: a stored file cannot be read, is missing, or ``params.json`` lacks an entry;
+            ``seismic/`` or its build folder is a link out of the index folder (:func:`check_links`).
     """
+    check_links(Path(folder))
     target = Path(folder) / "seismic"
     stored = read_json(target / "params.json") if (target / "params.json").exists() else None
     params = build or _stored_build(stored, target) or SeismicBuildParams()  # None: the parameters it was built with
@@ -479,6 +494,7 @@ def verify_files(target: Path, content_hash: str | None, rows: int) -> None:
     Raises:
         DataFormatError: a file differs (naming it), or ``params.json`` is malformed.
     """
+    check_links(target.parent)
     stored = read_json(target / "params.json") if (target / "params.json").exists() else {}
     if not stored or stored.get("content_hash") != content_hash:
         return

@@ -288,18 +288,26 @@ def load_masked_lm_and_tokenizer(
     return mlm, tokenizer
 
 
-def saved_fold(meta: EncoderMetadata, location, vocab_size: int):
+def saved_fold(meta: EncoderMetadata, location, vocab_size: int, tokenizer=None):
     """The :class:`~spladekit.model.folding.VocabularyFold` a model folder's metadata saves (None without one).
+
+    ``tokenizer``: the folder's own; when given, the map must be the one the folding rule gives for it
+    (:func:`~spladekit.model.folding.check_saved_fold`).
 
     Raises:
         DataFormatError: a map :meth:`~spladekit.model.folding.VocabularyFold.from_record` refuses
-            (naming ``spladekit.json`` and the field), or one that does not cover the head's ``vocab_size`` columns.
+            (naming ``spladekit.json`` and the field), one that does not cover the head's ``vocab_size``
+            columns, or one that is not the tokenizer's fold.
     """
     if meta.fold is None:
         return None
-    from spladekit.model.folding import VocabularyFold
+    from spladekit.model.folding import VocabularyFold, check_saved_fold
 
-    return VocabularyFold.from_record(meta.fold, Path(str(location)) / METADATA_FILE, vocab_size)
+    where = Path(str(location)) / METADATA_FILE
+    fold = VocabularyFold.from_record(meta.fold, where, vocab_size)
+    if tokenizer is not None:
+        check_saved_fold(fold, tokenizer, where)
+    return fold
 
 
 def override_metadata(
@@ -466,7 +474,7 @@ class SpladeEncoder:
             pooling=meta.pooling,
             activation=meta.activation,
             position_top_k=meta.position_top_k,
-            fold=saved_fold(meta, location, int(mlm.config.vocab_size)),
+            fold=saved_fold(meta, location, int(mlm.config.vocab_size), tokenizer),
         )
         query_weights = _query_weights(folder, meta, tokenizer, model, location)
         encoder = cls(model, tokenizer, meta, batch_size=batch_size, device=device, query_weights=query_weights)

@@ -178,6 +178,34 @@ class VocabularyFold:
         return cls(columns=list(columns), terms=list(terms), rule=FOLD_RULE)
 
 
+def check_saved_fold(fold: VocabularyFold, tokenizer, where) -> None:
+    """Refuse a saved map (:meth:`VocabularyFold.from_record`) that is not the fold this module's rule
+    gives for the model's own ``tokenizer``: every column must fold into the term its token's key names
+    (:func:`fold_vocabulary`). A map from elsewhere could otherwise merge unrelated words into one term
+    (a silent wrong vector) or put most columns into one term (``groups`` is ``[V', G]``: quadratic).
+
+    Raises:
+        DataFormatError: naming ``where`` (``spladekit.json``), the field ``fold.columns`` and the
+            first column whose term differs; a tokenizer that is not byte-level BPE (``fold``).
+    """
+    from spladekit.errors import DataFormatError
+
+    try:
+        expected = fold_vocabulary(tokenizer, len(fold.columns))
+    except ValueError as exc:
+        raise DataFormatError(
+            where, f"a folded vocabulary for this tokenizer cannot be made: {exc}", field="fold"
+        ) from None
+    for column, (got, want) in enumerate(zip(fold.columns, expected.columns)):
+        if fold.terms[got] != expected.terms[want]:
+            raise DataFormatError(
+                where,
+                f"column {column} folds into term {fold.terms[got]!r}; the tokenizer's token there "
+                f"({tokenizer.convert_ids_to_tokens(column)!r}) folds into {expected.terms[want]!r} by {FOLD_RULE!r}",
+                field="fold.columns",
+            )
+
+
 def fold_vocabulary(tokenizer, vocab_size: int) -> VocabularyFold:
     """The fold of a byte-level BPE tokenizer's ``vocab_size`` columns (module docstring's rule).
 

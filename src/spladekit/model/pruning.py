@@ -66,6 +66,12 @@ class PruningRule(Settings):
     @model_validator(mode="after")
     def _check_value(self) -> PruningRule:
         v = self.value
+        try:
+            float(v)  # an integer past float range (a 400-digit JSON number) is no weight and no count
+        except OverflowError:
+            raise ValueError(
+                f"a {self.kind} rule's value must be {RANGES[self.kind]}, got an integer of {len(str(v))} digits"
+            ) from None
         ok = {
             "top_k": lambda: float(v).is_integer() and v >= 1,
             "mass": lambda: 0 < v <= 1,

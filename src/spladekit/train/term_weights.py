@@ -158,10 +158,24 @@ class DocumentFrequencyEstimate:
         return {"counts": self.counts, "num_docs": self.num_docs, "step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` (an empty one leaves the estimate due).
+        """Restore :meth:`state_dict` (an empty one leaves the estimate due). The state is read from a
+        checkpoint's ``trainer.pt``: its types are checked as :meth:`state_dict` writes them, so that
+        nothing is rounded on the way in (float counts cast to integers, a fractional ``num_docs``).
 
         Raises:
-            ValueError: see :meth:`refresh`.
+            ValueError: not a mapping; ``counts`` not an int64 tensor; ``num_docs`` not an integer
+                ≥ 1 or ``step`` not an integer ≥ 0 (booleans refused); see also :meth:`refresh`.
         """
-        if state.get("counts") is not None:
-            self.refresh(state["counts"], state["num_docs"], state["step"])
+        if not isinstance(state, dict):
+            raise ValueError(f"expected a mapping of counts, num_docs and step, got {type(state).__name__}")
+        counts = state.get("counts")
+        if counts is None:
+            return
+        if not isinstance(counts, torch.Tensor) or counts.dtype != torch.int64:
+            shown = counts.dtype if isinstance(counts, torch.Tensor) else type(counts).__name__
+            raise ValueError(f"counts must be an int64 tensor of document counts, got {shown}")
+        for key, least in (("num_docs", 1), ("step", 0)):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{key} must be an integer >= {least}, got {value!r}")
+        self.refresh(counts, state["num_docs"], state["step"])
