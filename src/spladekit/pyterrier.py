@@ -185,6 +185,8 @@ def toks_to_rows(toks: Iterable[Mapping[str, float]], names: list[str], column: 
     import numpy as np
     import scipy.sparse as sp
 
+    from spladekit.data.numbers import FLOAT32_MAX
+
     ids = {name: j for j, name in enumerate(names)}
     toks = list(toks)
     rows, cols, vals = [], [], []
@@ -200,7 +202,7 @@ def toks_to_rows(toks: Iterable[Mapping[str, float]], names: list[str], column: 
                 value = float(weight)
             except OverflowError:
                 value = math.inf
-            if not (math.isfinite(value) and abs(value) <= float(np.finfo(np.float32).max)):  # 1e39: inf in float32
+            if not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):  # 1e39: inf in float32
                 raise ValueError(
                     f"row {row}: {column} weight of {token!r} must be a finite number in float32 range, got {weight!r}"
                 )
